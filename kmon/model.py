@@ -1,0 +1,137 @@
+"""Plain data: what kmon knows about clients, their connections and changes.
+
+No I/O here. Everything the dashboard, the recorder and the headless output
+show is built from these records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+
+
+class Role(str, Enum):
+    """What a connection is for, in the Java client's node-id convention."""
+
+    BOOTSTRAP = "bootstrap"
+    COORDINATOR = "coordinator"
+    BROKER = "broker"
+    UNKNOWN = "unknown"
+
+
+@dataclass
+class ClientInstance:
+    """One Kafka client inside a process (a librdkafka handle, a Java client)."""
+
+    name: str
+    client_id: str
+    type: str  # producer, consumer, admin
+    config: dict[str, str] = field(default_factory=dict)  # redacted summary
+    stats_age_ms: int | None = None  # how old the metrics behind it are
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "client_id": self.client_id, "type": self.type,
+                "config": dict(self.config), "stats_age_ms": self.stats_age_ms}
+
+
+@dataclass
+class Connection:
+    """One connection of a client process: a socket, a client's logical link, or both."""
+
+    key: str  # stable identity within the process across snapshots
+    role: Role
+    node_id: int | None  # Java convention: bootstrap -1,-2,..; coordinator MAX_INT - broker
+    broker_id: int | None
+    client: str | None  # ClientInstance.name that owns it
+    local: str | None  # "ip:port"
+    remote: str | None
+    state: str  # TCP state, or the client's own state when no socket is seen
+    idle_ms: int | None = None
+    idle_limit_ms: int | None = None
+    bytes_sent: int | None = None
+    bytes_received: int | None = None
+    requests_sent: int | None = None
+    requests_received: int | None = None
+    in_flight: int | None = None
+    rtt_ms: float | None = None  # request round trip (client metrics)
+    tcp_rtt_ms: float | None = None  # smoothed TCP rtt (kernel)
+    broker_name: str | None = None  # the client's own name for it, e.g. "host:9092/2"
+    fd: int | None = None
+    inode: int | None = None
+    evidence: dict[str, str] = field(default_factory=dict)  # fact -> stats|kernel|inferred|...
+    confidence: float = 1.0
+
+    @property
+    def reap_in_ms(self) -> int | None:
+        """Time left before the idle limit closes this connection."""
+        if self.idle_ms is None or self.idle_limit_ms is None:
+            return None
+        return max(0, self.idle_limit_ms - self.idle_ms)
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["role"] = self.role.value
+        out["reap_in_ms"] = self.reap_in_ms
+        return out
+
+
+@dataclass
+class ProcessView:
+    """A watched process and its connections at one instant."""
+
+    pid: int
+    name: str
+    cmdline: str
+    clients: list[ClientInstance] = field(default_factory=list)
+    connections: list[Connection] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)  # problems worth showing in place
+
+    def to_dict(self) -> dict:
+        return {"pid": self.pid, "name": self.name, "cmdline": self.cmdline,
+                "clients": [c.to_dict() for c in self.clients],
+                "connections": [c.to_dict() for c in self.connections],
+                "notices": list(self.notices)}
+
+
+@dataclass
+class Snapshot:
+    """Everything seen in one poll."""
+
+    ts_ms: int  # UTC epoch ms
+    host: str
+    processes: list[ProcessView] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"ts_ms": self.ts_ms, "host": self.host,
+                "processes": [p.to_dict() for p in self.processes]}
+
+
+class EventKind(str, Enum):
+    """What changed between two snapshots."""
+
+    OPENED = "opened"
+    CLOSED = "closed"
+    STATE_CHANGE = "state_change"
+    CLOSE_WAIT = "close_wait"
+    NEAR_REAP = "near_reap"
+    ROLE_CHANGE = "role_change"
+    PROCESS_EXIT = "process_exit"
+
+
+@dataclass
+class Event:
+    """One change to one connection (or process)."""
+
+    ts_ms: int
+    kind: EventKind
+    pid: int
+    key: str | None
+    role: Role | None = None
+    node_id: int | None = None
+    remote: str | None = None
+    detail: str = ""
+
+    def to_dict(self) -> dict:
+        return {"ts_ms": self.ts_ms, "kind": self.kind.value, "pid": self.pid, "key": self.key,
+                "role": self.role.value if self.role else None, "node_id": self.node_id,
+                "remote": self.remote, "detail": self.detail}
