@@ -1,0 +1,160 @@
+"""In-process instrumentation for confluent-kafka (librdkafka) clients.
+
+``instrument(conf)`` returns a client configuration that emits librdkafka
+statistics and leaves each one, with a redacted summary of the client's
+configuration, in the user's private kmon spool, where ``kmon attach PID``
+finds it. An existing ``stats_cb`` keeps receiving every statistics string.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from kmon import spool
+
+DEFAULT_STATS_INTERVAL_MS = 1000
+
+# Only these keys are ever written: a whitelist, so no secret can slip through.
+CONFIG_SUMMARY_KEYS = (
+    "bootstrap.servers",
+    "client.id",
+    "group.id",
+    "transactional.id",
+    "connections.max.idle.ms",
+    "metadata.max.age.ms",
+    "reconnect.backoff.ms",
+    "reconnect.backoff.max.ms",
+    "socket.connection.setup.timeout.ms",
+    "security.protocol",
+    "sasl.mechanism",
+    "statistics.interval.ms",
+)
+
+
+def config_summary(conf: dict) -> dict[str, str]:
+    """The whitelisted, secret-free part of a client configuration."""
+    normalized = {str(k).replace("_", "."): v for k, v in conf.items()}
+    return {k: str(normalized[k]) for k in CONFIG_SUMMARY_KEYS if k in normalized}
+
+
+class _SpoolWriter:
+    """Writes one process's statistics records; never raises into the client."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.proc_start = _process_start_time()
+        self.directory: Path | None = None
+        self.failed = False
+        self.written: set[Path] = set()
+        self.socket_reader = None
+        self.sockets_unreadable = False
+        atexit.register(self.remove_all)
+
+    def socket_counters(self) -> list[dict] | None:
+        """This process's per-socket kernel counters now, for kmon's join; None if unreadable.
+
+        Read right when the statistics arrive, they let kmon pair each of the
+        client's connections with its socket by exact byte counts.
+        """
+        if self.sockets_unreadable:
+            return None
+        try:
+            if self.socket_reader is None:
+                from kmon.sources.sockdiag import SockDiagReader
+
+                self.socket_reader = SockDiagReader()
+            sockets = self.socket_reader.sockets_of(self.pid)
+        except Exception:  # noqa: BLE001 - instrumentation must never break the client
+            self.sockets_unreadable = True
+            return None
+        return [{"inode": s.inode, "bytes_sent": s.bytes_sent,
+                 "bytes_received": s.bytes_received, "last_sent_ms": s.last_sent_ms,
+                 "last_recv_ms": s.last_recv_ms} for s in sockets]
+
+    def write(self, stats_json: str, summary: dict[str, str], client_type: str | None) -> None:
+        if self.failed:
+            return
+        try:
+            if os.getpid() != self.pid:  # a forked child is a process of its own
+                self.pid, self.proc_start, self.written = os.getpid(), _process_start_time(), set()
+            if self.directory is None:
+                self.directory = spool.ensure_private_dir(spool.default_dir())
+            stats = json.loads(stats_json)
+            instance = str(stats.get("name", "unknown"))
+            record = {
+                "format": spool.FORMAT,
+                "pid": self.pid,
+                "proc_start": self.proc_start,
+                "written_ms": int(time.time() * 1000),
+                "client_type": client_type or stats.get("type", "unknown"),
+                "config": summary,
+                "stats_lag_ms": _stats_lag_ms(stats),
+                "sockets": self.socket_counters(),
+            }
+            # Splice the statistics string in as it came: no second serialisation.
+            text = json.dumps(record)[:-1] + ', "stats": ' + stats_json + "}"
+            self.written.add(spool.write_record(self.directory, self.pid, instance, text))
+        except (OSError, ValueError, spool.SpoolError) as err:
+            self.failed = True
+            print(f"kmon agent: statistics not spooled ({err}); the client runs on",
+                  file=sys.stderr)
+
+    def remove_all(self) -> None:
+        for path in self.written:
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+_writer: _SpoolWriter | None = None
+
+
+def _shared_writer() -> _SpoolWriter:
+    global _writer
+    if _writer is None:
+        _writer = _SpoolWriter()
+    return _writer
+
+
+def instrument(conf: dict, client_type: str | None = None) -> dict:
+    """Return a copy of ``conf`` that spools librdkafka statistics for kmon.
+
+    ``statistics.interval.ms`` defaults to 1000 unless set (a value of 0 is
+    kept: the user turned statistics off). ``client_type`` ("producer",
+    "consumer", "admin") names the client where librdkafka cannot tell
+    (an AdminClient reports itself as a producer).
+    """
+    out = dict(conf)
+    out.setdefault("statistics.interval.ms", DEFAULT_STATS_INTERVAL_MS)
+    user_cb: Callable[[str], None] | None = out.get("stats_cb")
+    summary = config_summary(out)
+    writer = _shared_writer()
+
+    def stats_cb(stats_json: str) -> None:
+        writer.write(stats_json, summary, client_type)
+        if user_cb is not None:
+            user_cb(stats_json)
+
+    out["stats_cb"] = stats_cb
+    return out
+
+
+def _stats_lag_ms(stats: dict) -> int | None:
+    """How long ago librdkafka made these statistics (its ``ts`` is CLOCK_MONOTONIC µs)."""
+    made_us = stats.get("ts")
+    if not isinstance(made_us, int):
+        return None
+    lag = (time.monotonic_ns() // 1000 - made_us) // 1000
+    return lag if 0 <= lag < 3_600_000 else None
+
+
+def _process_start_time() -> float:
+    import psutil
+
+    return psutil.Process().create_time()

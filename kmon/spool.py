@@ -1,0 +1,117 @@
+"""The private per-user spool where the kmon agent leaves client statistics.
+
+One JSON file per client instance, named ``<pid>-<instance>.json``, written
+atomically (temp file + rename) with mode 0600 in a directory of mode 0700
+that belongs to the user. Links are never followed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import stat
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+FORMAT = 1
+ENV_DIR = "KMON_SPOOL_DIR"
+
+
+class SpoolError(Exception):
+    """A spool directory or file that kmon must not or cannot use."""
+
+
+def default_dir(uid: int | None = None, env: Mapping[str, str] = os.environ) -> Path:
+    """Where the agent of user ``uid`` writes (``KMON_SPOOL_DIR`` in ``env`` wins)."""
+    if env.get(ENV_DIR):
+        return Path(env[ENV_DIR])
+    uid = os.getuid() if uid is None else uid
+    runtime = Path(f"/run/user/{uid}")
+    if runtime.is_dir():
+        return runtime / "kmon"
+    return Path(tempfile.gettempdir()) / f"kmon-{uid}"
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create ``path`` with mode 0700, or check that an existing one is private and ours."""
+    try:
+        path.mkdir(mode=0o700, parents=False)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, exist_ok=True)
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise SpoolError(f"spool {path} is not a plain directory; refusing to use it")
+    if info.st_uid != os.getuid():
+        raise SpoolError(f"spool {path} belongs to uid {info.st_uid}, not to you")
+    if info.st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
+def file_name(pid: int, instance: str) -> str:
+    """The spool file name of one client instance of one process."""
+    return f"{pid}-{re.sub(r'[^A-Za-z0-9._-]', '_', instance)}.json"
+
+
+def write_record(directory: Path, pid: int, instance: str, record_json: str) -> Path:
+    """Atomically replace this instance's spool file with ``record_json``."""
+    target = directory / file_name(pid, instance)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(record_json)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return target
+
+
+def read_records(directory: Path, pid: int) -> list[tuple[Path, dict]]:
+    """Every spool record of process ``pid`` in ``directory``.
+
+    Raises SpoolError naming the file for one that is a link, unreadable,
+    not JSON, or not a kmon record.
+    """
+    try:
+        names = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return []
+    except OSError as err:
+        raise SpoolError(f"cannot read spool {directory}: {err.strerror}") from err
+    prefix = f"{pid}-"
+    return [(directory / n, _read_one(directory / n)) for n in names
+            if n.startswith(prefix) and n.endswith(".json")]
+
+
+def _read_one(path: Path) -> dict:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        why = "is a symbolic link" if os.path.islink(path) else err.strerror
+        raise SpoolError(f"spool file {path} {why}; refusing to read it") from err
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SpoolError(f"spool file {path} is not a regular file")
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
+            raw = f.read(16 * 1024 * 1024)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    try:
+        record = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise SpoolError(f"spool file {path} is corrupt (not JSON: {err})") from err
+    if not (isinstance(record, dict) and record.get("format") == FORMAT
+            and isinstance(record.get("stats"), dict)):
+        raise SpoolError(f"spool file {path} is corrupt (not a kmon statistics record)")
+    return record
+
