@@ -1,0 +1,1 @@
+"""Sources: each reads one kind of evidence and knows nothing of the others."""
