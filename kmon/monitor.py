@@ -1,0 +1,101 @@
+"""The poll loop: snapshots of the watched processes, diffed into events.
+
+Memory is bounded however long it runs: the last ``history`` snapshots and
+the last ``max_events`` events are kept, nothing else grows.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections import deque
+from collections.abc import Iterable
+
+from kmon.model import Connection, Event, EventKind, ProcessView, Snapshot
+from kmon.sampler import ProcessGone, ProcessSampler
+
+NEAR_REAP_FRACTION = 0.8
+
+
+def near_reap(conn: Connection, fraction: float) -> bool:
+    """True once a connection has been idle for ``fraction`` of its idle limit."""
+    return (conn.idle_ms is not None and conn.idle_limit_ms is not None
+            and conn.idle_ms >= fraction * conn.idle_limit_ms)
+
+
+def diff(before: ProcessView, after: ProcessView, ts_ms: int,
+         fraction: float = NEAR_REAP_FRACTION) -> list[Event]:
+    """The events that turn ``before`` into ``after`` (the same process)."""
+    old = {c.key: c for c in before.connections}
+    new = {c.key: c for c in after.connections}
+    events: list[Event] = []
+
+    def event(kind: EventKind, conn: Connection, detail: str) -> None:
+        events.append(Event(ts_ms, kind, after.pid, conn.key, conn.role, conn.node_id,
+                            conn.remote, detail))
+
+    for key, conn in new.items():
+        prev = old.get(key)
+        if prev is None:
+            event(EventKind.OPENED, conn, f"{conn.role.value} {conn.state}")
+            if conn.state == "CLOSE_WAIT":
+                event(EventKind.CLOSE_WAIT, conn, "peer closed; client has not")
+            continue
+        if conn.state != prev.state:
+            kind = EventKind.CLOSE_WAIT if conn.state == "CLOSE_WAIT" else EventKind.STATE_CHANGE
+            event(kind, conn, f"{prev.state} -> {conn.state}")
+        if (conn.role, conn.node_id) != (prev.role, prev.node_id):
+            event(EventKind.ROLE_CHANGE, conn,
+                  f"{prev.role.value}/{prev.node_id} -> {conn.role.value}/{conn.node_id}")
+        if near_reap(conn, fraction) and not near_reap(prev, fraction):
+            event(EventKind.NEAR_REAP, conn,
+                  f"idle {conn.idle_ms} ms of {conn.idle_limit_ms} ms limit")
+    for key, conn in old.items():
+        if key not in new:
+            event(EventKind.CLOSED, conn, f"{conn.role.value} after {conn.state}")
+    return events
+
+
+class Monitor:
+    """Polls samplers; keeps a bounded history of snapshots and events."""
+
+    def __init__(self, samplers: Iterable[ProcessSampler], history: int = 600,
+                 max_events: int = 5000, near_reap_fraction: float = NEAR_REAP_FRACTION) -> None:
+        self.samplers = list(samplers)
+        self.host = socket.gethostname()
+        self.snapshots: deque[Snapshot] = deque(maxlen=history)
+        self.events: deque[Event] = deque(maxlen=max_events)
+        self.fraction = near_reap_fraction
+        self.last_views: dict[int, ProcessView] = {}
+        self.exited: dict[int, str] = {}  # pid -> why it is no longer polled
+
+    @property
+    def all_exited(self) -> bool:
+        return len(self.exited) == len(self.samplers)
+
+    def poll(self) -> tuple[Snapshot, list[Event]]:
+        """One snapshot of every live process, and what changed since the last one."""
+        ts_ms = int(time.time() * 1000)
+        views, events = [], []
+        for sampler in self.samplers:
+            if sampler.pid in self.exited:
+                continue
+            previous = self.last_views.get(sampler.pid)
+            try:
+                view = sampler.sample(ts_ms)
+            except ProcessGone as gone:
+                self.exited[sampler.pid] = str(gone)
+                events.append(Event(ts_ms, EventKind.PROCESS_EXIT, sampler.pid, None,
+                                    detail=str(gone)))
+                if previous is not None:
+                    events.extend(diff(previous, ProcessView(previous.pid, previous.name,
+                                                             previous.cmdline), ts_ms))
+                continue
+            if previous is not None:
+                events.extend(diff(previous, view, ts_ms, self.fraction))
+            self.last_views[sampler.pid] = view
+            views.append(view)
+        snapshot = Snapshot(ts_ms=ts_ms, host=self.host, processes=views)
+        self.snapshots.append(snapshot)
+        self.events.extend(events)
+        return snapshot, events

@@ -1,0 +1,63 @@
+"""Rich renderings of snapshots for the terminal (headless ``kmon attach``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from kmon.model import Event, ProcessView, Snapshot
+
+ROLE_STYLE = {"bootstrap": "yellow", "coordinator": "magenta", "broker": "green",
+              "unknown": "dim"}
+STATE_STYLE = {"ESTABLISHED": "", "CLOSE_WAIT": "bold red", "SYN_SENT": "bold yellow"}
+
+
+def _ms(value: int | None) -> str:
+    if value is None:
+        return "?"
+    return f"{value / 1000:.1f}s" if value < 60_000 else f"{value / 60_000:.1f}m"
+
+
+def _num(value: int | float | None) -> str:
+    return "?" if value is None else f"{value:,}"
+
+
+def process_table(view: ProcessView) -> Table:
+    """One row per connection of one process."""
+    clients = ", ".join(f"{c.name} ({c.type}, client.id={c.client_id})" for c in view.clients)
+    table = Table(title=f"PID {view.pid} {view.name} — {clients or 'no client metrics'}",
+                  title_justify="left", expand=False)
+    for column in ("role", "node", "broker", "client", "local", "remote", "state", "idle",
+                   "limit", "reap in", "sent B", "recv B", "req", "evidence", "conf"):
+        table.add_column(column, justify="right" if column in {"node", "broker", "idle",
+                                                               "limit", "reap in", "sent B",
+                                                               "recv B", "req", "conf"}
+                         else "left")
+    for c in view.connections:
+        table.add_row(
+            Text(c.role.value, style=ROLE_STYLE[c.role.value]),
+            _num(c.node_id), _num(c.broker_id), c.client or "-", c.local or "-",
+            c.remote or "-", Text(c.state, style=STATE_STYLE.get(c.state, "")),
+            _ms(c.idle_ms), _ms(c.idle_limit_ms), _ms(c.reap_in_ms),
+            _num(c.bytes_sent), _num(c.bytes_received), _num(c.requests_sent),
+            f"{c.evidence.get('role', '?')}/{c.evidence.get('idle', '?')}",
+            f"{c.confidence:.2f}",
+        )
+    return table
+
+
+def snapshot_renderable(snapshot: Snapshot, events: Iterable[Event]) -> Group:
+    """Tables for every process, notices, and the latest events."""
+    parts: list = []
+    for view in snapshot.processes:
+        parts.append(process_table(view))
+        parts.extend(Text(f"! {notice}", style="yellow") for notice in view.notices)
+    recent = list(events)[-10:]
+    if recent:
+        parts.append(Text("events:", style="bold"))
+        parts.extend(Text(f"  {e.kind.value:<12} pid {e.pid} {e.remote or ''} {e.detail}")
+                     for e in recent)
+    return Group(*parts)

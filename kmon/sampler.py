@@ -1,0 +1,134 @@
+"""One snapshot of one process: sockets + client statistics -> joined connections."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+import psutil
+
+from kmon.join import BROKER_DEFAULT_IDLE_MS, JoinSettings, join_process
+from kmon.logical import learned_brokers, logical_connections
+from kmon.model import ClientInstance, Connection, ProcessView, Role
+from kmon.sources.cluster import ClusterMetadata
+from kmon.sources.librdkafka_stats import ClientStats, read_client_stats
+from kmon.sources.resolve import Resolver
+from kmon.sources.sockets import SocketReader
+
+KAFKA_LIBRARIES = ("librdkafka", "kafka-clients", "kafka_2.", "kafka-streams")
+ROLE_ORDER = {Role.BOOTSTRAP: 0, Role.COORDINATOR: 1, Role.BROKER: 2, Role.UNKNOWN: 3}
+
+
+class SampleError(Exception):
+    """A problem with the watched process that the user must hear about."""
+
+
+class ProcessGone(SampleError):
+    """The process does not exist (any more)."""
+
+
+class NoPermission(SampleError):
+    """The process exists but its sockets cannot be read by this user."""
+
+
+class NotAKafkaClient(SampleError):
+    """The process shows no sign of being a Kafka client."""
+
+
+@dataclass
+class SamplerSettings:
+    """Knobs shared by every process sampler."""
+
+    broker_idle_ms: int = BROKER_DEFAULT_IDLE_MS
+    cluster: ClusterMetadata | None = None
+    require_kafka: bool = True
+    resolver: Resolver = field(default_factory=Resolver)
+
+
+def _describe(process: psutil.Process) -> tuple[str, str, float]:
+    try:
+        with process.oneshot():
+            return process.name(), shlex.join(process.cmdline()), process.create_time()
+    except psutil.NoSuchProcess as err:
+        raise ProcessGone(f"no process with PID {process.pid}") from err
+    except psutil.AccessDenied as err:
+        raise NoPermission(f"no permission to inspect PID {process.pid}; "
+                           "run kmon as the process's user or as root") from err
+
+
+def loads_kafka_library(pid: int) -> bool:
+    """True when the process has a Kafka client library mapped (librdkafka, kafka-clients)."""
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as maps:
+            return any(lib in line for line in maps for lib in KAFKA_LIBRARIES)
+    except OSError:
+        return False
+
+
+class ProcessSampler:
+    """Takes snapshots of one process. Raises SampleError subclasses for user problems."""
+
+    def __init__(self, pid: int, reader: SocketReader, settings: SamplerSettings) -> None:
+        if pid <= 0:
+            raise ProcessGone(f"no process with PID {pid}")
+        try:
+            self.process = psutil.Process(pid)
+        except psutil.NoSuchProcess as err:
+            raise ProcessGone(f"no process with PID {pid}") from err
+        self.pid = pid
+        self.name, self.cmdline, self.start_time = _describe(self.process)
+        self.reader = reader
+        self.settings = settings
+        self._kafka_checked = not settings.require_kafka
+
+    def sample(self, now_ms: int) -> ProcessView:
+        """The process as it is now."""
+        if not self.process.is_running():
+            raise ProcessGone(f"PID {self.pid} ({self.name}) has exited")
+        try:
+            sockets = self.reader.sockets_of(self.pid)
+        except psutil.NoSuchProcess as err:
+            raise ProcessGone(f"PID {self.pid} ({self.name}) has exited") from err
+        except psutil.AccessDenied as err:
+            raise NoPermission(f"no permission to read the sockets of PID {self.pid} "
+                               f"({self.name}); run kmon as its user or as root") from err
+        all_stats = read_client_stats(self.process, self.start_time)
+        fresh = [c for c in all_stats if not c.is_stale(now_ms)]
+        resolver = self.settings.resolver
+        known = learned_brokers(fresh, resolver)
+        if self.settings.cluster is not None:
+            known.update(self.settings.cluster.endpoints(resolver))
+        if not self._kafka_checked:
+            self._check_kafka(all_stats, known, sockets)
+        logicals = [lc for c in fresh for lc in logical_connections(c, resolver)]
+        join = JoinSettings(now_ms=now_ms, broker_idle_ms=self.settings.broker_idle_ms)
+        connections = join_process(sockets, logicals, known, join)
+        connections.sort(key=_display_order)
+        return ProcessView(
+            pid=self.pid, name=self.name, cmdline=self.cmdline,
+            clients=[_instance(c, now_ms) for c in all_stats],
+            connections=connections,
+            notices=[f"client {c.instance}: statistics {c.age_ms(now_ms) // 1000}s old "
+                     "(closed, or not serving its callbacks); its sockets show unpaired"
+                     for c in all_stats if c.is_stale(now_ms)],
+        )
+
+    def _check_kafka(self, stats: list[ClientStats], known: dict, sockets: list) -> None:
+        if stats or loads_kafka_library(self.pid) or "kafka" in self.cmdline.lower() or any(
+                s.remote in known for s in sockets):
+            self._kafka_checked = True
+            return
+        raise NotAKafkaClient(
+            f"PID {self.pid} ({self.name}) shows no sign of being a Kafka client: no kmon "
+            "statistics, no Kafka client library loaded, no socket to a known broker "
+            "(name the cluster with --bootstrap-servers, or pass --any-process)")
+
+
+def _instance(stats: ClientStats, now_ms: int) -> ClientInstance:
+    return ClientInstance(name=stats.instance, client_id=stats.client_id, type=stats.type,
+                          config=dict(stats.config), stats_age_ms=stats.age_ms(now_ms))
+
+
+def _display_order(conn: Connection) -> tuple:
+    return (ROLE_ORDER[conn.role], conn.client or "~", conn.node_id if conn.node_id is not None
+            else 1 << 32, conn.remote or "", conn.key)

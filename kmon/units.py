@@ -1,0 +1,19 @@
+"""Durations as users type them: ``500ms``, ``1s``, ``1.5``, ``10m``, ``2h``."""
+
+from __future__ import annotations
+
+import re
+
+_UNITS = {"ms": 0.001, "s": 1.0, "": 1.0, "m": 60.0, "h": 3600.0}
+_PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h|)\s*$")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``text``; a bare number is seconds. Raises ValueError unless > 0."""
+    match = _PATTERN.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a duration (e.g. 500ms, 1s, 10m)")
+    seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if seconds <= 0:
+        raise ValueError(f"{text!r} must be more than zero")
+    return seconds

@@ -1,0 +1,137 @@
+"""Real parts for kmon's tests: a mock Kafka cluster, client processes, the kmon CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).parent
+REPO = TESTS.parent
+
+
+class Child:
+    """A subprocess whose stdout lines are read in the background."""
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, env=env, bufsize=1)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.stderr: list[str] = []
+        threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines.put),
+                         daemon=True).start()
+        threading.Thread(target=self._pump, args=(self.proc.stderr, self.stderr.append),
+                         daemon=True).start()
+
+    @staticmethod
+    def _pump(stream, sink) -> None:
+        for line in stream:
+            sink(line.rstrip("\n"))
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait_line(self, prefix: str, timeout: float = 40.0) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or (self.proc.poll() is not None and self.lines.empty()):
+                raise AssertionError(f"no {prefix!r} line from {self.proc.args}; "
+                                     f"stderr: {self.stderr[-5:]}")
+            try:
+                line = self.lines.get(timeout=min(remaining, 0.5))
+            except queue.Empty:
+                continue
+            if line.startswith(prefix):
+                return line
+
+    def send(self, command: str) -> None:
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class KafkaClient(Child):
+    """tests/clientproc.py: a real confluent-kafka client driven through stdin."""
+
+    def own_stats(self) -> dict:
+        self.send("stats")
+        return json.loads(self.wait_line("STATS ")[len("STATS "):])
+
+
+@pytest.fixture(scope="session")
+def spool_dir(tmp_path_factory) -> Path:
+    """A private spool for this test run, seen by kmon and by every client."""
+    path = tmp_path_factory.mktemp("spool")
+    path.chmod(0o700)
+    os.environ["KMON_SPOOL_DIR"] = str(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def cluster(spool_dir) -> str:
+    """Bootstrap string of a 3-broker mock cluster running in a subprocess."""
+    child = Child([sys.executable, "-m", "kmon", "devcluster", "--brokers", "3"])
+    try:
+        bootstrap = child.wait_line("127.0.0.1:", timeout=30)
+        yield bootstrap
+    finally:
+        child.stop()
+
+
+@pytest.fixture
+def start_client(cluster):
+    """Start a client process: start_client("consumer", instrument=True, idle_ms=3000)."""
+    started: list[KafkaClient] = []
+
+    def start(kind: str, instrument: bool = True, idle_ms: int | None = None,
+              wrapper: list[str] | None = None, **extra: str) -> KafkaClient:
+        argv = [sys.executable, str(TESTS / "clientproc.py"), kind, cluster]
+        if instrument:
+            argv.append("--instrument")
+        if idle_ms is not None:
+            argv += ["--idle-ms", str(idle_ms)]
+        for key, value in extra.items():
+            argv += [f"--{key}", value]
+        client = KafkaClient((wrapper or []) + argv)
+        started.append(client)
+        client.wait_line("READY")
+        return client
+
+    yield start
+    for client in started:
+        client.stop()
+
+
+def kmon(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run the real kmon command line."""
+    return subprocess.run([sys.executable, "-m", "kmon", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def attach_once(pid: int, *extra: str) -> dict:
+    """``kmon attach PID --once --json``, parsed; fails the test on a non-zero exit."""
+    result = kmon("attach", str(pid), "--once", "--json", *extra)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def connections_of(snapshot: dict) -> list[dict]:
+    (process,) = snapshot["processes"]
+    return process["connections"]

@@ -1,0 +1,115 @@
+"""`kmon attach PID` against real client processes on the mock cluster."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from conftest import Child, attach_once, connections_of
+from kmon.sources.resolve import split_host_port
+
+MAX_INT = 2147483647
+
+
+def broker_ids_by_port(stats: dict) -> dict[int, int]:
+    """Broker id of each learned broker's port, from a client's own statistics."""
+    return {split_host_port(b["nodename"])[1]: b["nodeid"]
+            for b in stats["brokers"].values() if b["source"] == "learned"}
+
+
+def port_of(address: str) -> int:
+    return split_host_port(address)[1]
+
+
+def test_consumer_shows_its_coordinator_and_brokers(start_client):
+    consumer = start_client("consumer")
+    stats = consumer.own_stats()
+    ids = broker_ids_by_port(stats)
+    coordinator_port = port_of(stats["brokers"]["GroupCoordinator"]["nodename"])
+    coordinator_broker = ids[coordinator_port]
+
+    snapshot = attach_once(consumer.pid)
+    (process,) = snapshot["processes"]
+    assert process["pid"] == consumer.pid
+    assert [c["type"] for c in process["clients"]] == ["consumer"]
+    rows = process["connections"]
+    coordinators = [r for r in rows if r["role"] == "coordinator"]
+    assert len(coordinators) == 1
+    (coordinator,) = coordinators
+    assert coordinator["node_id"] == MAX_INT - coordinator_broker
+    assert coordinator["broker_id"] == coordinator_broker
+    assert port_of(coordinator["remote"]) == coordinator_port
+    assert coordinator["evidence"]["role"] == "stats"
+    brokers = [r for r in rows if r["role"] == "broker"]
+    assert brokers, rows
+    for row in brokers:
+        assert row["node_id"] == row["broker_id"] == ids[port_of(row["remote"])]
+        assert row["state"] == "ESTABLISHED"
+        assert row["idle_ms"] is not None and row["evidence"]["idle"] == "kernel"
+    assert all(r["client"] == process["clients"][0]["name"] for r in coordinators + brokers)
+
+
+def test_producer_connections_are_all_brokers(start_client):
+    producer = start_client("producer")
+    ids = broker_ids_by_port(producer.own_stats())
+    rows = connections_of(attach_once(producer.pid))
+    assert rows
+    assert {r["role"] for r in rows} == {"broker"}
+    for row in rows:
+        assert row["node_id"] == ids[port_of(row["remote"])]
+        assert row["idle_limit_ms"] == 600000  # librdkafka never reaps: the broker does
+        assert row["confidence"] >= 0.9
+
+
+def test_uninstrumented_client_shows_sockets_with_kernel_idle(start_client, cluster):
+    client = start_client("producer", instrument=False)
+    snapshot = attach_once(client.pid)
+    (process,) = snapshot["processes"]
+    assert process["clients"] == []
+    rows = process["connections"]
+    assert rows
+    for row in rows:
+        assert row["role"] == "unknown"
+        assert row["idle_ms"] is not None and row["evidence"]["idle"] == "kernel"
+        assert row["bytes_sent"] > 0
+
+    named = connections_of(attach_once(client.pid, "--bootstrap-servers", cluster))
+    cluster_ports = {port_of(a) for a in cluster.split(",")}
+    for row in named:
+        assert row["role"] == "broker" and row["evidence"]["role"] == "inferred"
+        assert port_of(row["remote"]) in cluster_ports
+        assert row["broker_id"] is not None
+
+
+def test_idle_age_grows_while_quiet_and_resets_on_send(start_client):
+    producer = start_client("producer")
+    first = {r["key"]: r["idle_ms"] for r in connections_of(attach_once(producer.pid))}
+    time.sleep(1.5)
+    second = {r["key"]: r["idle_ms"] for r in connections_of(attach_once(producer.pid))}
+    grown = [k for k in first if k in second and second[k] >= first[k] + 1000]
+    assert grown, (first, second)
+
+    producer.send("produce 5")
+    producer.wait_line("PRODUCED")
+    third = {r["key"]: r["idle_ms"] for r in connections_of(attach_once(producer.pid))}
+    assert any(third[k] < 1000 <= second[k] for k in third if k in second), (second, third)
+
+
+def test_short_idle_limit_reaps_connection_with_closed_event(start_client):
+    producer = start_client("producer", idle_ms=3000)
+    stream = Child([sys.executable, "-m", "kmon", "attach", str(producer.pid), "--json",
+                    "--interval", "250ms"])
+    try:
+        deadline = time.monotonic() + 20
+        closed, limits = [], set()
+        while not closed and time.monotonic() < deadline:
+            record = json.loads(stream.wait_line("{", timeout=10))
+            limits |= {r["idle_limit_ms"] for p in record["processes"]
+                       for r in p["connections"] if r["client"]}
+            closed = [e for e in record["events"] if e["kind"] == "closed"]
+        assert closed, "no connection was reaped within 20 s"
+        assert closed[0]["role"] == "broker" and closed[0]["pid"] == producer.pid
+        assert limits == {3000}
+    finally:
+        stream.stop()
