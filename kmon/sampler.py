@@ -10,6 +10,7 @@ import psutil
 from kmon.join import BROKER_DEFAULT_IDLE_MS, JoinSettings, join_process
 from kmon.logical import learned_brokers, logical_connections
 from kmon.model import ClientInstance, Connection, ProcessView, Role
+from kmon.redact import redact_args
 from kmon.sources.cluster import ClusterMetadata
 from kmon.sources.librdkafka_stats import ClientStats, read_client_stats
 from kmon.sources.resolve import Resolver
@@ -48,7 +49,8 @@ class SamplerSettings:
 def _describe(process: psutil.Process) -> tuple[str, str, float]:
     try:
         with process.oneshot():
-            return process.name(), shlex.join(process.cmdline()), process.create_time()
+            return (process.name(), shlex.join(redact_args(process.cmdline())),
+                    process.create_time())
     except psutil.NoSuchProcess as err:
         raise ProcessGone(f"no process with PID {process.pid}") from err
     except psutil.AccessDenied as err:

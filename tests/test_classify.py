@@ -66,3 +66,17 @@ BOOTSTRAP = "b1:9092, b2:9092"
 ])
 def test_librdkafka_broker_entries(name, entry, expected):
     assert classify_broker_entry(name, entry, LEARNED, BOOTSTRAP) == expected
+
+
+@pytest.mark.parametrize(("args", "shown"), [
+    (["kcat", "-X", "sasl.password=hunter2"], ["kcat", "-X", "sasl.password=***"]),
+    (["app", "--ssl.key.password", "hunter2", "-v"], ["app", "--ssl.key.password", "***", "-v"]),
+    (["app", "sasl.jaas.config=x password=y"], ["app", "sasl.jaas.config=***"]),
+    (["app", "--api-key=abc", "--keyboard=1"], ["app", "--api-key=***", "--keyboard=1"]),
+    (["java", "-Dclient.id=a", "bootstrap.servers=b:9092"],
+     ["java", "-Dclient.id=a", "bootstrap.servers=b:9092"]),
+])
+def test_command_lines_are_redacted(args, shown):
+    from kmon.redact import redact_args
+
+    assert redact_args(args) == shown
