@@ -1,16 +1,19 @@
-"""A real Kafka client process for kmon's tests, driven through stdin.
+"""A small real Kafka client workload, for ``kmon demo`` and kmon's tests.
 
-Usage: python clientproc.py KIND BOOTSTRAP [options]; KIND is producer,
-consumer or admin. It prints ``READY`` once its connections are up, then
-obeys one command per line: ``produce N``, ``stats`` (prints ``STATS <json>``,
-its own latest librdkafka statistics, seen through its own stats_cb),
-``exit``. It keeps serving the client (poll) in between.
+``python -m kmon.workload KIND BOOTSTRAP [options]``; KIND is producer,
+consumer, admin, or both (a consumer and a producer in one process, so that
+several sockets lead to each broker). It prints ``READY`` once its
+connections are settled, produces every ``--produce-every`` seconds if
+asked, and obeys one command per line on stdin: ``produce N``, ``stats``
+(prints ``STATS <json>``: ``{instance name: latest statistics}`` as its own
+stats_cb saw them), ``exit``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import queue
 import sys
 import threading
@@ -19,109 +22,131 @@ import time
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
+SETTLED_STATES = ("UP", "INIT", "DOWN")
+
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser()
-    p.add_argument("kind", choices=("producer", "consumer", "admin"))
+    p = argparse.ArgumentParser(prog="python -m kmon.workload")
+    p.add_argument("kind", choices=("producer", "consumer", "admin", "both"))
     p.add_argument("bootstrap")
     p.add_argument("--instrument", action="store_true", help="use kmon.agent.instrument")
     p.add_argument("--topic", default="kmon-test")
-    p.add_argument("--group", default="kmon-test-group")
+    p.add_argument("--group", default=f"kmon-test-group-{os.getpid()}")
     p.add_argument("--idle-ms", type=int, default=None, help="connections.max.idle.ms")
+    p.add_argument("--produce-every", type=float, default=0.0, metavar="SECONDS",
+                   help="produce one message this often (0: only on command)")
     p.add_argument("-X", dest="extra", action="append", default=[], help="key=value")
     return p.parse_args()
 
 
+class Clients:
+    """The process's clients and the latest statistics each one reported."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.latest: dict[str, dict] = {}
+        self.producer = self.consumer = self.admin = None
+        if args.kind in ("consumer", "both"):
+            seed = Producer({"bootstrap.servers": args.bootstrap})
+            seed.produce(args.topic, b"seed")  # the mock cluster creates topics on first produce
+            seed.flush(10)
+            del seed
+            self.consumer = Consumer(self.conf("consumer", {"group.id": args.group,
+                                                           "auto.offset.reset": "earliest"}))
+            self.consumer.subscribe([args.topic])
+        if args.kind in ("producer", "both"):
+            self.producer = Producer(self.conf("producer"))
+            self.producer.produce(args.topic, b"hello", partition=0)
+            self.producer.flush(10)
+        if args.kind == "admin":
+            self.admin = AdminClient(self.conf("admin"))
+            self.admin.list_topics(timeout=10)
+
+    def conf(self, kind: str, more: dict | None = None) -> dict:
+        def own_stats_cb(stats_json: str) -> None:
+            stats = json.loads(stats_json)
+            self.latest[stats["name"]] = stats
+
+        conf = {"bootstrap.servers": self.args.bootstrap, "statistics.interval.ms": 500,
+                "stats_cb": own_stats_cb, "client.id": f"kmon-test-{kind}", **(more or {})}
+        if self.args.idle_ms is not None:
+            conf["connections.max.idle.ms"] = self.args.idle_ms
+        for item in self.args.extra:
+            key, _, value = item.partition("=")
+            conf[key] = value
+        if self.args.instrument:
+            from kmon.agent import instrument
+
+            conf = instrument(conf, client_type=kind)
+        return conf
+
+    def serve(self, seconds: float) -> None:
+        if self.consumer is not None:
+            self.consumer.poll(seconds)
+        for client in (self.producer, self.admin):
+            if client is not None:
+                client.poll(0 if self.consumer is not None else seconds)
+
+    def ready(self) -> bool:
+        """Settled: connections up, none half-open, a consumer on every leader it needs."""
+        expected = sum(c is not None for c in (self.producer, self.consumer, self.admin))
+        if len(self.latest) < expected:
+            return False
+        for stats in self.latest.values():
+            brokers = list(stats["brokers"].values())
+            if any(b["state"] not in SETTLED_STATES for b in brokers):
+                return False
+            if not any(b["state"] == "UP" for b in brokers):
+                return False
+            if stats["type"] == "consumer" and not self.consumer_settled(stats):
+                return False
+        return True
+
+    def consumer_settled(self, stats: dict) -> bool:
+        assigned = self.consumer.assignment()
+        partitions = stats.get("topics", {}).get(self.args.topic, {}).get("partitions", {})
+        leaders = {partitions.get(str(tp.partition), {}).get("leader", -1) for tp in assigned}
+        up = {b["nodeid"] for b in stats["brokers"].values()
+              if b["source"] == "learned" and b["state"] == "UP"}
+        coordinator = stats["brokers"].get("GroupCoordinator", {})
+        return (coordinator.get("state") == "UP" and bool(assigned)
+                and -1 not in leaders and leaders <= up)
+
+
 def main() -> None:
     args = parse_args()
-    latest: dict = {}
-
-    def own_stats_cb(stats_json: str) -> None:
-        latest["stats"] = json.loads(stats_json)
-
-    conf: dict = {"bootstrap.servers": args.bootstrap, "statistics.interval.ms": 500,
-                  "stats_cb": own_stats_cb, "client.id": f"kmon-test-{args.kind}"}
-    if args.idle_ms is not None:
-        conf["connections.max.idle.ms"] = args.idle_ms
-    for item in args.extra:
-        key, _, value = item.partition("=")
-        conf[key] = value
-    if args.kind == "consumer":
-        conf.update({"group.id": args.group, "auto.offset.reset": "earliest"})
-    if args.instrument:
-        from kmon.agent import instrument
-
-        conf = instrument(conf, client_type=args.kind)
-
+    clients = Clients(args)
     commands: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [commands.put(line.strip()) for line in sys.stdin],
                      daemon=True).start()
 
-    producer = consumer = admin = None
-    if args.kind == "producer":
-        producer = Producer(conf)
-        producer.produce(args.topic, b"hello")
-        producer.flush(10)
-    elif args.kind == "consumer":
-        seed = Producer({"bootstrap.servers": args.bootstrap})
-        seed.produce(args.topic, b"seed")  # the mock cluster creates topics on first produce
-        seed.flush(10)
-        del seed
-        consumer = Consumer(conf)
-        consumer.subscribe([args.topic])
-    else:
-        admin = AdminClient(conf)
-        admin.list_topics(timeout=10)
-
-    def serve(seconds: float) -> None:
-        if consumer is not None:
-            consumer.poll(seconds)
-        elif producer is not None:
-            producer.poll(seconds)
-        else:
-            admin.poll(seconds)
-
-    def ready() -> bool:
-        """Settled: connections up, none half-open, a consumer on every broker it needs."""
-        stats = latest.get("stats")
-        if not stats:
-            return False
-        brokers = list(stats["brokers"].values())
-        if any(b["state"] not in ("UP", "INIT", "DOWN") for b in brokers):
-            return False
-        if consumer is not None:
-            assigned = consumer.assignment()
-            partitions = stats.get("topics", {}).get(args.topic, {}).get("partitions", {})
-            leaders = {partitions.get(str(tp.partition), {}).get("leader", -1) for tp in assigned}
-            up = {b["nodeid"] for b in brokers if b["source"] == "learned" and b["state"] == "UP"}
-            coordinator = stats["brokers"].get("GroupCoordinator", {})
-            return (coordinator.get("state") == "UP" and bool(assigned)
-                    and -1 not in leaders and leaders <= up)
-        return any(b["state"] == "UP" for b in brokers)
-
     deadline = time.monotonic() + 30
-    while not ready():
+    while not clients.ready():
         if time.monotonic() > deadline:
-            sys.exit("client never became ready")
-        serve(0.1)
+            sys.exit(f"kmon workload: {args.kind} never settled on {args.bootstrap}")
+        clients.serve(0.1)
     print("READY", flush=True)
+    next_produce = time.monotonic() + args.produce_every
     while True:
-        serve(0.1)
+        clients.serve(0.1)
+        if args.produce_every and clients.producer and time.monotonic() >= next_produce:
+            clients.producer.produce(args.topic, b"tick")
+            next_produce += args.produce_every
         try:
             command = commands.get_nowait()
         except queue.Empty:
             continue
-        if command == "exit" or command == "":
+        if command in ("exit", ""):
             break
-        if command.startswith("produce") and producer is not None:
+        if command.startswith("produce") and clients.producer is not None:
             for _ in range(int(command.split()[1])):
-                producer.produce(args.topic, b"x" * 100)
-            producer.flush(10)
+                clients.producer.produce(args.topic, b"x" * 100, partition=0)
+            clients.producer.flush(10)
             print("PRODUCED", flush=True)
         elif command == "stats":
-            print("STATS " + json.dumps(latest.get("stats")), flush=True)
-    if consumer is not None:
-        consumer.close()
+            print("STATS " + json.dumps(clients.latest), flush=True)
+    if clients.consumer is not None:
+        clients.consumer.close()
 
 
 if __name__ == "__main__":

@@ -68,11 +68,17 @@ class Child:
 
 
 class KafkaClient(Child):
-    """tests/clientproc.py: a real confluent-kafka client driven through stdin."""
+    """kmon.workload: a real confluent-kafka client driven through stdin."""
 
-    def own_stats(self) -> dict:
+    def all_stats(self) -> dict[str, dict]:
+        """{instance name: statistics} as the clients' own stats_cb last saw them."""
         self.send("stats")
         return json.loads(self.wait_line("STATS ")[len("STATS "):])
+
+    def own_stats(self) -> dict:
+        """The statistics of a process's only client."""
+        (stats,) = self.all_stats().values()
+        return stats
 
 
 @pytest.fixture(scope="session")
@@ -101,14 +107,15 @@ def start_client(cluster):
     started: list[KafkaClient] = []
 
     def start(kind: str, instrument: bool = True, idle_ms: int | None = None,
-              wrapper: list[str] | None = None, **extra: str) -> KafkaClient:
-        argv = [sys.executable, str(TESTS / "clientproc.py"), kind, cluster]
+              wrapper: list[str] | None = None,
+              properties: dict[str, str] | None = None) -> KafkaClient:
+        argv = [sys.executable, "-m", "kmon.workload", kind, cluster]
         if instrument:
             argv.append("--instrument")
         if idle_ms is not None:
             argv += ["--idle-ms", str(idle_ms)]
-        for key, value in extra.items():
-            argv += [f"--{key}", value]
+        for key, value in (properties or {}).items():
+            argv += ["-X", f"{key}={value}"]
         client = KafkaClient((wrapper or []) + argv)
         started.append(client)
         client.wait_line("READY")

@@ -7,6 +7,7 @@ import sys
 import time
 
 from conftest import Child, attach_once, connections_of
+
 from kmon.sources.resolve import split_host_port
 
 MAX_INT = 2147483647
@@ -113,3 +114,23 @@ def test_short_idle_limit_reaps_connection_with_closed_event(start_client):
         assert limits == {3000}
     finally:
         stream.stop()
+
+
+def test_several_sockets_to_one_broker_are_told_apart(start_client):
+    """A consumer and a producer in one process: each socket goes to its own client."""
+    process = start_client("both")
+    stats = process.all_stats()
+    producer_name = next(n for n, s in stats.items() if s["type"] == "producer")
+    snapshot = attach_once(process.pid)
+    rows = connections_of(snapshot)
+    endpoints = [r["remote"] for r in rows]
+    assert len(endpoints) > len(set(endpoints)), "expected shared broker endpoints"
+    assert all(r["client"] for r in rows), rows
+    # the producer is quiet: its sockets' kernel counters equal its own byte totals
+    producer_rows = [r for r in rows if r["client"] == producer_name]
+    assert producer_rows
+    by_name = stats[producer_name]["brokers"]
+    for row in producer_rows:
+        assert row["bytes_sent"] == by_name[row["broker_name"]]["txbytes"]
+        assert row["bytes_received"] == by_name[row["broker_name"]]["rxbytes"]
+        assert row["confidence"] >= 0.75
