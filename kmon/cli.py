@@ -71,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the cluster, to name the brokers of unmatched sockets")
     attach.add_argument("-X", dest="properties", type=_property, action="append", default=[],
                         metavar="KEY=VALUE", help="client property for --bootstrap-servers")
+    attach.add_argument("--cluster-timeout", type=_duration, default=10.0, metavar="DURATION",
+                        help="how long to wait for the cluster's metadata (default 10s)")
     attach.add_argument("--broker-idle-ms", type=_positive_int, default=600_000,
                         help="the brokers' connections.max.idle.ms (default 600000)")
     attach.add_argument("--socket-reader", choices=("auto", "sock_diag", "psutil"),
@@ -81,6 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run a confluent-kafka program with kmon's agent")
     run.add_argument("program", nargs=argparse.REMAINDER, help="-- command and arguments")
 
+    demo = commands.add_parser("demo", help="an embedded cluster and workload, watched by kmon")
+    demo.add_argument("--headless", action="store_true",
+                      help="no live screen: print snapshots (with --json, as JSON lines)")
+    demo.add_argument("--json", action="store_true", help="JSON lines, one per snapshot")
+    demo.add_argument("--duration", type=_duration, default=None, metavar="DURATION",
+                      help="stop after this long (default: until Ctrl-C)")
+    demo.add_argument("--interval", type=_duration, default=1.0, metavar="DURATION")
+
     devcluster = commands.add_parser("devcluster", help="run an embedded mock Kafka cluster")
     devcluster.add_argument("--brokers", type=_positive_int, default=3)
     return parser
@@ -88,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = {"attach": _attach, "run": _run, "devcluster": _devcluster}[args.command]
+    handlers = {"attach": _attach, "run": _run, "demo": _demo, "devcluster": _devcluster}
+    handler = handlers[args.command]
     try:
         return handler(args)
     except KeyboardInterrupt:
@@ -110,7 +121,8 @@ def _attach(args: argparse.Namespace) -> int:
     try:
         cluster = None
         if args.bootstrap_servers:
-            cluster = fetch_metadata(args.bootstrap_servers, dict(args.properties))
+            cluster = fetch_metadata(args.bootstrap_servers, dict(args.properties),
+                                     args.cluster_timeout)
         settings = SamplerSettings(broker_idle_ms=args.broker_idle_ms, cluster=cluster,
                                    require_kafka=not args.any_process)
         sampler = ProcessSampler(args.pid, open_socket_reader(args.socket_reader), settings)
@@ -122,46 +134,67 @@ def _attach(args: argparse.Namespace) -> int:
 def _attach_loop(args: argparse.Namespace, sampler) -> int:
     from kmon.monitor import Monitor
 
-    monitor = Monitor([sampler])
-    if args.json:
-        return _stream_json(monitor, args.interval, args.once)
-    return _show_rich(monitor, args.interval, args.once)
+    return _watch(Monitor([sampler]), args.interval, json_lines=args.json, once=args.once)
 
 
-def _stream_json(monitor, interval: float, once: bool) -> int:
-    while True:
-        started = time.monotonic()
-        snapshot, events = monitor.poll()
-        record = snapshot.to_dict()
-        record["events"] = [e.to_dict() for e in events]
-        print(json.dumps(record), flush=True)
-        if monitor.all_exited:
-            raise UserError(next(iter(monitor.exited.values())))
-        if once:
-            return 0
-        time.sleep(max(0.0, interval - (time.monotonic() - started)))
+def _watch(monitor, interval: float, json_lines: bool, once: bool = False,
+           duration: float | None = None, title: str = "",
+           labels: dict[int, str] | None = None) -> int:
+    """Poll ``monitor`` every ``interval`` until ``once``, ``duration``, or every process exits.
 
-
-def _show_rich(monitor, interval: float, once: bool) -> int:
+    Prints JSON lines, or a Rich view (live on a terminal). Exits with an error
+    once no watched process is left.
+    """
     from rich.console import Console
     from rich.live import Live
 
     from kmon.render import snapshot_renderable
 
     console = Console()
-    snapshot, _ = monitor.poll()
-    if once:
-        if monitor.all_exited:
-            raise UserError(next(iter(monitor.exited.values())))
-        console.print(snapshot_renderable(snapshot, []))
-        return 0
-    with Live(snapshot_renderable(snapshot, []), console=console, auto_refresh=False) as live:
-        while not monitor.all_exited:
-            time.sleep(interval)
-            snapshot, _ = monitor.poll()
-            if snapshot.processes:
-                live.update(snapshot_renderable(snapshot, monitor.events), refresh=True)
-    raise UserError(next(iter(monitor.exited.values())))
+    live = None
+    if not json_lines and not once and console.is_terminal:
+        live = Live(console=console, auto_refresh=False, transient=False)
+        live.start()
+    ends = time.monotonic() + duration if duration else None
+    try:
+        while True:
+            started = time.monotonic()
+            snapshot, events = monitor.poll()
+            if json_lines:
+                record = snapshot.to_dict()
+                record["events"] = [e.to_dict() for e in events]
+                print(json.dumps(record), flush=True)
+            elif snapshot.processes:
+                view = snapshot_renderable(snapshot, monitor.events, title, labels)
+                live.update(view, refresh=True) if live else console.print(view)
+            if monitor.all_exited:
+                raise UserError(next(iter(monitor.exited.values())))
+            if once or (ends is not None and time.monotonic() >= ends):
+                return 0
+            time.sleep(max(0.0, interval - (time.monotonic() - started)))
+    finally:
+        if live:
+            live.stop()
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from kmon.demo import Demo, DemoError
+    from kmon.monitor import Monitor
+    from kmon.sampler import ProcessSampler, SampleError, SamplerSettings
+    from kmon.sources.sockets import open_socket_reader
+
+    print("kmon demo: starting an embedded 3-broker cluster and 5 client processes...",
+          file=sys.stderr, flush=True)
+    try:
+        with Demo() as demo:
+            reader, settings = open_socket_reader(), SamplerSettings()
+            monitor = Monitor(ProcessSampler(pid, reader, settings) for pid in demo.clients)
+            labels = {pid: client.label for pid, client in demo.clients.items()}
+            return _watch(monitor, args.interval, json_lines=args.json,
+                          duration=args.duration, labels=labels,
+                          title=f"kmon demo — cluster {demo.bootstrap} (Ctrl-C to stop)")
+    except (DemoError, SampleError, OSError) as err:
+        raise UserError(str(err)) from err
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -25,10 +25,11 @@ def _num(value: int | float | None) -> str:
     return "?" if value is None else f"{value:,}"
 
 
-def process_table(view: ProcessView) -> Table:
+def process_table(view: ProcessView, label: str = "") -> Table:
     """One row per connection of one process."""
     clients = ", ".join(f"{c.name} ({c.type}, client.id={c.client_id})" for c in view.clients)
-    table = Table(title=f"PID {view.pid} {view.name} — {clients or 'no client metrics'}",
+    name = f"{label} — " if label else ""
+    table = Table(title=f"{name}PID {view.pid} {view.name} — {clients or 'no client metrics'}",
                   title_justify="left", expand=False)
     for column in ("role", "node", "broker", "client", "local", "remote", "state", "idle",
                    "limit", "reap in", "sent B", "recv B", "req", "evidence", "conf"):
@@ -49,11 +50,12 @@ def process_table(view: ProcessView) -> Table:
     return table
 
 
-def snapshot_renderable(snapshot: Snapshot, events: Iterable[Event]) -> Group:
+def snapshot_renderable(snapshot: Snapshot, events: Iterable[Event], title: str = "",
+                        labels: dict[int, str] | None = None) -> Group:
     """Tables for every process, notices, and the latest events."""
-    parts: list = []
+    parts: list = [Text(title, style="bold")] if title else []
     for view in snapshot.processes:
-        parts.append(process_table(view))
+        parts.append(process_table(view, (labels or {}).get(view.pid, "")))
         parts.extend(Text(f"! {notice}", style="yellow") for notice in view.notices)
     recent = list(events)[-10:]
     if recent:
