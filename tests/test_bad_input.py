@@ -1,0 +1,124 @@
+"""Bad input: one clear line on stderr, a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import Child, kmon
+
+
+def assert_one_clear_line(result: subprocess.CompletedProcess, code: int, *words: str) -> None:
+    assert result.returncode == code, (result.returncode, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def unused_pid() -> int:
+    pid = 4_000_000
+    while os.path.exists(f"/proc/{pid}"):
+        pid += 1
+    return pid
+
+
+def test_unknown_pid():
+    pid = unused_pid()
+    assert_one_clear_line(kmon("attach", str(pid), "--once", "--json"), 1, f"PID {pid}")
+
+
+@pytest.mark.parametrize("pid", ["abc", "-5"])
+def test_pid_that_is_not_a_number(pid):
+    assert_one_clear_line(kmon("attach", pid, "--once"), 2, "kmon: error")
+
+
+@pytest.mark.parametrize("interval", ["0", "-1", "0s", "abc", "1x"])
+def test_bad_interval(interval):
+    result = kmon("attach", str(os.getpid()), "--interval", interval, "--once")
+    assert_one_clear_line(result, 2, "--interval")
+
+
+def test_non_kafka_process():
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        result = kmon("attach", str(sleeper.pid), "--once", "--json")
+        assert_one_clear_line(result, 1, "no sign of being a Kafka client")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_process_that_exits_mid_run(start_client):
+    client = start_client("producer")
+    stream = Child([sys.executable, "-m", "kmon", "attach", str(client.pid), "--json",
+                    "--interval", "200ms"])
+    try:
+        json.loads(stream.wait_line("{"))
+        client.send("exit")
+        client.proc.wait(10)
+        last = None
+        while stream.proc.poll() is None or not stream.lines.empty():
+            try:
+                last = json.loads(stream.wait_line("{", timeout=10))
+            except AssertionError:
+                break
+        assert stream.proc.wait(10) == 1
+        time.sleep(0.2)  # let the stderr pump catch up
+        assert len(stream.stderr) == 1 and "has exited" in stream.stderr[0], stream.stderr
+        assert any(e["kind"] == "process_exit" for e in last["events"])
+    finally:
+        stream.stop()
+
+
+def test_unreachable_cluster(start_client):
+    client = start_client("producer")
+    # a port nothing listens on: the metadata request can never be answered
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = kmon("attach", str(client.pid), "--once", "--json",
+                  "--bootstrap-servers", f"127.0.0.1:{port}", "--cluster-timeout", "2s")
+    assert_one_clear_line(result, 1, "did not answer")
+
+
+class TestSpoolFiles:
+    """Spool files the agent did not write as it should (placed here by the test)."""
+
+    @pytest.fixture
+    def client(self, start_client, spool_dir):
+        client = start_client("producer", instrument=False)
+        yield client
+        for path in spool_dir.glob(f"{client.pid}-*"):
+            path.unlink()
+
+    def test_corrupt_spool_file(self, client, spool_dir):
+        path = spool_dir / f"{client.pid}-rdkafka_producer-1.json"
+        path.write_text('{"format": 1, "stats": {"brok')
+        result = kmon("attach", str(client.pid), "--once", "--json")
+        assert_one_clear_line(result, 1, "corrupt", str(path))
+
+    def test_spool_file_of_another_shape(self, client, spool_dir):
+        path = spool_dir / f"{client.pid}-rdkafka_producer-1.json"
+        path.write_text(json.dumps({"hello": "world"}))
+        assert_one_clear_line(kmon("attach", str(client.pid), "--once"), 1, "corrupt", str(path))
+
+    def test_spool_file_that_is_a_link(self, client, spool_dir, tmp_path):
+        target = tmp_path / "elsewhere.json"
+        target.write_text("{}")
+        (spool_dir / f"{client.pid}-rdkafka_producer-1.json").symlink_to(target)
+        result = kmon("attach", str(client.pid), "--once", "--json")
+        assert_one_clear_line(result, 1, "symbolic link")
+
+    def test_unreadable_spool_file(self, client, spool_dir):
+        path = spool_dir / f"{client.pid}-rdkafka_producer-1.json"
+        os.mkfifo(path)  # root reads any mode bits; a FIFO is a file no reader may trust
+        result = kmon("attach", str(client.pid), "--once", "--json")
+        assert_one_clear_line(result, 1, "not a regular file")

@@ -1,0 +1,65 @@
+"""Snapshots diffed into events; history stays bounded."""
+
+from __future__ import annotations
+
+from kmon.model import Connection, EventKind, ProcessView, Role
+from kmon.monitor import Monitor, diff
+
+
+def conn(key: str, state: str = "ESTABLISHED", role: Role = Role.BROKER, node_id: int = 1,
+         idle_ms: int = 0, limit: int = 10_000) -> Connection:
+    return Connection(key=key, role=role, node_id=node_id, broker_id=node_id, client="c",
+                      local="127.0.0.1:1", remote="127.0.0.1:9092", state=state,
+                      idle_ms=idle_ms, idle_limit_ms=limit)
+
+
+def view(*connections: Connection) -> ProcessView:
+    return ProcessView(pid=42, name="app", cmdline="app", connections=list(connections))
+
+
+def kinds(before: ProcessView, after: ProcessView) -> list[EventKind]:
+    return [e.kind for e in diff(before, after, ts_ms=1)]
+
+
+def test_opened_and_closed():
+    assert kinds(view(conn("a")), view(conn("b"))) == [EventKind.OPENED, EventKind.CLOSED]
+
+
+def test_state_change_and_close_wait():
+    assert kinds(view(conn("a", "SYN_SENT")), view(conn("a"))) == [EventKind.STATE_CHANGE]
+    assert kinds(view(conn("a")), view(conn("a", "CLOSE_WAIT"))) == [EventKind.CLOSE_WAIT]
+    assert kinds(view(), view(conn("a", "CLOSE_WAIT"))) == [EventKind.OPENED,
+                                                            EventKind.CLOSE_WAIT]
+
+
+def test_role_change():
+    before = view(conn("a", role=Role.UNKNOWN, node_id=None))
+    assert kinds(before, view(conn("a"))) == [EventKind.ROLE_CHANGE]
+
+
+def test_near_reap_fires_once_when_crossing_80_percent():
+    assert kinds(view(conn("a", idle_ms=7_000)), view(conn("a", idle_ms=8_000))) == [
+        EventKind.NEAR_REAP]
+    assert kinds(view(conn("a", idle_ms=8_000)), view(conn("a", idle_ms=9_000))) == []
+    assert kinds(view(conn("a", idle_ms=9_000)), view(conn("a", idle_ms=10))) == []
+
+
+class FakeSampler:
+    """Stands in for a process sampler: ten thousand polls of a real process take too long."""
+
+    pid = 42
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def sample(self, now_ms: int) -> ProcessView:
+        self.n += 1
+        return view(conn(f"k{self.n % 50}"), conn("steady"))
+
+
+def test_history_is_bounded():
+    monitor = Monitor([FakeSampler()], history=10, max_events=100)
+    for _ in range(2_000):
+        monitor.poll()
+    assert len(monitor.snapshots) == 10
+    assert len(monitor.events) == 100
