@@ -1,0 +1,418 @@
+"""Read a process's TCP sockets, with tcp_info, over netlink sock_diag (Linux).
+
+A poll costs one /proc/PID/fd listing plus one netlink round trip of exact
+lookups, one per socket the process holds, whatever the number of other
+sockets on the host. Socket ids are learned from a dump of the host's TCP
+sockets (no tcp_info, small messages) only when the process shows a TCP inode
+we have not seen yet; other sockets are told apart by their protocol xattr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import socket
+import struct
+import time
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+from kmon.sources.proc_fds import socket_inodes, socket_protocol
+from kmon.sources.sockets import Endpoint, TcpSocket
+
+NETLINK_SOCK_DIAG = 4
+SOCK_DIAG_BY_FAMILY = 20
+NLMSG_ERROR = 2
+NLMSG_DONE = 3
+NLM_F_REQUEST = 0x1
+NLM_F_DUMP = 0x300
+SOL_NETLINK = 270
+NETLINK_CAP_ACK = 10
+SO_RCVBUFFORCE = 33
+INET_DIAG_INFO = 2
+
+# Linux TCP states (include/net/tcp_states.h), in psutil's spelling.
+_STATE_NAMES = (
+    "NONE",
+    "ESTABLISHED",
+    "SYN_SENT",
+    "SYN_RECV",
+    "FIN_WAIT1",
+    "FIN_WAIT2",
+    "TIME_WAIT",
+    "CLOSE",
+    "CLOSE_WAIT",
+    "LAST_ACK",
+    "LISTEN",
+    "CLOSING",
+    "SYN_RECV",  # TCP_NEW_SYN_RECV: a request socket
+    "BOUND_INACTIVE",
+)
+_LISTEN = 10
+# TIME_WAIT and NEW_SYN_RECV are mini sockets without an inode, so no fd can
+# hold one: leaving them out keeps dumps small on busy hosts. LISTEN is kept
+# in dumps only to recognise (and then ignore) a process's listeners.
+_DUMP_STATES = 0x3FFF & ~((1 << 6) | (1 << 12) | 1)
+
+_NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
+_REQ_V2 = struct.Struct("=BBBBI")  # family, protocol, ext, pad, states; then the sockid
+_U32 = struct.Struct("=I")
+_I32 = struct.Struct("=i")
+_RTATTR = struct.Struct("=HH")
+_HDR = _NLMSGHDR.size
+_SOCKID = slice(4, 52)  # struct inet_diag_sockid inside struct inet_diag_msg
+_INODE_AT = 68  # __u32 idiag_inode inside struct inet_diag_msg
+_DIAG_MSG_LEN = 72
+# struct tcp_info: last_data_sent@44, last_data_recv@52, rtt@68,
+# bytes_acked@120, bytes_received@128, bytes_sent@200 (Linux >= 4.19).
+_TCPI_FULL = struct.Struct("=44xI4xI12xI56xQ64xQ")
+_TCPI_FULL_LEN = 208
+_BATCH = 64  # exact lookups per sendmsg: their replies always fit the receive buffer
+_RETRY_FIRST_S = 0.5
+_RETRY_MAX_S = 8.0
+_MAPPED_V4 = b"\0" * 10 + b"\xff\xff"
+_TCP_PROTOCOLS = ("TCP", "TCPv6", None)  # socket_protocol(): None = cannot tell
+
+
+class SockDiagUnavailable(OSError):
+    """The kernel refused netlink sock_diag (sandbox, seccomp, no inet_diag)."""
+
+
+@dataclass(slots=True)
+class _Known:
+    """A socket whose id we learned from a dump: enough to look it up exactly."""
+
+    request: bytes  # a ready-made exact-lookup netlink message (seq = inode)
+    local: Endpoint
+    remote: Endpoint
+
+
+@dataclass(slots=True)
+class _Retry:
+    """A TCP socket missing from the kernel's tables (not connected yet, or reset)."""
+
+    due: float
+    delay: float
+
+
+@dataclass(slots=True)
+class _ProcessCache:
+    """What one process's socket inodes are, as far as we know."""
+
+    known: dict[int, _Known] = field(default_factory=dict)
+    ignored: set[int] = field(default_factory=set)  # non-TCP and listening sockets
+    retry: dict[int, _Retry] = field(default_factory=dict)
+
+
+class SockDiagReader:
+    """SocketReader over netlink sock_diag; one netlink socket, not thread-safe."""
+
+    name = "sock_diag"
+
+    def __init__(self) -> None:
+        """Open and probe the netlink socket; raise SockDiagUnavailable if refused."""
+        self._buf = bytearray(65536)
+        self._view = memoryview(self._buf)
+        self._caches: dict[int, _ProcessCache] = {}
+        self._sock = self._open()
+        self._dirty = False
+        self.dumps = 0  # full dumps done so far: one per poll that met unknown sockets
+
+    def close(self) -> None:
+        """Close the netlink socket."""
+        self._sock.close()
+
+    def __enter__(self) -> SockDiagReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def sockets_of(self, pid: int) -> list[TcpSocket]:
+        """The TCP sockets (all states but LISTEN) held by `pid`, ordered by fd.
+
+        Raises psutil.NoSuchProcess / psutil.AccessDenied for the process, and
+        OSError if netlink fails mid-way (the reader stays usable).
+        """
+        try:
+            inodes = socket_inodes(pid)
+        except Exception:
+            self._caches.pop(pid, None)
+            raise
+        cache = self._caches.setdefault(pid, _ProcessCache())
+        if self._dirty:
+            self._reopen()  # the last poll failed mid-way: replies may be left unread
+        self._dirty = True
+        self._learn(pid, inodes, cache)
+        found = self._lookup(inodes, cache)
+        self._dirty = False
+        found.sort(key=lambda s: s.fd or 0)
+        return found
+
+    # -- cache upkeep -------------------------------------------------------
+
+    def _learn(self, pid: int, inodes: dict[int, int], cache: _ProcessCache) -> None:
+        """Forget closed sockets; dump once if the process shows sockets we don't know."""
+        for stale in cache.known.keys() - inodes.keys():
+            del cache.known[stale]
+        cache.ignored.intersection_update(inodes.keys())
+        for stale in cache.retry.keys() - inodes.keys():
+            del cache.retry[stale]
+
+        now = time.monotonic()
+        wanted: dict[int, str | None] = {}  # inode -> "TCP", "TCPv6" or None (cannot tell)
+        for inode, fd in inodes.items():
+            if inode in cache.known or inode in cache.ignored:
+                continue
+            retry = cache.retry.get(inode)
+            if retry is not None and retry.due > now:
+                continue
+            proto = socket_protocol(pid, fd)
+            if proto in _TCP_PROTOCOLS:
+                wanted[inode] = proto
+            else:
+                cache.retry.pop(inode, None)
+                cache.ignored.add(inode)
+        if not wanted:
+            return
+
+        learned, listening = self._dump(wanted)
+        for inode, proto in wanted.items():
+            known = learned.get(inode)
+            if known is not None:
+                cache.retry.pop(inode, None)
+                cache.known[inode] = known
+            elif inode in listening or proto is None:
+                cache.retry.pop(inode, None)
+                cache.ignored.add(inode)
+            else:
+                _schedule_retry(cache, inode, now)
+
+    def _dump(self, wanted: dict[int, str | None]) -> tuple[dict[int, _Known], set[int]]:
+        """Dump the host's TCP sockets (no extensions) of the families `wanted` needs.
+
+        Returns (the wanted connected sockets by inode, the wanted listening inodes).
+        """
+        self.dumps += 1
+        learned: dict[int, _Known] = {}
+        listening: set[int] = set()
+        families = [
+            family
+            for family, other in ((socket.AF_INET, "TCPv6"), (socket.AF_INET6, "TCP"))
+            if any(proto != other for proto in wanted.values())
+        ]
+        for seq, family in enumerate(families, start=1):
+            self._send(_request(seq, NLM_F_REQUEST | NLM_F_DUMP, family, 0, _DUMP_STATES, None))
+            if not self._read_dump(wanted.keys(), learned, listening):
+                self._reopen()  # all found: drop the rest of the dump with the socket
+                break
+        return learned, listening
+
+    def _read_dump(
+        self, wanted: Collection[int], learned: dict[int, _Known], listening: set[int]
+    ) -> bool:
+        """Read one dump to its end (True), or until every wanted inode is found (False)."""
+        buf, view = self._buf, self._view
+        unpack_hdr, unpack_u32 = _NLMSGHDR.unpack_from, _U32.unpack_from
+        while True:
+            size = self._sock.recv_into(buf)
+            off = 0
+            while off + _HDR <= size:
+                length, kind = unpack_hdr(buf, off)[:2]
+                if kind == SOCK_DIAG_BY_FAMILY:
+                    inode = unpack_u32(buf, off + _HDR + _INODE_AT)[0]
+                    if inode in wanted:
+                        msg = view[off + _HDR : off + length]
+                        if msg[1] == _LISTEN:
+                            listening.add(inode)
+                        else:
+                            learned[inode] = _known_from_msg(msg, inode)
+                elif kind == NLMSG_DONE:
+                    return True
+                elif kind == NLMSG_ERROR:
+                    _raise_error(buf, off)
+                off += (length + 3) & ~3
+            if wanted and len(learned) + len(listening) == len(wanted):
+                return False
+
+    # -- exact lookups ------------------------------------------------------
+
+    def _lookup(self, inodes: dict[int, int], cache: _ProcessCache) -> list[TcpSocket]:
+        """Look every known socket up by its id, with tcp_info; demote vanished ones."""
+        found: list[TcpSocket] = []
+        requests = list(cache.known.items())
+        for start in range(0, len(requests), _BATCH):
+            chunk = dict(requests[start : start + _BATCH])
+            self._send(b"".join(k.request for k in chunk.values()))
+            for inode in self._read_replies(chunk, inodes, found):
+                del cache.known[inode]
+                _schedule_retry(cache, inode, time.monotonic(), immediately=True)
+        return found
+
+    def _read_replies(
+        self, chunk: dict[int, _Known], inodes: dict[int, int], found: list[TcpSocket]
+    ) -> list[int]:
+        """Collect one reply per request of `chunk`; return the inodes that are gone."""
+        buf, view = self._buf, self._view
+        unpack_hdr, unpack_u32 = _NLMSGHDR.unpack_from, _U32.unpack_from
+        pending = set(chunk)
+        gone: list[int] = []
+        while pending:
+            try:
+                # The kernel answers within sendmsg, so everything is queued already.
+                size = self._sock.recv_into(buf, 0, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                raise OSError(errno.EIO, "sock_diag: exact lookup replies missing") from None
+            off = 0
+            while off + _HDR <= size:
+                length, kind, _flags, seq = unpack_hdr(buf, off)[:4]
+                if kind == SOCK_DIAG_BY_FAMILY and seq in pending:
+                    pending.discard(seq)
+                    inode = unpack_u32(buf, off + _HDR + _INODE_AT)[0]
+                    if inode == seq:
+                        msg = view[off + _HDR : off + length]
+                        found.append(_socket_from_msg(msg, inode, inodes[inode], chunk[inode]))
+                    else:
+                        gone.append(seq)  # the id now names another socket
+                elif kind == NLMSG_ERROR:
+                    err = -_I32.unpack_from(buf, off + _HDR)[0]
+                    seq = unpack_u32(buf, off + _HDR + 4 + 8)[0]  # the request's header
+                    if err not in (errno.ENOENT, errno.ESTALE) or seq not in pending:
+                        _raise_error(buf, off)
+                    pending.discard(seq)
+                    gone.append(seq)
+                off += (length + 3) & ~3
+        return gone
+
+    # -- netlink plumbing ---------------------------------------------------
+
+    def _open(self) -> socket.socket:
+        try:
+            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG)
+        except OSError as exc:
+            raise SockDiagUnavailable(exc.errno, f"netlink sock_diag: {exc.strerror}") from exc
+        try:
+            _tune(sock)
+            self._sock = sock
+            # An empty dump (no states asked for) proves the kernel answers us.
+            self._send(_request(1, NLM_F_REQUEST | NLM_F_DUMP, socket.AF_INET, 0, 0, None))
+            self._read_dump((), {}, set())
+        except OSError as exc:
+            sock.close()
+            raise SockDiagUnavailable(exc.errno, f"netlink sock_diag: {exc.strerror}") from exc
+        return sock
+
+    def _reopen(self) -> None:
+        self._sock.close()
+        self._sock = self._open()
+
+    def _send(self, data: bytes) -> None:
+        self._sock.sendto(data, (0, 0))
+
+
+def _tune(sock: socket.socket) -> None:
+    """Large receive buffer, short error acks; best effort."""
+    for option in (SO_RCVBUFFORCE, socket.SO_RCVBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, option, 1 << 20)
+            break
+        except OSError:
+            continue
+    with contextlib.suppress(OSError):
+        sock.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)
+
+
+def _request(
+    seq: int, flags: int, family: int, ext: int, states: int, sockid: bytes | None
+) -> bytes:
+    """A netlink message carrying one struct inet_diag_req_v2."""
+    body = _REQ_V2.pack(family, socket.IPPROTO_TCP, ext, 0, states) + (sockid or bytes(48))
+    return _NLMSGHDR.pack(_HDR + len(body), SOCK_DIAG_BY_FAMILY, flags, seq, 0) + body
+
+
+def _known_from_msg(msg: memoryview, inode: int) -> _Known:
+    """Remember a dumped socket's id as a ready exact-lookup request (seq = inode)."""
+    family = msg[0]
+    sockid = bytes(msg[_SOCKID])
+    request = _request(
+        inode, NLM_F_REQUEST, family, 1 << (INET_DIAG_INFO - 1), _DUMP_STATES, sockid
+    )
+    sport, dport = struct.unpack_from(">HH", sockid)
+    local = Endpoint(_address(family, sockid[4:20]), sport)
+    remote = Endpoint(_address(family, sockid[20:36]), dport)
+    return _Known(request, local, remote)
+
+
+def _address(family: int, raw: bytes) -> str:
+    if family == socket.AF_INET:
+        return socket.inet_ntop(socket.AF_INET, raw[:4])
+    if raw[:12] == _MAPPED_V4:
+        return socket.inet_ntop(socket.AF_INET, raw[12:])
+    return socket.inet_ntop(socket.AF_INET6, raw)
+
+
+def _socket_from_msg(msg: memoryview, inode: int, fd: int, known: _Known) -> TcpSocket:
+    """Build a TcpSocket from an inet_diag_msg carrying INET_DIAG_INFO."""
+    state = msg[1]
+    sent = recv = bytes_sent = bytes_received = None
+    rtt = None
+    off = _DIAG_MSG_LEN
+    while off + 4 <= len(msg):
+        rta_len, rta_type = _RTATTR.unpack_from(msg, off)
+        if rta_len < 4:
+            break
+        if rta_type == INET_DIAG_INFO:
+            sent, recv, rtt, bytes_sent, bytes_received = _tcp_info(msg, off + 4, rta_len - 4)
+            break
+        off += (rta_len + 3) & ~3
+    return TcpSocket(
+        inode=inode,
+        fd=fd,
+        local=known.local,
+        remote=known.remote,
+        state=_STATE_NAMES[state] if state < len(_STATE_NAMES) else str(state),
+        last_sent_ms=sent,
+        last_recv_ms=recv,
+        bytes_sent=bytes_sent,
+        bytes_received=bytes_received,
+        rtt_ms=rtt,
+    )
+
+
+def _tcp_info(
+    msg: memoryview, off: int, size: int
+) -> tuple[int | None, int | None, float | None, int | None, int | None]:
+    """(last_data_sent, last_data_recv, rtt ms, bytes sent, bytes received) from tcp_info."""
+    if size >= _TCPI_FULL_LEN:
+        sent, recv, rtt, received, bytes_sent = _TCPI_FULL.unpack_from(msg, off)
+        return sent, recv, rtt / 1000, bytes_sent, received
+
+    rtt_us = _field(msg, off, size, 68, "=I")
+    return (
+        _field(msg, off, size, 44, "=I"),
+        _field(msg, off, size, 52, "=I"),
+        None if rtt_us is None else rtt_us / 1000,
+        _field(msg, off, size, 120, "=Q"),  # bytes_acked: the closest counter before 4.19
+        _field(msg, off, size, 128, "=Q"),
+    )
+
+
+def _field(msg: memoryview, off: int, size: int, at: int, fmt: str) -> int | None:
+    """The tcp_info field at offset `at`, or None if this kernel's tcp_info is too short."""
+    if size < at + struct.calcsize(fmt):
+        return None
+    return struct.unpack_from(fmt, msg, off + at)[0]
+
+
+def _schedule_retry(
+    cache: _ProcessCache, inode: int, now: float, immediately: bool = False
+) -> None:
+    """Look for a TCP socket missing from the dump again later, backing off."""
+    previous = cache.retry.get(inode)
+    delay = _RETRY_FIRST_S if previous is None else min(previous.delay * 2, _RETRY_MAX_S)
+    cache.retry[inode] = _Retry(due=now if immediately else now + delay, delay=delay)
+
+
+def _raise_error(buf: bytearray, off: int) -> None:
+    err = -_I32.unpack_from(buf, off + _HDR)[0]
+    raise OSError(err, f"sock_diag: {errno.errorcode.get(err, err)}")

@@ -1,0 +1,281 @@
+"""The socket readers against real sockets held by this test process."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+
+import psutil
+import pytest
+
+from kmon.sources.psutil_sockets import PsutilSocketReader
+from kmon.sources.sockdiag import SockDiagReader, SockDiagUnavailable, _tcp_info
+from kmon.sources.sockets import Endpoint, TcpSocket, open_socket_reader
+
+PID = os.getpid()
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+HAS_IPV6 = _ipv6_loopback()
+needs_ipv6 = pytest.mark.skipif(not HAS_IPV6, reason="cannot bind ::1")
+
+
+@pytest.fixture
+def reader() -> Iterator[SockDiagReader]:
+    try:
+        diag = SockDiagReader()
+    except SockDiagUnavailable as exc:
+        pytest.skip(f"netlink sock_diag refused here: {exc}")
+    with diag:
+        yield diag
+
+
+@pytest.fixture
+def stack() -> Iterator[contextlib.ExitStack]:
+    """Closes every socket a test registers, however the test ends."""
+    with contextlib.ExitStack() as sockets:
+        yield sockets
+
+
+def _pair(
+    stack: contextlib.ExitStack,
+    family: int = socket.AF_INET,
+    host: str = "127.0.0.1",
+) -> tuple[socket.socket, socket.socket]:
+    """(client, accepted): a connected TCP pair over loopback; the listener is closed."""
+    with socket.socket(family) as listener:
+        listener.bind((host, 0))
+        listener.listen()
+        client = stack.enter_context(socket.socket(family))
+        client.connect((host, listener.getsockname()[1]))
+        accepted = stack.enter_context(listener.accept()[0])
+    return client, accepted
+
+
+def _transfer(sender: socket.socket, receiver: socket.socket, size: int) -> None:
+    sender.sendall(b"k" * size)
+    got = 0
+    while got < size:
+        got += len(receiver.recv(size - got))
+
+
+def _find(found: list[TcpSocket], sock: socket.socket) -> TcpSocket | None:
+    """The reported socket held at `sock`'s fd, if any."""
+    inode = os.stat(sock.fileno()).st_ino
+    matches = [s for s in found if s.inode == inode]
+    assert len(matches) <= 1
+    if matches:
+        assert matches[0].fd == sock.fileno()
+    return matches[0] if matches else None
+
+
+def _poll_until(
+    read: Callable[[], TcpSocket | None], check: Callable[[TcpSocket | None], bool]
+) -> TcpSocket | None:
+    """Read until `check` holds (at most ~2 s), return the last reading."""
+    for _ in range(100):
+        got = read()
+        if check(got):
+            return got
+        time.sleep(0.02)
+    raise AssertionError(f"condition never held; last reading: {got}")
+
+
+def _endpoint(address: tuple) -> Endpoint:
+    ip = address[0]
+    return Endpoint(ip.removeprefix("::ffff:") if "." in ip else ip, address[1])
+
+
+@pytest.mark.parametrize(
+    ("family", "host"),
+    [
+        (socket.AF_INET, "127.0.0.1"),
+        pytest.param(socket.AF_INET6, "::1", marks=needs_ipv6),
+        pytest.param(socket.AF_INET6, "::ffff:127.0.0.1", marks=needs_ipv6, id="v4-mapped"),
+    ],
+)
+def test_sock_diag_reports_a_connected_socket(reader, stack, family, host):
+    client, accepted = _pair(stack, family, host)
+    _transfer(client, accepted, 1234)
+    _transfer(accepted, client, 567)
+
+    got = _find(reader.sockets_of(PID), client)
+
+    assert got is not None
+    assert got.local == _endpoint(client.getsockname())
+    assert got.remote == _endpoint(client.getpeername())
+    assert got.state == "ESTABLISHED"
+    assert got.fd == client.fileno()
+    assert (got.bytes_sent, got.bytes_received) == (1234, 567)
+    assert got.rtt_ms is not None and got.rtt_ms >= 0
+    assert got.source == "kernel"
+    if host.startswith("::ffff:"):  # an IPv6 socket talking IPv4 shows plain IPv4
+        assert got.local.ip == "127.0.0.1" and got.remote.ip == "127.0.0.1"
+
+
+def test_idle_times_grow_and_reset(reader, stack):
+    client, accepted = _pair(stack)
+    _transfer(client, accepted, 10)
+    time.sleep(1.2)
+    idle = _find(reader.sockets_of(PID), client)
+    assert idle is not None and idle.last_sent_ms is not None
+    assert idle.last_sent_ms >= 1000
+    assert idle.last_recv_ms is not None and idle.last_recv_ms >= 1000
+
+    _transfer(client, accepted, 10)
+    busy = _find(reader.sockets_of(PID), client)
+    assert busy is not None and busy.last_sent_ms is not None
+    assert busy.last_sent_ms < 500
+    assert busy.bytes_sent == 20
+
+
+def test_peer_close_shows_close_wait(reader, stack):
+    client, accepted = _pair(stack)
+    assert _find(reader.sockets_of(PID), client).state == "ESTABLISHED"
+    accepted.close()
+    got = _poll_until(
+        lambda: _find(reader.sockets_of(PID), client),
+        lambda s: s is not None and s.state == "CLOSE_WAIT",
+    )
+    assert got.remote == _endpoint(client.getpeername())
+
+
+def test_closed_socket_disappears_and_new_one_appears(reader, stack):
+    client, accepted = _pair(stack)
+    assert _find(reader.sockets_of(PID), client) is not None
+    old_inode = os.stat(client.fileno()).st_ino
+    client.close()
+    accepted.close()
+    assert old_inode not in {s.inode for s in reader.sockets_of(PID)}
+
+    new_client, _ = _pair(stack)  # likely reuses the fd number: the inode tells them apart
+    found = reader.sockets_of(PID)
+    assert old_inode not in {s.inode for s in found}
+    got = _find(found, new_client)
+    assert got is not None and got.state == "ESTABLISHED"
+
+
+def test_non_tcp_and_listening_sockets_are_skipped_without_new_dumps(reader, stack):
+    client, _ = _pair(stack)
+    listener = stack.enter_context(socket.socket())
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    udp = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+    udp.bind(("127.0.0.1", 0))
+    udp.connect(listener.getsockname())
+    unix_a, unix_b = socket.socketpair()
+    stack.enter_context(unix_a)
+    stack.enter_context(unix_b)
+    others = {os.stat(s.fileno()).st_ino for s in (listener, udp, unix_a, unix_b)}
+
+    first = reader.sockets_of(PID)
+    dumps = reader.dumps
+    for _ in range(3):
+        found = reader.sockets_of(PID)
+        assert not others & {s.inode for s in found}
+        assert _find(found, client) is not None
+    assert not others & {s.inode for s in first}
+    assert reader.dumps == dumps  # nothing new to learn: no dump
+
+
+def test_socket_seen_before_connect_shows_once_connected(reader, stack):
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        client = stack.enter_context(socket.socket())
+        assert _find(reader.sockets_of(PID), client) is None  # not in the kernel's tables yet
+        client.connect(listener.getsockname())
+        stack.enter_context(listener.accept()[0])
+    got = _poll_until(lambda: _find(reader.sockets_of(PID), client), lambda s: s is not None)
+    assert got.state == "ESTABLISHED"
+
+
+def test_reset_socket_still_held_is_dropped_quietly(reader, stack):
+    client, accepted = _pair(stack)
+    assert _find(reader.sockets_of(PID), client) is not None
+    accepted.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    accepted.close()  # RST: the client's socket leaves the kernel's tables, its fd stays
+    _poll_until(lambda: _find(reader.sockets_of(PID), client), lambda s: s is None)
+
+
+def test_psutil_reader_agrees_without_inventing_numbers(reader, stack):
+    pairs = [_pair(stack)]
+    if HAS_IPV6:
+        pairs.append(_pair(stack, socket.AF_INET6, "::1"))
+        pairs.append(_pair(stack, socket.AF_INET6, "::ffff:127.0.0.1"))
+    for client, accepted in pairs:
+        _transfer(client, accepted, 100)
+    ours = {s.inode: s for s in reader.sockets_of(PID)}
+
+    theirs = PsutilSocketReader().sockets_of(PID)
+
+    for client, accepted in pairs:
+        for sock in (client, accepted):
+            got, kernel = _find(theirs, sock), _find(list(ours.values()), sock)
+            assert got is not None and kernel is not None
+            assert (got.local, got.remote, got.state, got.fd) == (
+                kernel.local,
+                kernel.remote,
+                kernel.state,
+                kernel.fd,
+            )
+            assert got.idle_ms is None and got.last_sent_ms is None and got.last_recv_ms is None
+            assert got.bytes_sent is None and got.bytes_received is None and got.rtt_ms is None
+            assert got.source == "psutil"
+
+
+def test_psutil_reader_skips_listeners(stack):
+    listener = stack.enter_context(socket.socket())
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    assert all(s.state != "LISTEN" for s in PsutilSocketReader().sockets_of(PID))
+
+
+def test_vanished_process_raises_no_such_process(reader):
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    gone = int(child.stdout)
+    for each in (reader, PsutilSocketReader()):
+        with pytest.raises(psutil.NoSuchProcess):
+            each.sockets_of(gone)
+
+
+def test_open_socket_reader_choices(reader):
+    assert open_socket_reader("psutil").name == "psutil"
+    for prefer in ("sock_diag", "auto"):
+        chosen = open_socket_reader(prefer)
+        assert isinstance(chosen, SockDiagReader)
+        chosen.close()
+    with pytest.raises(ValueError):
+        open_socket_reader("netstat")
+
+
+def test_short_tcp_info_of_older_kernels_gives_what_it_has():
+    info = bytearray(160)  # a Linux 4.9 tcp_info: bytes_acked, no bytes_sent yet
+    struct.pack_into("=I", info, 44, 1500)  # last_data_sent
+    struct.pack_into("=I", info, 52, 2500)  # last_data_recv
+    struct.pack_into("=I", info, 68, 250)  # rtt, microseconds
+    struct.pack_into("=Q", info, 120, 4096)  # bytes_acked
+    struct.pack_into("=Q", info, 128, 8192)  # bytes_received
+    view = memoryview(bytes(info))
+    assert _tcp_info(view, 0, 160) == (1500, 2500, 0.25, 4096, 8192)
+    assert _tcp_info(view, 0, 104) == (1500, 2500, 0.25, None, None)
+    assert _tcp_info(view, 0, 40) == (None, None, None, None, None)
