@@ -1,0 +1,354 @@
+"""What one poll of a Kafka client's sockets costs: kmon's sock_diag reader vs psutil.
+
+    python benchmarks/poll_cost.py [--sockets 20000] [--polls 50]
+
+A "client process" holds 10 TCP connections. Both readers poll it on a quiet
+host, then again while helper processes hold --sockets other TCP sockets
+(half connecting, half accepted, over 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import math
+import os
+import resource
+import selectors
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import psutil  # noqa: E402
+
+from kmon.sources.sockdiag import SockDiagReader  # noqa: E402
+
+CLIENT_CONNECTIONS = 10
+PER_PORT = 10_000  # connections per listening port: well inside the ephemeral port range
+FD_SLACK = 100  # fds a helper needs besides its sockets
+READY_TIMEOUT_S = 180.0
+
+
+@dataclass
+class Row:
+    """One scenario's measurements; times in milliseconds."""
+
+    scenario: str
+    host_tcp: int
+    kmon_cold_ms: float
+    kmon_ms: float
+    psutil_ms: float
+    kmon_sockets: int
+    kmon_idle: bool
+    psutil_sockets: int
+    psutil_idle: bool
+
+    @property
+    def ratio(self) -> float:
+        return self.kmon_ms / self.psutil_ms
+
+
+# -- helper processes ---------------------------------------------------------
+
+
+def _fd_budget() -> int:
+    """How many sockets one helper may hold: its hard RLIMIT_NOFILE, less some slack."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    return (1 << 20 if hard == resource.RLIM_INFINITY else hard) - FD_SLACK
+
+
+def _raise_fd_limit(needed: int) -> None:
+    """Raise the soft RLIMIT_NOFILE to `needed` (the parent keeps it within the hard one)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+
+
+def _no_time_wait(sock: socket.socket) -> socket.socket:
+    """Close with a reset, so runs leave no TIME_WAIT sockets behind to skew the next."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    return sock
+
+
+def _exit_when_parent_goes() -> None:
+    """Helpers die with the benchmark: their stdin closes when it exits."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+
+    def watch() -> None:
+        sys.stdin.read()
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def role_client(port: int, count: int) -> None:
+    """Hold `count` connections to 127.0.0.1:`port`, as a Kafka client would."""
+    conns = [_no_time_wait(socket.create_connection(("127.0.0.1", port))) for _ in range(count)]
+    for conn in conns:
+        conn.sendall(b"hello")
+    print("ready", flush=True)
+    threading.Event().wait()
+
+
+def role_listener(count: int) -> None:
+    """Accept `count` connections on ceil(count / PER_PORT) ports; print the ports first."""
+    _raise_fd_limit(count + FD_SLACK)
+    selector = selectors.DefaultSelector()
+    for _ in range(max(1, math.ceil(count / PER_PORT))):
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4096)
+        listener.setblocking(False)
+        selector.register(listener, selectors.EVENT_READ)
+    ports = [str(key.fileobj.getsockname()[1]) for key in selector.get_map().values()]
+    print("ports", ",".join(ports), flush=True)
+    accepted: list[socket.socket] = []
+    while len(accepted) < count:
+        for key, _ in selector.select():
+            with contextlib.suppress(BlockingIOError):
+                while len(accepted) < count:
+                    accepted.append(_no_time_wait(key.fileobj.accept()[0]))
+    print("ready", len(accepted), flush=True)
+    threading.Event().wait()
+
+
+def role_connector(ports: list[int], count: int) -> None:
+    """Open `count` connections spread over `ports` of 127.0.0.1."""
+    _raise_fd_limit(count + FD_SLACK)
+    conns = []
+    for i in range(count):
+        conn = _no_time_wait(socket.socket())
+        conn.settimeout(10)
+        conn.connect(("127.0.0.1", ports[i % len(ports)]))
+        conns.append(conn)
+    print("ready", len(conns), flush=True)
+    threading.Event().wait()
+
+
+class Helpers:
+    """The benchmark's subprocesses; all of them end when the context exits."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [sys.executable, __file__, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    @staticmethod
+    def line(proc: subprocess.Popen[str], word: str) -> list[str]:
+        """Wait for the helper's next stdout line, which must start with `word`."""
+        assert proc.stdout is not None
+        ready: list[str] = []
+        reader = threading.Thread(target=lambda: ready.append(proc.stdout.readline()))
+        reader.daemon = True
+        reader.start()
+        reader.join(READY_TIMEOUT_S)
+        parts = ready[0].split() if ready else []
+        if not parts or parts[0] != word:
+            raise RuntimeError(f"helper {proc.args[2:]} failed (exit code {proc.poll()})")
+        return parts[1:]
+
+    def __enter__(self) -> Helpers:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for proc in self.procs:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()  # type: ignore[union-attr]
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+# -- measuring ----------------------------------------------------------------
+
+
+def _timed(call: Callable[[], list]) -> tuple[float, list]:
+    start = time.perf_counter_ns()
+    result = call()
+    return (time.perf_counter_ns() - start) / 1e6, result
+
+
+def _median_ms(call: Callable[[], list], polls: int) -> tuple[float, list]:
+    gc.collect()
+    samples = []
+    for _ in range(polls):
+        took, result = _timed(call)
+        samples.append(took)
+    return statistics.median(samples), result
+
+
+def host_tcp_sockets() -> int:
+    """TCP sockets in the kernel's tables, TIME_WAIT included (IPv4 + IPv6)."""
+    total = 0
+    for name in ("sockstat", "sockstat6"):
+        with contextlib.suppress(OSError), open(f"/proc/net/{name}") as stats:
+            for line in stats:
+                fields = line.split()
+                if fields and fields[0] in ("TCP:", "TCP6:"):
+                    counts = dict(zip(fields[1::2], fields[2::2], strict=False))
+                    total += int(counts.get("inuse", 0)) + int(counts.get("tw", 0))
+    return total
+
+
+def measure(scenario: str, pid: int, polls: int) -> Row:
+    """Cold and steady-state kmon polls, then psutil polls, of process `pid`."""
+    with SockDiagReader() as kmon:
+        cold_ms, _ = _timed(lambda: kmon.sockets_of(pid))
+        kmon_ms, ours = _median_ms(lambda: kmon.sockets_of(pid), polls)
+    proc = psutil.Process(pid)
+    proc.net_connections(kind="tcp")  # warm-up, as for kmon
+    psutil_ms, theirs = _median_ms(lambda: proc.net_connections(kind="tcp"), polls)
+    return Row(
+        scenario=scenario,
+        host_tcp=host_tcp_sockets(),
+        kmon_cold_ms=cold_ms,
+        kmon_ms=kmon_ms,
+        psutil_ms=psutil_ms,
+        kmon_sockets=len(ours),
+        kmon_idle=bool(ours) and all(s.idle_ms is not None for s in ours),
+        psutil_sockets=len(theirs),
+        psutil_idle=any("idle" in field for c in theirs for field in c._fields),  # pconn fields
+    )
+
+
+def print_table(rows: list[Row]) -> None:
+    """The results table, then which reader returned idle times."""
+    header = (
+        f"{'scenario':<22}{'host TCP':>9}{'kmon cold ms':>14}{'kmon median ms':>16}"
+        f"{'psutil median ms':>18}{'kmon/psutil':>13}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(
+            f"{r.scenario:<22}{r.host_tcp:>9}{r.kmon_cold_ms:>14.3f}{r.kmon_ms:>16.3f}"
+            f"{r.psutil_ms:>18.3f}{r.ratio:>13.3f}"
+        )
+    for r in rows:
+        print(
+            f"{r.scenario}: kmon {r.kmon_sockets} sockets, idle times "
+            f"{'yes' if r.kmon_idle else 'no'}; psutil {r.psutil_sockets} sockets, idle times "
+            f"{'yes' if r.psutil_idle else 'no'}"
+        )
+
+
+@contextlib.contextmanager
+def client_process(helpers: Helpers) -> Iterator[int]:
+    """A subprocess holding CLIENT_CONNECTIONS connections to a listener here."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(CLIENT_CONNECTIONS)
+        listener.settimeout(READY_TIMEOUT_S)
+        client = helpers.start(
+            "--role", "client", "--port", str(listener.getsockname()[1]),
+            "--count", str(CLIENT_CONNECTIONS),
+        )  # fmt: skip
+        peers = [_no_time_wait(listener.accept()[0]) for _ in range(CLIENT_CONNECTIONS)]
+        try:
+            helpers.line(client, "ready")
+            yield client.pid
+        finally:
+            for peer in peers:
+                peer.close()
+
+
+def load_host(helpers: Helpers, sockets: int) -> None:
+    """Have helpers hold `sockets` TCP sockets: sockets/2 connections over loopback.
+
+    Each listener/connector pair holds as many as the fd limit lets one process hold.
+    """
+    connections, budget = sockets // 2, _fd_budget()
+    counts = [min(budget, connections - done) for done in range(0, connections, budget)]
+    listeners = [helpers.start("--role", "listener", "--count", str(n)) for n in counts]
+    pairs = []
+    for listener, count in zip(listeners, counts, strict=True):
+        ports = helpers.line(listener, "ports")[0]
+        args = ("--role", "connector", "--ports", ports, "--count", str(count))
+        pairs.append((listener, helpers.start(*args)))
+    for listener, connector in pairs:
+        helpers.line(connector, "ready")
+        helpers.line(listener, "ready")
+
+
+def run(sockets: int, polls: int) -> int:
+    """Measure on the quiet host, load it with `sockets` sockets, measure again."""
+    with Helpers() as helpers, client_process(helpers) as pid:
+        rows = [measure("quiet host", pid, polls)]
+        print(f"opening {sockets} other TCP sockets ...", file=sys.stderr, flush=True)
+        load_host(helpers, sockets)
+        rows.append(measure(f"{sockets} other sockets", pid, polls))
+    print_table(rows)
+    print(f"ratio at {sockets} sockets: {rows[-1].ratio:.3f} (target <= 0.5)")
+    return 0
+
+
+def run_helper(args: argparse.Namespace) -> int:
+    """Play one helper role; its failure shows as one line and a missing "ready"."""
+    _exit_when_parent_goes()
+    try:
+        if args.role == "client":
+            role_client(args.port, args.count)
+        elif args.role == "listener":
+            role_listener(args.count)
+        else:
+            role_connector([int(p) for p in args.ports.split(",")], args.count)
+    except (OSError, ValueError) as exc:
+        print(f"poll_cost {args.role}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sockets", type=int, default=20_000, help="other TCP sockets to open")
+    parser.add_argument("--polls", type=int, default=50, help="polls per measurement")
+    parser.add_argument(
+        "--role", choices=("client", "listener", "connector"), help=argparse.SUPPRESS
+    )
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--ports", help=argparse.SUPPRESS)
+    parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.role:
+        return run_helper(args)
+    if args.sockets < 2 or args.polls < 1:
+        parser.error("--sockets must be at least 2 and --polls at least 1")
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        return run(args.sockets, args.polls)
+    except KeyboardInterrupt:
+        print("interrupted; helpers stopped", file=sys.stderr)
+        return 130
+    except (OSError, RuntimeError) as exc:
+        print(f"poll_cost: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
