@@ -22,6 +22,7 @@ class DemoClient:
     idle_ms: int | None = None
     produce_every: float = 0.0
     group: str | None = None
+    client_id: str | None = None
 
     def argv(self, bootstrap: str) -> list[str]:
         argv = [sys.executable, "-m", "kmon.workload", self.kind, bootstrap]
@@ -33,16 +34,20 @@ class DemoClient:
             argv += ["--produce-every", str(self.produce_every)]
         if self.group:
             argv += ["--group", self.group]
+        if self.client_id:
+            argv += ["--client-id", self.client_id]
         return argv
 
 
 WORKLOAD = (
-    DemoClient("producer", "producer", produce_every=1.0),
-    DemoClient("consumer A (group demo)", "consumer", group="kmon-demo"),
-    DemoClient("consumer B (group demo)", "consumer", group="kmon-demo"),
+    DemoClient("producer", "producer", produce_every=1.0, client_id="orders-writer"),
+    DemoClient("consumer A (group orders)", "consumer", group="orders",
+               client_id="orders-reader-a"),
+    DemoClient("consumer B (group orders)", "consumer", group="orders",
+               client_id="orders-reader-b"),
     DemoClient("uninstrumented producer", "producer", instrument=False, produce_every=5.0),
     DemoClient(f"idle producer (reaped after {SHORT_IDLE_MS // 1000}s)", "producer",
-               idle_ms=SHORT_IDLE_MS),
+               idle_ms=SHORT_IDLE_MS, client_id="audit-writer"),
 )
 
 

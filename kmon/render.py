@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 from rich.console import Group
@@ -25,6 +26,14 @@ def _num(value: int | float | None) -> str:
     return "?" if value is None else f"{value:,}"
 
 
+def _id(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+def _clock(ts_ms: int) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ts_ms / 1000))
+
+
 def process_table(view: ProcessView, label: str = "") -> Table:
     """One row per connection of one process."""
     clients = ", ".join(f"{c.name} ({c.type}, client.id={c.client_id})" for c in view.clients)
@@ -40,7 +49,7 @@ def process_table(view: ProcessView, label: str = "") -> Table:
     for c in view.connections:
         table.add_row(
             Text(c.role.value, style=ROLE_STYLE[c.role.value]),
-            _num(c.node_id), _num(c.broker_id), c.client or "-", c.local or "-",
+            _id(c.node_id), _id(c.broker_id), c.client or "-", c.local or "-",
             c.remote or "-", Text(c.state, style=STATE_STYLE.get(c.state, "")),
             _ms(c.idle_ms), _ms(c.idle_limit_ms), _ms(c.reap_in_ms),
             _num(c.bytes_sent), _num(c.bytes_received), _num(c.requests_sent),
@@ -60,6 +69,6 @@ def snapshot_renderable(snapshot: Snapshot, events: Iterable[Event], title: str 
     recent = list(events)[-10:]
     if recent:
         parts.append(Text("events:", style="bold"))
-        parts.extend(Text(f"  {e.kind.value:<12} pid {e.pid} {e.remote or ''} {e.detail}")
-                     for e in recent)
+        parts.extend(Text(f"  {_clock(e.ts_ms)} {e.kind.value:<12} pid {e.pid} "
+                          f"{e.remote or ''} {e.detail}") for e in recent)
     return Group(*parts)

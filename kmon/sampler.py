@@ -14,7 +14,7 @@ from kmon.redact import redact_args
 from kmon.sources.cluster import ClusterMetadata
 from kmon.sources.librdkafka_stats import ClientStats, read_client_stats
 from kmon.sources.resolve import Resolver
-from kmon.sources.sockets import SocketReader
+from kmon.sources.sockets import Endpoint, SocketReader
 
 KAFKA_LIBRARIES = ("librdkafka", "kafka-clients", "kafka_2.", "kafka-streams")
 ROLE_ORDER = {Role.BOOTSTRAP: 0, Role.COORDINATOR: 1, Role.BROKER: 2, Role.UNKNOWN: 3}
@@ -44,6 +44,8 @@ class SamplerSettings:
     cluster: ClusterMetadata | None = None
     require_kafka: bool = True
     resolver: Resolver = field(default_factory=Resolver)
+    # brokers learned from the metrics of any process watched with these settings
+    learned: dict[Endpoint, int] = field(default_factory=dict)
 
 
 def _describe(process: psutil.Process) -> tuple[str, str, float]:
@@ -97,7 +99,8 @@ class ProcessSampler:
         all_stats = read_client_stats(self.process, self.start_time)
         fresh = [c for c in all_stats if not c.is_stale(now_ms)]
         resolver = self.settings.resolver
-        known = learned_brokers(fresh, resolver)
+        self.settings.learned.update(learned_brokers(fresh, resolver))
+        known = dict(self.settings.learned)
         if self.settings.cluster is not None:
             known.update(self.settings.cluster.endpoints(resolver))
         if not self._kafka_checked:

@@ -30,7 +30,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("kind", choices=("producer", "consumer", "admin", "both"))
     p.add_argument("bootstrap")
     p.add_argument("--instrument", action="store_true", help="use kmon.agent.instrument")
-    p.add_argument("--topic", default="kmon-test")
+    p.add_argument("--topic", default="kmon-workload")
+    p.add_argument("--client-id", default=None, help="default: kmon-workload-KIND")
     p.add_argument("--group", default=f"kmon-test-group-{os.getpid()}")
     p.add_argument("--idle-ms", type=int, default=None, help="connections.max.idle.ms")
     p.add_argument("--produce-every", type=float, default=0.0, metavar="SECONDS",
@@ -68,7 +69,8 @@ class Clients:
             self.latest[stats["name"]] = stats
 
         conf = {"bootstrap.servers": self.args.bootstrap, "statistics.interval.ms": 500,
-                "stats_cb": own_stats_cb, "client.id": f"kmon-test-{kind}", **(more or {})}
+                "stats_cb": own_stats_cb,
+                "client.id": self.args.client_id or f"kmon-workload-{kind}", **(more or {})}
         if self.args.idle_ms is not None:
             conf["connections.max.idle.ms"] = self.args.idle_ms
         for item in self.args.extra:
