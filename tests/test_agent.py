@@ -24,8 +24,8 @@ def test_spool_is_private_and_never_holds_secrets(start_client, spool_dir):
     text = path.read_text()
     record = json.loads(text)
     assert record["pid"] == client.pid and record["client_type"] == "producer"
-    assert record["config"]["client.id"] == "kmon-test-producer"
-    assert record["stats"]["name"].startswith("kmon-test-producer#producer")
+    assert record["config"]["client.id"] == "kmon-workload-producer"
+    assert record["stats"]["name"].startswith("kmon-workload-producer#producer")
     for output in (text, kmon("attach", str(client.pid), "--once", "--json").stdout,
                    kmon("attach", str(client.pid), "--once").stdout):
         assert "hunter2" not in output
