@@ -2,9 +2,12 @@
 
     python benchmarks/poll_cost.py [--sockets 20000] [--polls 50]
 
-A "client process" holds 10 TCP connections. Both readers poll it on a quiet
-host, then again while helper processes hold --sockets other TCP sockets
-(half connecting, half accepted, over 127.0.0.1).
+Two processes are polled: a "client process" holding 10 plain TCP connections
+(kmon's socket reader alone), and a real instrumented Kafka consumer on the
+embedded mock cluster (kmon's whole snapshot: sockets, the agent's statistics,
+the join). Each is measured next to psutil's ``net_connections()`` on the same
+process, on a quiet host, then again while helper processes hold --sockets
+other TCP sockets (half connecting, half accepted, over 127.0.0.1).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ if str(REPO) not in sys.path:
 
 import psutil  # noqa: E402
 
+from kmon.sampler import ProcessSampler, SamplerSettings  # noqa: E402
 from kmon.sources.sockdiag import SockDiagReader  # noqa: E402
 
 CLIENT_CONNECTIONS = 10
@@ -216,10 +220,30 @@ def host_tcp_sockets() -> int:
 
 
 def measure(scenario: str, pid: int, polls: int) -> Row:
-    """Cold and steady-state kmon polls, then psutil polls, of process `pid`."""
+    """Cold and steady-state kmon socket polls, then psutil polls, of process `pid`."""
     with SockDiagReader() as kmon:
         cold_ms, _ = _timed(lambda: kmon.sockets_of(pid))
         kmon_ms, ours = _median_ms(lambda: kmon.sockets_of(pid), polls)
+    return _against_psutil(scenario, pid, polls, cold_ms, kmon_ms, ours)
+
+
+def measure_snapshot(scenario: str, pid: int, polls: int) -> Row:
+    """Cold and steady-state whole kmon snapshots (sockets + statistics + join) of `pid`."""
+    with SockDiagReader() as reader:
+        sampler = ProcessSampler(pid, reader, SamplerSettings())
+
+        def snapshot() -> list:
+            return sampler.sample(int(time.time() * 1000)).connections
+
+        cold_ms, _ = _timed(snapshot)
+        kmon_ms, rows = _median_ms(snapshot, polls)
+    if not any(r.client for r in rows):
+        raise RuntimeError("the Kafka client's connections were not joined with its statistics")
+    return _against_psutil(scenario, pid, polls, cold_ms, kmon_ms, rows)
+
+
+def _against_psutil(scenario: str, pid: int, polls: int, cold_ms: float, kmon_ms: float,
+                    ours: list) -> Row:
     proc = psutil.Process(pid)
     proc.net_connections(kind="tcp")  # warm-up, as for kmon
     psutil_ms, theirs = _median_ms(lambda: proc.net_connections(kind="tcp"), polls)
@@ -295,15 +319,45 @@ def load_host(helpers: Helpers, sockets: int) -> None:
         helpers.line(listener, "ready")
 
 
+@contextlib.contextmanager
+def kafka_consumer(spool: str) -> Iterator[int]:
+    """An instrumented consumer on the embedded mock cluster, settled; yields its pid."""
+    env = {**os.environ, "KMON_SPOOL_DIR": spool}
+    os.environ["KMON_SPOOL_DIR"] = spool
+    procs = []
+    try:
+        cluster = subprocess.Popen([sys.executable, "-m", "kmon", "devcluster"], env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        procs.append(cluster)
+        bootstrap = cluster.stdout.readline().strip()
+        consumer = subprocess.Popen(
+            [sys.executable, "-m", "kmon.workload", "consumer", bootstrap, "--instrument"],
+            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        procs.append(consumer)
+        if consumer.stdout.readline().strip() != "READY":
+            raise RuntimeError("the benchmark's Kafka consumer did not start")
+        yield consumer.pid
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+            proc.wait()
+
+
 def run(sockets: int, polls: int) -> int:
     """Measure on the quiet host, load it with `sockets` sockets, measure again."""
-    with Helpers() as helpers, client_process(helpers) as pid:
-        rows = [measure("quiet host", pid, polls)]
+    import tempfile
+
+    with (Helpers() as helpers, client_process(helpers) as pid,
+          tempfile.TemporaryDirectory() as spool, kafka_consumer(spool) as consumer):
+        rows = [measure("quiet host", pid, polls),
+                measure_snapshot("quiet, Kafka snapshot", consumer, polls)]
         print(f"opening {sockets} other TCP sockets ...", file=sys.stderr, flush=True)
         load_host(helpers, sockets)
         rows.append(measure(f"{sockets} other sockets", pid, polls))
+        rows.append(measure_snapshot(f"{sockets}, Kafka snapshot", consumer, polls))
     print_table(rows)
-    print(f"ratio at {sockets} sockets: {rows[-1].ratio:.3f} (target <= 0.5)")
+    print(f"ratio at {sockets} sockets: socket reader {rows[2].ratio:.3f}, "
+          f"whole Kafka snapshot {rows[3].ratio:.3f} (target <= 0.5)")
     return 0
 
 
