@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from dataclasses import dataclass, field
 
@@ -60,6 +61,14 @@ def _describe(process: psutil.Process) -> tuple[str, str, float]:
                            "run kmon as the process's user or as root") from err
 
 
+def in_other_network_namespace(pid: int) -> bool:
+    """True when ``pid`` lives in a network namespace other than kmon's own."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")
+    except OSError:
+        return False
+
+
 def loads_kafka_library(pid: int) -> bool:
     """True when the process has a Kafka client library mapped (librdkafka, kafka-clients)."""
     try:
@@ -84,6 +93,11 @@ class ProcessSampler:
         self.reader = reader
         self.settings = settings
         self._kafka_checked = not settings.require_kafka
+        self.standing_notices: list[str] = []
+        if in_other_network_namespace(pid):
+            self.standing_notices.append(
+                f"PID {pid} is in another network namespace: its sockets are invisible from "
+                f"here; run kmon inside it (nsenter --net=/proc/{pid}/ns/net kmon attach {pid})")
 
     def sample(self, now_ms: int) -> ProcessView:
         """The process as it is now."""
@@ -113,9 +127,10 @@ class ProcessSampler:
             pid=self.pid, name=self.name, cmdline=self.cmdline,
             clients=[_instance(c, now_ms) for c in all_stats],
             connections=connections,
-            notices=[f"client {c.instance}: statistics {c.age_ms(now_ms) // 1000}s old "
-                     "(closed, or not serving its callbacks); its sockets show unpaired"
-                     for c in all_stats if c.is_stale(now_ms)],
+            notices=self.standing_notices + [
+                f"client {c.instance}: statistics {c.age_ms(now_ms) // 1000}s old (closed, or "
+                "not serving its callbacks); its sockets show unpaired"
+                for c in all_stats if c.is_stale(now_ms)],
         )
 
     def _check_kafka(self, stats: list[ClientStats], known: dict, sockets: list) -> None:

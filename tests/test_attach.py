@@ -134,3 +134,24 @@ def test_several_sockets_to_one_broker_are_told_apart(start_client):
         assert row["bytes_sent"] == by_name[row["broker_name"]]["txbytes"]
         assert row["bytes_received"] == by_name[row["broker_name"]]["rxbytes"]
         assert row["confidence"] >= 0.75
+
+
+def test_admin_client_connections(start_client):
+    admin = start_client("admin")
+    (process,) = attach_once(admin.pid)["processes"]
+    assert [c["type"] for c in process["clients"]] == ["admin"]
+    rows = process["connections"]
+    assert rows and all(r["role"] == "broker" and r["client"] for r in rows)
+
+
+def test_psutil_fallback_knows_no_kernel_idle_times(start_client):
+    """Without sock_diag, idle ages come from the client's statistics, or stay unknown."""
+    instrumented = start_client("producer")
+    rows = connections_of(attach_once(instrumented.pid, "--socket-reader", "psutil"))
+    assert rows and all(r["role"] == "broker" for r in rows)
+    assert all(r["evidence"]["idle"] == "stats" and r["idle_ms"] is not None for r in rows)
+
+    plain = start_client("producer", instrument=False)
+    rows = connections_of(attach_once(plain.pid, "--socket-reader", "psutil"))
+    assert rows and all(r["idle_ms"] is None and r["evidence"]["idle"] == "unknown"
+                        for r in rows)

@@ -122,3 +122,22 @@ class TestSpoolFiles:
         os.mkfifo(path)  # root reads any mode bits; a FIFO is a file no reader may trust
         result = kmon("attach", str(client.pid), "--once", "--json")
         assert_one_clear_line(result, 1, "not a regular file")
+
+
+def test_process_in_another_network_namespace_gets_a_notice():
+    if subprocess.run(["unshare", "--net", "true"], capture_output=True).returncode != 0:
+        pytest.skip("cannot create a network namespace here")
+    sleeper = subprocess.Popen(["unshare", "--net", "sleep", "30"])
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # unshare execs sleep once the namespace exists
+            if os.readlink(f"/proc/{sleeper.pid}/exe").endswith("sleep"):
+                break
+            time.sleep(0.05)
+        result = kmon("attach", str(sleeper.pid), "--once", "--json", "--any-process")
+        assert result.returncode == 0, result.stderr
+        (process,) = json.loads(result.stdout)["processes"]
+        assert any("another network namespace" in n for n in process["notices"])
+    finally:
+        sleeper.kill()
+        sleeper.wait()
