@@ -130,8 +130,11 @@ class Event:
     node_id: int | None = None
     remote: str | None = None
     detail: str = ""
+    client: str | None = None
+    broker_id: int | None = None
 
     def to_dict(self) -> dict:
         return {"ts_ms": self.ts_ms, "kind": self.kind.value, "pid": self.pid, "key": self.key,
                 "role": self.role.value if self.role else None, "node_id": self.node_id,
-                "remote": self.remote, "detail": self.detail}
+                "remote": self.remote, "detail": self.detail, "client": self.client,
+                "broker_id": self.broker_id}

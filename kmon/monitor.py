@@ -32,7 +32,7 @@ def diff(before: ProcessView, after: ProcessView, ts_ms: int,
 
     def event(kind: EventKind, conn: Connection, detail: str) -> None:
         events.append(Event(ts_ms, kind, after.pid, conn.key, conn.role, conn.node_id,
-                            conn.remote, detail))
+                            conn.remote, detail, conn.client, conn.broker_id))
 
     for key, conn in new.items():
         prev = old.get(key)

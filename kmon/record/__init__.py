@@ -1,0 +1,1 @@
+"""Recorded sessions: kmon's snapshots and events as versioned, partitioned Parquet."""
