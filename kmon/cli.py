@@ -9,26 +9,16 @@ import sys
 import time
 
 from kmon import __version__
-from kmon.units import parse_duration
+from kmon.errors import UserError
+from kmon.units import duration_arg as _duration
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 
 
-class UserError(Exception):
-    """A problem the user can fix; printed as one line, never a traceback."""
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one clear line instead of usage + error
         self.exit(EXIT_USAGE, f"kmon: error: {message} (see '{self.prog} --help')\n")
-
-
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from err
 
 
 def _positive_int(text: str) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 
 _UNITS = {"ms": 0.001, "s": 1.0, "": 1.0, "m": 60.0, "h": 3600.0}
@@ -17,3 +18,11 @@ def parse_duration(text: str) -> float:
     if seconds <= 0:
         raise ValueError(f"{text!r} must be more than zero")
     return seconds
+
+
+def duration_arg(text: str) -> float:
+    """``parse_duration`` for argparse: a bad duration is a usage error."""
+    try:
+        return parse_duration(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
