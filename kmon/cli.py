@@ -10,7 +10,7 @@ import time
 
 from kmon import __version__
 from kmon.errors import UserError
-from kmon.units import duration_arg as _duration
+from kmon.units import duration_arg, pid_arg, positive_int_arg, property_arg
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -21,27 +21,10 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"kmon: error: {message} (see '{self.prog} --help')\n")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number above zero")
-    return value
 
 
-def _pid(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a process id")
-    return int(text)
 
 
-def _property(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"{text!r} is not key=value")
-    return key.strip(), value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,19 +34,19 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     attach = commands.add_parser("attach", help="watch the connections of one client process")
-    attach.add_argument("pid", type=_pid, help="process id of the Kafka client")
+    attach.add_argument("pid", type=pid_arg, help="process id of the Kafka client")
     attach.add_argument("--once", action="store_true", help="print one snapshot and exit")
     attach.add_argument("--json", action="store_true",
                         help="JSON: one object per snapshot, one per line")
-    attach.add_argument("--interval", type=_duration, default=1.0, metavar="DURATION",
+    attach.add_argument("--interval", type=duration_arg, default=1.0, metavar="DURATION",
                         help="time between snapshots, e.g. 500ms, 2s (default 1s)")
     attach.add_argument("--bootstrap-servers", "-b", metavar="HOST:PORT,...",
                         help="the cluster, to name the brokers of unmatched sockets")
-    attach.add_argument("-X", dest="properties", type=_property, action="append", default=[],
+    attach.add_argument("-X", dest="properties", type=property_arg, action="append", default=[],
                         metavar="KEY=VALUE", help="client property for --bootstrap-servers")
-    attach.add_argument("--cluster-timeout", type=_duration, default=10.0, metavar="DURATION",
+    attach.add_argument("--cluster-timeout", type=duration_arg, default=10.0, metavar="DURATION",
                         help="how long to wait for the cluster's metadata (default 10s)")
-    attach.add_argument("--broker-idle-ms", type=_positive_int, default=600_000,
+    attach.add_argument("--broker-idle-ms", type=positive_int_arg, default=600_000,
                         help="the brokers' connections.max.idle.ms (default 600000)")
     attach.add_argument("--socket-reader", choices=("auto", "sock_diag", "psutil"),
                         default="auto", help="how sockets are read (default: fastest)")
@@ -77,18 +60,24 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--headless", action="store_true",
                       help="no live screen: print snapshots (with --json, as JSON lines)")
     demo.add_argument("--json", action="store_true", help="JSON lines, one per snapshot")
-    demo.add_argument("--duration", type=_duration, default=None, metavar="DURATION",
+    demo.add_argument("--duration", type=duration_arg, default=None, metavar="DURATION",
                       help="stop after this long (default: until Ctrl-C)")
-    demo.add_argument("--interval", type=_duration, default=1.0, metavar="DURATION")
+    demo.add_argument("--interval", type=duration_arg, default=1.0, metavar="DURATION")
+
+    from kmon.record import command as record_command
+
+    record = commands.add_parser("record", help="record sessions to Parquet, headless")
+    record_command.configure(record)
 
     devcluster = commands.add_parser("devcluster", help="run an embedded mock Kafka cluster")
-    devcluster.add_argument("--brokers", type=_positive_int, default=3)
+    devcluster.add_argument("--brokers", type=positive_int_arg, default=3)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"attach": _attach, "run": _run, "demo": _demo, "devcluster": _devcluster}
+    handlers = {"attach": _attach, "run": _run, "demo": _demo, "devcluster": _devcluster,
+                "record": _record}
     handler = handlers[args.command]
     try:
         return handler(args)
@@ -158,7 +147,7 @@ def _watch(monitor, interval: float, json_lines: bool, once: bool = False,
                 view = snapshot_renderable(snapshot, monitor.events, title, labels)
                 live.update(view, refresh=True) if live else console.print(view)
             if monitor.all_exited:
-                raise UserError(next(iter(monitor.exited.values())))
+                raise UserError(monitor.last_loss)
             if once or (ends is not None and time.monotonic() >= ends):
                 return 0
             time.sleep(max(0.0, interval - (time.monotonic() - started)))
@@ -198,6 +187,12 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as err:
         raise UserError(f"cannot run {program[0]}: {err.strerror}") from err
     return EXIT_ERROR  # not reached: exec replaced this process
+
+
+def _record(args: argparse.Namespace) -> int:
+    from kmon.record import command
+
+    return command.run(args)
 
 
 def _devcluster(args: argparse.Namespace) -> int:

@@ -116,6 +116,7 @@ class EventKind(str, Enum):
     NEAR_REAP = "near_reap"
     ROLE_CHANGE = "role_change"
     PROCESS_EXIT = "process_exit"
+    PROCESS_ERROR = "process_error"  # its evidence can no longer be read
 
 
 @dataclass

@@ -12,7 +12,8 @@ from collections import deque
 from collections.abc import Iterable
 
 from kmon.model import Connection, Event, EventKind, ProcessView, Snapshot
-from kmon.sampler import ProcessGone, ProcessSampler
+from kmon.sampler import ProcessGone, ProcessSampler, SampleError
+from kmon.spool import SpoolError
 
 NEAR_REAP_FRACTION = 0.8
 
@@ -57,45 +58,60 @@ def diff(before: ProcessView, after: ProcessView, ts_ms: int,
 
 
 class Monitor:
-    """Polls samplers; keeps a bounded history of snapshots and events."""
+    """Polls samplers; keeps a bounded history of snapshots and events.
+
+    A process that exits, or whose evidence can no longer be read, is dropped
+    with a ``process_exit`` or ``process_error`` event; the others go on.
+    """
 
     def __init__(self, samplers: Iterable[ProcessSampler], history: int = 600,
                  max_events: int = 5000, near_reap_fraction: float = NEAR_REAP_FRACTION) -> None:
-        self.samplers = list(samplers)
+        self.samplers: dict[int, ProcessSampler] = {}
         self.host = socket.gethostname()
         self.snapshots: deque[Snapshot] = deque(maxlen=history)
         self.events: deque[Event] = deque(maxlen=max_events)
         self.fraction = near_reap_fraction
         self.last_views: dict[int, ProcessView] = {}
-        self.exited: dict[int, str] = {}  # pid -> why it is no longer polled
+        self.last_loss = ""  # why the most recently dropped process was dropped
+        for sampler in samplers:
+            self.add(sampler)
+
+    def add(self, sampler: ProcessSampler) -> None:
+        """Watch one more process (a no-op for one already watched)."""
+        self.samplers.setdefault(sampler.pid, sampler)
 
     @property
     def all_exited(self) -> bool:
-        return len(self.exited) == len(self.samplers)
+        """True once every watched process has been dropped."""
+        return not self.samplers and bool(self.last_loss)
 
     def poll(self) -> tuple[Snapshot, list[Event]]:
         """One snapshot of every live process, and what changed since the last one."""
         ts_ms = int(time.time() * 1000)
         views, events = [], []
-        for sampler in self.samplers:
-            if sampler.pid in self.exited:
-                continue
-            previous = self.last_views.get(sampler.pid)
+        for pid, sampler in list(self.samplers.items()):
+            previous = self.last_views.get(pid)
             try:
                 view = sampler.sample(ts_ms)
-            except ProcessGone as gone:
-                self.exited[sampler.pid] = str(gone)
-                events.append(Event(ts_ms, EventKind.PROCESS_EXIT, sampler.pid, None,
-                                    detail=str(gone)))
+            except (SampleError, SpoolError, OSError) as err:
+                kind = EventKind.PROCESS_EXIT if isinstance(err, ProcessGone) else (
+                    EventKind.PROCESS_ERROR)
+                events.append(Event(ts_ms, kind, pid, None, detail=str(err)))
                 if previous is not None:
-                    events.extend(diff(previous, ProcessView(previous.pid, previous.name,
+                    events.extend(diff(previous, ProcessView(pid, previous.name,
                                                              previous.cmdline), ts_ms))
+                self._drop(pid, str(err))
                 continue
             if previous is not None:
                 events.extend(diff(previous, view, ts_ms, self.fraction))
-            self.last_views[sampler.pid] = view
+            self.last_views[pid] = view
             views.append(view)
         snapshot = Snapshot(ts_ms=ts_ms, host=self.host, processes=views)
         self.snapshots.append(snapshot)
         self.events.extend(events)
         return snapshot, events
+
+    def _drop(self, pid: int, why: str) -> None:
+        del self.samplers[pid]
+        self.last_views.pop(pid, None)
+        self.last_loss = why

@@ -101,7 +101,7 @@ class ProcessSampler:
 
     def sample(self, now_ms: int) -> ProcessView:
         """The process as it is now."""
-        if not self.process.is_running():
+        if not self.process.is_running() or _is_zombie(self.process):
             raise ProcessGone(f"PID {self.pid} ({self.name}) has exited")
         try:
             sockets = self.reader.sockets_of(self.pid)
@@ -142,6 +142,15 @@ class ProcessSampler:
             f"PID {self.pid} ({self.name}) shows no sign of being a Kafka client: no kmon "
             "statistics, no Kafka client library loaded, no socket to a known broker "
             "(name the cluster with --bootstrap-servers, or pass --any-process)")
+
+
+def _is_zombie(process: psutil.Process) -> bool:
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.AccessDenied:
+        return False
 
 
 def _instance(stats: ClientStats, now_ms: int) -> ClientInstance:

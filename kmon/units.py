@@ -1,4 +1,8 @@
-"""Durations as users type them: ``500ms``, ``1s``, ``1.5``, ``10m``, ``2h``."""
+"""Values as users type them on the command line.
+
+Durations (``500ms``, ``1s``, ``1.5``, ``10m``, ``2h``), PIDs, counts and
+``key=value`` client properties.
+"""
 
 from __future__ import annotations
 
@@ -26,3 +30,29 @@ def duration_arg(text: str) -> float:
         return parse_duration(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from err
+
+
+def positive_int_arg(text: str) -> int:
+    """A whole number above zero, for argparse."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number above zero")
+    return value
+
+
+def pid_arg(text: str) -> int:
+    """A process id, for argparse."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a process id")
+    return int(text)
+
+
+def property_arg(text: str) -> tuple[str, str]:
+    """A ``key=value`` client property, for argparse."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not key=value")
+    return key.strip(), value

@@ -9,23 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import Child, kmon
-
-
-def assert_one_clear_line(result: subprocess.CompletedProcess, code: int, *words: str) -> None:
-    assert result.returncode == code, (result.returncode, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
-
-
-def unused_pid() -> int:
-    pid = 4_000_000
-    while os.path.exists(f"/proc/{pid}"):
-        pid += 1
-    return pid
+from conftest import Child, assert_one_clear_line, kmon, unused_pid
 
 
 def test_unknown_pid():
