@@ -1,0 +1,202 @@
+"""``kmon record``: watch client processes headless and write the session to Parquet."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kmon.errors import UserError
+from kmon.units import duration_arg, pid_arg, positive_int_arg, property_arg
+
+if TYPE_CHECKING:  # the rest is imported when the command runs: every kmon command builds
+    # the parser, and pyarrow alone takes a fifth of a second to import
+    from kmon.model import Event, Snapshot
+    from kmon.monitor import Monitor
+    from kmon.record.recorder import Recorder, Summary
+    from kmon.sampler import SamplerSettings
+    from kmon.sources.cluster import ClusterMetadata
+    from kmon.sources.sockets import Endpoint, SocketReader
+
+DISCOVER_EVERY_S = 10.0  # --cluster: how often the host's sockets are searched for clients
+STOP_CHECK_S = 0.1  # how quickly a stop signal ends the wait between polls
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``record`` options to ``parser``."""
+
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--pid", type=pid_arg, action="append", metavar="PID",
+                       help="a client process to record (repeat for more)")
+    which.add_argument("--cluster", metavar="HOST:PORT,...",
+                       help="record every local process connected to this cluster's brokers")
+    parser.add_argument("-X", dest="properties", type=property_arg, action="append", default=[],
+                        metavar="KEY=VALUE", help="client property for --cluster")
+    parser.add_argument("--out", required=True, type=Path, metavar="DIR",
+                        help="root directory of the recorded tables")
+    parser.add_argument("--interval", type=duration_arg, default=1.0, metavar="DURATION",
+                        help="time between snapshots, e.g. 500ms, 2s (default 1s)")
+    parser.add_argument("--duration", type=duration_arg, default=None, metavar="DURATION",
+                        help="stop after this long, e.g. 10m (default: until SIGINT/SIGTERM)")
+    parser.add_argument("--cluster-timeout", type=duration_arg, default=10.0, metavar="DURATION",
+                        help="how long to wait for the cluster's metadata (default 10s)")
+    parser.add_argument("--broker-idle-ms", type=positive_int_arg, default=600_000,
+                        help="the brokers' connections.max.idle.ms (default 600000)")
+    parser.add_argument("--any-process", action="store_true",
+                        help="record even a --pid that shows no sign of Kafka")
+    parser.add_argument("--flush-every", type=duration_arg, default=10.0,
+                        help=argparse.SUPPRESS)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Record until the duration ends, a stop signal, or (with --pid) every process exits."""
+    from kmon.monitor import Monitor
+    from kmon.record.recorder import Recorder, new_session_id
+    from kmon.sampler import ProcessSampler, SampleError, SamplerSettings
+    from kmon.sources.cluster import ClusterUnreachable, fetch_metadata
+    from kmon.sources.sockets import open_socket_reader
+    from kmon.spool import SpoolError
+
+    root = _writable_dir(args.out)
+    try:
+        reader = open_socket_reader()
+        cluster = None
+        if args.cluster:
+            cluster = fetch_metadata(args.cluster, dict(args.properties), args.cluster_timeout)
+        settings = SamplerSettings(broker_idle_ms=args.broker_idle_ms, cluster=cluster,
+                                   require_kafka=cluster is None and not args.any_process)
+        monitor = Monitor((ProcessSampler(pid, reader, settings)
+                           for pid in dict.fromkeys(args.pid or ())),
+                          history=1, max_events=1)  # rows go to disk, not to a history
+        session_id = new_session_id(monitor.host)
+        recorder = Recorder(root, monitor.host, session_id, round(args.interval * 1000),
+                            args.flush_every)  # writes nothing before its first add()
+        discovery = Discovery(cluster, reader, settings) if cluster else None
+        if discovery:
+            discovery.update(monitor)
+        first = monitor.poll()  # bad PIDs fail here, before any file is written
+    except (SampleError, SpoolError, ClusterUnreachable, OSError) as err:
+        raise UserError(str(err)) from err
+    if monitor.all_exited:
+        raise UserError(monitor.last_loss)
+
+    watching = (f"clients of {args.cluster} ({len(monitor.samplers)} found so far)" if cluster
+                else "PID " + ", ".join(str(pid) for pid in monitor.samplers))
+    print(f"kmon record: session {session_id}: {watching}, every {args.interval:g}s, "
+          f"into {root}", file=sys.stderr, flush=True)
+    with StopSignals() as stop:
+        try:
+            why = _record(monitor, recorder, discovery, first, args.interval, args.duration,
+                          stop)
+        except (SampleError, SpoolError, OSError) as err:
+            summary = _close(recorder, root)
+            raise UserError(f"{err}; recording stopped, {_describe(summary, root)}") from err
+        summary = _close(recorder, root)
+    print(f"kmon record: session {session_id} stopped ({why}): {_describe(summary, root)}",
+          file=sys.stderr, flush=True)
+    return 0
+
+
+class Discovery:
+    """Adds a sampler for each local process newly connected to the cluster."""
+
+    def __init__(self, cluster: ClusterMetadata, reader: SocketReader,
+                 settings: SamplerSettings) -> None:
+        self.reader, self.settings = reader, settings
+        resolver = settings.resolver
+        self.brokers: frozenset[Endpoint] = frozenset(cluster.endpoints(resolver)).union(
+            *(resolver.endpoints(address) for address in cluster.bootstrap.split(",")))
+        self.next_search = 0.0  # monotonic
+
+    def update(self, monitor: Monitor) -> None:
+        """Search the host's sockets if the last search is DISCOVER_EVERY_S old."""
+        from kmon.discover import client_pids
+        from kmon.sampler import ProcessSampler, SampleError
+
+        if time.monotonic() < self.next_search:
+            return
+        self.next_search = time.monotonic() + DISCOVER_EVERY_S
+        for pid in sorted(client_pids(self.brokers) - monitor.samplers.keys()):
+            try:
+                monitor.add(ProcessSampler(pid, self.reader, self.settings))
+            except SampleError:
+                continue  # gone (or closed to us) since its socket was listed
+
+
+class StopSignals:
+    """While active, SIGINT and SIGTERM ask for a clean stop instead of ending the process."""
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self.previous: dict[int, object] = {}
+
+    def __enter__(self) -> StopSignals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        self.received = signal.Signals(signum).name
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True as soon as a stop signal has arrived."""
+        deadline = time.monotonic() + seconds
+        while self.received is None and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, STOP_CHECK_S))
+        return self.received is not None
+
+
+def _record(monitor: Monitor, recorder: Recorder, discovery: Discovery | None,
+            first: tuple[Snapshot, list[Event]], interval: float, duration: float | None,
+            stop: StopSignals) -> str:
+    """The poll loop; returns why it ended."""
+    started = time.monotonic()
+    ends = started + duration if duration else None
+    snapshot, events = first
+    while True:
+        recorder.add(snapshot, events)
+        if discovery is None and monitor.all_exited:
+            return "every recorded process exited"
+        wake = started + interval
+        if stop.wait(min(wake, ends or wake) - time.monotonic()):
+            return stop.received
+        if ends is not None and time.monotonic() >= ends:
+            return "duration reached"
+        started = time.monotonic()
+        if discovery:
+            discovery.update(monitor)
+        snapshot, events = monitor.poll()
+
+
+def _writable_dir(path: Path) -> Path:
+    """``path``, created if need be, once a file could be made in it; UserError if not."""
+    if path.exists() and not path.is_dir():
+        raise UserError(f"cannot write to --out {path}: not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as err:
+        raise UserError(f"cannot write to --out {path}: {err.strerror or err}") from err
+    return path.resolve()
+
+
+def _close(recorder: Recorder, root: Path) -> Summary:
+    try:
+        return recorder.close()
+    except OSError as err:
+        raise UserError(f"cannot write the recording under {root}: {err}") from err
+
+
+def _describe(summary: Summary, root: Path) -> str:
+    rows = ", ".join(f"{table} {count}" for table, count in summary.rows.items())
+    return (f"{sum(summary.rows.values())} rows ({rows}) in {len(summary.files)} files, "
+            f"{summary.bytes:,} bytes, under {root}")

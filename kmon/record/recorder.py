@@ -1,0 +1,157 @@
+"""A recording session: snapshots and events into the three Parquet tables.
+
+Rows are buffered and written as complete part files at least every
+``flush_every_s`` seconds, so a killed recorder loses at most that window.
+The session row is written with the first flush (``stopped_ms`` null) and
+again by ``close()`` (``stopped_ms`` set), which then compacts the session's
+parts into one file per partition.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import os
+import secrets
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kmon import __version__
+from kmon.model import Event, Snapshot
+from kmon.record.schema import (
+    SCHEMAS,
+    clients_json,
+    event_rows,
+    partition_date,
+    session_row,
+    snapshot_rows,
+)
+from kmon.record.writer import PartWriter
+
+COMPACT_BATCH_ROWS = 100_000  # rows per row group of a compacted file, at most
+
+
+def new_session_id(host: str) -> str:
+    """A sortable, unique session id: ``<UTC yyyymmddTHHMMSSZ>-<host>-<pid>-<4 hex>``."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{host}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+def current_user() -> str:
+    """The recording user's name (its uid when it has no name)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What a session left on disk."""
+
+    rows: dict[str, int]  # table -> rows written
+    files: list[Path]
+    bytes: int
+
+
+class Recorder:
+    """Writes one session's snapshots, events and session row under ``root``."""
+
+    def __init__(self, root: Path, host: str, session_id: str, interval_ms: int,
+                 flush_every_s: float = 10.0) -> None:
+        self.root, self.session_id, self.interval_ms = Path(root), session_id, interval_ms
+        self.flush_every_s = flush_every_s
+        self.writers = {table: PartWriter(self.root, table, host, session_id)
+                        for table in SCHEMAS}
+        self.rows: dict[str, int] = dict.fromkeys(SCHEMAS, 0)
+        self.parts: dict[str, list[Path]] = {table: [] for table in SCHEMAS}
+        self.user = current_user()
+        self.started_ms = int(time.time() * 1000)
+        self.clients: dict[tuple[int, str], dict] = {}  # (pid, client name) -> client
+        self.started_row_written = False
+        self.next_flush = 0.0  # monotonic; the first add() flushes at once
+
+    def add(self, snapshot: Snapshot, events: list[Event]) -> None:
+        """Buffer one poll's rows; flush when the last flush is ``flush_every_s`` old."""
+        self.writers["snapshots"].add(snapshot_rows(snapshot, self.session_id))
+        self.writers["events"].add(event_rows(events, self.session_id))
+        for client in clients_json(snapshot):
+            self.clients.setdefault((client["pid"], client["name"]), client)
+        if time.monotonic() >= self.next_flush:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write every buffered row as complete part files (the session row first time)."""
+        if not self.started_row_written:
+            self._add_session_row(stopped_ms=None)
+            self.started_row_written = True
+        for table, writer in self.writers.items():
+            rows = len(writer.rows)
+            self.parts[table] += writer.flush()
+            self.rows[table] += rows
+        self.next_flush = time.monotonic() + self.flush_every_s
+
+    def close(self) -> Summary:
+        """Flush, write the final session row, compact the parts; what is on disk now."""
+        self._add_session_row(stopped_ms=int(time.time() * 1000))
+        self.flush()
+        files = [compacted for table in SCHEMAS for compacted in self._compact(table)]
+        return Summary(rows=dict(self.rows), files=files,
+                       bytes=sum(path.stat().st_size for path in files))
+
+    def _add_session_row(self, stopped_ms: int | None) -> None:
+        self.writers["sessions"].add([session_row(
+            self.session_id, self.user, __version__, self.started_ms, stopped_ms,
+            self.interval_ms, list(self.clients.values()))])
+
+    def _compact(self, table: str) -> list[Path]:
+        """``<session>.parquet``, one per partition directory, in place of the session's parts.
+
+        A compacted file is written atomically before its parts are deleted: a
+        kill in between leaves rows twice, never a gap or a broken file.
+        """
+        by_dir: dict[Path, list[Path]] = defaultdict(list)
+        for part in self.parts[table]:
+            by_dir[part.parent].append(part)
+        if not by_dir:  # a table without rows still gets a file: its schema, no rows
+            directory = self.writers[table].partition_dir(partition_date(self.started_ms))
+            directory.mkdir(parents=True, exist_ok=True)
+            by_dir[directory] = []
+        files = []
+        for directory, parts in sorted(by_dir.items()):
+            target = directory / f"{self.session_id}.parquet"
+            if len(parts) == 1:
+                os.replace(parts[0], target)
+            else:  # several parts, or none
+                _concatenate(parts, target, SCHEMAS[table])
+                for part in parts:
+                    part.unlink()
+            files.append(target)
+        self.parts[table] = files
+        return files
+
+
+def _concatenate(parts: list[Path], target: Path, schema: pa.Schema) -> None:
+    """Write the rows of ``parts`` (maybe none), in order, to ``target`` atomically."""
+    tmp = target.with_name(f".{target.name}.tmp")
+    try:
+        with pq.ParquetWriter(tmp, schema, compression="zstd") as out:
+            batch: list[pa.Table] = []
+            for part in parts:
+                batch.append(pq.ParquetFile(part).read())
+                if sum(t.num_rows for t in batch) >= COMPACT_BATCH_ROWS:
+                    out.write_table(pa.concat_tables(batch))
+                    batch = []
+            if batch:
+                out.write_table(pa.concat_tables(batch))
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise

@@ -1,0 +1,187 @@
+"""``kmon record``: real clients recorded to Parquet by the real command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+from conftest import Child, assert_one_clear_line, kmon, unused_pid
+
+from kmon.agent import CONFIG_SUMMARY_KEYS
+from kmon.record.schema import SCHEMAS
+
+HOST = socket.gethostname()
+SECRET = "hunter2"
+
+
+def read(root: Path, table: str) -> list[dict]:
+    """Every row of one recorded table, as Spark would see it (hive partitions)."""
+    dataset = ds.dataset(root / table, format="parquet", partitioning="hive")
+    assert dataset.schema.names == SCHEMAS[table].names + ["date", "host"]
+    return dataset.to_table().to_pylist()
+
+
+def data_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+def record_child(*args: str) -> Child:
+    """``kmon record`` in the background; returns once it has said it started."""
+    child = Child([sys.executable, "-m", "kmon", "record", *args])
+    deadline = time.monotonic() + 30
+    while not any("session" in line for line in child.stderr):
+        assert child.proc.poll() is None and time.monotonic() < deadline, child.stderr
+        time.sleep(0.05)
+    return child
+
+
+def latest_session(rows: list[dict]) -> dict:
+    """The row a reader takes for a session: the one with the latest stopped_ms."""
+    return max(rows, key=lambda r: -1 if r["stopped_ms"] is None else r["stopped_ms"])
+
+
+def test_record_pids(start_client, tmp_path):
+    consumer = start_client("consumer", properties={"sasl.password": SECRET})
+    producer = start_client("producer")
+    out = tmp_path / "rec"
+    result = kmon("record", "--pid", str(consumer.pid), "--pid", str(producer.pid),
+                  "--out", str(out), "--interval", "250ms", "--duration", "3s")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    summary = result.stderr.strip().splitlines()[-1]
+    assert "stopped (duration reached)" in summary and str(out) in summary, summary
+
+    for table in SCHEMAS:
+        for path in (out / table).rglob("*.parquet"):
+            date, host = path.relative_to(out / table).parts[:2]
+            assert date.startswith("date=") and len(date) == len("date=YYYY-MM-DD")
+            assert host == f"host={HOST}"
+    snapshots, sessions = read(out, "snapshots"), read(out, "sessions")
+    assert {r["schema_version"] for r in snapshots + sessions} == {1}
+    assert {r["pid"] for r in snapshots} == {consumer.pid, producer.pid}
+    assert any(r["pid"] == consumer.pid and r["role"] == "coordinator"
+               and r["client_type"] == "consumer" for r in snapshots)
+    assert {r["session_id"] for r in snapshots} == {r["session_id"] for r in sessions}
+
+    session = latest_session(sessions)
+    assert session["stopped_ms"] > session["started_ms"] and session["interval_ms"] == 250
+    clients = json.loads(session["clients_json"])
+    assert {(c["pid"], c["type"]) for c in clients} == {(consumer.pid, "consumer"),
+                                                        (producer.pid, "producer")}
+    assert all(set(c["config"]) <= set(CONFIG_SUMMARY_KEYS) for c in clients)
+    assert any(c["config"].get("group.id") for c in clients)
+
+    for path in data_files(out):
+        assert SECRET.encode() not in path.read_bytes()
+    decoded = json.dumps([read(out, table) for table in SCHEMAS], default=str)
+    assert SECRET not in decoded
+
+
+def test_a_process_exit_is_an_event_and_the_last_one_ends_the_recording(start_client,
+                                                                         tmp_path):
+    stays, leaves = start_client("consumer"), start_client("producer")
+    out = tmp_path / "rec"
+    recorder = record_child("--pid", str(stays.pid), "--pid", str(leaves.pid),
+                            "--out", str(out), "--interval", "250ms")
+    try:
+        time.sleep(1)
+        leaves.send("exit")
+        leaves.proc.wait(10)
+        time.sleep(1)
+        assert recorder.proc.poll() is None, recorder.stderr  # one process is left
+        stays.send("exit")
+        stays.proc.wait(10)  # reaped: kmon counts a zombie as running
+        assert recorder.proc.wait(15) == 0, recorder.stderr
+    finally:
+        recorder.stop()
+    exits = [e for e in read(out, "events") if e["kind"] == "process_exit"]
+    assert [e["pid"] for e in exits] == [leaves.pid, stays.pid]
+    snapshots = read(out, "snapshots")
+    assert max(r["ts_ms"] for r in snapshots if r["pid"] == stays.pid) > exits[0]["ts_ms"]
+    assert latest_session(read(out, "sessions"))["stopped_ms"] is not None
+
+
+def test_cluster_mode_finds_the_clients_and_sigterm_stops_it_cleanly(cluster, start_client,
+                                                                    tmp_path):
+    consumer, producer = start_client("consumer"), start_client("producer")
+    out = tmp_path / "rec"
+    recorder = record_child("--cluster", cluster, "--out", str(out), "--interval", "500ms")
+    try:
+        time.sleep(2)
+        recorder.proc.terminate()
+        assert recorder.proc.wait(15) == 0, recorder.stderr
+    finally:
+        recorder.stop()
+    time.sleep(0.2)  # let the stderr pump catch up
+    assert "stopped (SIGTERM)" in recorder.stderr[-1], recorder.stderr
+    # the devcluster process (brokers, and its own client to them) is not a client
+    assert {r["pid"] for r in read(out, "snapshots")} == {consumer.pid, producer.pid}
+    clients = json.loads(latest_session(read(out, "sessions"))["clients_json"])
+    assert {c["pid"] for c in clients} == {consumer.pid, producer.pid}
+
+
+def test_a_killed_recorder_leaves_readable_parts(start_client, tmp_path):
+    producer = start_client("producer", idle_ms=3000)
+    out = tmp_path / "rec"
+    recorder = record_child("--pid", str(producer.pid), "--out", str(out),
+                            "--interval", "250ms", "--flush-every", "1")
+    try:
+        time.sleep(3)
+        killed_ms = int(time.time() * 1000)
+        os.kill(recorder.pid, signal.SIGKILL)
+        recorder.proc.wait(10)
+    finally:
+        recorder.stop()
+
+    for path in data_files(out):
+        assert path.suffix == ".parquet" or path.name.startswith("."), path
+    snapshots = read(out, "snapshots")
+    assert len({r["ts_ms"] for r in snapshots}) >= 2
+    assert max(r["ts_ms"] for r in snapshots) >= killed_ms - 2500  # lost: the last second or so
+    (session,) = read(out, "sessions")
+    assert session["stopped_ms"] is None
+    # a hidden leftover, as a kill mid-write leaves it, does not break a later read
+    partition = next((out / "snapshots").rglob("*.parquet")).parent
+    (partition / ".half-written.parquet.tmp").write_bytes(b"PAR1\x00garbage")
+    assert len(read(out, "snapshots")) == len(snapshots)
+    # the idle reaper (3 s) closes the producer's connection and it opens another
+    for event in read(out, "events"):
+        if event["kind"] in ("opened", "closed"):
+            assert event["pid"] == producer.pid and event["role"] == "broker"
+
+
+@pytest.mark.parametrize("case", ["no source", "no such pid", "not kafka", "unwritable out",
+                                  "out is a file", "unreachable cluster"])
+def test_bad_input(case, tmp_path):
+    sleeper = subprocess.Popen(["sleep", "30"])
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead_port = probe.getsockname()[1]
+    out = ["--out", str(tmp_path / "rec")]
+    args, code, word = {
+        "no source": (out, 2, "--pid"),
+        "no such pid": (["--pid", str(unused_pid()), *out], 1, "PID"),
+        "not kafka": (["--pid", str(sleeper.pid), *out], 1, "no sign of being a Kafka client"),
+        "unwritable out": (["--pid", str(sleeper.pid), "--out", str(blocker / "rec")], 1,
+                           "cannot write"),
+        "out is a file": (["--pid", str(sleeper.pid), "--out", str(blocker)], 1,
+                          "not a directory"),
+        "unreachable cluster": (["--cluster", f"127.0.0.1:{dead_port}",
+                                 "--cluster-timeout", "2s", *out], 1, "did not answer"),
+    }[case]
+    try:
+        assert_one_clear_line(kmon("record", *args), code, "kmon: error", word)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert not (tmp_path / "rec").exists() or not data_files(tmp_path / "rec")
