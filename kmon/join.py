@@ -19,7 +19,8 @@ from kmon.model import Connection, Role
 from kmon.sources.sockets import Endpoint, TcpSocket
 
 BROKER_DEFAULT_IDLE_MS = 600_000
-MAX_EXHAUSTIVE = 6  # larger groups of look-alike sockets are paired greedily
+MAX_EXHAUSTIVE = 4  # larger groups of look-alike sockets are paired greedily
+GREEDY_CONFIDENCE = 0.5  # a greedy pairing has no runner-up to measure its margin against
 UNPAIRED = 10.0  # cost of leaving a socket or a logical connection without partner
 
 
@@ -91,19 +92,21 @@ def _assign(socks: list[TcpSocket], logicals: list[LogicalConnection],
     options.sort(key=lambda o: o[0])
     best_cost, best = options[0]
     rivals = [c for c, p in options[1:] if len(p) == len(best) and p != best]
-    return best, best_cost, (rivals[0] if rivals else float("inf"))
+    return best, best_cost, (rivals[0] if rivals else best_cost)
 
 
 def _confidence(group_size: int, pair_cost: float, margin: float) -> float:
     """1.0 for the only candidate that fits; 0.5 for a coin toss between look-alikes."""
     if group_size == 1:
         return 1.0 if pair_cost < 0.2 else 0.9
+    if group_size > MAX_EXHAUSTIVE:
+        return GREEDY_CONFIDENCE
     return round(min(0.99, 0.5 + margin / 2), 2)
 
 
 def _limit(logical: LogicalConnection | None, settings: JoinSettings) -> tuple[int, str]:
     if logical is not None:
-        client_limit = int(logical.client.config.get("connections.max.idle.ms", "0") or 0)
+        client_limit = logical.client.config_ms("connections.max.idle.ms") or 0
         if 0 < client_limit <= settings.broker_idle_ms:
             return client_limit, "client config"
     return settings.broker_idle_ms, "broker default"

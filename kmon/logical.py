@@ -68,14 +68,14 @@ def classify_broker_entry(name: str, entry: dict, learned: dict[str, int],
     address = entry.get("nodename", "")
     if classify.is_logical_coordinator(name) or entry.get("source") == "logical":
         broker_id = nodeid if nodeid >= 0 else learned.get(address)
-        if broker_id is None:
-            return Role.COORDINATOR, None, None
+        if broker_id is None or broker_id > classify.MAX_BROKER_ID:  # no Java node id for it
+            return Role.COORDINATOR, None, broker_id
         return Role.COORDINATOR, classify.coordinator_node_id(broker_id), broker_id
     if nodeid < 0 or name.endswith("/bootstrap"):
         position = _bootstrap_position(address, bootstrap_servers)
         node_id = classify.bootstrap_node_id(position) if position is not None else -1
         return Role.BOOTSTRAP, node_id, None
-    return classify.role_of_node_id(nodeid), nodeid, classify.broker_of_node_id(nodeid)
+    return Role.BROKER, nodeid, nodeid  # a learned broker, whatever its id
 
 
 def logical_connections(client: ClientStats, resolver: Resolver) -> list[LogicalConnection]:
@@ -88,17 +88,17 @@ def logical_connections(client: ClientStats, resolver: Resolver) -> list[Logical
         if entry.get("state") not in SOCKET_STATES or not entry.get("nodename"):
             continue
         role, node_id, broker_id = classify_broker_entry(name, entry, learned, bootstrap_servers)
-        rtt = (entry.get("rtt") or {}).get("avg") or 0
+        rtt = entry["rtt_avg_us"]
         out.append(LogicalConnection(
             client=client, broker_name=name, role=role, node_id=node_id, broker_id=broker_id,
             address=entry["nodename"], endpoints=resolver.endpoints(entry["nodename"]),
             client_state=entry["state"],
-            tx_bytes=int(entry.get("txbytes", 0)), rx_bytes=int(entry.get("rxbytes", 0)),
-            requests_sent=int(entry.get("tx", 0)), responses_received=int(entry.get("rx", 0)),
-            in_flight=int(entry.get("outbuf_cnt", 0)) + int(entry.get("waitresp_cnt", 0)),
+            tx_bytes=entry["txbytes"], rx_bytes=entry["rxbytes"],
+            requests_sent=entry["tx"], responses_received=entry["rx"],
+            in_flight=entry["outbuf_cnt"] + entry["waitresp_cnt"],
             rtt_ms=rtt / 1000 if rtt > 0 else None,
-            tx_idle_ms=_idle_ms(entry.get("txidle")), rx_idle_ms=_idle_ms(entry.get("rxidle")),
-            connects=int(entry.get("connects", 1)),
+            tx_idle_ms=_idle_ms(entry["txidle"]), rx_idle_ms=_idle_ms(entry["rxidle"]),
+            connects=entry["connects"],
         ))
     return out
 

@@ -13,7 +13,7 @@ from kmon.logical import learned_brokers, logical_connections
 from kmon.model import ClientInstance, Connection, ProcessView, Role
 from kmon.redact import redact_args
 from kmon.sources.cluster import ClusterMetadata
-from kmon.sources.librdkafka_stats import ClientStats, read_client_stats
+from kmon.sources.librdkafka_stats import ClientStats, read_client_stats, spool_dirs
 from kmon.sources.resolve import Resolver
 from kmon.sources.sockets import Endpoint, SocketReader
 
@@ -90,6 +90,10 @@ class ProcessSampler:
             raise ProcessGone(f"no process with PID {pid}") from err
         self.pid = pid
         self.name, self.cmdline, self.start_time = _describe(self.process)
+        try:
+            self.spool_dirs = spool_dirs(self.process)
+        except psutil.NoSuchProcess as err:
+            raise ProcessGone(f"no process with PID {pid}") from err
         self.reader = reader
         self.settings = settings
         self._kafka_checked = not settings.require_kafka
@@ -110,7 +114,10 @@ class ProcessSampler:
         except psutil.AccessDenied as err:
             raise NoPermission(f"no permission to read the sockets of PID {self.pid} "
                                f"({self.name}); run kmon as its user or as root") from err
-        all_stats = read_client_stats(self.process, self.start_time)
+        try:
+            all_stats = read_client_stats(self.process, self.start_time, self.spool_dirs)
+        except psutil.NoSuchProcess as err:
+            raise ProcessGone(f"PID {self.pid} ({self.name}) has exited") from err
         fresh = [c for c in all_stats if not c.is_stale(now_ms)]
         resolver = self.settings.resolver
         self.settings.learned.update(learned_brokers(fresh, resolver))

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 FORMAT = 1
+MAX_RECORD_BYTES = 64 * 1024 * 1024
 ENV_DIR = "KMON_SPOOL_DIR"
 
 
@@ -74,44 +75,57 @@ def write_record(directory: Path, pid: int, instance: str, record_json: str) -> 
     return target
 
 
-def read_records(directory: Path, pid: int) -> list[tuple[Path, dict]]:
+def read_records(directory: Path, pid: int, owner_uid: int) -> list[tuple[Path, dict]]:
     """Every spool record of process ``pid`` in ``directory``.
 
-    Raises SpoolError naming the file for one that is a link, unreadable,
-    not JSON, or not a kmon record.
+    The directory must belong to ``owner_uid`` (or root) and be writable by
+    nobody else, or anyone could feed kmon records. Raises SpoolError naming
+    the file for one that is a link, unreadable, too large, not JSON, or not a
+    kmon record. A file removed while being listed is skipped.
     """
     try:
+        info = os.lstat(directory)
         names = sorted(os.listdir(directory))
     except FileNotFoundError:
         return []
     except OSError as err:
         raise SpoolError(f"cannot read spool {directory}: {err.strerror}") from err
+    if (not stat.S_ISDIR(info.st_mode) or info.st_uid not in (owner_uid, 0)
+            or info.st_mode & 0o022):
+        raise SpoolError(f"spool {directory} is not a private directory of uid {owner_uid}; "
+                         "refusing to trust it")
     prefix = f"{pid}-"
-    return [(directory / n, _read_one(directory / n)) for n in names
-            if n.startswith(prefix) and n.endswith(".json")]
+    records = []
+    for name in names:
+        if name.startswith(prefix) and name.endswith(".json"):
+            record = _read_one(directory / name)
+            if record is not None:
+                records.append((directory / name, record))
+    return records
 
 
-def _read_one(path: Path) -> dict:
+def _read_one(path: Path) -> dict | None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None  # its client exited between listing and reading
     except OSError as err:
         why = "is a symbolic link" if os.path.islink(path) else err.strerror
         raise SpoolError(f"spool file {path} {why}; refusing to read it") from err
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
             raise SpoolError(f"spool file {path} is not a regular file")
-        with os.fdopen(fd, "rb") as f:
-            fd = -1
-            raw = f.read(16 * 1024 * 1024)
-    finally:
-        if fd >= 0:
-            os.close(fd)
+        if info.st_size > MAX_RECORD_BYTES:
+            raise SpoolError(f"spool file {path} is too large ({info.st_size:,} bytes)")
+        raw = f.read(MAX_RECORD_BYTES)
     try:
         record = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (ValueError, RecursionError) as err:
         raise SpoolError(f"spool file {path} is corrupt (not JSON: {err})") from err
-    if not (isinstance(record, dict) and record.get("format") == FORMAT
-            and isinstance(record.get("stats"), dict)):
+    if not (isinstance(record, dict) and isinstance(record.get("stats"), dict)):
         raise SpoolError(f"spool file {path} is corrupt (not a kmon statistics record)")
+    if record.get("format") != FORMAT:
+        raise SpoolError(f"spool file {path} has format {record.get('format')!r}, "
+                         f"this kmon reads format {FORMAT}")
     return record
-

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 from conftest import Child, assert_one_clear_line, kmon, unused_pid
 
@@ -101,6 +102,29 @@ class TestSpoolFiles:
         result = kmon("attach", str(client.pid), "--once", "--json")
         assert_one_clear_line(result, 1, "symbolic link")
 
+    @pytest.mark.parametrize(("change", "word"), [
+        ({"proc_start": "yesterday"}, "proc_start"),
+        ({"written_ms": [1]}, "written_ms"),
+        ({"config": ["a"]}, "config"),
+        ({"stats": {"brokers": ["b1"]}}, "brokers"),
+        ({"stats": {"brokers": {"b1": {"nodeid": "1"}}}}, "nodeid"),
+        ({"stats": {"brokers": {"b1": {"nodename": 9092}}}}, "nodename"),
+        ({"stats": {"brokers": {"b1": {"rtt": [1]}}}}, "rtt"),
+        ({"sockets": [{"inode": "x"}]}, "socket counters"),
+        ({"format": 2}, "format 2"),
+    ])
+    def test_spool_record_with_odd_fields(self, client, spool_dir, change, word):
+        """Records with the right process start time, so kmon reads past the header."""
+        record = {"format": 1, "pid": client.pid,
+                  "proc_start": psutil.Process(client.pid).create_time(),
+                  "written_ms": int(time.time() * 1000), "config": {},
+                  "stats": {"name": "rdkafka#producer-1", "brokers": {}}, **change}
+        path = spool_dir / f"{client.pid}-rdkafka_producer-1.json"
+        path.write_text(json.dumps(record))
+        result = kmon("attach", str(client.pid), "--once", "--json")
+        assert_one_clear_line(result, 1, str(path), word)
+        assert result.stdout == ""
+
     def test_unreadable_spool_file(self, client, spool_dir):
         path = spool_dir / f"{client.pid}-rdkafka_producer-1.json"
         os.mkfifo(path)  # root reads any mode bits; a FIFO is a file no reader may trust
@@ -125,3 +149,14 @@ def test_process_in_another_network_namespace_gets_a_notice():
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_closed_output_pipe_is_not_an_error(start_client):
+    client = start_client("producer")
+    attach = subprocess.Popen([sys.executable, "-m", "kmon", "attach", str(client.pid), "--json",
+                               "--interval", "100ms"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    assert attach.stdout.readline().startswith("{")
+    attach.stdout.close()  # like `| head -1`
+    assert attach.wait(10) == 0
+    assert attach.stderr.read() == ""

@@ -63,6 +63,10 @@ BOOTSTRAP = "b1:9092, b2:9092"
      (Role.COORDINATOR, MAX_INT - 1, 1)),
     ("GroupCoordinator", {"nodeid": -1, "nodename": "b9:9092", "source": "logical"},
      (Role.COORDINATOR, None, None)),
+    ("GroupCoordinator", {"nodeid": 2_000_000, "nodename": "big:9092", "source": "logical"},
+     (Role.COORDINATOR, None, 2_000_000)),
+    ("big:9092/2147483000", {"nodeid": 2147483000, "nodename": "big:9092", "source": "learned"},
+     (Role.BROKER, 2147483000, 2147483000)),
 ])
 def test_librdkafka_broker_entries(name, entry, expected):
     assert classify_broker_entry(name, entry, LEARNED, BOOTSTRAP) == expected
@@ -73,6 +77,10 @@ def test_librdkafka_broker_entries(name, entry, expected):
     (["app", "--ssl.key.password", "hunter2", "-v"], ["app", "--ssl.key.password", "***", "-v"]),
     (["app", "sasl.jaas.config=x password=y"], ["app", "sasl.jaas.config=***"]),
     (["app", "--api-key=abc", "--keyboard=1"], ["app", "--api-key=***", "--keyboard=1"]),
+    (["app", "--conf", '{"sasl.password": "s3", "client.id": "a"}'],
+     ["app", "--conf", '{"sasl.password": ***, "client.id": "a"}']),
+    (["app", "--url", "https://kmon:s3cret@registry:8081/x"],
+     ["app", "--url", "https://kmon:***@registry:8081/x"]),
     (["java", "-Dclient.id=a", "bootstrap.servers=b:9092"],
      ["java", "-Dclient.id=a", "bootstrap.servers=b:9092"]),
 ])

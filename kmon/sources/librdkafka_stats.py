@@ -1,7 +1,13 @@
-"""librdkafka statistics left in the kmon spool by the agent of a process."""
+"""librdkafka statistics left in the kmon spool by the agent of a process.
+
+Every record is validated here, once: what leaves this module has the types
+the rest of kmon relies on, and a record that does not is a SpoolError that
+names the file.
+"""
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,10 +16,15 @@ import psutil
 
 from kmon import spool
 
-# A record older than this many statistics intervals (plus slack) is stale:
-# the client was closed or stopped serving its callbacks.
-STALE_INTERVALS = 3
-STALE_SLACK_MS = 2000
+# Statistics older than this are stale: the client was closed, or has not
+# served its callbacks (poll) for a long while.
+STALE_AFTER_MS = 60_000
+STALE_INTERVALS = 5
+
+_BROKER_INTS = {"nodeid": -1, "txbytes": 0, "rxbytes": 0, "tx": 0, "rx": 0, "outbuf_cnt": 0,
+                "waitresp_cnt": 0, "txidle": -1, "rxidle": -1, "connects": 1}
+_BROKER_STRS = ("nodename", "source", "state")
+_COUNTER_FIELDS = ("bytes_sent", "bytes_received", "last_sent_ms", "last_recv_ms")
 
 
 @dataclass(frozen=True)
@@ -33,12 +44,19 @@ class ClientStats:
     instance: str  # librdkafka handle name, e.g. rdkafka#consumer-2
     client_id: str
     type: str
-    config: dict[str, str]
-    stats: dict
+    config: dict[str, str]  # the agent's redacted summary
+    brokers: dict[str, dict]  # validated broker entries, by librdkafka broker name
     written_ms: int
     path: Path
     stats_lag_ms: int = 0  # statistics made this long before they were written
     sockets_at_stats: dict[int, SocketCounters] = field(default_factory=dict)  # by inode
+
+    def config_ms(self, key: str) -> int | None:
+        """A millisecond setting of the client's configuration, if set and numeric."""
+        try:
+            return int(self.config[key])
+        except (KeyError, ValueError):
+            return None
 
     def age_ms(self, now_ms: int) -> int:
         """Time since the agent wrote these statistics."""
@@ -49,12 +67,8 @@ class ClientStats:
         return self.age_ms(now_ms) + self.stats_lag_ms
 
     def is_stale(self, now_ms: int) -> bool:
-        interval = int(self.config.get("statistics.interval.ms", "1000") or 1000)
-        return self.age_ms(now_ms) > STALE_INTERVALS * interval + STALE_SLACK_MS
-
-    @property
-    def brokers(self) -> dict[str, dict]:
-        return self.stats.get("brokers") or {}
+        interval = self.config_ms("statistics.interval.ms") or 1000
+        return self.age_ms(now_ms) > max(STALE_AFTER_MS, STALE_INTERVALS * interval)
 
 
 def spool_dirs(process: psutil.Process) -> list[Path]:
@@ -72,38 +86,102 @@ def spool_dirs(process: psutil.Process) -> list[Path]:
     return list(dict.fromkeys(candidates))
 
 
-def read_client_stats(process: psutil.Process, proc_start: float) -> list[ClientStats]:
-    """Statistics of every instrumented client of ``process``.
+def read_client_stats(process: psutil.Process, proc_start: float,
+                      directories: list[Path]) -> list[ClientStats]:
+    """Statistics of every instrumented client of ``process`` found in ``directories``.
 
     Records left by an earlier process with the same pid are ignored.
     Raises spool.SpoolError for a corrupt or unsafe spool file.
     """
     found: dict[str, ClientStats] = {}
-    for directory in spool_dirs(process):
-        for path, record in spool.read_records(directory, process.pid):
-            if abs(float(record.get("proc_start", 0)) - proc_start) > 1.0:
+    for directory in directories:
+        for path, record in spool.read_records(directory, process.pid, process.uids().real):
+            stats = parse_record(path, record)
+            if not _same_process(record, proc_start):
                 continue
-            stats = record["stats"]
-            name = str(stats.get("name", path.stem))
-            current = found.get(name)
-            if current is None or record.get("written_ms", 0) > current.written_ms:
-                found[name] = ClientStats(
-                    instance=name,
-                    client_id=str(stats.get("client_id", "")),
-                    type=str(record.get("client_type") or stats.get("type", "unknown")),
-                    config={str(k): str(v) for k, v in (record.get("config") or {}).items()},
-                    stats=stats,
-                    written_ms=int(record.get("written_ms", 0)),
-                    path=path,
-                    stats_lag_ms=int(record.get("stats_lag_ms") or 0),
-                    sockets_at_stats=_socket_counters(record.get("sockets")),
-                )
+            current = found.get(stats.instance)
+            if current is None or stats.written_ms > current.written_ms:
+                found[stats.instance] = stats
     return sorted(found.values(), key=lambda c: c.instance)
 
 
-def _socket_counters(raw: list | None) -> dict[int, SocketCounters]:
-    if not isinstance(raw, list):
+def _same_process(record: dict, proc_start: float) -> bool:
+    return abs(record["proc_start"] - proc_start) <= 1.0
+
+
+def _corrupt(path: Path, what: str) -> spool.SpoolError:
+    return spool.SpoolError(f"spool file {path} is corrupt ({what})")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(path: Path, record: dict, key: str, default: float | None = None) -> float:
+    value = record.get(key, default)
+    if not (_is_int(value) or isinstance(value, float)) or not math.isfinite(value):
+        raise _corrupt(path, f"{key} is not a number")
+    return value
+
+
+def parse_record(path: Path, record: dict) -> ClientStats:
+    """A validated ClientStats from one spool record; SpoolError naming the bad field."""
+    _number(path, record, "proc_start")
+    stats = record["stats"]
+    config = record.get("config", {})
+    if not isinstance(config, dict):
+        raise _corrupt(path, "config is not an object")
+    names = [stats.get(k, "") for k in ("name", "client_id", "type")]
+    if not all(isinstance(n, str) for n in names) or not isinstance(record.get("client_type"),
+                                                                     (str, type(None))):
+        raise _corrupt(path, "client names are not strings")
+    return ClientStats(
+        instance=names[0] or path.stem, client_id=names[1],
+        type=record.get("client_type") or names[2] or "unknown",
+        config={str(k): str(v) for k, v in config.items()},
+        brokers=_brokers(path, stats.get("brokers", {})),
+        written_ms=int(_number(path, record, "written_ms")),
+        path=path,
+        stats_lag_ms=(0 if record.get("stats_lag_ms") is None
+                      else int(_number(path, record, "stats_lag_ms"))),
+        sockets_at_stats=_socket_counters(path, record.get("sockets")),
+    )
+
+
+def _brokers(path: Path, raw: object) -> dict[str, dict]:
+    if not isinstance(raw, dict):
+        raise _corrupt(path, "brokers is not an object")
+    brokers = {}
+    for name, entry in raw.items():
+        if not isinstance(entry, dict):
+            raise _corrupt(path, f"broker {name!r} is not an object")
+        clean: dict = {}
+        for key, default in _BROKER_INTS.items():
+            clean[key] = entry.get(key, default)
+            if not _is_int(clean[key]):
+                raise _corrupt(path, f"broker {name!r} {key} is not a whole number")
+        for key in _BROKER_STRS:
+            clean[key] = entry.get(key, "")
+            if not isinstance(clean[key], str):
+                raise _corrupt(path, f"broker {name!r} {key} is not a string")
+        rtt = entry.get("rtt", {})
+        avg = rtt.get("avg", 0) if isinstance(rtt, dict) else None
+        if not (_is_int(avg) or isinstance(avg, float)):
+            raise _corrupt(path, f"broker {name!r} rtt is not a window of numbers")
+        clean["rtt_avg_us"] = avg
+        brokers[name] = clean
+    return brokers
+
+
+def _socket_counters(path: Path, raw: object) -> dict[int, SocketCounters]:
+    if raw is None:
         return {}
-    return {int(s["inode"]): SocketCounters(s.get("bytes_sent"), s.get("bytes_received"),
-                                            s.get("last_sent_ms"), s.get("last_recv_ms"))
-            for s in raw if isinstance(s, dict) and s.get("inode")}
+    if not isinstance(raw, list) or not all(isinstance(s, dict) for s in raw):
+        raise _corrupt(path, "sockets is not a list of objects")
+    counters = {}
+    for entry in raw:
+        values = [entry.get(k) for k in _COUNTER_FIELDS]
+        if not _is_int(entry.get("inode")) or not all(v is None or _is_int(v) for v in values):
+            raise _corrupt(path, "socket counters are not whole numbers")
+        counters[entry["inode"]] = SocketCounters(*values)
+    return counters
