@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,9 @@ from pathlib import Path
 from kmon import spool
 
 DEFAULT_STATS_INTERVAL_MS = 1000
+
+# The top-level statistics fields kept in the spool (brokers too, without partitions).
+STATS_KEYS = ("name", "client_id", "type", "ts", "time", "age", "cgrp", "eos")
 
 # Only these keys are ever written: a whitelist, so no secret can slip through.
 CONFIG_SUMMARY_KEYS = (
@@ -45,17 +49,27 @@ def config_summary(conf: dict) -> dict[str, str]:
 
 
 class _SpoolWriter:
-    """Writes one process's statistics records; never raises into the client."""
+    """Writes one process's statistics records; never raises into the client.
+
+    Thread-safe (each client's callback may run on its own thread) and
+    fork-aware: a forked child starts a spool of its own and never removes
+    its parent's files.
+    """
 
     def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pid = -1  # set, with the rest, by the first write in this process
+        self.failed = False
+
+    def _start_process(self) -> None:
         self.pid = os.getpid()
         self.proc_start = _process_start_time()
-        self.directory: Path | None = None
-        self.failed = False
+        self.directory = spool.ensure_private_dir(spool.default_dir())
         self.written: set[Path] = set()
         self.socket_reader = None
         self.sockets_unreadable = False
-        atexit.register(self.remove_all)
+        self.failed = False
+        atexit.register(self.remove_all, self.pid)
 
     def socket_counters(self) -> list[dict] | None:
         """This process's per-socket kernel counters now, for kmon's join; None if unreadable.
@@ -71,7 +85,7 @@ class _SpoolWriter:
 
                 self.socket_reader = SockDiagReader()
             sockets = self.socket_reader.sockets_of(self.pid)
-        except Exception:  # noqa: BLE001 - instrumentation must never break the client
+        except Exception:  # noqa: BLE001 - no counters is fine; kmon pairs without them
             self.sockets_unreadable = True
             return None
         return [{"inode": s.inode, "bytes_sent": s.bytes_sent,
@@ -79,37 +93,49 @@ class _SpoolWriter:
                  "last_recv_ms": s.last_recv_ms} for s in sockets]
 
     def write(self, stats_json: str, summary: dict[str, str], client_type: str | None) -> None:
-        if self.failed:
-            return
-        try:
-            if os.getpid() != self.pid:  # a forked child is a process of its own
-                self.pid, self.proc_start, self.written = os.getpid(), _process_start_time(), set()
-            if self.directory is None:
-                self.directory = spool.ensure_private_dir(spool.default_dir())
-            stats = json.loads(stats_json)
-            instance = str(stats.get("name", "unknown"))
-            record = {
-                "format": spool.FORMAT,
-                "pid": self.pid,
-                "proc_start": self.proc_start,
-                "written_ms": int(time.time() * 1000),
-                "client_type": client_type or stats.get("type", "unknown"),
-                "config": summary,
-                "stats_lag_ms": _stats_lag_ms(stats),
-                "sockets": self.socket_counters(),
-            }
-            # Splice the statistics string in as it came: no second serialisation.
-            text = json.dumps(record)[:-1] + ', "stats": ' + stats_json + "}"
-            self.written.add(spool.write_record(self.directory, self.pid, instance, text))
-        except (OSError, ValueError, spool.SpoolError) as err:
-            self.failed = True
-            print(f"kmon agent: statistics not spooled ({err}); the client runs on",
-                  file=sys.stderr)
+        with self.lock:
+            try:
+                if os.getpid() != self.pid:
+                    self._start_process()
+                if not self.failed:
+                    self._write(stats_json, summary, client_type)
+            except Exception as err:  # noqa: BLE001 - instrumentation must never break the client
+                self.failed = True
+                print(f"kmon agent: statistics not spooled ({err}); the client runs on",
+                      file=sys.stderr)
 
-    def remove_all(self) -> None:
+    def _write(self, stats_json: str, summary: dict[str, str], client_type: str | None) -> None:
+        stats = json.loads(stats_json)
+        instance = str(stats.get("name", "unknown"))
+        record = {
+            "format": spool.FORMAT,
+            "pid": self.pid,
+            "proc_start": self.proc_start,
+            "written_ms": int(time.time() * 1000),
+            "client_type": client_type or stats.get("type", "unknown"),
+            "config": summary,
+            "stats_lag_ms": _stats_lag_ms(stats),
+            "sockets": self.socket_counters(),
+            "stats": _connection_stats(stats),
+        }
+        self.written.add(spool.write_record(self.directory, self.pid, instance,
+                                            json.dumps(record)))
+
+    def remove_all(self, owner_pid: int) -> None:
+        """At exit: remove this process's files (never a parent's, after a fork)."""
+        if os.getpid() != owner_pid:
+            return
         for path in self.written:
             with contextlib.suppress(OSError):
                 path.unlink()
+
+
+def _connection_stats(stats: dict) -> dict:
+    """The statistics kmon reads: per-broker connection fields, no topics or partitions."""
+    kept = {k: stats[k] for k in STATS_KEYS if k in stats}
+    kept["brokers"] = {name: {k: v for k, v in broker.items() if k != "toppars"}
+                       for name, broker in (stats.get("brokers") or {}).items()}
+    return kept
 
 
 _writer: _SpoolWriter | None = None
