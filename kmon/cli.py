@@ -106,6 +106,8 @@ def _attach(args: argparse.Namespace) -> int:
                                    require_kafka=not args.any_process)
         sampler = ProcessSampler(args.pid, open_socket_reader(args.socket_reader), settings)
         return _attach_loop(args, sampler)
+    except BrokenPipeError:
+        raise
     except (SampleError, SpoolError, ClusterUnreachable, OSError) as err:
         raise UserError(str(err)) from err
 
@@ -135,10 +137,14 @@ def _watch(monitor, interval: float, json_lines: bool, once: bool = False,
         live = Live(console=console, auto_refresh=False, transient=False)
         live.start()
     ends = time.monotonic() + duration if duration else None
+    first = True
     try:
         while True:
             started = time.monotonic()
             snapshot, events = monitor.poll()
+            if monitor.all_exited and first:
+                raise UserError(monitor.last_loss)  # nothing was ever shown: just say why
+            first = False
             if json_lines:
                 record = snapshot.to_dict()
                 record["events"] = [e.to_dict() for e in events]
@@ -172,6 +178,8 @@ def _demo(args: argparse.Namespace) -> int:
             return _watch(monitor, args.interval, json_lines=args.json,
                           duration=args.duration, labels=labels,
                           title=f"kmon demo — cluster {demo.bootstrap} (Ctrl-C to stop)")
+    except BrokenPipeError:
+        raise
     except (DemoError, SampleError, OSError) as err:
         raise UserError(str(err)) from err
 

@@ -10,6 +10,7 @@ import socket
 import time
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import replace
 
 from kmon.model import Connection, Event, EventKind, ProcessView, Snapshot
 from kmon.sampler import ProcessGone, ProcessSampler, SampleError
@@ -93,14 +94,16 @@ class Monitor:
             previous = self.last_views.get(pid)
             try:
                 view = sampler.sample(ts_ms)
-            except (SampleError, SpoolError, OSError) as err:
-                kind = EventKind.PROCESS_EXIT if isinstance(err, ProcessGone) else (
-                    EventKind.PROCESS_ERROR)
-                events.append(Event(ts_ms, kind, pid, None, detail=str(err)))
-                if previous is not None:
-                    events.extend(diff(previous, ProcessView(pid, previous.name,
-                                                             previous.cmdline), ts_ms))
-                self._drop(pid, str(err))
+            except OSError as err:  # the kernel failed us this once: show the last view
+                if previous is None:
+                    self._lose(pid, err, ts_ms, events, previous)
+                    continue
+                view = replace(previous, notices=[*previous.notices,
+                                                  f"not refreshed this time: {err}"])
+                views.append(view)
+                continue
+            except (SampleError, SpoolError) as err:
+                self._lose(pid, err, ts_ms, events, previous)
                 continue
             if previous is not None:
                 events.extend(diff(previous, view, ts_ms, self.fraction))
@@ -111,7 +114,14 @@ class Monitor:
         self.events.extend(events)
         return snapshot, events
 
-    def _drop(self, pid: int, why: str) -> None:
+    def _lose(self, pid: int, err: Exception, ts_ms: int, events: list[Event],
+              previous: ProcessView | None) -> None:
+        """Stop watching ``pid``: an exit or error event, and its connections closed."""
+        kind = EventKind.PROCESS_EXIT if isinstance(err, ProcessGone) else EventKind.PROCESS_ERROR
+        events.append(Event(ts_ms, kind, pid, None, detail=str(err)))
+        if previous is not None:
+            events.extend(diff(previous, ProcessView(pid, previous.name, previous.cmdline),
+                               ts_ms))
         del self.samplers[pid]
         self.last_views.pop(pid, None)
-        self.last_loss = why
+        self.last_loss = str(err)

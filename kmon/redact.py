@@ -19,8 +19,23 @@ def is_secret_name(name: str) -> bool:
     return bool(SECRET_NAME.search(name.lstrip("-")))
 
 
+# A secret inside a longer argument: "password": "x", token=x, sasl.password: x ...
+_EMBEDDED = re.compile(
+    r"""(?P<key>["']?[\w.\-]*(?:password|passwd|secret|token|credential)[\w.\-]*["']?\s*[:=]\s*)"""
+    r"""(?P<value>"[^"]*"|'[^']*'|[^\s,;}&]+)""", re.IGNORECASE)
+# Credentials in a URL: scheme://user:password@host
+_URL_CREDENTIALS = re.compile(r"(?P<head>[a-z][a-z0-9+.\-]*://[^/\s:@]*:)[^/\s@]+@",
+                              re.IGNORECASE)
+
+
+def redact_text(text: str) -> str:
+    """``text`` with embedded ``secret=value`` pairs and URL passwords masked."""
+    text = _URL_CREDENTIALS.sub(lambda m: f"{m['head']}{MASK}@", text)
+    return _EMBEDDED.sub(lambda m: f"{m['key']}{MASK}", text)
+
+
 def redact_args(args: list[str]) -> list[str]:
-    """``args`` with the values of secret-looking ``name=value`` and ``--name value`` masked."""
+    """``args`` with secret-looking ``name=value``, ``--name value`` and embedded secrets masked."""
     out: list[str] = []
     mask_next = False
     for arg in args:
@@ -32,6 +47,6 @@ def redact_args(args: list[str]) -> list[str]:
         if sep and is_secret_name(name):
             out.append(f"{name}={MASK}")
         else:
-            out.append(arg)
+            out.append(redact_text(arg))
             mask_next = arg.startswith("-") and not sep and is_secret_name(arg)
     return out
