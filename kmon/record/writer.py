@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections import defaultdict
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from kmon.record.schema import SCHEMAS, partition_date
+from kmon.record.schema import SCHEMAS
 
 
 class PartWriter:
@@ -27,33 +27,43 @@ class PartWriter:
         self.root, self.table, self.host, self.session_id = Path(root), table, host, session_id
         self.schema = SCHEMAS[table]
         self.rows: list[dict] = []
+        self.tables: list[pa.Table] = []
         self.sequence = 0
         self.bytes_written = 0
 
     def add(self, rows: list[dict]) -> None:
+        """Buffer rows given as dicts (the recorder's way)."""
         self.rows.extend(rows)
+
+    def add_table(self, table: pa.Table) -> None:
+        """Buffer rows already built as an Arrow table of this writer's schema."""
+        self.tables.append(table.select(self.schema.names).cast(self.schema))
 
     def partition_dir(self, date: str) -> Path:
         return self.root / self.table / f"date={date}" / f"host={self.host}"
 
     def flush(self) -> list[Path]:
         """Write the buffered rows as one part file per date; returns the files written."""
-        by_date: dict[str, list[dict]] = defaultdict(list)
-        for row in self.rows:
-            by_date[partition_date(row.get("ts_ms") or row["started_ms"])].append(row)
-        written = [self._write(date, rows) for date, rows in sorted(by_date.items())]
-        self.rows = []
-        return written
+        tables = self.tables + ([pa.Table.from_pylist(self.rows, schema=self.schema)]
+                                if self.rows else [])
+        self.rows, self.tables = [], []
+        if not tables:
+            return []
+        table = pa.concat_tables(tables)
+        time_column = "started_ms" if self.table == "sessions" else "ts_ms"
+        days = pc.strftime(pc.cast(table[time_column], pa.timestamp("ms", tz="UTC")),
+                           format="%Y-%m-%d")
+        return [self._write(day, table.filter(pc.equal(days, day)))
+                for day in sorted(pc.unique(days).to_pylist())]
 
-    def _write(self, date: str, rows: list[dict]) -> Path:
+    def _write(self, date: str, table: pa.Table) -> Path:
         directory = self.partition_dir(date)
         directory.mkdir(parents=True, exist_ok=True)
         self.sequence += 1
         name = f"{self.session_id}-{self.sequence:06d}.parquet"
         tmp = directory / f".{name}.tmp"
         try:
-            pq.write_table(pa.Table.from_pylist(rows, schema=self.schema), tmp,
-                           compression="zstd")
+            pq.write_table(table, tmp, compression="zstd")
             os.replace(tmp, directory / name)
         except BaseException:
             with contextlib.suppress(OSError):
