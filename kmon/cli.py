@@ -69,6 +69,17 @@ def build_parser() -> argparse.ArgumentParser:
     record = commands.add_parser("record", help="record sessions to Parquet, headless")
     record_command.configure(record)
 
+    from kmon.analysis import command as analyze_command
+
+    analyze = commands.add_parser("analyze", help="fleet analysis of recordings on Spark")
+    analyze_command.configure(analyze)
+
+    from kmon import simulate
+
+    simulate_fleet = commands.add_parser("simulate-fleet",
+                                         help="write a modelled fleet's sessions, for analysis")
+    simulate.configure(simulate_fleet)
+
     devcluster = commands.add_parser("devcluster", help="run an embedded mock Kafka cluster")
     devcluster.add_argument("--brokers", type=positive_int_arg, default=3)
     return parser
@@ -77,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handlers = {"attach": _attach, "run": _run, "demo": _demo, "devcluster": _devcluster,
-                "record": _record}
+                "record": _record, "simulate-fleet": _simulate_fleet,
+                "analyze": _analyze}
     handler = handlers[args.command]
     try:
         return handler(args)
@@ -201,6 +213,18 @@ def _record(args: argparse.Namespace) -> int:
     from kmon.record import command
 
     return command.run(args)
+
+
+def _analyze(args: argparse.Namespace) -> int:
+    from kmon.analysis import command
+
+    return command.run(args)
+
+
+def _simulate_fleet(args: argparse.Namespace) -> int:
+    from kmon import simulate
+
+    return simulate.run(args)
 
 
 def _devcluster(args: argparse.Namespace) -> int:

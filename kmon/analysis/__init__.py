@@ -1,0 +1,1 @@
+"""Fleet analysis of kmon recordings on Apache Spark (``kmon analyze``); see docs/analysis.md."""

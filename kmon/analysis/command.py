@@ -1,0 +1,94 @@
+"""``kmon analyze PATH``: the fleet analyses over a kmon recording, on Spark.
+
+The input files are found and checked first (bad ones are skipped with a
+warning naming them); Spark starts only when there is something to analyse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from kmon.errors import UserError
+from kmon.units import duration_arg
+
+
+def _setting(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key.strip(), value
+
+
+def _whole(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    return int(text)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``kmon analyze``."""
+    parser.add_argument("path", type=Path, metavar="PATH",
+                        help="a kmon recording: the directory holding snapshots/, events/, "
+                             "sessions/")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="write NAME.csv and NAME.parquet per analysis, and charts, here")
+    parser.add_argument("--master", metavar="URL",
+                        help="Spark master (default: $SPARK_MASTER, spark-submit's, "
+                             "else local[*])")
+    parser.add_argument("--conf", type=_setting, action="append", default=[],
+                        metavar="KEY=VALUE", help="a Spark setting, e.g. spark.driver.memory=4g")
+    parser.add_argument("--bootstrap-outlived", type=duration_arg, default=60.0,
+                        metavar="DURATION",
+                        help="flag bootstrap connections open this long after the client "
+                             "learned the cluster (default 1m)")
+    parser.add_argument("--metadata-max-age", type=duration_arg, default=300.0,
+                        metavar="DURATION",
+                        help="metadata.max.age.ms of clients whose config doesn't say "
+                             "(default 5m)")
+    parser.add_argument("--idle-limit", type=duration_arg, default=540.0, metavar="DURATION",
+                        help="idle limit of connections whose rows don't say (default 9m)")
+    parser.add_argument("--tolerance", type=duration_arg, default=30.0, metavar="DURATION",
+                        help="slack of the reap-cycle rule; above two poll intervals "
+                             "(default 30s)")
+    parser.add_argument("--top", type=_whole, default=10, metavar="N",
+                        help="rows shown per table in the terminal, 0 for all (default 10)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the inputs, run every analysis, show and write the results."""
+    from kmon.analysis.inputs import discover
+
+    inputs = discover(args.path)
+    for skipped in inputs.skipped:
+        print(f"kmon: warning: skipped {skipped.path}: {skipped.reason}", file=sys.stderr)
+    if not inputs.files["snapshots"]:
+        raise UserError(f"no readable snapshot files under {args.path}")
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        raise UserError(f"--out {args.out} is not a directory")
+    try:
+        from rich.console import Console
+
+        from kmon.analysis import jobs, report, spark
+        from kmon.analysis.inputs import load
+    except ImportError as err:
+        raise UserError(f"kmon analyze needs {err.name}: pip install 'kmon[analyze]'") from err
+
+    params = jobs.Params(bootstrap_outlived_ms=round(args.bootstrap_outlived * 1000),
+                         metadata_max_age_ms=round(args.metadata_max_age * 1000),
+                         idle_limit_ms=round(args.idle_limit * 1000),
+                         tolerance_ms=round(args.tolerance * 1000))
+    with spark.session(spark.resolve_master(args.master), dict(args.conf)) as session:
+        tables = jobs.run_all(load(session, inputs), params)
+    console = Console() if sys.stdout.isatty() else Console(width=160)
+    report.show(console, jobs.ANALYSES, tables, args.top)
+    if args.out is not None:
+        try:
+            args.out.mkdir(parents=True, exist_ok=True)
+            written = report.write_tables(tables, args.out) + report.write_charts(tables,
+                                                                                  args.out)
+        except OSError as err:
+            raise UserError(f"cannot write to {args.out}: {err.strerror or err}") from err
+        print(f"kmon: wrote {len(written)} files to {args.out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,166 @@
+"""Find a recording's Parquet files, check each one cheaply, and load the good ones in Spark.
+
+A file is checked from its footer (pyarrow reads only the metadata, plus the
+tiny ``schema_version`` column when its statistics are missing) before Spark
+sees it: a truncated or corrupt file, a file of another schema version, a
+file whose columns differ from schema v1, or one outside the
+``<table>/date=YYYY-MM-DD/host=NAME/`` layout is skipped with the reason, so
+it can neither fail the job nor skew its numbers. Hidden files and
+directories (``.`` or ``_``) are ignored, as Spark does.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kmon.errors import UserError
+from kmon.record.schema import SCHEMA_VERSION, SCHEMAS, TABLES
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+PARTITIONS = ("date", "host")
+_PARTITION = {"date": re.compile(r"^date=\d{4}-\d{2}-\d{2}$"), "host": re.compile(r"^host=.+$")}
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A file left out of the analysis, and why."""
+
+    path: Path
+    reason: str
+
+
+@dataclass
+class Inputs:
+    """The checked files of one recording."""
+
+    root: Path
+    files: dict[str, list[Path]] = field(default_factory=dict)
+    skipped: list[Skipped] = field(default_factory=list)
+
+
+@dataclass
+class Frames:
+    """The recording's tables as Spark DataFrames, with ``date`` and ``host`` columns."""
+
+    snapshots: DataFrame
+    events: DataFrame
+    sessions: DataFrame
+
+
+def _hidden(name: str) -> bool:
+    return name.startswith((".", "_"))
+
+
+def check_file(path: Path, table: str, relative: Path) -> str | None:
+    """Why ``path`` (``relative`` to its table directory) can't be used; None if it can."""
+    if path.suffix != ".parquet":
+        return "not a .parquet file"
+    parts = relative.parts
+    if len(parts) != 3 or not (_PARTITION["date"].match(parts[0])
+                               and _PARTITION["host"].match(parts[1])):
+        return f"not in the {table}/date=YYYY-MM-DD/host=NAME/ layout"
+    try:
+        parquet = pq.ParquetFile(path)
+        versions = _schema_versions(parquet)
+    except (pa.ArrowException, OSError) as err:
+        return f"not a readable Parquet file (truncated or corrupt: {err})"
+    others = versions - {SCHEMA_VERSION} if versions is not None else set()
+    if others:
+        found = ", ".join(str(v) for v in sorted(others, key=str))
+        return f"schema_version {found}, expected {SCHEMA_VERSION}"
+    return _column_mismatch(parquet.schema_arrow, SCHEMAS[table])
+
+
+def _schema_versions(parquet: pq.ParquetFile) -> set | None:
+    """The ``schema_version`` values in a file's rows (None without that column)."""
+    names = parquet.schema_arrow.names
+    if "schema_version" not in names:
+        return None
+    column = names.index("schema_version")
+    meta, versions = parquet.metadata, set()
+    for group in range(meta.num_row_groups):
+        stats = meta.row_group(group).column(column).statistics
+        if meta.row_group(group).num_rows == 0:
+            continue
+        if stats is None or not stats.has_min_max or stats.null_count:
+            return set(parquet.read(columns=["schema_version"]).column(0).unique().to_pylist())
+        versions |= {stats.min, stats.max}
+    return versions
+
+
+def _column_mismatch(actual: pa.Schema, expected: pa.Schema) -> str | None:
+    problems = []
+    missing = [n for n in expected.names if n not in actual.names]
+    extra = [n for n in actual.names if n not in expected.names]
+    if missing:
+        problems.append("missing " + ", ".join(missing))
+    if extra:
+        problems.append("unexpected " + ", ".join(extra))
+    for f in expected:
+        if f.name in actual.names and actual.field(f.name).type != f.type:
+            problems.append(f"{f.name} is {actual.field(f.name).type}, expected {f.type}")
+    return "columns differ from schema v1: " + "; ".join(problems) if problems else None
+
+
+def discover(root: Path) -> Inputs:
+    """Every Parquet file of the recording at ``root``, checked."""
+    if not root.exists():
+        raise UserError(f"{root}: no such directory")
+    if not root.is_dir():
+        raise UserError(f"{root} is not a directory (expected a kmon recording)")
+    if not any((root / table).is_dir() for table in TABLES):
+        raise UserError(f"{root} holds no kmon recording (no snapshots/, events/ or sessions/)")
+    inputs = Inputs(root)
+    for table in TABLES:
+        inputs.files[table] = []
+        for path in sorted((root / table).rglob("*")):
+            relative = path.relative_to(root / table)
+            if path.is_dir() or any(_hidden(part) for part in relative.parts):
+                continue
+            reason = check_file(path, table, relative)
+            if reason:
+                inputs.skipped.append(Skipped(path, reason))
+            else:
+                inputs.files[table].append(path)
+    return inputs
+
+
+def spark_schema(table: str) -> StructType:
+    """The Spark schema of ``table``: its schema-v1 columns, then ``date`` and ``host``."""
+    from pyspark.sql.types import (
+        DoubleType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    types = {pa.int32(): IntegerType(), pa.int64(): LongType(), pa.string(): StringType(),
+             pa.float64(): DoubleType()}
+    fields = [StructField(f.name, types[f.type]) for f in SCHEMAS[table]]
+    return StructType(fields + [StructField(p, StringType()) for p in PARTITIONS])
+
+
+def load(spark: SparkSession, inputs: Inputs) -> Frames:
+    """The checked files as DataFrames (an empty one for a table without files)."""
+
+    def frame(table: str) -> DataFrame:
+        schema = spark_schema(table)
+        files = inputs.files[table]
+        if not files:
+            return spark.createDataFrame([], schema)
+        base = f"file://{(inputs.root / table).resolve()}"
+        return (spark.read.schema(schema).option("basePath", base)
+                .parquet(*(f"file://{f.resolve()}" for f in files)))
+
+    return Frames(**{table: frame(table) for table in TABLES})

@@ -1,0 +1,403 @@
+"""The fleet analyses: each one a function from the recording's DataFrames to one DataFrame.
+
+Exact definitions and output columns are in docs/analysis.md. Throughout:
+
+* a **connection** is ``(session_id, host, pid, key)``; a **client** is
+  ``(session_id, host, pid, client)`` (``client`` null: the process's sockets
+  that no client metric explains); a **process** is ``(session_id, host, pid)``;
+* a connection's **lifetime** runs from the first to the last poll that saw it;
+  it was *opened while observed* when its process had been seen at an earlier
+  poll, and *closed while observed* when its process was seen at a later poll;
+* it **carried traffic** when its ``requests_sent`` grew by more than
+  ``HANDSHAKE_REQUESTS`` over its polls (when the client's request counts are
+  unknown: its ``bytes_sent`` by more than ``HANDSHAKE_BYTES``; unknown when
+  neither is known);
+* ``*_ts`` columns are UTC epoch milliseconds, other ``*_ms`` columns durations.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from kmon.analysis.inputs import Frames
+
+PROCESS = ("session_id", "host", "pid")
+CONNECTION = (*PROCESS, "key")
+CLIENT = (*PROCESS, "client")
+ATTRIBUTES = ("client", "client_id", "client_type", "role", "node_id", "broker_id", "remote")
+LINKED_ROLES = ("broker", "coordinator")  # the roles of a client that has learned the cluster
+HANDSHAKE_REQUESTS = 2  # ApiVersions + Metadata (or FindCoordinator) on a fresh connection
+HANDSHAKE_BYTES = 2048
+CONCURRENT_JOBS = 4
+CLIENTS_JSON = "array<struct<pid:bigint,name:string,config:map<string,string>>>"
+
+
+@dataclass(frozen=True)
+class Params:
+    """The knobs of the analyses (``kmon analyze`` options)."""
+
+    bootstrap_outlived_ms: int = 60_000
+    metadata_max_age_ms: int = 300_000  # when a client's config doesn't say
+    idle_limit_ms: int = 540_000  # when the rows don't say
+    tolerance_ms: int = 30_000  # must exceed two poll intervals
+    idle_bins: int = 20
+    time_buckets: int = 200
+
+
+def _distinct(*columns: str | Column) -> Column:
+    """Count of distinct combinations (nulls included, unlike countDistinct of columns)."""
+    return F.countDistinct(F.struct(*columns))
+
+
+def _flag_count(condition: Column) -> Column:
+    return F.count(F.when(condition, True))
+
+
+# -- shared building blocks ---------------------------------------------------------------
+
+
+def latest_sessions(sessions: DataFrame) -> DataFrame:
+    """One row per session_id: the one with the latest ``stopped_ms`` (nulls last)."""
+    order = Window.partitionBy("session_id").orderBy(
+        F.col("stopped_ms").desc_nulls_last(), F.col("started_ms").desc_nulls_last(),
+        F.length("clients_json").desc_nulls_last())
+    return (sessions.withColumn("_rank", F.row_number().over(order))
+            .filter(F.col("_rank") == 1).drop("_rank"))
+
+
+def client_configs(sessions: DataFrame) -> DataFrame:
+    """(session_id, pid, client) -> group_id, metadata_max_age_ms, from the sessions'
+    clients_json."""
+    entries = latest_sessions(sessions).select(
+        "session_id", F.explode(F.from_json("clients_json", CLIENTS_JSON)).alias("c"))
+    return (entries.select(
+        "session_id", F.col("c.pid").cast("int").alias("pid"), F.col("c.name").alias("client"),
+        F.col("c.config").getItem("group.id").alias("group_id"),
+        F.col("c.config").getItem("metadata.max.age.ms").cast("bigint")
+        .alias("metadata_max_age_ms"))
+        .groupBy("session_id", "pid", "client")
+        .agg(F.max("group_id").alias("group_id"),
+             F.max("metadata_max_age_ms").alias("metadata_max_age_ms")))
+
+
+def connection_lifetimes(snapshots: DataFrame) -> DataFrame:
+    """One row per connection: its owner, role and broker (at its last poll), first/last
+    poll, first poll in a linked role, request and byte growth, its process's first/last
+    poll, and the flags opened_observed, closed_observed, carried_traffic.
+
+    Two steps, so that the pass over every row is a hash aggregation with numeric
+    buffers only: per connection *and* attribute values first (one group per
+    connection unless, say, its role changed), then per connection.
+    """
+    linked = F.col("role").isin(*LINKED_ROLES)
+    stretches = snapshots.groupBy(*CONNECTION, *ATTRIBUTES).agg(
+        F.min("ts_ms").alias("first_seen_ts"), F.max("ts_ms").alias("last_seen_ts"),
+        F.count("*").alias("polls"),
+        F.min(F.when(linked, F.col("ts_ms"))).alias("first_linked_ts"),
+        F.min("requests_sent").alias("requests_min"), F.max("requests_sent").alias("requests_max"),
+        F.min("bytes_sent").alias("bytes_min"), F.max("bytes_sent").alias("bytes_max"),
+        F.max("idle_limit_ms").alias("idle_limit_ms"))
+    conns = stretches.groupBy(*CONNECTION).agg(
+        *(F.max_by(c, "last_seen_ts").alias(c) for c in ATTRIBUTES),
+        F.min("first_seen_ts").alias("first_seen_ts"), F.max("last_seen_ts").alias("last_seen_ts"),
+        F.sum("polls").alias("polls"), F.min("first_linked_ts").alias("first_linked_ts"),
+        (F.max("requests_max") - F.min("requests_min")).alias("requests_delta"),
+        (F.max("bytes_max") - F.min("bytes_min")).alias("bytes_delta"),
+        F.max("idle_limit_ms").alias("idle_limit_ms"))
+    spans = conns.groupBy(*PROCESS).agg(F.min("first_seen_ts").alias("process_first_ts"),
+                                        F.max("last_seen_ts").alias("process_last_ts"))
+    requests, sent = F.col("requests_delta"), F.col("bytes_delta")
+    traffic = (F.when(requests.isNotNull(), requests > HANDSHAKE_REQUESTS)
+               .when(sent.isNotNull(), sent > HANDSHAKE_BYTES))
+    return (conns.join(spans, list(PROCESS))
+            .withColumn("opened_observed", F.col("first_seen_ts") > F.col("process_first_ts"))
+            .withColumn("closed_observed", F.col("last_seen_ts") < F.col("process_last_ts"))
+            .withColumn("carried_traffic", traffic))
+
+
+def client_attributes(lifetimes: DataFrame) -> DataFrame:
+    """Per client: its client_id and client_type as its latest connection shows them."""
+    return lifetimes.groupBy(*CLIENT).agg(
+        *(F.max_by(c, "last_seen_ts").alias(c) for c in ("client_id", "client_type")))
+
+
+def _linked(lifetimes: DataFrame) -> DataFrame:
+    return lifetimes.filter(F.col("role").isin(*LINKED_ROLES) & F.col("broker_id").isNotNull())
+
+
+# -- 1. connections by role, state and client type; peaks ------------------------------------
+
+
+def connections_by_role(snapshots: DataFrame) -> DataFrame:
+    """Distinct connections (and snapshot rows) per role, TCP state and client type, per
+    host (scope "host") and fleet-wide (scope "fleet", host null)."""
+    keys = ("role", "state", "client_type")
+    per_connection = snapshots.groupBy(*keys, *CONNECTION).agg(F.count("*").alias("rows"))
+    measures = (F.count("*").alias("connections"), F.sum("rows").alias("snapshot_rows"))
+    per_host = (per_connection.groupBy("host", *keys).agg(*measures)
+                .withColumn("scope", F.lit("host")))
+    fleet = (per_connection.groupBy(*keys).agg(*measures).withColumn("scope", F.lit("fleet"))
+             .withColumn("host", F.lit(None).cast("string")))
+    return per_host.unionByName(fleet).select("scope", "host", *keys, "connections",
+                                              "snapshot_rows")
+
+
+def peak_connections(snapshots: DataFrame) -> DataFrame:
+    """Per client: the most connections it held at one poll, when (first such poll), and
+    its mean over the polls that saw it. A snapshot holds one row per connection (its key
+    is unique within its process), so rows are counted, not keys."""
+    per_poll = snapshots.groupBy(*CLIENT, "ts_ms").agg(F.count("*").alias("n"))
+    peak = F.max(F.struct(F.col("n"), (-F.col("ts_ms")).alias("earlier")))
+    peaks = per_poll.groupBy(*CLIENT).agg(F.count("*").alias("polls"), peak.alias("peak"),
+                                          F.round(F.avg("n"), 3).alias("mean_connections"))
+    return (peaks.join(client_attributes(connection_lifetimes(snapshots)), list(CLIENT), "left")
+            .select(*CLIENT, "client_id", "client_type", "polls",
+                    F.col("peak.n").alias("peak_connections"),
+                    (-F.col("peak.earlier")).alias("peak_ts"), "mean_connections"))
+
+
+def connections_over_time(snapshots: DataFrame, buckets: int = 200) -> DataFrame:
+    """Distinct connections per role in each time bucket (about ``buckets`` buckets over the
+    recording, each a whole number of seconds)."""
+    first, last = snapshots.agg(F.min("ts_ms"), F.max("ts_ms")).first()
+    span = (last - first + 1) if first is not None else 1
+    width = 1000 * max(1, math.ceil(span / buckets / 1000))
+    bucket = (F.floor(F.col("ts_ms") / width) * width).cast("bigint").alias("bucket_ts")
+    return (snapshots.select(bucket, "role", *CONNECTION).distinct()
+            .groupBy("bucket_ts", "role").agg(F.count("*").alias("connections"))
+            .select("bucket_ts", F.lit(width).cast("bigint").alias("bucket_ms"), "role",
+                    "connections"))
+
+
+# -- 2. bootstrap connections that outlived their purpose --------------------------------
+
+
+def bootstrap_outlived(snapshots: DataFrame, after_ms: int) -> DataFrame:
+    """Bootstrap connections still seen ``after_ms`` or more after their client learned the
+    cluster (its first snapshot row with role broker or coordinator)."""
+    lifetimes = connection_lifetimes(snapshots)
+    learned = (lifetimes.filter(F.col("client").isNotNull()).groupBy(*CLIENT)
+               .agg(F.min("first_linked_ts").alias("learned_ts"))
+               .filter(F.col("learned_ts").isNotNull()))
+    outlived = F.col("last_seen_ts") - F.col("learned_ts")
+    return (lifetimes.filter(F.col("role") == "bootstrap").join(learned, list(CLIENT))
+            .withColumn("open_after_learned_ms", outlived)
+            .filter(F.col("open_after_learned_ms") >= after_ms)
+            .select(*CLIENT, "client_id", "client_type", "key", "node_id", "remote",
+                    "first_seen_ts", "learned_ts", "last_seen_ts", "open_after_learned_ms",
+                    "closed_observed"))
+
+
+# -- 3. idle-reap churn and the metadata-refresh / idle-reap cycle ---------------------------
+
+
+def idle_churn(snapshots: DataFrame, sessions: DataFrame, params: Params) -> DataFrame:
+    """Per client, role and broker: connections opened and closed while observed that
+    carried no traffic (idle_churned), and reap cycles: an idle-churned lifetime lasting
+    the idle limit (within tolerance) followed by a new connection to the same broker
+    within metadata.max.age.ms (+ tolerance) of its close."""
+    tolerance = params.tolerance_ms
+    configs = client_configs(sessions).select("session_id", "pid", "client",
+                                              "metadata_max_age_ms")
+    lifetimes = _linked(connection_lifetimes(snapshots)).join(
+        configs, ["session_id", "pid", "client"], "left")
+    max_age = F.coalesce(F.col("metadata_max_age_ms"), F.lit(params.metadata_max_age_ms))
+    limit = F.coalesce(F.col("idle_limit_ms"), F.lit(params.idle_limit_ms))
+    lifetime = F.col("last_seen_ts") - F.col("first_seen_ts")
+    order = Window.partitionBy(*CLIENT, "role", "broker_id").orderBy("first_seen_ts", "key")
+    gap = F.lead("first_seen_ts").over(order) - F.col("last_seen_ts")
+    idle = (F.col("opened_observed") & F.col("closed_observed")
+            & F.coalesce(~F.col("carried_traffic"), F.lit(False)))
+    marked = (lifetimes.withColumn("lifetime_ms", lifetime).withColumn("gap_ms", gap)
+              .withColumn("idle", idle)
+              .withColumn("cycle", F.col("idle")
+                          & (F.abs(F.col("lifetime_ms") - limit) <= tolerance)
+                          & F.coalesce(F.col("gap_ms") <= max_age + tolerance, F.lit(False))))
+    return (marked.groupBy(*CLIENT, "role", "broker_id").agg(
+        F.max("client_id").alias("client_id"), F.max("client_type").alias("client_type"),
+        F.count("*").alias("lifetimes"), _flag_count(F.col("idle")).alias("idle_churned"),
+        _flag_count(F.col("cycle")).alias("reap_cycles"),
+        F.round(F.avg(F.when(F.col("idle"), F.col("lifetime_ms")))).cast("bigint")
+        .alias("mean_idle_lifetime_ms"),
+        F.round(F.avg(F.when(F.col("cycle"), F.col("gap_ms")))).cast("bigint")
+        .alias("mean_reopen_gap_ms"))
+        .filter(F.col("idle_churned") > 0)
+        .select(*CLIENT, "client_id", "client_type", "role", "broker_id", "lifetimes",
+                "idle_churned", "reap_cycles", "mean_idle_lifetime_ms", "mean_reopen_gap_ms"))
+
+
+# -- 4. fan-out waste --------------------------------------------------------------------------
+
+
+def fanout_waste(snapshots: DataFrame) -> DataFrame:
+    """Per client: brokers it held a broker or coordinator connection to, those some
+    connection carried traffic to, those none did (idle only), the idle-only ones whose
+    connections were all closed while observed (reaped), and those of unknown traffic."""
+    per_broker = _linked(connection_lifetimes(snapshots)).groupBy(*CLIENT, "broker_id").agg(
+        F.max("client_id").alias("client_id"), F.max("client_type").alias("client_type"),
+        F.max("carried_traffic").alias("traffic"),
+        F.min("closed_observed").alias("all_closed"))
+    traffic = F.col("traffic")
+    return (per_broker.groupBy(*CLIENT).agg(
+        F.max("client_id").alias("client_id"), F.max("client_type").alias("client_type"),
+        F.count("*").alias("brokers_connected"),
+        _flag_count(traffic).alias("brokers_with_traffic"),
+        _flag_count(~traffic).alias("brokers_idle_only"),
+        _flag_count(~traffic & F.col("all_closed")).alias("brokers_reaped"),
+        _flag_count(traffic.isNull()).alias("brokers_traffic_unknown"))
+        .withColumn("waste_ratio",
+                    F.round(F.col("brokers_idle_only") / F.col("brokers_connected"), 4)))
+
+
+# -- 5. CLOSE_WAIT exposure --------------------------------------------------------------------
+
+
+def close_wait(snapshots: DataFrame) -> DataFrame:
+    """One row per connection seen in CLOSE_WAIT: who and which broker, the first and last
+    poll that saw it so, their distance (close_wait_ms), and whether the client closed it
+    while observed (resolved)."""
+    waiting = snapshots.filter(F.col("state") == "CLOSE_WAIT").groupBy(*CONNECTION).agg(
+        F.min("ts_ms").alias("first_close_wait_ts"), F.max("ts_ms").alias("last_close_wait_ts"),
+        F.count("*").alias("polls_in_close_wait"))
+    return (waiting.join(connection_lifetimes(snapshots), list(CONNECTION))
+            .select(*CLIENT, "client_id", "role", "broker_id", "node_id", "remote", "key",
+                    "first_close_wait_ts", "last_close_wait_ts",
+                    (F.col("last_close_wait_ts") - F.col("first_close_wait_ts"))
+                    .alias("close_wait_ms"), F.col("polls_in_close_wait").alias("polls"),
+                    (F.col("last_close_wait_ts") < F.col("process_last_ts")).alias("resolved")))
+
+
+# -- 6. coordinator load -----------------------------------------------------------------------
+
+
+def coordinator_load(snapshots: DataFrame, sessions: DataFrame) -> DataFrame:
+    """Per broker: coordinator connections to it, their clients, and the consumer groups
+    (group.id from the sessions' clients_json) of those clients."""
+    groups = client_configs(sessions).select("session_id", "pid", "client", "group_id")
+    coordinators = (connection_lifetimes(snapshots)
+                    .filter((F.col("role") == "coordinator") & F.col("broker_id").isNotNull())
+                    .join(groups, ["session_id", "pid", "client"], "left"))
+    return coordinators.groupBy("broker_id").agg(
+        F.count("*").alias("coordinator_connections"), _distinct(*CLIENT).alias("clients"),
+        F.countDistinct("group_id").alias("groups"),
+        F.concat_ws(",", F.array_sort(F.collect_set("group_id"))).alias("group_ids"),
+        F.countDistinct(F.when(F.col("group_id").isNull(), F.struct(*CLIENT)))
+        .alias("clients_without_group"))
+
+
+# -- chart companions --------------------------------------------------------------------------
+
+
+def idle_age(snapshots: DataFrame, bins: int = 20) -> DataFrame:
+    """Snapshot rows (and distinct connections) per role by idle age as a share of the
+    connection's idle limit, in ``bins`` equal bins; bin ``bins`` holds idle >= limit."""
+    known = snapshots.filter(F.col("idle_ms").isNotNull() & (F.col("idle_limit_ms") > 0))
+    bin_ = F.least(F.floor(F.col("idle_ms") * bins / F.col("idle_limit_ms")), F.lit(bins))
+    per_connection = known.groupBy("role", bin_.cast("int").alias("bin"), *CONNECTION).agg(
+        F.count("*").alias("n"))
+    return (per_connection.groupBy("role", "bin")
+            .agg(F.sum("n").alias("rows"), F.count("*").alias("connections"))
+            .select("role", "bin", (F.col("bin") / bins).alias("from_fraction"),
+                    F.when(F.col("bin") < bins, (F.col("bin") + 1) / bins).alias("to_fraction"),
+                    "rows", "connections"))
+
+
+def event_counts(events: DataFrame) -> DataFrame:
+    """Recorded events per host, kind and role, and the connections they concern."""
+    return events.groupBy("host", "kind", "role").agg(
+        F.count("*").alias("events"), _distinct("session_id", "pid", "key").alias("connections"))
+
+
+# -- the registry ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """One named analysis: how to compute it, sort it, and which columns a terminal shows."""
+
+    name: str
+    title: str
+    compute: Callable[[Frames, Params], DataFrame]
+    order: tuple[str, ...]  # "-column" sorts descending
+    show: tuple[str, ...]
+
+
+ANALYSES = (
+    Analysis("connections_by_role", "Connections by role, state and client type",
+             lambda f, p: connections_by_role(f.snapshots),
+             ("-scope", "host", "-connections", "role", "state", "client_type"),
+             ("scope", "host", "role", "state", "client_type", "connections", "snapshot_rows")),
+    Analysis("peak_connections", "Peak concurrent connections per client",
+             lambda f, p: peak_connections(f.snapshots),
+             ("-peak_connections", "session_id", "host", "pid", "client"),
+             ("host", "pid", "client", "client_type", "peak_connections", "peak_ts",
+              "mean_connections")),
+    Analysis("connections_over_time", "Connections over time by role",
+             lambda f, p: connections_over_time(f.snapshots, p.time_buckets),
+             ("bucket_ts", "role"), ("bucket_ts", "role", "connections")),
+    Analysis("bootstrap_outlived", "Bootstrap connections that outlived their purpose",
+             lambda f, p: bootstrap_outlived(f.snapshots, p.bootstrap_outlived_ms),
+             ("-open_after_learned_ms", "session_id", "host", "pid", "key"),
+             ("host", "pid", "client", "node_id", "remote", "learned_ts",
+              "open_after_learned_ms", "closed_observed")),
+    Analysis("idle_churn", "Idle-reap churn and metadata-refresh reap cycles",
+             lambda f, p: idle_churn(f.snapshots, f.sessions, p),
+             ("-reap_cycles", "-idle_churned", "session_id", "host", "pid", "client", "role",
+              "broker_id"),
+             ("host", "pid", "client", "role", "broker_id", "idle_churned", "reap_cycles",
+              "mean_idle_lifetime_ms", "mean_reopen_gap_ms")),
+    Analysis("fanout_waste", "Fan-out waste: brokers connected vs brokers used",
+             lambda f, p: fanout_waste(f.snapshots),
+             ("-brokers_idle_only", "session_id", "host", "pid", "client"),
+             ("host", "pid", "client", "client_type", "brokers_connected",
+              "brokers_with_traffic", "brokers_idle_only", "brokers_reaped", "waste_ratio")),
+    Analysis("close_wait", "CLOSE_WAIT exposure",
+             lambda f, p: close_wait(f.snapshots),
+             ("-close_wait_ms", "session_id", "host", "pid", "key"),
+             ("host", "pid", "client", "broker_id", "remote", "first_close_wait_ts",
+              "close_wait_ms", "resolved")),
+    Analysis("coordinator_load", "Coordinator load per broker",
+             lambda f, p: coordinator_load(f.snapshots, f.sessions),
+             ("-groups", "-coordinator_connections", "broker_id"),
+             ("broker_id", "coordinator_connections", "clients", "groups", "group_ids",
+              "clients_without_group")),
+    Analysis("idle_age", "Idle age against the idle limit",
+             lambda f, p: idle_age(f.snapshots, p.idle_bins),
+             ("role", "bin"), ("role", "from_fraction", "to_fraction", "rows", "connections")),
+    Analysis("event_counts", "Recorded events",
+             lambda f, p: event_counts(f.events),
+             ("host", "kind", "role"), ("host", "kind", "role", "events", "connections")),
+)
+
+
+def _sorted(frame: DataFrame, order: tuple[str, ...]) -> DataFrame:
+    return frame.orderBy(*(F.col(c[1:]).desc() if c.startswith("-") else F.col(c).asc()
+                           for c in order))
+
+
+def run_all(frames: Frames, params: Params) -> dict[str, pa.Table]:
+    """Every analysis, sorted and collected to the driver as Arrow tables.
+
+    The connection lifetimes several analyses share are cached once: Spark finds the
+    cached plan again inside each analysis's own ``connection_lifetimes(snapshots)``.
+    A few analyses run at once, so that one's scheduling overlaps another's tasks.
+    """
+    lifetimes = connection_lifetimes(frames.snapshots).cache()
+    lifetimes.count()  # fill the cache once, before the analyses that share it run at once
+
+    def collect(analysis: Analysis) -> pa.Table:
+        return _sorted(analysis.compute(frames, params), analysis.order).toArrow()
+
+    try:
+        with ThreadPoolExecutor(CONCURRENT_JOBS) as pool:
+            return dict(zip((a.name for a in ANALYSES), pool.map(collect, ANALYSES),
+                            strict=True))
+    finally:
+        lifetimes.unpersist()

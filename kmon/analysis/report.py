@@ -1,0 +1,190 @@
+"""What ``kmon analyze`` shows and writes: Rich tables, one CSV and one Parquet per
+analysis, and charts (PNG and SVG) where a picture reads better."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+from matplotlib.figure import Figure
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from kmon.analysis.jobs import Analysis
+
+IDENTIFIERS = {"pid", "broker_id", "node_id"}  # numbers shown without thousands separators
+ROLE_COLOURS = {"bootstrap": "tab:orange", "coordinator": "tab:purple", "broker": "tab:blue",
+                "unknown": "tab:gray"}
+
+
+def _utc(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
+def _cell(column: str, value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if column.endswith("_ts"):
+        return _utc(value).strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, int) and column not in IDENTIFIERS:
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+def _close_wait_summary(table: pa.Table) -> str:
+    if not table.num_rows:
+        return "no connection was seen in CLOSE_WAIT"
+    rows = table.to_pylist()
+    durations = [r["close_wait_ms"] for r in rows]
+    brokers = sorted({r["broker_id"] for r in rows if r["broker_id"] is not None})
+    clients = {(r["session_id"], r["host"], r["pid"], r["client"]) for r in rows}
+    return (f"{len(rows)} connections of {len(clients)} clients in CLOSE_WAIT for "
+            f"{sum(durations) / 1000:,.0f} s in all (longest {max(durations) / 1000:,.0f} s); "
+            f"brokers {', '.join(map(str, brokers)) or '-'}")
+
+
+CAPTIONS: dict[str, Callable[[pa.Table], str]] = {"close_wait": _close_wait_summary}
+
+
+def renderable(analysis: Analysis, table: pa.Table, top: int) -> Table:
+    """The first ``top`` rows of one analysis, with the columns worth a terminal."""
+    shown = table.num_rows if top <= 0 else min(top, table.num_rows)
+    caption = [CAPTIONS[analysis.name](table)] if analysis.name in CAPTIONS else []
+    caption.append(f"{shown} of {table.num_rows} rows" if shown < table.num_rows
+                   else f"{table.num_rows} rows")
+    view = Table(title=analysis.title, caption="; ".join(caption), title_justify="left")
+    for column in analysis.show:
+        kind = table.schema.field(column).type
+        numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind)
+        view.add_column(column, justify="right" if numeric else "left")
+    for row in table.slice(0, shown).select(list(analysis.show)).to_pylist():
+        view.add_row(*(_cell(column, value) for column, value in row.items()))
+    return view
+
+
+def show(console: Console, analyses: Iterable[Analysis], tables: dict[str, pa.Table],
+         top: int) -> None:
+    """Print every analysis as a Rich table."""
+    for analysis in analyses:
+        console.print(renderable(analysis, tables[analysis.name], top))
+        console.print()
+
+
+def write_tables(tables: dict[str, pa.Table], out: Path) -> list[Path]:
+    """``NAME.csv`` and ``NAME.parquet`` for every analysis."""
+    written = []
+    for name, table in tables.items():
+        pq.write_table(table, out / f"{name}.parquet")
+        pacsv.write_csv(table, out / f"{name}.csv")
+        written += [out / f"{name}.csv", out / f"{name}.parquet"]
+    return written
+
+
+# -- charts ------------------------------------------------------------------------------------
+
+
+def connections_over_time_chart(table: pa.Table) -> Figure | None:
+    """Distinct connections per role per time bucket, one line per role."""
+    if not table.num_rows:
+        return None
+    rows = table.to_pylist()
+    buckets = sorted({r["bucket_ts"] for r in rows})
+    counts: dict[str, dict[int, int]] = defaultdict(dict)
+    for r in rows:
+        counts[r["role"] or "unknown"][r["bucket_ts"]] = r["connections"]
+    figure = Figure(figsize=(10, 4.5), layout="constrained")
+    axes = figure.subplots()
+    times = [_utc(b) for b in buckets]
+    for role, per_bucket in sorted(counts.items()):
+        axes.step(times, [per_bucket.get(b, 0) for b in buckets], where="post", label=role,
+                  color=ROLE_COLOURS.get(role))
+    locator = AutoDateLocator()
+    axes.xaxis.set_major_locator(locator)
+    axes.xaxis.set_major_formatter(ConciseDateFormatter(locator))
+    axes.set(title="Connections over time by role",
+             xlabel=f"UTC (buckets of {rows[0]['bucket_ms'] / 1000:g} s)",
+             ylabel="distinct connections")
+    axes.legend()
+    return figure
+
+
+def churn_per_broker_chart(table: pa.Table) -> Figure | None:
+    """Idle-churned connections and reap cycles per broker, fleet-wide."""
+    if not table.num_rows:
+        return None
+    churned: dict[int, int] = defaultdict(int)
+    cycles: dict[int, int] = defaultdict(int)
+    for r in table.to_pylist():
+        churned[r["broker_id"]] += r["idle_churned"]
+        cycles[r["broker_id"]] += r["reap_cycles"]
+    brokers = sorted(churned)
+    figure = Figure(figsize=(max(6, 0.5 * len(brokers) + 3), 4.5), layout="constrained")
+    axes = figure.subplots()
+    positions = range(len(brokers))
+    axes.bar([p - 0.2 for p in positions], [churned[b] for b in brokers], 0.4,
+             label="opened and reaped idle")
+    axes.bar([p + 0.2 for p in positions], [cycles[b] for b in brokers], 0.4,
+             label="metadata-refresh reap cycles")
+    axes.set_xticks(list(positions), [str(b) for b in brokers])
+    axes.set(title="Idle-reap churn per broker", xlabel="broker id", ylabel="connections")
+    axes.legend()
+    return figure
+
+
+def idle_age_chart(table: pa.Table) -> Figure | None:
+    """Snapshot rows by idle age as a share of the idle limit, stacked by role."""
+    if not table.num_rows:
+        return None
+    rows = table.to_pylist()
+    widths = [r["to_fraction"] - r["from_fraction"] for r in rows if r["to_fraction"]]
+    width = widths[0] if widths else 0.05
+    by_role: dict[str, dict[float, int]] = defaultdict(dict)
+    for r in rows:
+        by_role[r["role"] or "unknown"][r["from_fraction"]] = r["rows"]
+    lefts = sorted({r["from_fraction"] for r in rows})
+    figure = Figure(figsize=(10, 4.5), layout="constrained")
+    axes = figure.subplots()
+    bottom = [0] * len(lefts)
+    for role, counts in sorted(by_role.items()):
+        heights = [counts.get(x, 0) for x in lefts]
+        axes.bar(lefts, heights, width, bottom=bottom, align="edge", label=role,
+                 color=ROLE_COLOURS.get(role))
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    axes.axvline(1.0, color="tab:red", linestyle="--", label="idle limit (reaped)")
+    axes.axvline(0.8, color="tab:red", linestyle=":", label="near reap (80%)")
+    axes.set(title="Idle age against the idle limit", xlabel="idle age / idle limit",
+             ylabel="snapshot rows (connection-polls)", yscale="log")
+    axes.legend()
+    return figure
+
+
+CHARTS: dict[str, tuple[str, Callable[[pa.Table], Figure | None]]] = {
+    "connections_over_time": ("connections_over_time", connections_over_time_chart),
+    "churn_per_broker": ("idle_churn", churn_per_broker_chart),
+    "idle_age": ("idle_age", idle_age_chart),
+}
+
+
+def write_charts(tables: dict[str, pa.Table], out: Path) -> list[Path]:
+    """``NAME.png`` and ``NAME.svg`` for every chart that has data."""
+    written = []
+    for name, (source, draw) in CHARTS.items():
+        figure = draw(tables[source])
+        if figure is None:
+            continue
+        for suffix, metadata in ((".png", None), (".svg", {"Date": None})):
+            figure.savefig(out / f"{name}{suffix}", dpi=110, metadata=metadata)
+            written.append(out / f"{name}{suffix}")
+    return written

@@ -1,0 +1,114 @@
+"""The Spark session of an analysis: which master, which settings, and a quiet JVM.
+
+The master is ``--master``, else ``$SPARK_MASTER``, else the one ``spark-submit``
+gave (when kmon runs under it), else ``local[*]``. A JVM that kmon launches
+writes its log to a file of its own instead of the terminal; the file is
+removed after a clean run and named in the error otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
+
+from kmon.errors import UserError
+
+LOCAL_SHUFFLE_PARTITIONS = "4"
+DEFAULTS = {
+    "spark.app.name": "kmon analyze",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+    # host=10 stays the string "10", date=2026-01-01 stays a string
+    "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+}
+SPARK_ERRORS = (PySparkException, Py4JError)
+
+
+def under_spark_submit() -> bool:
+    """True when ``spark-submit`` started this Python process (its JVM is waiting)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def resolve_master(flag: str | None) -> str | None:
+    """The master URL to set; None leaves spark-submit's own."""
+    if flag:
+        return flag
+    if os.environ.get("SPARK_MASTER"):
+        return os.environ["SPARK_MASTER"]
+    return None if under_spark_submit() else "local[*]"
+
+
+def settings(master: str | None, conf: dict[str, str]) -> dict[str, str]:
+    """kmon's defaults, then ``conf`` (``--conf KEY=VALUE``) over them."""
+    merged = dict(DEFAULTS)
+    if master:
+        merged["spark.master"] = master
+        if master.startswith("local"):
+            merged["spark.sql.shuffle.partitions"] = LOCAL_SHUFFLE_PARTITIONS
+    merged.update(conf)
+    return merged
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """Point file descriptor 2 at ``path`` while a JVM child inherits it."""
+    saved = os.dup(2)
+    try:
+        with open(path, "ab") as log:
+            os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def start(master: str | None, conf: dict[str, str], log: Path) -> SparkSession:
+    """A Spark session; a JVM launched for it writes its stderr to ``log``."""
+    builder = SparkSession.builder
+    for key, value in settings(master, conf).items():
+        builder = builder.config(key, value)
+    try:
+        if under_spark_submit():
+            spark = builder.getOrCreate()
+        else:
+            with _stderr_to(log):
+                spark = builder.getOrCreate()
+    except SPARK_ERRORS as err:
+        raise UserError(f"cannot start Spark (master {master or 'from spark-submit'}): "
+                        f"{first_line(err)}; Spark's log: {log}") from err
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+@contextlib.contextmanager
+def session(master: str | None, conf: dict[str, str]) -> Iterator[SparkSession]:
+    """A Spark session for the ``with`` block; Spark errors become one-line UserErrors."""
+    fd, name = tempfile.mkstemp(prefix="kmon-spark-", suffix=".log")
+    os.close(fd)
+    log = Path(name)
+    spark = start(master, conf, log)
+    try:
+        yield spark
+    except SPARK_ERRORS as err:
+        raise UserError(f"Spark failed: {first_line(err)}; Spark's log: {log}") from err
+    else:
+        log.unlink(missing_ok=True)
+    finally:
+        spark.stop()
+
+
+def first_line(err: BaseException) -> str:
+    """The first informative line of a (possibly Java) exception."""
+    lines = [line.strip(" :\t") for line in str(err).splitlines() if line.strip(" :\t")]
+    for line in lines:
+        if not line.startswith(("An error occurred while calling", "JVM stacktrace")):
+            return line[:300]
+    return type(err).__name__

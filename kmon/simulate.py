@@ -1,0 +1,607 @@
+"""``kmon simulate-fleet``: a modelled fleet of Kafka clients, written as a kmon recording.
+
+Each host is one recording session of M client processes against B brokers,
+polled every ``interval`` for T hours, in the schema-v1 layout that ``kmon
+record`` writes. The model (documented in docs/analysis.md):
+
+* Java producer: connects to every bootstrap address (node ids -1..-k) at start,
+  then to every broker; only its partition leaders carry traffic. Idle
+  connections are closed by the client after ``connections.max.idle.ms``
+  (9 min). A share (``--churn-rate``) of the idle brokers is re-opened by each
+  metadata refresh (every ``metadata.max.age.ms``, 5 min) after its reap: the
+  5-min/9-min open/close cycle.
+* Java consumer: bootstrap -1, then the group coordinator (node id
+  2147483647 - broker) and the partition leaders; the bootstrap is dropped.
+* librdkafka producer and consumer: sparse; a bootstrap seen for a poll or
+  two, the leaders (and ``GroupCoordinator``); a producer, at ``--churn-rate``,
+  also holds one idle broker connection that the broker closes after its
+  ``connections.max.idle.ms`` (10 min).
+* At ``--close-wait-rate``, a traffic-carrying connection is closed by its
+  broker and sits in CLOSE_WAIT for a while before the client closes and
+  re-opens it; so does a librdkafka idle connection the broker reaps.
+
+Snapshot rows are built column by column (numpy, Arrow): ten million rows
+take about 20 s on two cores. ``simulate()`` returns the ground truth the
+analyses must find; ``--truth FILE`` writes it as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kmon import __version__
+from kmon.classify import MAX_INT
+from kmon.errors import UserError
+from kmon.model import Event, EventKind, Role
+from kmon.units import duration_arg
+from kmon.units import positive_int_arg as count
+
+if TYPE_CHECKING:  # the heavy imports wait for run(): kmon's other commands start fast
+    import pyarrow as pa
+
+
+START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z: the default start of a simulated fleet
+JAVA_IDLE_MS = 540_000  # Java client connections.max.idle.ms default
+BROKER_IDLE_MS = 600_000  # broker connections.max.idle.ms default
+METADATA_MAX_AGE_MS = 300_000
+HANDSHAKE_REQUESTS = 2  # ApiVersions + Metadata (or FindCoordinator) on a new connection
+NEVER = 2**62  # "not before the end" for close and CLOSE_WAIT times
+KIND_PATTERN = ("java-producer", "java-consumer", "librdkafka-producer",
+                "librdkafka-consumer", "java-producer", "java-consumer")
+# per kind and role: (request period ms, bytes sent per request, bytes received per request)
+TRAFFIC = {"producer": (500, 1500, 90), "consumer": (500, 90, 1200), "coordinator": (3000, 70, 40)}
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    """What to simulate."""
+
+    hosts: int = 3
+    clients: int = 6
+    brokers: int = 6
+    hours: float = 1.0
+    interval_ms: int = 1000
+    close_wait_rate: float = 0.1
+    churn_rate: float = 0.3
+    seed: int = 1
+    start_ms: int = START_MS
+
+    @property
+    def end_ms(self) -> int:
+        return self.start_ms + int(self.hours * 3_600_000)
+
+
+@dataclass
+class Lifetime:
+    """One TCP connection of a simulated client, from open to close."""
+
+    role: Role
+    node_id: int
+    broker_id: int | None
+    remote: str
+    opened: int
+    closed: int = NEVER
+    close_wait: int = NEVER  # when the broker closed it; the client closes at ``closed``
+    active: bool = False  # carries application traffic
+    traffic: str = "producer"  # key of TRAFFIC
+    by_refresh: bool = False  # re-opened by a metadata refresh after an idle reap
+    key: str = ""
+
+
+@dataclass
+class SimClient:
+    """One client process: its identity, configuration and connections."""
+
+    pid: int
+    name: str
+    client_id: str
+    kind: str
+    started: int
+    config: dict[str, str]
+    group: str | None = None
+    lifetimes: list[Lifetime] = field(default_factory=list)
+
+    @property
+    def type(self) -> str:
+        return self.kind.split("-")[1]
+
+    @property
+    def java(self) -> bool:
+        return self.kind.startswith("java")
+
+
+def broker_address(broker_id: int) -> str:
+    return f"10.20.{broker_id // 256}.{broker_id % 256}:9092"
+
+
+def coordinator_of(group: int, brokers: int) -> int:
+    """The broker that coordinates group number ``group`` (a stand-in for Kafka's hash)."""
+    return 1 + (group * 7919) % brokers
+
+
+class _Model:
+    """Draws the connections of the clients of one host."""
+
+    def __init__(self, spec: FleetSpec, host: int) -> None:
+        import numpy as np
+
+        self.spec, self.host = spec, host
+        self.rng = np.random.default_rng([spec.seed, host])
+        self.k = min(3, spec.brokers)
+        self.groups = max(1, spec.hosts * spec.clients // 6)
+
+    def clients(self) -> list[SimClient]:
+        spec, rng = self.spec, self.rng
+        kinds = rng.permutation([KIND_PATTERN[i % len(KIND_PATTERN)]
+                                 for i in range(spec.clients)])
+        first_minute = min(60_000, int(spec.hours * 900_000))
+        clients = []
+        for index, kind in enumerate(kinds):
+            kind = str(kind)
+            java, ctype = kind.startswith("java"), kind.split("-")[1]
+            number = index + 1
+            name = f"{ctype}-{number}" if java else f"rdkafka#{ctype}-{number}"
+            config = {"bootstrap.servers": ",".join(broker_address(b)
+                                                    for b in range(1, self.k + 1)),
+                      "client.id": f"app-{self.host}-{index}",
+                      "metadata.max.age.ms": str(METADATA_MAX_AGE_MS)}
+            if java:
+                config["connections.max.idle.ms"] = str(JAVA_IDLE_MS)
+            client = SimClient(pid=10_000 + index, name=name, client_id=config["client.id"],
+                               kind=kind, started=spec.start_ms + int(rng.integers(first_minute)),
+                               config=config)
+            if ctype == "consumer":
+                client.group = f"group-{int(rng.integers(self.groups))}"
+                config["group.id"] = client.group
+            getattr(self, "_" + kind.replace("-", "_"))(client)
+            clients.append(client)
+        return clients
+
+    def _leaders(self) -> list[int]:
+        count = min(self.spec.brokers, int(self.rng.integers(1, 4)))
+        return sorted(int(b) + 1 for b in self.rng.choice(self.spec.brokers, count,
+                                                          replace=False))
+
+    def _learned(self, client: SimClient) -> int:
+        """When the client has its first metadata: more than one poll after it started."""
+        return client.started + self.spec.interval_ms + 100
+
+    def _active(self, client: SimClient, role: Role, node_id: int, broker_id: int,
+                opened: int, traffic: str) -> None:
+        """A traffic-carrying connection; perhaps closed by its broker (CLOSE_WAIT) and
+        re-opened."""
+        spec, rng = self.spec, self.rng
+        remote = broker_address(broker_id)
+        conn = Lifetime(role, node_id, broker_id, remote, opened, active=True, traffic=traffic)
+        client.lifetimes.append(conn)
+        earliest, latest = opened + 60_000, spec.end_ms - 400_000
+        if latest > earliest and rng.random() < spec.close_wait_rate:
+            conn.close_wait = int(rng.integers(earliest, latest))
+            conn.closed = conn.close_wait + int(rng.integers(2 * spec.interval_ms, 300_000))
+            client.lifetimes.append(Lifetime(role, node_id, broker_id, remote,
+                                             conn.closed + int(rng.integers(100, 1000)),
+                                             active=True, traffic=traffic))
+
+    def _idle(self, client: SimClient, role: Role, node_id: int, broker_id: int | None,
+              remote: str, opened: int, limit: int) -> Lifetime:
+        conn = Lifetime(role, node_id, broker_id, remote, opened,
+                        closed=opened + limit + int(self.rng.integers(500)))
+        client.lifetimes.append(conn)
+        return conn
+
+    def _java_producer(self, client: SimClient) -> None:
+        spec, rng = self.spec, self.rng
+        for position in range(self.k):
+            self._idle(client, Role.BOOTSTRAP, -(position + 1), None,
+                       broker_address(position + 1), client.started + position, JAVA_IDLE_MS)
+        learned = self._learned(client)
+        leaders = self._leaders()
+        for broker in range(1, spec.brokers + 1):
+            opened = learned + broker
+            if broker in leaders:
+                self._active(client, Role.BROKER, broker, broker, opened, "producer")
+                continue
+            cycling = rng.random() < spec.churn_rate
+            conn = self._idle(client, Role.BROKER, broker, broker, broker_address(broker),
+                              opened, JAVA_IDLE_MS)
+            while cycling:
+                refreshes = (conn.closed - learned) // METADATA_MAX_AGE_MS + 1
+                reopened = learned + refreshes * METADATA_MAX_AGE_MS + 5
+                if reopened >= spec.end_ms:
+                    break
+                conn = self._idle(client, Role.BROKER, broker, broker, broker_address(broker),
+                                  reopened, JAVA_IDLE_MS)
+                conn.by_refresh = True
+
+    def _java_consumer(self, client: SimClient) -> None:
+        self._consumer(client, drop_bootstrap=self.spec.interval_ms + 1500)
+
+    def _librdkafka_consumer(self, client: SimClient) -> None:
+        self._consumer(client, drop_bootstrap=self.spec.interval_ms * 3 // 2)
+
+    def _consumer(self, client: SimClient, drop_bootstrap: int) -> None:
+        """Bootstrap, then coordinator and leaders; the bootstrap is dropped."""
+        position = int(self.rng.integers(self.k))
+        client.lifetimes.append(Lifetime(Role.BOOTSTRAP, -(position + 1), None,
+                                         broker_address(position + 1), client.started,
+                                         closed=client.started + drop_bootstrap))
+        learned = self._learned(client)
+        coordinator = coordinator_of(int(client.group.split("-")[1]), self.spec.brokers)
+        self._active(client, Role.COORDINATOR, MAX_INT - coordinator, coordinator, learned,
+                     "coordinator")
+        for broker in self._leaders():
+            self._active(client, Role.BROKER, broker, broker, learned + 100 + broker,
+                         "consumer")
+
+    def _librdkafka_producer(self, client: SimClient) -> None:
+        spec = self.spec
+        client.lifetimes.append(Lifetime(Role.BOOTSTRAP, -1, None, broker_address(1),
+                                         client.started,
+                                         closed=client.started + spec.interval_ms * 3 // 2))
+        learned = self._learned(client)
+        leaders = self._leaders()
+        for broker in leaders:
+            self._active(client, Role.BROKER, broker, broker, learned + broker, "producer")
+        spare = [b for b in range(1, spec.brokers + 1) if b not in leaders]
+        if spare and self.rng.random() < spec.churn_rate:
+            broker = spare[int(self.rng.integers(len(spare)))]
+            conn = self._idle(client, Role.BROKER, broker, broker, broker_address(broker),
+                              learned + 50, BROKER_IDLE_MS)
+            if self.rng.random() < spec.close_wait_rate:
+                conn.close_wait = conn.closed
+                conn.closed += int(self.rng.integers(2 * spec.interval_ms, 300_000))
+
+
+class _Ticks:
+    """The polls of one host's session, and which of them saw each connection."""
+
+    def __init__(self, spec: FleetSpec, host: int, lifetimes: list[Lifetime]) -> None:
+        import numpy as np
+
+        self.interval = spec.interval_ms
+        self.base = spec.start_ms + (host * 7_919) % spec.interval_ms
+        self.count = (spec.end_ms - self.base) // self.interval + 1
+        opened = np.array([c.opened for c in lifetimes], dtype=np.int64)
+        closed = np.array([c.closed for c in lifetimes], dtype=np.int64)
+        self.first = np.clip(self.tick_from(opened), 0, self.count)
+        self.stop = np.clip(self.tick_from(closed), 0, self.count)  # exclusive
+
+    def tick_from(self, ms):
+        """The first poll at or after ``ms``."""
+        return -((self.base - ms) // self.interval)
+
+    def at(self, tick) -> int:
+        return int(self.base + tick * self.interval)
+
+    @property
+    def last_ms(self) -> int:
+        return self.at(self.count - 1)
+
+
+def _broker_name(conn: Lifetime, client: SimClient) -> str | None:
+    """librdkafka's own name for a connection; Java clients have none in kmon's rows."""
+    if client.java:
+        return None
+    if conn.role is Role.COORDINATOR:
+        return "GroupCoordinator"
+    suffix = "bootstrap" if conn.role is Role.BOOTSTRAP else str(conn.broker_id)
+    return f"{conn.remote}/{suffix}"
+
+
+def _snapshot_table(session_id: str, clients: list[SimClient], lifetimes: list[Lifetime],
+                    owners: list[int], ticks: _Ticks) -> pa.Table:
+    """Every poll's row of every connection, built column by column."""
+    import numpy as np
+    import pyarrow as pa
+
+    from kmon.record.schema import SCHEMA_VERSION, SNAPSHOTS
+
+    counts = np.maximum(ticks.stop - ticks.first, 0)
+    conn = np.repeat(np.arange(len(lifetimes)), counts)
+    offsets = np.cumsum(counts) - counts
+    ts = ticks.base + (ticks.first[conn] + np.arange(len(conn)) - offsets[conn]) * ticks.interval
+    rows = len(conn)
+    take, owner = pa.array(conn), pa.array(np.array(owners, dtype=np.int64)[conn])
+
+    def per_conn(values: list, dtype) -> np.ndarray:
+        return np.array(values, dtype=dtype)[conn]
+
+    def conn_column(values: list, type_: pa.DataType | None = None) -> pa.Array:
+        return pa.array(values, type_ or pa.string()).take(take)
+
+    def client_column(values: list, type_: pa.DataType | None = None) -> pa.Array:
+        return pa.array(values, type_ or pa.string()).take(owner)
+
+    def constant(value, type_: pa.DataType) -> pa.Array:
+        return pa.repeat(pa.scalar(value, type_), rows)
+
+    traffic = [TRAFFIC[clients[o].type if c.role is Role.BROKER else c.traffic]
+               for c, o in zip(lifetimes, owners, strict=True)]
+    opened = per_conn([c.opened for c in lifetimes], np.int64)
+    close_wait = per_conn([c.close_wait for c in lifetimes], np.int64)
+    active = per_conn([c.active for c in lifetimes], bool)
+    period = per_conn([t[0] for t in traffic], np.int64)
+    done = np.where(active, (np.minimum(ts, close_wait) - opened) // period, 0)
+    requests = HANDSHAKE_REQUESTS + done
+    idle = np.maximum(ts - np.where(active, opened + done * period, opened + 5), 0)
+    limit = per_conn([JAVA_IDLE_MS if clients[o].java else BROKER_IDLE_MS for o in owners],
+                     np.int64)
+    rtt = per_conn([1.0 + (c.node_id % 7) * 0.3 for c in lifetimes], np.float64)
+    state = pa.DictionaryArray.from_arrays(pa.array((ts >= close_wait).astype(np.int8)),
+                                           pa.array(["ESTABLISHED", "CLOSE_WAIT"]))
+    columns = {
+        "schema_version": constant(SCHEMA_VERSION, pa.int32()),
+        "session_id": constant(session_id, pa.string()),
+        "ts_ms": pa.array(ts),
+        "pid": client_column([c.pid for c in clients], pa.int32()),
+        "process_name": client_column(["java" if c.java else "python" for c in clients]),
+        "client": client_column([c.name for c in clients]),
+        "client_id": client_column([c.client_id for c in clients]),
+        "client_type": client_column([c.type for c in clients]),
+        "key": conn_column([c.key for c in lifetimes]),
+        "role": conn_column([c.role.value for c in lifetimes]),
+        "node_id": conn_column([c.node_id for c in lifetimes], pa.int64()),
+        "broker_id": conn_column([c.broker_id for c in lifetimes], pa.int32()),
+        "local": conn_column([f"10.{ticks.base % 200}.{i // 250 % 250}.{i % 250}:"
+                              f"{32768 + i % 28000}" for i in range(len(lifetimes))]),
+        "remote": conn_column([c.remote for c in lifetimes]),
+        "state": state.cast(pa.string()),
+        "idle_ms": pa.array(idle),
+        "idle_limit_ms": pa.array(limit),
+        "reap_in_ms": pa.array(np.maximum(limit - idle, 0)),
+        "bytes_sent": pa.array(120 + requests * per_conn([t[1] for t in traffic], np.int64)),
+        "bytes_received": pa.array(400 + requests * per_conn([t[2] for t in traffic],
+                                                             np.int64)),
+        "requests_sent": pa.array(requests),
+        "requests_received": pa.array(requests),
+        "in_flight": constant(0, pa.int32()),
+        "rtt_ms": pa.array(rtt),
+        "tcp_rtt_ms": pa.array(rtt * 0.8),
+        "broker_name": conn_column([_broker_name(c, clients[o])
+                                    for c, o in zip(lifetimes, owners, strict=True)]),
+        "evidence_role": constant("stats", pa.string()),
+        "evidence_idle": constant("kernel", pa.string()),
+        "confidence": constant(1.0, pa.float64()),
+    }
+    return pa.table(columns, schema=SNAPSHOTS)
+
+
+
+
+class _Host:
+    """One simulated host: its session's clients, connections, polls and truth."""
+
+    def __init__(self, spec: FleetSpec, index: int) -> None:
+        self.spec, self.index = spec, index
+        self.name = f"sim-{index:03d}"
+        self.session_id = f"sim-{spec.seed}-{index:03d}"
+        self.clients = _Model(spec, index).clients()
+        self.lifetimes = [c for client in self.clients for c in client.lifetimes]
+        self.owners = [o for o, client in enumerate(self.clients) for _ in client.lifetimes]
+        for number, conn in enumerate(self.lifetimes):
+            conn.key = f"sock:{100_000 + number}"
+        self.ticks = _Ticks(spec, index, self.lifetimes)
+        self.seen = [int(f) < int(s) for f, s in zip(self.ticks.first, self.ticks.stop,
+                                                      strict=True)]
+        self.process_first = {}  # client index -> first tick that saw the process
+        for i, owner in enumerate(self.owners):
+            if self.seen[i]:
+                first = int(self.ticks.first[i])
+                self.process_first[owner] = min(first, self.process_first.get(owner, first))
+
+    def write(self, root: Path) -> dict[str, int]:
+        """Writes this host's session; returns the rows written per table."""
+        from kmon.record.schema import event_rows, session_row
+        from kmon.record.writer import PartWriter
+
+        table = _snapshot_table(self.session_id, self.clients, self.lifetimes, self.owners,
+                                self.ticks)
+        snapshots = PartWriter(root, "snapshots", self.name, self.session_id)
+        snapshots.add_table(table)
+        snapshots.flush()
+        events = PartWriter(root, "events", self.name, self.session_id)
+        events.add(event_rows(self.events(), self.session_id))
+        event_count = len(events.rows)
+        events.flush()
+        sessions = PartWriter(root, "sessions", self.name, self.session_id)
+        early = self.clients[: (len(self.clients) + 1) // 2]  # the row written at start
+        for stopped, clients in ((None, early), (self.spec.end_ms, self.clients)):
+            sessions.add([session_row(self.session_id, "sim", __version__, self.spec.start_ms,
+                                      stopped, self.spec.interval_ms,
+                                      [self._client_json(c) for c in clients])])
+            sessions.flush()
+        return {"snapshots": table.num_rows, "events": event_count, "sessions": 2}
+
+    @staticmethod
+    def _client_json(client: SimClient) -> dict:
+        return {"pid": client.pid, "process_name": "java" if client.java else "python",
+                "name": client.name, "client_id": client.client_id, "type": client.type,
+                "config": client.config}
+
+    def _closed_tick(self, i: int) -> int | None:
+        """The poll that first missed connection ``i`` (its 'closed' event), if any."""
+        stop = int(self.ticks.stop[i])
+        return stop if self.seen[i] and stop < self.ticks.count else None
+
+    def _close_wait_tick(self, i: int) -> int | None:
+        """The first poll that saw connection ``i`` in CLOSE_WAIT, if any."""
+        conn = self.lifetimes[i]
+        if conn.close_wait == NEVER or not self.seen[i]:
+            return None
+        tick = max(int(self.ticks.tick_from(conn.close_wait)), int(self.ticks.first[i]))
+        return tick if tick < int(self.ticks.stop[i]) else None
+
+    def events(self) -> list[Event]:
+        """What kmon's monitor reports between the polls: opened, near_reap, CLOSE_WAIT,
+        closed."""
+        out = []
+        at = self.ticks.at
+        for i, conn in enumerate(self.lifetimes):
+            if not self.seen[i]:
+                continue
+            client = self.clients[self.owners[i]]
+
+            def event(tick: int, kind: EventKind, detail: str, conn=conn, client=client) -> None:
+                out.append(Event(at(tick), kind, client.pid, conn.key, conn.role, conn.node_id,
+                                 conn.remote, detail, client.name, conn.broker_id))
+
+            first, stop = int(self.ticks.first[i]), int(self.ticks.stop[i])
+            if first > self.process_first[self.owners[i]]:
+                event(first, EventKind.OPENED, f"{conn.role.value} ESTABLISHED")
+            limit = JAVA_IDLE_MS if client.java else BROKER_IDLE_MS
+            if not conn.active:
+                near = int(self.ticks.tick_from(conn.opened + 5 + limit * 4 // 5))
+                if first < near < stop:
+                    event(near, EventKind.NEAR_REAP,
+                          f"idle {at(near) - conn.opened - 5} ms of {limit} ms limit")
+            close_wait = self._close_wait_tick(i)
+            if close_wait is not None and close_wait > first:
+                event(close_wait, EventKind.CLOSE_WAIT, "ESTABLISHED -> CLOSE_WAIT")
+            closed = self._closed_tick(i)
+            if closed is not None:
+                state = "ESTABLISHED" if close_wait is None else "CLOSE_WAIT"
+                event(closed, EventKind.CLOSED, f"{conn.role.value} after {state}")
+        return out
+
+    def truth(self) -> dict[str, list]:
+        """What the analyses must find in this host's session (see docs/analysis.md)."""
+        at, last_ms = self.ticks.at, self.ticks.last_ms
+        truth: dict[str, list] = {"clients": [], "churn": [], "close_wait": [],
+                                  "bootstrap": [], "coordinator_connections": []}
+        for owner, client in enumerate(self.clients):
+            who = {"session_id": self.session_id, "host": self.name, "pid": client.pid,
+                   "client": client.name}
+            mine = [i for i, o in enumerate(self.owners) if o == owner and self.seen[i]]
+            linked = [i for i in mine if self.lifetimes[i].role is not Role.BOOTSTRAP]
+            learned = min(int(self.ticks.first[i]) for i in linked)
+            process_first_ms = at(self.process_first[owner])
+            churn: dict[tuple[str, int], list[int]] = {}
+            brokers: dict[int, list[bool]] = {}  # broker -> [traffic, all closed]
+            previous_idle: dict[tuple[str, int], bool] = {}
+            for i in mine:
+                conn = self.lifetimes[i]
+                last_seen = at(int(self.ticks.stop[i]) - 1)
+                if conn.role is Role.BOOTSTRAP:
+                    truth["bootstrap"].append({**who, "key": conn.key,
+                                               "open_after_learned_ms": last_seen - at(learned)})
+                    continue
+                closed = conn.closed <= last_ms
+                state = brokers.setdefault(conn.broker_id, [False, True])
+                state[0] |= conn.active
+                state[1] &= closed
+                slot = (conn.role.value, conn.broker_id)
+                counts = churn.setdefault(slot, [0, 0])
+                idle_churned = not conn.active and conn.opened > process_first_ms and closed
+                counts[0] += idle_churned
+                counts[1] += conn.by_refresh and previous_idle.get(slot, False)
+                previous_idle[slot] = idle_churned
+                close_wait = self._close_wait_tick(i)
+                if close_wait is not None:
+                    stop = int(self.ticks.stop[i])
+                    truth["close_wait"].append({
+                        **who, "key": conn.key, "broker_id": conn.broker_id,
+                        "first_ts": at(close_wait), "last_ts": at(stop - 1),
+                        "close_wait_ms": at(stop - 1) - at(close_wait)})
+                if conn.role is Role.COORDINATOR:
+                    truth["coordinator_connections"].append({
+                        **who, "key": conn.key, "broker_id": conn.broker_id,
+                        "group": client.group})
+            truth["churn"] += [{**who, "role": role, "broker_id": broker,
+                                "idle_churned": idle, "reap_cycles": cycles}
+                               for (role, broker), (idle, cycles) in sorted(churn.items())
+                               if idle]
+            truth["clients"].append({
+                **who, "kind": client.kind, "group": client.group,
+                "brokers_connected": len(brokers),
+                "brokers_with_traffic": sum(t for t, _ in brokers.values()),
+                "brokers_reaped": sum(not t and closed for t, closed in brokers.values())})
+        return truth
+
+
+def simulate(spec: FleetSpec, root: Path) -> dict:
+    """Writes the fleet's recording under ``root``; returns its ground truth."""
+    from kmon.record.schema import TABLES
+
+    truth: dict = {"spec": asdict(spec), "rows": dict.fromkeys(TABLES, 0)}
+    for index in range(spec.hosts):
+        host = _Host(spec, index)
+        for table, rows in host.write(root).items():
+            truth["rows"][table] += rows
+        for name, items in host.truth().items():
+            truth.setdefault(name, []).extend(items)
+    return truth
+
+
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a rate between 0 and 1")
+    return value
+
+
+def _hours(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of hours above zero")
+    return value
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``kmon simulate-fleet``."""
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
+                        help="where to write the recording (an empty or new directory)")
+    parser.add_argument("--hosts", type=count, default=3, help="hosts (one session each)")
+    parser.add_argument("--clients", type=count, default=6, help="client processes per host")
+    parser.add_argument("--brokers", type=count, default=6, help="brokers in the cluster")
+    parser.add_argument("--hours", type=_hours, default=1.0, help="recorded time (default 1)")
+    parser.add_argument("--interval", type=duration_arg, default=1.0, metavar="DURATION",
+                        help="time between polls (default 1s)")
+    parser.add_argument("--close-wait-rate", type=_rate, default=0.1, metavar="RATE",
+                        help="share of connections closed by their broker into CLOSE_WAIT")
+    parser.add_argument("--churn-rate", type=_rate, default=0.3, metavar="RATE",
+                        help="share of idle connections re-opened by metadata refreshes")
+    parser.add_argument("--seed", type=int, default=1, help="same seed, same fleet")
+    parser.add_argument("--truth", type=Path, metavar="FILE",
+                        help="write the simulated ground truth here as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``kmon simulate-fleet``: write the recording (and the truth); print a summary."""
+    from kmon.record.schema import TABLES
+
+    spec = FleetSpec(hosts=args.hosts, clients=args.clients, brokers=args.brokers,
+                     hours=args.hours, interval_ms=round(args.interval * 1000),
+                     close_wait_rate=args.close_wait_rate, churn_rate=args.churn_rate,
+                     seed=args.seed)
+    if spec.interval_ms < 1 or spec.interval_ms * 2 > spec.end_ms - spec.start_ms:
+        raise UserError(f"--interval {args.interval:g}s does not fit {spec.hours:g} h")
+    for table in TABLES:
+        if (args.out / table).is_dir() and any((args.out / table).iterdir()):
+            raise UserError(f"{args.out} already holds a recording; choose an empty directory")
+    started = time.monotonic()
+    try:
+        truth = simulate(spec, args.out)
+        if args.truth:
+            args.truth.write_text(json.dumps(truth, indent=1) + "\n")
+    except OSError as err:
+        raise UserError(f"cannot write the fleet: {err}") from err
+    rows = truth["rows"]
+    print(f"simulated {spec.hosts} hosts x {spec.clients} clients x {spec.brokers} brokers "
+          f"over {spec.hours:g} h: {rows['snapshots']:,} snapshot rows, "
+          f"{rows['events']:,} events in {time.monotonic() - started:.1f} s -> {args.out}",
+          file=sys.stderr)
+    return 0
