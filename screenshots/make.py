@@ -1,13 +1,17 @@
-"""Render kmon's terminal views from a real run of the demo into screenshots/*.svg.
+"""Render kmon's views from real runs into screenshots/.
 
 Run from the repository root: ``python screenshots/make.py``. It starts the
 demo's embedded cluster and workload, watches them for a while so idle ages
-and a reap show, and saves what the terminal shows as SVG.
+and a reap show, and saves what the terminal shows as SVG; then it simulates
+a small fleet, runs ``kmon analyze`` on it and keeps its charts (PNG).
 """
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,6 +25,7 @@ from kmon.sources.sockets import open_socket_reader
 
 OUT = Path(__file__).parent
 WATCH_SECONDS = 12
+CHARTS = ("connections_over_time", "churn_per_broker", "idle_age")
 
 
 def save(renderable, name: str, title: str) -> None:
@@ -28,6 +33,21 @@ def save(renderable, name: str, title: str) -> None:
     console.print(renderable)
     console.save_svg(str(OUT / name), title=title)
     print(f"wrote {OUT / name}")
+
+
+def analysis_charts() -> None:
+    """Simulate a fleet, analyse it on Spark, keep the charts."""
+    with tempfile.TemporaryDirectory() as tmp:
+        fleet, out = Path(tmp) / "fleet", Path(tmp) / "out"
+        kmon = [sys.executable, "-m", "kmon"]
+        subprocess.run([*kmon, "simulate-fleet", "--out", str(fleet), "--hosts", "3",
+                        "--clients", "8", "--brokers", "6", "--hours", "1", "--interval", "5s",
+                        "--seed", "7"], check=True)
+        subprocess.run([*kmon, "analyze", str(fleet), "--out", str(out)], check=True,
+                       stdout=subprocess.DEVNULL)
+        for chart in CHARTS:
+            shutil.copy(out / f"{chart}.png", OUT / f"analyze-{chart}.png")
+            print(f"wrote {OUT / f'analyze-{chart}.png'}")
 
 
 def main() -> int:
@@ -43,6 +63,7 @@ def main() -> int:
         consumer = next(v for v in snapshot.processes if labels[v.pid].startswith("consumer"))
         save(process_table(consumer, labels[consumer.pid]), "attach-consumer.svg",
              f"kmon attach {consumer.pid}")
+    analysis_charts()
     return 0
 
 
