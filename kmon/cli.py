@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _attach(args: argparse.Namespace) -> int:
+    from kmon.monitor import Monitor
     from kmon.sampler import ProcessSampler, SampleError, SamplerSettings
     from kmon.sources.cluster import ClusterUnreachable, fetch_metadata
     from kmon.sources.sockets import open_socket_reader
@@ -117,26 +118,20 @@ def _attach(args: argparse.Namespace) -> int:
         settings = SamplerSettings(broker_idle_ms=args.broker_idle_ms, cluster=cluster,
                                    require_kafka=not args.any_process)
         sampler = ProcessSampler(args.pid, open_socket_reader(args.socket_reader), settings)
-        return _attach_loop(args, sampler)
+        return _watch(Monitor([sampler]), args.interval, json_lines=args.json, once=args.once)
     except BrokenPipeError:
         raise
     except (SampleError, SpoolError, ClusterUnreachable, OSError) as err:
         raise UserError(str(err)) from err
 
 
-def _attach_loop(args: argparse.Namespace, sampler) -> int:
-    from kmon.monitor import Monitor
-
-    return _watch(Monitor([sampler]), args.interval, json_lines=args.json, once=args.once)
-
-
 def _watch(monitor, interval: float, json_lines: bool, once: bool = False,
            duration: float | None = None, title: str = "",
-           labels: dict[int, str] | None = None) -> int:
+           labels: dict[int, str] | None = None, live_screen: bool = True) -> int:
     """Poll ``monitor`` every ``interval`` until ``once``, ``duration``, or every process exits.
 
-    Prints JSON lines, or a Rich view (live on a terminal). Exits with an error
-    once no watched process is left.
+    Prints JSON lines, or a Rich view (redrawn in place on a terminal unless
+    ``live_screen`` is off). Exits with an error once no watched process is left.
     """
     from rich.console import Console
     from rich.live import Live
@@ -145,7 +140,7 @@ def _watch(monitor, interval: float, json_lines: bool, once: bool = False,
 
     console = Console()
     live = None
-    if not json_lines and not once and console.is_terminal:
+    if live_screen and not json_lines and not once and console.is_terminal:
         live = Live(console=console, auto_refresh=False, transient=False)
         live.start()
     ends = time.monotonic() + duration if duration else None
@@ -188,7 +183,7 @@ def _demo(args: argparse.Namespace) -> int:
             monitor = Monitor(ProcessSampler(pid, reader, settings) for pid in demo.clients)
             labels = {pid: client.label for pid, client in demo.clients.items()}
             return _watch(monitor, args.interval, json_lines=args.json,
-                          duration=args.duration, labels=labels,
+                          duration=args.duration, labels=labels, live_screen=not args.headless,
                           title=f"kmon demo — cluster {demo.bootstrap} (Ctrl-C to stop)")
     except BrokenPipeError:
         raise
