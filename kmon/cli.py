@@ -136,7 +136,7 @@ def _watch(monitor, interval: float, json_lines: bool, once: bool = False,
     from rich.console import Console
     from rich.live import Live
 
-    from kmon.render import snapshot_renderable
+    from widgets.tables import snapshot_renderable
 
     console = Console()
     live = None

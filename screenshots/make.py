@@ -19,9 +19,9 @@ from rich.console import Console
 
 from kmon.demo import Demo
 from kmon.monitor import Monitor
-from kmon.render import process_table, snapshot_renderable
 from kmon.sampler import ProcessSampler, SamplerSettings
 from kmon.sources.sockets import open_socket_reader
+from widgets.tables import process_table, snapshot_renderable
 
 OUT = Path(__file__).parent
 WATCH_SECONDS = 12

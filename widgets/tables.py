@@ -1,4 +1,4 @@
-"""Rich renderings of snapshots for the terminal (headless ``kmon attach``)."""
+"""Rich tables of snapshots for the terminal (headless `kmon attach`, `kmon demo`)."""
 
 from __future__ import annotations
 

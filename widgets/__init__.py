@@ -1,0 +1,1 @@
+"""kmon's presentation layer: what the terminal shows of snapshots and events."""
