@@ -32,7 +32,6 @@ class LogicalConnection:
     broker_id: int | None
     address: str  # host:port
     endpoints: frozenset[Endpoint]
-    client_state: str
     tx_bytes: int
     rx_bytes: int
     requests_sent: int
@@ -92,7 +91,6 @@ def logical_connections(client: ClientStats, resolver: Resolver) -> list[Logical
         out.append(LogicalConnection(
             client=client, broker_name=name, role=role, node_id=node_id, broker_id=broker_id,
             address=entry["nodename"], endpoints=resolver.endpoints(entry["nodename"]),
-            client_state=entry["state"],
             tx_bytes=entry["txbytes"], rx_bytes=entry["rxbytes"],
             requests_sent=entry["tx"], responses_received=entry["rx"],
             in_flight=entry["outbuf_cnt"] + entry["waitresp_cnt"],

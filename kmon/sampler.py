@@ -91,6 +91,7 @@ class ProcessSampler:
         self.pid = pid
         self.name, self.cmdline, self.start_time = _describe(self.process)
         try:
+            self.uid = self.process.uids().real
             self.spool_dirs = spool_dirs(self.process)
         except psutil.NoSuchProcess as err:
             raise ProcessGone(f"no process with PID {pid}") from err
@@ -115,7 +116,8 @@ class ProcessSampler:
             raise NoPermission(f"no permission to read the sockets of PID {self.pid} "
                                f"({self.name}); run kmon as its user or as root") from err
         try:
-            all_stats = read_client_stats(self.process, self.start_time, self.spool_dirs)
+            all_stats = read_client_stats(self.process, self.start_time, self.uid,
+                                          self.spool_dirs)
         except psutil.NoSuchProcess as err:
             raise ProcessGone(f"PID {self.pid} ({self.name}) has exited") from err
         fresh = [c for c in all_stats if not c.is_stale(now_ms)]

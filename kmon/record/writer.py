@@ -29,7 +29,6 @@ class PartWriter:
         self.rows: list[dict] = []
         self.tables: list[pa.Table] = []
         self.sequence = 0
-        self.bytes_written = 0
 
     def add(self, rows: list[dict]) -> None:
         """Buffer rows given as dicts (the recorder's way)."""
@@ -69,5 +68,4 @@ class PartWriter:
             with contextlib.suppress(OSError):
                 tmp.unlink()
             raise
-        self.bytes_written += (directory / name).stat().st_size
         return directory / name

@@ -86,16 +86,16 @@ def spool_dirs(process: psutil.Process) -> list[Path]:
     return list(dict.fromkeys(candidates))
 
 
-def read_client_stats(process: psutil.Process, proc_start: float,
+def read_client_stats(process: psutil.Process, proc_start: float, owner_uid: int,
                       directories: list[Path]) -> list[ClientStats]:
-    """Statistics of every instrumented client of ``process`` found in ``directories``.
+    """Statistics of every instrumented client of ``process`` (run by ``owner_uid``).
 
     Records left by an earlier process with the same pid are ignored.
     Raises spool.SpoolError for a corrupt or unsafe spool file.
     """
     found: dict[str, ClientStats] = {}
     for directory in directories:
-        for path, record in spool.read_records(directory, process.pid, process.uids().real):
+        for path, record in spool.read_records(directory, process.pid, owner_uid):
             stats = parse_record(path, record)
             if not _same_process(record, proc_start):
                 continue
