@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 
 from rich.console import Group
@@ -10,28 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kmon.model import Event, ProcessView, Snapshot
-
-ROLE_STYLE = {"bootstrap": "yellow", "coordinator": "magenta", "broker": "green",
-              "unknown": "dim"}
-STATE_STYLE = {"ESTABLISHED": "", "CLOSE_WAIT": "bold red", "SYN_SENT": "bold yellow"}
-
-
-def _ms(value: int | None) -> str:
-    if value is None:
-        return "?"
-    return f"{value / 1000:.1f}s" if value < 60_000 else f"{value / 60_000:.1f}m"
-
-
-def _num(value: int | float | None) -> str:
-    return "?" if value is None else f"{value:,}"
-
-
-def _id(value: int | None) -> str:
-    return "?" if value is None else str(value)
-
-
-def _clock(ts_ms: int) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(ts_ms / 1000))
+from widgets.format import ROLE_STYLE, STATE_STYLE, clock, duration, node, number
 
 
 def process_table(view: ProcessView, label: str = "") -> Table:
@@ -49,10 +27,10 @@ def process_table(view: ProcessView, label: str = "") -> Table:
     for c in view.connections:
         table.add_row(
             Text(c.role.value, style=ROLE_STYLE[c.role.value]),
-            _id(c.node_id), _id(c.broker_id), c.client or "-", c.local or "-",
+            node(c.node_id), node(c.broker_id), c.client or "-", c.local or "-",
             c.remote or "-", Text(c.state, style=STATE_STYLE.get(c.state, "")),
-            _ms(c.idle_ms), _ms(c.idle_limit_ms), _ms(c.reap_in_ms),
-            _num(c.bytes_sent), _num(c.bytes_received), _num(c.requests_sent),
+            duration(c.idle_ms), duration(c.idle_limit_ms), duration(c.reap_in_ms),
+            number(c.bytes_sent), number(c.bytes_received), number(c.requests_sent),
             f"{c.evidence.get('role', '?')}/{c.evidence.get('idle', '?')}",
             f"{c.confidence:.2f}",
         )
@@ -69,6 +47,6 @@ def snapshot_renderable(snapshot: Snapshot, events: Iterable[Event], title: str 
     recent = list(events)[-10:]
     if recent:
         parts.append(Text("events:", style="bold"))
-        parts.extend(Text(f"  {_clock(e.ts_ms)} {e.kind.value:<12} pid {e.pid} "
+        parts.extend(Text(f"  {clock(e.ts_ms)} {e.kind.value:<12} pid {e.pid} "
                           f"{e.remote or ''} {e.detail}") for e in recent)
     return Group(*parts)

@@ -1,0 +1,158 @@
+"""What the dashboard remembers between refreshes, bounded however long it runs.
+
+Per connection: a strip of activity marks (one per refresh, over a fixed
+window), its traffic rates, when it opened and closed. Per refresh: counts of
+connections by role and by TCP state, for the sparklines. Nothing grows with
+runtime: marks live in fixed-size rings and a closed connection is forgotten
+once it has left the window.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from kmon.model import Connection, ProcessView, Role
+
+
+class Mark(IntEnum):
+    """A connection's condition during one refresh, worst first when merged."""
+
+    ABSENT = 0
+    IDLE = 1
+    BUSY = 2
+    CONNECTING = 3
+    CLOSE_WAIT = 4
+
+
+CLOSING_STATES = ("FIN_WAIT1", "FIN_WAIT2", "TIME_WAIT", "CLOSE", "CLOSING", "LAST_ACK")
+
+
+def mark_of(conn: Connection, interval_ms: int, traffic: bool) -> Mark:
+    """How a connection looked over the last refresh interval."""
+    if conn.state == "CLOSE_WAIT":
+        return Mark.CLOSE_WAIT
+    if conn.state == "SYN_SENT":
+        return Mark.CONNECTING
+    if traffic or (conn.idle_ms is not None and conn.idle_ms < interval_ms):
+        return Mark.BUSY
+    return Mark.IDLE
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Per-second traffic of one connection over the last refresh."""
+
+    sent: float | None = None
+    received: float | None = None
+    requests: float | None = None
+
+
+@dataclass
+class Track:
+    """The remembered life of one connection."""
+
+    marks: deque[int]  # one Mark per refresh, newest last, aligned with History.ticks
+    label: str
+    opened_ms: int | None  # None: it existed before kmon first looked
+    closed_ms: int | None = None
+    state_since_ms: int = 0  # when it entered its current TCP state
+    state: str = ""
+    last: Connection | None = field(default=None, repr=False)
+    rates: Rates = Rates()
+
+
+def track_label(conn: Connection) -> str:
+    """A short name for a connection: role, node id and port, e.g. ``coord 2147483646 :9092``."""
+    role = {Role.BOOTSTRAP: "boot", Role.COORDINATOR: "coord", Role.BROKER: "broker",
+            Role.UNKNOWN: "?"}[conn.role]
+    node = "" if conn.node_id is None else f" {conn.node_id}"
+    port = f" :{conn.remote.rsplit(':', 1)[-1]}" if conn.remote else ""
+    return f"{role}{node}{port}"
+
+
+def _delta_rate(now: int | None, before: int | None, seconds: float) -> float | None:
+    if now is None or before is None or seconds <= 0 or now < before:
+        return None
+    return (now - before) / seconds
+
+
+class History:
+    """Bounded memory of the connections of the watched processes.
+
+    ``window`` refreshes are kept: the timeline strips, the counts by role and
+    state, and closed connections until they scroll out of the window.
+    """
+
+    def __init__(self, window: int = 600) -> None:
+        self.window = window
+        self.ticks: deque[int] = deque(maxlen=window)  # epoch ms of each refresh
+        self.tracks: dict[tuple[int, str], Track] = {}
+        self.by_role: dict[str, deque[int]] = {r.value: deque(maxlen=window) for r in Role}
+        self.by_state: dict[str, deque[int]] = {
+            s: deque(maxlen=window) for s in ("ESTABLISHED", "CLOSE_WAIT", "other")}
+
+    def observe(self, ts_ms: int, views: list[ProcessView], interval_ms: int) -> None:
+        """Record one refresh of ``views``."""
+        first = not self.ticks
+        previous_ts = self.ticks[-1] if self.ticks else None
+        self.ticks.append(ts_ms)
+        seen: set[tuple[int, str]] = set()
+        roles: Counter[str] = Counter()
+        states: Counter[str] = Counter()
+        for view in views:
+            for conn in view.connections:
+                key = (view.pid, conn.key)
+                seen.add(key)
+                roles[conn.role.value] += 1
+                states[conn.state if conn.state in self.by_state else "other"] += 1
+                self._update(key, conn, ts_ms, previous_ts, interval_ms, first)
+        for role, series in self.by_role.items():
+            series.append(roles[role])
+        for state, series in self.by_state.items():
+            series.append(states[state])
+        self._age(seen, ts_ms)
+
+    def _update(self, key: tuple[int, str], conn: Connection, ts_ms: int,
+                previous_ts: int | None, interval_ms: int, first: bool) -> None:
+        track = self.tracks.get(key)
+        if track is None or track.closed_ms is not None:
+            marks = deque([int(Mark.ABSENT)] * (len(self.ticks) - 1), maxlen=self.window)
+            track = Track(marks, track_label(conn), None if first else ts_ms,
+                          state_since_ms=ts_ms, state=conn.state)
+            self.tracks[key] = track
+        before = track.last
+        traffic = False
+        if before is not None and previous_ts is not None:
+            seconds = (ts_ms - previous_ts) / 1000
+            track.rates = Rates(_delta_rate(conn.bytes_sent, before.bytes_sent, seconds),
+                                _delta_rate(conn.bytes_received, before.bytes_received, seconds),
+                                _delta_rate(conn.requests_sent, before.requests_sent, seconds))
+            traffic = bool(track.rates.sent or track.rates.received)
+        if conn.state != track.state:
+            track.state, track.state_since_ms = conn.state, ts_ms
+        track.label = track_label(conn)
+        track.last = conn
+        track.marks.append(int(mark_of(conn, interval_ms, traffic)))
+
+    def _age(self, seen: set[tuple[int, str]], ts_ms: int) -> None:
+        """Mark unseen connections closed; forget those whose strip is all absent."""
+        for key, track in list(self.tracks.items()):
+            if key in seen:
+                continue
+            if track.closed_ms is None:
+                track.closed_ms = ts_ms
+                track.rates = Rates()
+            track.marks.append(int(Mark.ABSENT))
+            if not any(track.marks):
+                del self.tracks[key]
+
+    def track(self, pid: int, key: str) -> Track | None:
+        """The remembered life of one connection, if it is still in the window."""
+        return self.tracks.get((pid, key))
+
+    def closed(self, pid: int | None = None) -> list[tuple[tuple[int, str], Track]]:
+        """Connections that closed within the window (of ``pid``, or of every process)."""
+        return [(key, t) for key, t in self.tracks.items()
+                if t.closed_ms is not None and (pid is None or key[0] == pid)]

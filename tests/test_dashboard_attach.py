@@ -1,0 +1,106 @@
+"""The attach dashboard, driven with Textual's pilot against real client processes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from kmon.monitor import Monitor
+from kmon.sampler import ProcessSampler, SamplerSettings
+from kmon.sources.sockets import open_socket_reader
+from widgets.app import KmonApp
+from widgets.attach_screen import AttachScreen, DashboardSettings
+from widgets.connection_table import ConnectionTable
+from widgets.detail import DetailScreen
+
+MAX_INT = 2147483647
+
+
+def attach_app(pid: int, interval_s: float = 0.25) -> tuple[KmonApp, AttachScreen]:
+    monitor = Monitor([ProcessSampler(pid, open_socket_reader(), SamplerSettings())], history=1)
+    screen = AttachScreen(pid, monitor, DashboardSettings(interval_s=interval_s))
+    return KmonApp(screen), screen
+
+
+async def until(pilot, condition, what: str, polls: int = 400) -> None:
+    """Let the app run until ``condition()`` holds (fails after ``polls`` short pauses)."""
+    for _ in range(polls):
+        if condition():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError(f"the dashboard never showed {what}")
+
+
+def table_rows(screen: AttachScreen) -> list[list[str]]:
+    table = screen.query_one(ConnectionTable)
+    return [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+def coordinator_broker(consumer) -> int:
+    stats = consumer.own_stats()
+    nodename = stats["brokers"]["GroupCoordinator"]["nodename"]
+    return next(b["nodeid"] for b in stats["brokers"].values()
+                if b["source"] == "learned" and b["nodename"] == nodename)
+
+
+def test_consumer_coordinator_row_filter_sort_pause_details(start_client):
+    consumer = start_client("consumer")
+    broker = coordinator_broker(consumer)
+    app, screen = attach_app(consumer.pid)
+
+    async def drive() -> None:
+        async with app.run_test(size=(180, 50)) as pilot:
+            await until(pilot, lambda: any(r[0] == "coordinator" for r in table_rows(screen)),
+                        "a coordinator row")
+            coordinator = next(r for r in table_rows(screen) if r[0] == "coordinator")
+            assert coordinator[1] == str(MAX_INT - broker)
+            assert coordinator[2] == str(broker)
+
+            await pilot.press("f")
+            await pilot.press(*"role:coordinator", "enter")
+            await until(pilot, lambda: len(table_rows(screen)) == 1, "only the coordinator")
+            assert table_rows(screen)[0][0] == "coordinator"
+            await pilot.press("c")
+            await until(pilot, lambda: len(table_rows(screen)) > 1, "every row again")
+
+            before = [r[0] for r in table_rows(screen)]
+            assert before == sorted(before, key=["bootstrap", "coordinator", "broker",
+                                                 "unknown"].index)
+            for _ in range(4):  # role -> idle -> reaped in -> state -> broker
+                await pilot.press("s")
+            assert "sort: broker" in str(screen.query_one(ConnectionTable).border_title)
+            brokers = [int(r[2]) for r in table_rows(screen) if r[2] != "?"]
+            assert brokers == sorted(brokers)
+
+            await pilot.press("p")
+            assert screen.paused
+            frozen = screen.last_ts_ms
+            await pilot.pause(1.0)
+            assert screen.last_ts_ms == frozen
+            await pilot.press("p")
+            await until(pilot, lambda: screen.last_ts_ms > frozen, "a refresh after resuming")
+
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, DetailScreen), "the detail pane")
+            await pilot.press("escape")
+            await until(pilot, lambda: app.screen is screen, "the table again")
+
+    asyncio.run(drive())
+
+
+@pytest.mark.parametrize("kind", ["producer"])
+def test_process_exit_is_shown_in_place(start_client, kind):
+    client = start_client(kind)
+    app, screen = attach_app(client.pid)
+
+    async def drive() -> None:
+        async with app.run_test(size=(160, 45)) as pilot:
+            await until(pilot, lambda: table_rows(screen), "rows")
+            client.stop()
+            await until(pilot, lambda: screen.exit_notice, "the exit")
+            assert "exited" in screen.exit_notice
+            assert table_rows(screen), "the last state stays on screen"
+            assert app.is_running
+
+    asyncio.run(drive())

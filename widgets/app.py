@@ -1,0 +1,28 @@
+"""The Textual application that hosts kmon's screens."""
+
+from __future__ import annotations
+
+from textual.app import App
+from textual.binding import Binding
+from textual.screen import Screen
+
+
+class KmonApp(App):
+    """Runs one starting screen (attach or watch); ``q`` quits from anywhere."""
+
+    CSS_PATH = "kmon.tcss"
+    TITLE = "kmon"
+    BINDINGS = [Binding("q", "quit", "quit", priority=False)]
+
+    def __init__(self, first_screen: Screen, theme: str | None = None,
+                 exit_after_s: float | None = None) -> None:
+        super().__init__()
+        self.first_screen = first_screen
+        self.exit_after_s = exit_after_s
+        if theme:
+            self.theme = theme
+
+    def on_mount(self) -> None:
+        self.push_screen(self.first_screen)
+        if self.exit_after_s is not None:
+            self.set_timer(self.exit_after_s, self.exit)

@@ -1,0 +1,365 @@
+"""The attach screen: one client process, its connections, their lives and events."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import Footer, Input, Static
+
+from kmon.model import ClientInstance, Connection, Event, EventKind, ProcessView, Snapshot
+from kmon.record.recorder import Recorder, new_session_id
+from kmon.timeline import CLOSING_STATES, History
+from widgets import format as fmt
+from widgets.connection_table import SORT_ORDERS, ConnectionTable, RowStyle, connection_cells
+from widgets.detail import DetailScreen
+from widgets.event_log import EventLog
+from widgets.filtering import FilterError, RowFilter, parse_filter
+from widgets.help import HelpScreen
+from widgets.sparklines import CountSparklines
+from widgets.timeline import Timeline
+
+INTERVAL_STEPS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+HIDE_IDLE_AFTER_MS = 10_000
+
+
+class SnapshotSource(Protocol):
+    """Where refreshes come from: a live Monitor, or a recording replayed for tests."""
+
+    def poll(self) -> tuple[Snapshot, list[Event]]: ...
+
+
+@dataclass(frozen=True)
+class DashboardSettings:
+    """What the user chose for the dashboard (command line and config file)."""
+
+    interval_s: float = 1.0
+    row_style: RowStyle = RowStyle()
+    record_dir: Path = Path("kmon-sessions")
+    history: int = 600  # refreshes kept for the timeline and sparklines
+
+
+def next_interval(current: float, faster: bool) -> float:
+    """The next refresh interval up or down the steps."""
+    if faster:
+        return max([s for s in INTERVAL_STEPS if s < current] or [INTERVAL_STEPS[0]])
+    return min([s for s in INTERVAL_STEPS if s > current] or [INTERVAL_STEPS[-1]])
+
+
+def _shown(conn: Connection, hide_idle: bool) -> bool:
+    if not hide_idle:
+        return True
+    if conn.state in CLOSING_STATES:
+        return False
+    return conn.idle_ms is None or conn.idle_ms < HIDE_IDLE_AFTER_MS
+
+
+def _client_line(client: ClientInstance) -> str:
+    group = f" group {client.config['group.id']}" if "group.id" in client.config else ""
+    return f"{client.name} ({client.type}, client.id={client.client_id}{group})"
+
+
+class AttachScreen(Screen):
+    """Live dashboard of one Kafka client process."""
+
+    BINDINGS = [
+        Binding("p", "pause", "pause"),
+        Binding("space", "refresh_now", "refresh"),
+        Binding("s", "sort", "sort"),
+        Binding("f,slash", "filter", "filter"),
+        Binding("c", "clear_filter", "clear filter"),
+        Binding("i", "hide_idle", "hide idle"),
+        Binding("enter", "details", "details"),
+        Binding("r", "record", "record"),
+        Binding("plus,equals_sign", "faster", "+ faster"),
+        Binding("minus", "slower", "- slower"),
+        Binding("escape", "back", "back"),
+        Binding("question_mark", "help", "help"),
+    ]
+
+    def __init__(self, pid: int, source: SnapshotSource, settings: DashboardSettings,
+                 cluster: str = "", label: str = "", can_go_back: bool = False) -> None:
+        super().__init__()
+        self.pid, self.source, self.settings = pid, source, settings
+        self.cluster, self.label, self.can_go_back = cluster, label, can_go_back
+        self.interval = settings.interval_s
+        self.history = History(settings.history)
+        self.view: ProcessView | None = None
+        self.last_ts_ms = 0
+        self.events: list[Event] = []  # this process's events, bounded
+        self.paused = False
+        self.hide_idle = False
+        self.sort_index = 0
+        self.row_filter = RowFilter()
+        self.exit_notice = ""
+        self.error_notice = ""
+        self.recorder: Recorder | None = None
+        self.recorded_dir: Path | None = None
+        self._busy = False
+        self._timer: Timer | None = None
+
+    # -- layout -----------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="header")
+        yield Static(id="notice")
+        yield ConnectionTable(id="connections")
+        with Horizontal(id="lower"):
+            yield Timeline(id="timeline")
+            with Vertical(id="side"):
+                yield CountSparklines(id="sparklines")
+                yield EventLog(id="events")
+        yield Input(placeholder="filter: role:coordinator state:CLOSE_WAIT broker:1 client:… "
+                                "(enter applies, escape closes)", id="filter")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#timeline").border_title = "lifecycle"
+        self.query_one("#sparklines").border_title = "connections by role and state"
+        self.query_one("#events").border_title = "events"
+        self.query_one(ConnectionTable).focus()
+        self._timer = self.set_interval(self.interval, self.request_refresh)
+        self.request_refresh()
+        self.redraw()
+
+    # -- refresh loop -----------------------------------------------------------------------
+
+    def request_refresh(self) -> None:
+        """Poll the source in a worker thread, unless a poll is already running."""
+        if self._busy or self.exit_notice:
+            return
+        self._busy = True
+        self.run_worker(self._poll, thread=True, group="poll", exit_on_error=False)
+
+    def _poll(self) -> None:
+        try:
+            snapshot, events = self.source.poll()
+        except Exception as err:  # noqa: BLE001 - any source failure is shown in place
+            self.app.call_from_thread(self._failed, f"refresh failed: {err}")
+            return
+        self.app.call_from_thread(self.apply, snapshot, events)
+
+    def _failed(self, message: str) -> None:
+        self._busy = False
+        self.error_notice = message
+        self.redraw()
+
+    def apply(self, snapshot: Snapshot, events: list[Event]) -> None:
+        """Take in one refresh: history, recording, events, then redraw."""
+        self._busy = False
+        self.error_notice = ""
+        mine = [e for e in events if e.pid == self.pid]
+        views = [v for v in snapshot.processes if v.pid == self.pid]
+        if views:
+            self.view = views[0]
+            self.last_ts_ms = snapshot.ts_ms
+            self.history.observe(snapshot.ts_ms, views, int(self.interval * 1000))
+        if self.recorder is not None:
+            self.recorder.add(snapshot, events)
+        gone = [e for e in mine if e.kind in (EventKind.PROCESS_EXIT, EventKind.PROCESS_ERROR)]
+        if gone:
+            self.exit_notice = (f"{gone[0].detail} at {fmt.clock(gone[0].ts_ms)}: showing its "
+                                "last state")
+            if self._timer is not None:
+                self._timer.stop()
+        self.events = (self.events + mine)[-1000:]
+        self.query_one(EventLog).add(mine)
+        self.redraw()
+
+    # -- drawing ----------------------------------------------------------------------------
+
+    def visible_connections(self) -> list[Connection]:
+        """The rows the table shows: filtered, hidden-idle removed, sorted."""
+        if self.view is None:
+            return []
+        client_ids = {c.name: c.client_id for c in self.view.clients}
+        rows = [c for c in self.view.connections
+                if _shown(c, self.hide_idle) and self.row_filter.matches(c, self.pid, client_ids)]
+        order = SORT_ORDERS[self.sort_index]
+        rows.sort(key=lambda c: order.key(c, self.history.track(self.pid, c.key)),
+                  reverse=order.descending)
+        return rows
+
+    def redraw(self) -> None:
+        """Draw every panel from the latest refresh."""
+        rows = self.visible_connections()
+        client_ids = {c.name: c.client_id for c in self.view.clients} if self.view else {}
+        table = self.query_one(ConnectionTable)
+        table.show([(c.key, connection_cells(c, self.history.track(self.pid, c.key), client_ids,
+                                             self.settings.row_style, self.last_ts_ms))
+                    for c in rows])
+        total = len(self.view.connections) if self.view else 0
+        order = SORT_ORDERS[self.sort_index]
+        table.border_title = (f"connections: {len(rows)} shown of {total} · sort: {order.name} "
+                              f"{'▼' if order.descending else '▲'}"
+                              + (f" · filter: {self.row_filter.text}" if self.row_filter.text
+                                 else "") + (" · idle hidden" if self.hide_idle else ""))
+        self._draw_timeline(rows)
+        self.query_one(CountSparklines).show(self.history)
+        self.query_one("#header", Static).update(self._header())
+        self._draw_notice()
+        if isinstance(self.app.screen, DetailScreen):
+            self.app.screen.update_view()
+
+    def _draw_timeline(self, rows: list[Connection]) -> None:
+        tracks = [(t.label, t) for t in (self.history.track(self.pid, c.key) for c in rows) if t]
+        closed = sorted(self.history.closed(self.pid), key=lambda kt: kt[1].closed_ms or 0,
+                        reverse=True)
+        tracks += [(f"{t.label} (closed)", t) for _, t in closed]
+        ticks = self.history.ticks
+        span = ticks[-1] - ticks[0] if len(ticks) > 1 else 0
+        self.query_one(Timeline).show(tracks, span)
+
+    def _header(self) -> Text:
+        view = self.view
+        header = Text()
+        name = f"{self.label} — " if self.label else ""
+        if view is None:
+            header.append(f"{name}PID {self.pid}: waiting for the first refresh…", style="bold")
+            return header
+        header.append(f"{name}PID {view.pid} {view.name}", style="bold")
+        header.append(f"  {view.cmdline[:120]}\n", style="dim")
+        clients = "; ".join(_client_line(c) for c in view.clients) or "no client metrics " \
+            "(kernel sockets only; run the client under `kmon run` for roles from its metrics)"
+        header.append(f"clients: {clients}\n")
+        servers = {c.config.get("bootstrap.servers") for c in view.clients} - {None}
+        cluster = self.cluster or ", ".join(sorted(servers)) or "unknown"
+        header.append(f"cluster: {cluster}  ·  every {fmt.duration(self.interval * 1000)}  ·  ")
+        if self.exit_notice:
+            header.append("■ EXITED", style="bold red")
+        elif self.paused:
+            header.append("❚❚ PAUSED", style="bold yellow")
+        else:
+            header.append("● LIVE", style="bold green")
+        header.append(f"  ·  updated {fmt.clock(self.last_ts_ms)}")
+        if self.recorder is not None:
+            header.append(f"  ·  ● REC {self.recorder.root}", style="bold red")
+        elif self.recorded_dir is not None:
+            header.append(f"  ·  recorded to {self.recorded_dir}", style="dim")
+        return header
+
+    def _draw_notice(self) -> None:
+        lines = ([self.exit_notice] if self.exit_notice else []) + (
+            [self.error_notice] if self.error_notice else []) + (
+            self.view.notices if self.view else [])
+        notice = self.query_one("#notice", Static)
+        notice.update("\n".join(f"! {line}" for line in lines))
+        notice.set_class(bool(lines), "shown")
+
+    # -- actions ----------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "back":
+            return self.can_go_back
+        return True
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        if self._timer is not None and not self.exit_notice:
+            self._timer.pause() if self.paused else self._timer.resume()
+        self.redraw()
+
+    def action_refresh_now(self) -> None:
+        self.request_refresh()
+
+    def action_sort(self) -> None:
+        self.sort_index = (self.sort_index + 1) % len(SORT_ORDERS)
+        self.redraw()
+
+    def action_filter(self) -> None:
+        field = self.query_one("#filter", Input)
+        field.value = self.row_filter.text
+        field.add_class("shown")
+        field.focus()
+
+    def on_input_submitted(self, message: Input.Submitted) -> None:
+        try:
+            self.row_filter = parse_filter(message.value)
+        except FilterError as err:
+            self.notify(str(err), title="filter", severity="error")
+            return
+        message.input.remove_class("shown")
+        self.query_one(ConnectionTable).focus()
+        self.redraw()
+
+    def on_key(self, event) -> None:
+        field = self.query_one("#filter", Input)
+        if event.key == "escape" and field.has_focus:
+            field.remove_class("shown")
+            self.query_one(ConnectionTable).focus()
+            event.stop()
+
+    def action_clear_filter(self) -> None:
+        self.row_filter = RowFilter()
+        self.redraw()
+
+    def action_hide_idle(self) -> None:
+        self.hide_idle = not self.hide_idle
+        self.redraw()
+
+    def action_details(self) -> None:
+        key = self.query_one(ConnectionTable).selected_key
+        if key is None:
+            return
+        self.app.push_screen(DetailScreen(f"PID {self.pid} connection {key}",
+                                          lambda: self.details_of(key)))
+
+    def on_data_table_row_selected(self, message: ConnectionTable.RowSelected) -> None:
+        self.action_details()
+
+    def details_of(self, key: str) -> tuple:
+        """The detail pane's view of connection ``key``."""
+        conns = {c.key: c for c in self.view.connections} if self.view else {}
+        conn = conns.get(key)
+        track = self.history.track(self.pid, key)
+        client_name = conn.client if conn else (track.last.client if track and track.last
+                                                else None)
+        client = next((c for c in self.view.clients if c.name == client_name), None) \
+            if self.view else None
+        return conn, track, [e for e in self.events if e.key == key], client
+
+    def action_record(self) -> None:
+        if self.recorder is None:
+            host = socket.gethostname()
+            self.recorder = Recorder(self.settings.record_dir, host, new_session_id(host),
+                                     int(self.interval * 1000))
+            self.notify(f"recording to {self.settings.record_dir}", title="record")
+        else:
+            summary = self.recorder.close()
+            self.recorded_dir, self.recorder = self.recorder.root, None
+            self.notify(f"{sum(summary.rows.values())} rows in {len(summary.files)} files "
+                        f"under {self.recorded_dir}", title="recording stopped")
+        self.redraw()
+
+    def on_unmount(self) -> None:
+        if self.recorder is not None:
+            self.recorder.close()
+
+    def _set_interval(self, seconds: float) -> None:
+        self.interval = seconds
+        if self._timer is not None:
+            self._timer.stop()
+        self._timer = self.set_interval(seconds, self.request_refresh, pause=self.paused)
+        self.redraw()
+
+    def action_faster(self) -> None:
+        self._set_interval(next_interval(self.interval, faster=True))
+
+    def action_slower(self) -> None:
+        self._set_interval(next_interval(self.interval, faster=False))
+
+    def action_back(self) -> None:
+        if self.can_go_back:
+            self.dismiss()
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen())
+

@@ -1,0 +1,110 @@
+"""The detail pane of one connection: every field, its history, the client's view of it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Static
+
+from kmon.model import ClientInstance, Connection, Event
+from kmon.timeline import Mark, Track
+from widgets import format as fmt
+from widgets.event_log import event_line
+
+# What the detail pane needs at each refresh: the connection (None once it has
+# closed), its remembered life, its events and the client instance that owns it.
+DetailSource = Callable[[], tuple[Connection | None, Track | None, list[Event],
+                                  ClientInstance | None]]
+
+
+def _fields(conn: Connection) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    for name, value in conn.to_dict().items():
+        if name == "evidence":
+            value = ", ".join(f"{fact}: {source}" for fact, source in value.items())
+        elif name.endswith("_ms") and isinstance(value, int):
+            value = f"{value} ({fmt.duration(value)})"
+        table.add_row(name, "-" if value is None else str(value))
+    return table
+
+
+def _life(track: Track | None) -> Text:
+    if track is None:
+        return Text("no history yet", style="dim")
+    marks = list(track.marks)
+    seen = [m for m in marks if m != Mark.ABSENT]
+    busy = sum(m == Mark.BUSY for m in seen)
+    opened = "before kmon looked" if track.opened_ms is None else fmt.clock(track.opened_ms)
+    text = Text(f"opened {opened}; ")
+    if track.closed_ms is not None:
+        text.append(f"closed {fmt.clock(track.closed_ms)}; ", style="bold")
+    text.append(f"{track.state} since {fmt.clock(track.state_since_ms)}; ")
+    text.append(f"busy in {busy} of the {len(seen)} refreshes it was open")
+    return text
+
+
+def _client(client: ClientInstance | None) -> Table | Text:
+    if client is None:
+        return Text("no client metrics for this connection (socket seen by the kernel only)",
+                    style="dim")
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    for name, value in client.to_dict().items():
+        if name == "config":
+            for key, setting in value.items():
+                table.add_row(key, setting)
+        elif value is not None:
+            table.add_row(name, str(value))
+    return table
+
+
+class DetailScreen(ModalScreen):
+    """Every field of one connection, refreshed while it is open."""
+
+    BINDINGS = [Binding("escape,enter,q", "dismiss", "close")]
+    DEFAULT_CSS = """
+    DetailScreen { align: center middle; }
+    DetailScreen VerticalScroll { width: 90%; height: 90%; border: thick $accent;
+                                  background: $surface; padding: 0 1; }
+    """
+
+    def __init__(self, title: str, source: DetailSource) -> None:
+        super().__init__()
+        self.title_text = title
+        self.source = source
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(id="detail")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(VerticalScroll).border_title = self.title_text
+        self.update_view()
+
+    def update_view(self) -> None:
+        """Redraw from the latest refresh (the attach screen calls this after each one)."""
+        conn, track, events, client = self.source()
+        parts: list = []
+        if conn is None:
+            parts.append(Text("this connection has closed; its last state:", style="bold red"))
+            conn = track.last if track else None
+        if conn is not None:
+            parts += [Text("connection", style="bold underline"), _fields(conn)]
+        parts += [Text("\nlife", style="bold underline"), _life(track),
+                  Text("\nevents", style="bold underline")]
+        parts += [event_line(e, show_pid=False) for e in events[-20:]] or [
+            Text("none yet", style="dim")]
+        parts += [Text("\nwhat the client's metrics say", style="bold underline"),
+                  _client(client)]
+        self.query_one("#detail", Static).update(Group(*parts))

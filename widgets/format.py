@@ -1,0 +1,83 @@
+"""How kmon writes numbers, durations, roles and states on screen."""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+
+ROLE_STYLE = {"bootstrap": "yellow", "coordinator": "magenta", "broker": "green",
+              "unknown": "dim"}
+STATE_STYLE = {"ESTABLISHED": "", "CLOSE_WAIT": "bold white on red", "SYN_SENT": "bold yellow"}
+BAR_WIDTH = 8
+
+
+def duration(ms: int | float | None) -> str:
+    """``850ms``, ``12.3s``, ``4.5m``, ``2.0h``; ``?`` when unknown."""
+    if ms is None:
+        return "?"
+    if ms < 1000:
+        return f"{ms:.0f}ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f}s"
+    if ms < 3_600_000:
+        return f"{ms / 60_000:.1f}m"
+    return f"{ms / 3_600_000:.1f}h"
+
+
+def number(value: int | float | None) -> str:
+    return "?" if value is None else f"{value:,}"
+
+
+def node(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+def clock(ts_ms: int) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ts_ms / 1000))
+
+
+def size(value: float | None) -> str:
+    """Bytes in short binary units: ``512B``, ``1.5K``, ``3.2M``."""
+    if value is None:
+        return "?"
+    for unit in ("B", "K", "M", "G"):
+        if value < 1024 or unit == "G":
+            return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
+        value /= 1024
+    return ""  # not reached
+
+
+def rate(per_second: float | None) -> str:
+    """A per-second rate in short units; blank when nothing moved."""
+    if per_second is None:
+        return "?"
+    return "" if per_second == 0 else f"{size(per_second)}/s"
+
+
+def role(value: str) -> Text:
+    return Text(value, style=ROLE_STYLE.get(value, ""))
+
+
+def state(value: str, alert: bool = False) -> Text:
+    style = STATE_STYLE.get(value, "dim" if value != "ESTABLISHED" else "")
+    return Text(value, style="bold white on red blink" if alert else style)
+
+
+def idle_bar(idle_ms: int | None, limit_ms: int | None, warning: float) -> Text:
+    """Idle age with a bar filled to its share of the idle limit.
+
+    Green below ``warning`` of the limit, yellow above it, red in the last 5%.
+    """
+    if idle_ms is None:
+        return Text("?".rjust(BAR_WIDTH + 7), style="dim")
+    label = duration(idle_ms).rjust(6)
+    if not limit_ms:
+        return Text(f"{'·' * BAR_WIDTH} {label}", style="dim")
+    share = min(1.0, idle_ms / limit_ms)
+    filled = round(share * BAR_WIDTH)
+    style = "red" if share >= 0.95 else "yellow" if share >= warning else "green"
+    bar = Text("█" * filled, style=style)
+    bar.append("·" * (BAR_WIDTH - filled), style="dim")
+    bar.append(f" {label}")
+    return bar

@@ -1,0 +1,304 @@
+"""The watch screen: one cluster, its brokers and groups, and every local client of it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import DataTable, Footer, Static
+
+from kmon.cluster_watch import (
+    ClusterView,
+    ClusterWatcher,
+    broker_connection_counts,
+    groups_coordinated,
+    groups_view,
+)
+from kmon.discover import client_pids
+from kmon.model import Event, ProcessView, Role, Snapshot
+from kmon.monitor import Monitor
+from kmon.sampler import ProcessSampler, SampleError, SamplerSettings
+from kmon.sources.sockets import SocketReader, open_socket_reader
+from widgets import format as fmt
+from widgets.attach_screen import AttachScreen, DashboardSettings, next_interval
+from widgets.event_log import EventLog
+from widgets.help import HelpScreen
+
+DISCOVER_EVERY_S = 5.0
+ROLES = (Role.BOOTSTRAP, Role.COORDINATOR, Role.BROKER, Role.UNKNOWN)
+
+
+class ProcessWatch:
+    """The local clients of one cluster: found by their sockets, sampled by one Monitor.
+
+    ``poll()`` runs in a worker thread; it rescans the host's sockets for new
+    clients every ``discover_every_s``.
+    """
+
+    def __init__(self, watcher: ClusterWatcher, reader: SocketReader, settings: SamplerSettings,
+                 pids: list[int], discover_every_s: float = DISCOVER_EVERY_S,
+                 discover: Callable = client_pids) -> None:
+        self.watcher, self.reader, self.settings = watcher, reader, settings
+        self.monitor = Monitor([], history=1)
+        self.discover_every_s = discover_every_s
+        self.discover = discover
+        self.next_discovery = 0.0
+        self.notices: list[str] = []
+        self._lock = threading.Lock()
+        for pid in pids:
+            self._add(pid)
+
+    def _add(self, pid: int) -> None:
+        try:
+            self.monitor.add(ProcessSampler(pid, self.reader, self.settings))
+        except SampleError as err:
+            self.notices = [str(err)]
+
+    def poll(self) -> tuple[Snapshot, list[Event]]:
+        """Rescan for clients when due, then one snapshot of every client."""
+        with self._lock:
+            view = self.watcher.view
+            if view.brokers:
+                self.settings.cluster = view.metadata
+            if view.brokers and time.monotonic() >= self.next_discovery:
+                self.next_discovery = time.monotonic() + self.discover_every_s
+                endpoints = set(view.metadata.endpoints(self.settings.resolver))
+                try:
+                    found = self.discover(endpoints)
+                except PermissionError as err:
+                    self.notices = [str(err)]
+                    found = set()
+                for pid in sorted(found - set(self.monitor.samplers)):
+                    self._add(pid)
+            return self.monitor.poll()
+
+
+def _process_cells(view: ProcessView, label: str) -> tuple:
+    roles = Counter(c.role for c in view.connections)
+    close_wait = sum(c.state == "CLOSE_WAIT" for c in view.connections)
+    idles = [c.idle_ms for c in view.connections if c.idle_ms is not None]
+    clients = ", ".join(sorted({c.client_id for c in view.clients})) or "(no client metrics)"
+    return (str(view.pid), label or view.name, clients,
+            *(str(roles[r]) if roles[r] else "" for r in ROLES),
+            fmt.state("CLOSE_WAIT") if close_wait else "",
+            fmt.duration(max(idles)) if idles else "?",
+            Text(view.notices[0][:60], style="yellow") if view.notices else "")
+
+
+class WatchScreen(Screen):
+    """Live dashboard of one cluster's brokers, groups and local client processes."""
+
+    BINDINGS = [
+        Binding("enter", "attach", "attach"),
+        Binding("p", "pause", "pause"),
+        Binding("space", "refresh_now", "refresh"),
+        Binding("plus,equals_sign", "faster", "+ faster"),
+        Binding("minus", "slower", "- slower"),
+        Binding("question_mark", "help", "help"),
+    ]
+
+    def __init__(self, cluster_name: str, watcher: ClusterWatcher, processes: ProcessWatch,
+                 settings: DashboardSettings, labels: dict[int, str] | None = None) -> None:
+        super().__init__()
+        self.cluster_name, self.watcher, self.processes = cluster_name, watcher, processes
+        self.settings = settings
+        self.labels = dict(labels or {})
+        self.interval = settings.interval_s
+        self.snapshot: Snapshot | None = None
+        self.paused = False
+        self._busy = False
+        self._timer: Timer | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="header")
+        yield Static(id="notice")
+        yield DataTable(id="brokers", cursor_type="none")
+        yield DataTable(id="groups", cursor_type="none")
+        yield DataTable(id="processes", cursor_type="row", zebra_stripes=True)
+        yield EventLog(show_pid=True, id="watch-events")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        brokers = self.query_one("#brokers", DataTable)
+        brokers.border_title = "brokers (cluster metadata)"
+        brokers.add_columns("id", "address", "rack", "controller", "groups coordinated",
+                            "local bootstrap", "local coordinator", "local broker")
+        groups = self.query_one("#groups", DataTable)
+        groups.border_title = "consumer groups"
+        groups.add_columns("group", "state", "join state", "coordinator", "members",
+                           "local members", "from")
+        table = self.query_one("#processes", DataTable)
+        table.border_title = "local client processes (enter: attach)"
+        table.add_columns("pid", "process", "client ids", *(r.value for r in ROLES),
+                          "CLOSE_WAIT", "max idle", "notice")
+        self.query_one("#watch-events").border_title = "events"
+        table.focus()
+        self._timer = self.set_interval(self.interval, self.tick)
+        self.tick()
+        self.redraw()
+
+    # -- refresh loop -----------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Refresh the cluster when due, and the processes, each in a worker thread."""
+        if self.watcher.due():
+            self.run_worker(self._refresh_cluster, thread=True, group="cluster",
+                            exit_on_error=False)
+        if not self._busy:
+            self._busy = True
+            self.run_worker(self._poll, thread=True, group="poll", exit_on_error=False)
+
+    def _refresh_cluster(self) -> None:
+        self.watcher.refresh()
+        self.app.call_from_thread(self.redraw)
+
+    def _poll(self) -> None:
+        try:
+            snapshot, events = self.processes.poll()
+        except Exception as err:  # noqa: BLE001 - any source failure is shown in place
+            self.app.call_from_thread(self._failed, f"refresh failed: {err}")
+            return
+        self.app.call_from_thread(self.apply, snapshot, events)
+
+    def _failed(self, message: str) -> None:
+        self._busy = False
+        self.processes.notices = [message]
+        self.redraw()
+
+    def apply(self, snapshot: Snapshot, events: list[Event]) -> None:
+        """Take in one refresh of the local clients."""
+        self._busy = False
+        self.snapshot = snapshot
+        self.query_one(EventLog).add(events)
+        self.redraw()
+
+    # -- drawing ----------------------------------------------------------------------------
+
+    def redraw(self) -> None:
+        view = self.watcher.view
+        self.query_one("#header", Static).update(self._header(view))
+        notices = ([self._unreachable(view)] if view.error else []) + self.processes.notices
+        notice = self.query_one("#notice", Static)
+        notice.update("\n".join(f"! {n}" for n in notices))
+        notice.set_class(bool(notices), "shown")
+        group_rows = groups_view(view, self.snapshot)
+        self._draw_brokers(view, groups_coordinated(group_rows))
+        groups = self.query_one("#groups", DataTable)
+        groups.clear()
+        for g in group_rows:
+            groups.add_row(g.group_id, g.state or "?", g.join_state or "-",
+                           fmt.node(g.coordinator_id), fmt.node(g.members),
+                           str(g.local_members), g.source)
+        groups.border_title = "consumer groups" + (
+            f" ({view.groups_error}; from local clients)" if view.groups_error else "")
+        self._draw_processes()
+
+    def _header(self, view: ClusterView) -> Text:
+        header = Text(f"kmon watch {self.cluster_name}", style="bold")
+        if self.cluster_name != view.bootstrap:
+            header.append(f"  ({view.bootstrap})", style="dim")
+        ids = {b.broker_id for b in view.brokers}
+        controller = (fmt.node(view.controller_id) if view.controller_id in ids
+                      else "not named by the cluster")
+        header.append(f"\n{len(view.brokers)} brokers · controller {controller} · ")
+        header.append("metadata " + (f"from {fmt.clock(view.fetched_at)}" if view.fetched_at
+                                     else "not yet fetched"))
+        watched = len(self.snapshot.processes) if self.snapshot else 0
+        header.append(f" · {watched} local client processes · every "
+                      f"{fmt.duration(self.interval * 1000)} · ")
+        header.append("❚❚ PAUSED" if self.paused else "● LIVE",
+                      style="bold yellow" if self.paused else "bold green")
+        return header
+
+    def _unreachable(self, view: ClusterView) -> str:
+        retry = self.watcher.next_retry_in_s
+        when = f"retrying in {retry:.0f}s" if retry is not None else "retrying"
+        return (f"cluster unreachable: {view.error} ({when}; {view.failures} failed "
+                f"attempt{'s' if view.failures != 1 else ''})")
+
+    def _draw_brokers(self, view: ClusterView, coordinated: Counter[int]) -> None:
+        table = self.query_one("#brokers", DataTable)
+        counts = broker_connection_counts(self.snapshot) if self.snapshot else {}
+        table.clear()
+        for b in view.brokers:
+            local = counts.get(b.broker_id, Counter())
+            table.add_row(str(b.broker_id), b.address, b.rack or "-",
+                          "★" if b.broker_id == view.controller_id else "",
+                          str(coordinated[b.broker_id]),
+                          *(str(local[r]) for r in (Role.BOOTSTRAP, Role.COORDINATOR,
+                                                    Role.BROKER)))
+
+    def _draw_processes(self) -> None:
+        table = self.query_one("#processes", DataTable)
+        views = {str(v.pid): v for v in self.snapshot.processes} if self.snapshot else {}
+        for key in [row.value for row in table.rows if row.value not in views]:
+            table.remove_row(key)
+        for key, view in sorted(views.items(), key=lambda kv: int(kv[0])):
+            cells = _process_cells(view, self.labels.get(view.pid, ""))
+            if key in table.rows:
+                for column, value in zip(table.columns, cells, strict=True):
+                    table.update_cell(key, column, value)
+            else:
+                table.add_row(*cells, key=key)
+
+    # -- actions ----------------------------------------------------------------------------
+
+    def action_attach(self) -> None:
+        table = self.query_one("#processes", DataTable)
+        if not table.row_count:
+            return
+        pid = int(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+        try:
+            # its own socket reader: the watch's reader belongs to the watch's poll thread
+            sampler = ProcessSampler(pid, open_socket_reader(), self.processes.settings)
+        except SampleError as err:
+            self.notify(str(err), title="attach", severity="error")
+            return
+        screen = AttachScreen(pid, Monitor([sampler], history=1), self.settings,
+                              cluster=self.cluster_name, label=self.labels.get(pid, ""),
+                              can_go_back=True)
+        self.app.push_screen(screen)
+
+    def on_data_table_row_selected(self, message: DataTable.RowSelected) -> None:
+        if message.data_table.id == "processes":
+            self.action_attach()
+
+    def on_screen_suspend(self) -> None:
+        if self._timer is not None:
+            self._timer.pause()
+
+    def on_screen_resume(self) -> None:
+        if self._timer is not None and not self.paused:
+            self._timer.resume()
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        if self._timer is not None:
+            self._timer.pause() if self.paused else self._timer.resume()
+        self.redraw()
+
+    def action_refresh_now(self) -> None:
+        self.tick()
+
+    def _set_interval(self, seconds: float) -> None:
+        self.interval = seconds
+        if self._timer is not None:
+            self._timer.stop()
+        self._timer = self.set_interval(seconds, self.tick, pause=self.paused)
+        self.redraw()
+
+    def action_faster(self) -> None:
+        self._set_interval(next_interval(self.interval, faster=True))
+
+    def action_slower(self) -> None:
+        self._set_interval(next_interval(self.interval, faster=False))
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen())
