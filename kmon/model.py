@@ -28,10 +28,14 @@ class ClientInstance:
     type: str  # producer, consumer, admin
     config: dict[str, str] = field(default_factory=dict)  # redacted summary
     stats_age_ms: int | None = None  # how old the metrics behind it are
+    group_id: str | None = None  # consumer group, from the configuration
+    group_state: str | None = None  # the client's own view of its membership (librdkafka cgrp)
+    group_join_state: str | None = None
+    group_assignment_size: int | None = None
+    group_coordinator_id: int | None = None  # broker the client uses as its group coordinator
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "client_id": self.client_id, "type": self.type,
-                "config": dict(self.config), "stats_age_ms": self.stats_age_ms}
+        return asdict(self)
 
 
 @dataclass

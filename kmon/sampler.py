@@ -9,7 +9,12 @@ from dataclasses import dataclass, field
 import psutil
 
 from kmon.join import BROKER_DEFAULT_IDLE_MS, JoinSettings, join_process
-from kmon.logical import learned_brokers, logical_connections
+from kmon.logical import (
+    _broker_ids_by_address,
+    classify_broker_entry,
+    learned_brokers,
+    logical_connections,
+)
 from kmon.model import ClientInstance, Connection, ProcessView, Role
 from kmon.redact import redact_args
 from kmon.sources.cluster import ClusterMetadata
@@ -163,8 +168,17 @@ def _is_zombie(process: psutil.Process) -> bool:
 
 
 def _instance(stats: ClientStats, now_ms: int) -> ClientInstance:
+    group = stats.group
+    coordinator = stats.brokers.get("GroupCoordinator")
+    coordinator_id = None if coordinator is None else classify_broker_entry(
+        "GroupCoordinator", coordinator, _broker_ids_by_address(stats.brokers), "")[2]
     return ClientInstance(name=stats.instance, client_id=stats.client_id, type=stats.type,
-                          config=dict(stats.config), stats_age_ms=stats.age_ms(now_ms))
+                          config=dict(stats.config), stats_age_ms=stats.age_ms(now_ms),
+                          group_id=stats.config.get("group.id"),
+                          group_state=group.state if group else None,
+                          group_join_state=group.join_state if group else None,
+                          group_assignment_size=group.assignment_size if group else None,
+                          group_coordinator_id=coordinator_id)
 
 
 def _display_order(conn: Connection) -> tuple:

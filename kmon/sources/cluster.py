@@ -1,11 +1,18 @@
-"""Cluster metadata through the Kafka AdminClient: brokers and the controller."""
+"""Cluster metadata through the Kafka AdminClient: brokers, the controller, consumer groups."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from kmon.sources.resolve import Resolver
 from kmon.sources.sockets import Endpoint
+
+if TYPE_CHECKING:
+    from confluent_kafka import ConsumerGroupState, KafkaError
+    from confluent_kafka.admin import AdminClient
+
+GROUPS_UNSUPPORTED = "the cluster does not answer ListGroups/DescribeGroups"
 
 
 class ClusterUnreachable(Exception):
@@ -19,6 +26,7 @@ class BrokerInfo:
     broker_id: int
     host: str
     port: int
+    rack: str | None = None  # None when unknown (the cluster would not describe itself)
 
     @property
     def address(self) -> str:
@@ -39,18 +47,72 @@ class ClusterMetadata:
                 for endpoint in resolver.endpoints(b.address)}
 
 
-def fetch_metadata(bootstrap: str, extra_conf: dict[str, str] | None = None,
-                   timeout_s: float = 10.0) -> ClusterMetadata:
-    """Ask the cluster at ``bootstrap`` for its brokers; ClusterUnreachable if it cannot."""
+@dataclass(frozen=True)
+class GroupMember:
+    """One member of a consumer group, as its coordinator describes it."""
+
+    client_id: str
+    host: str
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    """One consumer group, as the cluster lists and describes it."""
+
+    group_id: str
+    state: str | None  # stable, empty, preparing_rebalancing, ...
+    coordinator_id: int | None
+    members: tuple[GroupMember, ...] | None  # None when the group could not be described
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """One full refresh: metadata, and the consumer groups when the cluster lists them.
+
+    ``groups`` is None when the cluster cannot list them (``groups_error`` says
+    why); with ``groups`` set, a ``groups_error`` means some are missing.
+    """
+
+    metadata: ClusterMetadata
+    groups: tuple[GroupInfo, ...] | None
+    groups_error: str | None
+
+
+def admin_client(bootstrap: str, extra_conf: dict[str, str] | None = None) -> AdminClient:
+    """An AdminClient for ``bootstrap``; ClusterUnreachable for a configuration it refuses."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
     conf = {"bootstrap.servers": bootstrap, "client.id": "kmon", **(extra_conf or {})}
-    conf.setdefault("log_level", 0)  # failures are reported once, below
+    conf.setdefault("log_level", 0)  # failures are reported once, by the caller
     try:
-        admin = AdminClient(conf)
+        return AdminClient(conf)
     except (KafkaException, ValueError, TypeError) as err:
-        raise ClusterUnreachable(f"invalid client configuration for {bootstrap}: {err}") from err
+        reason = err.args[0].str() if isinstance(err, KafkaException) else err
+        raise ClusterUnreachable(
+            f"invalid client configuration for {bootstrap}: {reason}") from err
+
+
+def fetch_metadata(bootstrap: str, extra_conf: dict[str, str] | None = None,
+                   timeout_s: float = 10.0) -> ClusterMetadata:
+    """Ask the cluster at ``bootstrap`` for its brokers; ClusterUnreachable if it cannot."""
+    return _list_brokers(admin_client(bootstrap, extra_conf), bootstrap, timeout_s)
+
+
+def fetch_cluster(admin: AdminClient, bootstrap: str, timeout_s: float = 10.0) -> ClusterState:
+    """Brokers (with racks where the cluster describes itself), controller and groups.
+
+    ``admin`` comes from ``admin_client`` and may be reused across refreshes.
+    Raises ClusterUnreachable only when the metadata itself cannot be had.
+    """
+    metadata = _with_racks(admin, _list_brokers(admin, bootstrap, timeout_s), timeout_s)
+    groups, groups_error = _groups(admin, timeout_s)
+    return ClusterState(metadata=metadata, groups=groups, groups_error=groups_error)
+
+
+def _list_brokers(admin: AdminClient, bootstrap: str, timeout_s: float) -> ClusterMetadata:
+    from confluent_kafka import KafkaException
+
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as err:
@@ -61,3 +123,72 @@ def fetch_metadata(bootstrap: str, extra_conf: dict[str, str] | None = None,
                            key=lambda b: b.broker_id))
     controller = metadata.controller_id if metadata.controller_id >= 0 else None
     return ClusterMetadata(bootstrap=bootstrap, brokers=brokers, controller_id=controller)
+
+
+def _with_racks(admin: AdminClient, metadata: ClusterMetadata, timeout_s: float) -> ClusterMetadata:
+    """``metadata`` with racks from DescribeCluster, or unchanged where it does not work.
+
+    librdkafka sends DescribeCluster to the controller and waits for it; a
+    controller id naming no broker (librdkafka's mock cluster says 0) would
+    only time out, so it is not asked then.
+    """
+    from confluent_kafka import KafkaException
+
+    if metadata.controller_id not in {b.broker_id for b in metadata.brokers}:
+        return metadata
+    try:
+        described = admin.describe_cluster(request_timeout=timeout_s).result()
+    except KafkaException:
+        return metadata
+    brokers = tuple(sorted((BrokerInfo(n.id, n.host, n.port, n.rack or None)
+                            for n in described.nodes), key=lambda b: b.broker_id))
+    controller = described.controller.id if described.controller else metadata.controller_id
+    return replace(metadata, brokers=brokers or metadata.brokers, controller_id=controller)
+
+
+def _groups(admin: AdminClient,
+            timeout_s: float) -> tuple[tuple[GroupInfo, ...] | None, str | None]:
+    from confluent_kafka import KafkaException
+
+    try:
+        listing = admin.list_consumer_groups(request_timeout=timeout_s).result()
+    except KafkaException as err:
+        return None, _group_error("ListGroups", err.args[0])
+    errors = [_group_error("ListGroups", e) for e in listing.errors]
+    if errors and not listing.valid:
+        return None, errors[0]
+    listed = sorted(listing.valid, key=lambda g: g.group_id)
+    futures = (admin.describe_consumer_groups([g.group_id for g in listed],
+                                             request_timeout=timeout_s) if listed else {})
+    groups = []
+    for group in listed:
+        try:
+            described = futures[group.group_id].result()
+        except KafkaException as err:
+            errors.append(_group_error("DescribeGroups", err.args[0]))
+            groups.append(GroupInfo(group.group_id, _state_name(group.state), None, None))
+            continue
+        coordinator = described.coordinator.id if described.coordinator else None
+        members = tuple(GroupMember(m.client_id, m.host.lstrip("/")) for m in described.members)
+        groups.append(GroupInfo(group.group_id, _state_name(described.state), coordinator,
+                                members))
+    return tuple(groups), _summary(errors)
+
+
+def _group_error(api: str, error: KafkaError) -> str:
+    from confluent_kafka import KafkaError
+
+    if error.code() == KafkaError._UNSUPPORTED_FEATURE:
+        return GROUPS_UNSUPPORTED
+    return f"{api} failed: {error.str()}"
+
+
+def _summary(errors: list[str]) -> str | None:
+    if not errors:
+        return None
+    more = len(errors) - 1
+    return errors[0] + (f" (and {more} more)" if more else "")
+
+
+def _state_name(state: ConsumerGroupState | None) -> str | None:
+    return None if state is None else state.name.lower()

@@ -25,6 +25,10 @@ _BROKER_INTS = {"nodeid": -1, "txbytes": 0, "rxbytes": 0, "tx": 0, "rx": 0, "out
                 "waitresp_cnt": 0, "txidle": -1, "rxidle": -1, "connects": 1}
 _BROKER_STRS = ("nodename", "source", "state")
 _COUNTER_FIELDS = ("bytes_sent", "bytes_received", "last_sent_ms", "last_recv_ms")
+_GROUP_STRS = ("state", "join_state")
+# librdkafka cgrp name -> GroupStats field
+_GROUP_INTS = {"stateage": "state_age_ms", "rebalance_age": "rebalance_age_ms",
+               "rebalance_cnt": "rebalance_count", "assignment_size": "assignment_size"}
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,18 @@ class SocketCounters:
     bytes_received: int | None
     last_sent_ms: int | None
     last_recv_ms: int | None
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """A consumer's group membership, from the ``cgrp`` object of its statistics."""
+
+    state: str  # e.g. up, wait-coord, wait-broker
+    join_state: str  # e.g. steady, wait-join, wait-sync
+    state_age_ms: int
+    rebalance_age_ms: int
+    rebalance_count: int
+    assignment_size: int  # partitions currently assigned to this consumer
 
 
 @dataclass
@@ -50,6 +66,7 @@ class ClientStats:
     path: Path
     stats_lag_ms: int = 0  # statistics made this long before they were written
     sockets_at_stats: dict[int, SocketCounters] = field(default_factory=dict)  # by inode
+    group: GroupStats | None = None  # consumers in a group only
 
     def config_ms(self, key: str) -> int | None:
         """A millisecond setting of the client's configuration, if set and numeric."""
@@ -145,6 +162,7 @@ def parse_record(path: Path, record: dict) -> ClientStats:
         stats_lag_ms=(0 if record.get("stats_lag_ms") is None
                       else int(_number(path, record, "stats_lag_ms"))),
         sockets_at_stats=_socket_counters(path, record.get("sockets")),
+        group=_group(path, stats.get("cgrp")),
     )
 
 
@@ -185,3 +203,20 @@ def _socket_counters(path: Path, raw: object) -> dict[int, SocketCounters]:
             raise _corrupt(path, "socket counters are not whole numbers")
         counters[entry["inode"]] = SocketCounters(*values)
     return counters
+
+
+def _group(path: Path, raw: object) -> GroupStats | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise _corrupt(path, "cgrp is not an object")
+    values: dict = {}
+    for key in _GROUP_STRS:
+        values[key] = raw.get(key, "")
+        if not isinstance(values[key], str):
+            raise _corrupt(path, f"cgrp {key} is not a string")
+    for key, name in _GROUP_INTS.items():
+        values[name] = raw.get(key, 0)
+        if not _is_int(values[name]):
+            raise _corrupt(path, f"cgrp {key} is not a whole number")
+    return GroupStats(**values)
