@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 from kmon import __version__
 from kmon.errors import UserError
@@ -20,11 +21,13 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one clear line instead of usage + error
         self.exit(EXIT_USAGE, f"kmon: error: {message} (see '{self.prog} --help')\n")
 
-
-
-
-
-
+def _dashboard_options(parser: argparse.ArgumentParser) -> None:
+    """Options every dashboard command takes."""
+    parser.add_argument("--theme", metavar="NAME", help="Textual theme, e.g. nord, dracula")
+    parser.add_argument("--config", type=Path, metavar="FILE",
+                        help="config file (default $KMON_CONFIG, ~/.config/kmon/config.toml)")
+    parser.add_argument("--record-dir", type=Path, default=Path("kmon-sessions"), metavar="DIR",
+                        help="where the r key records sessions (default ./kmon-sessions)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     attach.add_argument("--once", action="store_true", help="print one snapshot and exit")
     attach.add_argument("--json", action="store_true",
                         help="JSON: one object per snapshot, one per line")
-    attach.add_argument("--interval", type=duration_arg, default=1.0, metavar="DURATION",
+    attach.add_argument("--interval", type=duration_arg, default=None, metavar="DURATION",
                         help="time between snapshots, e.g. 500ms, 2s (default 1s)")
     attach.add_argument("--bootstrap-servers", "-b", metavar="HOST:PORT,...",
                         help="the cluster, to name the brokers of unmatched sockets")
@@ -52,6 +55,22 @@ def build_parser() -> argparse.ArgumentParser:
                         default="auto", help="how sockets are read (default: fastest)")
     attach.add_argument("--any-process", action="store_true",
                         help="attach even to a process that shows no sign of Kafka")
+    _dashboard_options(attach)
+
+    watch = commands.add_parser("watch", help="a cluster's brokers, groups and local clients")
+    watch.add_argument("cluster", metavar="CLUSTER",
+                       help="bootstrap servers host:port,... or a cluster named in the config")
+    watch.add_argument("-X", dest="properties", type=property_arg, action="append", default=[],
+                       metavar="KEY=VALUE", help="client property, e.g. security.protocol=SSL")
+    watch.add_argument("--interval", type=duration_arg, default=None, metavar="DURATION",
+                       help="time between refreshes of the local clients (default 1s)")
+    watch.add_argument("--metadata-every", type=duration_arg, default=30.0, metavar="DURATION",
+                       help="time between refreshes of the cluster's metadata (default 30s)")
+    watch.add_argument("--cluster-timeout", type=duration_arg, default=5.0, metavar="DURATION",
+                       help="how long to wait for the cluster's answers (default 5s)")
+    watch.add_argument("--broker-idle-ms", type=positive_int_arg, default=600_000,
+                       help="the brokers' connections.max.idle.ms (default 600000)")
+    _dashboard_options(watch)
 
     run = commands.add_parser("run", help="run a confluent-kafka program with kmon's agent")
     run.add_argument("program", nargs=argparse.REMAINDER, help="-- command and arguments")
@@ -62,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true", help="JSON lines, one per snapshot")
     demo.add_argument("--duration", type=duration_arg, default=None, metavar="DURATION",
                       help="stop after this long (default: until Ctrl-C)")
-    demo.add_argument("--interval", type=duration_arg, default=1.0, metavar="DURATION")
+    demo.add_argument("--interval", type=duration_arg, default=None, metavar="DURATION")
+    _dashboard_options(demo)
 
     from kmon.record import command as record_command
 
@@ -87,8 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"attach": _attach, "run": _run, "demo": _demo, "devcluster": _devcluster,
-                "record": _record, "simulate-fleet": _simulate_fleet,
+    handlers = {"attach": _attach, "watch": _watch_cluster, "run": _run, "demo": _demo,
+                "devcluster": _devcluster, "record": _record, "simulate-fleet": _simulate_fleet,
                 "analyze": _analyze}
     handler = handlers[args.command]
     try:
@@ -103,7 +123,15 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
 
 
+def _interactive(args: argparse.Namespace) -> bool:
+    """True when the dashboard should open: a terminal, and no text output asked for."""
+    return (not getattr(args, "json", False) and not getattr(args, "once", False)
+            and not getattr(args, "headless", False) and sys.stdout.isatty()
+            and sys.stdin.isatty())
+
+
 def _attach(args: argparse.Namespace) -> int:
+    from kmon.config import load_config
     from kmon.monitor import Monitor
     from kmon.sampler import ProcessSampler, SampleError, SamplerSettings
     from kmon.sources.cluster import ClusterUnreachable, fetch_metadata
@@ -111,6 +139,7 @@ def _attach(args: argparse.Namespace) -> int:
     from kmon.spool import SpoolError
 
     try:
+        config = load_config(args.config)
         cluster = None
         if args.bootstrap_servers:
             cluster = fetch_metadata(args.bootstrap_servers, dict(args.properties),
@@ -118,11 +147,39 @@ def _attach(args: argparse.Namespace) -> int:
         settings = SamplerSettings(broker_idle_ms=args.broker_idle_ms, cluster=cluster,
                                    require_kafka=not args.any_process)
         sampler = ProcessSampler(args.pid, open_socket_reader(args.socket_reader), settings)
-        return _watch(Monitor([sampler]), args.interval, json_lines=args.json, once=args.once)
+        if _interactive(args):
+            from widgets.launch import checked_theme, dashboard_settings, run_attach
+
+            theme = checked_theme(config, args.theme)
+            return run_attach(args.pid, Monitor([sampler], history=1),
+                              dashboard_settings(config, args.interval, args.record_dir), theme,
+                              cluster=args.bootstrap_servers or "")
+        interval = args.interval or config.dashboard.interval_s or 1.0
+        return _watch(Monitor([sampler]), interval, json_lines=args.json, once=args.once)
     except BrokenPipeError:
         raise
     except (SampleError, SpoolError, ClusterUnreachable, OSError) as err:
         raise UserError(str(err)) from err
+
+
+def _watch_cluster(args: argparse.Namespace) -> int:
+    from kmon.cluster_watch import ClusterWatcher
+    from kmon.config import load_config
+    from kmon.sampler import SamplerSettings
+
+    if not _interactive(args):
+        raise UserError("kmon watch is a dashboard and needs a terminal; for text output use "
+                        "kmon attach PID --json or kmon record --cluster")
+    config = load_config(args.config)
+    cluster = config.resolve_cluster(args.cluster, dict(args.properties))
+    from widgets.launch import checked_theme, dashboard_settings, run_watch
+
+    theme = checked_theme(config, args.theme)
+    watcher = ClusterWatcher(cluster.bootstrap, cluster.properties, timeout_s=args.cluster_timeout,
+                             refresh_s=args.metadata_every)
+    settings = SamplerSettings(broker_idle_ms=args.broker_idle_ms, require_kafka=False)
+    return run_watch(cluster.name, watcher, settings,
+                     dashboard_settings(config, args.interval, args.record_dir), theme)
 
 
 def _watch(monitor, interval: float, json_lines: bool, once: bool = False,
@@ -170,25 +227,47 @@ def _watch(monitor, interval: float, json_lines: bool, once: bool = False,
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from kmon.config import load_config
     from kmon.demo import Demo, DemoError
     from kmon.monitor import Monitor
     from kmon.sampler import ProcessSampler, SampleError, SamplerSettings
     from kmon.sources.sockets import open_socket_reader
 
+    config = load_config(args.config)
+    interactive = _interactive(args)
+    if interactive:
+        from widgets.launch import checked_theme
+
+        theme = checked_theme(config, args.theme)
     print("kmon demo: starting an embedded 3-broker cluster and 5 client processes...",
           file=sys.stderr, flush=True)
     try:
         with Demo() as demo:
+            labels = {pid: client.label for pid, client in demo.clients.items()}
+            if interactive:
+                return _demo_dashboard(demo, labels, config, args, theme)
             reader, settings = open_socket_reader(), SamplerSettings()
             monitor = Monitor(ProcessSampler(pid, reader, settings) for pid in demo.clients)
-            labels = {pid: client.label for pid, client in demo.clients.items()}
-            return _watch(monitor, args.interval, json_lines=args.json,
+            return _watch(monitor, args.interval or 1.0, json_lines=args.json,
                           duration=args.duration, labels=labels, live_screen=not args.headless,
                           title=f"kmon demo — cluster {demo.bootstrap} (Ctrl-C to stop)")
     except BrokenPipeError:
         raise
     except (DemoError, SampleError, OSError) as err:
         raise UserError(str(err)) from err
+
+
+def _demo_dashboard(demo, labels: dict[int, str], config, args: argparse.Namespace,
+                    theme: str | None) -> int:
+    """``kmon watch`` on the demo's cluster, its clients listed from the start."""
+    from kmon.cluster_watch import ClusterWatcher
+    from kmon.sampler import SamplerSettings
+    from widgets.launch import dashboard_settings, run_watch
+
+    watcher = ClusterWatcher(demo.bootstrap, {}, refresh_s=10.0)
+    return run_watch("demo", watcher, SamplerSettings(require_kafka=False),
+                     dashboard_settings(config, args.interval, args.record_dir), theme,
+                     pids=list(demo.clients), labels=labels, exit_after_s=args.duration)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -94,9 +94,11 @@ class History:
             s: deque(maxlen=window) for s in ("ESTABLISHED", "CLOSE_WAIT", "other")}
 
     def observe(self, ts_ms: int, views: list[ProcessView], interval_ms: int) -> None:
-        """Record one refresh of ``views``."""
+        """Record one refresh of ``views``; ``interval_ms`` counts until there is a last one."""
         first = not self.ticks
         previous_ts = self.ticks[-1] if self.ticks else None
+        if previous_ts is not None and ts_ms > previous_ts:
+            interval_ms = ts_ms - previous_ts
         self.ticks.append(ts_ms)
         seen: set[tuple[int, str]] = set()
         roles: Counter[str] = Counter()

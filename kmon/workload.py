@@ -111,7 +111,9 @@ class Clients:
         up = {b["nodeid"] for b in stats["brokers"].values()
               if b["source"] == "learned" and b["state"] == "UP"}
         coordinator = stats["brokers"].get("GroupCoordinator", {})
-        return (coordinator.get("state") == "UP" and bool(assigned)
+        # a member the group left without partitions is settled once its group is steady
+        joined = bool(assigned) or stats.get("cgrp", {}).get("join_state") == "steady"
+        return (coordinator.get("state") == "UP" and joined
                 and -1 not in leaders and leaders <= up)
 
 
@@ -122,7 +124,7 @@ def main() -> None:
     threading.Thread(target=lambda: [commands.put(line.strip()) for line in sys.stdin],
                      daemon=True).start()
 
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while not clients.ready():
         if time.monotonic() > deadline:
             sys.exit(f"kmon workload: {args.kind} never settled on {args.bootstrap}")

@@ -1,0 +1,92 @@
+"""Snapshots recorded as JSON lines (``kmon attach PID --json``), played back.
+
+The dashboard can show a recording exactly as it showed the live process,
+which makes its screens reproducible (screenshots, snapshot tests).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kmon.errors import UserError
+from kmon.model import (
+    ClientInstance,
+    Connection,
+    Event,
+    EventKind,
+    ProcessView,
+    Role,
+    Snapshot,
+)
+
+_CONNECTION_FIELDS = set(Connection.__dataclass_fields__)
+_CLIENT_FIELDS = set(ClientInstance.__dataclass_fields__)
+
+
+class ReplayError(UserError):
+    """A recording kmon cannot read."""
+
+
+def snapshot_from_dict(record: dict) -> Snapshot:
+    """The Snapshot that ``Snapshot.to_dict()`` wrote."""
+    processes = []
+    for p in record["processes"]:
+        clients = [ClientInstance(**{k: v for k, v in c.items() if k in _CLIENT_FIELDS})
+                   for c in p["clients"]]
+        connections = [Connection(**{**{k: v for k, v in c.items() if k in _CONNECTION_FIELDS},
+                                     "role": Role(c["role"])})
+                       for c in p["connections"]]
+        processes.append(ProcessView(p["pid"], p["name"], p["cmdline"], clients, connections,
+                                     list(p.get("notices", []))))
+    return Snapshot(record["ts_ms"], record["host"], processes)
+
+
+def event_from_dict(record: dict) -> Event:
+    """The Event that ``Event.to_dict()`` wrote."""
+    return Event(record["ts_ms"], EventKind(record["kind"]), record["pid"], record["key"],
+                 Role(record["role"]) if record.get("role") else None, record.get("node_id"),
+                 record.get("remote"), record.get("detail", ""), record.get("client"),
+                 record.get("broker_id"))
+
+
+def read_recording(path: Path) -> list[tuple[Snapshot, list[Event]]]:
+    """Every (snapshot, events) of a JSON-lines recording; ReplayError names a bad line."""
+    frames = []
+    try:
+        with open(path, encoding="utf-8") as lines:
+            for number, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                    frames.append((snapshot_from_dict(record),
+                                   [event_from_dict(e) for e in record.get("events", [])]))
+                except (ValueError, KeyError, TypeError, AttributeError) as err:
+                    raise ReplayError(f"{path}:{number} is not a kmon snapshot "
+                                      f"({type(err).__name__}: {err})") from err
+    except OSError as err:
+        raise ReplayError(f"cannot read {path}: {err.strerror}") from err
+    if not frames:
+        raise ReplayError(f"{path} holds no snapshots")
+    return frames
+
+
+class Replay:
+    """A snapshot source that plays a recording, then holds its last snapshot."""
+
+    def __init__(self, frames: list[tuple[Snapshot, list[Event]]]) -> None:
+        self.frames = frames
+        self.position = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.position >= len(self.frames)
+
+    def poll(self) -> tuple[Snapshot, list[Event]]:
+        """The next recorded snapshot and its events (the last one again, without events)."""
+        if self.finished:
+            return self.frames[-1][0], []
+        frame = self.frames[self.position]
+        self.position += 1
+        return frame
