@@ -72,6 +72,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the brokers' connections.max.idle.ms (default 600000)")
     _dashboard_options(watch)
 
+    replay = commands.add_parser("replay", help="the attach dashboard over a recording made "
+                                 "with kmon attach PID --json > FILE")
+    replay.add_argument("file", type=Path, metavar="FILE", help="JSON lines of kmon snapshots")
+    replay.add_argument("--pid", type=pid_arg, default=None,
+                        help="the process to show (default: the first one recorded)")
+    replay.add_argument("--interval", type=duration_arg, default=None, metavar="DURATION",
+                        help="time between frames (default: as recorded)")
+    _dashboard_options(replay)
+
     run = commands.add_parser("run", help="run a confluent-kafka program with kmon's agent")
     run.add_argument("program", nargs=argparse.REMAINDER, help="-- command and arguments")
 
@@ -107,9 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"attach": _attach, "watch": _watch_cluster, "run": _run, "demo": _demo,
-                "devcluster": _devcluster, "record": _record, "simulate-fleet": _simulate_fleet,
-                "analyze": _analyze}
+    handlers = {"attach": _attach, "watch": _watch_cluster, "replay": _replay, "run": _run,
+                "demo": _demo, "devcluster": _devcluster, "record": _record,
+                "simulate-fleet": _simulate_fleet, "analyze": _analyze}
     handler = handlers[args.command]
     try:
         return handler(args)
@@ -140,6 +149,9 @@ def _attach(args: argparse.Namespace) -> int:
 
     try:
         config = load_config(args.config)
+        from widgets.launch import checked_theme
+
+        theme = checked_theme(config, args.theme)
         cluster = None
         if args.bootstrap_servers:
             cluster = fetch_metadata(args.bootstrap_servers, dict(args.properties),
@@ -148,9 +160,8 @@ def _attach(args: argparse.Namespace) -> int:
                                    require_kafka=not args.any_process)
         sampler = ProcessSampler(args.pid, open_socket_reader(args.socket_reader), settings)
         if _interactive(args):
-            from widgets.launch import checked_theme, dashboard_settings, run_attach
+            from widgets.launch import dashboard_settings, run_attach
 
-            theme = checked_theme(config, args.theme)
             return run_attach(args.pid, Monitor([sampler], history=1),
                               dashboard_settings(config, args.interval, args.record_dir), theme,
                               cluster=args.bootstrap_servers or "")
@@ -166,20 +177,38 @@ def _watch_cluster(args: argparse.Namespace) -> int:
     from kmon.cluster_watch import ClusterWatcher
     from kmon.config import load_config
     from kmon.sampler import SamplerSettings
+    from widgets.launch import checked_theme, dashboard_settings, run_watch
 
+    config = load_config(args.config)
+    cluster = config.resolve_cluster(args.cluster, dict(args.properties))
+    theme = checked_theme(config, args.theme)
     if not _interactive(args):
         raise UserError("kmon watch is a dashboard and needs a terminal; for text output use "
                         "kmon attach PID --json or kmon record --cluster")
-    config = load_config(args.config)
-    cluster = config.resolve_cluster(args.cluster, dict(args.properties))
-    from widgets.launch import checked_theme, dashboard_settings, run_watch
-
-    theme = checked_theme(config, args.theme)
     watcher = ClusterWatcher(cluster.bootstrap, cluster.properties, timeout_s=args.cluster_timeout,
                              refresh_s=args.metadata_every)
     settings = SamplerSettings(broker_idle_ms=args.broker_idle_ms, require_kafka=False)
     return run_watch(cluster.name, watcher, settings,
                      dashboard_settings(config, args.interval, args.record_dir), theme)
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from kmon.config import load_config
+    from kmon.replay import Replay, read_recording, recorded_interval_s
+    from widgets.launch import checked_theme, dashboard_settings, run_attach
+
+    config = load_config(args.config)
+    theme = checked_theme(config, args.theme)
+    frames = read_recording(args.file)
+    pids = [p.pid for snapshot, _ in frames for p in snapshot.processes]
+    pid = args.pid if args.pid is not None else (pids[0] if pids else None)
+    if pid not in pids:
+        raise UserError(f"{args.file} holds no snapshot of PID {pid}")
+    if not _interactive(args):
+        raise UserError("kmon replay is a dashboard and needs a terminal")
+    interval = args.interval or recorded_interval_s(frames)
+    return run_attach(pid, Replay(frames), dashboard_settings(config, interval, args.record_dir),
+                      theme, cluster=f"replay of {args.file}")
 
 
 def _watch(monitor, interval: float, json_lines: bool, once: bool = False,

@@ -55,7 +55,8 @@ def _bootstrap_position(address: str, bootstrap_servers: str) -> int | None:
     return None
 
 
-def _broker_ids_by_address(brokers: dict[str, dict]) -> dict[str, int]:
+def broker_ids_by_address(brokers: dict[str, dict]) -> dict[str, int]:
+    """Broker id of each learned broker, by its ``host:port`` nodename."""
     return {b["nodename"]: b["nodeid"] for b in brokers.values()
             if b.get("source") == "learned" and b.get("nodeid", -1) >= 0 and b.get("nodename")}
 
@@ -80,7 +81,7 @@ def classify_broker_entry(name: str, entry: dict, learned: dict[str, int],
 def logical_connections(client: ClientStats, resolver: Resolver) -> list[LogicalConnection]:
     """The connections of ``client`` that may hold a socket right now."""
     brokers = client.brokers
-    learned = _broker_ids_by_address(brokers)
+    learned = broker_ids_by_address(brokers)
     bootstrap_servers = client.config.get("bootstrap.servers", "")
     out = []
     for name, entry in brokers.items():
@@ -105,7 +106,7 @@ def learned_brokers(clients: list[ClientStats], resolver: Resolver) -> dict[Endp
     """Broker id of every endpoint the clients' statistics have learned."""
     known: dict[Endpoint, int] = {}
     for client in clients:
-        for address, broker_id in _broker_ids_by_address(client.brokers).items():
+        for address, broker_id in broker_ids_by_address(client.brokers).items():
             for endpoint in resolver.endpoints(address):
                 known[endpoint] = broker_id
     return known

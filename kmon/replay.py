@@ -72,6 +72,13 @@ def read_recording(path: Path) -> list[tuple[Snapshot, list[Event]]]:
     return frames
 
 
+def recorded_interval_s(frames: list[tuple[Snapshot, list[Event]]]) -> float:
+    """The median time between the recorded snapshots (1 s for a single one)."""
+    gaps = sorted(b[0].ts_ms - a[0].ts_ms for a, b in zip(frames, frames[1:], strict=False))
+    gaps = [g for g in gaps if g > 0]
+    return gaps[len(gaps) // 2] / 1000 if gaps else 1.0
+
+
 class Replay:
     """A snapshot source that plays a recording, then holds its last snapshot."""
 

@@ -10,7 +10,7 @@ import psutil
 
 from kmon.join import BROKER_DEFAULT_IDLE_MS, JoinSettings, join_process
 from kmon.logical import (
-    _broker_ids_by_address,
+    broker_ids_by_address,
     classify_broker_entry,
     learned_brokers,
     logical_connections,
@@ -171,7 +171,7 @@ def _instance(stats: ClientStats, now_ms: int) -> ClientInstance:
     group = stats.group
     coordinator = stats.brokers.get("GroupCoordinator")
     coordinator_id = None if coordinator is None else classify_broker_entry(
-        "GroupCoordinator", coordinator, _broker_ids_by_address(stats.brokers), "")[2]
+        "GroupCoordinator", coordinator, broker_ids_by_address(stats.brokers), "")[2]
     return ClientInstance(name=stats.instance, client_id=stats.client_id, type=stats.type,
                           config=dict(stats.config), stats_age_ms=stats.age_ms(now_ms),
                           group_id=stats.config.get("group.id"),

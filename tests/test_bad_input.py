@@ -160,3 +160,38 @@ def test_closed_output_pipe_is_not_an_error(start_client):
     attach.stdout.close()  # like `| head -1`
     assert attach.wait(10) == 0
     assert attach.stderr.read() == ""
+
+
+def test_watch_unknown_cluster_name_lists_the_configured_ones(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text('[clusters.prod]\nbootstrap = "b1:9092"\n')
+    result = kmon("watch", "staging", "--config", str(config))
+    assert_one_clear_line(result, 1, "'staging'", "prod")
+
+
+def test_unknown_theme_is_one_clear_line(start_client):
+    client = start_client("producer")
+    assert_one_clear_line(kmon("attach", str(client.pid), "--once", "--theme", "nope"), 1,
+                          "unknown theme 'nope'")
+    assert_one_clear_line(kmon("watch", "127.0.0.1:9092", "--theme", "nope"), 1,
+                          "unknown theme 'nope'")
+
+
+def test_watch_without_a_terminal_says_what_to_use_instead():
+    assert_one_clear_line(kmon("watch", "127.0.0.1:9092"), 1, "needs a terminal", "--json")
+
+
+def test_bad_config_file_is_one_clear_line(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text("[thresholds]\nidle_warning = 3\n")
+    assert_one_clear_line(kmon("watch", "127.0.0.1:9092", "--config", str(config)), 1,
+                          str(config), "idle_warning")
+
+
+def test_corrupt_replayed_recording_is_one_clear_line(tmp_path):
+    from kmon.replay import ReplayError, read_recording
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"ts_ms": 1, "host": "h", "processes": [{"pid": "x"}]}\n')
+    with pytest.raises(ReplayError, match="bad.jsonl:1 is not a kmon snapshot"):
+        read_recording(bad)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
+import pyarrow.parquet as pq
 
 from kmon.monitor import Monitor
 from kmon.sampler import ProcessSampler, SamplerSettings
@@ -17,9 +17,9 @@ from widgets.detail import DetailScreen
 MAX_INT = 2147483647
 
 
-def attach_app(pid: int, interval_s: float = 0.25) -> tuple[KmonApp, AttachScreen]:
+def attach_app(pid: int, interval_s: float = 0.25, **settings) -> tuple[KmonApp, AttachScreen]:
     monitor = Monitor([ProcessSampler(pid, open_socket_reader(), SamplerSettings())], history=1)
-    screen = AttachScreen(pid, monitor, DashboardSettings(interval_s=interval_s))
+    screen = AttachScreen(pid, monitor, DashboardSettings(interval_s=interval_s, **settings))
     return KmonApp(screen), screen
 
 
@@ -89,9 +89,8 @@ def test_consumer_coordinator_row_filter_sort_pause_details(start_client):
     asyncio.run(drive())
 
 
-@pytest.mark.parametrize("kind", ["producer"])
-def test_process_exit_is_shown_in_place(start_client, kind):
-    client = start_client(kind)
+def test_process_exit_is_shown_in_place(start_client):
+    client = start_client("producer")
     app, screen = attach_app(client.pid)
 
     async def drive() -> None:
@@ -104,3 +103,25 @@ def test_process_exit_is_shown_in_place(start_client, kind):
             assert app.is_running
 
     asyncio.run(drive())
+
+
+def test_r_records_the_session_to_parquet(start_client, tmp_path):
+    client = start_client("consumer")
+    app, screen = attach_app(client.pid, record_dir=tmp_path)
+
+    async def drive() -> None:
+        async with app.run_test(size=(160, 45)) as pilot:
+            await until(pilot, lambda: table_rows(screen), "rows")
+            await pilot.press("r")
+            assert screen.recorder is not None
+            started = screen.last_ts_ms
+            await until(pilot, lambda: screen.last_ts_ms > started + 1000, "more refreshes")
+            await pilot.press("r")
+            assert screen.recorder is None
+
+    asyncio.run(drive())
+    snapshots = pq.read_table(tmp_path / "snapshots").to_pylist()
+    assert {row["pid"] for row in snapshots} == {client.pid}
+    assert any(row["role"] == "coordinator" for row in snapshots)
+    sessions = pq.read_table(tmp_path / "sessions").to_pylist()
+    assert any(row["stopped_ms"] is not None for row in sessions), "stopped cleanly"

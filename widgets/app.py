@@ -12,7 +12,8 @@ class KmonApp(App):
 
     CSS_PATH = "kmon.tcss"
     TITLE = "kmon"
-    BINDINGS = [Binding("q", "quit", "quit", priority=False)]
+    BINDINGS = [Binding("q", "quit", "quit"),
+                Binding("ctrl+c", "quit", "quit", show=False, priority=True)]
 
     def __init__(self, first_screen: Screen, theme: str | None = None,
                  exit_after_s: float | None = None) -> None:

@@ -72,7 +72,7 @@ SESSIONS = pa.schema([
     ("started_ms", pa.int64()),
     ("stopped_ms", pa.int64()),  # null while running or after a crash
     ("interval_ms", pa.int64()),
-    # [{"pid", "process_name", "name", "client_id", "type", "config"}], config redacted
+    # [{"pid", "process_name", "name", "client_id", "type", "config", "group_id"}], config redacted
     ("clients_json", pa.string()),
 ])
 
@@ -122,7 +122,8 @@ def event_rows(events: list[Event], session_id: str) -> list[dict]:
 def clients_json(snapshot: Snapshot) -> list[dict]:
     """The client instances seen in ``snapshot``, with their redacted configuration."""
     return [{"pid": p.pid, "process_name": p.name, "name": c.name, "client_id": c.client_id,
-             "type": c.type, "config": c.config} for p in snapshot.processes for c in p.clients]
+             "type": c.type, "config": c.config, "group_id": c.group_id}
+            for p in snapshot.processes for c in p.clients]
 
 
 def session_row(session_id: str, user: str, kmon_version: str, started_ms: int,

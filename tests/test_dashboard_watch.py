@@ -1,0 +1,81 @@
+"""The watch dashboard, driven with Textual's pilot against the real demo workload."""
+
+from __future__ import annotations
+
+import asyncio
+
+from test_dashboard_attach import table_rows, until
+
+from kmon.cluster_watch import ClusterWatcher
+from kmon.demo import Demo
+from kmon.sampler import SamplerSettings
+from kmon.sources.sockets import open_socket_reader
+from widgets.app import KmonApp
+from widgets.attach_screen import AttachScreen, DashboardSettings
+from widgets.watch_screen import ProcessWatch, WatchScreen
+
+
+def watch_app(bootstrap: str, pids: list[int] | None = None, labels=None,
+              discover_every_s: float = 5.0) -> tuple[KmonApp, WatchScreen]:
+    watcher = ClusterWatcher(bootstrap, {}, timeout_s=2.0, refresh_s=10.0)
+    processes = ProcessWatch(watcher, open_socket_reader(), SamplerSettings(require_kafka=False),
+                             pids or [], discover_every_s=discover_every_s)
+    screen = WatchScreen("test", watcher, processes, DashboardSettings(interval_s=0.5), labels)
+    return KmonApp(screen), screen
+
+
+def cells(screen: WatchScreen, table_id: str) -> list[list[str]]:
+    table = screen.query_one(f"#{table_id}")
+    return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+def test_watch_lists_brokers_groups_and_discovered_processes(spool_dir):
+    with Demo() as demo:
+        # No PIDs given: every demo client must be found from the host's sockets.
+        app, screen = watch_app(demo.bootstrap, discover_every_s=0.5)
+
+        async def drive() -> None:
+            async with app.run_test(size=(170, 50)) as pilot:
+                await until(pilot, lambda: len(cells(screen, "brokers")) == demo.brokers,
+                            "the brokers")
+                await until(pilot, lambda: {int(r[0]) for r in cells(screen, "processes")}
+                            >= set(demo.clients), "every demo process")
+                consumers = [r for r in cells(screen, "processes")
+                             if r[2] in ("orders-reader-a", "orders-reader-b")]
+                assert all(r[4] == "1" for r in consumers), "one coordinator connection each"
+                await until(pilot, lambda: any(r[0] == "orders" for r in cells(screen, "groups")),
+                            "the demo's consumer group")
+                (group,) = [r for r in cells(screen, "groups") if r[0] == "orders"]
+                assert group[5] == "2", "two local members"
+                coordinator = int(group[3])
+                brokers = {int(r[0]): r for r in cells(screen, "brokers")}
+                assert brokers[coordinator][4] == "1", "it coordinates the group"
+                assert brokers[coordinator][6] == "2", "both consumers' coordinator connections"
+
+                table = screen.query_one("#processes")
+                row = next(i for i, r in enumerate(cells(screen, "processes"))
+                           if r[2] == "orders-reader-a")
+                table.move_cursor(row=row)
+                await pilot.press("enter")
+                await until(pilot, lambda: isinstance(app.screen, AttachScreen), "attach")
+                attached = app.screen
+                await until(pilot, lambda: any(r[0] == "coordinator"
+                                               for r in table_rows(attached)), "its coordinator")
+                await pilot.press("escape")
+                await until(pilot, lambda: app.screen is screen, "the watch screen again")
+
+        asyncio.run(drive())
+
+
+def test_unreachable_cluster_shows_a_banner_and_keeps_running():
+    app, screen = watch_app("127.0.0.1:1")
+
+    async def drive() -> None:
+        async with app.run_test(size=(150, 40)) as pilot:
+            await until(pilot, lambda: screen.watcher.view.failures >= 1, "a failed refresh")
+            await pilot.pause(0.2)
+            notice = str(screen.query_one("#notice").render())
+            assert "cluster unreachable" in notice and "retrying in" in notice
+            assert app.is_running
+
+    asyncio.run(drive())
