@@ -1,38 +1,77 @@
-"""Render kmon's views from real runs into screenshots/.
+"""Render kmon's screens from real runs into screenshots/.
 
-Run from the repository root: ``python screenshots/make.py``. It starts the
-demo's embedded cluster and workload, watches them for a while so idle ages
-and a reap show, and saves what the terminal shows as SVG; then it simulates
-a small fleet, runs ``kmon analyze`` on it and keeps its charts (PNG).
+Run from the repository root: ``python screenshots/make.py [--no-charts]``. It
+starts the demo's embedded cluster and workload, runs the real dashboard on a
+virtual terminal (Textual's pilot) — ``kmon watch`` on the cluster, then the
+attach screen of a consumer and of the producer whose idle connections are
+reaped — and saves each screen as SVG, and as PNG where ``rsvg-convert`` is
+installed. Then it simulates a small fleet, runs ``kmon analyze`` on it and
+keeps its charts (PNG).
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from rich.console import Console
-
+from kmon.cluster_watch import ClusterWatcher
 from kmon.demo import Demo
-from kmon.monitor import Monitor
-from kmon.sampler import ProcessSampler, SamplerSettings
+from kmon.sampler import SamplerSettings
 from kmon.sources.sockets import open_socket_reader
-from widgets.tables import process_table, snapshot_renderable
+from widgets.app import KmonApp
+from widgets.attach_screen import DashboardSettings
+from widgets.watch_screen import ProcessWatch, WatchScreen
 
 OUT = Path(__file__).parent
-WATCH_SECONDS = 12
+SIZE = (170, 48)
+SETTLE_SECONDS = 20
 CHARTS = ("connections_over_time", "churn_per_broker", "idle_age")
 
 
-def save(renderable, name: str, title: str) -> None:
-    console = Console(record=True, width=190, file=open("/dev/null", "w"))  # noqa: SIM115
-    console.print(renderable)
-    console.save_svg(str(OUT / name), title=title)
-    print(f"wrote {OUT / name}")
+def save(app: KmonApp, name: str) -> None:
+    """The app's screen as SVG, and PNG when a converter is at hand."""
+    svg = OUT / f"{name}.svg"
+    app.save_screenshot(str(svg))
+    print(f"wrote {svg}")
+    converter = shutil.which("rsvg-convert")
+    if converter:
+        subprocess.run([converter, str(svg), "-o", str(svg.with_suffix(".png"))], check=True)
+        print(f"wrote {svg.with_suffix('.png')}")
+
+
+async def attach_to(app: KmonApp, pilot, screen: WatchScreen, label: str) -> None:
+    """Select the process whose label starts with ``label`` and open its attach screen."""
+    table = screen.query_one("#processes")
+    row = next(i for i in range(table.row_count)
+               if str(table.get_row_at(i)[1]).startswith(label))
+    table.move_cursor(row=row)
+    await pilot.press("enter")
+    await pilot.pause(SETTLE_SECONDS)
+
+
+async def dashboard_screens(demo: Demo) -> None:
+    labels = {pid: c.label for pid, c in demo.clients.items()}
+    watcher = ClusterWatcher(demo.bootstrap, {}, refresh_s=10.0)
+    processes = ProcessWatch(watcher, open_socket_reader(), SamplerSettings(require_kafka=False),
+                             list(demo.clients))
+    screen = WatchScreen("demo", watcher, processes, DashboardSettings(), labels)
+    app = KmonApp(screen)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(SETTLE_SECONDS)
+        save(app, "watch")
+        await attach_to(app, pilot, screen, "consumer A")
+        save(app, "attach-consumer")
+        await pilot.press("enter")
+        await pilot.pause(1)
+        save(app, "attach-detail")
+        await pilot.press("escape", "escape")
+        await attach_to(app, pilot, screen, "idle producer")
+        save(app, "attach-reaping")
 
 
 def analysis_charts() -> None:
@@ -51,19 +90,13 @@ def analysis_charts() -> None:
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-charts", action="store_true", help="skip the Spark charts")
+    args = parser.parse_args()
     with Demo() as demo:
-        reader, settings = open_socket_reader(), SamplerSettings()
-        monitor = Monitor(ProcessSampler(pid, reader, settings) for pid in demo.clients)
-        labels = {pid: c.label for pid, c in demo.clients.items()}
-        for _ in range(WATCH_SECONDS):
-            snapshot, _ = monitor.poll()
-            time.sleep(1)
-        save(snapshot_renderable(snapshot, monitor.events, f"kmon demo — {demo.bootstrap}",
-                                 labels), "demo.svg", "kmon demo")
-        consumer = next(v for v in snapshot.processes if labels[v.pid].startswith("consumer"))
-        save(process_table(consumer, labels[consumer.pid]), "attach-consumer.svg",
-             f"kmon attach {consumer.pid}")
-    analysis_charts()
+        asyncio.run(dashboard_screens(demo))
+    if not args.no_charts:
+        analysis_charts()
     return 0
 
 
