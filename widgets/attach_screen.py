@@ -86,7 +86,8 @@ class AttachScreen(Screen):
     ]
 
     def __init__(self, pid: int, source: SnapshotSource, settings: DashboardSettings,
-                 cluster: str = "", label: str = "", can_go_back: bool = False) -> None:
+                 cluster: str = "", label: str = "", can_go_back: bool = False,
+                 past_events: list[Event] | None = None) -> None:
         super().__init__()
         self.pid, self.source, self.settings = pid, source, settings
         self.cluster, self.label, self.can_go_back = cluster, label, can_go_back
@@ -94,7 +95,7 @@ class AttachScreen(Screen):
         self.history = History(settings.history)
         self.view: ProcessView | None = None
         self.last_ts_ms = 0
-        self.events: list[Event] = []  # this process's events, bounded
+        self.events: list[Event] = list(past_events or [])[-1000:]  # this process's, bounded
         self.paused = False
         self.hide_idle = False
         self.sort_index = 0
@@ -126,6 +127,7 @@ class AttachScreen(Screen):
         self.query_one("#sparklines").border_title = "connections by role and state"
         self.query_one("#events").border_title = "events"
         self.query_one(ConnectionTable).focus()
+        self.query_one(EventLog).add(self.events)
         self._timer = self.set_interval(self.interval, self.request_refresh)
         self.request_refresh()
         self.redraw()

@@ -79,6 +79,11 @@ class ProcessWatch:
                     self._add(pid)
             return self.monitor.poll()
 
+    def events_of(self, pid: int) -> list[Event]:
+        """The remembered events of one watched process."""
+        with self._lock:
+            return [e for e in self.monitor.events if e.pid == pid]
+
 
 def _process_cells(view: ProcessView, label: str) -> tuple:
     roles = Counter(c.role for c in view.connections)
@@ -263,7 +268,7 @@ class WatchScreen(Screen):
             return
         screen = AttachScreen(pid, Monitor([sampler], history=1), self.settings,
                               cluster=self.cluster_name, label=self.labels.get(pid, ""),
-                              can_go_back=True)
+                              can_go_back=True, past_events=self.processes.events_of(pid))
         self.app.push_screen(screen)
 
     def on_data_table_row_selected(self, message: DataTable.RowSelected) -> None:
