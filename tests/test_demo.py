@@ -1,8 +1,17 @@
-"""`kmon demo`: the README's first command, headless."""
+"""`kmon demo`: the README's first command, on a terminal and headless."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
+import pty
+import select
+import signal
+import struct
+import sys
+import termios
 import time
 
 import psutil
@@ -25,3 +34,38 @@ def test_headless_demo_watches_its_workload_and_cleans_up():
     while any(psutil.pid_exists(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [pid for pid in pids if psutil.pid_exists(pid)], "demo left children behind"
+
+
+def test_demo_on_a_terminal_opens_watch_and_ctrl_c_stops_every_child():
+    """The README's first command as a user runs it: on a terminal (a pty here)."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: kmon demo on the pty, 170x48
+        os.execvpe(sys.executable, [sys.executable, "-m", "kmon", "demo"],
+                   {**os.environ, "COLUMNS": "170", "LINES": "48", "TERM": "xterm-256color"})
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 48, 170, 0, 0))
+    screen = b""
+    children: set[int] = set()
+    try:
+        deadline = time.monotonic() + 90
+        while b"orders-reader-b" not in screen or b"brokers" not in screen:
+            assert time.monotonic() < deadline, screen[-2000:]
+            ready, _, _ = select.select([fd], [], [], 0.5)
+            if ready:
+                screen += os.read(fd, 65536)
+        children = {p.pid for p in psutil.Process(pid).children(recursive=True)}
+        assert len(children) >= 6, "the cluster and five clients"
+        os.write(fd, b"\x03")  # Ctrl-C
+        with contextlib.suppress(OSError):  # the pty closes when kmon exits
+            while os.read(fd, 65536):
+                pass
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+    deadline = time.monotonic() + 10
+    while any(psutil.pid_exists(c) for c in children) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [c for c in children if psutil.pid_exists(c)], "demo left children behind"
