@@ -10,6 +10,9 @@ Attach latency is the time from ``JmxSource(pid)`` to its first reading: cold
 which starts its management agent), a first attach with the helper cached,
 warm (helper cached, agent running) and with the single-file source launcher
 (no javac: the helper is compiled in memory at every start).
+Through the CLI: time to the first snapshot of ``kmon attach PID --once --json`` on a
+fresh JVM (its agent not yet started), on a JVM already attached once, and on an
+instrumented librdkafka consumer, in the same run.
 Per poll: the helper's own poll time (``poll_ms``), the CPU the helper and the
 target JVM spend per poll (the target's measured against an equal window
 without the helper), and the helper's RSS.
@@ -89,6 +92,16 @@ def attach_s(pid: int) -> float:
     with JmxSource(pid) as source:
         source.wait_first(60)
         return time.perf_counter() - start
+
+
+def cli_attach_s(pid: int) -> float:
+    """Seconds ``kmon attach PID --once --json`` takes to print its snapshot and exit."""
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "kmon", "attach", str(pid), "--once", "--json"],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"kmon attach {pid} failed: {result.stderr.strip()}")
+    return time.perf_counter() - start
 
 
 def source_launcher_attach_s(pid: int) -> float:
@@ -172,11 +185,17 @@ def main() -> int:
 
     cluster_argv = [sys.executable, "-m", "kmon", "devcluster", "--brokers", "3"]
     cache = tempfile.mkdtemp(prefix="kmon-jmx-bench-")
+    rdkafka_argv = [sys.executable, "-m", "kmon.workload", "consumer", "--instrument"]
     with started(cluster_argv, "127.0.0.1:") as (_, bootstrap), \
             started(fake_consumer(bootstrap, 1), "READY") as (one, _), \
             started(fake_consumer(bootstrap, args.instances), "READY") as (many, _), \
+            started(fake_consumer(bootstrap, 1), "READY") as (fresh, _), \
+            started([*rdkafka_argv, bootstrap], "READY") as (rdkafka, _), \
             environ({**os.environ, "XDG_CACHE_HOME": cache}):
         cold = attach_s(one.pid)  # compiles the helper, starts the target's agent
+        cli_fresh = cli_attach_s(fresh.pid)  # helper cached, starts the target's agent
+        cli_jvm = statistics.median(cli_attach_s(fresh.pid) for _ in range(3))
+        cli_rdkafka = statistics.median(cli_attach_s(rdkafka.pid) for _ in range(3))
         first = attach_s(many.pid)  # helper cached, starts the target's agent
         warm = statistics.median(attach_s(one.pid) for _ in range(3))
         source_launcher = source_launcher_attach_s(one.pid)
@@ -192,6 +211,14 @@ def main() -> int:
     print(f"  warm: helper cached, agent running         {warm * 1000:6.0f} ms   (median of 3)")
     print(f"  source launcher (no javac), agent running  {source_launcher * 1000:6.0f} ms   "
           f"({source_launcher / warm:.1f}x warm)")
+    print()
+    print("kmon attach PID --once --json, to its snapshot (process start included)")
+    print(f"  librdkafka consumer (agent's spool)        {cli_rdkafka * 1000:6.0f} ms   "
+          "(median of 3)")
+    print(f"  JVM, first attach (starts its agent)       {cli_fresh * 1000:6.0f} ms   "
+          f"({cli_fresh / cli_rdkafka:.1f}x librdkafka)")
+    print(f"  JVM, agent running                         {cli_jvm * 1000:6.0f} ms   "
+          f"({cli_jvm / cli_rdkafka:.1f}x librdkafka, median of 3)")
     print()
     print(f"per poll (interval {args.interval_ms} ms, {args.seconds:g} s after "
           f"{WARMUP_POLLS} warm-up polls)")

@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
                         default="auto", help="how sockets are read (default: fastest)")
     attach.add_argument("--any-process", action="store_true",
                         help="attach even to a process that shows no sign of Kafka")
+    attach.add_argument("--client-log", type=Path, metavar="FILE",
+                        help="a Java client's log to follow (NetworkClient lines: node ids, "
+                        "addresses, open order)")
     _dashboard_options(attach)
 
     watch = commands.add_parser("watch", help="a cluster's brokers, groups and local clients")
@@ -158,15 +161,20 @@ def _attach(args: argparse.Namespace) -> int:
                                      args.cluster_timeout)
         settings = SamplerSettings(broker_idle_ms=args.broker_idle_ms, cluster=cluster,
                                    require_kafka=not args.any_process)
-        sampler = ProcessSampler(args.pid, open_socket_reader(args.socket_reader), settings)
-        if _interactive(args):
-            from widgets.launch import dashboard_settings, run_attach
+        sampler = ProcessSampler(args.pid, open_socket_reader(args.socket_reader), settings,
+                                 client_log=args.client_log)
+        monitor = Monitor([sampler], history=1 if _interactive(args) else 600)
+        try:
+            if _interactive(args):
+                from widgets.launch import dashboard_settings, run_attach
 
-            return run_attach(args.pid, Monitor([sampler], history=1),
-                              dashboard_settings(config, args.interval, args.record_dir), theme,
-                              cluster=args.bootstrap_servers or "")
-        interval = args.interval or config.dashboard.interval_s or 1.0
-        return _watch(Monitor([sampler]), interval, json_lines=args.json, once=args.once)
+                return run_attach(args.pid, monitor,
+                                  dashboard_settings(config, args.interval, args.record_dir),
+                                  theme, cluster=args.bootstrap_servers or "")
+            interval = args.interval or config.dashboard.interval_s or 1.0
+            return _watch(monitor, interval, json_lines=args.json, once=args.once)
+        finally:
+            monitor.close()
     except BrokenPipeError:
         raise
     except (SampleError, SpoolError, ClusterUnreachable, OSError) as err:

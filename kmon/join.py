@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kmon.logical import LogicalConnection
@@ -32,7 +33,8 @@ class JoinSettings:
     broker_idle_ms: int = BROKER_DEFAULT_IDLE_MS
 
 
-def _relative(a: int | None, b: int | None, floor: int) -> float:
+def relative_gap(a: int | None, b: int | None, floor: int) -> float:
+    """How far apart two counters are, 0 (equal) to 1; 0 when either is unknown."""
     if a is None or b is None:
         return 0.0
     return abs(a - b) / (max(a, b) + floor)
@@ -57,18 +59,19 @@ def pairing_cost(sock: TcpSocket, logical: LogicalConnection, now_ms: int) -> fl
         age = client.stats_age_ms(now_ms)
     cost = 0.0
     if logical.connects <= 1:  # the client's byte totals are this socket's own
-        cost += _relative(sent, logical.tx_bytes, 100) + _relative(received, logical.rx_bytes, 100)
+        cost += (relative_gap(sent, logical.tx_bytes, 100)
+                 + relative_gap(received, logical.rx_bytes, 100))
     elif (sent or 0) > logical.tx_bytes:  # totals span earlier connections: never less
         cost += 2.0
     for kernel, client_idle in ((last_sent, logical.tx_idle_ms), (last_recv, logical.rx_idle_ms)):
         if kernel is not None and client_idle is not None:
-            cost += _relative(kernel, client_idle + age, 1000)
+            cost += relative_gap(kernel, client_idle + age, 1000)
     return cost
 
 
-def _assign(socks: list[TcpSocket], logicals: list[LogicalConnection],
-            costs: dict[tuple[int, int], float]) -> tuple[dict[int, int], float, float]:
-    """Best socket->logical assignment, its cost, and the next best cost."""
+def _assign(socks: Sequence[object], logicals: Sequence[object],
+            costs: dict[tuple[int, int], float]) -> tuple[dict[int, int], float, float | None]:
+    """Best socket->logical assignment, its cost, and the next best cost (None: no rival)."""
     def total(pairs: dict[int, int]) -> float:
         unpaired = len(socks) + len(logicals) - 2 * len(pairs)
         return sum(costs[p] for p in pairs.items()) + UNPAIRED * unpaired
@@ -92,7 +95,7 @@ def _assign(socks: list[TcpSocket], logicals: list[LogicalConnection],
     options.sort(key=lambda o: o[0])
     best_cost, best = options[0]
     rivals = [c for c, p in options[1:] if len(p) == len(best) and p != best]
-    return best, best_cost, (rivals[0] if rivals else best_cost)
+    return best, best_cost, (rivals[0] if rivals else None)
 
 
 def _confidence(group_size: int, pair_cost: float, margin: float) -> float:
@@ -121,7 +124,7 @@ def _paired(sock: TcpSocket, logical: LogicalConnection, confidence: float,
         idle, idle_source = (min(known) + age, "stats") if known else (None, "unknown")
     limit, limit_source = _limit(logical, settings)
     return Connection(
-        key=_socket_key(sock), role=logical.role, node_id=logical.node_id,
+        key=socket_key(sock), role=logical.role, node_id=logical.node_id,
         broker_id=logical.broker_id, client=logical.client.instance,
         local=str(sock.local), remote=str(sock.remote), state=sock.state,
         idle_ms=idle, idle_limit_ms=limit,
@@ -144,7 +147,7 @@ def _unpaired(sock: TcpSocket, known_brokers: dict[Endpoint, int],
     limit, limit_source = _limit(None, settings)
     role = Role.BROKER if broker_id is not None else Role.UNKNOWN
     return Connection(
-        key=_socket_key(sock), role=role, node_id=broker_id, broker_id=broker_id, client=None,
+        key=socket_key(sock), role=role, node_id=broker_id, broker_id=broker_id, client=None,
         local=str(sock.local), remote=str(sock.remote), state=sock.state,
         idle_ms=sock.idle_ms, idle_limit_ms=limit,
         bytes_sent=sock.bytes_sent, bytes_received=sock.bytes_received,
@@ -158,8 +161,63 @@ def _unpaired(sock: TcpSocket, known_brokers: dict[Endpoint, int],
     )
 
 
-def _socket_key(sock: TcpSocket) -> str:
+def socket_key(sock: TcpSocket) -> str:
+    """A socket's stable key within its process."""
     return f"sock:{sock.inode}" if sock.inode else f"sock:{sock.local}>{sock.remote}"
+
+
+def _components(costs: dict[tuple[int, int], float]) -> list[tuple[list[int], list[int]]]:
+    """Groups of sockets and logicals linked by candidate pairs (union-find over the pairs)."""
+    parent: dict[tuple[str, int], tuple[str, int]] = {}
+
+    def root(node: tuple[str, int]) -> tuple[str, int]:
+        while parent.setdefault(node, node) != node:
+            node = parent[node]
+        return node
+
+    for i, j in costs:
+        parent[root(("s", i))] = root(("l", j))
+    groups: dict[tuple[str, int], tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
+    for kind, index in sorted(parent):
+        groups[root((kind, index))][kind == "l"].append(index)
+    return list(groups.values())
+
+
+def _greedy_margins(costs: dict[tuple[int, int], float]) -> dict[int, tuple[int, float]]:
+    """Cheapest pairs first; each pair's confidence is its margin over its next rival."""
+    pairs: dict[int, int] = {}
+    for (i, j), _ in sorted(costs.items(), key=lambda kv: kv[1]):
+        if i not in pairs and j not in pairs.values():
+            pairs[i] = j
+    out = {}
+    for i, j in pairs.items():
+        rivals = [c for (a, b), c in costs.items() if (a == i) != (b == j)]
+        cost = costs[(i, j)]
+        out[i] = (j, _confidence(1, cost, 0.0) if not rivals
+                  else round(min(0.99, max(0.5, 0.5 + (min(rivals) - cost) / 2)), 2))
+    return out
+
+
+def assign_pairs(costs: dict[tuple[int, int], float]) -> dict[int, tuple[int, float]]:
+    """Socket index -> (logical index, confidence): the cheapest pairing by ``costs``.
+
+    Only the pairs in ``costs`` may pair. Each connected group of candidates is
+    paired exhaustively when small (as ``join_process`` does), else greedily
+    with a confidence per pair from its margin over its rivals.
+    """
+    out: dict[int, tuple[int, float]] = {}
+    for socks, lgs in _components(costs):
+        if max(len(socks), len(lgs)) > MAX_EXHAUSTIVE:
+            out.update(_greedy_margins({p: c for p, c in costs.items() if p[0] in socks}))
+            continue
+        local = {(a, b): costs[(i, j)] for a, i in enumerate(socks) for b, j in enumerate(lgs)
+                 if (i, j) in costs}
+        pairs, best, runner_up = _assign(socks, lgs, local)
+        pair_cost = sum(local[p] for p in pairs.items())
+        confidence = (_confidence(1, pair_cost, 0.0) if runner_up is None  # no other way fits
+                      else _confidence(max(len(socks), len(lgs)), pair_cost, runner_up - best))
+        out.update({socks[a]: (lgs[b], confidence) for a, b in pairs.items()})
+    return out
 
 
 def join_process(sockets: list[TcpSocket], logicals: list[LogicalConnection],
@@ -189,7 +247,7 @@ def join_process(sockets: list[TcpSocket], logicals: list[LogicalConnection],
         pairs, best, runner_up = _assign(socks, lgs, costs)
         size = max(len(socks), len(lgs))
         pair_cost = sum(costs[p] for p in pairs.items())
-        confidence = _confidence(size, pair_cost, runner_up - best)
+        confidence = _confidence(size, pair_cost, (best if runner_up is None else runner_up) - best)
         how = "endpoint" if size == 1 else "bytes+idle"
         for a, b in pairs.items():
             result[sock_ids[a]] = _paired(socks[a], lgs[b], confidence, settings, how)

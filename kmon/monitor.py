@@ -114,6 +114,11 @@ class Monitor:
         self.events.extend(events)
         return snapshot, events
 
+    def close(self) -> None:
+        """Release every sampler's resources (JMX helpers); polling is over."""
+        for sampler in self.samplers.values():
+            sampler.close()
+
     def _lose(self, pid: int, err: Exception, ts_ms: int, events: list[Event],
               previous: ProcessView | None) -> None:
         """Stop watching ``pid``: an exit or error event, and its connections closed."""
@@ -122,6 +127,6 @@ class Monitor:
         if previous is not None:
             events.extend(diff(previous, ProcessView(pid, previous.name, previous.cmdline),
                                ts_ms))
-        del self.samplers[pid]
+        self.samplers.pop(pid).close()
         self.last_views.pop(pid, None)
         self.last_loss = str(err)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 
 from kmon.join import BROKER_DEFAULT_IDLE_MS, JoinSettings, join_process
+from kmon.jvm import JvmEvidence
 from kmon.logical import (
     broker_ids_by_address,
     classify_broker_entry,
@@ -18,6 +20,7 @@ from kmon.logical import (
 from kmon.model import ClientInstance, Connection, ProcessView, Role
 from kmon.redact import redact_args
 from kmon.sources.cluster import ClusterMetadata
+from kmon.sources.jmx import is_jvm
 from kmon.sources.librdkafka_stats import ClientStats, read_client_stats, spool_dirs
 from kmon.sources.resolve import Resolver
 from kmon.sources.sockets import Endpoint, SocketReader
@@ -84,9 +87,14 @@ def loads_kafka_library(pid: int) -> bool:
 
 
 class ProcessSampler:
-    """Takes snapshots of one process. Raises SampleError subclasses for user problems."""
+    """Takes snapshots of one process. Raises SampleError subclasses for user problems.
 
-    def __init__(self, pid: int, reader: SocketReader, settings: SamplerSettings) -> None:
+    A JVM (or a process given a Java ``client_log``) is read through its JMX
+    metrics and that log (kmon.jvm); ``close`` stops the JMX helper.
+    """
+
+    def __init__(self, pid: int, reader: SocketReader, settings: SamplerSettings,
+                 client_log: Path | None = None) -> None:
         if pid <= 0:
             raise ProcessGone(f"no process with PID {pid}")
         try:
@@ -108,11 +116,21 @@ class ProcessSampler:
             self.standing_notices.append(
                 f"PID {pid} is in another network namespace: its sockets are invisible from "
                 f"here; run kmon inside it (nsenter --net=/proc/{pid}/ns/net kmon attach {pid})")
+        jvm = is_jvm(pid)
+        self.jvm = (JvmEvidence(pid, self.start_time, client_log, jmx=jvm)
+                    if jvm or client_log else None)
+
+    def close(self) -> None:
+        """Release what the sampler holds (the JMX helper of a JVM); idempotent."""
+        if self.jvm is not None:
+            self.jvm.close()
 
     def sample(self, now_ms: int) -> ProcessView:
         """The process as it is now."""
         if not self.process.is_running() or _is_zombie(self.process):
             raise ProcessGone(f"PID {self.pid} ({self.name}) has exited")
+        if self.jvm is not None:
+            self.jvm.refresh()
         try:
             sockets = self.reader.sockets_of(self.pid)
         except psutil.NoSuchProcess as err:
@@ -131,24 +149,31 @@ class ProcessSampler:
         known = dict(self.settings.learned)
         if self.settings.cluster is not None:
             known.update(self.settings.cluster.endpoints(resolver))
-        if not self._kafka_checked:
-            self._check_kafka(all_stats, known, sockets)
-        logicals = [lc for c in fresh for lc in logical_connections(c, resolver)]
         join = JoinSettings(now_ms=now_ms, broker_idle_ms=self.settings.broker_idle_ms)
-        connections = join_process(sockets, logicals, known, join)
+        jvm = (self.jvm.sample(sockets, self.reader, known, join, resolver)
+               if self.jvm is not None and not fresh else None)
+        if jvm is not None:
+            self.settings.learned.update(jvm.learned)
+        if not self._kafka_checked:
+            self._check_kafka(bool(all_stats or (jvm and jvm.clients)), known, sockets)
+        if jvm is not None:
+            connections = jvm.connections
+        else:
+            logicals = [lc for c in fresh for lc in logical_connections(c, resolver)]
+            connections = join_process(sockets, logicals, known, join)
         connections.sort(key=_display_order)
         return ProcessView(
             pid=self.pid, name=self.name, cmdline=self.cmdline,
-            clients=[_instance(c, now_ms) for c in all_stats],
+            clients=[_instance(c, now_ms) for c in all_stats] + (jvm.clients if jvm else []),
             connections=connections,
             notices=self.standing_notices + [
                 f"client {c.instance}: statistics {c.age_ms(now_ms) // 1000}s old (closed, or "
                 "not serving its callbacks); its sockets show unpaired"
-                for c in all_stats if c.is_stale(now_ms)],
+                for c in all_stats if c.is_stale(now_ms)] + (jvm.notices if jvm else []),
         )
 
-    def _check_kafka(self, stats: list[ClientStats], known: dict, sockets: list) -> None:
-        if stats or loads_kafka_library(self.pid) or "kafka" in self.cmdline.lower() or any(
+    def _check_kafka(self, has_clients: bool, known: dict, sockets: list) -> None:
+        if has_clients or loads_kafka_library(self.pid) or "kafka" in self.cmdline.lower() or any(
                 s.remote in known for s in sockets):
             self._kafka_checked = True
             return

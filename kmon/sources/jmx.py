@@ -140,6 +140,13 @@ class JmxSource:
             raise JmxUnavailable(self._error)
         raise JmxUnavailable(f"no JMX reading from PID {self.pid} within {timeout_s:g} s")
 
+    def wait_newer(self, ts_ms: int, timeout_s: float) -> JmxReading | None:
+        """Block until a reading newer than ``ts_ms`` (or the timeout); the newest reading."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._error is not None or (
+                self._latest is not None and self._latest.ts_ms > ts_ms), timeout_s)
+        return self.latest()
+
     def close(self) -> None:
         """Stop the helper (it exits when its stdin closes)."""
         self._closed = True

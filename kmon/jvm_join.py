@@ -1,0 +1,168 @@
+"""Pair a JVM's sockets with its Java clients' connections (node ids), with a confidence.
+
+A node may only take a socket to its own address (from the log or the
+cluster's metadata), or any socket when its address is unknown. Several
+candidates for one socket (bootstrap ``-1``, coordinator ``MAX_INT - id`` and
+broker ``id`` to the same host) are told apart by the node's JMX byte totals
+against the kernel's per-socket counters, by when its counters last moved
+against the socket's idle time, and by the log's open order against the order
+in which the sockets appeared. ``kmon.join.assign_pairs`` picks the pairing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from kmon.join import JoinSettings, assign_pairs, join_process, relative_gap, socket_key
+from kmon.jvm_nodes import Activity, JvmNode
+from kmon.model import Connection, Role
+from kmon.sources.sockets import Endpoint, TcpSocket
+
+JAVA_IDLE_DEFAULT_MS = 540_000  # the Java client's connections.max.idle.ms default
+SLACK_MS = 300  # reading times against kernel idle times
+BYTES_REJECT = 1.2  # a socket that carried this much more than a node's totals is not it
+ORDER_WEIGHT = 0.1  # per place between log open order and socket order (inodes: weak)
+QUIET_MISMATCH = 0.5  # the socket carried data while the node's counters stood still
+_ROLE_PLACE = {Role.BOOTSTRAP: 0.0, Role.COORDINATOR: 0.5, Role.BROKER: 1.0, Role.UNKNOWN: 1.0}
+
+
+def _bytes_cost(sock: TcpSocket, node: JvmNode) -> float | None:
+    """Kernel counters against the node's totals; None when the socket carried far more."""
+    over = under = 0.0
+    for kernel, client in ((sock.bytes_sent, node.out_bytes), (sock.bytes_received,
+                                                               node.in_bytes)):
+        if kernel is None or client is None:
+            continue
+        gap = relative_gap(kernel, client, 100)
+        if kernel > client:  # the reading lags a little; a total never shrinks
+            over += gap
+        else:
+            under += gap
+    if over > BYTES_REJECT:
+        return None
+    if node.connects is None:  # totals may span reconnects the log did not show
+        return over + under / 2
+    return over + (under if node.connects <= 1 else 0.0)
+
+
+def _idle_cost(sock: TcpSocket, activity: Activity | None, now_ms: int) -> float:
+    """The socket's last data against when the node's counters moved and stood still."""
+    if sock.idle_ms is None or activity is None:
+        return 0.0
+    last_data = now_ms - sock.idle_ms
+    cost = 0.0
+    if activity.moved is not None and last_data < activity.moved[0] - SLACK_MS:
+        cost += relative_gap(sock.idle_ms, now_ms - activity.moved[0], 1000)
+    if activity.steady_from + SLACK_MS < last_data < activity.latest_ms - SLACK_MS:
+        cost += QUIET_MISMATCH
+    return cost
+
+
+class _OpenOrder:
+    """How well a socket's place in the open order fits a node's.
+
+    Sockets to one endpoint are placed by when kmon first saw them, then by
+    inode (the kernel numbers sockets as they are made: weak evidence). Nodes
+    the log saw open are placed by their log open time among the nodes at their
+    address; other nodes by the Java client's own order: bootstrap first, then
+    the coordinator, then brokers.
+    """
+
+    def __init__(self, sockets: list[TcpSocket], nodes: list[JvmNode],
+                 first_seen: dict[int, int]) -> None:
+        by_remote: dict[Endpoint, list[int]] = defaultdict(list)
+        for i, sock in enumerate(sockets):
+            by_remote[sock.remote].append(i)
+        self.sock_place = {i: (place, len(group)) for group in by_remote.values()
+                           for place, i in enumerate(sorted(group, key=lambda i: (
+                               first_seen.get(sockets[i].inode, 0), sockets[i].inode)))}
+        by_address: dict[frozenset[Endpoint], list[int]] = defaultdict(list)
+        for j, node in enumerate(nodes):
+            if node.endpoints and node.opened_ms is not None:
+                by_address[node.endpoints].append(j)
+        self.node_place = {j: place for group in by_address.values() for place, j in enumerate(
+            sorted(group, key=lambda j: nodes[j].opened_ms or 0))}
+        self.nodes = nodes
+
+    def cost(self, i: int, j: int) -> float | None:
+        """None when the order says nothing (a lone socket to its endpoint)."""
+        place, count = self.sock_place[i]
+        if count == 1:
+            return None
+        if j in self.node_place:
+            return ORDER_WEIGHT * abs(self.node_place[j] - place)
+        expected = _ROLE_PLACE[self.nodes[j].role]
+        return ORDER_WEIGHT * abs(place / (count - 1) - expected)
+
+
+def _evidence_used(sock: TcpSocket, node: JvmNode, ordered: bool) -> str:
+    used = ["endpoint"] if node.endpoints else []
+    if sock.bytes_sent is not None and node.out_bytes is not None:
+        used.append("bytes")
+    if sock.idle_ms is not None and node.activity is not None and node.activity.moved:
+        used.append("idle")
+    if ordered:
+        used.append("order")
+    return "+".join(used) or "none"
+
+
+def _connection(sock: TcpSocket, node: JvmNode, confidence: float, how: str,
+                settings: JoinSettings) -> Connection:
+    limit, limit_from = ((JAVA_IDLE_DEFAULT_MS, "java client default")
+                         if settings.broker_idle_ms >= JAVA_IDLE_DEFAULT_MS
+                         else (settings.broker_idle_ms, "broker default"))
+    idle, idle_from = sock.idle_ms, sock.source
+    if idle is None:
+        moved = node.activity.moved if node.activity else None
+        idle, idle_from = (settings.now_ms - moved[1], "jmx") if moved else (None, "unknown")
+    return Connection(
+        key=socket_key(sock), role=node.role, node_id=node.node_id, broker_id=node.broker_id,
+        client=node.client, local=str(sock.local), remote=str(sock.remote), state=sock.state,
+        idle_ms=idle, idle_limit_ms=limit,
+        bytes_sent=sock.bytes_sent if sock.bytes_sent is not None else node.out_bytes,
+        bytes_received=sock.bytes_received if sock.bytes_received is not None else node.in_bytes,
+        requests_sent=node.requests, requests_received=node.responses, rtt_ms=node.latency_ms,
+        tcp_rtt_ms=sock.rtt_ms, broker_name=node.address or f"node-{node.node_id}",
+        fd=sock.fd, inode=sock.inode or None,
+        evidence={"role": node.source, "node_id": node.source, "address": node.address_from,
+                  "idle": idle_from,
+                  "bytes": sock.source if sock.bytes_sent is not None else node.source,
+                  "state": sock.source, "idle_limit": limit_from, "pairing": how},
+        confidence=confidence)
+
+
+def join_jvm(sockets: list[TcpSocket], nodes: list[JvmNode], known: dict[Endpoint, int],
+             settings: JoinSettings, first_seen: dict[int, int]) -> list[Connection]:
+    """Every socket of a JVM, paired with a Java client's node where one fits.
+
+    ``first_seen`` maps socket inodes to when kmon first saw them. Sockets no
+    node fits are shown as ``join_process`` shows them (named by ``known``).
+    """
+    order = _OpenOrder(sockets, nodes, first_seen)
+    costs: dict[tuple[int, int], float] = {}
+    ordered: set[tuple[int, int]] = set()
+    for i, sock in enumerate(sockets):
+        for j, node in enumerate(nodes):
+            if node.endpoints is not None and sock.remote not in node.endpoints:
+                continue
+            cost = _bytes_cost(sock, node)
+            if cost is None:
+                continue
+            cost += _idle_cost(sock, node.activity, settings.now_ms)
+            placed = order.cost(i, j)
+            if placed is not None:
+                cost += placed
+                ordered.add((i, j))
+            costs[(i, j)] = cost
+    pairs = assign_pairs(costs)
+    per_socket = Counter(i for i, _ in costs)
+    per_node = Counter(j for _, j in costs)
+    rest = [i for i in range(len(sockets)) if i not in pairs]
+    shown = dict(zip(rest, join_process([sockets[i] for i in rest], [], known, settings),
+                     strict=True))
+    for i, (j, confidence) in pairs.items():
+        alone = per_socket[i] == 1 and per_node[j] == 1
+        how = "endpoint" if alone and nodes[j].endpoints else _evidence_used(
+            sockets[i], nodes[j], (i, j) in ordered)
+        shown[i] = _connection(sockets[i], nodes[j], confidence, how, settings)
+    return [shown[i] for i in range(len(sockets))]
