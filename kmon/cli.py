@@ -146,7 +146,7 @@ def _attach(args: argparse.Namespace) -> int:
     from kmon.config import load_config
     from kmon.monitor import Monitor
     from kmon.sampler import ProcessSampler, SampleError, SamplerSettings
-    from kmon.sources.cluster import ClusterUnreachable, fetch_metadata
+    from kmon.sources.cluster import ClusterUnreachable, admin_client, fetch_cluster
     from kmon.sources.sockets import open_socket_reader
     from kmon.spool import SpoolError
 
@@ -155,12 +155,13 @@ def _attach(args: argparse.Namespace) -> int:
         from widgets.launch import checked_theme
 
         theme = checked_theme(config, args.theme)
-        cluster = None
+        cluster, groups = None, None
         if args.bootstrap_servers:
-            cluster = fetch_metadata(args.bootstrap_servers, dict(args.properties),
-                                     args.cluster_timeout)
+            state = fetch_cluster(admin_client(args.bootstrap_servers, dict(args.properties)),
+                                  args.bootstrap_servers, args.cluster_timeout)
+            cluster, groups = state.metadata, state.groups
         settings = SamplerSettings(broker_idle_ms=args.broker_idle_ms, cluster=cluster,
-                                   require_kafka=not args.any_process)
+                                   groups=groups, require_kafka=not args.any_process)
         sampler = ProcessSampler(args.pid, open_socket_reader(args.socket_reader), settings,
                                  client_log=args.client_log)
         monitor = Monitor([sampler], history=1 if _interactive(args) else 600)

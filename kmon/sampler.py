@@ -9,6 +9,7 @@ from pathlib import Path
 
 import psutil
 
+from kmon.infer import History, infer_coordinators, remember
 from kmon.join import BROKER_DEFAULT_IDLE_MS, JoinSettings, join_process
 from kmon.jvm import JvmEvidence
 from kmon.logical import (
@@ -19,7 +20,7 @@ from kmon.logical import (
 )
 from kmon.model import ClientInstance, Connection, ProcessView, Role
 from kmon.redact import redact_args
-from kmon.sources.cluster import ClusterMetadata
+from kmon.sources.cluster import ClusterMetadata, GroupInfo
 from kmon.sources.jmx import is_jvm
 from kmon.sources.librdkafka_stats import ClientStats, read_client_stats, spool_dirs
 from kmon.sources.resolve import Resolver
@@ -55,6 +56,8 @@ class SamplerSettings:
     resolver: Resolver = field(default_factory=Resolver)
     # brokers learned from the metrics of any process watched with these settings
     learned: dict[Endpoint, int] = field(default_factory=dict)
+    # consumer groups as the cluster describes them, to infer coordinator connections
+    groups: tuple[GroupInfo, ...] | None = None
 
 
 def _describe(process: psutil.Process) -> tuple[str, str, float]:
@@ -119,6 +122,7 @@ class ProcessSampler:
         jvm = is_jvm(pid)
         self.jvm = (JvmEvidence(pid, self.start_time, client_log, jmx=jvm)
                     if jvm or client_log else None)
+        self._history: History = {}  # recent readings of each socket, for kmon.infer
 
     def close(self) -> None:
         """Release what the sampler holds (the JMX helper of a JVM); idempotent."""
@@ -160,7 +164,10 @@ class ProcessSampler:
             connections = jvm.connections
         else:
             logicals = [lc for c in fresh for lc in logical_connections(c, resolver)]
-            connections = join_process(sockets, logicals, known, join)
+            connections = infer_coordinators(
+                join_process(sockets, logicals, known, join),
+                remember(self._history, sockets, now_ms), self.settings.groups,
+                shlex.split(self.cmdline))
         connections.sort(key=_display_order)
         return ProcessView(
             pid=self.pid, name=self.name, cmdline=self.cmdline,

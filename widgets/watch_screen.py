@@ -67,6 +67,7 @@ class ProcessWatch:
             view = self.watcher.view
             if view.brokers:
                 self.settings.cluster = view.metadata
+                self.settings.groups = view.groups  # to infer coordinators of agentless clients
             if view.brokers and time.monotonic() >= self.next_discovery:
                 self.next_discovery = time.monotonic() + self.discover_every_s
                 endpoints = set(view.metadata.endpoints(self.settings.resolver))

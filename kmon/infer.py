@@ -1,0 +1,195 @@
+"""Coordinator connections of clients kmon has no metrics for (kcat, Go and Node clients).
+
+Two rules, each marking a socket to a known broker as the group coordinator
+connection (node id ``2147483647 - broker``, evidence ``inferred``):
+
+* ``describe_groups`` — the cluster describes a group whose coordinator is
+  broker X and which has a member on one of the process's local addresses (and
+  with one of its ``client.id``s, where its command line names them); the
+  process's one socket to X, or the one of several that heartbeats, is it.
+* ``cadence`` — a consumer keeps a connection that carries only heartbeats
+  (``heartbeat.interval.ms``, 3 s by default) beside fetch connections that
+  long-poll (``fetch.wait.max.ms``, 500 ms): the one socket to a broker whose
+  idle time climbs past a second and drops back with a few bytes, in a process
+  whose other broker sockets never idle that long, is its coordinator connection.
+
+The cadence rule reads a short history of each socket kept across polls.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from itertools import pairwise
+
+from kmon.classify import coordinator_node_id
+from kmon.join import socket_key
+from kmon.model import Connection, Role
+from kmon.sources.cluster import GroupInfo
+from kmon.sources.sockets import TcpSocket
+
+HISTORY_LEN = 32  # readings kept per socket
+CLIMB_MS = 1000  # a fetch connection's long-polls keep its idle below this
+HEARTBEAT_MAX_MS = 6000  # a heartbeat-only connection is never idle longer than this
+TINY_BYTES = 1024  # a heartbeat or an offset commit moves fewer bytes than this
+MIN_CYCLES = 2  # heartbeat cycles seen before the cadence rule speaks
+MIN_FETCH_READINGS = 3
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One socket at one poll."""
+
+    ts_ms: int
+    idle_ms: int
+    bytes: int  # sent + received
+
+
+@dataclass(frozen=True)
+class Inference:
+    """Why one socket is taken for a coordinator connection."""
+
+    broker_id: int
+    confidence: float
+    rule: str  # "cadence", "describe_groups" or both joined by "+"
+
+
+History = dict[str, deque[Reading]]
+
+
+def remember(history: History, sockets: Iterable[TcpSocket], now_ms: int) -> History:
+    """Add this poll's readings to ``history`` (by socket key) and forget closed sockets."""
+    seen = set()
+    for sock in sockets:
+        if sock.idle_ms is None or sock.bytes_sent is None or sock.bytes_received is None:
+            continue
+        key = socket_key(sock)
+        seen.add(key)
+        history.setdefault(key, deque(maxlen=HISTORY_LEN)).append(
+            Reading(now_ms, sock.idle_ms, sock.bytes_sent + sock.bytes_received))
+    for key in history.keys() - seen:
+        del history[key]
+    return history
+
+
+def heartbeat_cycles(readings: Sequence[Reading]) -> int:
+    """How many times the socket climbed past CLIMB_MS idle and was reset by a few bytes.
+
+    0 for anything else: a socket ever idle past HEARTBEAT_MAX_MS, or one whose
+    traffic mostly comes before its idle climbs (a fetch connection).
+    """
+    if any(r.idle_ms > HEARTBEAT_MAX_MS for r in readings):
+        return 0
+    cycles = quick = 0
+    for before, after in pairwise(readings):
+        moved = after.bytes - before.bytes
+        if moved <= 0:
+            continue
+        if before.idle_ms < CLIMB_MS:
+            quick += 1
+        elif moved <= TINY_BYTES:
+            cycles += 1
+    return cycles if cycles > quick else 0
+
+
+def is_fetching(readings: Sequence[Reading]) -> bool:
+    """True for a socket that moves data and never idles as long as CLIMB_MS: long-polls."""
+    return (len(readings) >= MIN_FETCH_READINGS and readings[-1].bytes > readings[0].bytes
+            and all(r.idle_ms < CLIMB_MS for r in readings))
+
+
+def cadence_confidence(cycles: int, beside_other: bool) -> float:
+    """0.5 at MIN_CYCLES, 0.1 more per further cycle; at most 0.8 with a second socket to
+    the same broker beside it, 0.7 without."""
+    return round(min(0.8 if beside_other else 0.7, 0.5 + 0.1 * (cycles - MIN_CYCLES)), 2)
+
+
+def by_cadence(readings: dict[str, Sequence[Reading]],
+               broker_of: dict[str, int]) -> dict[str, Inference]:
+    """Socket key -> coordinator inference by the shape of the sockets' traffic.
+
+    ``broker_of`` names the broker of each candidate socket (key -> broker id).
+    A broker gets a coordinator only when exactly one of its sockets heartbeats
+    and some other socket of the process fetches.
+    """
+    cycles = {k: heartbeat_cycles(readings.get(k, ())) for k in broker_of}
+    fetching = {k for k in broker_of if is_fetching(readings.get(k, ()))}
+    out = {}
+    for broker in set(broker_of.values()):
+        socks = [k for k, b in broker_of.items() if b == broker]
+        beating = [k for k in socks if cycles[k] >= MIN_CYCLES]
+        if len(beating) != 1 or not fetching - set(beating):
+            continue
+        (key,) = beating
+        out[key] = Inference(broker, cadence_confidence(cycles[key], len(socks) > 1), "cadence")
+    return out
+
+
+def client_ids(args: Sequence[str]) -> set[str]:
+    """The ``client.id`` values a command line sets (``-X client.id=x``, ``client.id=x``)."""
+    prefix = "client.id="
+    return {a.split(prefix, 1)[1] for a in args if a.startswith(prefix)
+            or a.startswith(f"-X{prefix}")}
+
+
+def by_groups(groups: Sequence[GroupInfo], local_ips: set[str], ids: set[str],
+              broker_of: dict[str, int], cycles: dict[str, int]) -> dict[str, Inference]:
+    """Socket key -> coordinator inference from the cluster's group descriptions.
+
+    A group counts when one of its members sits on one of ``local_ips`` and,
+    where ``ids`` is not empty, carries one of those client ids. Among several
+    sockets to its coordinator, the one heartbeating (``cycles``) is chosen;
+    without one, none is. Confidence: 0.8 with a client id match, 0.7 by host.
+    """
+    out = {}
+    for group in groups:
+        broker = group.coordinator_id
+        members = [m for m in group.members or () if m.host.lstrip("/") in local_ips
+                   and (not ids or m.client_id in ids)]
+        if broker is None or not members:
+            continue
+        socks = [k for k, b in broker_of.items() if b == broker]
+        if len(socks) > 1:
+            socks = [k for k in socks if cycles.get(k, 0) >= MIN_CYCLES]
+        if len(socks) == 1:
+            out[socks[0]] = Inference(broker, 0.8 if ids else 0.7, "describe_groups")
+    return out
+
+
+def combine(first: dict[str, Inference], second: dict[str, Inference]) -> dict[str, Inference]:
+    """Both rules' findings; where both name one socket, their rules joined and 0.1 more sure."""
+    out = {**second, **first}
+    for key in first.keys() & second.keys():
+        a, b = first[key], second[key]
+        if a.broker_id == b.broker_id:
+            out[key] = Inference(a.broker_id, round(min(0.9, max(a.confidence, b.confidence)
+                                                        + 0.1), 2), f"{a.rule}+{b.rule}")
+    return out
+
+
+def infer_coordinators(connections: list[Connection], history: History,
+                       groups: Sequence[GroupInfo] | None,
+                       args: Sequence[str]) -> list[Connection]:
+    """``connections`` with the coordinator connections among the unpaired ones marked.
+
+    Only sockets no client metric explains, to a broker kmon knows, are considered;
+    ``args`` is the process's command line (for its client ids).
+    """
+    broker_of = {c.key: c.broker_id for c in connections
+                 if c.client is None and c.role is Role.BROKER and c.broker_id is not None}
+    found = by_cadence(history, broker_of)
+    if groups:
+        local_ips = {c.local.rsplit(":", 1)[0].strip("[]") for c in connections if c.local}
+        cycles = {k: heartbeat_cycles(history.get(k, ())) for k in broker_of}
+        found = combine(by_groups(groups, local_ips, client_ids(args), broker_of, cycles),
+                        found)
+    return [_as_coordinator(c, found[c.key]) if c.key in found else c for c in connections]
+
+
+def _as_coordinator(conn: Connection, inference: Inference) -> Connection:
+    return replace(conn, role=Role.COORDINATOR,
+                   node_id=coordinator_node_id(inference.broker_id),
+                   broker_id=inference.broker_id, confidence=inference.confidence,
+                   evidence={**conn.evidence, "role": "inferred", "node_id": "inferred",
+                             "inference": inference.rule})

@@ -1,0 +1,309 @@
+"""Coordinator connections of clients kmon has no metrics for: kcat, and the rules behind it."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections import deque
+
+import pytest
+from conftest import Child
+
+from kmon.infer import (
+    HISTORY_LEN,
+    Reading,
+    by_cadence,
+    by_groups,
+    cadence_confidence,
+    client_ids,
+    heartbeat_cycles,
+    infer_coordinators,
+    remember,
+)
+from kmon.model import Connection, Role
+from kmon.sampler import ProcessSampler, SamplerSettings
+from kmon.sources.cluster import GroupInfo, GroupMember, fetch_metadata
+from kmon.sources.sockets import Endpoint, TcpSocket, open_socket_reader
+
+KCAT = "/usr/bin/kcat"
+POLLS = 60  # at most this many polls for the cadence rule to speak (2 cycles take ~12)
+STEADY_POLLS = 8
+COORDINATOR = re.compile(r'Group "(?P<group>[^"]+)" coordinator is \S+ id (?P<id>\d+)')
+needs_kcat = pytest.mark.skipif(subprocess.run(["test", "-x", KCAT]).returncode != 0,
+                                reason="kcat is not installed (.ci/run installs it)")
+
+
+def sawtooth(period_ms: int, polls: int, step_ms: int = 500, start_bytes: int = 0,
+             per_beat: int = 61) -> list[Reading]:
+    """A socket that moves ``per_beat`` bytes every ``period_ms``, read every ``step_ms``."""
+    return [Reading(t * step_ms, (t * step_ms) % period_ms,
+                    start_bytes + per_beat * ((t * step_ms) // period_ms + 1))
+            for t in range(polls)]
+
+
+def fetching(polls: int) -> list[Reading]:
+    return [Reading(t * 500, 80, 150 * (t + 1)) for t in range(polls)]
+
+
+def quiet(polls: int, since_ms: int = 10_000) -> list[Reading]:
+    return [Reading(t * 500, since_ms + t * 500, 800) for t in range(polls)]
+
+
+def test_heartbeat_cycles_count_resets_after_a_climb():
+    assert heartbeat_cycles(sawtooth(3000, 20)) == 3  # 10 s of 3 s heartbeats
+    assert heartbeat_cycles(fetching(20)) == 0
+    assert heartbeat_cycles(quiet(20)) == 0
+    assert heartbeat_cycles(sawtooth(3000, 20, per_beat=5000)) == 0  # not a heartbeat's size
+    assert heartbeat_cycles(sawtooth(8000, 40)) == 0  # idle past HEARTBEAT_MAX_MS
+
+
+def test_cadence_confidence_grows_with_agreeing_cycles():
+    assert [cadence_confidence(n, True) for n in (2, 3, 4, 5, 9)] == [0.5, 0.6, 0.7, 0.8, 0.8]
+    assert cadence_confidence(9, False) == 0.7
+
+
+def test_cadence_picks_the_heartbeating_socket_beside_a_fetching_one():
+    readings = {"coord": sawtooth(3000, 26), "fetch2": fetching(26), "fetch1": fetching(26)}
+    found = by_cadence(readings, {"coord": 2, "fetch2": 2, "fetch1": 1})
+    assert list(found) == ["coord"]
+    assert (found["coord"].broker_id, found["coord"].rule) == (2, "cadence")
+    assert found["coord"].confidence == 0.7  # 4 cycles, a second socket to broker 2
+
+
+def test_cadence_single_socket_needs_fetching_elsewhere():
+    readings = {"coord": sawtooth(3000, 24), "fetch1": fetching(24)}
+    # 3 cycles, no second socket to broker 2
+    assert by_cadence(readings, {"coord": 2, "fetch1": 1})["coord"].confidence == 0.6
+    # a producer sending every 3 s, with nothing that fetches: no consumer, no coordinator
+    assert by_cadence({"p": sawtooth(3000, 24), "q": quiet(24)}, {"p": 2, "q": 1}) == {}
+    # two look-alike heartbeating sockets to one broker: no choice is made
+    both = {"a": sawtooth(3000, 24), "b": sawtooth(3000, 24, start_bytes=7), "f": fetching(24)}
+    assert by_cadence(both, {"a": 2, "b": 2, "f": 1}) == {}
+
+
+def test_client_ids_from_a_command_line():
+    assert client_ids(["kcat", "-X", "client.id=orders", "-G", "g", "t"]) == {"orders"}
+    assert client_ids(["app", "-Xclient.id=a"]) == {"a"}
+    assert client_ids(["kcat", "-G", "g", "t"]) == set()
+
+
+def _group(coordinator: int | None, *members: tuple[str, str]) -> GroupInfo:
+    return GroupInfo("orders", "stable", coordinator,
+                     tuple(GroupMember(cid, host) for cid, host in members))
+
+
+def test_describe_groups_rule_on_constructed_groups():
+    """The rule over group descriptions, on constructed GroupInfo values: librdkafka's
+    mock cluster, the only cluster the tests can run, does not answer DescribeGroups."""
+    local = {"127.0.0.1"}
+    one = {"s2": 2, "s1": 1}
+    group = _group(2, ("rdkafka", "/127.0.0.1"))
+    found = by_groups([group], local, set(), one, {})
+    assert list(found) == ["s2"] and found["s2"].confidence == 0.7
+    assert found["s2"].rule == "describe_groups"
+    assert by_groups([group], local, {"rdkafka"}, one, {})["s2"].confidence == 0.8
+    assert by_groups([group], local, {"billing"}, one, {}) == {}  # another client's member
+    assert by_groups([group], {"10.0.0.9"}, set(), one, {}) == {}  # a member on another host
+    assert by_groups([_group(None, ("rdkafka", "127.0.0.1"))], local, set(), one, {}) == {}
+    assert by_groups([GroupInfo("g", None, 2, None)], local, set(), one, {}) == {}
+    two = {"a": 2, "b": 2}
+    assert by_groups([group], local, set(), two, {}) == {}  # which of the two is not known
+    assert list(by_groups([group], local, set(), two, {"a": 3})) == ["a"]
+    assert list(by_groups([group], local, set(), two, {"a": 0, "b": 3})) == ["b"]
+
+
+def test_rows_with_client_metrics_are_left_alone():
+    def row(key: str, broker: int, client: str | None) -> Connection:
+        return Connection(key=key, role=Role.BROKER, node_id=broker, broker_id=broker,
+                          client=client, local="127.0.0.1:5000", remote="127.0.0.1:9092",
+                          state="ESTABLISHED", evidence={"role": "stats"})
+
+    history = {"c": deque(sawtooth(3000, 24), maxlen=HISTORY_LEN),
+               "f": deque(fetching(24), maxlen=HISTORY_LEN)}
+    paired = infer_coordinators([row("c", 2, "rdkafka#consumer-1"), row("f", 1, None)],
+                                history, None, [])
+    assert [c.role for c in paired] == [Role.BROKER, Role.BROKER]
+    unpaired = infer_coordinators([row("c", 2, None), row("f", 1, None)], history, None, [])
+    assert unpaired[0].role is Role.COORDINATOR and unpaired[0].node_id == 2147483645
+    assert unpaired[0].evidence["role"] == "inferred"
+    both = infer_coordinators([row("c", 2, None), row("f", 1, None)], history,
+                              [_group(2, ("rdkafka", "127.0.0.1"))], ["kcat"])
+    assert both[0].evidence["inference"] == "describe_groups+cadence"
+    assert both[0].confidence == 0.8  # 0.7 by group, 0.6 by 3 cycles: agreeing, 0.1 more
+
+
+def test_history_is_bounded_and_forgets_closed_sockets():
+    def sock(inode: int, idle: int) -> TcpSocket:
+        return TcpSocket(inode, 3, Endpoint("127.0.0.1", 5000 + inode),
+                         Endpoint("127.0.0.1", 9092), "ESTABLISHED", idle, idle, 10, 20)
+
+    history = {}
+    for t in range(HISTORY_LEN + 5):
+        remember(history, [sock(1, t), sock(2, t)], t)
+    assert [len(r) for r in history.values()] == [HISTORY_LEN, HISTORY_LEN]
+    assert history["sock:1"][-1] == Reading(HISTORY_LEN + 4, HISTORY_LEN + 4, 30)
+    remember(history, [sock(2, 0)], 99)
+    assert list(history) == ["sock:2"]
+
+
+# --- against the mock cluster, with kcat: a client kmon has no metrics for ---
+
+def _seed(cluster: str, topic: str) -> None:
+    """Create ``topic`` (the mock cluster creates topics on first produce) with 5 messages."""
+    lines = "".join(f"kmon-infer-{i}\n" for i in range(5))
+    subprocess.run([KCAT, "-P", "-b", cluster, "-t", topic], input=lines, text=True,
+                   check=True, timeout=60)
+
+
+def _wait_stderr(child: Child, pattern: re.Pattern, start: int = 0) -> re.Match:
+    """The first of ``child``'s stderr lines from ``start`` that matches (generous hang guard)."""
+    deadline = time.monotonic() + 120
+    seen = start
+    while time.monotonic() < deadline and child.proc.poll() is None:
+        lines = child.stderr[seen:]
+        for line in lines:
+            if m := pattern.search(line):
+                return m
+        seen += len(lines)
+        time.sleep(0.1)
+    raise AssertionError(f"no {pattern.pattern!r} from {child.proc.args}: {child.stderr[-5:]}")
+
+
+@pytest.fixture
+def kcat_consumer(cluster):
+    """kcat in consumer-group mode, in a fresh group, settled; and its coordinator broker.
+
+    The coordinator's id comes from kcat's own ``-d cgrp`` debug lines on stderr
+    ("Group "G" coordinator is HOST:PORT id N"); the group is settled at its
+    first heartbeat, and consuming once the seeded messages reach its (``-u``
+    unbuffered) stdout.
+    """
+    topic, group = f"kmon-infer-{uuid.uuid4().hex[:8]}", f"kmon-infer-{uuid.uuid4().hex[:8]}"
+    _seed(cluster, topic)
+    kcat = Child([KCAT, "-b", cluster, "-G", group, "-o", "beginning", "-u", "-d", "cgrp",
+                  topic])
+    try:
+        coordinator = _wait_stderr(kcat, COORDINATOR)
+        assert coordinator["group"] == group
+        _wait_stderr(kcat, re.compile(r"HEARTBEAT.*Heartbeat for group"))
+        kcat.wait_line("kmon-infer-")  # it consumes
+        yield kcat, int(coordinator["id"])
+    finally:
+        kcat.stop()
+
+
+def _attach_stream(pid: int, cluster: str) -> Child:
+    return Child([sys.executable, "-m", "kmon", "attach", str(pid), "--json", "--interval",
+                  "500ms", "--bootstrap-servers", cluster, "--any-process"])
+
+
+def _polls(stream: Child, count: int):
+    for _ in range(count):
+        (process,) = json.loads(stream.wait_line("{"))["processes"]
+        yield process["connections"]
+
+
+def _coordinators(connections: list[dict]) -> list[dict]:
+    return [c for c in connections if c["role"] == "coordinator"]
+
+
+@needs_kcat
+def test_kcat_consumer_coordinator_by_cadence(kcat_consumer, cluster):
+    kcat, broker = kcat_consumer
+    stream = _attach_stream(kcat.pid, cluster)
+    try:
+        found = None
+        for connections in _polls(stream, POLLS):
+            assert all(c["broker_id"] == broker for c in _coordinators(connections))
+            if _coordinators(connections):
+                (found,) = _coordinators(connections)
+                break
+        assert found is not None, f"no coordinator row within {POLLS} polls"
+        assert found["node_id"] == 2147483647 - broker
+        assert found["evidence"]["role"] == "inferred"
+        assert found["evidence"]["inference"] == "cadence"
+        assert 0.5 <= found["confidence"] <= 0.8
+        assert found["client"] is None
+        for connections in _polls(stream, STEADY_POLLS):  # it stays, and stays alone
+            assert [c["key"] for c in _coordinators(connections)] == [found["key"]]
+    finally:
+        stream.stop()
+
+
+@needs_kcat
+def test_kcat_consumer_coordinator_from_group_description(kcat_consumer, cluster):
+    """The sampler with a group description as a real cluster would give it (the mock cluster
+    gives none): kcat's member on 127.0.0.1, coordinated by the broker kcat names."""
+    kcat, broker = kcat_consumer
+    group = GroupInfo("g", "stable", broker, (GroupMember("rdkafka", "/127.0.0.1"),))
+    settings = SamplerSettings(cluster=fetch_metadata(cluster), require_kafka=False,
+                               groups=(group,))
+    sampler = ProcessSampler(kcat.pid, open_socket_reader(), settings)
+    rows = []
+    for _ in range(POLLS):
+        view = sampler.sample(int(time.time() * 1000))
+        rows = _coordinators([c.to_dict() for c in view.connections])
+        if rows and "describe_groups" in rows[0]["evidence"]["inference"]:
+            break
+        time.sleep(0.5)
+    (row,) = rows
+    assert row["node_id"] == 2147483647 - broker
+    assert row["evidence"]["inference"] in ("describe_groups", "describe_groups+cadence")
+    assert row["confidence"] >= 0.7
+
+
+def _assert_no_coordinator(pid: int, cluster: str, tick=lambda poll: None) -> None:
+    """Over 16 polls (8 s: more than two heartbeat intervals) no row turns coordinator;
+    ``tick(poll)`` runs after each poll."""
+    stream = _attach_stream(pid, cluster)
+    try:
+        brokers = 0
+        for poll, connections in enumerate(_polls(stream, 16)):
+            assert _coordinators(connections) == []
+            brokers = max(brokers, sum(c["role"] == "broker" for c in connections))
+            tick(poll)
+        assert brokers, "the process held no socket to a known broker"
+    finally:
+        stream.stop()
+
+
+@needs_kcat
+def test_kcat_producer_gets_no_coordinator(cluster):
+    """kcat -P producing a batch every 2 s: periodic traffic, but nothing fetches."""
+    topic = f"kmon-infer-{uuid.uuid4().hex[:8]}"
+    _seed(cluster, topic)
+    producer = Child([KCAT, "-P", "-b", cluster, "-t", topic, "-d", "msg"])
+    batch = "\n".join(["x" * 100] * 50)  # more than kcat's stdin buffer: produced at once
+
+    def produce(poll: int) -> None:
+        if poll % 4 == 0:
+            producer.send(batch)
+
+    try:
+        produce(0)
+        _wait_stderr(producer, re.compile(r"Produce MessageSet"))
+        _assert_no_coordinator(producer.pid, cluster, produce)
+    finally:
+        producer.stop()
+
+
+PLAIN_SOCKETS = """
+import socket, sys
+host, port = sys.argv[1].split(",")[0].rsplit(":", 1)
+held = [socket.create_connection((host, int(port))) for _ in range(2)]
+print("READY", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_plain_sockets_to_a_broker_get_no_coordinator(cluster):
+    child = Child([sys.executable, "-c", PLAIN_SOCKETS, cluster])
+    try:
+        child.wait_line("READY")
+        _assert_no_coordinator(child.pid, cluster)
+    finally:
+        child.stop()
