@@ -134,7 +134,8 @@ class History:
             traffic = bool(track.rates.sent or track.rates.received)
         if conn.state != track.state:
             track.state, track.state_since_ms = conn.state, ts_ms
-        track.label = track_label(conn)
+        if before is not None and (conn.role, conn.node_id) != (before.role, before.node_id):
+            track.label = track_label(conn)
         track.last = conn
         track.marks.append(int(mark_of(conn, interval_ms, traffic)))
 

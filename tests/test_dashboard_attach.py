@@ -34,7 +34,7 @@ async def until(pilot, condition, what: str, polls: int = 400) -> None:
 
 def table_rows(screen: AttachScreen) -> list[list[str]]:
     table = screen.query_one(ConnectionTable)
-    return [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+    return [table.row_text(i) for i in range(table.row_count)]
 
 
 def coordinator_broker(consumer) -> int:

@@ -314,7 +314,7 @@ class AttachScreen(Screen):
         self.app.push_screen(DetailScreen(f"PID {self.pid} connection {key}",
                                           lambda: self.details_of(key)))
 
-    def on_data_table_row_selected(self, message: ConnectionTable.RowSelected) -> None:
+    def on_connection_table_row_selected(self, message: ConnectionTable.RowSelected) -> None:
         self.action_details()
 
     def details_of(self, key: str) -> tuple:

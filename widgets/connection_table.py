@@ -1,8 +1,7 @@
-"""The connection table: one row per connection, updated in place between refreshes.
+"""The connection table: one row per connection, and the cells of each row.
 
-Rows are keyed by process and connection key, so the cursor and the scroll
-position stay on the same connection while rows come, go and change order.
-Only cells whose text changed are rewritten.
+Rows are keyed by connection, so the cursor and the scroll position stay on the
+same connection while rows come, go and change order.
 """
 
 from __future__ import annotations
@@ -10,8 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rich.segment import Segment
 from rich.text import Text
-from textual.widgets import DataTable
+from textual import events
+from textual.binding import Binding
+from textual.geometry import Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from kmon.model import Connection
 from kmon.timeline import Track
@@ -91,51 +96,149 @@ def connection_cells(conn: Connection, track: Track | None, client_ids: dict[str
         "" if not rates or not rates.requests else f"{rates.requests:.0f}",
         "?" if conn.rtt_ms is None and conn.tcp_rtt_ms is None
         else f"{conn.rtt_ms if conn.rtt_ms is not None else conn.tcp_rtt_ms:.1f}ms",
-        Text(evidence, style="dim" if conn.confidence >= 0.9 else "yellow"),
+        fmt.styled(evidence, "dim" if conn.confidence >= 0.9 else "yellow"),
     )
 
 
-class ConnectionTable(DataTable):
-    """A DataTable whose rows are replaced by ``show()`` without losing the cursor."""
+class ConnectionTable(ScrollView, can_focus=True):
+    """The rows given to ``show()``, drawn line by line for the visible rows only.
+
+    A row's line is rebuilt only when one of its cells changed, so a refresh
+    costs a screenful of lines however many connections there are. The cursor
+    stays on its connection (by row key) while rows come, go and move.
+    """
+
+    BINDINGS = [
+        Binding("up", "cursor(-1)", show=False), Binding("down", "cursor(1)", show=False),
+        Binding("pageup", "page(-1)", show=False), Binding("pagedown", "page(1)", show=False),
+        Binding("home", "cursor(-1000000000)", show=False),
+        Binding("end", "cursor(1000000000)", show=False),
+        Binding("enter", "select", show=False),
+    ]
+    DEFAULT_CSS = """
+    ConnectionTable { background: $surface; }
+    ConnectionTable > .connection-table--header { text-style: bold; background: $panel; }
+    ConnectionTable > .connection-table--cursor { background: $block-cursor-background;
+                                                  color: $block-cursor-foreground; }
+    ConnectionTable > .connection-table--stripe { background: $surface-lighten-1; }
+    """
+    COMPONENT_CLASSES = {"connection-table--header", "connection-table--cursor",
+                         "connection-table--stripe"}
+
+    class RowSelected(Message):
+        """``enter`` (or a click on the selected row) on the row ``key``."""
+
+        def __init__(self, key: str) -> None:
+            super().__init__()
+            self.key = key
 
     def __init__(self, **kwargs) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        super().__init__(**kwargs)
+        self._keys: list[str] = []
         self._cells: dict[str, tuple] = {}
-        self._order: list[str] = []
-        self._ranks: dict[int, int] = {}
+        self._lines: dict[str, tuple[tuple, Strip]] = {}  # key -> (cells drawn, line)
+        self.cursor_row = 0
+        self._cursor_key: str | None = None
+        self._width = 1 + sum(width + 2 for _, _, width in COLUMNS)
 
-    def on_mount(self) -> None:
-        for key, heading, width in COLUMNS:
-            self.add_column(heading, width=width, key=key)
+    # -- data -------------------------------------------------------------------------------
 
     def show(self, rows: list[tuple[str, tuple]]) -> None:
-        """Make the table hold exactly ``rows`` ((row key, cells)), in this order."""
-        wanted = {key for key, _ in rows}
-        for key in [k for k in self._cells if k not in wanted]:
-            self.remove_row(key)
-            del self._cells[key]
-        for key, cells in rows:
-            stored = self._cells.get(key)
-            if stored is None:
-                self.add_row(*cells, key=key)
-                self._cells[key] = cells
-                continue
-            merged = list(stored)
-            for index, (column, _, _) in enumerate(COLUMNS):
-                if cells[index] != stored[index]:
-                    self.update_cell(key, column, cells[index])
-                    merged[index] = cells[index]
-            self._cells[key] = tuple(merged)
-        order = [key for key, _ in rows]
-        if order != self._order:
-            self._order = order
-            # The role cell object of each row identifies it to DataTable.sort.
-            self._ranks = {id(self._cells[key][0]): rank for rank, key in enumerate(order)}
-            self.sort("role", key=lambda cell: self._ranks[id(cell)])
+        """Hold exactly ``rows`` ((row key, cells in COLUMNS order)), in this order."""
+        self._keys = [key for key, _ in rows]
+        previous = self._cells
+        # An unchanged row keeps its old cells object, so its drawn line is reused.
+        self._cells = {key: previous[key] if previous.get(key) == cells else cells
+                       for key, cells in rows}
+        for key in [k for k in self._lines if k not in self._cells]:
+            del self._lines[key]
+        if self._cursor_key in self._cells:
+            self.cursor_row = self._keys.index(self._cursor_key)
+        self.cursor_row = max(0, min(self.cursor_row, len(self._keys) - 1))
+        self._cursor_key = self._keys[self.cursor_row] if self._keys else None
+        self.virtual_size = Size(self._width, len(self._keys) + 1)
+        self.refresh()
+
+    @property
+    def row_count(self) -> int:
+        return len(self._keys)
+
+    def row_text(self, index: int) -> list[str]:
+        """The plain text of each cell of the row at ``index`` (in display order)."""
+        return [str(cell) for cell in self._cells[self._keys[index]]]
 
     @property
     def selected_key(self) -> str | None:
         """The row key under the cursor."""
-        if not self.row_count:
-            return None
-        return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        return self._cursor_key
+
+    # -- drawing ----------------------------------------------------------------------------
+
+    def _line(self, cells: tuple) -> Strip:
+        console = self.app.console
+        segments: list[Segment] = [Segment(" ")]
+        for cell, (_, _, width) in zip(cells, COLUMNS, strict=True):
+            text = cell if isinstance(cell, Text) else Text(str(cell))
+            cell_style = console.get_style(text.style) if text.style else None
+            rendered = list(Segment.apply_style(text.render(console, end=""), cell_style))
+            rendered = Segment.adjust_line_length(rendered, width, pad=False)
+            # the padding and the gap take the cell's style, so no run of text starts blank
+            gap = width - Segment.get_line_length(rendered) + 2
+            segments.extend([*rendered, Segment(" " * gap, cell_style)])
+        return Strip(segments)
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.size.width
+        if y == 0:
+            headings = "".join(f"{heading:<{w}}  " for _, heading, w in COLUMNS)
+            header = Strip([Segment(f" {headings}")])
+            strip = header.apply_style(self.get_component_rich_style("connection-table--header"))
+        else:
+            index = y - 1 + scroll_y
+            if index >= len(self._keys):
+                return Strip.blank(width, self.rich_style)
+            key = self._keys[index]
+            cells = self._cells[key]
+            drawn = self._lines.get(key)
+            if drawn is None or drawn[0] is not cells:
+                drawn = (cells, self._line(cells))
+                self._lines[key] = drawn
+            strip = drawn[1]
+            if index == self.cursor_row:
+                strip = strip.apply_style(self.get_component_rich_style("connection-table--cursor"))
+            elif index % 2:
+                strip = strip.apply_style(self.get_component_rich_style("connection-table--stripe"))
+            strip = strip.apply_style(self.rich_style)
+        return strip.crop(scroll_x, scroll_x + width).adjust_cell_length(width, self.rich_style)
+
+    # -- keys and mouse ---------------------------------------------------------------------
+
+    def _move_to(self, row: int) -> None:
+        if not self._keys:
+            return
+        self.cursor_row = max(0, min(row, len(self._keys) - 1))
+        self._cursor_key = self._keys[self.cursor_row]
+        visible = self.size.height - 1  # below the header
+        if self.cursor_row < self.scroll_offset.y:
+            self.scroll_to(y=self.cursor_row, animate=False)
+        elif self.cursor_row >= self.scroll_offset.y + visible:
+            self.scroll_to(y=self.cursor_row - visible + 1, animate=False)
+        self.refresh()
+
+    def action_cursor(self, step: int) -> None:
+        self._move_to(self.cursor_row + step)
+
+    def action_page(self, pages: int) -> None:
+        self._move_to(self.cursor_row + pages * max(1, self.size.height - 2))
+
+    def action_select(self) -> None:
+        if self._cursor_key is not None:
+            self.post_message(self.RowSelected(self._cursor_key))
+
+    def on_click(self, event: events.Click) -> None:
+        row = event.y - 1 + self.scroll_offset.y
+        if event.y >= 1 and row < len(self._keys):
+            if row == self.cursor_row:
+                self.action_select()
+            self._move_to(row)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from functools import lru_cache
 
 from rich.text import Text
 
@@ -55,13 +56,22 @@ def rate(per_second: float | None) -> str:
     return "" if per_second == 0 else f"{size(per_second)}/s"
 
 
+@lru_cache(maxsize=4096)
+def styled(value: str, style: str) -> Text:
+    """One shared Text per (text, style): equal cells are the same object, cheap to compare.
+
+    Callers must not modify the Text they get.
+    """
+    return Text(value, style=style)
+
+
 def role(value: str) -> Text:
-    return Text(value, style=ROLE_STYLE.get(value, ""))
+    return styled(value, ROLE_STYLE.get(value, ""))
 
 
 def state(value: str, alert: bool = False) -> Text:
     style = STATE_STYLE.get(value, "dim" if value != "ESTABLISHED" else "")
-    return Text(value, style="bold white on red blink" if alert else style)
+    return styled(value, "bold white on red blink" if alert else style)
 
 
 def idle_bar(idle_ms: int | None, limit_ms: int | None, warning: float) -> Text:
@@ -70,13 +80,17 @@ def idle_bar(idle_ms: int | None, limit_ms: int | None, warning: float) -> Text:
     Green below ``warning`` of the limit, yellow above it, red in the last 5%.
     """
     if idle_ms is None:
-        return Text("?".rjust(BAR_WIDTH + 7), style="dim")
+        return styled("?".rjust(BAR_WIDTH + 7), "dim")
     label = duration(idle_ms).rjust(6)
     if not limit_ms:
-        return Text(f"{'·' * BAR_WIDTH} {label}", style="dim")
+        return styled(f"{'·' * BAR_WIDTH} {label}", "dim")
     share = min(1.0, idle_ms / limit_ms)
-    filled = round(share * BAR_WIDTH)
     style = "red" if share >= 0.95 else "yellow" if share >= warning else "green"
+    return _bar(round(share * BAR_WIDTH), style, label)
+
+
+@lru_cache(maxsize=4096)
+def _bar(filled: int, style: str, label: str) -> Text:
     bar = Text("█" * filled, style=style)
     bar.append("·" * (BAR_WIDTH - filled), style="dim")
     bar.append(f" {label}")

@@ -23,6 +23,10 @@ class CountSparklines(Vertical):
     CountSparklines Sparkline { width: 1fr; }
     """
 
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._labels: dict[str, str] = {}
+
     def compose(self) -> ComposeResult:
         for kind, name in SERIES:
             with Horizontal():
@@ -35,5 +39,10 @@ class CountSparklines(Vertical):
             current = series[-1] if series else 0
             spark = self.query_one(f"#spark-{kind}-{name}", Sparkline)
             width = max(1, spark.size.width)
-            spark.data = list(series)[-width:]
-            self.query_one(f"#label-{kind}-{name}", Label).update(f"{name[:12]:<12} {current:>4}")
+            data = list(series)[-width:]
+            if data != spark.data:  # a redraw only for what changed
+                spark.data = data
+            label = f"{name[:12]:<12} {current:>4}"
+            if label != self._labels.get(name):
+                self._labels[name] = label
+                self.query_one(f"#label-{kind}-{name}", Label).update(label)
