@@ -106,6 +106,7 @@ class ProcessSampler:
             raise ProcessGone(f"no process with PID {pid}") from err
         self.pid = pid
         self.name, self.cmdline, self.start_time = _describe(self.process)
+        self._argv = shlex.split(self.cmdline)  # for the client ids inference looks for
         try:
             self.uid = self.process.uids().real
             self.spool_dirs = spool_dirs(self.process)
@@ -166,8 +167,8 @@ class ProcessSampler:
             logicals = [lc for c in fresh for lc in logical_connections(c, resolver)]
             connections = infer_coordinators(
                 join_process(sockets, logicals, known, join),
-                remember(self._history, sockets, now_ms), self.settings.groups,
-                shlex.split(self.cmdline))
+                remember(self._history, [s for s in sockets if s.remote in known], now_ms),
+                self.settings.groups, self._argv)
         connections.sort(key=_display_order)
         return ProcessView(
             pid=self.pid, name=self.name, cmdline=self.cmdline,

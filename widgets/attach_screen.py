@@ -106,6 +106,8 @@ class AttachScreen(Screen):
         self.recorded_dir: Path | None = None
         self._busy = False
         self._timer: Timer | None = None
+        self._drawn_header = Text()
+        self._drawn_notice = ""
 
     # -- layout -----------------------------------------------------------------------------
 
@@ -200,13 +202,20 @@ class AttachScreen(Screen):
                     for c in rows])
         total = len(self.view.connections) if self.view else 0
         order = SORT_ORDERS[self.sort_index]
-        table.border_title = (f"connections: {len(rows)} shown of {total} · sort: {order.name} "
-                              f"{'▼' if order.descending else '▲'}"
-                              + (f" · filter: {self.row_filter.text}" if self.row_filter.text
-                                 else "") + (" · idle hidden" if self.hide_idle else ""))
+        title = (f"connections: {len(rows)} shown of {total} · sort: {order.name} "
+                 f"{'▼' if order.descending else '▲'}"
+                 + (f" · filter: {self.row_filter.text}" if self.row_filter.text else "")
+                 + (" · idle hidden" if self.hide_idle else ""))
+        if table.border_title != title:
+            table.border_title = title
         self._draw_timeline(rows)
         self.query_one(CountSparklines).show(self.history)
-        self.query_one("#header", Static).update(self._header())
+        header = self._header()
+        if header.plain != self._drawn_header.plain:
+            # a new layout only when the header's height may change
+            layout = header.plain.count("\n") != self._drawn_header.plain.count("\n")
+            self.query_one("#header", Static).update(header, layout=layout)
+            self._drawn_header = header
         self._draw_notice()
         if isinstance(self.app.screen, DetailScreen):
             self.app.screen.update_view()
@@ -252,9 +261,12 @@ class AttachScreen(Screen):
         lines = ([self.exit_notice] if self.exit_notice else []) + (
             [self.error_notice] if self.error_notice else []) + (
             self.view.notices if self.view else [])
-        notice = self.query_one("#notice", Static)
-        notice.update("\n".join(f"! {line}" for line in lines))
-        notice.set_class(bool(lines), "shown")
+        text = "\n".join(f"! {line}" for line in lines)
+        if text != self._drawn_notice:
+            notice = self.query_one("#notice", Static)
+            notice.update(text)
+            notice.set_class(bool(lines), "shown")
+            self._drawn_notice = text
 
     # -- actions ----------------------------------------------------------------------------
 

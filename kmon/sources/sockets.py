@@ -8,6 +8,7 @@ elsewhere or when netlink is refused).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Protocol
 
 
@@ -42,7 +43,7 @@ class TcpSocket:
     rtt_ms: float | None = None  # tcpi_rtt / 1000
     source: str = "kernel"  # "kernel" (sock_diag) or "psutil"
 
-    @property
+    @cached_property
     def idle_ms(self) -> int | None:
         """Time since the last data sent or received, whichever is more recent."""
         known = [t for t in (self.last_sent_ms, self.last_recv_ms) if t is not None]
