@@ -22,7 +22,6 @@ import selectors
 import signal
 import socket
 import statistics
-import struct
 import subprocess
 import sys
 import threading
@@ -36,6 +35,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import psutil  # noqa: E402
+from helpers import Helpers, exit_when_parent_goes, no_time_wait, raise_fd_limit  # noqa: E402
 
 from kmon.sampler import ProcessSampler, SamplerSettings  # noqa: E402
 from kmon.sources.sockdiag import SockDiagReader  # noqa: E402
@@ -74,33 +74,9 @@ def _fd_budget() -> int:
     return (1 << 20 if hard == resource.RLIM_INFINITY else hard) - FD_SLACK
 
 
-def _raise_fd_limit(needed: int) -> None:
-    """Raise the soft RLIMIT_NOFILE to `needed` (the parent keeps it within the hard one)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < needed:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
-
-
-def _no_time_wait(sock: socket.socket) -> socket.socket:
-    """Close with a reset, so runs leave no TIME_WAIT sockets behind to skew the next."""
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    return sock
-
-
-def _exit_when_parent_goes() -> None:
-    """Helpers die with the benchmark: their stdin closes when it exits."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-
-    def watch() -> None:
-        sys.stdin.read()
-        os._exit(0)
-
-    threading.Thread(target=watch, daemon=True).start()
-
-
 def role_client(port: int, count: int) -> None:
     """Hold `count` connections to 127.0.0.1:`port`, as a Kafka client would."""
-    conns = [_no_time_wait(socket.create_connection(("127.0.0.1", port))) for _ in range(count)]
+    conns = [no_time_wait(socket.create_connection(("127.0.0.1", port))) for _ in range(count)]
     for conn in conns:
         conn.sendall(b"hello")
     print("ready", flush=True)
@@ -109,7 +85,7 @@ def role_client(port: int, count: int) -> None:
 
 def role_listener(count: int) -> None:
     """Accept `count` connections on ceil(count / PER_PORT) ports; print the ports first."""
-    _raise_fd_limit(count + FD_SLACK)
+    raise_fd_limit(count + FD_SLACK)
     selector = selectors.DefaultSelector()
     for _ in range(max(1, math.ceil(count / PER_PORT))):
         listener = socket.socket()
@@ -124,68 +100,22 @@ def role_listener(count: int) -> None:
         for key, _ in selector.select():
             with contextlib.suppress(BlockingIOError):
                 while len(accepted) < count:
-                    accepted.append(_no_time_wait(key.fileobj.accept()[0]))
+                    accepted.append(no_time_wait(key.fileobj.accept()[0]))
     print("ready", len(accepted), flush=True)
     threading.Event().wait()
 
 
 def role_connector(ports: list[int], count: int) -> None:
     """Open `count` connections spread over `ports` of 127.0.0.1."""
-    _raise_fd_limit(count + FD_SLACK)
+    raise_fd_limit(count + FD_SLACK)
     conns = []
     for i in range(count):
-        conn = _no_time_wait(socket.socket())
+        conn = no_time_wait(socket.socket())
         conn.settimeout(10)
         conn.connect(("127.0.0.1", ports[i % len(ports)]))
         conns.append(conn)
     print("ready", len(conns), flush=True)
     threading.Event().wait()
-
-
-class Helpers:
-    """The benchmark's subprocesses; all of them end when the context exits."""
-
-    def __init__(self) -> None:
-        self.procs: list[subprocess.Popen[str]] = []
-
-    def start(self, *args: str) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(
-            [sys.executable, __file__, *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self.procs.append(proc)
-        return proc
-
-    @staticmethod
-    def line(proc: subprocess.Popen[str], word: str) -> list[str]:
-        """Wait for the helper's next stdout line, which must start with `word`."""
-        assert proc.stdout is not None
-        ready: list[str] = []
-        reader = threading.Thread(target=lambda: ready.append(proc.stdout.readline()))
-        reader.daemon = True
-        reader.start()
-        reader.join(READY_TIMEOUT_S)
-        parts = ready[0].split() if ready else []
-        if not parts or parts[0] != word:
-            raise RuntimeError(f"helper {proc.args[2:]} failed (exit code {proc.poll()})")
-        return parts[1:]
-
-    def __enter__(self) -> Helpers:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        for proc in self.procs:
-            with contextlib.suppress(OSError):
-                proc.stdin.close()  # type: ignore[union-attr]
-            proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 # -- measuring ----------------------------------------------------------------
@@ -292,7 +222,7 @@ def client_process(helpers: Helpers) -> Iterator[int]:
             "--role", "client", "--port", str(listener.getsockname()[1]),
             "--count", str(CLIENT_CONNECTIONS),
         )  # fmt: skip
-        peers = [_no_time_wait(listener.accept()[0]) for _ in range(CLIENT_CONNECTIONS)]
+        peers = [no_time_wait(listener.accept()[0]) for _ in range(CLIENT_CONNECTIONS)]
         try:
             helpers.line(client, "ready")
             yield client.pid
@@ -347,7 +277,7 @@ def run(sockets: int, polls: int) -> int:
     """Measure on the quiet host, load it with `sockets` sockets, measure again."""
     import tempfile
 
-    with (Helpers() as helpers, client_process(helpers) as pid,
+    with (Helpers(__file__, READY_TIMEOUT_S) as helpers, client_process(helpers) as pid,
           tempfile.TemporaryDirectory() as spool, kafka_consumer(spool) as consumer):
         rows = [measure("quiet host", pid, polls),
                 measure_snapshot("quiet, Kafka snapshot", consumer, polls)]
@@ -363,7 +293,7 @@ def run(sockets: int, polls: int) -> int:
 
 def run_helper(args: argparse.Namespace) -> int:
     """Play one helper role; its failure shows as one line and a missing "ready"."""
-    _exit_when_parent_goes()
+    exit_when_parent_goes()
     try:
         if args.role == "client":
             role_client(args.port, args.count)

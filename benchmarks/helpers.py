@@ -1,0 +1,84 @@
+"""The benchmarks' helper processes: the benchmark script run again in a helper role."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+
+
+class Helpers:
+    """Subprocesses running ``script`` with role arguments; all end when the context exits.
+
+    A helper reports on its stdout, one line at a time, and exits when its stdin
+    closes (that is, whenever the benchmark exits, however it exits).
+    """
+
+    def __init__(self, script: str, ready_timeout_s: float) -> None:
+        self.script, self.ready_timeout_s = script, ready_timeout_s
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        proc = subprocess.Popen([sys.executable, self.script, *args], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        self.procs.append(proc)
+        return proc
+
+    def line(self, proc: subprocess.Popen[str], word: str) -> list[str]:
+        """Wait for the helper's next stdout line, which must start with ``word``."""
+        assert proc.stdout is not None
+        got: list[str] = []
+        reader = threading.Thread(target=lambda: got.append(proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(self.ready_timeout_s)
+        parts = got[0].split() if got else []
+        if not parts or parts[0] != word:
+            raise RuntimeError(f"helper {proc.args[2:]} failed (exit code {proc.poll()})")
+        return parts[1:]
+
+    def __enter__(self) -> Helpers:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for proc in self.procs:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()  # type: ignore[union-attr]
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def raise_fd_limit(needed: int) -> None:
+    """Raise the soft RLIMIT_NOFILE to ``needed``; OSError when the hard limit is lower."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        raise OSError(f"RLIMIT_NOFILE hard limit {hard} is below the {needed} fds needed")
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+
+
+def no_time_wait(sock: socket.socket) -> socket.socket:
+    """Close with a reset, so runs leave no TIME_WAIT sockets behind to skew the next."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    return sock
+
+
+def exit_when_parent_goes() -> None:
+    """In a helper: exit when the benchmark does (its stdin closes); Ctrl-C is the parent's."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        sys.stdin.read()
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
