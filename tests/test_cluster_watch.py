@@ -90,18 +90,25 @@ def test_a_failed_refresh_keeps_the_last_good_view_and_success_resets_backoff():
 
         os.kill(cluster.pid, signal.SIGSTOP)  # a hung cluster: connections open, no answers
         try:
-            failed = watcher.refresh()
+            # librdkafka may still answer one metadata request it had under way or cached
+            last_good = good
+            for _ in range(3):
+                clock.now += watcher.refresh_s
+                failed = watcher.refresh()
+                if failed.error:
+                    break
+                last_good = failed
         finally:
             os.kill(cluster.pid, signal.SIGCONT)
         assert failed.error and bootstrap in failed.error
-        assert failed.brokers == good.brokers and failed.fetched_at == good.fetched_at
+        assert failed.brokers == good.brokers and failed.fetched_at == last_good.fetched_at
         assert failed.groups_error == good.groups_error
         assert watcher.next_retry_in_s == 1.0
 
         clock.now += 1.0
         again = watcher.refresh()
         assert again.error is None and again.brokers == good.brokers
-        assert (again.attempts, again.failures) == (3, 1)
+        assert (again.attempts - failed.attempts, again.failures) == (1, 1)
         assert watcher.next_retry_in_s is None
         clock.now += watcher.refresh_s - 0.5
         assert not watcher.due()
