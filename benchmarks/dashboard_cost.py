@@ -526,9 +526,11 @@ async def memory_over_time(connections: int, minutes: int, pause_every: int,
     tracemalloc.stop()
     growth = []
     if len(snapshots) == 2:
-        stats = snapshots[1].compare_to(snapshots[0], "lineno")
-        growth = [f"{s.size_diff / 1024:+.0f} KiB  {s.traceback}" for s in stats[:5]
-                  if s.size_diff > 0]
+        # by file: memory that only moved between lines of one file (a timeline strip first
+        # allocated where it is created, later where it is appended to) nets out
+        stats = snapshots[1].compare_to(snapshots[0], "filename")
+        growth = [f"{s.size_diff / 1024:+.0f} KiB  {s.traceback[0].filename}"
+                  for s in sorted(stats, key=lambda s: -s.size_diff)[:5] if s.size_diff > 0]
     return points, growth, apply_ms
 
 
@@ -596,7 +598,7 @@ def print_memory(points: list[MemoryPoint], growth: list[str], apply_ms: list[fl
     print(f"apply under churn, with tracemalloc: median {_median(apply_ms):.1f} ms, "
           f"p95 {_p95(apply_ms):.1f} ms")
     if growth:
-        print(f"largest traced growth {first.minute:.0f} -> {last.minute:.0f} min:")
+        print(f"largest traced growth {first.minute:.0f} -> {last.minute:.0f} min, by file:")
         for line in growth:
             print(f"  {line}")
 
