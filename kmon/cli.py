@@ -164,9 +164,10 @@ def _attach(args: argparse.Namespace) -> int:
                                    groups=groups, require_kafka=not args.any_process)
         sampler = ProcessSampler(args.pid, open_socket_reader(args.socket_reader), settings,
                                  client_log=args.client_log)
-        monitor = Monitor([sampler], history=1 if _interactive(args) else 600)
+        interactive = _interactive(args)
+        monitor = Monitor([sampler], history=1 if interactive else 600)
         try:
-            if _interactive(args):
+            if interactive:
                 from widgets.launch import dashboard_settings, run_attach
 
                 return run_attach(args.pid, monitor,

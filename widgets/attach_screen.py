@@ -5,14 +5,11 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import Screen
-from textual.timer import Timer
 from textual.widgets import Footer, Input, Static
 
 from kmon.model import ClientInstance, Connection, Event, EventKind, ProcessView, Snapshot
@@ -23,18 +20,11 @@ from widgets.connection_table import SORT_ORDERS, ConnectionTable, RowStyle, con
 from widgets.detail import DetailScreen
 from widgets.event_log import EventLog
 from widgets.filtering import FilterError, RowFilter, parse_filter
-from widgets.help import HelpScreen
+from widgets.polling import PollingScreen, SnapshotSource
 from widgets.sparklines import CountSparklines
 from widgets.timeline import Timeline
 
-INTERVAL_STEPS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 HIDE_IDLE_AFTER_MS = 10_000
-
-
-class SnapshotSource(Protocol):
-    """Where refreshes come from: a live Monitor, or a recording replayed for tests."""
-
-    def poll(self) -> tuple[Snapshot, list[Event]]: ...
 
 
 @dataclass(frozen=True)
@@ -45,13 +35,6 @@ class DashboardSettings:
     row_style: RowStyle = RowStyle()
     record_dir: Path = Path("kmon-sessions")
     history: int = 600  # refreshes kept for the timeline and sparklines
-
-
-def next_interval(current: float, faster: bool) -> float:
-    """The next refresh interval up or down the steps."""
-    if faster:
-        return max([s for s in INTERVAL_STEPS if s < current] or [INTERVAL_STEPS[0]])
-    return min([s for s in INTERVAL_STEPS if s > current] or [INTERVAL_STEPS[-1]])
 
 
 def _shown(conn: Connection, hide_idle: bool) -> bool:
@@ -67,7 +50,7 @@ def _client_line(client: ClientInstance) -> str:
     return f"{client.name} ({client.type}, client.id={client.client_id}{group})"
 
 
-class AttachScreen(Screen):
+class AttachScreen(PollingScreen):
     """Live dashboard of one Kafka client process."""
 
     BINDINGS = [
@@ -88,15 +71,13 @@ class AttachScreen(Screen):
     def __init__(self, pid: int, source: SnapshotSource, settings: DashboardSettings,
                  cluster: str = "", label: str = "", can_go_back: bool = False,
                  past_events: list[Event] | None = None) -> None:
-        super().__init__()
-        self.pid, self.source, self.settings = pid, source, settings
+        super().__init__(source, settings.interval_s)
+        self.pid, self.settings = pid, settings
         self.cluster, self.label, self.can_go_back = cluster, label, can_go_back
-        self.interval = settings.interval_s
         self.history = History(settings.history)
         self.view: ProcessView | None = None
         self.last_ts_ms = 0
         self.events: list[Event] = list(past_events or [])[-1000:]  # this process's, bounded
-        self.paused = False
         self.hide_idle = False
         self.sort_index = 0
         self.row_filter = RowFilter()
@@ -104,8 +85,6 @@ class AttachScreen(Screen):
         self.error_notice = ""
         self.recorder: Recorder | None = None
         self.recorded_dir: Path | None = None
-        self._busy = False
-        self._timer: Timer | None = None
         self._drawn_header = Text()
         self._drawn_notice = ""
 
@@ -130,35 +109,20 @@ class AttachScreen(Screen):
         self.query_one("#events").border_title = "events"
         self.query_one(ConnectionTable).focus()
         self.query_one(EventLog).add(self.events)
-        self._timer = self.set_interval(self.interval, self.request_refresh)
-        self.request_refresh()
+        self.start_polling()
         self.redraw()
 
     # -- refresh loop -----------------------------------------------------------------------
 
-    def request_refresh(self) -> None:
-        """Poll the source in a worker thread, unless a poll is already running."""
-        if self._busy or self.exit_notice:
-            return
-        self._busy = True
-        self.run_worker(self._poll, thread=True, group="poll", exit_on_error=False)
+    def polling_wanted(self) -> bool:
+        return not self.exit_notice  # an exited process is not polled again
 
-    def _poll(self) -> None:
-        try:
-            snapshot, events = self.source.poll()
-        except Exception as err:  # noqa: BLE001 - any source failure is shown in place
-            self.app.call_from_thread(self._failed, f"refresh failed: {err}")
-            return
-        self.app.call_from_thread(self.apply, snapshot, events)
-
-    def _failed(self, message: str) -> None:
-        self._busy = False
+    def show_failure(self, message: str) -> None:
         self.error_notice = message
         self.redraw()
 
     def apply(self, snapshot: Snapshot, events: list[Event]) -> None:
         """Take in one refresh: history, recording, events, then redraw."""
-        self._busy = False
         self.error_notice = ""
         mine = [e for e in events if e.pid == self.pid]
         views = [v for v in snapshot.processes if v.pid == self.pid]
@@ -172,21 +136,25 @@ class AttachScreen(Screen):
         if gone:
             self.exit_notice = (f"{gone[0].detail} at {fmt.clock(gone[0].ts_ms)}: showing its "
                                 "last state")
-            if self._timer is not None:
-                self._timer.stop()
+            self.stop_polling()
         self.events = (self.events + mine)[-1000:]
         self.query_one(EventLog).add(mine)
         self.redraw()
 
     # -- drawing ----------------------------------------------------------------------------
 
+    @property
+    def client_ids(self) -> dict[str, str]:
+        """``client.id`` of each client instance of the process, by instance name."""
+        return {c.name: c.client_id for c in self.view.clients} if self.view else {}
+
     def visible_connections(self) -> list[Connection]:
         """The rows the table shows: filtered, hidden-idle removed, sorted."""
         if self.view is None:
             return []
-        client_ids = {c.name: c.client_id for c in self.view.clients}
         rows = [c for c in self.view.connections
-                if _shown(c, self.hide_idle) and self.row_filter.matches(c, self.pid, client_ids)]
+                if _shown(c, self.hide_idle)
+                and self.row_filter.matches(c, self.pid, self.client_ids)]
         order = SORT_ORDERS[self.sort_index]
         rows.sort(key=lambda c: order.key(c, self.history.track(self.pid, c.key)),
                   reverse=order.descending)
@@ -275,15 +243,6 @@ class AttachScreen(Screen):
             return self.can_go_back
         return True
 
-    def action_pause(self) -> None:
-        self.paused = not self.paused
-        if self._timer is not None and not self.exit_notice:
-            self._timer.pause() if self.paused else self._timer.resume()
-        self.redraw()
-
-    def action_refresh_now(self) -> None:
-        self.request_refresh()
-
     def action_sort(self) -> None:
         self.sort_index = (self.sort_index + 1) % len(SORT_ORDERS)
         self.redraw()
@@ -357,23 +316,6 @@ class AttachScreen(Screen):
         if self.recorder is not None:
             self.recorder.close()
 
-    def _set_interval(self, seconds: float) -> None:
-        self.interval = seconds
-        if self._timer is not None:
-            self._timer.stop()
-        self._timer = self.set_interval(seconds, self.request_refresh, pause=self.paused)
-        self.redraw()
-
-    def action_faster(self) -> None:
-        self._set_interval(next_interval(self.interval, faster=True))
-
-    def action_slower(self) -> None:
-        self._set_interval(next_interval(self.interval, faster=False))
-
     def action_back(self) -> None:
         if self.can_go_back:
             self.dismiss()
-
-    def action_help(self) -> None:
-        self.app.push_screen(HelpScreen())
-

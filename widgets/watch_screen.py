@@ -10,8 +10,6 @@ from collections.abc import Callable
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import Screen
-from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Static
 
 from kmon.cluster_watch import (
@@ -27,9 +25,9 @@ from kmon.monitor import Monitor
 from kmon.sampler import ProcessSampler, SampleError, SamplerSettings
 from kmon.sources.sockets import SocketReader, open_socket_reader
 from widgets import format as fmt
-from widgets.attach_screen import AttachScreen, DashboardSettings, next_interval
+from widgets.attach_screen import AttachScreen, DashboardSettings
 from widgets.event_log import EventLog
-from widgets.help import HelpScreen
+from widgets.polling import PollingScreen
 
 DISCOVER_EVERY_S = 5.0
 ROLES = (Role.BOOTSTRAP, Role.COORDINATOR, Role.BROKER, Role.UNKNOWN)
@@ -98,7 +96,7 @@ def _process_cells(view: ProcessView, label: str) -> tuple:
             Text(view.notices[0][:60], style="yellow") if view.notices else "")
 
 
-class WatchScreen(Screen):
+class WatchScreen(PollingScreen):
     """Live dashboard of one cluster's brokers, groups and local client processes."""
 
     BINDINGS = [
@@ -112,15 +110,11 @@ class WatchScreen(Screen):
 
     def __init__(self, cluster_name: str, watcher: ClusterWatcher, processes: ProcessWatch,
                  settings: DashboardSettings, labels: dict[int, str] | None = None) -> None:
-        super().__init__()
+        super().__init__(processes, settings.interval_s)
         self.cluster_name, self.watcher, self.processes = cluster_name, watcher, processes
         self.settings = settings
         self.labels = dict(labels or {})
-        self.interval = settings.interval_s
         self.snapshot: Snapshot | None = None
-        self.paused = False
-        self._busy = False
-        self._timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="header")
@@ -146,8 +140,7 @@ class WatchScreen(Screen):
                           "CLOSE_WAIT", "max idle", "notice")
         self.query_one("#watch-events").border_title = "events"
         table.focus()
-        self._timer = self.set_interval(self.interval, self.tick)
-        self.tick()
+        self.start_polling()
         self.redraw()
 
     # -- refresh loop -----------------------------------------------------------------------
@@ -157,30 +150,18 @@ class WatchScreen(Screen):
         if self.watcher.due():
             self.run_worker(self._refresh_cluster, thread=True, group="cluster",
                             exit_on_error=False)
-        if not self._busy:
-            self._busy = True
-            self.run_worker(self._poll, thread=True, group="poll", exit_on_error=False)
+        super().tick()
 
     def _refresh_cluster(self) -> None:
         self.watcher.refresh()
         self.app.call_from_thread(self.redraw)
 
-    def _poll(self) -> None:
-        try:
-            snapshot, events = self.processes.poll()
-        except Exception as err:  # noqa: BLE001 - any source failure is shown in place
-            self.app.call_from_thread(self._failed, f"refresh failed: {err}")
-            return
-        self.app.call_from_thread(self.apply, snapshot, events)
-
-    def _failed(self, message: str) -> None:
-        self._busy = False
+    def show_failure(self, message: str) -> None:
         self.processes.notices = [message]
         self.redraw()
 
     def apply(self, snapshot: Snapshot, events: list[Event]) -> None:
         """Take in one refresh of the local clients."""
-        self._busy = False
         self.snapshot = snapshot
         self.query_one(EventLog).add(events)
         self.redraw()
@@ -267,14 +248,18 @@ class WatchScreen(Screen):
         except SampleError as err:
             self.notify(str(err), title="attach", severity="error")
             return
-        screen = AttachScreen(pid, Monitor([sampler], history=1), self.settings,
+        monitor = Monitor([sampler], history=1)
+        screen = AttachScreen(pid, monitor, self.settings,
                               cluster=self.cluster_name, label=self.labels.get(pid, ""),
                               can_go_back=True, past_events=self.processes.events_of(pid))
-        self.app.push_screen(screen)
+        self.app.push_screen(screen, callback=lambda _: monitor.close())
 
     def on_data_table_row_selected(self, message: DataTable.RowSelected) -> None:
         if message.data_table.id == "processes":
             self.action_attach()
+
+    def on_unmount(self) -> None:
+        self.processes.monitor.close()
 
     def on_screen_suspend(self) -> None:
         if self._timer is not None:
@@ -283,28 +268,3 @@ class WatchScreen(Screen):
     def on_screen_resume(self) -> None:
         if self._timer is not None and not self.paused:
             self._timer.resume()
-
-    def action_pause(self) -> None:
-        self.paused = not self.paused
-        if self._timer is not None:
-            self._timer.pause() if self.paused else self._timer.resume()
-        self.redraw()
-
-    def action_refresh_now(self) -> None:
-        self.tick()
-
-    def _set_interval(self, seconds: float) -> None:
-        self.interval = seconds
-        if self._timer is not None:
-            self._timer.stop()
-        self._timer = self.set_interval(seconds, self.tick, pause=self.paused)
-        self.redraw()
-
-    def action_faster(self) -> None:
-        self._set_interval(next_interval(self.interval, faster=True))
-
-    def action_slower(self) -> None:
-        self._set_interval(next_interval(self.interval, faster=False))
-
-    def action_help(self) -> None:
-        self.app.push_screen(HelpScreen())
