@@ -1,6 +1,6 @@
 """How ``kmon analyze`` cost grows: 10 million snapshot rows against a 1 million row baseline.
 
-Simulates fleets (``kmon.simulate``) of the same shape, only with more hosts,
+Simulates fleets (``kmon.devtools.fleet_model``) of the same shape, only with more hosts,
 then times the real command, ``python -m kmon analyze DIR --out OUT``, on
 ``local[2]`` for each, and prints wall time, rows per second and the ratios.
 A tiny fleet is timed too: its wall time is the fixed cost (JVM start, job
@@ -19,7 +19,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from kmon.simulate import FleetSpec, simulate
+from kmon.devtools.fleet_model import FleetSpec
+from kmon.devtools.fleet_writer import simulate
 
 SHAPE = FleetSpec(hosts=1, clients=25, brokers=30, hours=2.0, interval_ms=5000, seed=11,
                   close_wait_rate=0.05, churn_rate=0.3)

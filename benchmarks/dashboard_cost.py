@@ -21,7 +21,7 @@ process, for scale.
 2. Memory over an hour. An hour of real refreshes takes an hour, so a
 synthetic source (kmon.model records: ~--connections connections of one
 client process with churn, CLOSE_WAITs, moving idle ages and byte counters;
-events from kmon.monitor.diff) feeds ``screen.apply()`` once per simulated
+events from kmon.engine.monitor.diff) feeds ``screen.apply()`` once per simulated
 second, 1,000 ms apart, back to back, letting Textual draw a frame every
 --pause-every (10) of them. tracemalloc's current memory and the RSS, after
 gc.collect(), every sixth of the run; "@end/@first" near 1.0 means flat (the
@@ -59,6 +59,9 @@ import psutil  # noqa: E402
 import textual  # noqa: E402
 from helpers import Helpers, exit_when_parent_goes, no_time_wait, raise_fd_limit  # noqa: E402
 
+from kmon.engine.facade import ProcessSession  # noqa: E402
+from kmon.engine.monitor import Monitor, diff  # noqa: E402
+from kmon.engine.sampler import ProcessSampler, SamplerSettings  # noqa: E402
 from kmon.model import (  # noqa: E402
     ClientInstance,
     Connection,
@@ -67,12 +70,10 @@ from kmon.model import (  # noqa: E402
     Role,
     Snapshot,
 )
-from kmon.monitor import Monitor, diff  # noqa: E402
-from kmon.sampler import ProcessSampler, SamplerSettings  # noqa: E402
 from kmon.sources.sockets import open_socket_reader  # noqa: E402
-from widgets.app import KmonApp  # noqa: E402
-from widgets.attach_screen import AttachScreen, DashboardSettings  # noqa: E402
-from widgets.connection_table import ConnectionTable  # noqa: E402
+from kmon.widgets.app import KmonApp  # noqa: E402
+from kmon.widgets.attach_screen import AttachScreen, DashboardSettings  # noqa: E402
+from kmon.widgets.connection_table import ConnectionTable  # noqa: E402
 
 SIZE = (200, 60)
 SMALL_CONNECTIONS = 20
@@ -201,7 +202,7 @@ def engine(pid: int, readers: list) -> Monitor:
 
 
 def dashboard(pid: int, source) -> tuple[KmonApp, TimedScreen]:
-    screen = TimedScreen(pid, source, DashboardSettings(interval_s=1.0))
+    screen = TimedScreen(pid, ProcessSession(source), DashboardSettings(interval_s=1.0))
     return KmonApp(screen), screen
 
 
@@ -297,7 +298,7 @@ async def profile_refreshes(source: TimedSource, screen: TimedScreen, pilot,
     for name, prof in (("apply", apply), ("frame", frame)):
         out = io.StringIO()
         stats = pstats.Stats(prof, stream=out).sort_stats("cumulative")
-        stats.print_stats("textual|rich|widgets|kmon", PROFILE_LINES)
+        stats.print_stats("textual|rich|kmon.widgets|kmon", PROFILE_LINES)
         text = out.getvalue()
         print(f"\ncProfile of {name} over {refreshes} refreshes of PID {screen.pid}, by "
               f"cumulative time:\n{text[text.index('   ncalls'):].rstrip()}")
@@ -381,7 +382,7 @@ class ChurnSource:
     busy almost every second, the rest now and then; idle ones age until the
     9-minute idle limit reaps them and they reconnect (a new key). Every 5
     refreshes 3 connections close and 3 new ones open; every 2 minutes one goes
-    to CLOSE_WAIT and closes 30 s later. Events come from kmon.monitor.diff,
+    to CLOSE_WAIT and closes 30 s later. Events come from kmon.engine.monitor.diff,
     as the engine makes them.
     """
 

@@ -185,7 +185,7 @@ def main() -> int:
 
     cluster_argv = [sys.executable, "-m", "kmon", "devcluster", "--brokers", "3"]
     cache = tempfile.mkdtemp(prefix="kmon-jmx-bench-")
-    rdkafka_argv = [sys.executable, "-m", "kmon.workload", "consumer", "--instrument"]
+    rdkafka_argv = [sys.executable, "-m", "kmon.devtools.workload", "consumer", "--instrument"]
     with started(cluster_argv, "127.0.0.1:") as (_, bootstrap), \
             started(fake_consumer(bootstrap, 1), "READY") as (one, _), \
             started(fake_consumer(bootstrap, args.instances), "READY") as (many, _), \

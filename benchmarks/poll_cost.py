@@ -37,7 +37,7 @@ if str(REPO) not in sys.path:
 import psutil  # noqa: E402
 from helpers import Helpers, exit_when_parent_goes, no_time_wait, raise_fd_limit  # noqa: E402
 
-from kmon.sampler import ProcessSampler, SamplerSettings  # noqa: E402
+from kmon.engine.sampler import ProcessSampler, SamplerSettings  # noqa: E402
 from kmon.sources.sockdiag import SockDiagReader  # noqa: E402
 
 CLIENT_CONNECTIONS = 10
@@ -261,7 +261,7 @@ def kafka_consumer(spool: str) -> Iterator[int]:
         procs.append(cluster)
         bootstrap = cluster.stdout.readline().strip()
         consumer = subprocess.Popen(
-            [sys.executable, "-m", "kmon.workload", "consumer", bootstrap, "--instrument"],
+            [sys.executable, "-m", "kmon.devtools.workload", "consumer", bootstrap, "--instrument"],
             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         procs.append(consumer)
         if consumer.stdout.readline().strip() != "READY":

@@ -64,7 +64,7 @@ def start_client(started: list[subprocess.Popen]) -> int:
     started.append(cluster)
     bootstrap = cluster.stdout.readline().strip()
     client = subprocess.Popen(
-        [sys.executable, "-m", "kmon.workload", "both", bootstrap, "--instrument",
+        [sys.executable, "-m", "kmon.devtools.workload", "both", bootstrap, "--instrument",
          "--produce-every", "0.1"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     started.append(client)

@@ -12,6 +12,8 @@ from __future__ import annotations
 from kmon.model import Role
 
 MAX_INT = 2**31 - 1
+JAVA_CLIENT_IDLE_MS = 540_000  # the Java client's connections.max.idle.ms default
+BROKER_IDLE_MS = 600_000  # the broker's connections.max.idle.ms default
 MAX_BROKER_ID = 2**20
 COORDINATOR_ID_FLOOR = MAX_INT - MAX_BROKER_ID
 LOGICAL_COORDINATORS = ("GroupCoordinator", "TxnCoordinator")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kmon.errors import UserError
-from kmon.monitor import NEAR_REAP_FRACTION
+from kmon.model import Thresholds
 from kmon.redact import MASK, is_secret_name
 from kmon.units import parse_duration
 
@@ -26,7 +26,6 @@ else:
     import tomli as tomllib
 
 ENV_CONFIG = "KMON_CONFIG"
-DEFAULT_CLOSE_WAIT_ALERT_MS = 5000
 _ADDRESS = r"(?:[A-Za-z][A-Za-z0-9_]*://)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}"
 _BOOTSTRAP = re.compile(rf"^\s*{_ADDRESS}\s*(?:,\s*{_ADDRESS}\s*)*$")
 
@@ -34,13 +33,6 @@ _BOOTSTRAP = re.compile(rf"^\s*{_ADDRESS}\s*(?:,\s*{_ADDRESS}\s*)*$")
 class ConfigError(UserError):
     """The config file, or a cluster named on the command line, is not usable."""
 
-
-@dataclass(frozen=True)
-class Thresholds:
-    """When kmon raises an alert."""
-
-    idle_warning: float = NEAR_REAP_FRACTION  # fraction of the idle limit: near_reap
-    close_wait_alert_ms: int = DEFAULT_CLOSE_WAIT_ALERT_MS  # CLOSE_WAIT longer is an alert
 
 
 @dataclass(frozen=True)
@@ -116,10 +108,10 @@ def load_config(path: Path | None = None) -> Config:
         raise ConfigError(f"cannot read config file {path}: {err.strerror}") from err
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"config file {path} is not valid TOML: {err}") from err
-    return _Parser(path).config(raw)
+    return _ConfigReader(path).config(raw)
 
 
-class _Parser:
+class _ConfigReader:
     """Checks the parsed TOML of one file; errors name the file and the dotted key."""
 
     def __init__(self, path: Path) -> None:
@@ -150,10 +142,11 @@ class _Parser:
         return Config(
             path=self.path,
             thresholds=Thresholds(
-                idle_warning=self.fraction(thresholds.get("idle_warning", NEAR_REAP_FRACTION),
+                idle_warning=self.fraction(thresholds.get("idle_warning",
+                                                          Thresholds.idle_warning),
                                            "thresholds.idle_warning"),
                 close_wait_alert_ms=round(1000 * self.seconds(
-                    thresholds.get("close_wait_alert", DEFAULT_CLOSE_WAIT_ALERT_MS),
+                    thresholds.get("close_wait_alert", Thresholds.close_wait_alert_ms),
                     "thresholds.close_wait_alert"))),
             dashboard=DashboardConfig(
                 interval_s=None if interval is None else self.seconds(interval,

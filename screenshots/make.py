@@ -19,13 +19,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kmon.cluster_watch import ClusterWatcher
-from kmon.demo import Demo
-from kmon.sampler import SamplerSettings
-from kmon.sources.sockets import open_socket_reader
-from widgets.app import KmonApp
-from widgets.attach_screen import DashboardSettings
-from widgets.watch_screen import ProcessWatch, WatchScreen
+from kmon.devtools.demo import Demo
+from kmon.engine.cluster_watch import ClusterWatcher
+from kmon.engine.facade import ClusterSession
+from kmon.engine.sampler import SamplerSettings
+from kmon.widgets.app import KmonApp
+from kmon.widgets.attach_screen import DashboardSettings
+from kmon.widgets.watch_screen import WatchScreen
 
 OUT = Path(__file__).parent
 SIZE = (170, 48)
@@ -57,9 +57,8 @@ async def attach_to(app: KmonApp, pilot, screen: WatchScreen, label: str) -> Non
 async def dashboard_screens(demo: Demo) -> None:
     labels = {pid: c.label for pid, c in demo.clients.items()}
     watcher = ClusterWatcher(demo.bootstrap, {}, refresh_s=10.0)
-    processes = ProcessWatch(watcher, open_socket_reader(), SamplerSettings(require_kafka=False),
-                             list(demo.clients))
-    screen = WatchScreen("demo", watcher, processes, DashboardSettings(), labels)
+    session = ClusterSession(watcher, SamplerSettings(require_kafka=False), list(demo.clients))
+    screen = WatchScreen("demo", session, DashboardSettings(), labels)
     app = KmonApp(screen)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause(SETTLE_SECONDS)

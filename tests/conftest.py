@@ -68,7 +68,7 @@ class Child:
 
 
 class KafkaClient(Child):
-    """kmon.workload: a real confluent-kafka client driven through stdin."""
+    """kmon.devtools.workload: a real confluent-kafka client driven through stdin."""
 
     def all_stats(self) -> dict[str, dict]:
         """{instance name: statistics} as the clients' own stats_cb last saw them."""
@@ -109,7 +109,7 @@ def start_client(cluster):
     def start(kind: str, instrument: bool = True, idle_ms: int | None = None,
               wrapper: list[str] | None = None,
               properties: dict[str, str] | None = None) -> KafkaClient:
-        argv = [sys.executable, "-m", "kmon.workload", kind, cluster]
+        argv = [sys.executable, "-m", "kmon.devtools.workload", kind, cluster]
         if instrument:
             argv.append("--instrument")
         if idle_ms is not None:

@@ -20,7 +20,8 @@ import pytest
 from conftest import kmon
 from test_bad_input import assert_one_clear_line
 
-from kmon.simulate import FleetSpec, simulate
+from kmon.devtools.fleet_model import FleetSpec
+from kmon.devtools.fleet_writer import simulate
 
 pytest.importorskip("pyspark")
 

@@ -3,7 +3,7 @@
 import pytest
 
 from kmon import classify
-from kmon.logical import classify_broker_entry
+from kmon.evidence.logical import classify_broker_entry
 from kmon.model import Role
 
 MAX_INT = 2147483647

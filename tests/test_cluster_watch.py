@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from conftest import Child
 
-from kmon.cluster_watch import (
+from kmon.engine.cluster_watch import (
     SOURCE_CLUSTER,
     SOURCE_LOCAL,
     ClusterView,
@@ -21,15 +21,15 @@ from kmon.cluster_watch import (
     groups_coordinated,
     groups_view,
 )
-from kmon.discover import client_pids
+from kmon.engine.monitor import Monitor
+from kmon.engine.sampler import ProcessSampler, SamplerSettings
 from kmon.model import Role
-from kmon.monitor import Monitor
-from kmon.sampler import ProcessSampler, SamplerSettings
 from kmon.sources.cluster import GROUPS_UNSUPPORTED, GroupInfo, GroupMember
+from kmon.sources.host_sockets import client_pids
 from kmon.sources.librdkafka_stats import parse_record
 from kmon.sources.resolve import Resolver
 from kmon.sources.sockets import open_socket_reader
-from kmon.spool import SpoolError
+from kmon.sources.spool import SpoolError
 
 
 class FakeClock:

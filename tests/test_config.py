@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from kmon.config import ENV_CONFIG, ConfigError, load_config
+from kmon.engine.monitor import NEAR_REAP_FRACTION
 from kmon.errors import UserError
-from kmon.monitor import NEAR_REAP_FRACTION
 
 FULL = """
 [thresholds]

@@ -6,20 +6,22 @@ import asyncio
 
 import pyarrow.parquet as pq
 
-from kmon.monitor import Monitor
-from kmon.sampler import ProcessSampler, SamplerSettings
+from kmon.engine.facade import ProcessSession
+from kmon.engine.monitor import Monitor
+from kmon.engine.sampler import ProcessSampler, SamplerSettings
 from kmon.sources.sockets import open_socket_reader
-from widgets.app import KmonApp
-from widgets.attach_screen import AttachScreen, DashboardSettings
-from widgets.connection_table import ConnectionTable
-from widgets.detail import DetailScreen
+from kmon.widgets.app import KmonApp
+from kmon.widgets.attach_screen import AttachScreen, DashboardSettings
+from kmon.widgets.connection_table import ConnectionTable
+from kmon.widgets.detail import DetailScreen
 
 MAX_INT = 2147483647
 
 
 def attach_app(pid: int, interval_s: float = 0.25, **settings) -> tuple[KmonApp, AttachScreen]:
-    monitor = Monitor([ProcessSampler(pid, open_socket_reader(), SamplerSettings())], history=1)
-    screen = AttachScreen(pid, monitor, DashboardSettings(interval_s=interval_s, **settings))
+    session = ProcessSession(Monitor([ProcessSampler(pid, open_socket_reader(),
+                                                     SamplerSettings())], history=1))
+    screen = AttachScreen(pid, session, DashboardSettings(interval_s=interval_s, **settings))
     return KmonApp(screen), screen
 
 

@@ -2,7 +2,7 @@
 
 ``tests/data/*.jsonl`` were recorded with ``kmon attach PID --json`` on the
 demo's consumer and on its producer with ``connections.max.idle.ms=5000``.
-Played back (``kmon.replay``), they draw the same screen every time. Update
+Played back (``kmon.engine.replay``), they draw the same screen every time. Update
 the stored screens with ``python -m pytest tests/test_dashboard_snapshots.py
 --snapshot-update`` after a deliberate change, and look at them.
 """
@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from kmon.replay import Replay, read_recording
-from widgets.app import KmonApp
-from widgets.attach_screen import AttachScreen, DashboardSettings
+from kmon.engine.facade import ProcessSession
+from kmon.engine.replay import Replay, read_recording
+from kmon.widgets.app import KmonApp
+from kmon.widgets.attach_screen import AttachScreen, DashboardSettings
 
 DATA = Path(__file__).parent / "data"
 SIZE = (170, 48)
@@ -36,7 +37,7 @@ def replayed(name: str) -> tuple[KmonApp, AttachScreen, Replay]:
     replay = Replay(read_recording(DATA / name))
     pid = replay.frames[0][0].processes[0].pid
     # An hour between refreshes: only the first comes from the timer; the test plays the rest.
-    screen = AttachScreen(pid, replay, DashboardSettings(interval_s=3600))
+    screen = AttachScreen(pid, ProcessSession(replay), DashboardSettings(interval_s=3600))
     return KmonApp(screen), screen, replay
 
 

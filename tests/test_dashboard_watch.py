@@ -6,21 +6,21 @@ import asyncio
 
 from test_dashboard_attach import table_rows, until
 
-from kmon.cluster_watch import ClusterWatcher
-from kmon.demo import Demo
-from kmon.sampler import SamplerSettings
-from kmon.sources.sockets import open_socket_reader
-from widgets.app import KmonApp
-from widgets.attach_screen import AttachScreen, DashboardSettings
-from widgets.watch_screen import ProcessWatch, WatchScreen
+from kmon.devtools.demo import Demo
+from kmon.engine.cluster_watch import ClusterWatcher
+from kmon.engine.facade import ClusterSession
+from kmon.engine.sampler import SamplerSettings
+from kmon.widgets.app import KmonApp
+from kmon.widgets.attach_screen import AttachScreen, DashboardSettings
+from kmon.widgets.watch_screen import WatchScreen
 
 
 def watch_app(bootstrap: str, pids: list[int] | None = None, labels=None,
               discover_every_s: float = 5.0) -> tuple[KmonApp, WatchScreen]:
     watcher = ClusterWatcher(bootstrap, {}, timeout_s=2.0, refresh_s=10.0)
-    processes = ProcessWatch(watcher, open_socket_reader(), SamplerSettings(require_kafka=False),
-                             pids or [], discover_every_s=discover_every_s)
-    screen = WatchScreen("test", watcher, processes, DashboardSettings(interval_s=0.5), labels)
+    session = ClusterSession(watcher, SamplerSettings(require_kafka=False), pids or [],
+                             discover_every_s=discover_every_s)
+    screen = WatchScreen("test", session, DashboardSettings(interval_s=0.5), labels)
     return KmonApp(screen), screen
 
 

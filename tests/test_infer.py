@@ -13,7 +13,8 @@ from collections import deque
 import pytest
 from conftest import Child
 
-from kmon.infer import (
+from kmon.engine.sampler import ProcessSampler, SamplerSettings
+from kmon.evidence.infer import (
     HISTORY_LEN,
     Reading,
     by_cadence,
@@ -25,7 +26,6 @@ from kmon.infer import (
     remember,
 )
 from kmon.model import Connection, Role
-from kmon.sampler import ProcessSampler, SamplerSettings
 from kmon.sources.cluster import GroupInfo, GroupMember, fetch_metadata
 from kmon.sources.sockets import Endpoint, TcpSocket, open_socket_reader
 

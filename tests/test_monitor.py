@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from kmon.engine.monitor import Monitor, diff
 from kmon.model import Connection, EventKind, ProcessView, Role
-from kmon.monitor import Monitor, diff
 
 
 def conn(key: str, state: str = "ESTABLISHED", role: Role = Role.BROKER, node_id: int = 1,

@@ -15,7 +15,7 @@ import pyarrow.dataset as ds
 import pytest
 from conftest import Child, assert_one_clear_line, kmon, unused_pid
 
-from kmon.agent import CONFIG_SUMMARY_KEYS
+from kmon.agent.client_hook import CONFIG_SUMMARY_KEYS
 from kmon.record.schema import SCHEMAS
 
 HOST = socket.gethostname()

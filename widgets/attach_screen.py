@@ -2,27 +2,37 @@
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
 from rich.text import Text
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.reactive import reactive
 from textual.widgets import Footer, Input, Static
 
-from kmon.model import ClientInstance, Connection, Event, EventKind, ProcessView, Snapshot
-from kmon.record.recorder import Recorder, new_session_id
+from kmon.engine.facade import ProcessSession
+from kmon.model import (
+    ClientInstance,
+    Connection,
+    Event,
+    EventKind,
+    ProcessView,
+    Snapshot,
+    Thresholds,
+)
 from kmon.timeline import CLOSING_STATES, History
-from widgets import format as fmt
-from widgets.connection_table import SORT_ORDERS, ConnectionTable, RowStyle, connection_cells
-from widgets.detail import DetailScreen
-from widgets.event_log import EventLog
-from widgets.filtering import FilterError, RowFilter, parse_filter
-from widgets.polling import PollingScreen, SnapshotSource
-from widgets.sparklines import CountSparklines
-from widgets.timeline import Timeline
+from kmon.widgets import format as fmt
+from kmon.widgets.connection_table import SORT_ORDERS, ConnectionTable, connection_cells
+from kmon.widgets.detail import DetailScreen
+from kmon.widgets.event_log import EventLog
+from kmon.widgets.filtering import FilterError, RowFilter, parse_filter
+from kmon.widgets.polling import PollingScreen
+from kmon.widgets.sparklines import CountSparklines
+from kmon.widgets.timeline import Timeline
 
 HIDE_IDLE_AFTER_MS = 10_000
 
@@ -32,7 +42,7 @@ class DashboardSettings:
     """What the user chose for the dashboard (command line and config file)."""
 
     interval_s: float = 1.0
-    row_style: RowStyle = RowStyle()
+    thresholds: Thresholds = Thresholds()
     record_dir: Path = Path("kmon-sessions")
     history: int = 600  # refreshes kept for the timeline and sparklines
 
@@ -50,8 +60,23 @@ def _client_line(client: ClientInstance) -> str:
     return f"{client.name} ({client.type}, client.id={client.client_id}{group})"
 
 
+class RecordingStopped(Message):
+    """The recording was closed (in a worker); ``text`` says what it wrote."""
+
+    def __init__(self, text: str, failed: bool = False) -> None:
+        super().__init__()
+        self.text, self.failed = text, failed
+
+
 class AttachScreen(PollingScreen):
     """Live dashboard of one Kafka client process."""
+
+    sort_index: reactive[int] = reactive(0, init=False)
+    hide_idle: reactive[bool] = reactive(False, init=False)
+    row_filter: reactive[RowFilter] = reactive(RowFilter, init=False, always_update=True)
+    recording: reactive[Path | None] = reactive(None, init=False)  # where r records now
+    header_text: reactive[Text] = reactive(Text, init=False)
+    notice_text: reactive[str] = reactive("", init=False)
 
     BINDINGS = [
         Binding("p", "pause", "pause"),
@@ -68,25 +93,20 @@ class AttachScreen(PollingScreen):
         Binding("question_mark", "help", "help"),
     ]
 
-    def __init__(self, pid: int, source: SnapshotSource, settings: DashboardSettings,
+    def __init__(self, pid: int, session: ProcessSession, settings: DashboardSettings,
                  cluster: str = "", label: str = "", can_go_back: bool = False,
                  past_events: list[Event] | None = None) -> None:
-        super().__init__(source, settings.interval_s)
+        super().__init__(session, settings.interval_s)
+        self.session = session
         self.pid, self.settings = pid, settings
         self.cluster, self.label, self.can_go_back = cluster, label, can_go_back
         self.history = History(settings.history)
         self.view: ProcessView | None = None
         self.last_ts_ms = 0
         self.events: list[Event] = list(past_events or [])[-1000:]  # this process's, bounded
-        self.hide_idle = False
-        self.sort_index = 0
-        self.row_filter = RowFilter()
         self.exit_notice = ""
         self.error_notice = ""
-        self.recorder: Recorder | None = None
         self.recorded_dir: Path | None = None
-        self._drawn_header = Text()
-        self._drawn_notice = ""
 
     # -- layout -----------------------------------------------------------------------------
 
@@ -130,8 +150,6 @@ class AttachScreen(PollingScreen):
             self.view = views[0]
             self.last_ts_ms = snapshot.ts_ms
             self.history.observe(snapshot.ts_ms, views, int(self.interval * 1000))
-        if self.recorder is not None:
-            self.recorder.add(snapshot, events)
         gone = [e for e in mine if e.kind in (EventKind.PROCESS_EXIT, EventKind.PROCESS_ERROR)]
         if gone:
             self.exit_notice = (f"{gone[0].detail} at {fmt.clock(gone[0].ts_ms)}: showing its "
@@ -166,7 +184,7 @@ class AttachScreen(PollingScreen):
         client_ids = {c.name: c.client_id for c in self.view.clients} if self.view else {}
         table = self.query_one(ConnectionTable)
         table.show([(c.key, connection_cells(c, self.history.track(self.pid, c.key), client_ids,
-                                             self.settings.row_style, self.last_ts_ms))
+                                             self.settings.thresholds, self.last_ts_ms))
                     for c in rows])
         total = len(self.view.connections) if self.view else 0
         order = SORT_ORDERS[self.sort_index]
@@ -178,15 +196,32 @@ class AttachScreen(PollingScreen):
             table.border_title = title
         self._draw_timeline(rows)
         self.query_one(CountSparklines).show(self.history)
-        header = self._header()
-        if header.plain != self._drawn_header.plain:
-            # a new layout only when the header's height may change
-            layout = header.plain.count("\n") != self._drawn_header.plain.count("\n")
-            self.query_one("#header", Static).update(header, layout=layout)
-            self._drawn_header = header
-        self._draw_notice()
+        self.header_text = self._header()
+        self.notice_text = self._notice()
         if isinstance(self.app.screen, DetailScreen):
             self.app.screen.update_view()
+
+    def watch_header_text(self, old: Text, new: Text) -> None:
+        # a new layout only when the header's height may change
+        layout = new.plain.count("\n") != old.plain.count("\n")
+        self.query_one("#header", Static).update(new, layout=layout)
+
+    def watch_notice_text(self, text: str) -> None:
+        notice = self.query_one("#notice", Static)
+        notice.update(text)
+        notice.set_class(bool(text), "shown")
+
+    def watch_sort_index(self) -> None:
+        self.redraw()
+
+    def watch_hide_idle(self) -> None:
+        self.redraw()
+
+    def watch_row_filter(self) -> None:
+        self.redraw()
+
+    def watch_recording(self) -> None:
+        self.redraw()
 
     def _draw_timeline(self, rows: list[Connection]) -> None:
         tracks = [(t.label, t) for t in (self.history.track(self.pid, c.key) for c in rows) if t]
@@ -219,22 +254,17 @@ class AttachScreen(PollingScreen):
         else:
             header.append("● LIVE", style="bold green")
         header.append(f"  ·  updated {fmt.clock(self.last_ts_ms)}")
-        if self.recorder is not None:
-            header.append(f"  ·  ● REC {self.recorder.root}", style="bold red")
+        if self.recording is not None:
+            header.append(f"  ·  ● REC {self.recording}", style="bold red")
         elif self.recorded_dir is not None:
             header.append(f"  ·  recorded to {self.recorded_dir}", style="dim")
         return header
 
-    def _draw_notice(self) -> None:
+    def _notice(self) -> str:
         lines = ([self.exit_notice] if self.exit_notice else []) + (
             [self.error_notice] if self.error_notice else []) + (
             self.view.notices if self.view else [])
-        text = "\n".join(f"! {line}" for line in lines)
-        if text != self._drawn_notice:
-            notice = self.query_one("#notice", Static)
-            notice.update(text)
-            notice.set_class(bool(lines), "shown")
-            self._drawn_notice = text
+        return "\n".join(f"! {line}" for line in lines)
 
     # -- actions ----------------------------------------------------------------------------
 
@@ -245,7 +275,6 @@ class AttachScreen(PollingScreen):
 
     def action_sort(self) -> None:
         self.sort_index = (self.sort_index + 1) % len(SORT_ORDERS)
-        self.redraw()
 
     def action_filter(self) -> None:
         field = self.query_one("#filter", Input)
@@ -261,7 +290,6 @@ class AttachScreen(PollingScreen):
             return
         message.input.remove_class("shown")
         self.query_one(ConnectionTable).focus()
-        self.redraw()
 
     def on_key(self, event) -> None:
         field = self.query_one("#filter", Input)
@@ -272,11 +300,9 @@ class AttachScreen(PollingScreen):
 
     def action_clear_filter(self) -> None:
         self.row_filter = RowFilter()
-        self.redraw()
 
     def action_hide_idle(self) -> None:
         self.hide_idle = not self.hide_idle
-        self.redraw()
 
     def action_details(self) -> None:
         key = self.query_one(ConnectionTable).selected_key
@@ -299,22 +325,34 @@ class AttachScreen(PollingScreen):
             if self.view else None
         return conn, track, [e for e in self.events if e.key == key], client
 
+    @property
+    def recorder(self) -> Path | None:
+        """Where the running recording writes (None when not recording)."""
+        return self.recording
+
     def action_record(self) -> None:
-        if self.recorder is None:
-            host = socket.gethostname()
-            self.recorder = Recorder(self.settings.record_dir, host, new_session_id(host),
-                                     int(self.interval * 1000))
+        if self.recording is None:
+            self.recording = self.settings.record_dir
+            self.session.start_recording(self.settings.record_dir)
             self.notify(f"recording to {self.settings.record_dir}", title="record")
         else:
-            summary = self.recorder.close()
-            self.recorded_dir, self.recorder = self.recorder.root, None
-            self.notify(f"{sum(summary.rows.values())} rows in {len(summary.files)} files "
-                        f"under {self.recorded_dir}", title="recording stopped")
-        self.redraw()
+            self.recorded_dir, self.recording = self.recording, None
+            self._stop_recording()
+
+    @work(thread=True, group="record", exit_on_error=False)
+    def _stop_recording(self) -> None:
+        try:
+            self.post_message(RecordingStopped(self.session.stop_recording()))
+        except OSError as err:
+            self.post_message(RecordingStopped(f"cannot write the recording: {err}", True))
+
+    @on(RecordingStopped)
+    def _recording_stopped(self, message: RecordingStopped) -> None:
+        self.notify(message.text, title="recording stopped",
+                    severity="error" if message.failed else "information")
 
     def on_unmount(self) -> None:
-        if self.recorder is not None:
-            self.recorder.close()
+        self.session.close()
 
     def action_back(self) -> None:
         if self.can_go_back:

@@ -18,11 +18,9 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from kmon.model import Connection
+from kmon.model import ROLE_RANK, Connection, Thresholds
 from kmon.timeline import Track
-from widgets import format as fmt
-
-ROLE_RANK = {"bootstrap": 0, "coordinator": 1, "broker": 2, "unknown": 3}
+from kmon.widgets import format as fmt
 
 # key, heading, width
 COLUMNS = (
@@ -54,27 +52,18 @@ def _missing_last(value: int | None) -> int:
 
 
 SORT_ORDERS = (
-    SortOrder("role", lambda c, t: (ROLE_RANK[c.role.value], c.client or "",
-                                    _missing_last(c.node_id), c.remote or "", c.key)),
+    SortOrder("role", lambda c, t: c.display_order()),
     SortOrder("idle", lambda c, t: (-1 if c.idle_ms is None else c.idle_ms), descending=True),
     SortOrder("reaped in", lambda c, t: _missing_last(c.reap_in_ms)),
     SortOrder("state", lambda c, t: (c.state != "CLOSE_WAIT", c.state, c.key)),
-    SortOrder("broker", lambda c, t: (_missing_last(c.broker_id), ROLE_RANK[c.role.value])),
+    SortOrder("broker", lambda c, t: (_missing_last(c.broker_id), ROLE_RANK[c.role])),
     SortOrder("traffic", lambda c, t: _rate_total(t), descending=True),
-    SortOrder("client", lambda c, t: (c.client or "~", ROLE_RANK[c.role.value])),
+    SortOrder("client", lambda c, t: (c.client or "~", ROLE_RANK[c.role])),
 )
 
 
-@dataclass(frozen=True)
-class RowStyle:
-    """Thresholds that colour rows (from the config file)."""
-
-    idle_warning: float = 0.8
-    close_wait_alert_ms: int = 5000
-
-
 def connection_cells(conn: Connection, track: Track | None, client_ids: dict[str, str],
-                     style: RowStyle, now_ms: int) -> tuple:
+                     style: Thresholds, now_ms: int) -> tuple:
     """The cells of one connection's row, in COLUMNS order."""
     rates = track.rates if track else None
     in_close_wait_ms = now_ms - track.state_since_ms if track else 0

@@ -15,8 +15,8 @@ from textual.widgets import Footer, Static
 
 from kmon.model import ClientInstance, Connection, Event
 from kmon.timeline import Mark, Track
-from widgets import format as fmt
-from widgets.event_log import event_line
+from kmon.widgets import format as fmt
+from kmon.widgets.event_log import event_line
 
 # What the detail pane needs at each refresh: the connection (None once it has
 # closed), its remembered life, its events and the client instance that owns it.

@@ -8,7 +8,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown
 
-from widgets.timeline import LEGEND
+from kmon.widgets.timeline import LEGEND
 
 HELP = f"""
 # kmon keys

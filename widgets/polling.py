@@ -1,27 +1,27 @@
 """What the attach and watch screens share: polling a source in a worker thread on a timer.
 
-One poll runs at a time; its result comes back to the UI thread through
-``apply()``, or ``show_failure()`` with one line when the source raised.
-The pause, refresh-now, interval and help actions live here too.
+A poll runs in a thread worker (one at a time: Textual's own worker list says
+whether one is under way) and its result comes back as a typed message,
+``Polled`` or ``PollFailed``, handled on the UI thread by ``apply()`` or
+``show_failure()``. Pause and interval are reactive attributes; the help
+action lives here too.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
-
+from textual import on, work
+from textual.message import Message
+from textual.reactive import reactive
 from textual.screen import Screen
 from textual.timer import Timer
+from textual.worker import WorkerState
 
+from kmon.engine.facade import SnapshotSource
 from kmon.model import Event, Snapshot
-from widgets.help import HelpScreen
+from kmon.widgets.help import HelpScreen
 
 INTERVAL_STEPS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
-
-
-class SnapshotSource(Protocol):
-    """Where refreshes come from: a live Monitor, or a recording replayed."""
-
-    def poll(self) -> tuple[Snapshot, list[Event]]: ...
+POLL_GROUP = "poll"
 
 
 def next_interval(current: float, faster: bool) -> float:
@@ -31,6 +31,22 @@ def next_interval(current: float, faster: bool) -> float:
     return min([s for s in INTERVAL_STEPS if s > current] or [INTERVAL_STEPS[-1]])
 
 
+class Polled(Message):
+    """A poll finished: the new snapshot and what changed."""
+
+    def __init__(self, snapshot: Snapshot, events: list[Event]) -> None:
+        super().__init__()
+        self.snapshot, self.events = snapshot, events
+
+
+class PollFailed(Message):
+    """A poll raised; ``text`` says why in one line."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
 class PollingScreen(Screen):
     """A screen refreshed from ``source`` every ``interval`` seconds.
 
@@ -38,12 +54,13 @@ class PollingScreen(Screen):
     stop polling for good by returning False from ``polling_wanted()``.
     """
 
+    paused: reactive[bool] = reactive(False, init=False)
+    interval: reactive[float] = reactive(1.0, init=False)
+
     def __init__(self, source: SnapshotSource, interval_s: float) -> None:
         super().__init__()
         self.source = source
-        self.interval = interval_s
-        self.paused = False
-        self._busy = False
+        self.set_reactive(PollingScreen.interval, interval_s)
         self._timer: Timer | None = None
 
     def start_polling(self) -> None:
@@ -62,28 +79,34 @@ class PollingScreen(Screen):
         """One timer tick: a poll, unless one is under way."""
         self.request_refresh()
 
+    @property
+    def polling(self) -> bool:
+        """True while a poll worker is under way."""
+        return any(w.node is self and w.group == POLL_GROUP
+                   and w.state in (WorkerState.PENDING, WorkerState.RUNNING)
+                   for w in self.workers)
+
     def request_refresh(self) -> None:
         """Poll the source in a worker thread, unless a poll is already running."""
-        if self._busy or not self.polling_wanted():
-            return
-        self._busy = True
-        self.run_worker(self._poll, thread=True, group="poll", exit_on_error=False)
+        if not self.polling and self.polling_wanted():
+            self._poll()
 
+    @work(thread=True, group=POLL_GROUP, exit_on_error=False)
     def _poll(self) -> None:
         try:
             snapshot, events = self.source.poll()
         except Exception as err:  # noqa: BLE001 - any source failure is shown in place
-            self.app.call_from_thread(self._failed, f"refresh failed: {err}")
+            self.post_message(PollFailed(f"refresh failed: {err}"))
             return
-        self.app.call_from_thread(self._polled, snapshot, events)
+        self.post_message(Polled(snapshot, events))
 
-    def _polled(self, snapshot: Snapshot, events: list[Event]) -> None:
-        self._busy = False
-        self.apply(snapshot, events)
+    @on(Polled)
+    def _polled(self, message: Polled) -> None:
+        self.apply(message.snapshot, message.events)
 
-    def _failed(self, message: str) -> None:
-        self._busy = False
-        self.show_failure(message)
+    @on(PollFailed)
+    def _failed(self, message: PollFailed) -> None:
+        self.show_failure(message.text)
 
     def apply(self, snapshot: Snapshot, events: list[Event]) -> None:
         raise NotImplementedError
@@ -94,29 +117,32 @@ class PollingScreen(Screen):
     def redraw(self) -> None:
         raise NotImplementedError
 
+    # -- reactive state ---------------------------------------------------------------------
+
+    def watch_paused(self, paused: bool) -> None:
+        if self._timer is not None and self.polling_wanted():
+            self._timer.pause() if paused else self._timer.resume()
+        self.redraw()
+
+    def watch_interval(self, seconds: float) -> None:
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = self.set_interval(seconds, self.tick, pause=self.paused)
+        self.redraw()
+
     # -- actions ----------------------------------------------------------------------------
 
     def action_pause(self) -> None:
         self.paused = not self.paused
-        if self._timer is not None and self.polling_wanted():
-            self._timer.pause() if self.paused else self._timer.resume()
-        self.redraw()
 
     def action_refresh_now(self) -> None:
         self.tick()
 
-    def _set_interval(self, seconds: float) -> None:
-        self.interval = seconds
-        if self._timer is not None:
-            self._timer.stop()
-        self._timer = self.set_interval(seconds, self.tick, pause=self.paused)
-        self.redraw()
-
     def action_faster(self) -> None:
-        self._set_interval(next_interval(self.interval, faster=True))
+        self.interval = next_interval(self.interval, faster=True)
 
     def action_slower(self) -> None:
-        self._set_interval(next_interval(self.interval, faster=False))
+        self.interval = next_interval(self.interval, faster=False)
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen())

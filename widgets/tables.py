@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kmon.model import Event, ProcessView, Snapshot
-from widgets.format import ROLE_STYLE, STATE_STYLE, clock, duration, node, number
+from kmon.widgets.format import ROLE_STYLE, STATE_STYLE, clock, duration, node, number
 
 
 def process_table(view: ProcessView, label: str = "") -> Table:

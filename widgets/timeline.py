@@ -15,7 +15,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from kmon.timeline import Mark, Track
-from widgets import format as fmt
+from kmon.widgets import format as fmt
 
 LABEL_WIDTH = 26
 GLYPHS = {

@@ -2,86 +2,51 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from collections import Counter
-from collections.abc import Callable
 
 from rich.text import Text
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.message import Message
 from textual.widgets import DataTable, Footer, Static
 
-from kmon.cluster_watch import (
+from kmon.engine.facade import (
+    AttachFailed,
+    ClusterSession,
     ClusterView,
-    ClusterWatcher,
+    ProcessSession,
     broker_connection_counts,
     groups_coordinated,
     groups_view,
 )
-from kmon.discover import client_pids
 from kmon.model import Event, ProcessView, Role, Snapshot
-from kmon.monitor import Monitor
-from kmon.sampler import ProcessSampler, SampleError, SamplerSettings
-from kmon.sources.sockets import SocketReader, open_socket_reader
-from widgets import format as fmt
-from widgets.attach_screen import AttachScreen, DashboardSettings
-from widgets.event_log import EventLog
-from widgets.polling import PollingScreen
+from kmon.widgets import format as fmt
+from kmon.widgets.attach_screen import AttachScreen, DashboardSettings
+from kmon.widgets.event_log import EventLog
+from kmon.widgets.polling import PollingScreen
 
-DISCOVER_EVERY_S = 5.0
 ROLES = (Role.BOOTSTRAP, Role.COORDINATOR, Role.BROKER, Role.UNKNOWN)
 
 
-class ProcessWatch:
-    """The local clients of one cluster: found by their sockets, sampled by one Monitor.
+class Attached(Message):
+    """A session of the selected process is ready (opened in a worker)."""
 
-    ``poll()`` runs in a worker thread; it rescans the host's sockets for new
-    clients every ``discover_every_s``.
-    """
+    def __init__(self, pid: int, session: ProcessSession, past_events: list[Event]) -> None:
+        super().__init__()
+        self.pid, self.session, self.past_events = pid, session, past_events
 
-    def __init__(self, watcher: ClusterWatcher, reader: SocketReader, settings: SamplerSettings,
-                 pids: list[int], discover_every_s: float = DISCOVER_EVERY_S,
-                 discover: Callable = client_pids) -> None:
-        self.watcher, self.reader, self.settings = watcher, reader, settings
-        self.monitor = Monitor([], history=1)
-        self.discover_every_s = discover_every_s
-        self.discover = discover
-        self.next_discovery = 0.0
-        self.notices: list[str] = []
-        self._lock = threading.Lock()
-        for pid in pids:
-            self._add(pid)
 
-    def _add(self, pid: int) -> None:
-        try:
-            self.monitor.add(ProcessSampler(pid, self.reader, self.settings))
-        except SampleError as err:
-            self.notices = [str(err)]
+class AttachRefused(Message):
+    """The selected process cannot be attached to; ``text`` says why."""
 
-    def poll(self) -> tuple[Snapshot, list[Event]]:
-        """Rescan for clients when due, then one snapshot of every client."""
-        with self._lock:
-            view = self.watcher.view
-            if view.brokers:
-                self.settings.cluster = view.metadata
-                self.settings.groups = view.groups  # to infer coordinators of agentless clients
-            if view.brokers and time.monotonic() >= self.next_discovery:
-                self.next_discovery = time.monotonic() + self.discover_every_s
-                endpoints = set(view.metadata.endpoints(self.settings.resolver))
-                try:
-                    found = self.discover(endpoints)
-                except PermissionError as err:
-                    self.notices = [str(err)]
-                    found = set()
-                for pid in sorted(found - set(self.monitor.samplers)):
-                    self._add(pid)
-            return self.monitor.poll()
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
 
-    def events_of(self, pid: int) -> list[Event]:
-        """The remembered events of one watched process."""
-        with self._lock:
-            return [e for e in self.monitor.events if e.pid == pid]
+
+class ClusterRefreshed(Message):
+    """The cluster's metadata was fetched again (in a worker)."""
 
 
 def _process_cells(view: ProcessView, label: str) -> tuple:
@@ -108,13 +73,14 @@ class WatchScreen(PollingScreen):
         Binding("question_mark", "help", "help"),
     ]
 
-    def __init__(self, cluster_name: str, watcher: ClusterWatcher, processes: ProcessWatch,
+    def __init__(self, cluster_name: str, session: ClusterSession,
                  settings: DashboardSettings, labels: dict[int, str] | None = None) -> None:
-        super().__init__(processes, settings.interval_s)
-        self.cluster_name, self.watcher, self.processes = cluster_name, watcher, processes
+        super().__init__(session, settings.interval_s)
+        self.cluster_name, self.session = cluster_name, session
         self.settings = settings
         self.labels = dict(labels or {})
         self.snapshot: Snapshot | None = None
+        self.failure = ""
 
     def compose(self) -> ComposeResult:
         yield Static(id="header")
@@ -147,31 +113,37 @@ class WatchScreen(PollingScreen):
 
     def tick(self) -> None:
         """Refresh the cluster when due, and the processes, each in a worker thread."""
-        if self.watcher.due():
-            self.run_worker(self._refresh_cluster, thread=True, group="cluster",
-                            exit_on_error=False)
+        if self.session.cluster_due():
+            self._refresh_cluster()
         super().tick()
 
+    @work(thread=True, group="cluster", exit_on_error=False)
     def _refresh_cluster(self) -> None:
-        self.watcher.refresh()
-        self.app.call_from_thread(self.redraw)
+        self.session.refresh_cluster()
+        self.post_message(ClusterRefreshed())
+
+    @on(ClusterRefreshed)
+    def _cluster_refreshed(self) -> None:
+        self.redraw()
 
     def show_failure(self, message: str) -> None:
-        self.processes.notices = [message]
+        self.failure = message
         self.redraw()
 
     def apply(self, snapshot: Snapshot, events: list[Event]) -> None:
         """Take in one refresh of the local clients."""
         self.snapshot = snapshot
+        self.failure = ""
         self.query_one(EventLog).add(events)
         self.redraw()
 
     # -- drawing ----------------------------------------------------------------------------
 
     def redraw(self) -> None:
-        view = self.watcher.view
+        view = self.session.view
         self.query_one("#header", Static).update(self._header(view))
-        notices = ([self._unreachable(view)] if view.error else []) + self.processes.notices
+        notices = (([self._unreachable(view)] if view.error else []) + self.session.notices
+                   + ([self.failure] if self.failure else []))
         notice = self.query_one("#notice", Static)
         notice.update("\n".join(f"! {n}" for n in notices))
         notice.set_class(bool(notices), "shown")
@@ -205,7 +177,7 @@ class WatchScreen(PollingScreen):
         return header
 
     def _unreachable(self, view: ClusterView) -> str:
-        retry = self.watcher.next_retry_in_s
+        retry = self.session.next_retry_in_s
         when = f"retrying in {retry:.0f}s" if retry is not None else "retrying"
         return (f"cluster unreachable: {view.error} ({when}; {view.failures} failed "
                 f"attempt{'s' if view.failures != 1 else ''})")
@@ -241,25 +213,34 @@ class WatchScreen(PollingScreen):
         table = self.query_one("#processes", DataTable)
         if not table.row_count:
             return
-        pid = int(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+        self._open(int(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value))
+
+    @work(thread=True, group="attach", exclusive=True, exit_on_error=False)
+    def _open(self, pid: int) -> None:
         try:
-            # its own socket reader: the watch's reader belongs to the watch's poll thread
-            sampler = ProcessSampler(pid, open_socket_reader(), self.processes.settings)
-        except SampleError as err:
-            self.notify(str(err), title="attach", severity="error")
-            return
-        monitor = Monitor([sampler], history=1)
-        screen = AttachScreen(pid, monitor, self.settings,
-                              cluster=self.cluster_name, label=self.labels.get(pid, ""),
-                              can_go_back=True, past_events=self.processes.events_of(pid))
-        self.app.push_screen(screen, callback=lambda _: monitor.close())
+            self.post_message(Attached(pid, self.session.attach(pid),
+                                       self.session.events_of(pid)))
+        except AttachFailed as err:
+            self.post_message(AttachRefused(str(err)))
+
+    @on(Attached)
+    def _attached(self, message: Attached) -> None:
+        pid = message.pid
+        self.app.push_screen(AttachScreen(
+            pid, message.session, self.settings, cluster=self.cluster_name,
+            label=self.labels.get(pid, ""), can_go_back=True,
+            past_events=message.past_events))
+
+    @on(AttachRefused)
+    def _attach_refused(self, message: AttachRefused) -> None:
+        self.notify(message.text, title="attach", severity="error")
 
     def on_data_table_row_selected(self, message: DataTable.RowSelected) -> None:
         if message.data_table.id == "processes":
             self.action_attach()
 
     def on_unmount(self) -> None:
-        self.processes.monitor.close()
+        self.session.close()
 
     def on_screen_suspend(self) -> None:
         if self._timer is not None:

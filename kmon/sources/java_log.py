@@ -22,7 +22,7 @@ from typing import BinaryIO, Literal
 from kmon.classify import MAX_INT, role_of_node_id
 from kmon.model import Role
 
-EventKind = Literal["connecting", "connected", "disconnected", "connect_failed", "idle_close",
+LogEventKind = Literal["connecting", "connected", "disconnected", "connect_failed", "idle_close",
                     "coordinator", "coordinator_lost", "metadata_request"]
 ClientType = Literal["producer", "consumer", "admin"]
 NodeStatus = Literal["known", "connecting", "connected", "disconnected", "idle_closed"]
@@ -36,7 +36,7 @@ class JavaLogEvent:
     group coordinator ``2147483647 - brokerId``, else the broker id).
     """
 
-    kind: EventKind
+    kind: LogEventKind
     node_id: int | None = None
     host: str | None = None
     port: int | None = None
@@ -77,7 +77,7 @@ class _Rule:
 
     loose: re.Pattern[str]
     strict: re.Pattern[str]
-    kind: EventKind
+    kind: LogEventKind
     detail: str | None = None
     extra: Callable[[re.Match[str]], Fields] | None = None
 
@@ -119,7 +119,7 @@ def _new_consumer_coordinator(m: re.Match[str]) -> Fields:
     return {"node_id": MAX_INT - int(m["broker"]), "host": m["chost"], "port": int(m["cport"])}
 
 
-def _rule(loose: str, strict: str, kind: EventKind, detail: str | None = None,
+def _rule(loose: str, strict: str, kind: LogEventKind, detail: str | None = None,
           extra: Callable[[re.Match[str]], Fields] | None = None) -> _Rule:
     return _Rule(re.compile(loose), re.compile(strict), kind, detail, extra)
 

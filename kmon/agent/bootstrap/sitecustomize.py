@@ -3,7 +3,7 @@
 import sys
 
 try:
-    from kmon.autoinstrument import chain_next_sitecustomize, install
+    from kmon.agent.autoinstrument import chain_next_sitecustomize, install
 except ImportError as err:  # kmon is not installed for this interpreter
     print(f"kmon run: clients not instrumented ({err})", file=sys.stderr)
 else:

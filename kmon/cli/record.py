@@ -10,17 +10,19 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kmon.cli import options
 from kmon.errors import UserError
-from kmon.units import duration_arg, pid_arg, positive_int_arg, property_arg
+from kmon.units import duration_arg, pid_arg
 
 if TYPE_CHECKING:  # the rest is imported when the command runs: every kmon command builds
     # the parser, and pyarrow alone takes a fifth of a second to import
+    from kmon.engine.discovery import ClientDiscovery
+    from kmon.engine.monitor import Monitor
+    from kmon.engine.sampler import SamplerSettings
     from kmon.model import Event, Snapshot
-    from kmon.monitor import Monitor
     from kmon.record.recorder import Recorder, Summary
-    from kmon.sampler import SamplerSettings
     from kmon.sources.cluster import ClusterMetadata
-    from kmon.sources.sockets import Endpoint, SocketReader
+    from kmon.sources.sockets import Endpoint
 
 DISCOVER_EVERY_S = 10.0  # --cluster: how often the host's sockets are searched for clients
 STOP_CHECK_S = 0.1  # how quickly a stop signal ends the wait between polls
@@ -34,18 +36,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                        help="a client process to record (repeat for more)")
     which.add_argument("--cluster", metavar="HOST:PORT,...",
                        help="record every local process connected to this cluster's brokers")
-    parser.add_argument("-X", dest="properties", type=property_arg, action="append", default=[],
-                        metavar="KEY=VALUE", help="client property for --cluster")
+    options.client_properties(parser, "for --cluster")
     parser.add_argument("--out", required=True, type=Path, metavar="DIR",
                         help="root directory of the recorded tables")
-    parser.add_argument("--interval", type=duration_arg, default=1.0, metavar="DURATION",
-                        help="time between snapshots, e.g. 500ms, 2s (default 1s)")
+    options.interval(parser, default=1.0)
     parser.add_argument("--duration", type=duration_arg, default=None, metavar="DURATION",
                         help="stop after this long, e.g. 10m (default: until SIGINT/SIGTERM)")
-    parser.add_argument("--cluster-timeout", type=duration_arg, default=10.0, metavar="DURATION",
-                        help="how long to wait for the cluster's metadata (default 10s)")
-    parser.add_argument("--broker-idle-ms", type=positive_int_arg, default=600_000,
-                        help="the brokers' connections.max.idle.ms (default 600000)")
+    options.cluster_timeout(parser, 10.0)
+    options.broker_idle(parser)
     parser.add_argument("--any-process", action="store_true",
                         help="record even a --pid that shows no sign of Kafka")
     parser.add_argument("--flush-every", type=duration_arg, default=10.0,
@@ -54,12 +52,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Record until the duration ends, a stop signal, or (with --pid) every process exits."""
-    from kmon.monitor import Monitor
+    from kmon.engine.monitor import Monitor
+    from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
     from kmon.record.recorder import Recorder, new_session_id
-    from kmon.sampler import ProcessSampler, SampleError, SamplerSettings
     from kmon.sources.cluster import ClusterUnreachable, fetch_metadata
     from kmon.sources.sockets import open_socket_reader
-    from kmon.spool import SpoolError
+    from kmon.sources.spool import SpoolError
 
     root = _writable_dir(args.out)
     try:
@@ -75,9 +73,10 @@ def run(args: argparse.Namespace) -> int:
         session_id = new_session_id(monitor.host)
         recorder = Recorder(root, monitor.host, session_id, round(args.interval * 1000),
                             args.flush_every)  # writes nothing before its first add()
-        discovery = Discovery(cluster, reader, settings) if cluster else None
+        discovery = ClientDiscovery(reader, settings, DISCOVER_EVERY_S) if cluster else None
+        brokers = _broker_endpoints(cluster, settings) if cluster else frozenset()
         if discovery:
-            discovery.update(monitor)
+            discovery.update(monitor, brokers)
         first = monitor.poll()  # bad PIDs fail here, before any file is written
     except (SampleError, SpoolError, ClusterUnreachable, OSError) as err:
         raise UserError(str(err)) from err
@@ -90,8 +89,8 @@ def run(args: argparse.Namespace) -> int:
           f"into {root}", file=sys.stderr, flush=True)
     with StopSignals() as stop:
         try:
-            why = _record(monitor, recorder, discovery, first, args.interval, args.duration,
-                          stop)
+            why = _record(monitor, recorder, discovery, brokers, first, args.interval,
+                          args.duration, stop)
         except (SampleError, SpoolError, OSError) as err:
             summary = _close(recorder, root)
             raise UserError(f"{err}; recording stopped, {_describe(summary, root)}") from err
@@ -100,31 +99,6 @@ def run(args: argparse.Namespace) -> int:
           file=sys.stderr, flush=True)
     return 0
 
-
-class Discovery:
-    """Adds a sampler for each local process newly connected to the cluster."""
-
-    def __init__(self, cluster: ClusterMetadata, reader: SocketReader,
-                 settings: SamplerSettings) -> None:
-        self.reader, self.settings = reader, settings
-        resolver = settings.resolver
-        self.brokers: frozenset[Endpoint] = frozenset(cluster.endpoints(resolver)).union(
-            *(resolver.endpoints(address) for address in cluster.bootstrap.split(",")))
-        self.next_search = 0.0  # monotonic
-
-    def update(self, monitor: Monitor) -> None:
-        """Search the host's sockets if the last search is DISCOVER_EVERY_S old."""
-        from kmon.discover import client_pids
-        from kmon.sampler import ProcessSampler, SampleError
-
-        if time.monotonic() < self.next_search:
-            return
-        self.next_search = time.monotonic() + DISCOVER_EVERY_S
-        for pid in sorted(client_pids(self.brokers) - monitor.samplers.keys()):
-            try:
-                monitor.add(ProcessSampler(pid, self.reader, self.settings))
-            except SampleError:
-                continue  # gone (or closed to us) since its socket was listed
 
 
 class StopSignals:
@@ -154,9 +128,9 @@ class StopSignals:
         return self.received is not None
 
 
-def _record(monitor: Monitor, recorder: Recorder, discovery: Discovery | None,
-            first: tuple[Snapshot, list[Event]], interval: float, duration: float | None,
-            stop: StopSignals) -> str:
+def _record(monitor: Monitor, recorder: Recorder, discovery: ClientDiscovery | None,
+            brokers: frozenset[Endpoint], first: tuple[Snapshot, list[Event]],
+            interval: float, duration: float | None, stop: StopSignals) -> str:
     """The poll loop; returns why it ended."""
     started = time.monotonic()
     ends = started + duration if duration else None
@@ -172,8 +146,15 @@ def _record(monitor: Monitor, recorder: Recorder, discovery: Discovery | None,
             return "duration reached"
         started = time.monotonic()
         if discovery:
-            discovery.update(monitor)
+            discovery.update(monitor, brokers)
         snapshot, events = monitor.poll()
+
+
+def _broker_endpoints(cluster: ClusterMetadata, settings: SamplerSettings) -> frozenset[Endpoint]:
+    """Every endpoint of the cluster's brokers and of its bootstrap addresses."""
+    resolver = settings.resolver
+    return frozenset(cluster.endpoints(resolver)).union(
+        *(resolver.endpoints(address) for address in cluster.bootstrap.split(",")))
 
 
 def _writable_dir(path: Path) -> Path:

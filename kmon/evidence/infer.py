@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from itertools import pairwise
 
 from kmon.classify import coordinator_node_id
-from kmon.join import socket_key
+from kmon.evidence.stats_join import socket_key
 from kmon.model import Connection, Role
 from kmon.sources.cluster import GroupInfo
 from kmon.sources.sockets import TcpSocket
@@ -55,10 +55,10 @@ class Inference:
     rule: str  # "cadence", "describe_groups" or both joined by "+"
 
 
-History = dict[str, deque[Reading]]
+SocketReadings = dict[str, deque[Reading]]
 
 
-def remember(history: History, sockets: Iterable[TcpSocket], now_ms: int) -> History:
+def remember(history: SocketReadings, sockets: Iterable[TcpSocket], now_ms: int) -> SocketReadings:
     """Add this poll's readings to ``history`` (by socket key) and forget closed sockets."""
     seen = set()
     for sock in sockets:
@@ -168,7 +168,7 @@ def combine(first: dict[str, Inference], second: dict[str, Inference]) -> dict[s
     return out
 
 
-def infer_coordinators(connections: list[Connection], history: History,
+def infer_coordinators(connections: list[Connection], history: SocketReadings,
                        groups: Sequence[GroupInfo] | None,
                        args: Sequence[str]) -> list[Connection]:
     """``connections`` with the coordinator connections among the unpaired ones marked.

@@ -73,7 +73,7 @@ def chain_next_sitecustomize(own_file: str) -> None:
 def run_environment(base: dict[str, str]) -> dict[str, str]:
     """The environment ``kmon run`` gives the program it starts."""
     env = dict(base)
-    package_root = str(Path(__file__).resolve().parent.parent)
+    package_root = str(Path(__file__).resolve().parents[2])
     paths = [str(BOOTSTRAP_DIR), package_root, env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     return env

@@ -12,11 +12,11 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import replace
 
-from kmon.model import Connection, Event, EventKind, ProcessView, Snapshot
-from kmon.sampler import ProcessGone, ProcessSampler, SampleError
-from kmon.spool import SpoolError
+from kmon.engine.sampler import ProcessGone, ProcessSampler, SampleError
+from kmon.model import Connection, Event, EventKind, ProcessView, Snapshot, Thresholds
+from kmon.sources.spool import SpoolError
 
-NEAR_REAP_FRACTION = 0.8
+NEAR_REAP_FRACTION = Thresholds.idle_warning
 
 
 def near_reap(conn: Connection, fraction: float) -> bool:

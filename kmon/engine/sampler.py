@@ -9,16 +9,16 @@ from pathlib import Path
 
 import psutil
 
-from kmon.infer import History, infer_coordinators, remember
-from kmon.join import BROKER_DEFAULT_IDLE_MS, JoinSettings, join_process
-from kmon.jvm import JvmEvidence
-from kmon.logical import (
+from kmon.evidence.infer import SocketReadings, infer_coordinators, remember
+from kmon.evidence.jvm import JvmEvidence
+from kmon.evidence.logical import (
     broker_ids_by_address,
     classify_broker_entry,
     learned_brokers,
     logical_connections,
 )
-from kmon.model import ClientInstance, Connection, ProcessView, Role
+from kmon.evidence.stats_join import BROKER_DEFAULT_IDLE_MS, JoinSettings, join_process
+from kmon.model import ClientInstance, Connection, ProcessView
 from kmon.redact import redact_args
 from kmon.sources.cluster import ClusterMetadata, GroupInfo
 from kmon.sources.jmx import is_jvm
@@ -27,7 +27,6 @@ from kmon.sources.resolve import Resolver
 from kmon.sources.sockets import Endpoint, SocketReader
 
 KAFKA_LIBRARIES = ("librdkafka", "kafka-clients", "kafka_2.", "kafka-streams")
-ROLE_ORDER = {Role.BOOTSTRAP: 0, Role.COORDINATOR: 1, Role.BROKER: 2, Role.UNKNOWN: 3}
 
 
 class SampleError(Exception):
@@ -93,7 +92,7 @@ class ProcessSampler:
     """Takes snapshots of one process. Raises SampleError subclasses for user problems.
 
     A JVM (or a process given a Java ``client_log``) is read through its JMX
-    metrics and that log (kmon.jvm); ``close`` stops the JMX helper.
+    metrics and that log (kmon.evidence.jvm); ``close`` stops the JMX helper.
     """
 
     def __init__(self, pid: int, reader: SocketReader, settings: SamplerSettings,
@@ -123,7 +122,7 @@ class ProcessSampler:
         jvm = is_jvm(pid)
         self.jvm = (JvmEvidence(pid, self.start_time, client_log, jmx=jvm)
                     if jvm or client_log else None)
-        self._history: History = {}  # recent readings of each socket, for kmon.infer
+        self._history: SocketReadings = {}  # recent readings of each socket, for the cadence rule
 
     def close(self) -> None:
         """Release what the sampler holds (the JMX helper of a JVM); idempotent."""
@@ -169,7 +168,7 @@ class ProcessSampler:
                 join_process(sockets, logicals, known, join),
                 remember(self._history, [s for s in sockets if s.remote in known], now_ms),
                 self.settings.groups, self._argv)
-        connections.sort(key=_display_order)
+        connections.sort(key=Connection.display_order)
         return ProcessView(
             pid=self.pid, name=self.name, cmdline=self.cmdline,
             clients=[_instance(c, now_ms) for c in all_stats] + (jvm.clients if jvm else []),
@@ -212,8 +211,3 @@ def _instance(stats: ClientStats, now_ms: int) -> ClientInstance:
                           group_join_state=group.join_state if group else None,
                           group_assignment_size=group.assignment_size if group else None,
                           group_coordinator_id=coordinator_id)
-
-
-def _display_order(conn: Connection) -> tuple:
-    return (ROLE_ORDER[conn.role], conn.client or "~", conn.node_id if conn.node_id is not None
-            else 1 << 32, conn.remote or "", conn.key)

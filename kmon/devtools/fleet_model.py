@@ -1,8 +1,7 @@
-"""``kmon simulate-fleet``: a modelled fleet of Kafka clients, written as a kmon recording.
+"""The modelled fleet behind ``kmon simulate-fleet``: clients, their connections, the truth.
 
 Each host is one recording session of M client processes against B brokers,
-polled every ``interval`` for T hours, in the schema-v1 layout that ``kmon
-record`` writes. The model (documented in docs/analysis.md):
+polled every ``interval`` for T hours. The model (documented in docs/analysis.md):
 
 * Java producer: connects to every bootstrap address (node ids -1..-k) at start,
   then to every broker; only its partition leaders carry traffic. Idle
@@ -20,35 +19,23 @@ record`` writes. The model (documented in docs/analysis.md):
   broker and sits in CLOSE_WAIT for a while before the client closes and
   re-opens it; so does a librdkafka idle connection the broker reaps.
 
-Snapshot rows are built column by column (numpy, Arrow): ten million rows
-take about 20 s on two cores. ``simulate()`` returns the ground truth the
-analyses must find; ``--truth FILE`` writes it as JSON.
+``Host.truth()`` is the ground truth the analyses must find;
+``kmon.devtools.fleet_writer`` writes the hosts as a recording.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
-from kmon import __version__
-from kmon.classify import MAX_INT
-from kmon.errors import UserError
+from kmon.classify import (
+    BROKER_IDLE_MS,
+    JAVA_CLIENT_IDLE_MS,
+    bootstrap_node_id,
+    coordinator_node_id,
+)
 from kmon.model import Event, EventKind, Role
-from kmon.units import duration_arg
-from kmon.units import positive_int_arg as count
-
-if TYPE_CHECKING:  # the heavy imports wait for run(): kmon's other commands start fast
-    import pyarrow as pa
-
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z: the default start of a simulated fleet
-JAVA_IDLE_MS = 540_000  # Java client connections.max.idle.ms default
-BROKER_IDLE_MS = 600_000  # broker connections.max.idle.ms default
 METADATA_MAX_AGE_MS = 300_000
 HANDSHAKE_REQUESTS = 2  # ApiVersions + Metadata (or FindCoordinator) on a new connection
 NEVER = 2**62  # "not before the end" for close and CLOSE_WAIT times
@@ -152,7 +139,7 @@ class _Model:
                       "client.id": f"app-{self.host}-{index}",
                       "metadata.max.age.ms": str(METADATA_MAX_AGE_MS)}
             if java:
-                config["connections.max.idle.ms"] = str(JAVA_IDLE_MS)
+                config["connections.max.idle.ms"] = str(JAVA_CLIENT_IDLE_MS)
             client = SimClient(pid=10_000 + index, name=name, client_id=config["client.id"],
                                kind=kind, started=spec.start_ms + int(rng.integers(first_minute)),
                                config=config)
@@ -198,8 +185,8 @@ class _Model:
     def _java_producer(self, client: SimClient) -> None:
         spec, rng = self.spec, self.rng
         for position in range(self.k):
-            self._idle(client, Role.BOOTSTRAP, -(position + 1), None,
-                       broker_address(position + 1), client.started + position, JAVA_IDLE_MS)
+            self._idle(client, Role.BOOTSTRAP, bootstrap_node_id(position), None,
+                       broker_address(position + 1), client.started + position, JAVA_CLIENT_IDLE_MS)
         learned = self._learned(client)
         leaders = self._leaders()
         for broker in range(1, spec.brokers + 1):
@@ -209,14 +196,14 @@ class _Model:
                 continue
             cycling = rng.random() < spec.churn_rate
             conn = self._idle(client, Role.BROKER, broker, broker, broker_address(broker),
-                              opened, JAVA_IDLE_MS)
+                              opened, JAVA_CLIENT_IDLE_MS)
             while cycling:
                 refreshes = (conn.closed - learned) // METADATA_MAX_AGE_MS + 1
                 reopened = learned + refreshes * METADATA_MAX_AGE_MS + 5
                 if reopened >= spec.end_ms:
                     break
                 conn = self._idle(client, Role.BROKER, broker, broker, broker_address(broker),
-                                  reopened, JAVA_IDLE_MS)
+                                  reopened, JAVA_CLIENT_IDLE_MS)
                 conn.by_refresh = True
 
     def _java_consumer(self, client: SimClient) -> None:
@@ -228,13 +215,13 @@ class _Model:
     def _consumer(self, client: SimClient, drop_bootstrap: int) -> None:
         """Bootstrap, then coordinator and leaders; the bootstrap is dropped."""
         position = int(self.rng.integers(self.k))
-        client.lifetimes.append(Lifetime(Role.BOOTSTRAP, -(position + 1), None,
+        client.lifetimes.append(Lifetime(Role.BOOTSTRAP, bootstrap_node_id(position), None,
                                          broker_address(position + 1), client.started,
                                          closed=client.started + drop_bootstrap))
         learned = self._learned(client)
         coordinator = coordinator_of(int(client.group.split("-")[1]), self.spec.brokers)
-        self._active(client, Role.COORDINATOR, MAX_INT - coordinator, coordinator, learned,
-                     "coordinator")
+        self._active(client, Role.COORDINATOR, coordinator_node_id(coordinator), coordinator,
+                     learned, "coordinator")
         for broker in self._leaders():
             self._active(client, Role.BROKER, broker, broker, learned + 100 + broker,
                          "consumer")
@@ -284,97 +271,7 @@ class _Ticks:
         return self.at(self.count - 1)
 
 
-def _broker_name(conn: Lifetime, client: SimClient) -> str | None:
-    """librdkafka's own name for a connection; Java clients have none in kmon's rows."""
-    if client.java:
-        return None
-    if conn.role is Role.COORDINATOR:
-        return "GroupCoordinator"
-    suffix = "bootstrap" if conn.role is Role.BOOTSTRAP else str(conn.broker_id)
-    return f"{conn.remote}/{suffix}"
-
-
-def _snapshot_table(session_id: str, clients: list[SimClient], lifetimes: list[Lifetime],
-                    owners: list[int], ticks: _Ticks) -> pa.Table:
-    """Every poll's row of every connection, built column by column."""
-    import numpy as np
-    import pyarrow as pa
-
-    from kmon.record.schema import SCHEMA_VERSION, SNAPSHOTS
-
-    counts = np.maximum(ticks.stop - ticks.first, 0)
-    conn = np.repeat(np.arange(len(lifetimes)), counts)
-    offsets = np.cumsum(counts) - counts
-    ts = ticks.base + (ticks.first[conn] + np.arange(len(conn)) - offsets[conn]) * ticks.interval
-    rows = len(conn)
-    take, owner = pa.array(conn), pa.array(np.array(owners, dtype=np.int64)[conn])
-
-    def per_conn(values: list, dtype) -> np.ndarray:
-        return np.array(values, dtype=dtype)[conn]
-
-    def conn_column(values: list, type_: pa.DataType | None = None) -> pa.Array:
-        return pa.array(values, type_ or pa.string()).take(take)
-
-    def client_column(values: list, type_: pa.DataType | None = None) -> pa.Array:
-        return pa.array(values, type_ or pa.string()).take(owner)
-
-    def constant(value, type_: pa.DataType) -> pa.Array:
-        return pa.repeat(pa.scalar(value, type_), rows)
-
-    traffic = [TRAFFIC[clients[o].type if c.role is Role.BROKER else c.traffic]
-               for c, o in zip(lifetimes, owners, strict=True)]
-    opened = per_conn([c.opened for c in lifetimes], np.int64)
-    close_wait = per_conn([c.close_wait for c in lifetimes], np.int64)
-    active = per_conn([c.active for c in lifetimes], bool)
-    period = per_conn([t[0] for t in traffic], np.int64)
-    done = np.where(active, (np.minimum(ts, close_wait) - opened) // period, 0)
-    requests = HANDSHAKE_REQUESTS + done
-    idle = np.maximum(ts - np.where(active, opened + done * period, opened + 5), 0)
-    limit = per_conn([JAVA_IDLE_MS if clients[o].java else BROKER_IDLE_MS for o in owners],
-                     np.int64)
-    rtt = per_conn([1.0 + (c.node_id % 7) * 0.3 for c in lifetimes], np.float64)
-    state = pa.DictionaryArray.from_arrays(pa.array((ts >= close_wait).astype(np.int8)),
-                                           pa.array(["ESTABLISHED", "CLOSE_WAIT"]))
-    columns = {
-        "schema_version": constant(SCHEMA_VERSION, pa.int32()),
-        "session_id": constant(session_id, pa.string()),
-        "ts_ms": pa.array(ts),
-        "pid": client_column([c.pid for c in clients], pa.int32()),
-        "process_name": client_column(["java" if c.java else "python" for c in clients]),
-        "client": client_column([c.name for c in clients]),
-        "client_id": client_column([c.client_id for c in clients]),
-        "client_type": client_column([c.type for c in clients]),
-        "key": conn_column([c.key for c in lifetimes]),
-        "role": conn_column([c.role.value for c in lifetimes]),
-        "node_id": conn_column([c.node_id for c in lifetimes], pa.int64()),
-        "broker_id": conn_column([c.broker_id for c in lifetimes], pa.int32()),
-        "local": conn_column([f"10.{ticks.base % 200}.{i // 250 % 250}.{i % 250}:"
-                              f"{32768 + i % 28000}" for i in range(len(lifetimes))]),
-        "remote": conn_column([c.remote for c in lifetimes]),
-        "state": state.cast(pa.string()),
-        "idle_ms": pa.array(idle),
-        "idle_limit_ms": pa.array(limit),
-        "reap_in_ms": pa.array(np.maximum(limit - idle, 0)),
-        "bytes_sent": pa.array(120 + requests * per_conn([t[1] for t in traffic], np.int64)),
-        "bytes_received": pa.array(400 + requests * per_conn([t[2] for t in traffic],
-                                                             np.int64)),
-        "requests_sent": pa.array(requests),
-        "requests_received": pa.array(requests),
-        "in_flight": constant(0, pa.int32()),
-        "rtt_ms": pa.array(rtt),
-        "tcp_rtt_ms": pa.array(rtt * 0.8),
-        "broker_name": conn_column([_broker_name(c, clients[o])
-                                    for c, o in zip(lifetimes, owners, strict=True)]),
-        "evidence_role": constant("stats", pa.string()),
-        "evidence_idle": constant("kernel", pa.string()),
-        "confidence": constant(1.0, pa.float64()),
-    }
-    return pa.table(columns, schema=SNAPSHOTS)
-
-
-
-
-class _Host:
+class Host:
     """One simulated host: its session's clients, connections, polls and truth."""
 
     def __init__(self, spec: FleetSpec, index: int) -> None:
@@ -395,34 +292,6 @@ class _Host:
                 first = int(self.ticks.first[i])
                 self.process_first[owner] = min(first, self.process_first.get(owner, first))
 
-    def write(self, root: Path) -> dict[str, int]:
-        """Writes this host's session; returns the rows written per table."""
-        from kmon.record.schema import event_rows, session_row
-        from kmon.record.writer import PartWriter
-
-        table = _snapshot_table(self.session_id, self.clients, self.lifetimes, self.owners,
-                                self.ticks)
-        snapshots = PartWriter(root, "snapshots", self.name, self.session_id)
-        snapshots.add_table(table)
-        snapshots.flush()
-        events = PartWriter(root, "events", self.name, self.session_id)
-        events.add(event_rows(self.events(), self.session_id))
-        event_count = len(events.rows)
-        events.flush()
-        sessions = PartWriter(root, "sessions", self.name, self.session_id)
-        early = self.clients[: (len(self.clients) + 1) // 2]  # the row written at start
-        for stopped, clients in ((None, early), (self.spec.end_ms, self.clients)):
-            sessions.add([session_row(self.session_id, "sim", __version__, self.spec.start_ms,
-                                      stopped, self.spec.interval_ms,
-                                      [self._client_json(c) for c in clients])])
-            sessions.flush()
-        return {"snapshots": table.num_rows, "events": event_count, "sessions": 2}
-
-    @staticmethod
-    def _client_json(client: SimClient) -> dict:
-        return {"pid": client.pid, "process_name": "java" if client.java else "python",
-                "name": client.name, "client_id": client.client_id, "type": client.type,
-                "config": client.config}
 
     def _closed_tick(self, i: int) -> int | None:
         """The poll that first missed connection ``i`` (its 'closed' event), if any."""
@@ -454,7 +323,7 @@ class _Host:
             first, stop = int(self.ticks.first[i]), int(self.ticks.stop[i])
             if first > self.process_first[self.owners[i]]:
                 event(first, EventKind.OPENED, f"{conn.role.value} ESTABLISHED")
-            limit = JAVA_IDLE_MS if client.java else BROKER_IDLE_MS
+            limit = JAVA_CLIENT_IDLE_MS if client.java else BROKER_IDLE_MS
             if not conn.active:
                 near = int(self.ticks.tick_from(conn.opened + 5 + limit * 4 // 5))
                 if first < near < stop:
@@ -522,86 +391,3 @@ class _Host:
                 "brokers_with_traffic": sum(t for t, _ in brokers.values()),
                 "brokers_reaped": sum(not t and closed for t, closed in brokers.values())})
         return truth
-
-
-def simulate(spec: FleetSpec, root: Path) -> dict:
-    """Writes the fleet's recording under ``root``; returns its ground truth."""
-    from kmon.record.schema import TABLES
-
-    truth: dict = {"spec": asdict(spec), "rows": dict.fromkeys(TABLES, 0)}
-    for index in range(spec.hosts):
-        host = _Host(spec, index)
-        for table, rows in host.write(root).items():
-            truth["rows"][table] += rows
-        for name, items in host.truth().items():
-            truth.setdefault(name, []).extend(items)
-    return truth
-
-
-
-
-def _rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a rate between 0 and 1")
-    return value
-
-
-def _hours(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of hours above zero")
-    return value
-
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``kmon simulate-fleet``."""
-    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
-                        help="where to write the recording (an empty or new directory)")
-    parser.add_argument("--hosts", type=count, default=3, help="hosts (one session each)")
-    parser.add_argument("--clients", type=count, default=6, help="client processes per host")
-    parser.add_argument("--brokers", type=count, default=6, help="brokers in the cluster")
-    parser.add_argument("--hours", type=_hours, default=1.0, help="recorded time (default 1)")
-    parser.add_argument("--interval", type=duration_arg, default=1.0, metavar="DURATION",
-                        help="time between polls (default 1s)")
-    parser.add_argument("--close-wait-rate", type=_rate, default=0.1, metavar="RATE",
-                        help="share of connections closed by their broker into CLOSE_WAIT")
-    parser.add_argument("--churn-rate", type=_rate, default=0.3, metavar="RATE",
-                        help="share of idle connections re-opened by metadata refreshes")
-    parser.add_argument("--seed", type=int, default=1, help="same seed, same fleet")
-    parser.add_argument("--truth", type=Path, metavar="FILE",
-                        help="write the simulated ground truth here as JSON")
-
-
-def run(args: argparse.Namespace) -> int:
-    """``kmon simulate-fleet``: write the recording (and the truth); print a summary."""
-    from kmon.record.schema import TABLES
-
-    spec = FleetSpec(hosts=args.hosts, clients=args.clients, brokers=args.brokers,
-                     hours=args.hours, interval_ms=round(args.interval * 1000),
-                     close_wait_rate=args.close_wait_rate, churn_rate=args.churn_rate,
-                     seed=args.seed)
-    if spec.interval_ms < 1 or spec.interval_ms * 2 > spec.end_ms - spec.start_ms:
-        raise UserError(f"--interval {args.interval:g}s does not fit {spec.hours:g} h")
-    for table in TABLES:
-        if (args.out / table).is_dir() and any((args.out / table).iterdir()):
-            raise UserError(f"{args.out} already holds a recording; choose an empty directory")
-    started = time.monotonic()
-    try:
-        truth = simulate(spec, args.out)
-        if args.truth:
-            args.truth.write_text(json.dumps(truth, indent=1) + "\n")
-    except OSError as err:
-        raise UserError(f"cannot write the fleet: {err}") from err
-    rows = truth["rows"]
-    print(f"simulated {spec.hosts} hosts x {spec.clients} clients x {spec.brokers} brokers "
-          f"over {spec.hours:g} h: {rows['snapshots']:,} snapshot rows, "
-          f"{rows['events']:,} events in {time.monotonic() - started:.1f} s -> {args.out}",
-          file=sys.stderr)
-    return 0

@@ -6,15 +6,21 @@ candidates for one socket (bootstrap ``-1``, coordinator ``MAX_INT - id`` and
 broker ``id`` to the same host) are told apart by the node's JMX byte totals
 against the kernel's per-socket counters, by when its counters last moved
 against the socket's idle time, and by the log's open order against the order
-in which the sockets appeared. ``kmon.join.assign_pairs`` picks the pairing.
+in which the sockets appeared. ``kmon.evidence.stats_join.assign_pairs`` picks the pairing.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from kmon.join import JoinSettings, assign_pairs, join_process, relative_gap, socket_key
-from kmon.jvm_nodes import Activity, JvmNode
+from kmon.evidence.jvm_nodes import Activity, JvmNode
+from kmon.evidence.stats_join import (
+    JoinSettings,
+    assign_pairs,
+    join_process,
+    relative_gap,
+    socket_key,
+)
 from kmon.model import Connection, Role
 from kmon.sources.sockets import Endpoint, TcpSocket
 

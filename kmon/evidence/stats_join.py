@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kmon.logical import LogicalConnection
+from kmon.evidence.logical import LogicalConnection
 from kmon.model import Connection, Role
 from kmon.sources.sockets import Endpoint, TcpSocket
 

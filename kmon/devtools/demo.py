@@ -7,7 +7,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from kmon.children import spawn, stop_all
+from kmon.devtools.children import spawn, stop_all
 
 SHORT_IDLE_MS = 5000
 
@@ -25,7 +25,7 @@ class DemoClient:
     client_id: str | None = None
 
     def argv(self, bootstrap: str) -> list[str]:
-        argv = [sys.executable, "-m", "kmon.workload", self.kind, bootstrap]
+        argv = [sys.executable, "-m", "kmon.devtools.workload", self.kind, bootstrap]
         if self.instrument:
             argv.append("--instrument")
         if self.idle_ms is not None:

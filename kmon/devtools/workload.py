@@ -1,6 +1,6 @@
 """A small real Kafka client workload, for ``kmon demo`` and kmon's tests.
 
-``python -m kmon.workload KIND BOOTSTRAP [options]``; KIND is producer,
+``python -m kmon.devtools.workload KIND BOOTSTRAP [options]``; KIND is producer,
 consumer, admin, or both (a consumer and a producer in one process, so that
 several sockets lead to each broker). It prints ``READY`` once its
 connections are settled, produces every ``--produce-every`` seconds if
@@ -26,7 +26,7 @@ SETTLED_STATES = ("UP", "INIT", "DOWN")
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m kmon.workload")
+    p = argparse.ArgumentParser(prog="python -m kmon.devtools.workload")
     p.add_argument("kind", choices=("producer", "consumer", "admin", "both"))
     p.add_argument("bootstrap")
     p.add_argument("--instrument", action="store_true", help="use kmon.agent.instrument")

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import psutil
 
-from kmon.join import JoinSettings
-from kmon.jvm_join import join_jvm
-from kmon.jvm_nodes import CounterHistory, jvm_clients, log_brokers
+from kmon.evidence.jvm_join import join_jvm
+from kmon.evidence.jvm_nodes import CounterHistory, jvm_clients, log_brokers
+from kmon.evidence.stats_join import JoinSettings
 from kmon.model import ClientInstance, Connection
 from kmon.sources.java_log import LogFollower, NodeTable
 from kmon.sources.jmx import JmxReading, JmxSource, JmxUnavailable

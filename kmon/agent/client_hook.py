@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from kmon import spool
+from kmon.agent import spool_writer
+from kmon.sources import spool
 
 DEFAULT_STATS_INTERVAL_MS = 1000
 
@@ -64,7 +65,7 @@ class _SpoolWriter:
     def _start_process(self) -> None:
         self.pid = os.getpid()
         self.proc_start = _process_start_time()
-        self.directory = spool.ensure_private_dir(spool.default_dir())
+        self.directory = spool_writer.ensure_private_dir(spool.default_dir())
         self.written: set[Path] = set()
         self.socket_reader = None
         self.sockets_unreadable = False
@@ -118,7 +119,7 @@ class _SpoolWriter:
             "sockets": self.socket_counters(),
             "stats": _connection_stats(stats),
         }
-        self.written.add(spool.write_record(self.directory, self.pid, instance,
+        self.written.add(spool_writer.write_record(self.directory, self.pid, instance,
                                             json.dumps(record)))
 
     def remove_all(self, owner_pid: int) -> None:

@@ -1,0 +1,58 @@
+"""The ``kmon`` command line: one module per command, shared options in ``options``."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from kmon import __version__
+from kmon.cli.options import EXIT_ERROR, Parser
+from kmon.errors import UserError
+
+# command -> (module under kmon.cli, help)
+COMMANDS = {
+    "attach": ("attach", "watch the connections of one client process"),
+    "watch": ("watch", "a cluster's brokers, groups and local clients"),
+    "replay": ("replay", "the attach dashboard over a recording made with "
+                         "kmon attach PID --json > FILE"),
+    "run": ("run", "run a confluent-kafka program with kmon's agent"),
+    "demo": ("demo", "an embedded cluster and workload, watched by kmon"),
+    "record": ("record", "record sessions to Parquet, headless"),
+    "analyze": ("analyze", "fleet analysis of recordings on Spark"),
+    "simulate-fleet": ("simulate", "write a modelled fleet's sessions, for analysis"),
+    "devcluster": ("devcluster", "run an embedded mock Kafka cluster"),
+}
+
+
+def _command(name: str):
+    return importlib.import_module(f"kmon.cli.{COMMANDS[name][0]}")
+
+
+def build_parser() -> Parser:
+    """The whole command line."""
+    parser = Parser(prog="kmon", description="Every TCP connection a Kafka client holds, "
+                    "what it is for, and when it will be reaped.")
+    parser.add_argument("--version", action="version", version=f"kmon {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for name, (_, text) in COMMANDS.items():
+        _command(name).configure(commands.add_parser(name, help=text))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one kmon command; user errors are one line on stderr and exit 1."""
+    args = build_parser().parse_args(argv)
+    try:
+        return _command(args.command).run(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        sys.stderr.close()  # the reader went away (| head): nothing left to say
+        return 0
+    except UserError as err:
+        print(f"kmon: error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""``kmon attach PID``: the dashboard of one client process, or its snapshots as text."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from kmon.cli import options
+from kmon.errors import UserError
+from kmon.units import pid_arg
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``attach`` arguments to ``parser``."""
+    parser.add_argument("pid", type=pid_arg, help="process id of the Kafka client")
+    parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    parser.add_argument("--json", action="store_true",
+                        help="JSON: one object per snapshot, one per line")
+    options.interval(parser)
+    parser.add_argument("--bootstrap-servers", "-b", metavar="HOST:PORT,...",
+                        help="the cluster, to name the brokers of unmatched sockets")
+    options.client_properties(parser, "for --bootstrap-servers")
+    options.cluster_timeout(parser, 10.0)
+    options.broker_idle(parser)
+    parser.add_argument("--socket-reader", choices=("auto", "sock_diag", "psutil"),
+                        default="auto", help="how sockets are read (default: fastest)")
+    parser.add_argument("--any-process", action="store_true",
+                        help="attach even to a process that shows no sign of Kafka")
+    parser.add_argument("--client-log", type=Path, metavar="FILE",
+                        help="a Java client's log to follow (NetworkClient lines: node ids, "
+                        "addresses, open order)")
+    options.dashboard(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Attach to ``args.pid`` until the user quits, once, or the process exits."""
+    from kmon.cli.dashboard import checked_theme
+    from kmon.cli.text_view import print_snapshots
+    from kmon.config import load_config
+    from kmon.engine.monitor import Monitor
+    from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
+    from kmon.sources.cluster import ClusterUnreachable, admin_client, fetch_cluster
+    from kmon.sources.sockets import open_socket_reader
+    from kmon.sources.spool import SpoolError
+
+    try:
+        config = load_config(args.config)
+        theme = checked_theme(config, args.theme)
+        cluster, groups = None, None
+        if args.bootstrap_servers:
+            state = fetch_cluster(admin_client(args.bootstrap_servers, dict(args.properties)),
+                                  args.bootstrap_servers, args.cluster_timeout)
+            cluster, groups = state.metadata, state.groups
+        settings = SamplerSettings(broker_idle_ms=args.broker_idle_ms, cluster=cluster,
+                                   groups=groups, require_kafka=not args.any_process)
+        sampler = ProcessSampler(args.pid, open_socket_reader(args.socket_reader), settings,
+                                 client_log=args.client_log)
+        interactive = options.interactive(args)
+        monitor = Monitor([sampler], history=1 if interactive else 600)
+        try:
+            if interactive:
+                return _dashboard(args, monitor, config, theme)
+            interval = args.interval or config.dashboard.interval_s or 1.0
+            return print_snapshots(monitor, interval, json_lines=args.json, once=args.once)
+        finally:
+            monitor.close()
+    except BrokenPipeError:
+        raise
+    except (SampleError, SpoolError, ClusterUnreachable, OSError) as err:
+        raise UserError(str(err)) from err
+
+
+def _dashboard(args: argparse.Namespace, monitor, config, theme: str | None) -> int:
+    from kmon.cli.dashboard import dashboard_settings
+    from kmon.engine.facade import ProcessSession
+    from kmon.widgets.launch import run_attach
+
+    settings = dashboard_settings(config, args.interval, args.record_dir)
+    session = ProcessSession(monitor, round(settings.interval_s * 1000))
+    return run_attach(args.pid, session, settings, theme, cluster=args.bootstrap_servers or "")

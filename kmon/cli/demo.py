@@ -1,0 +1,69 @@
+"""``kmon demo``: an embedded cluster and a small workload, watched by kmon."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kmon.cli import options
+from kmon.errors import UserError
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``demo`` arguments to ``parser``."""
+    parser.add_argument("--headless", action="store_true",
+                        help="no live screen: print snapshots (with --json, as JSON lines)")
+    parser.add_argument("--json", action="store_true", help="JSON lines, one per snapshot")
+    parser.add_argument("--duration", type=options.duration_arg, default=None,
+                        metavar="DURATION", help="stop after this long (default: until Ctrl-C)")
+    options.interval(parser)
+    options.dashboard(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start the cluster and the clients, watch them, and stop every child at the end."""
+    from kmon.cli.dashboard import checked_theme
+    from kmon.cli.text_view import print_snapshots
+    from kmon.config import load_config
+    from kmon.devtools.demo import Demo, DemoError
+    from kmon.engine.monitor import Monitor
+    from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
+    from kmon.sources.sockets import open_socket_reader
+
+    config = load_config(args.config)
+    interactive = options.interactive(args)
+    theme = checked_theme(config, args.theme) if interactive else None
+    print("kmon demo: starting an embedded 3-broker cluster and 5 client processes...",
+          file=sys.stderr, flush=True)
+    try:
+        with Demo() as demo:
+            labels = {pid: client.label for pid, client in demo.clients.items()}
+            if interactive:
+                return _dashboard(demo, labels, config, args, theme)
+            reader, settings = open_socket_reader(), SamplerSettings()
+            monitor = Monitor(ProcessSampler(pid, reader, settings) for pid in demo.clients)
+            return print_snapshots(monitor, args.interval or 1.0, json_lines=args.json,
+                                   duration=args.duration, labels=labels,
+                                   live_screen=not args.headless,
+                                   title=f"kmon demo — cluster {demo.bootstrap} (Ctrl-C to stop)")
+    except BrokenPipeError:
+        raise
+    except (DemoError, SampleError, OSError) as err:
+        raise UserError(str(err)) from err
+
+
+def _dashboard(demo, labels: dict[int, str], config, args: argparse.Namespace,
+               theme: str | None) -> int:
+    """``kmon watch`` on the demo's cluster, its clients listed from the start."""
+    from kmon.cli.dashboard import dashboard_settings
+    from kmon.engine.cluster_watch import ClusterWatcher
+    from kmon.engine.facade import ClusterSession
+    from kmon.engine.sampler import SamplerSettings
+    from kmon.widgets.launch import run_watch
+
+    settings = dashboard_settings(config, args.interval, args.record_dir)
+    session = ClusterSession(ClusterWatcher(demo.bootstrap, {}, refresh_s=10.0),
+                             SamplerSettings(require_kafka=False), list(demo.clients),
+                             interval_ms=round(settings.interval_s * 1000))
+    return run_watch("demo", session, settings, theme, labels=labels,
+                     exit_after_s=args.duration)

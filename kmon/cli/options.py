@@ -1,0 +1,67 @@
+"""What several commands share: the parser class, exit codes and option groups, declared once."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from kmon.units import duration_arg, positive_int_arg, property_arg
+
+__all__ = ["duration_arg"]
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+DEFAULT_BROKER_IDLE_MS = 600_000
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one clear line."""
+
+    def error(self, message: str) -> None:
+        self.exit(EXIT_USAGE, f"kmon: error: {message} (see '{self.prog} --help')\n")
+
+
+def client_properties(parser: argparse.ArgumentParser, what: str) -> None:
+    """``-X key=value``: client properties for the cluster connection (as kcat takes them)."""
+    parser.add_argument("-X", dest="properties", type=property_arg, action="append", default=[],
+                        metavar="KEY=VALUE", help=f"client property {what}")
+
+
+def cluster_timeout(parser: argparse.ArgumentParser, default_s: float) -> None:
+    """``--cluster-timeout``: how long to wait for the cluster's answers."""
+    parser.add_argument("--cluster-timeout", type=duration_arg, default=default_s,
+                        metavar="DURATION", help="how long to wait for the cluster's answers "
+                        f"(default {default_s:g}s)")
+
+
+def broker_idle(parser: argparse.ArgumentParser) -> None:
+    """``--broker-idle-ms``: the brokers' own idle limit."""
+    parser.add_argument("--broker-idle-ms", type=positive_int_arg,
+                        default=DEFAULT_BROKER_IDLE_MS,
+                        help=f"the brokers' connections.max.idle.ms (default "
+                             f"{DEFAULT_BROKER_IDLE_MS})")
+
+
+def interval(parser: argparse.ArgumentParser, what: str = "snapshots",
+             default: float | None = None) -> None:
+    """``--interval``: time between refreshes."""
+    shown = f"{default:g}s" if default else "1s"
+    parser.add_argument("--interval", type=duration_arg, default=default, metavar="DURATION",
+                        help=f"time between {what}, e.g. 500ms, 2s (default {shown})")
+
+
+def dashboard(parser: argparse.ArgumentParser) -> None:
+    """Options every dashboard command takes."""
+    parser.add_argument("--theme", metavar="NAME", help="Textual theme, e.g. nord, dracula")
+    parser.add_argument("--config", type=Path, metavar="FILE",
+                        help="config file (default $KMON_CONFIG, ~/.config/kmon/config.toml)")
+    parser.add_argument("--record-dir", type=Path, default=Path("kmon-sessions"), metavar="DIR",
+                        help="where the r key records sessions (default ./kmon-sessions)")
+
+
+def interactive(args: argparse.Namespace) -> bool:
+    """True when the dashboard should open: a terminal, and no text output asked for."""
+    return (not getattr(args, "json", False) and not getattr(args, "once", False)
+            and not getattr(args, "headless", False) and sys.stdout.isatty()
+            and sys.stdin.isatty())

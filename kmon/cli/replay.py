@@ -1,0 +1,43 @@
+"""``kmon replay FILE``: the attach dashboard over a recording made with ``attach --json``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from kmon.cli import options
+from kmon.errors import UserError
+from kmon.units import pid_arg
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``replay`` arguments to ``parser``."""
+    parser.add_argument("file", type=Path, metavar="FILE", help="JSON lines of kmon snapshots")
+    parser.add_argument("--pid", type=pid_arg, default=None,
+                        help="the process to show (default: the first one recorded)")
+    parser.add_argument("--interval", type=options.duration_arg, default=None,
+                        metavar="DURATION", help="time between frames (default: as recorded)")
+    options.dashboard(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Play the recording until the user quits."""
+    from kmon.cli.dashboard import checked_theme, dashboard_settings
+    from kmon.config import load_config
+    from kmon.engine.facade import ProcessSession
+    from kmon.engine.replay import Replay, read_recording, recorded_interval_s
+    from kmon.widgets.launch import run_attach
+
+    config = load_config(args.config)
+    theme = checked_theme(config, args.theme)
+    frames = read_recording(args.file)
+    pids = [p.pid for snapshot, _ in frames for p in snapshot.processes]
+    pid = args.pid if args.pid is not None else (pids[0] if pids else None)
+    if pid not in pids:
+        raise UserError(f"{args.file} holds no snapshot of PID {pid}")
+    if not options.interactive(args):
+        raise UserError("kmon replay is a dashboard and needs a terminal")
+    settings = dashboard_settings(config, args.interval or recorded_interval_s(frames),
+                                  args.record_dir)
+    session = ProcessSession(Replay(frames), round(settings.interval_s * 1000))
+    return run_attach(pid, session, settings, theme, cluster=f"replay of {args.file}")

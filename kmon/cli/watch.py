@@ -1,0 +1,46 @@
+"""``kmon watch CLUSTER``: the dashboard of one cluster's brokers, groups and local clients."""
+
+from __future__ import annotations
+
+import argparse
+
+from kmon.cli import options
+from kmon.errors import UserError
+from kmon.units import duration_arg
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``watch`` arguments to ``parser``."""
+    parser.add_argument("cluster", metavar="CLUSTER",
+                        help="bootstrap servers host:port,... or a cluster named in the config")
+    options.client_properties(parser, "for the cluster, e.g. security.protocol=SSL")
+    options.interval(parser, "refreshes of the local clients")
+    parser.add_argument("--metadata-every", type=duration_arg, default=30.0, metavar="DURATION",
+                        help="time between refreshes of the cluster's metadata (default 30s)")
+    options.cluster_timeout(parser, 5.0)
+    options.broker_idle(parser)
+    options.dashboard(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The watch dashboard until the user quits."""
+    from kmon.cli.dashboard import checked_theme, dashboard_settings
+    from kmon.config import load_config
+    from kmon.engine.cluster_watch import ClusterWatcher
+    from kmon.engine.facade import ClusterSession
+    from kmon.engine.sampler import SamplerSettings
+    from kmon.widgets.launch import run_watch
+
+    config = load_config(args.config)
+    cluster = config.resolve_cluster(args.cluster, dict(args.properties))
+    theme = checked_theme(config, args.theme)
+    if not options.interactive(args):
+        raise UserError("kmon watch is a dashboard and needs a terminal; for text output use "
+                        "kmon attach PID --json or kmon record --cluster")
+    watcher = ClusterWatcher(cluster.bootstrap, cluster.properties, timeout_s=args.cluster_timeout,
+                             refresh_s=args.metadata_every)
+    settings = dashboard_settings(config, args.interval, args.record_dir)
+    session = ClusterSession(watcher, SamplerSettings(broker_idle_ms=args.broker_idle_ms,
+                                                      require_kafka=False), [],
+                             interval_ms=round(settings.interval_s * 1000))
+    return run_watch(cluster.name, session, settings, theme)

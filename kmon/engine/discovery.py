@@ -1,0 +1,51 @@
+"""Finding the local client processes of a cluster, and adding them to a Monitor as they appear.
+
+One class for every caller: ``kmon record --cluster``, the watch screen and
+the host view; each picks how often the host's sockets are searched.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection
+
+from kmon.engine.monitor import Monitor
+from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
+from kmon.sources.host_sockets import client_pids
+from kmon.sources.sockets import Endpoint, SocketReader
+
+
+class ClientDiscovery:
+    """Adds a sampler for each local process newly connected to the given brokers.
+
+    ``update`` searches at most every ``every_s`` seconds; ``find`` is the
+    search (the host's TCP sockets by default).
+    """
+
+    def __init__(self, reader: SocketReader, settings: SamplerSettings, every_s: float,
+                 find: Callable[[Collection[Endpoint]], set[int]] = client_pids) -> None:
+        self.reader, self.settings, self.every_s, self.find = reader, settings, every_s, find
+        self.next_search = 0.0  # monotonic
+        self.notices: list[str] = []
+
+    def update(self, monitor: Monitor, brokers: Collection[Endpoint]) -> None:
+        """Search the host's sockets when due; new clients join ``monitor``."""
+        if not brokers or time.monotonic() < self.next_search:
+            return
+        self.next_search = time.monotonic() + self.every_s
+        try:
+            found = self.find(brokers)
+        except PermissionError as err:
+            self.notices = [str(err)]
+            return
+        for pid in sorted(found - monitor.samplers.keys()):
+            self.add(monitor, pid, quiet=True)
+
+    def add(self, monitor: Monitor, pid: int, quiet: bool = False) -> None:
+        """Watch ``pid`` too; a process that cannot be sampled is a notice (or, when
+        ``quiet``, skipped: it went away since its socket was listed)."""
+        try:
+            monitor.add(ProcessSampler(pid, self.reader, self.settings))
+        except SampleError as err:
+            if not quiet:
+                self.notices = [str(err)]

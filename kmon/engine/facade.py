@@ -1,0 +1,177 @@
+"""The one door between the engine and the dashboard: sessions to poll, record and close.
+
+The screens never build samplers, sockets or recorders themselves. They hold a
+``ProcessSession`` (one process, live or replayed) or a ``ClusterSession``
+(a cluster and its local clients) and call these methods from worker threads:
+``poll()``, ``stop_recording()``, ``attach()``, ``refresh_cluster()``.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+from typing import Protocol
+
+from kmon.engine.cluster_watch import (
+    ClusterView,
+    ClusterWatcher,
+    GroupRow,
+    broker_connection_counts,
+    groups_coordinated,
+    groups_view,
+)
+from kmon.engine.discovery import ClientDiscovery
+from kmon.engine.monitor import Monitor
+from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
+from kmon.model import Event, Snapshot
+from kmon.sources.sockets import open_socket_reader
+
+__all__ = ["AttachFailed", "ClusterSession", "ClusterView", "GroupRow", "ProcessSession",
+           "SnapshotSource", "broker_connection_counts", "groups_coordinated", "groups_view"]
+
+DISCOVER_EVERY_S = 5.0
+
+
+class SnapshotSource(Protocol):
+    """Where refreshes come from: a live Monitor, or a recording replayed."""
+
+    def poll(self) -> tuple[Snapshot, list[Event]]: ...
+
+
+class AttachFailed(Exception):
+    """A process the user asked to attach to cannot be watched (gone, no permission, …)."""
+
+
+class ProcessSession:
+    """One process's refreshes, and the recording the user may start and stop.
+
+    Recording happens inside ``poll()`` (a worker thread), so Parquet flushes
+    never run on the UI thread; ``stop_recording()`` compacts the parts and
+    belongs in a worker too.
+    """
+
+    def __init__(self, source: SnapshotSource, interval_ms: int = 1000) -> None:
+        self.source = source
+        self.interval_ms = interval_ms
+        self._recorder = None
+        self._poll_lock = threading.Lock()  # one poll at a time
+        self._record_lock = threading.Lock()  # recording changes never wait for a slow poll
+
+    @property
+    def recording_root(self) -> Path | None:
+        """Where the running recording writes, or None."""
+        recorder = self._recorder
+        return recorder.root if recorder is not None else None
+
+    def poll(self) -> tuple[Snapshot, list[Event]]:
+        """The next snapshot and its events (recorded when a recording runs)."""
+        with self._poll_lock:
+            snapshot, events = self.source.poll()
+        with self._record_lock:
+            if self._recorder is not None:
+                self._recorder.add(snapshot, events)
+        return snapshot, events
+
+    def start_recording(self, root: Path) -> None:
+        """Record every following refresh under ``root`` (as ``kmon record`` does).
+
+        Nothing is written before the next refresh, so this is cheap anywhere.
+        """
+        from kmon.record.recorder import Recorder, new_session_id
+
+        host = socket.gethostname()
+        with self._record_lock:
+            if self._recorder is None:
+                self._recorder = Recorder(root, host, new_session_id(host), self.interval_ms)
+
+    def stop_recording(self) -> str:
+        """Close the recording (compacting its parts: call from a worker); what it wrote."""
+        with self._record_lock:
+            recorder, self._recorder = self._recorder, None
+            if recorder is None:
+                return "not recording"
+            summary = recorder.close()
+        return (f"{sum(summary.rows.values())} rows in {len(summary.files)} files "
+                f"under {recorder.root}")
+
+    def close(self) -> None:
+        """Stop any recording and release the source (JMX helpers, sockets)."""
+        self.stop_recording()
+        close = getattr(self.source, "close", None)
+        if close is not None:
+            close()
+
+
+def open_process(pid: int, settings: SamplerSettings, interval_ms: int = 1000) -> ProcessSession:
+    """A session of one live process, with its own socket reader; AttachFailed if it can't."""
+    try:
+        sampler = ProcessSampler(pid, open_socket_reader(), settings)
+    except (SampleError, OSError) as err:
+        raise AttachFailed(str(err)) from err
+    return ProcessSession(Monitor([sampler], history=1), interval_ms)
+
+
+class ClusterSession:
+    """A cluster's metadata and groups, and every local client of it, for the watch screen.
+
+    ``poll()`` (a worker thread) searches the host for new clients when due and
+    takes one snapshot of every client; ``refresh_cluster()`` (another worker)
+    refreshes the metadata when ``cluster_due()``.
+    """
+
+    def __init__(self, watcher: ClusterWatcher, settings: SamplerSettings, pids: list[int],
+                 discover_every_s: float = DISCOVER_EVERY_S, interval_ms: int = 1000) -> None:
+        self.watcher, self.settings = watcher, settings
+        self.interval_ms = interval_ms
+        self.monitor = Monitor([], history=1)
+        self.discovery = ClientDiscovery(open_socket_reader(), settings, discover_every_s)
+        self._lock = threading.Lock()
+        for pid in pids:
+            self.discovery.add(self.monitor, pid)
+
+    @property
+    def view(self) -> ClusterView:
+        """The cluster as last fetched."""
+        return self.watcher.view
+
+    @property
+    def notices(self) -> list[str]:
+        """Problems finding or reading the local clients."""
+        return self.discovery.notices
+
+    @property
+    def next_retry_in_s(self) -> float | None:
+        return self.watcher.next_retry_in_s
+
+    def cluster_due(self) -> bool:
+        """True when the cluster's metadata should be fetched again."""
+        return self.watcher.due()
+
+    def refresh_cluster(self) -> ClusterView:
+        """Fetch the cluster's metadata and groups (blocking: call from a worker)."""
+        return self.watcher.refresh()
+
+    def poll(self) -> tuple[Snapshot, list[Event]]:
+        """Search for new clients when due, then one snapshot of every client."""
+        with self._lock:
+            view = self.watcher.view
+            if view.brokers:
+                self.settings.cluster = view.metadata
+                self.settings.groups = view.groups  # to infer coordinators of agentless clients
+                self.discovery.update(self.monitor,
+                                      set(view.metadata.endpoints(self.settings.resolver)))
+            return self.monitor.poll()
+
+    def events_of(self, pid: int) -> list[Event]:
+        """The remembered events of one watched process."""
+        with self._lock:
+            return [e for e in self.monitor.events if e.pid == pid]
+
+    def attach(self, pid: int) -> ProcessSession:
+        """A session of one of the cluster's clients (its own sampler and socket reader)."""
+        return open_process(pid, self.settings, self.interval_ms)
+
+    def close(self) -> None:
+        """Stop every sampler (JMX helpers)."""
+        self.monitor.close()
