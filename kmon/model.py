@@ -19,6 +19,17 @@ class Role(str, Enum):
     UNKNOWN = "unknown"
 
 
+ROLE_RANK = {Role.BOOTSTRAP: 0, Role.COORDINATOR: 1, Role.BROKER: 2, Role.UNKNOWN: 3}
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When an idle or closing connection deserves attention (the config file's [thresholds])."""
+
+    idle_warning: float = 0.8  # fraction of the idle limit: bars turn yellow, near_reap fires
+    close_wait_alert_ms: int = 5000  # CLOSE_WAIT longer than this is an alert
+
+
 @dataclass
 class ClientInstance:
     """One Kafka client inside a process (a librdkafka handle, a Java client)."""
@@ -64,6 +75,7 @@ class Connection:
     inode: int | None = None
     evidence: dict[str, str] = field(default_factory=dict)  # fact -> stats|kernel|inferred|...
     confidence: float = 1.0
+    claims: list[dict] = field(default_factory=list)  # every source's claim (Claim.summary())
 
     @property
     def reap_in_ms(self) -> int | None:
@@ -71,6 +83,13 @@ class Connection:
         if self.idle_ms is None or self.idle_limit_ms is None:
             return None
         return max(0, self.idle_limit_ms - self.idle_ms)
+
+    def display_order(self) -> tuple:
+        """How kmon lists connections everywhere: by role, then client (connections no
+        client claims last), node id, address."""
+        return (ROLE_RANK[self.role], self.client or "~",
+                self.node_id if self.node_id is not None else 1 << 32, self.remote or "",
+                self.key)
 
     def to_dict(self) -> dict:
         out = asdict(self)
