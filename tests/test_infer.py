@@ -14,17 +14,19 @@ import pytest
 from conftest import Child
 
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
+from kmon.evidence.claims import Claim
 from kmon.evidence.infer import (
     HISTORY_LEN,
+    CadenceEvidence,
     Reading,
     by_cadence,
     by_groups,
     cadence_confidence,
     client_ids,
     heartbeat_cycles,
-    infer_coordinators,
     remember,
 )
+from kmon.evidence.resolve import resolve_one
 from kmon.model import Connection, Role
 from kmon.sources.cluster import GroupInfo, GroupMember, fetch_metadata
 from kmon.sources.sockets import Endpoint, TcpSocket, open_socket_reader
@@ -114,6 +116,21 @@ def test_describe_groups_rule_on_constructed_groups():
     assert by_groups([group], local, set(), two, {}) == {}  # which of the two is not known
     assert list(by_groups([group], local, set(), two, {"a": 3})) == ["a"]
     assert list(by_groups([group], local, set(), two, {"a": 0, "b": 3})) == ["b"]
+
+
+def infer_coordinators(rows: list[Connection], history, groups, args) -> list[Connection]:
+    """The rows resolved from their claims and the cadence producer's (rows with a client
+    carry a statistics claim; every row a claim of its known broker endpoint)."""
+    producer = CadenceEvidence(lambda: groups, args)
+    producer.history = history
+    earlier = {r.key: [Claim("endpoint", Role.BROKER, r.broker_id, r.broker_id, 0.6,
+                             evidence={"role": "inferred"})]
+                      + ([Claim("stats", r.role, r.node_id, r.broker_id, 1.0,
+                                facts={"client": r.client}, evidence={"role": "stats"})]
+                         if r.client else []) for r in rows}
+    found = producer.infer(earlier, {"127.0.0.1"})
+    return [resolve_one(r, earlier[r.key] + ([found[r.key]] if r.key in found else []))[0]
+            for r in rows]
 
 
 def test_rows_with_client_metrics_are_left_alone():

@@ -29,11 +29,25 @@ def _fields(conn: Connection) -> Table:
     table.add_column(style="bold")
     table.add_column()
     for name, value in conn.to_dict().items():
+        if name == "claims":
+            continue  # a section of its own (_claims)
         if name == "evidence":
             value = ", ".join(f"{fact}: {source}" for fact, source in value.items())
         elif name.endswith("_ms") and isinstance(value, int):
             value = f"{value} ({fmt.duration(value)})"
         table.add_row(name, "-" if value is None else str(value))
+    return table
+
+
+def _claims(conn: Connection) -> Table:
+    """Why the row says what it says: every source's claim, the one that decided first."""
+    table = Table(box=None, padding=(0, 2), show_edge=False)
+    for heading in ("source", "role", "node id", "broker", "confidence", "what decided"):
+        table.add_column(heading, style="bold" if heading == "source" else None)
+    for claim in conn.claims:
+        table.add_row(claim["source"], claim["role"], fmt.node(claim["node_id"]),
+                      fmt.node(claim["broker_id"]), f"{claim['confidence']:.2f}",
+                      claim.get("detail", ""))
     return table
 
 
@@ -101,6 +115,9 @@ class DetailScreen(ModalScreen):
             conn = track.last if track else None
         if conn is not None:
             parts += [Text("connection", style="bold underline"), _fields(conn)]
+            if conn.claims:
+                parts += [Text("\nwhat each source claims", style="bold underline"),
+                          _claims(conn)]
         parts += [Text("\nlife", style="bold underline"), _life(track),
                   Text("\nevents", style="bold underline")]
         parts += [event_line(e, show_pid=False) for e in events[-20:]] or [

@@ -9,15 +9,14 @@ from pathlib import Path
 
 import psutil
 
-from kmon.evidence.infer import SocketReadings, infer_coordinators, remember
+from kmon.classify import BROKER_IDLE_MS
+from kmon.evidence.claims import Claim, Evidence, Gathered, Producer, socket_key
+from kmon.evidence.endpoints import endpoint_evidence
+from kmon.evidence.infer import CadenceEvidence
 from kmon.evidence.jvm import JvmEvidence
-from kmon.evidence.logical import (
-    broker_ids_by_address,
-    classify_broker_entry,
-    learned_brokers,
-    logical_connections,
-)
-from kmon.evidence.stats_join import BROKER_DEFAULT_IDLE_MS, JoinSettings, join_process
+from kmon.evidence.logical import broker_ids_by_address, classify_broker_entry, learned_brokers
+from kmon.evidence.resolve import resolve
+from kmon.evidence.stats_join import stats_evidence
 from kmon.model import ClientInstance, Connection, ProcessView
 from kmon.redact import redact_args
 from kmon.sources.cluster import ClusterMetadata, GroupInfo
@@ -49,7 +48,7 @@ class NotAKafkaClient(SampleError):
 class SamplerSettings:
     """Knobs shared by every process sampler."""
 
-    broker_idle_ms: int = BROKER_DEFAULT_IDLE_MS
+    broker_idle_ms: int = BROKER_IDLE_MS
     cluster: ClusterMetadata | None = None
     require_kafka: bool = True
     resolver: Resolver = field(default_factory=Resolver)
@@ -105,7 +104,6 @@ class ProcessSampler:
             raise ProcessGone(f"no process with PID {pid}") from err
         self.pid = pid
         self.name, self.cmdline, self.start_time = _describe(self.process)
-        self._argv = shlex.split(self.cmdline)  # for the client ids inference looks for
         try:
             self.uid = self.process.uids().real
             self.spool_dirs = spool_dirs(self.process)
@@ -120,9 +118,9 @@ class ProcessSampler:
                 f"PID {pid} is in another network namespace: its sockets are invisible from "
                 f"here; run kmon inside it (nsenter --net=/proc/{pid}/ns/net kmon attach {pid})")
         jvm = is_jvm(pid)
-        self.jvm = (JvmEvidence(pid, self.start_time, client_log, jmx=jvm)
+        self.jvm = (JvmEvidence(pid, self.start_time, client_log, jmx=jvm, reader=reader)
                     if jvm or client_log else None)
-        self._history: SocketReadings = {}  # recent readings of each socket, for the cadence rule
+        self.cadence = CadenceEvidence(lambda: self.settings.groups, shlex.split(self.cmdline))
 
     def close(self) -> None:
         """Release what the sampler holds (the JMX helper of a JVM); idempotent."""
@@ -153,31 +151,46 @@ class ProcessSampler:
         known = dict(self.settings.learned)
         if self.settings.cluster is not None:
             known.update(self.settings.cluster.endpoints(resolver))
-        join = JoinSettings(now_ms=now_ms, broker_idle_ms=self.settings.broker_idle_ms)
-        jvm = (self.jvm.sample(sockets, self.reader, known, join, resolver)
-               if self.jvm is not None and not fresh else None)
-        if jvm is not None:
-            self.settings.learned.update(jvm.learned)
+        gathered = Gathered(now_ms=now_ms, sockets=sockets, known=known, resolver=resolver,
+                            broker_idle_ms=self.settings.broker_idle_ms, stats=fresh)
+        found, claims = self._claims(gathered, use_jvm=not fresh)
+        hidden = set().union(*(e.hidden for e in found))
+        sockets = [s for s in sockets if socket_key(s) not in hidden]
+        clients = [c for e in found for c in e.clients]
         if not self._kafka_checked:
-            self._check_kafka(bool(all_stats or (jvm and jvm.clients)), known, sockets)
-        if jvm is not None:
-            connections = jvm.connections
-        else:
-            logicals = [lc for c in fresh for lc in logical_connections(c, resolver)]
-            connections = infer_coordinators(
-                join_process(sockets, logicals, known, join),
-                remember(self._history, [s for s in sockets if s.remote in known], now_ms),
-                self.settings.groups, self._argv)
+            self._check_kafka(bool(all_stats or clients), gathered.known, sockets)
+        connections, disagreements = resolve(sockets, claims, self.settings.broker_idle_ms)
         connections.sort(key=Connection.display_order)
         return ProcessView(
             pid=self.pid, name=self.name, cmdline=self.cmdline,
-            clients=[_instance(c, now_ms) for c in all_stats] + (jvm.clients if jvm else []),
+            clients=[_instance(c, now_ms) for c in all_stats] + clients,
             connections=connections,
             notices=self.standing_notices + [
                 f"client {c.instance}: statistics {c.age_ms(now_ms) // 1000}s old (closed, or "
                 "not serving its callbacks); its sockets show unpaired"
-                for c in all_stats if c.is_stale(now_ms)] + (jvm.notices if jvm else []),
+                for c in all_stats if c.is_stale(now_ms)]
+                + [n for e in found for n in e.notices] + disagreements,
         )
+
+    def producers(self, use_jvm: bool) -> list[Producer]:
+        """The evidence producers of this process, in order: each sees the claims before it."""
+        producers: list[Producer] = [stats_evidence]
+        if use_jvm and self.jvm is not None:
+            producers.append(self.jvm.evidence)
+        return [*producers, endpoint_evidence, self.cadence.evidence]
+
+    def _claims(self, gathered: Gathered,
+                use_jvm: bool) -> tuple[list[Evidence], dict[str, list[Claim]]]:
+        """Every producer's findings, and the claims about each socket (by key)."""
+        found, claims = [], {}
+        for producer in self.producers(use_jvm):
+            evidence = producer(gathered, claims)
+            gathered.known.update(evidence.learned)
+            self.settings.learned.update(evidence.learned)
+            for key, claim in evidence.claims.items():
+                claims.setdefault(key, []).append(claim)
+            found.append(evidence)
+        return found, claims
 
     def _check_kafka(self, has_clients: bool, known: dict, sockets: list) -> None:
         if has_clients or loads_kafka_library(self.pid) or "kafka" in self.cmdline.lower() or any(

@@ -19,13 +19,13 @@ The cadence rule reads a short history of each socket kept across polls.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import pairwise
 
 from kmon.classify import coordinator_node_id
-from kmon.evidence.stats_join import socket_key
-from kmon.model import Connection, Role
+from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
+from kmon.model import Role
 from kmon.sources.cluster import GroupInfo
 from kmon.sources.sockets import TcpSocket
 
@@ -168,28 +168,42 @@ def combine(first: dict[str, Inference], second: dict[str, Inference]) -> dict[s
     return out
 
 
-def infer_coordinators(connections: list[Connection], history: SocketReadings,
-                       groups: Sequence[GroupInfo] | None,
-                       args: Sequence[str]) -> list[Connection]:
-    """``connections`` with the coordinator connections among the unpaired ones marked.
+class CadenceEvidence:
+    """The inference producer of one process: keeps its sockets' recent readings across polls.
 
-    Only sockets no client metric explains, to a broker kmon knows, are considered;
-    ``args`` is the process's command line (for its client ids).
+    ``groups`` returns the cluster's group descriptions (or None); ``args`` is
+    the process's command line (for its client ids).
     """
-    broker_of = {c.key: c.broker_id for c in connections
-                 if c.client is None and c.role is Role.BROKER and c.broker_id is not None}
-    found = by_cadence(history, broker_of)
-    if groups:
-        local_ips = {c.local.rsplit(":", 1)[0].strip("[]") for c in connections if c.local}
-        cycles = {k: heartbeat_cycles(history.get(k, ())) for k in broker_of}
-        found = combine(by_groups(groups, local_ips, client_ids(args), broker_of, cycles),
-                        found)
-    return [_as_coordinator(c, found[c.key]) if c.key in found else c for c in connections]
+
+    def __init__(self, groups: Callable[[], Sequence[GroupInfo] | None],
+                 args: Sequence[str]) -> None:
+        self.history: SocketReadings = {}
+        self.groups, self.args = groups, args
+
+    def evidence(self, gathered: Gathered, earlier: Mapping[str, Sequence[Claim]]) -> Evidence:
+        """Coordinator claims among the sockets that only a known endpoint explains."""
+        remember(self.history, [s for s in gathered.sockets if s.remote in gathered.known],
+                 gathered.now_ms)
+        return Evidence(claims=self.infer(earlier, {s.local.ip for s in gathered.sockets}))
+
+    def infer(self, earlier: Mapping[str, Sequence[Claim]],
+              local_ips: set[str]) -> dict[str, Claim]:
+        """Socket key -> coordinator claim, from the readings remembered so far."""
+        broker_of = {key: claims[0].broker_id for key, claims in earlier.items()
+                     if len(claims) == 1 and claims[0].source == "endpoint"}
+        found = by_cadence(self.history, broker_of)
+        groups = self.groups()
+        if groups:
+            cycles = {k: heartbeat_cycles(self.history.get(k, ())) for k in broker_of}
+            found = combine(by_groups(groups, local_ips, client_ids(self.args), broker_of,
+                                      cycles), found)
+        return {key: _claim(inference) for key, inference in found.items()}
 
 
-def _as_coordinator(conn: Connection, inference: Inference) -> Connection:
-    return replace(conn, role=Role.COORDINATOR,
-                   node_id=coordinator_node_id(inference.broker_id),
-                   broker_id=inference.broker_id, confidence=inference.confidence,
-                   evidence={**conn.evidence, "role": "inferred", "node_id": "inferred",
-                             "inference": inference.rule})
+def _claim(inference: Inference) -> Claim:
+    return Claim(source="inferred", role=Role.COORDINATOR,
+                 node_id=coordinator_node_id(inference.broker_id),
+                 broker_id=inference.broker_id, confidence=inference.confidence,
+                 evidence={"role": "inferred", "node_id": "inferred",
+                           "inference": inference.rule},
+                 detail=f"{inference.rule}: coordinator on broker {inference.broker_id}")

@@ -1,4 +1,4 @@
-"""The Java side of sampling one process: JMX and the client's log in, connections out.
+"""The Java producer of claims: JMX and the client's log in, claims about sockets out.
 
 One `JvmEvidence` per watched JVM owns its long-lived JMX helper (started at
 the first sample, stopped by ``close`` or when the evidence is collected) and
@@ -9,19 +9,18 @@ the connections are named from the log and the sockets alone.
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import psutil
 
+from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
 from kmon.evidence.jvm_join import join_jvm
 from kmon.evidence.jvm_nodes import CounterHistory, jvm_clients, log_brokers
 from kmon.evidence.stats_join import JoinSettings
-from kmon.model import ClientInstance, Connection
 from kmon.sources.java_log import LogFollower, NodeTable
 from kmon.sources.jmx import JmxReading, JmxSource, JmxUnavailable
-from kmon.sources.resolve import Resolver
-from kmon.sources.sockets import Endpoint, SocketReader, TcpSocket
+from kmon.sources.sockets import SocketReader, TcpSocket
 
 FIRST_READING_S = 20.0  # the first sample waits this long for the helper's first reading
 JMX_INTERVAL_MS = 500  # how often the helper reads the MBeans
@@ -29,22 +28,14 @@ LOG_CATCH_UP_POLLS = 64  # reads of the log's budget per sample, to catch up wit
 CLOCK_SLACK_MS = 1000  # log lines this much older than the process are of an earlier run
 
 
-@dataclass
-class JvmSample:
-    """What the Java evidence says of a JVM's sockets at one instant."""
-
-    connections: list[Connection]
-    clients: list[ClientInstance]
-    notices: list[str]
-    learned: dict[Endpoint, int]  # broker endpoints the log named, for every sampler
-
 
 class JvmEvidence:
     """JMX metrics and the client log of one JVM, joined with its sockets on each sample."""
 
     def __init__(self, pid: int, start_time: float, client_log: Path | None,
-                 jmx: bool) -> None:
+                 jmx: bool, reader: SocketReader) -> None:
         self.pid = pid
+        self.reader = reader
         self._jmx_wanted = jmx
         self._jmx: JmxSource | None = None
         self._stop_jmx: weakref.finalize | None = None
@@ -64,20 +55,22 @@ class JvmEvidence:
         if self._current is not None:
             self._history.update(self._current)
 
-    def sample(self, sockets: list[TcpSocket], reader: SocketReader,
-               known: dict[Endpoint, int], settings: JoinSettings,
-               resolver: Resolver) -> JvmSample:
-        """The JVM's connections, its client instances and what stands in the way."""
+    def evidence(self, gathered: Gathered, earlier: Mapping[str, Sequence[Claim]]) -> Evidence:
+        """Claims about the JVM's sockets, its client instances, and what stands in the way."""
         reading = self._current
-        learned = log_brokers(self._table, resolver)
-        known = {**known, **learned}
-        sockets = self._without_helper(sockets, reader)
-        self._first_seen = {s.inode: self._first_seen.get(s.inode, settings.now_ms)
+        learned = log_brokers(self._table, gathered.resolver)
+        known = {**gathered.known, **learned}
+        sockets = self._without_helper(gathered.sockets)
+        hidden = {socket_key(s) for s in gathered.sockets} - {socket_key(s) for s in sockets}
+        self._first_seen = {s.inode: self._first_seen.get(s.inode, gathered.now_ms)
                             for s in sockets}
-        clients, nodes = jvm_clients(reading, self._table, self._history, known, resolver,
-                                     settings.now_ms)
-        return JvmSample(connections=join_jvm(sockets, nodes, known, settings, self._first_seen),
-                         clients=clients, notices=self._notices(reading), learned=learned)
+        clients, nodes = jvm_clients(reading, self._table, self._history, known,
+                                     gathered.resolver, gathered.now_ms)
+        settings = JoinSettings(now_ms=gathered.now_ms, broker_idle_ms=gathered.broker_idle_ms)
+        pairs = join_jvm(sockets, nodes, settings, self._first_seen)
+        return Evidence(claims={socket_key(sockets[i]): c for i, c in pairs.items()},
+                        clients=clients, notices=self._notices(reading), learned=learned,
+                        hidden=hidden)
 
     def close(self) -> None:
         """Stop the JMX helper and let go of the log."""
@@ -119,13 +112,12 @@ class JvmEvidence:
             if follower.parsed + follower.unparsed + follower.ignored == lines:
                 return
 
-    def _without_helper(self, sockets: list[TcpSocket],
-                        reader: SocketReader) -> list[TcpSocket]:
+    def _without_helper(self, sockets: list[TcpSocket]) -> list[TcpSocket]:
         """The JVM's sockets but those of kmon's own JMX helper's connection to it."""
         if self._jmx is None or self._jmx_problem is not None:
             return sockets
         try:
-            helper = {s.local for s in reader.sockets_of(self._jmx.helper_pid)}
+            helper = {s.local for s in self.reader.sockets_of(self._jmx.helper_pid)}
         except (psutil.Error, OSError):
             return sockets
         return [s for s in sockets if s.remote not in helper]

@@ -1,4 +1,4 @@
-"""Pair a JVM's sockets with its Java clients' connections (node ids), with a confidence.
+"""Claims from a JVM's Java clients: their connections (node ids) paired with sockets.
 
 A node may only take a socket to its own address (from the log or the
 cluster's metadata), or any socket when its address is unknown. Several
@@ -13,18 +13,13 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+from kmon.classify import JAVA_CLIENT_IDLE_MS
+from kmon.evidence.claims import Claim
 from kmon.evidence.jvm_nodes import Activity, JvmNode
-from kmon.evidence.stats_join import (
-    JoinSettings,
-    assign_pairs,
-    join_process,
-    relative_gap,
-    socket_key,
-)
-from kmon.model import Connection, Role
+from kmon.evidence.stats_join import JoinSettings, assign_pairs, relative_gap
+from kmon.model import Role
 from kmon.sources.sockets import Endpoint, TcpSocket
 
-JAVA_IDLE_DEFAULT_MS = 540_000  # the Java client's connections.max.idle.ms default
 SLACK_MS = 300  # reading times against kernel idle times
 BYTES_REJECT = 1.2  # a socket that carried this much more than a node's totals is not it
 ORDER_WEIGHT = 0.1  # per place between log open order and socket order (inodes: weak)
@@ -112,37 +107,40 @@ def _evidence_used(sock: TcpSocket, node: JvmNode, ordered: bool) -> str:
     return "+".join(used) or "none"
 
 
-def _connection(sock: TcpSocket, node: JvmNode, confidence: float, how: str,
-                settings: JoinSettings) -> Connection:
-    limit, limit_from = ((JAVA_IDLE_DEFAULT_MS, "java client default")
-                         if settings.broker_idle_ms >= JAVA_IDLE_DEFAULT_MS
+def _claim(sock: TcpSocket, node: JvmNode, confidence: float, how: str,
+           settings: JoinSettings) -> Claim:
+    """What the Java client's metrics and log say of the socket paired with ``node``."""
+    limit, limit_from = ((JAVA_CLIENT_IDLE_MS, "java client default")
+                         if settings.broker_idle_ms >= JAVA_CLIENT_IDLE_MS
                          else (settings.broker_idle_ms, "broker default"))
-    idle, idle_from = sock.idle_ms, sock.source
-    if idle is None:
+    facts: dict[str, object] = {
+        "client": node.client, "idle_limit_ms": limit, "requests_sent": node.requests,
+        "requests_received": node.responses, "rtt_ms": node.latency_ms,
+        "broker_name": node.address or f"node-{node.node_id}"}
+    idle_from = sock.source
+    if sock.idle_ms is None:
         moved = node.activity.moved if node.activity else None
-        idle, idle_from = (settings.now_ms - moved[1], "jmx") if moved else (None, "unknown")
-    return Connection(
-        key=socket_key(sock), role=node.role, node_id=node.node_id, broker_id=node.broker_id,
-        client=node.client, local=str(sock.local), remote=str(sock.remote), state=sock.state,
-        idle_ms=idle, idle_limit_ms=limit,
-        bytes_sent=sock.bytes_sent if sock.bytes_sent is not None else node.out_bytes,
-        bytes_received=sock.bytes_received if sock.bytes_received is not None else node.in_bytes,
-        requests_sent=node.requests, requests_received=node.responses, rtt_ms=node.latency_ms,
-        tcp_rtt_ms=sock.rtt_ms, broker_name=node.address or f"node-{node.node_id}",
-        fd=sock.fd, inode=sock.inode or None,
+        facts["idle_ms"], idle_from = (settings.now_ms - moved[1], "jmx") if moved else (
+            None, "unknown")
+    if sock.bytes_sent is None:
+        facts["bytes_sent"] = node.out_bytes
+    if sock.bytes_received is None:
+        facts["bytes_received"] = node.in_bytes
+    return Claim(
+        source=node.source, role=node.role, node_id=node.node_id, broker_id=node.broker_id,
+        confidence=confidence, facts=facts,
         evidence={"role": node.source, "node_id": node.source, "address": node.address_from,
                   "idle": idle_from,
                   "bytes": sock.source if sock.bytes_sent is not None else node.source,
                   "state": sock.source, "idle_limit": limit_from, "pairing": how},
-        confidence=confidence)
+        detail=f"{node.client} node {node.node_id} ({how})")
 
 
-def join_jvm(sockets: list[TcpSocket], nodes: list[JvmNode], known: dict[Endpoint, int],
-             settings: JoinSettings, first_seen: dict[int, int]) -> list[Connection]:
-    """Every socket of a JVM, paired with a Java client's node where one fits.
+def join_jvm(sockets: list[TcpSocket], nodes: list[JvmNode], settings: JoinSettings,
+             first_seen: dict[int, int]) -> dict[int, Claim]:
+    """Socket index -> the claim of the Java client's node paired with it, where one fits.
 
-    ``first_seen`` maps socket inodes to when kmon first saw them. Sockets no
-    node fits are shown as ``join_process`` shows them (named by ``known``).
+    ``first_seen`` maps socket inodes to when kmon first saw them.
     """
     order = _OpenOrder(sockets, nodes, first_seen)
     costs: dict[tuple[int, int], float] = {}
@@ -163,12 +161,10 @@ def join_jvm(sockets: list[TcpSocket], nodes: list[JvmNode], known: dict[Endpoin
     pairs = assign_pairs(costs)
     per_socket = Counter(i for i, _ in costs)
     per_node = Counter(j for _, j in costs)
-    rest = [i for i in range(len(sockets)) if i not in pairs]
-    shown = dict(zip(rest, join_process([sockets[i] for i in rest], [], known, settings),
-                     strict=True))
+    claims = {}
     for i, (j, confidence) in pairs.items():
         alone = per_socket[i] == 1 and per_node[j] == 1
         how = "endpoint" if alone and nodes[j].endpoints else _evidence_used(
             sockets[i], nodes[j], (i, j) in ordered)
-        shown[i] = _connection(sockets[i], nodes[j], confidence, how, settings)
-    return [shown[i] for i in range(len(sockets))]
+        claims[i] = _claim(sockets[i], nodes[j], confidence, how, settings)
+    return claims

@@ -1,4 +1,4 @@
-"""Pair sockets with the client's logical connections, and say how sure the pairing is.
+"""Claims from a librdkafka client's statistics: its logical connections paired with sockets.
 
 The key is the remote endpoint. Where one process holds several sockets to
 one endpoint (a producer, a consumer and its coordinator connection to the
@@ -6,20 +6,21 @@ same broker), the kernel's per-socket byte counters and idle times are
 compared with the client's ``txbytes``/``rxbytes`` and ``txidle``/``rxidle``;
 the best assignment wins and its margin over the next best becomes the
 confidence. Nothing is guessed silently: every fact carries its evidence.
+``assign_pairs`` is shared with the Java path (``kmon.evidence.jvm_join``).
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from kmon.evidence.logical import LogicalConnection
-from kmon.model import Connection, Role
+from kmon.classify import BROKER_IDLE_MS
+from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
+from kmon.evidence.logical import LogicalConnection, logical_connections
 from kmon.sources.sockets import Endpoint, TcpSocket
 
-BROKER_DEFAULT_IDLE_MS = 600_000
 MAX_EXHAUSTIVE = 4  # larger groups of look-alike sockets are paired greedily
 GREEDY_CONFIDENCE = 0.5  # a greedy pairing has no runner-up to measure its margin against
 UNPAIRED = 10.0  # cost of leaving a socket or a logical connection without partner
@@ -30,7 +31,7 @@ class JoinSettings:
     """What the join needs beyond the evidence itself."""
 
     now_ms: int
-    broker_idle_ms: int = BROKER_DEFAULT_IDLE_MS
+    broker_idle_ms: int = BROKER_IDLE_MS
 
 
 def relative_gap(a: int | None, b: int | None, floor: int) -> float:
@@ -69,6 +70,15 @@ def pairing_cost(sock: TcpSocket, logical: LogicalConnection, now_ms: int) -> fl
     return cost
 
 
+def _greedy(costs: dict[tuple[int, int], float]) -> dict[int, int]:
+    """Cheapest pairs first, each socket and logical used once."""
+    pairs: dict[int, int] = {}
+    for (i, j), _ in sorted(costs.items(), key=lambda kv: kv[1]):
+        if i not in pairs and j not in pairs.values():
+            pairs[i] = j
+    return pairs
+
+
 def _assign(socks: Sequence[object], logicals: Sequence[object],
             costs: dict[tuple[int, int], float]) -> tuple[dict[int, int], float, float | None]:
     """Best socket->logical assignment, its cost, and the next best cost (None: no rival)."""
@@ -87,10 +97,7 @@ def _assign(socks: Sequence[object], logicals: Sequence[object],
             pairs = {i: j for i, j in enumerate(perm) if j is not None and (i, j) in costs}
             options.append((total(pairs), pairs))
     else:
-        pairs: dict[int, int] = {}
-        for (i, j), _ in sorted(costs.items(), key=lambda kv: kv[1]):
-            if i not in pairs and j not in pairs.values():
-                pairs[i] = j
+        pairs = _greedy(costs)
         options.append((total(pairs), pairs))
     options.sort(key=lambda o: o[0])
     best_cost, best = options[0]
@@ -107,63 +114,38 @@ def _confidence(group_size: int, pair_cost: float, margin: float) -> float:
     return round(min(0.99, 0.5 + margin / 2), 2)
 
 
-def _limit(logical: LogicalConnection | None, settings: JoinSettings) -> tuple[int, str]:
-    if logical is not None:
-        client_limit = logical.client.config_ms("connections.max.idle.ms") or 0
-        if 0 < client_limit <= settings.broker_idle_ms:
-            return client_limit, "client config"
+def _limit(logical: LogicalConnection, settings: JoinSettings) -> tuple[int, str]:
+    client_limit = logical.client.config_ms("connections.max.idle.ms") or 0
+    if 0 < client_limit <= settings.broker_idle_ms:
+        return client_limit, "client config"
     return settings.broker_idle_ms, "broker default"
 
 
-def _paired(sock: TcpSocket, logical: LogicalConnection, confidence: float,
-            settings: JoinSettings, how: str) -> Connection:
+def _claim(sock: TcpSocket, logical: LogicalConnection, confidence: float,
+           settings: JoinSettings, how: str) -> Claim:
+    """What the statistics say of the socket paired with ``logical``."""
     age = logical.client.stats_age_ms(settings.now_ms)
-    idle, idle_source = sock.idle_ms, sock.source
-    if idle is None:
+    facts: dict[str, object] = {
+        "client": logical.client.instance, "requests_sent": logical.requests_sent,
+        "requests_received": logical.responses_received, "in_flight": logical.in_flight,
+        "rtt_ms": logical.rtt_ms, "broker_name": logical.broker_name}
+    idle_source = sock.source
+    if sock.idle_ms is None:
         known = [t for t in (logical.tx_idle_ms, logical.rx_idle_ms) if t is not None]
-        idle, idle_source = (min(known) + age, "stats") if known else (None, "unknown")
-    limit, limit_source = _limit(logical, settings)
-    return Connection(
-        key=socket_key(sock), role=logical.role, node_id=logical.node_id,
-        broker_id=logical.broker_id, client=logical.client.instance,
-        local=str(sock.local), remote=str(sock.remote), state=sock.state,
-        idle_ms=idle, idle_limit_ms=limit,
-        bytes_sent=sock.bytes_sent if sock.bytes_sent is not None else logical.tx_bytes,
-        bytes_received=(sock.bytes_received if sock.bytes_received is not None
-                        else logical.rx_bytes),
-        requests_sent=logical.requests_sent, requests_received=logical.responses_received,
-        in_flight=logical.in_flight, rtt_ms=logical.rtt_ms, tcp_rtt_ms=sock.rtt_ms,
-        broker_name=logical.broker_name, fd=sock.fd, inode=sock.inode or None,
+        facts["idle_ms"], idle_source = (min(known) + age, "stats") if known else (None, "unknown")
+    if sock.bytes_sent is None:
+        facts["bytes_sent"] = logical.tx_bytes
+    if sock.bytes_received is None:
+        facts["bytes_received"] = logical.rx_bytes
+    facts["idle_limit_ms"], limit_source = _limit(logical, settings)
+    return Claim(
+        source="stats", role=logical.role, node_id=logical.node_id,
+        broker_id=logical.broker_id, confidence=confidence, facts=facts,
         evidence={"role": "stats", "node_id": "stats", "idle": idle_source,
                   "bytes": sock.source if sock.bytes_sent is not None else "stats",
                   "state": sock.source, "idle_limit": limit_source, "pairing": how},
-        confidence=confidence,
-    )
+        detail=f"{logical.client.instance} {logical.broker_name} ({how})")
 
-
-def _unpaired(sock: TcpSocket, known_brokers: dict[Endpoint, int],
-              settings: JoinSettings) -> Connection:
-    broker_id = known_brokers.get(sock.remote)
-    limit, limit_source = _limit(None, settings)
-    role = Role.BROKER if broker_id is not None else Role.UNKNOWN
-    return Connection(
-        key=socket_key(sock), role=role, node_id=broker_id, broker_id=broker_id, client=None,
-        local=str(sock.local), remote=str(sock.remote), state=sock.state,
-        idle_ms=sock.idle_ms, idle_limit_ms=limit,
-        bytes_sent=sock.bytes_sent, bytes_received=sock.bytes_received,
-        tcp_rtt_ms=sock.rtt_ms, fd=sock.fd, inode=sock.inode or None,
-        evidence={"role": "inferred" if broker_id is not None else "none",
-                  "idle": sock.source if sock.idle_ms is not None else "unknown",
-                  "bytes": sock.source if sock.bytes_sent is not None else "unknown",
-                  "state": sock.source, "idle_limit": limit_source, "pairing": "none"},
-        # a socket to a known broker may still be a coordinator connection
-        confidence=0.6 if broker_id is not None else 0.0,
-    )
-
-
-def socket_key(sock: TcpSocket) -> str:
-    """A socket's stable key within its process."""
-    return f"sock:{sock.inode}" if sock.inode else f"sock:{sock.local}>{sock.remote}"
 
 
 def _components(costs: dict[tuple[int, int], float]) -> list[tuple[list[int], list[int]]]:
@@ -185,12 +167,8 @@ def _components(costs: dict[tuple[int, int], float]) -> list[tuple[list[int], li
 
 def _greedy_margins(costs: dict[tuple[int, int], float]) -> dict[int, tuple[int, float]]:
     """Cheapest pairs first; each pair's confidence is its margin over its next rival."""
-    pairs: dict[int, int] = {}
-    for (i, j), _ in sorted(costs.items(), key=lambda kv: kv[1]):
-        if i not in pairs and j not in pairs.values():
-            pairs[i] = j
     out = {}
-    for i, j in pairs.items():
+    for i, j in _greedy(costs).items():
         rivals = [c for (a, b), c in costs.items() if (a == i) != (b == j)]
         cost = costs[(i, j)]
         out[i] = (j, _confidence(1, cost, 0.0) if not rivals
@@ -221,8 +199,8 @@ def assign_pairs(costs: dict[tuple[int, int], float]) -> dict[int, tuple[int, fl
 
 
 def join_process(sockets: list[TcpSocket], logicals: list[LogicalConnection],
-                 known_brokers: dict[Endpoint, int], settings: JoinSettings) -> list[Connection]:
-    """Every socket of one process, paired with its logical connection where one fits.
+                 settings: JoinSettings) -> dict[int, Claim]:
+    """Socket index -> the claim of the logical connection paired with it, where one fits.
 
     Logical connections with no socket are left out: the kernel is the
     authority on which connections exist, the client's statistics lag.
@@ -235,7 +213,7 @@ def join_process(sockets: list[TcpSocket], logicals: list[LogicalConnection],
     groups: dict[frozenset[int], list[int]] = defaultdict(list)
     for i, sock in enumerate(sockets):
         groups[frozenset(by_endpoint.get(sock.remote, ()))].append(i)
-    result: dict[int, Connection] = {}
+    result: dict[int, Claim] = {}
     for candidates, sock_ids in groups.items():
         logical_ids = sorted(candidates)
         if not logical_ids:
@@ -250,6 +228,16 @@ def join_process(sockets: list[TcpSocket], logicals: list[LogicalConnection],
         confidence = _confidence(size, pair_cost, (best if runner_up is None else runner_up) - best)
         how = "endpoint" if size == 1 else "bytes+idle"
         for a, b in pairs.items():
-            result[sock_ids[a]] = _paired(socks[a], lgs[b], confidence, settings, how)
-    return [result.get(i) or _unpaired(s, known_brokers, settings)
-            for i, s in enumerate(sockets)]
+            result[sock_ids[a]] = _claim(socks[a], lgs[b], confidence, settings, how)
+    return result
+
+
+def stats_evidence(gathered: Gathered, earlier: Mapping[str, Sequence[Claim]]) -> Evidence:
+    """Claims from the fresh statistics of every librdkafka client of the process."""
+    logicals = [lc for c in gathered.stats for lc in logical_connections(c, gathered.resolver)]
+    if not logicals:
+        return Evidence()
+    settings = JoinSettings(now_ms=gathered.now_ms, broker_idle_ms=gathered.broker_idle_ms)
+    pairs = join_process(gathered.sockets, logicals, settings)
+    return Evidence(claims={socket_key(gathered.sockets[i]): claim
+                            for i, claim in pairs.items()})

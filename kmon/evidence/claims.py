@@ -1,0 +1,81 @@
+"""Claims: what one kind of evidence says about one socket, and how producers hand them over.
+
+Every producer of evidence (the client's statistics, JMX and the Java log,
+known broker endpoints, traffic cadence, the wire) returns a ``Claim`` per
+socket it can speak for: the role, node id and broker id it believes, how
+sure it is, and the facts it knows beyond the kernel's (the owning client,
+request counts, the client's own name for the connection). ``kmon.evidence.resolve``
+turns the claims into one row per socket and keeps every claim on the row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kmon.model import ClientInstance, Role
+from kmon.sources.librdkafka_stats import ClientStats
+from kmon.sources.resolve import Resolver
+from kmon.sources.sockets import Endpoint, TcpSocket
+
+# How much a claim's source is trusted for the whole row, highest first. The wire is
+# the authority on roles alone (see resolve); the rest fill the row from the best one.
+SOURCE_RANK = {"stats": 3, "jmx": 3, "log": 3, "inferred": 2, "endpoint": 1}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One source's belief about one socket.
+
+    ``facts`` are ``Connection`` fields this source knows (``client``,
+    ``requests_sent``, ``broker_name``, an idle time where the kernel gave
+    none, …); ``evidence`` are the row's ``evidence`` entries it sets.
+    """
+
+    source: str  # stats, jmx, log, inferred, endpoint, wire
+    role: Role
+    node_id: int | None
+    broker_id: int | None
+    confidence: float
+    facts: Mapping[str, object] = field(default_factory=dict)
+    evidence: Mapping[str, str] = field(default_factory=dict)
+    detail: str = ""  # what decided, in a few words (pairing, rule, API keys)
+
+    def summary(self) -> dict:
+        """The claim as the row keeps it (JSON-ready), for the detail pane and recordings."""
+        return {"source": self.source, "role": self.role.value, "node_id": self.node_id,
+                "broker_id": self.broker_id, "confidence": self.confidence,
+                "detail": self.detail}
+
+
+@dataclass
+class Gathered:
+    """What the sources read of one process at one poll: the producers' common input."""
+
+    now_ms: int
+    sockets: list[TcpSocket]
+    known: dict[Endpoint, int]  # broker id of every broker endpoint kmon knows
+    resolver: Resolver
+    broker_idle_ms: int
+    stats: list[ClientStats] = field(default_factory=list)  # fresh librdkafka statistics
+
+
+@dataclass
+class Evidence:
+    """What one producer found at one poll."""
+
+    claims: dict[str, Claim] = field(default_factory=dict)  # socket key -> claim
+    clients: list[ClientInstance] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+    learned: dict[Endpoint, int] = field(default_factory=dict)  # broker endpoints it named
+    hidden: set[str] = field(default_factory=set)  # keys of kmon's own sockets, never shown
+
+
+# One kind of evidence: (what the sources read, the claims of the producers before it)
+# -> what it found. A new kind of evidence is one more producer in the sampler's list.
+Producer = Callable[[Gathered, Mapping[str, Sequence[Claim]]], Evidence]
+
+
+def socket_key(sock: TcpSocket) -> str:
+    """A socket's stable key within its process."""
+    return f"sock:{sock.inode}" if sock.inode else f"sock:{sock.local}>{sock.remote}"

@@ -1,0 +1,27 @@
+"""Claims from known broker endpoints: a socket to a broker kmon knows reaches that broker.
+
+The weakest claim (confidence 0.6): the socket may still be a coordinator or
+bootstrap connection to that broker, which other evidence can tell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
+from kmon.model import Role
+
+ENDPOINT_CONFIDENCE = 0.6
+
+
+def endpoint_evidence(gathered: Gathered, earlier: Mapping[str, Sequence[Claim]]) -> Evidence:
+    """A broker claim for every socket whose remote endpoint is a known broker's."""
+    claims = {}
+    for sock in gathered.sockets:
+        broker_id = gathered.known.get(sock.remote)
+        if broker_id is not None:
+            claims[socket_key(sock)] = Claim(
+                source="endpoint", role=Role.BROKER, node_id=broker_id, broker_id=broker_id,
+                confidence=ENDPOINT_CONFIDENCE, evidence={"role": "inferred"},
+                detail=f"{sock.remote} is broker {broker_id}")
+    return Evidence(claims=claims)

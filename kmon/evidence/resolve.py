@@ -1,0 +1,82 @@
+"""One row per socket from every claim made about it.
+
+The kernel's facts (state, idle time, bytes, rtt) make the row's base. The
+best-ranked claim (``claims.SOURCE_RANK``: the client's own metrics, then
+inference, then a known broker endpoint) names the role, node id, broker and
+owning client and fills in what the client knows. A claim from the wire
+overrides the role, node id and broker (at confidence 1.0) whatever the others
+say; where the best claim disagrees with it, a notice says so. Every claim
+stays on the row (``Connection.claims``), so the detail pane can show why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from kmon.evidence.claims import SOURCE_RANK, Claim, socket_key
+from kmon.model import Connection, Role
+from kmon.sources.sockets import TcpSocket
+
+WIRE = "wire"
+
+
+def socket_row(sock: TcpSocket, broker_idle_ms: int) -> Connection:
+    """What the kernel alone says of a socket: no role, the brokers' idle limit."""
+    return Connection(
+        key=socket_key(sock), role=Role.UNKNOWN, node_id=None, broker_id=None, client=None,
+        local=str(sock.local), remote=str(sock.remote), state=sock.state,
+        idle_ms=sock.idle_ms, idle_limit_ms=broker_idle_ms,
+        bytes_sent=sock.bytes_sent, bytes_received=sock.bytes_received,
+        tcp_rtt_ms=sock.rtt_ms, fd=sock.fd, inode=sock.inode or None,
+        evidence={"role": "none",
+                  "idle": sock.source if sock.idle_ms is not None else "unknown",
+                  "bytes": sock.source if sock.bytes_sent is not None else "unknown",
+                  "state": sock.source, "idle_limit": "broker default", "pairing": "none"},
+        confidence=0.0)
+
+
+def best(claims: Sequence[Claim]) -> Claim | None:
+    """The claim that fills the row: highest-ranked source, then the surest."""
+    ranked = [c for c in claims if c.source != WIRE]
+    if not ranked:
+        return None
+    return max(ranked, key=lambda c: (SOURCE_RANK.get(c.source, 0), c.confidence))
+
+
+def resolve_one(base: Connection, claims: Sequence[Claim]) -> tuple[Connection, str | None]:
+    """The row of one socket, and a notice where the wire contradicts the other evidence."""
+    row = base
+    chosen = best(claims)
+    if chosen is not None:
+        row = replace(row, role=chosen.role, node_id=chosen.node_id,
+                      broker_id=chosen.broker_id, confidence=chosen.confidence,
+                      evidence={**row.evidence, **chosen.evidence}, **chosen.facts)
+    notice = None
+    wire = next((c for c in claims if c.source == WIRE), None)
+    if wire is not None:
+        if chosen is not None and chosen.source != "endpoint" and (
+                chosen.role, chosen.node_id) != (wire.role, wire.node_id):
+            notice = (f"{row.remote} (fd {row.fd}): the wire says {wire.role.value} "
+                      f"{wire.node_id}, {chosen.source} said {chosen.role.value} "
+                      f"{chosen.node_id}; the wire decides")
+        row = replace(row, role=wire.role, node_id=wire.node_id,
+                      broker_id=wire.broker_id if wire.broker_id is not None else row.broker_id,
+                      confidence=wire.confidence,
+                      evidence={**row.evidence, **wire.evidence}, **wire.facts)
+    if claims:
+        row = replace(row, claims=[c.summary() for c in claims])
+    return row, notice
+
+
+def resolve(sockets: Sequence[TcpSocket], claims: Mapping[str, Sequence[Claim]],
+            broker_idle_ms: int) -> tuple[list[Connection], list[str]]:
+    """Every socket's row (in socket order) and the notices their claims raise."""
+    rows, notices = [], []
+    for sock in sockets:
+        row, notice = resolve_one(socket_row(sock, broker_idle_ms),
+                                  claims.get(socket_key(sock), ()))
+        rows.append(row)
+        if notice:
+            notices.append(notice)
+    return rows, notices
