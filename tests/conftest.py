@@ -81,6 +81,18 @@ class KafkaClient(Child):
         return stats
 
 
+# Fixtures that start real processes, a cluster or Spark: a test using one is an integration
+# test (``python -m pytest -m "not integration"`` is the fast inner loop).
+INTEGRATION_FIXTURES = {"cluster", "start_client", "spool_dir", "spark_session"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that uses a process-starting fixture as ``integration``."""
+    for item in items:
+        if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
 @pytest.fixture(scope="session")
 def spool_dir(tmp_path_factory) -> Path:
     """A private spool for this test run, seen by kmon and by every client."""

@@ -6,7 +6,10 @@ import json
 import stat
 import sys
 
+import pytest
 from conftest import attach_once, connections_of, kmon
+
+pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 
 SECRETS = {"sasl.username": "kmon-user", "sasl.password": "hunter2-sasl",
            "ssl.key.password": "hunter2-key"}

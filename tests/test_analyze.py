@@ -27,6 +27,8 @@ pytest.importorskip("pyspark")
 
 from kmon.analysis import inputs, jobs, spark  # noqa: E402
 
+pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
+
 FLEET = FleetSpec(hosts=2, clients=6, brokers=5, hours=0.75, interval_ms=2000,
                   close_wait_rate=0.3, churn_rate=0.5, seed=7)
 

@@ -6,9 +6,12 @@ import json
 import sys
 import time
 
+import pytest
 from conftest import Child, attach_once, connections_of
 
 from kmon.sources.resolve import split_host_port
+
+pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 
 MAX_INT = 2147483647
 

@@ -12,6 +12,8 @@ import psutil
 import pytest
 from conftest import Child, assert_one_clear_line, kmon, unused_pid
 
+pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
+
 
 def test_unknown_pid():
     pid = unused_pid()

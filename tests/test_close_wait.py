@@ -11,7 +11,10 @@ import socket
 import sys
 import time
 
+import pytest
 from conftest import Child
+
+pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 
 HOLDER = """
 import socket, sys, time

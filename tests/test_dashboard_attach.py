@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pyarrow.parquet as pq
+import pytest
 
 from kmon.engine.facade import ProcessSession
 from kmon.engine.monitor import Monitor
@@ -14,6 +15,8 @@ from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen, DashboardSettings
 from kmon.widgets.connection_table import ConnectionTable
 from kmon.widgets.detail import DetailScreen
+
+pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 
 MAX_INT = 2147483647
 

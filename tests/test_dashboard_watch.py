@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from test_dashboard_attach import table_rows, until
 
 from kmon.devtools.demo import Demo
@@ -13,6 +14,8 @@ from kmon.engine.sampler import SamplerSettings
 from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen, DashboardSettings
 from kmon.widgets.watch_screen import WatchScreen
+
+pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 
 
 def watch_app(bootstrap: str, pids: list[int] | None = None, labels=None,

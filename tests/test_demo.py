@@ -15,7 +15,10 @@ import termios
 import time
 
 import psutil
+import pytest
 from conftest import kmon
+
+pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 
 
 def test_headless_demo_watches_its_workload_and_cleans_up():

@@ -22,8 +22,8 @@ from kmon.classify import MAX_INT
 brokers, private_cache, start_fake = test_jmx.brokers, test_jmx.private_cache, test_jmx.start_fake
 FAKE = test_jmx.FAKE
 
-pytestmark = pytest.mark.skipif(shutil.which("java") is None,
-                                reason="java (a JDK 11+) is not installed: the JMX path needs it")
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(shutil.which("java") is None,
+                                reason="java (a JDK 11+) is not installed: the JMX path needs it")]
 
 
 def by_node(rows: list[dict]) -> dict[int, dict]:

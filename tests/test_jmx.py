@@ -22,8 +22,8 @@ from kmon.sources.java_log import LogFollower, NodeTable
 from kmon.sources.jmx import JmxReading, JmxSource, JmxUnavailable, JvmClient, is_jvm
 from kmon.sources.sockets import open_socket_reader
 
-pytestmark = pytest.mark.skipif(shutil.which("java") is None,
-                                reason="java (a JDK 11+) is not installed: the JMX path needs it")
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(shutil.which("java") is None,
+                                reason="java (a JDK 11+) is not installed: the JMX path needs it")]
 
 FAKE = TESTS / "java" / "FakeKafkaClient.java"
 HELPER = TESTS.parent / "kmon" / "java" / "KmonJmx.java"

@@ -18,6 +18,8 @@ from conftest import Child, assert_one_clear_line, kmon, unused_pid
 from kmon.agent.client_hook import CONFIG_SUMMARY_KEYS
 from kmon.record.schema import SCHEMAS
 
+pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
+
 HOST = socket.gethostname()
 SECRET = "hunter2"
 

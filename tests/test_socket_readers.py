@@ -18,6 +18,8 @@ from kmon.sources.psutil_sockets import PsutilSocketReader
 from kmon.sources.sockdiag import SockDiagReader, SockDiagUnavailable, _tcp_info
 from kmon.sources.sockets import Endpoint, TcpSocket, open_socket_reader
 
+pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
+
 PID = os.getpid()
 
 

@@ -87,8 +87,8 @@ class AttachScreen(PollingScreen):
         Binding("i", "hide_idle", "hide idle"),
         Binding("enter", "details", "details"),
         Binding("r", "record", "record"),
-        Binding("plus,equals_sign", "faster", "+ faster"),
-        Binding("minus", "slower", "- slower"),
+        Binding("plus,equals_sign", "faster", "faster"),
+        Binding("minus", "slower", "slower"),
         Binding("escape", "back", "back"),
         Binding("question_mark", "help", "help"),
     ]

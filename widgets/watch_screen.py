@@ -68,8 +68,8 @@ class WatchScreen(PollingScreen):
         Binding("enter", "attach", "attach"),
         Binding("p", "pause", "pause"),
         Binding("space", "refresh_now", "refresh"),
-        Binding("plus,equals_sign", "faster", "+ faster"),
-        Binding("minus", "slower", "- slower"),
+        Binding("plus,equals_sign", "faster", "faster"),
+        Binding("minus", "slower", "slower"),
         Binding("question_mark", "help", "help"),
     ]
 
@@ -81,6 +81,11 @@ class WatchScreen(PollingScreen):
         self.labels = dict(labels or {})
         self.snapshot: Snapshot | None = None
         self.failure = ""
+
+    @property
+    def watcher(self) -> ClusterSession:
+        """What the screen knows of the cluster: its view and when it is retried."""
+        return self.session
 
     def compose(self) -> ComposeResult:
         yield Static(id="header")
@@ -153,7 +158,9 @@ class WatchScreen(PollingScreen):
         groups.clear()
         for g in group_rows:
             groups.add_row(g.group_id, g.state or "?", g.join_state or "-",
-                           fmt.node(g.coordinator_id), fmt.node(g.members),
+                           fmt.node(g.coordinator_id),
+                           Text("not described", style="dim") if g.members is None
+                           else str(g.members),
                            str(g.local_members), g.source)
         groups.border_title = "consumer groups" + (
             f" ({view.groups_error}; from local clients)" if view.groups_error else "")

@@ -43,4 +43,6 @@ def run(args: argparse.Namespace) -> int:
     session = ClusterSession(watcher, SamplerSettings(broker_idle_ms=args.broker_idle_ms,
                                                       require_kafka=False), [],
                              interval_ms=round(settings.interval_s * 1000))
-    return run_watch(cluster.name, session, settings, theme)
+    shown = ", ".join(f"{k}={v}" for k, v in cluster.shown_properties().items())
+    return run_watch(f"{cluster.name} ({shown})" if shown else cluster.name, session, settings,
+                     theme)

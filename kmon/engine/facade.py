@@ -58,12 +58,6 @@ class ProcessSession:
         self._poll_lock = threading.Lock()  # one poll at a time
         self._record_lock = threading.Lock()  # recording changes never wait for a slow poll
 
-    @property
-    def recording_root(self) -> Path | None:
-        """Where the running recording writes, or None."""
-        recorder = self._recorder
-        return recorder.root if recorder is not None else None
-
     def poll(self) -> tuple[Snapshot, list[Event]]:
         """The next snapshot and its events (recorded when a recording runs)."""
         with self._poll_lock:
