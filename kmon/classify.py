@@ -14,6 +14,7 @@ from kmon.model import Role
 MAX_INT = 2**31 - 1
 JAVA_CLIENT_IDLE_MS = 540_000  # the Java client's connections.max.idle.ms default
 BROKER_IDLE_MS = 600_000  # the broker's connections.max.idle.ms default
+HANDSHAKE_REQUESTS = 2  # ApiVersions + Metadata (or FindCoordinator) on a new connection
 MAX_BROKER_ID = 2**20
 COORDINATOR_ID_FLOOR = MAX_INT - MAX_BROKER_ID
 LOGICAL_COORDINATORS = ("GroupCoordinator", "TxnCoordinator")

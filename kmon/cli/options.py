@@ -6,13 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from kmon.classify import BROKER_IDLE_MS
 from kmon.units import duration_arg, positive_int_arg, property_arg
 
 __all__ = ["duration_arg"]
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
-DEFAULT_BROKER_IDLE_MS = 600_000
 
 
 class Parser(argparse.ArgumentParser):
@@ -38,9 +38,9 @@ def cluster_timeout(parser: argparse.ArgumentParser, default_s: float) -> None:
 def broker_idle(parser: argparse.ArgumentParser) -> None:
     """``--broker-idle-ms``: the brokers' own idle limit."""
     parser.add_argument("--broker-idle-ms", type=positive_int_arg,
-                        default=DEFAULT_BROKER_IDLE_MS,
+                        default=BROKER_IDLE_MS,
                         help=f"the brokers' connections.max.idle.ms (default "
-                             f"{DEFAULT_BROKER_IDLE_MS})")
+                             f"{BROKER_IDLE_MS})")
 
 
 def interval(parser: argparse.ArgumentParser, what: str = "snapshots",

@@ -37,7 +37,6 @@ from kmon.model import Event, EventKind, Role
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z: the default start of a simulated fleet
 METADATA_MAX_AGE_MS = 300_000
-HANDSHAKE_REQUESTS = 2  # ApiVersions + Metadata (or FindCoordinator) on a new connection
 NEVER = 2**62  # "not before the end" for close and CLOSE_WAIT times
 KIND_PATTERN = ("java-producer", "java-consumer", "librdkafka-producer",
                 "librdkafka-consumer", "java-producer", "java-consumer")

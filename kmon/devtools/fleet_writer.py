@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kmon import __version__
-from kmon.classify import BROKER_IDLE_MS, JAVA_CLIENT_IDLE_MS
+from kmon.classify import BROKER_IDLE_MS, HANDSHAKE_REQUESTS, JAVA_CLIENT_IDLE_MS
 from kmon.devtools.fleet_model import (
-    HANDSHAKE_REQUESTS,
     TRAFFIC,
     FleetSpec,
     Host,
