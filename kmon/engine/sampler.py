@@ -1,8 +1,8 @@
-"""One snapshot of one process: sockets + client statistics -> joined connections."""
+"""One snapshot of one process: gather what the sources read, run the evidence producers,
+resolve one row per socket."""
 
 from __future__ import annotations
 
-import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,14 +18,17 @@ from kmon.evidence.logical import broker_ids_by_address, classify_broker_entry, 
 from kmon.evidence.resolve import resolve
 from kmon.evidence.stats_join import stats_evidence
 from kmon.model import ClientInstance, Connection, ProcessView
-from kmon.redact import redact_args
 from kmon.sources.cluster import ClusterMetadata, GroupInfo
 from kmon.sources.jmx import is_jvm
 from kmon.sources.librdkafka_stats import ClientStats, read_client_stats, spool_dirs
+from kmon.sources.process_info import (
+    describe,
+    in_other_network_namespace,
+    is_zombie,
+    loads_kafka_library,
+)
 from kmon.sources.resolve import Resolver
 from kmon.sources.sockets import Endpoint, SocketReader
-
-KAFKA_LIBRARIES = ("librdkafka", "kafka-clients", "kafka_2.", "kafka-streams")
 
 
 class SampleError(Exception):
@@ -60,31 +63,12 @@ class SamplerSettings:
 
 def _describe(process: psutil.Process) -> tuple[str, str, float]:
     try:
-        with process.oneshot():
-            return (process.name(), shlex.join(redact_args(process.cmdline())),
-                    process.create_time())
+        return describe(process)
     except psutil.NoSuchProcess as err:
         raise ProcessGone(f"no process with PID {process.pid}") from err
     except psutil.AccessDenied as err:
         raise NoPermission(f"no permission to inspect PID {process.pid}; "
                            "run kmon as the process's user or as root") from err
-
-
-def in_other_network_namespace(pid: int) -> bool:
-    """True when ``pid`` lives in a network namespace other than kmon's own."""
-    try:
-        return os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")
-    except OSError:
-        return False
-
-
-def loads_kafka_library(pid: int) -> bool:
-    """True when the process has a Kafka client library mapped (librdkafka, kafka-clients)."""
-    try:
-        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as maps:
-            return any(lib in line for line in maps for lib in KAFKA_LIBRARIES)
-    except OSError:
-        return False
 
 
 class ProcessSampler:
@@ -129,7 +113,7 @@ class ProcessSampler:
 
     def sample(self, now_ms: int) -> ProcessView:
         """The process as it is now."""
-        if not self.process.is_running() or _is_zombie(self.process):
+        if not self.process.is_running() or is_zombie(self.process):
             raise ProcessGone(f"PID {self.pid} ({self.name}) has exited")
         if self.jvm is not None:
             self.jvm.refresh()
@@ -201,15 +185,6 @@ class ProcessSampler:
             f"PID {self.pid} ({self.name}) shows no sign of being a Kafka client: no kmon "
             "statistics, no Kafka client library loaded, no socket to a known broker "
             "(name the cluster with --bootstrap-servers, or pass --any-process)")
-
-
-def _is_zombie(process: psutil.Process) -> bool:
-    try:
-        return process.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-    except psutil.AccessDenied:
-        return False
 
 
 def _instance(stats: ClientStats, now_ms: int) -> ClientInstance:

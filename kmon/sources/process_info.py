@@ -1,0 +1,47 @@
+"""What /proc and psutil say about a process: its name and command line, its network
+namespace, the Kafka client libraries it has mapped, whether it is a zombie."""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+import psutil
+
+from kmon.redact import redact_args
+
+KAFKA_LIBRARIES = ("librdkafka", "kafka-clients", "kafka_2.", "kafka-streams")
+
+
+def describe(process: psutil.Process) -> tuple[str, str, float]:
+    """(name, command line with secrets masked, start time); psutil's errors pass through."""
+    with process.oneshot():
+        return (process.name(), shlex.join(redact_args(process.cmdline())),
+                process.create_time())
+
+
+def in_other_network_namespace(pid: int) -> bool:
+    """True when ``pid`` lives in a network namespace other than kmon's own."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")
+    except OSError:
+        return False
+
+
+def loads_kafka_library(pid: int) -> bool:
+    """True when the process has a Kafka client library mapped (librdkafka, kafka-clients)."""
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as maps:
+            return any(lib in line for line in maps for lib in KAFKA_LIBRARIES)
+    except OSError:
+        return False
+
+
+def is_zombie(process: psutil.Process) -> bool:
+    """True for a process that has exited but not been reaped (or is gone already)."""
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.AccessDenied:
+        return False
