@@ -22,11 +22,12 @@ from kmon.model import ROLE_RANK, Connection, Thresholds
 from kmon.timeline import Track
 from kmon.widgets import format as fmt
 
+CLIENT_MIN, CLIENT_MAX = 14, 40  # the client column grows into a wide terminal's spare room
 # key, heading, width
 COLUMNS = (
     ("role", "role", 11), ("node", "node id", 10), ("broker", "broker", 6),
     ("remote", "address", 21), ("local", "lport", 5), ("state", "TCP state", 11),
-    ("idle", "idle / limit", 15), ("reap", "reaped in", 9), ("client", "client", 14),
+    ("idle", "idle / limit", 15), ("reap", "reaped in", 9), ("client", "client", CLIENT_MIN),
     ("sent", "out/s", 7), ("recv", "in/s", 7), ("req", "req/s", 5), ("rtt", "rtt", 7),
     ("evidence", "evidence", 10),
 )
@@ -128,7 +129,8 @@ class ConnectionTable(ScrollView, can_focus=True):
         self._lines: dict[str, tuple[tuple, Strip]] = {}  # key -> (cells drawn, line)
         self.cursor_row = 0
         self._cursor_key: str | None = None
-        self._width = 1 + sum(width + 2 for _, _, width in COLUMNS)
+        self._widths = tuple(width for _, _, width in COLUMNS)
+        self._width = 1 + sum(width + 2 for width in self._widths)
 
     # -- data -------------------------------------------------------------------------------
 
@@ -166,7 +168,7 @@ class ConnectionTable(ScrollView, can_focus=True):
     def _line(self, cells: tuple) -> Strip:
         console = self.app.console
         segments: list[Segment] = [Segment(" ")]
-        for cell, (_, _, width) in zip(cells, COLUMNS, strict=True):
+        for cell, width in zip(cells, self._widths, strict=True):
             text = cell if isinstance(cell, Text) else Text(str(cell))
             cell_style = console.get_style(text.style) if text.style else None
             rendered = list(Segment.apply_style(text.render(console, end=""), cell_style))
@@ -180,7 +182,8 @@ class ConnectionTable(ScrollView, can_focus=True):
         scroll_x, scroll_y = self.scroll_offset
         width = self.size.width
         if y == 0:
-            headings = "".join(f"{heading:<{w}}  " for _, heading, w in COLUMNS)
+            headings = "".join(f"{heading:<{w}}  "
+                               for (_, heading, _), w in zip(COLUMNS, self._widths, strict=True))
             header = Strip([Segment(f" {headings}")])
             strip = header.apply_style(self.get_component_rich_style("connection-table--header"))
         else:
@@ -200,6 +203,17 @@ class ConnectionTable(ScrollView, can_focus=True):
                 strip = strip.apply_style(self.get_component_rich_style("connection-table--stripe"))
             strip = strip.apply_style(self.rich_style)
         return strip.crop(scroll_x, scroll_x + width).adjust_cell_length(width, self.rich_style)
+
+    def on_resize(self) -> None:
+        """Give the client column the room a wide terminal has to spare (up to CLIENT_MAX)."""
+        base = 1 + sum(width + 2 for _, _, width in COLUMNS)
+        spare = max(0, min(self.size.width - base, CLIENT_MAX - CLIENT_MIN))
+        widths = tuple(width + spare if key == "client" else width for key, _, width in COLUMNS)
+        if widths != self._widths:
+            self._widths, self._width = widths, base + spare
+            self._lines.clear()
+            self.virtual_size = Size(self._width, len(self._keys) + 1)
+            self.refresh()
 
     # -- keys and mouse ---------------------------------------------------------------------
 
