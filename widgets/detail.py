@@ -45,7 +45,7 @@ def _claims(conn: Connection) -> Table:
     for heading in ("source", "role", "node id", "broker", "confidence", "what decided"):
         table.add_column(heading, style="bold" if heading == "source" else None)
     for claim in conn.claims:
-        table.add_row(claim["source"], claim["role"], fmt.node(claim["node_id"]),
+        table.add_row(claim["source"], claim["role"] or "-", fmt.node(claim["node_id"]),
                       fmt.node(claim["broker_id"]), f"{claim['confidence']:.2f}",
                       claim.get("detail", ""))
     return table

@@ -33,7 +33,7 @@ class Claim:
     """
 
     source: str  # stats, jmx, log, inferred, endpoint, wire
-    role: Role
+    role: Role | None  # None: a note about the socket (its evidence), no say on its role
     node_id: int | None
     broker_id: int | None
     confidence: float
@@ -43,7 +43,8 @@ class Claim:
 
     def summary(self) -> dict:
         """The claim as the row keeps it (JSON-ready), for the detail pane and recordings."""
-        return {"source": self.source, "role": self.role.value, "node_id": self.node_id,
+        return {"source": self.source, "role": self.role.value if self.role else None,
+                "node_id": self.node_id,
                 "broker_id": self.broker_id, "confidence": self.confidence,
                 "detail": self.detail}
 

@@ -5,8 +5,9 @@ best-ranked claim (``claims.SOURCE_RANK``: the client's own metrics, then
 inference, then a known broker endpoint) names the role, node id, broker and
 owning client and fills in what the client knows. A claim from the wire
 overrides the role, node id and broker (at confidence 1.0) whatever the others
-say; where the best claim disagrees with it, a notice says so. Every claim
-stays on the row (``Connection.claims``), so the detail pane can show why.
+say; where the best claim disagrees with it, a notice says so. A claim with no
+role is a note (a TLS socket the wire cannot read): its evidence joins the row.
+Every claim stays on the row (``Connection.claims``), so the detail pane can show why.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def socket_row(sock: TcpSocket, broker_idle_ms: int) -> Connection:
 
 def best(claims: Sequence[Claim]) -> Claim | None:
     """The claim that fills the row: highest-ranked source, then the surest."""
-    ranked = [c for c in claims if c.source != WIRE]
+    ranked = [c for c in claims if c.source != WIRE and c.role is not None]
     if not ranked:
         return None
     return max(ranked, key=lambda c: (SOURCE_RANK.get(c.source, 0), c.confidence))
@@ -52,8 +53,10 @@ def resolve_one(base: Connection, claims: Sequence[Claim]) -> tuple[Connection, 
         row = replace(row, role=chosen.role, node_id=chosen.node_id,
                       broker_id=chosen.broker_id, confidence=chosen.confidence,
                       evidence={**row.evidence, **chosen.evidence}, **chosen.facts)
+    for note in (c for c in claims if c.role is None):
+        row = replace(row, evidence={**row.evidence, **note.evidence})
     notice = None
-    wire = next((c for c in claims if c.source == WIRE), None)
+    wire = next((c for c in claims if c.source == WIRE and c.role is not None), None)
     if wire is not None:
         if chosen is not None and chosen.source != "endpoint" and (
                 chosen.role, chosen.node_id) != (wire.role, wire.node_id):
