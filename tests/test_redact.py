@@ -1,0 +1,82 @@
+"""Secrets on command lines: 47 forms seen in Kafka deployments, none may be shown."""
+
+from __future__ import annotations
+
+import pytest
+
+from kmon.redact import redact_args
+
+SECRET = "hunter2"  # every form hides this; what surrounds it must survive where it is not secret
+
+FORMS = [
+    ["-X", f"sasl.password={SECRET}"],
+    ["--sasl.password", SECRET],
+    [f"--sasl-password={SECRET}"],
+    ["--password", SECRET],
+    [f"--password={SECRET}"],
+    [f"-Dssl.truststore.password={SECRET}"],
+    [f"-Dssl.keystore.password={SECRET}"],
+    [f"-Dssl.key.password={SECRET}"],
+    [f"ssl.key.password={SECRET}"],
+    [f"KAFKA_PASSWORD={SECRET}"],
+    [f"--client-secret={SECRET}"],
+    ["--client-secret", SECRET],
+    [f"sasl.oauthbearer.client.secret={SECRET}"],
+    ["--token", SECRET],
+    [f"--oauth-token={SECRET}"],
+    [f"--api-key={SECRET}"],
+    [f"api_key={SECRET}"],
+    ["--apikey", SECRET],
+    [f"AWS_SECRET_ACCESS_KEY={SECRET}"],
+    [f"-Dbasic.auth.user.info=kmon:{SECRET}"],
+    [f"basic.auth.user.info=kmon:{SECRET}"],
+    [f"--schema.registry.basic.auth.user.info=kmon:{SECRET}"],
+    [f"--sasl-creds=kmon:{SECRET}"],
+    [f"--creds=kmon:{SECRET}"],
+    ["-p", SECRET],
+    [f"-p{SECRET}"],
+    ["--pw", SECRET],
+    [f"--pwd={SECRET}"],
+    [f"sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+     f'username="kmon" password="{SECRET}";'],
+    [f'-Dsasl.jaas.config=PlainLoginModule required username="u" password="{SECRET}";'],
+    ["--conf", f'{{"sasl.password": "{SECRET}", "client.id": "a"}}'],
+    ["--conf", f'{{"password": "ab\\"{SECRET}", "client.id": "a"}}'],
+    ["--conf", f"{{'sasl.password': '{SECRET}'}}"],
+    ["--conf", f"sasl.password: {SECRET}"],
+    ["--connection-string", "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName="
+     f"RootManageSharedAccessKey;SharedAccessKey={SECRET}="],
+    [f"Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKey={SECRET};EntityPath=t"],
+    ["--url", f"https://kmon:{SECRET}@registry:8081/x"],
+    ["--url", f"https://{SECRET}@registry:8081/x"],
+    ["--url", f"https://kmon:p@{SECRET}@registry:8081"],
+    [f"--schema-registry=http://kmon:{SECRET}@sr:8081"],
+    ["-b", f"kmon:{SECRET}@broker1:9092"],
+    ["-b", f"kmon:p@{SECRET}@broker1:9092"],
+    [f"bootstrap.servers=kmon:{SECRET}@b1:9092"],
+    ["--header", f"Authorization: Bearer {SECRET}"],
+    ["--header", f"Authorization: Basic {SECRET}"],
+    [f"--auth-header=Bearer {SECRET}"],
+    [f"?sig={SECRET}&se=2030", f"signature={SECRET}"],
+]
+
+
+def test_there_are_47_forms():
+    assert len(FORMS) == 47
+
+
+@pytest.mark.parametrize("form", FORMS, ids=[" ".join(f)[:40] for f in FORMS])
+def test_no_form_shows_the_secret(form):
+    shown = redact_args(["app", *form, "-v"])
+    assert SECRET not in " ".join(shown), shown
+    assert shown[0] == "app" and shown[-1] == "-v"  # nothing else is lost
+
+
+@pytest.mark.parametrize("args", [
+    ["kcat", "-P", "-b", "b1:9092", "-t", "orders"],
+    ["java", "-Dclient.id=a", "bootstrap.servers=b1:9092,b2:9092", "--keyboard=1"],
+    ["app", "--url", "https://registry:8081/subjects"],
+    ["app", "--group", "orders", "--topic", "payments"],
+])
+def test_ordinary_arguments_stay(args):
+    assert redact_args(args) == args
