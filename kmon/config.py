@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kmon.errors import UserError
+from kmon.files import UnsafeFile, read_bounded
 from kmon.model import Thresholds
 from kmon.redact import MASK, is_secret_name
 from kmon.units import parse_duration
@@ -26,6 +27,7 @@ else:
     import tomli as tomllib
 
 ENV_CONFIG = "KMON_CONFIG"
+MAX_CONFIG_BYTES = 1024 * 1024
 _ADDRESS = r"(?:[A-Za-z][A-Za-z0-9_]*://)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}"
 _BOOTSTRAP = re.compile(rf"^\s*{_ADDRESS}\s*(?:,\s*{_ADDRESS}\s*)*$")
 
@@ -97,16 +99,17 @@ def load_config(path: Path | None = None) -> Config:
     """The configuration from ``path``, ``$KMON_CONFIG`` or the default file."""
     named = path or (Path(os.environ[ENV_CONFIG]) if os.environ.get(ENV_CONFIG) else None)
     path = named or default_path()
-    try:
-        with open(path, "rb") as file:
-            raw = tomllib.load(file)
-    except FileNotFoundError as err:
+    if not path.exists():
         if named is None:
             return Config(path=path)
-        raise ConfigError(f"config file {path} does not exist") from err
-    except OSError as err:
-        raise ConfigError(f"cannot read config file {path}: {err.strerror}") from err
-    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        raw = tomllib.loads(read_bounded(path, MAX_CONFIG_BYTES, "config file").decode("utf-8"))
+    except UnsafeFile as err:
+        raise ConfigError(str(err)) from err
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"config file {path} is not UTF-8 text") from err
+    except (tomllib.TOMLDecodeError, RecursionError) as err:
         raise ConfigError(f"config file {path} is not valid TOML: {err}") from err
     return _ConfigReader(path).config(raw)
 

@@ -71,9 +71,16 @@ def chain_next_sitecustomize(own_file: str) -> None:
 
 
 def run_environment(base: dict[str, str]) -> dict[str, str]:
-    """The environment ``kmon run`` gives the program it starts."""
+    """The environment ``kmon run`` gives the program it starts.
+
+    Only the bootstrap directory (which holds nothing but kmon's sitecustomize,
+    first so that it runs and then chains to the program's own) is added to
+    PYTHONPATH: the sitecustomize loads kmon from the exact directory named in
+    KMON_AGENT_ROOT, for this Python version only.
+    """
     env = dict(base)
-    package_root = str(Path(__file__).resolve().parents[2])
-    paths = [str(BOOTSTRAP_DIR), package_root, env.get("PYTHONPATH", "")]
-    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    paths = [str(BOOTSTRAP_DIR), *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    env["KMON_AGENT_ROOT"] = str(Path(__file__).resolve().parents[2])
+    env["KMON_AGENT_PYTHON"] = f"{sys.version_info[0]}.{sys.version_info[1]}"
     return env

@@ -65,7 +65,7 @@ class _SpoolWriter:
     def _start_process(self) -> None:
         self.pid = os.getpid()
         self.proc_start = _process_start_time()
-        self.directory = spool_writer.ensure_private_dir(spool.default_dir())
+        self.directory = _spool_directory()
         self.written: set[Path] = set()
         self.socket_reader = None
         self.sockets_unreadable = False
@@ -140,6 +140,19 @@ def _connection_stats(stats: dict) -> dict:
 
 
 _writer: _SpoolWriter | None = None
+
+
+def _spool_directory() -> Path:
+    """The user's private spool; when another user squatted the default name in /tmp, the
+    fallback under the user's home, which kmon also reads (an explicit KMON_SPOOL_DIR
+    never falls back)."""
+    try:
+        return spool_writer.ensure_private_dir(spool.default_dir())
+    except spool.SpoolError:
+        fallback = spool.fallback_dir(os.getuid())
+        if os.environ.get(spool.ENV_DIR) or fallback is None:
+            raise
+        return spool_writer.ensure_private_dir(fallback)
 
 
 def _shared_writer() -> _SpoolWriter:

@@ -33,9 +33,11 @@ def ensure_private_dir(path: Path) -> Path:
         os.chmod(path, 0o700)
     return path
 
+
 def file_name(pid: int, instance: str) -> str:
     """The spool file name of one client instance of one process."""
     return f"{pid}-{re.sub(r'[^A-Za-z0-9._-]', '_', instance)}.json"
+
 
 def write_record(directory: Path, pid: int, instance: str, record_json: str) -> Path:
     """Atomically replace this instance's spool file with ``record_json``."""

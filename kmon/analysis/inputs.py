@@ -111,6 +111,18 @@ def _column_mismatch(actual: pa.Schema, expected: pa.Schema) -> str | None:
     return "columns differ from schema v1: " + "; ".join(problems) if problems else None
 
 
+_PART = re.compile(r"^(?P<session>.+)-\d{6}\.parquet$")
+
+
+def _compacted_already(path: Path) -> str | None:
+    """A part whose session's compacted file sits beside it (the recorder was stopped
+    between writing that file and deleting its parts): its rows are in that file."""
+    part = _PART.match(path.name)
+    if part and (path.parent / f"{part['session']}.parquet").is_file():
+        return f"a part of {part['session']}.parquet, which holds its rows already"
+    return None
+
+
 def discover(root: Path) -> Inputs:
     """Every Parquet file of the recording at ``root``, checked."""
     if not root.exists():
@@ -126,7 +138,7 @@ def discover(root: Path) -> Inputs:
             relative = path.relative_to(root / table)
             if path.is_dir() or any(_hidden(part) for part in relative.parts):
                 continue
-            reason = check_file(path, table, relative)
+            reason = check_file(path, table, relative) or _compacted_already(path)
             if reason:
                 inputs.skipped.append(Skipped(path, reason))
             else:

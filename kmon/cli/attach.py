@@ -19,7 +19,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     options.interval(parser)
     parser.add_argument("--bootstrap-servers", "-b", metavar="HOST:PORT,...",
                         help="the cluster, to name the brokers of unmatched sockets")
-    options.client_properties(parser, "for --bootstrap-servers")
+    options.client_properties(parser, "for --bootstrap-servers (KEY=@FILE reads it from FILE)")
     options.cluster_timeout(parser, 10.0)
     options.broker_idle(parser)
     parser.add_argument("--socket-reader", choices=("auto", "sock_diag", "psutil"),

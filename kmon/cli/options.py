@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 from kmon.classify import BROKER_IDLE_MS
-from kmon.units import duration_arg, positive_int_arg, property_arg
+from kmon.units import duration_arg, interval_arg, positive_int_arg, property_arg
 
-__all__ = ["duration_arg"]
+__all__ = ["duration_arg", "interval_arg"]
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -47,15 +47,20 @@ def interval(parser: argparse.ArgumentParser, what: str = "snapshots",
              default: float | None = None) -> None:
     """``--interval``: time between refreshes."""
     shown = f"{default:g}s" if default else "1s"
-    parser.add_argument("--interval", type=duration_arg, default=default, metavar="DURATION",
-                        help=f"time between {what}, e.g. 500ms, 2s (default {shown})")
+    parser.add_argument("--interval", type=interval_arg, default=default, metavar="DURATION",
+                        help=f"time between {what}, 10ms to 1h, e.g. 500ms, 2s (default {shown})")
+
+
+def config_file(parser: argparse.ArgumentParser) -> None:
+    """``--config``: the config file (thresholds, named clusters and their properties)."""
+    parser.add_argument("--config", type=Path, metavar="FILE",
+                        help="config file (default $KMON_CONFIG, ~/.config/kmon/config.toml)")
 
 
 def dashboard(parser: argparse.ArgumentParser) -> None:
     """Options every dashboard command takes."""
     parser.add_argument("--theme", metavar="NAME", help="Textual theme, e.g. nord, dracula")
-    parser.add_argument("--config", type=Path, metavar="FILE",
-                        help="config file (default $KMON_CONFIG, ~/.config/kmon/config.toml)")
+    config_file(parser)
     parser.add_argument("--record-dir", type=Path, default=Path("kmon-sessions"), metavar="DIR",
                         help="where the r key records sessions (default ./kmon-sessions)")
 

@@ -34,9 +34,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--pid", type=pid_arg, action="append", metavar="PID",
                        help="a client process to record (repeat for more)")
-    which.add_argument("--cluster", metavar="HOST:PORT,...",
-                       help="record every local process connected to this cluster's brokers")
-    options.client_properties(parser, "for --cluster")
+    which.add_argument("--cluster", metavar="HOST:PORT,...|NAME",
+                       help="record every local process connected to this cluster's brokers "
+                       "(bootstrap servers, or a cluster named in the config file)")
+    options.client_properties(parser, "for --cluster (KEY=@FILE reads the value from FILE)")
+    options.config_file(parser)
     parser.add_argument("--out", required=True, type=Path, metavar="DIR",
                         help="root directory of the recorded tables")
     options.interval(parser, default=1.0)
@@ -52,6 +54,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Record until the duration ends, a stop signal, or (with --pid) every process exits."""
+    from kmon.config import load_config
     from kmon.engine.discovery import ClientDiscovery
     from kmon.engine.monitor import Monitor
     from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
@@ -65,7 +68,9 @@ def run(args: argparse.Namespace) -> int:
         reader = open_socket_reader()
         cluster = None
         if args.cluster:
-            cluster = fetch_metadata(args.cluster, dict(args.properties), args.cluster_timeout)
+            named = load_config(args.config).resolve_cluster(args.cluster,
+                                                             dict(args.properties))
+            cluster = fetch_metadata(named.bootstrap, named.properties, args.cluster_timeout)
         settings = SamplerSettings(broker_idle_ms=args.broker_idle_ms, cluster=cluster,
                                    require_kafka=cluster is None and not args.any_process)
         monitor = Monitor((ProcessSampler(pid, reader, settings)
@@ -92,9 +97,10 @@ def run(args: argparse.Namespace) -> int:
         try:
             why = _record(monitor, recorder, discovery, brokers, first, args.interval,
                           args.duration, stop)
-        except (SampleError, SpoolError, OSError) as err:
+        except Exception as err:  # noqa: BLE001 - whatever broke the loop, close the session
             summary = _close(recorder, root)
-            raise UserError(f"{err}; recording stopped, {_describe(summary, root)}") from err
+            raise UserError(f"{err or type(err).__name__}; recording stopped, "
+                            f"{_describe(summary, root)}") from err
         summary = _close(recorder, root)
     print(f"kmon record: session {session_id} stopped ({why}): {_describe(summary, root)}",
           file=sys.stderr, flush=True)
@@ -103,14 +109,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 class StopSignals:
-    """While active, SIGINT and SIGTERM ask for a clean stop instead of ending the process."""
+    """While active, SIGINT, SIGTERM and SIGHUP ask for a clean stop instead of ending the
+    process."""
 
     def __init__(self) -> None:
         self.received: str | None = None
         self.previous: dict[int, object] = {}
 
     def __enter__(self) -> StopSignals:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             self.previous[sig] = signal.signal(sig, self._handle)
         return self
 

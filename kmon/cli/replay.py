@@ -15,7 +15,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", type=Path, metavar="FILE", help="JSON lines of kmon snapshots")
     parser.add_argument("--pid", type=pid_arg, default=None,
                         help="the process to show (default: the first one recorded)")
-    parser.add_argument("--interval", type=options.duration_arg, default=None,
+    parser.add_argument("--interval", type=options.interval_arg, default=None,
                         metavar="DURATION", help="time between frames (default: as recorded)")
     options.dashboard(parser)
 

@@ -13,7 +13,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``watch`` arguments to ``parser``."""
     parser.add_argument("cluster", metavar="CLUSTER",
                         help="bootstrap servers host:port,... or a cluster named in the config")
-    options.client_properties(parser, "for the cluster, e.g. security.protocol=SSL")
+    options.client_properties(parser, "for the cluster, e.g. security.protocol=SSL "
+                              "(KEY=@FILE reads the value from FILE)")
     options.interval(parser, "refreshes of the local clients")
     parser.add_argument("--metadata-every", type=duration_arg, default=30.0, metavar="DURATION",
                         help="time between refreshes of the cluster's metadata (default 30s)")

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from kmon.errors import UserError
+from kmon.files import UnsafeFile, read_bounded
 from kmon.model import (
     ClientInstance,
     Connection,
@@ -20,6 +21,7 @@ from kmon.model import (
     Snapshot,
 )
 
+MAX_RECORDING_BYTES = 512 * 1024 * 1024  # an attach --json recording of hours at 2,000 rows
 _CONNECTION_FIELDS = set(Connection.__dataclass_fields__)
 _CLIENT_FIELDS = set(ClientInstance.__dataclass_fields__)
 
@@ -52,21 +54,22 @@ def event_from_dict(record: dict) -> Event:
 
 def read_recording(path: Path) -> list[tuple[Snapshot, list[Event]]]:
     """Every (snapshot, events) of a JSON-lines recording; ReplayError names a bad line."""
-    frames = []
     try:
-        with open(path, encoding="utf-8") as lines:
-            for number, line in enumerate(lines, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                    frames.append((snapshot_from_dict(record),
-                                   [event_from_dict(e) for e in record.get("events", [])]))
-                except (ValueError, KeyError, TypeError, AttributeError) as err:
-                    raise ReplayError(f"{path}:{number} is not a kmon snapshot "
-                                      f"({type(err).__name__}: {err})") from err
+        data = read_bounded(path, MAX_RECORDING_BYTES, "recording")
     except OSError as err:
-        raise ReplayError(f"cannot read {path}: {err.strerror}") from err
+        raise ReplayError(str(err) if isinstance(err, UnsafeFile)
+                          else f"cannot read {path}: {err.strerror}") from err
+    frames = []
+    for number, raw in enumerate(data.split(b"\n"), 1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw.decode("utf-8"))
+            frames.append((snapshot_from_dict(record),
+                           [event_from_dict(e) for e in record.get("events", [])]))
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
+            raise ReplayError(f"{path}:{number} is not a kmon snapshot "
+                              f"({type(err).__name__}: {str(err)[:200]})") from err
     if not frames:
         raise ReplayError(f"{path} holds no snapshots")
     return frames

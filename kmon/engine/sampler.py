@@ -24,6 +24,7 @@ from kmon.sources.librdkafka_stats import ClientStats, read_client_stats, spool_
 from kmon.sources.process_info import (
     describe,
     in_other_network_namespace,
+    is_kernel_thread,
     is_zombie,
     loads_kafka_library,
 )
@@ -80,8 +81,9 @@ class ProcessSampler:
 
     def __init__(self, pid: int, reader: SocketReader, settings: SamplerSettings,
                  client_log: Path | None = None) -> None:
-        if pid <= 0:
-            raise ProcessGone(f"no process with PID {pid}")
+        if pid <= 0 or is_kernel_thread(pid):
+            raise ProcessGone(f"no process with PID {pid}" + (
+                " (it is a kernel thread)" if pid > 0 else ""))
         try:
             self.process = psutil.Process(pid)
         except psutil.NoSuchProcess as err:
@@ -125,8 +127,8 @@ class ProcessSampler:
             raise NoPermission(f"no permission to read the sockets of PID {self.pid} "
                                f"({self.name}); run kmon as its user or as root") from err
         try:
-            all_stats = read_client_stats(self.process, self.start_time, self.uid,
-                                          self.spool_dirs)
+            all_stats, spool_notices = read_client_stats(self.process, self.start_time,
+                                                         self.uid, self.spool_dirs)
         except psutil.NoSuchProcess as err:
             raise ProcessGone(f"PID {self.pid} ({self.name}) has exited") from err
         fresh = [c for c in all_stats if not c.is_stale(now_ms)]
@@ -149,7 +151,7 @@ class ProcessSampler:
             pid=self.pid, name=self.name, cmdline=self.cmdline,
             clients=[_instance(c, now_ms) for c in all_stats] + clients,
             connections=connections,
-            notices=self.standing_notices + [
+            notices=self.standing_notices + spool_notices + [
                 f"client {c.instance}: statistics {c.age_ms(now_ms) // 1000}s old (closed, or "
                 "not serving its callbacks); its sockets show unpaired"
                 for c in all_stats if c.is_stale(now_ms)]

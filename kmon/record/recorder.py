@@ -13,6 +13,7 @@ import contextlib
 import getpass
 import os
 import secrets
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from kmon.record.schema import (
     session_row,
     snapshot_rows,
 )
-from kmon.record.writer import PartWriter
+from kmon.record.writer import PartWriter, durable_replace, sync_dir
 
 COMPACT_BATCH_ROWS = 100_000  # rows per row group of a compacted file, at most
 
@@ -61,7 +62,12 @@ class Summary:
 
 
 class Recorder:
-    """Writes one session's snapshots, events and session row under ``root``."""
+    """Writes one session's snapshots, events and session row under ``root``.
+
+    Buffered rows are flushed at least every ``flush_every_s`` by a timer thread
+    of the recorder's own, so a poll that blocks (a stopped JVM, a slow
+    kernel) cannot stretch what a kill would lose.
+    """
 
     def __init__(self, root: Path, host: str, session_id: str, interval_ms: int,
                  flush_every_s: float = 10.0) -> None:
@@ -76,18 +82,41 @@ class Recorder:
         self.clients: dict[tuple[int, str], dict] = {}  # (pid, client name) -> client
         self.started_row_written = False
         self.next_flush = 0.0  # monotonic; the first add() flushes at once
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._timer = threading.Thread(target=self._flush_on_time, name="kmon-recorder-flush",
+                                       daemon=True)
+        self._timer.start()
+        self.flush_error: OSError | None = None  # a timed flush that failed, raised by add()
 
     def add(self, snapshot: Snapshot, events: list[Event]) -> None:
         """Buffer one poll's rows; flush when the last flush is ``flush_every_s`` old."""
-        self.writers["snapshots"].add(snapshot_rows(snapshot, self.session_id))
-        self.writers["events"].add(event_rows(events, self.session_id))
-        for client in clients_json(snapshot):
-            self.clients.setdefault((client["pid"], client["name"]), client)
-        if time.monotonic() >= self.next_flush:
-            self.flush()
+        if self.flush_error is not None:
+            raise self.flush_error
+        with self._lock:
+            self.writers["snapshots"].add(snapshot_rows(snapshot, self.session_id))
+            self.writers["events"].add(event_rows(events, self.session_id))
+            for client in clients_json(snapshot):
+                self.clients.setdefault((client["pid"], client["name"]), client)
+            if time.monotonic() >= self.next_flush:
+                self._flush()
 
     def flush(self) -> None:
         """Write every buffered row as complete part files (the session row first time)."""
+        with self._lock:
+            self._flush()
+
+    def _flush_on_time(self) -> None:
+        while not self._closed.wait(min(1.0, self.flush_every_s)):
+            if time.monotonic() < self.next_flush:
+                continue
+            try:
+                self.flush()
+            except OSError as err:  # the poll loop hears of it at its next add()
+                self.flush_error = err
+                return
+
+    def _flush(self) -> None:
         if not self.started_row_written:
             self._add_session_row(stopped_ms=None)
             self.started_row_written = True
@@ -99,6 +128,8 @@ class Recorder:
 
     def close(self) -> Summary:
         """Flush, write the final session row, compact the parts; what is on disk now."""
+        self._closed.set()
+        self._timer.join()
         self._add_session_row(stopped_ms=int(time.time() * 1000))
         self.flush()
         files = [compacted for table in SCHEMAS for compacted in self._compact(table)]
@@ -127,11 +158,12 @@ class Recorder:
         for directory, parts in sorted(by_dir.items()):
             target = directory / f"{self.session_id}.parquet"
             if len(parts) == 1:
-                os.replace(parts[0], target)
+                durable_replace(parts[0], target)
             else:  # several parts, or none
                 _concatenate(parts, target, SCHEMAS[table])
                 for part in parts:
                     part.unlink()
+                sync_dir(directory)
             files.append(target)
         self.parts[table] = files
         return files
@@ -150,7 +182,7 @@ def _concatenate(parts: list[Path], target: Path, schema: pa.Schema) -> None:
                     batch = []
             if batch:
                 out.write_table(pa.concat_tables(batch))
-        os.replace(tmp, target)
+        durable_replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()

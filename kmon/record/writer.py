@@ -4,7 +4,8 @@ Each ``flush()`` writes whole files (footer included) under
 ``ROOT/<table>/date=YYYY-MM-DD/host=NAME/<session>-<seq>.parquet``: a file is
 first written as a hidden ``.<name>.tmp`` and then renamed, so a killed
 writer leaves either a complete part or a hidden leftover that readers
-(Spark included) ignore.
+(Spark included) ignore. The file is synced before the rename and the
+directory after it, so a power cut cannot leave a named but empty part.
 """
 
 from __future__ import annotations
@@ -18,6 +19,23 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kmon.record.schema import SCHEMAS
+
+
+def durable_replace(source: Path, target: Path) -> None:
+    """Rename ``source`` to ``target`` once its bytes are on disk, then sync the directory."""
+    with open(source, "rb") as written:
+        os.fsync(written.fileno())
+    os.replace(source, target)
+    sync_dir(target.parent)
+
+
+def sync_dir(directory: Path) -> None:
+    """Make the names in ``directory`` durable (renames, removals)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class PartWriter:
@@ -63,7 +81,7 @@ class PartWriter:
         tmp = directory / f".{name}.tmp"
         try:
             pq.write_table(table, tmp, compression="zstd")
-            os.replace(tmp, directory / name)
+            durable_replace(tmp, directory / name)
         except BaseException:
             with contextlib.suppress(OSError):
                 tmp.unlink()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -293,12 +294,18 @@ class LogFollower:
             return None
 
     def _open(self, *, at_end: bool) -> bool:
-        try:
-            handle = open(self.path, "rb")  # noqa: SIM115 - kept open between polls
+        try:  # non-blocking: a FIFO must not hang kmon waiting for a writer
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
         except OSError as exc:
             self.problem = _describe(self.path, exc)
             return False
-        st = os.fstat(handle.fileno())
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            self.problem = f"{self.path}: not a regular file; kmon follows log files only"
+            return False
+        os.set_blocking(fd, True)
+        handle = os.fdopen(fd, "rb")
         self._file, self._identity = handle, (st.st_dev, st.st_ino)
         self._offset = handle.seek(0, os.SEEK_END) if at_end else 0
         self._partial = b""

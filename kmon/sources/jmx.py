@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
@@ -29,6 +30,8 @@ HELPER = "KmonJmx"
 HELPER_JVM_OPTIONS = ("-Xmx32m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                       "-XX:-UsePerfData")
 _STDERR_LINES = 20
+ROOT_CACHE = Path("/var/cache/kmon/jmx")  # root's helper cache: every directory root's own
+ROOT_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 
 class JmxUnavailable(Exception):
@@ -197,11 +200,39 @@ class JmxSource:
 
 
 def _java(tool: str) -> str | None:
-    """``tool`` (java, javac) from JAVA_HOME, else from PATH."""
+    """``tool`` (java, javac) from JAVA_HOME, else from PATH.
+
+    As root, only a binary that root alone can change is taken: a JAVA_HOME or
+    PATH entry another user can write (``sudo -E``, ``su`` without ``-``) is
+    ignored, and the system's own directories are searched as well.
+    """
     home = os.environ.get("JAVA_HOME")
-    if home and os.access(Path(home, "bin", tool), os.X_OK):
-        return str(Path(home, "bin", tool))
-    return shutil.which(tool)
+    candidates = [Path(home, "bin", tool)] if home else []
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    if os.geteuid() == 0:
+        path = [*path, *ROOT_PATH]
+    candidates += [Path(d, tool) for d in path if d]
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK) and (
+                os.geteuid() != 0 or root_only(candidate)):
+            return str(candidate)
+    return None
+
+
+def root_only(path: Path) -> bool:
+    """True when only root can change ``path``: the file and every directory above it (after
+    links) belong to root and are not group or other writable (a root-owned sticky
+    directory, such as /tmp, counts: others cannot rename root's entries in it)."""
+    real = Path(os.path.realpath(path))
+    for part in (real, *real.parents):
+        try:
+            info = os.stat(part)
+        except OSError:
+            return False
+        sticky_dir = stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISVTX
+        if info.st_uid != 0 or (info.st_mode & 0o022 and not sticky_dir):
+            return False
+    return True
 
 
 def _check_target(pid: int) -> None:
@@ -251,7 +282,15 @@ def _helper_entry() -> list[str]:
 
 
 def _cache_dir() -> Path:
-    """This user's private helper cache: $XDG_CACHE_HOME/kmon/jmx (0700, ours, no symlink)."""
+    """The helper cache: root's own ``/var/cache/kmon/jmx`` when kmon runs as root (never a
+    directory found through $HOME or $XDG_CACHE_HOME, which another user may control);
+    else this user's private ``$XDG_CACHE_HOME/kmon/jmx`` (0700, ours, no symlink)."""
+    if os.geteuid() == 0:
+        ROOT_CACHE.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not root_only(ROOT_CACHE) or ROOT_CACHE.is_symlink():
+            raise JmxUnavailable(f"{ROOT_CACHE} (or a directory above it) can be changed by "
+                                 "users other than root; refusing to run the JMX helper from it")
+        return ROOT_CACHE
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     path = base / "kmon" / "jmx"
     path.mkdir(mode=0o700, parents=True, exist_ok=True)

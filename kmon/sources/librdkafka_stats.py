@@ -99,27 +99,38 @@ def spool_dirs(process: psutil.Process) -> list[Path]:
         target_env = None
     if target_env:
         candidates.append(Path(target_env))
-    candidates.append(spool.default_dir(process.uids().real, env={}))
+    uid = process.uids().real
+    candidates.append(spool.default_dir(uid, env={}))
+    fallback = spool.fallback_dir(uid)
+    if fallback is not None:
+        candidates.append(fallback)
     return list(dict.fromkeys(candidates))
 
 
 def read_client_stats(process: psutil.Process, proc_start: float, owner_uid: int,
-                      directories: list[Path]) -> list[ClientStats]:
-    """Statistics of every instrumented client of ``process`` (run by ``owner_uid``).
+                      directories: list[Path]) -> tuple[list[ClientStats], list[str]]:
+    """Statistics of every instrumented client of ``process`` (run by ``owner_uid``), and
+    notices for spool directories that are not the user's own (skipped).
 
     Records left by an earlier process with the same pid are ignored.
     Raises spool.SpoolError for a corrupt or unsafe spool file.
     """
     found: dict[str, ClientStats] = {}
+    notices = []
     for directory in directories:
-        for path, record in spool.read_records(directory, process.pid, owner_uid):
+        try:
+            records = spool.read_records(directory, process.pid, owner_uid)
+        except spool.SpoolUntrusted as err:
+            notices.append(f"no statistics from there: {err}")
+            continue
+        for path, record in records:
             stats = parse_record(path, record)
             if not _same_process(record, proc_start):
                 continue
             current = found.get(stats.instance)
             if current is None or stats.written_ms > current.written_ms:
                 found[stats.instance] = stats
-    return sorted(found.values(), key=lambda c: c.instance)
+    return sorted(found.values(), key=lambda c: c.instance), notices
 
 
 def _same_process(record: dict, proc_start: float) -> bool:
@@ -130,14 +141,20 @@ def _corrupt(path: Path, what: str) -> spool.SpoolError:
     return spool.SpoolError(f"spool file {path} is corrupt ({what})")
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+MAX_COUNTER = 2**63 - 1  # what Parquet's int64 and the kernel's counters hold
+INT32 = (-(2**31), 2**31 - 1)  # Kafka node ids
+
+
+def _is_int(value: object, low: int = -1, high: int = MAX_COUNTER) -> bool:
+    """A whole number within [low, high] (bools are not numbers here)."""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 def _number(path: Path, record: dict, key: str, default: float | None = None) -> float:
     value = record.get(key, default)
-    if not (_is_int(value) or isinstance(value, float)) or not math.isfinite(value):
-        raise _corrupt(path, f"{key} is not a number")
+    if (not (_is_int(value, -MAX_COUNTER) or isinstance(value, float))
+            or not math.isfinite(value) or abs(value) > MAX_COUNTER):
+        raise _corrupt(path, f"{key} is not a number within range")
     return value
 
 
@@ -176,15 +193,16 @@ def _brokers(path: Path, raw: object) -> dict[str, dict]:
         clean: dict = {}
         for key, default in _BROKER_INTS.items():
             clean[key] = entry.get(key, default)
-            if not _is_int(clean[key]):
-                raise _corrupt(path, f"broker {name!r} {key} is not a whole number")
+            if not _is_int(clean[key], *(INT32 if key == "nodeid" else (-1, MAX_COUNTER))):
+                raise _corrupt(path, f"broker {name!r} {key} is not a whole number in range")
         for key in _BROKER_STRS:
             clean[key] = entry.get(key, "")
             if not isinstance(clean[key], str):
                 raise _corrupt(path, f"broker {name!r} {key} is not a string")
         rtt = entry.get("rtt", {})
         avg = rtt.get("avg", 0) if isinstance(rtt, dict) else None
-        if not (_is_int(avg) or isinstance(avg, float)):
+        if (not (_is_int(avg) or isinstance(avg, float)) or not math.isfinite(avg)
+                or not -1 <= avg <= MAX_COUNTER):
             raise _corrupt(path, f"broker {name!r} rtt is not a window of numbers")
         clean["rtt_avg_us"] = avg
         brokers[name] = clean
@@ -199,7 +217,8 @@ def _socket_counters(path: Path, raw: object) -> dict[int, SocketCounters]:
     counters = {}
     for entry in raw:
         values = [entry.get(k) for k in _COUNTER_FIELDS]
-        if not _is_int(entry.get("inode")) or not all(v is None or _is_int(v) for v in values):
+        if not _is_int(entry.get("inode"), 0) or not all(v is None or _is_int(v, 0)
+                                                         for v in values):
             raise _corrupt(path, "socket counters are not whole numbers")
         counters[entry["inode"]] = SocketCounters(*values)
     return counters
@@ -217,6 +236,6 @@ def _group(path: Path, raw: object) -> GroupStats | None:
             raise _corrupt(path, f"cgrp {key} is not a string")
     for key, name in _GROUP_INTS.items():
         values[name] = raw.get(key, 0)
-        if not _is_int(values[name]):
-            raise _corrupt(path, f"cgrp {key} is not a whole number")
+        if not _is_int(values[name], -1):
+            raise _corrupt(path, f"cgrp {key} is not a whole number in range")
     return GroupStats(**values)

@@ -37,6 +37,19 @@ def loads_kafka_library(pid: int) -> bool:
         return False
 
 
+PF_KTHREAD = 0x00200000  # the kernel's flag for its own threads (/proc/PID/stat field 9)
+
+
+def is_kernel_thread(pid: int) -> bool:
+    """True for a kernel thread (kthreadd, kworkers): no user space, no sockets of its own."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            fields = stat_file.read(4096).rsplit(b")", 1)[1].split()
+        return bool(int(fields[6]) & PF_KTHREAD)
+    except (OSError, IndexError, ValueError):
+        return False
+
+
 def is_zombie(process: psutil.Process) -> bool:
     """True for a process that has exited but not been reaped (or is gone already)."""
     try:

@@ -2,25 +2,39 @@
 
 One JSON file per client instance, named ``<pid>-<instance>.json``, written
 atomically (temp file + rename) with mode 0600 in a directory of mode 0700
-that belongs to the user. Links are never followed.
+that belongs to the user. Links are never followed; a file must belong to the
+user (or root), have one link and at most ``MAX_RECORD_BYTES``.
+
+Where to look: ``$KMON_SPOOL_DIR``, else ``/run/user/UID/kmon``, else
+``/tmp/kmon-UID``; and, where another user squatted that name in ``/tmp``,
+the agent's fallback ``~/.cache/kmon/spool`` under the user's home (from the
+password database, never from an environment another user controls).
+A directory that is not the user's own is skipped with a notice
+(``SpoolUntrusted``): anyone can create ``/tmp/kmon-UID``, and that must
+not blind kmon to the user's processes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 FORMAT = 1
-MAX_RECORD_BYTES = 64 * 1024 * 1024
+MAX_RECORD_BYTES = 1024 * 1024  # a client's statistics without partitions: a few KiB
 ENV_DIR = "KMON_SPOOL_DIR"
 
 
 class SpoolError(Exception):
     """A spool directory or file that kmon must not or cannot use."""
+
+
+class SpoolUntrusted(SpoolError):
+    """A spool directory that is not the user's own (a notice, not a failure)."""
 
 
 def default_dir(uid: int | None = None, env: Mapping[str, str] = os.environ) -> Path:
@@ -32,6 +46,15 @@ def default_dir(uid: int | None = None, env: Mapping[str, str] = os.environ) -> 
     if runtime.is_dir():
         return runtime / "kmon"
     return Path(tempfile.gettempdir()) / f"kmon-{uid}"
+
+
+def fallback_dir(uid: int) -> Path | None:
+    """The agent's spool when its default is taken by someone else: under the user's home."""
+    try:
+        home = pwd.getpwuid(uid).pw_dir
+    except KeyError:
+        return None
+    return Path(home) / ".cache" / "kmon" / "spool" if home and home != "/" else None
 
 
 
@@ -57,21 +80,21 @@ def read_records(directory: Path, pid: int, owner_uid: int) -> list[tuple[Path, 
         raise SpoolError(f"cannot read spool {directory}: {err.strerror}") from err
     if (not stat.S_ISDIR(info.st_mode) or info.st_uid not in (owner_uid, 0)
             or info.st_mode & 0o022):
-        raise SpoolError(f"spool {directory} is not a private directory of uid {owner_uid}; "
-                         "refusing to trust it")
+        raise SpoolUntrusted(f"spool {directory} is not a private directory of uid "
+                             f"{owner_uid}; its statistics are not read")
     prefix = f"{pid}-"
     records = []
     for name in names:
         if name.startswith(prefix) and name.endswith(".json"):
-            record = _read_one(directory / name)
+            record = _read_one(directory / name, owner_uid)
             if record is not None:
                 records.append((directory / name, record))
     return records
 
 
-def _read_one(path: Path) -> dict | None:
+def _read_one(path: Path, owner_uid: int) -> dict | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
     except FileNotFoundError:
         return None  # its client exited between listing and reading
     except OSError as err:
@@ -81,9 +104,14 @@ def _read_one(path: Path) -> dict | None:
         info = os.fstat(f.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise SpoolError(f"spool file {path} is not a regular file")
+        if info.st_uid not in (owner_uid, 0) or info.st_nlink != 1:
+            raise SpoolError(f"spool file {path} belongs to uid {info.st_uid} with "
+                             f"{info.st_nlink} links; refusing to read it")
         if info.st_size > MAX_RECORD_BYTES:
             raise SpoolError(f"spool file {path} is too large ({info.st_size:,} bytes)")
-        raw = f.read(MAX_RECORD_BYTES)
+        raw = f.read(MAX_RECORD_BYTES + 1)
+    if len(raw) > MAX_RECORD_BYTES:
+        raise SpoolError(f"spool file {path} is too large (over {MAX_RECORD_BYTES:,} bytes)")
     try:
         record = json.loads(raw)
     except (ValueError, RecursionError) as err:

@@ -1,0 +1,145 @@
+"""Findings of the security review, each reproduced: what another local user could make
+kmon (often root) do, and what a watched process could make it spend."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from kmon.agent.autoinstrument import BOOTSTRAP_DIR, run_environment
+from kmon.analysis.inputs import discover
+from kmon.record.schema import SCHEMAS
+from kmon.sources import jmx, spool
+from kmon.sources.librdkafka_stats import parse_record, read_client_stats
+
+NOBODY = 65534  # a uid that is not root and not us: the "other user" of these tests
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the attack is on kmon running as root")
+
+
+def owned_by_nobody(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    for part in (path, *[p for p in path.parents if str(p).startswith(str(path.parents[1]))]):
+        os.chown(part, NOBODY, NOBODY)
+    return path
+
+
+# --- high: root runs only code root alone can change -----------------------------------
+
+@as_root
+def test_root_never_takes_the_jmx_helper_from_a_cache_another_user_controls(tmp_path,
+                                                                             monkeypatch):
+    hostile = owned_by_nobody(tmp_path / "home" / ".cache")
+    planted = hostile / "kmon" / "jmx"
+    planted.mkdir(parents=True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(hostile))
+    monkeypatch.setenv("HOME", str(hostile.parent))
+    cache = jmx._cache_dir()
+    assert not str(cache).startswith(str(tmp_path))
+    assert jmx.root_only(cache)
+
+
+@as_root
+def test_root_ignores_a_java_home_or_path_another_user_can_write(tmp_path, monkeypatch):
+    fake = owned_by_nobody(tmp_path / "jdk" / "bin")
+    for tool in ("java", "javac"):
+        (fake / tool).write_text("#!/bin/sh\ntouch /tmp/kmon-pwned\n")
+        (fake / tool).chmod(0o755)
+        os.chown(fake / tool, NOBODY, NOBODY)
+    monkeypatch.setenv("JAVA_HOME", str(fake.parent))
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    for tool in ("java", "javac"):
+        found = jmx._java(tool)
+        assert found is None or not found.startswith(str(tmp_path)), found
+
+
+def test_root_only_sees_a_writable_directory_anywhere_above(tmp_path):
+    target = tmp_path / "a" / "b" / "tool"
+    target.parent.mkdir(parents=True)
+    target.write_text("")
+    (tmp_path / "a").chmod(0o777)
+    assert not jmx.root_only(target)
+
+
+# --- medium: no blinding through the spool, no unbounded spool ---------------------------
+
+def spool_record(**changes) -> dict:
+    record = {"format": 1, "proc_start": 1.0, "written_ms": 1, "config": {},
+              "stats": {"name": "rdkafka#producer-1", "brokers": {
+                  "b1:9092/1": {"nodeid": 1, "nodename": "b1:9092", "source": "learned",
+                                "state": "UP", "txbytes": 10, "rxbytes": 10}}}}
+    record["stats"]["brokers"]["b1:9092/1"].update(changes)
+    return record
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("txbytes", 2**70), ("rxbytes", -5), ("nodeid", 2**31), ("connects", 2**63)])
+def test_numbers_out_of_range_are_corrupt_not_a_crash_later(tmp_path, field, value):
+    with pytest.raises(spool.SpoolError, match="range"):
+        parse_record(tmp_path / "1-x.json", spool_record(**{field: value}))
+
+
+def test_a_huge_spool_file_is_refused_before_it_is_read(tmp_path):
+    tmp_path.chmod(0o700)
+    path = tmp_path / f"{os.getpid()}-rdkafka_producer-1.json"
+    path.write_text("[" * (2 * spool.MAX_RECORD_BYTES))
+    with pytest.raises(spool.SpoolError, match="too large"):
+        spool.read_records(tmp_path, os.getpid(), os.getuid())
+
+
+def test_a_spool_file_with_a_second_link_is_refused(tmp_path):
+    tmp_path.chmod(0o700)
+    path = tmp_path / f"{os.getpid()}-rdkafka_producer-1.json"
+    path.write_text(json.dumps(spool_record()))
+    os.link(path, tmp_path / "elsewhere")
+    with pytest.raises(spool.SpoolError, match="links"):
+        spool.read_records(tmp_path, os.getpid(), os.getuid())
+
+
+@as_root
+def test_a_squatted_spool_directory_is_a_notice_not_a_failure(tmp_path):
+    import psutil
+
+    squatted = owned_by_nobody(tmp_path / "kmon-squatted")
+    stats, notices = read_client_stats(psutil.Process(), psutil.Process().create_time(), 0,
+                                       [squatted])
+    assert stats == [] and len(notices) == 1 and "not a private directory" in notices[0]
+
+
+# --- medium: kmon run adds only its bootstrap directory ---------------------------------
+
+def test_kmon_run_puts_only_the_bootstrap_directory_on_the_path():
+    env = run_environment({"PYTHONPATH": "/app/lib"})
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(BOOTSTRAP_DIR), "/app/lib"]
+    assert sorted(os.listdir(BOOTSTRAP_DIR)) in (["sitecustomize.py"],
+                                                  ["__pycache__", "sitecustomize.py"])
+    assert env["KMON_AGENT_PYTHON"] == f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def test_the_bootstrap_refuses_another_python_version(tmp_path):
+    env = run_environment(dict(os.environ))
+    env["KMON_AGENT_PYTHON"] = "2.7"
+    result = subprocess.run([sys.executable, "-c", "import sys; print('kmon' in sys.modules)"],
+                            env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.stdout.strip() == "False"
+    assert "not instrumented" in result.stderr
+
+
+# --- low: recordings ----------------------------------------------------------------------
+
+def test_parts_a_compacted_file_already_holds_are_not_counted_twice(tmp_path):
+    directory = tmp_path / "events" / "date=2026-11-22" / "host=h"
+    directory.mkdir(parents=True)
+    table = pa.Table.from_pylist([], schema=SCHEMAS["events"])
+    pq.write_table(table, directory / "s1.parquet")
+    pq.write_table(table, directory / "s1-000001.parquet")  # left by a kill before deletion
+    pq.write_table(table, directory / "s2-000001.parquet")  # another session's live part
+    found = discover(tmp_path)
+    assert [p.name for p in found.files["events"]] == ["s1.parquet", "s2-000001.parquet"]
+    assert [s.path.name for s in found.skipped] == ["s1-000001.parquet"]
