@@ -32,10 +32,11 @@ def read_bounded(path: str | os.PathLike[str], limit: int, what: str = "file",
         why = "is a symbolic link" if not follow_links and Path(path).is_symlink() else (
             err.strerror or str(err))
         raise UnsafeFile(f"{what} {path}: {why}") from err
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise UnsafeFile(f"{what} {path}: not a regular file")
     with os.fdopen(fd, "rb") as file:
-        info = os.fstat(file.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise UnsafeFile(f"{what} {path}: not a regular file")
         if info.st_size > limit:
             raise UnsafeFile(f"{what} {path}: larger than {limit:,} bytes")
         data = file.read(limit + 1)

@@ -28,6 +28,7 @@ def parse_duration(text: str) -> float:
 
 MAX_DURATION_S = 366 * 24 * 3600.0  # a year: beyond it, timers and sleeps overflow
 MIN_INTERVAL_S, MAX_INTERVAL_S = 0.01, 3600.0
+MAX_INT_ARG = 2**31 - 1
 
 
 def duration_arg(text: str) -> float:
@@ -50,13 +51,11 @@ def interval_arg(text: str) -> float:
 
 
 def positive_int_arg(text: str) -> int:
-    """A whole number above zero, for argparse."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number above zero")
+    """A whole number from 1 to 2^31 - 1 in ASCII digits, for argparse."""
+    value = int(text) if text.isascii() and text.isdigit() else 0
+    if not 0 < value <= MAX_INT_ARG:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to "
+                                         f"{MAX_INT_ARG}")
     return value
 
 

@@ -43,6 +43,10 @@ def run(args: argparse.Namespace) -> int:
     from kmon.sources.sockets import open_socket_reader
     from kmon.sources.spool import SpoolError
 
+    if args.client_log is not None and args.client_log.exists() and not (
+            args.client_log.is_file()):
+        raise UserError(f"--client-log {args.client_log}: not a regular file; kmon follows "
+                        "log files only")
     try:
         config = load_config(args.config)
         theme = checked_theme(config, args.theme)
