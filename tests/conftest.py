@@ -165,6 +165,27 @@ def assert_one_clear_line(result: subprocess.CompletedProcess, code: int, *words
         assert word in lines[0], lines[0]
 
 
+def python_as(user: str) -> tuple[list[str], dict[str, str]]:
+    """(argv prefix, environment) running this test's Python code as ``user``.
+
+    The test's own interpreter may live where other users cannot read it (pyenv
+    under /root): the system's interpreter of the same minor version is used,
+    with this environment's packages and the repository on its path. Skips the
+    test where there is none.
+    """
+    import site
+    import sysconfig
+
+    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    system = Path("/usr/bin") / version
+    if not system.exists():
+        pytest.skip(f"no {system} that another user can run")
+    packages = sysconfig.get_paths()["purelib"]
+    env = {k: v for k, v in os.environ.items() if k not in ("KMON_SPOOL_DIR", "PYTHONHOME")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), packages, *site.getsitepackages()])
+    return ["runuser", "-u", user, "--", str(system)], env
+
+
 def unused_pid() -> int:
     pid = 4_000_000
     while os.path.exists(f"/proc/{pid}"):

@@ -143,3 +143,61 @@ def test_parts_a_compacted_file_already_holds_are_not_counted_twice(tmp_path):
     found = discover(tmp_path)
     assert [p.name for p in found.files["events"]] == ["s1.parquet", "s2-000001.parquet"]
     assert [s.path.name for s in found.skipped] == ["s1-000001.parquet"]
+
+
+# --- the blinding attack, end to end: a throwaway user, a squatted /tmp/kmon-UID ----------
+
+@pytest.fixture
+def throwaway_user():
+    """A user made for this test (home included) and removed after it, even on failure."""
+    import pwd
+    import uuid
+
+    name = f"kmon{uuid.uuid4().hex[:8]}"
+    subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", name], check=True,
+                   capture_output=True)
+    try:
+        yield pwd.getpwnam(name)
+    finally:
+        subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
+        subprocess.run(["userdel", "--remove", name], capture_output=True)
+
+
+@as_root
+@pytest.mark.integration
+@pytest.mark.skipif(not Path("/usr/sbin/useradd").exists(), reason="needs useradd")
+def test_a_squatted_spool_cannot_blind_root_to_another_users_client(cluster, throwaway_user,
+                                                                    tmp_path):
+    import shutil
+
+    from conftest import Child, python_as
+
+    victim = throwaway_user
+    squatted = Path(f"/tmp/kmon-{victim.pw_uid}")
+    shutil.rmtree(squatted, ignore_errors=True)
+    squatted.mkdir()
+    os.chown(squatted, NOBODY, NOBODY)  # another user got there first
+    python, env = python_as(victim.pw_name)
+    env["HOME"] = victim.pw_dir
+    client = Child([*python, "-m", "kmon.devtools.workload", "producer", cluster,
+                    "--instrument"], env=env)
+    try:
+        client.wait_line("READY")
+        pid = int(subprocess.run(["pgrep", "-u", victim.pw_name, "-f", "kmon.devtools.workload"],
+                                 capture_output=True, text=True).stdout.split()[0])
+        result = None
+        for _ in range(20):  # the agent writes its first statistics within a second or two
+            result = subprocess.run([sys.executable, "-m", "kmon", "attach", str(pid), "--once",
+                                     "--json"], capture_output=True, text=True, timeout=60,
+                                    env={k: v for k, v in os.environ.items()
+                                         if k != "KMON_SPOOL_DIR"})
+            assert result.returncode == 0, result.stderr
+            (process,) = json.loads(result.stdout)["processes"]
+            if process["clients"]:
+                break
+        assert process["clients"], "statistics from the agent's fallback spool"
+        assert any("not a private directory" in n for n in process["notices"])
+        assert (Path(victim.pw_dir) / ".cache" / "kmon" / "spool").is_dir()
+    finally:
+        client.stop()
+        shutil.rmtree(squatted, ignore_errors=True)
