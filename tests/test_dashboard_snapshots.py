@@ -18,6 +18,7 @@ from kmon.engine.facade import ProcessSession
 from kmon.engine.replay import Replay, read_recording
 from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen, DashboardSettings
+from kmon.widgets.event_log import EventLog
 
 DATA = Path(__file__).parent / "data"
 SIZE = (170, 48)
@@ -47,6 +48,10 @@ def play_all(screen: AttachScreen, replay: Replay):
             await pilot.pause(0.05)
         while not replay.finished:
             screen.apply(*replay.poll())
+        await pilot.pause()
+        # the log follows its newest line after a refresh; settle it so the picture is stable
+        for log in screen.query(EventLog):
+            log.scroll_end(animate=False, immediate=True)
         await pilot.pause()
     return run_before
 
