@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kmon.errors import UserError
 from kmon.files import UnsafeFile, read_bounded
-from kmon.model import Thresholds
+from kmon.model import ChurnThresholds, Thresholds
 from kmon.redact import MASK, is_secret_name
 from kmon.units import parse_duration
 
@@ -27,6 +27,17 @@ else:
     import tomli as tomllib
 
 ENV_CONFIG = "KMON_CONFIG"
+# [churn] key -> (ChurnThresholds field, kind)
+CHURN_KEYS_TO_FIELDS = {
+    "opened_per_minute": ("opened_per_minute", "rate"),
+    "short_lived": ("short_lived_ms", "duration"),
+    "reap_cycles": ("reap_cycles", "count"),
+    "storm_processes": ("storm_processes", "count"),
+    "storm_window": ("storm_window_ms", "duration"),
+    "fd_growth": ("fd_growth", "count"),
+    "window": ("window_ms", "duration"),
+}
+CHURN_KEYS = tuple(CHURN_KEYS_TO_FIELDS)
 MAX_CONFIG_BYTES = 1024 * 1024
 _ADDRESS = r"(?:[A-Za-z][A-Za-z0-9_]*://)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}"
 _BOOTSTRAP = re.compile(rf"^\s*{_ADDRESS}\s*(?:,\s*{_ADDRESS}\s*)*$")
@@ -64,6 +75,7 @@ class Config:
 
     path: Path  # the file read, or looked for
     thresholds: Thresholds = field(default_factory=Thresholds)
+    churn: ChurnThresholds = field(default_factory=ChurnThresholds)
     dashboard: DashboardConfig = field(default_factory=DashboardConfig)
     clusters: dict[str, ClusterConfig] = field(default_factory=dict)
 
@@ -133,9 +145,10 @@ class _ConfigReader:
         return raw
 
     def config(self, raw: dict) -> Config:
-        top = self.table(raw, "", ("thresholds", "dashboard", "clusters"))
+        top = self.table(raw, "", ("thresholds", "churn", "dashboard", "clusters"))
         thresholds = self.table(top.get("thresholds", {}), "thresholds",
-                                ("idle_warning", "close_wait_alert"))
+                                ("idle_warning", "close_wait_alert", "middlebox_idle"))
+        middlebox = thresholds.get("middlebox_idle")
         dashboard = self.table(top.get("dashboard", {}), "dashboard", ("interval", "theme"))
         clusters = self.table(top.get("clusters", {}), "clusters")
         theme = dashboard.get("theme")
@@ -150,13 +163,31 @@ class _ConfigReader:
                                            "thresholds.idle_warning"),
                 close_wait_alert_ms=round(1000 * self.seconds(
                     thresholds.get("close_wait_alert", Thresholds.close_wait_alert_ms),
-                    "thresholds.close_wait_alert"))),
+                    "thresholds.close_wait_alert")),
+                middlebox_idle_ms=None if middlebox is None else round(1000 * self.seconds(
+                    middlebox, "thresholds.middlebox_idle"))),
+            churn=self.churn(self.table(top.get("churn", {}), "churn", CHURN_KEYS)),
             dashboard=DashboardConfig(
                 interval_s=None if interval is None else self.seconds(interval,
                                                                       "dashboard.interval"),
                 theme=theme),
             clusters={name: self.cluster(name, entry) for name, entry in clusters.items()},
         )
+
+    def churn(self, raw: dict) -> ChurnThresholds:
+        """The [churn] table: counts and durations, each optional."""
+        values = {}
+        for key, (field_name, kind) in CHURN_KEYS_TO_FIELDS.items():
+            if key not in raw:
+                continue
+            value = raw[key]
+            if kind == "duration":
+                values[field_name] = round(1000 * self.seconds(value, f"churn.{key}"))
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise self.error(f"churn.{key}", f"must be a number above zero, not {value!r}")
+            else:
+                values[field_name] = value if kind == "rate" else int(value)
+        return ChurnThresholds(**values)
 
     def fraction(self, value: object, key: str) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:

@@ -28,6 +28,22 @@ class Thresholds:
 
     idle_warning: float = 0.8  # fraction of the idle limit: bars turn yellow, near_reap fires
     close_wait_alert_ms: int = 5000  # CLOSE_WAIT longer than this is an alert
+    # load balancers and NAT gateways drop idle flows (4-6 min in clouds); None: no middlebox
+    middlebox_idle_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class ChurnThresholds:
+    """When connection churn becomes a ``churn`` event (the config file's [churn])."""
+
+    opened_per_minute: float = 30.0  # client per message: openings a minute above this ...
+    short_lived_ms: int = 5000  # ... most of them closed within this long
+    clients_per_minute: float = 10.0  # ... or client instances made a minute (agent's count)
+    reap_cycles: int = 2  # idle-reap cycle: one broker reaped and reopened this often
+    storm_processes: int = 3  # reconnect storm: this many processes reconnecting to a broker
+    storm_window_ms: int = 10_000  # ... within this long of each other
+    fd_growth: int = 200  # fd leak: file descriptors gained over the window, never given back
+    window_ms: int = 60_000  # rates are measured over this window
 
 
 @dataclass
@@ -76,6 +92,9 @@ class Connection:
     evidence: dict[str, str] = field(default_factory=dict)  # fact -> stats|kernel|inferred|...
     confidence: float = 1.0
     claims: list[dict] = field(default_factory=list)  # every source's claim (Claim.summary())
+    # every idle limit that may close it (client, broker, middlebox); idle_limit_ms is the least
+    idle_limits: dict[str, int] = field(default_factory=dict)
+    idle_limit_by: str | None = None  # which of idle_limits will reap it first
 
     @property
     def reap_in_ms(self) -> int | None:
@@ -108,12 +127,13 @@ class ProcessView:
     clients: list[ClientInstance] = field(default_factory=list)
     connections: list[Connection] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)  # problems worth showing in place
+    clients_created: int | None = None  # client instances made so far (the agent counts)
 
     def to_dict(self) -> dict:
         return {"pid": self.pid, "name": self.name, "cmdline": self.cmdline,
                 "clients": [c.to_dict() for c in self.clients],
                 "connections": [c.to_dict() for c in self.connections],
-                "notices": list(self.notices)}
+                "notices": list(self.notices), "clients_created": self.clients_created}
 
 
 @dataclass
@@ -140,6 +160,7 @@ class EventKind(str, Enum):
     ROLE_CHANGE = "role_change"
     PROCESS_EXIT = "process_exit"
     PROCESS_ERROR = "process_error"  # its evidence can no longer be read
+    CHURN = "churn"  # a process opens connections in a pattern worth a look (see kmon.engine.churn)
 
 
 @dataclass
@@ -156,9 +177,39 @@ class Event:
     detail: str = ""
     client: str | None = None
     broker_id: int | None = None
+    close: CloseStory | None = None  # closed events: who closed it and why
+    churn: Churn | None = None  # churn events: the pattern and its rate
 
     def to_dict(self) -> dict:
-        return {"ts_ms": self.ts_ms, "kind": self.kind.value, "pid": self.pid, "key": self.key,
-                "role": self.role.value if self.role else None, "node_id": self.node_id,
-                "remote": self.remote, "detail": self.detail, "client": self.client,
-                "broker_id": self.broker_id}
+        out = {"ts_ms": self.ts_ms, "kind": self.kind.value, "pid": self.pid, "key": self.key,
+               "role": self.role.value if self.role else None, "node_id": self.node_id,
+               "remote": self.remote, "detail": self.detail, "client": self.client,
+               "broker_id": self.broker_id}
+        if self.close is not None:
+            out.update(asdict(self.close))
+        if self.churn is not None:
+            out.update(asdict(self.churn))
+        return out
+
+
+@dataclass(frozen=True)
+class CloseStory:
+    """Who closed a connection and why, with what it had carried (kmon.engine.closes)."""
+
+    closed_by: str  # client, broker, unknown
+    reason: str  # client_idle_reap, broker_idle_reap, middlebox_idle_drop, broker_closed, ...
+    idle_before_ms: int | None  # idle for at least this long when last seen open
+    lifetime_ms: int | None  # open for at least this long (since kmon first saw it)
+    bytes_sent: int | None = None
+    bytes_received: int | None = None
+    requests_sent: int | None = None
+    requests_received: int | None = None
+
+
+@dataclass(frozen=True)
+class Churn:
+    """A connection pattern of one process (or, for a storm, of many) worth a look."""
+
+    pattern: str  # client_per_message, idle_reap_cycle, reconnect_storm, fd_leak
+    rate: float  # per minute: connections opened, cycles, processes, or fds gained
+    window_s: int  # over how long the rate was measured

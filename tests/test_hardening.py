@@ -107,9 +107,9 @@ def test_a_squatted_spool_directory_is_a_notice_not_a_failure(tmp_path):
     import psutil
 
     squatted = owned_by_nobody(tmp_path / "kmon-squatted")
-    stats, notices = read_client_stats(psutil.Process(), psutil.Process().create_time(), 0,
-                                       [squatted])
-    assert stats == [] and len(notices) == 1 and "not a private directory" in notices[0]
+    reading = read_client_stats(psutil.Process(), psutil.Process().create_time(), 0, [squatted])
+    assert reading.stats == [] and len(reading.notices) == 1
+    assert "not a private directory" in reading.notices[0]
 
 
 # --- medium: kmon run adds only its bootstrap directory ---------------------------------

@@ -103,6 +103,10 @@ def test_idle_reaping_shows_as_closed_events(start_fake, brokers) -> None:
             closed = [e for e in snapshot["events"] if e["kind"] == "closed"]
         assert [(e["node_id"], e["role"], e["remote"]) for e in closed] == [
             (-1, "bootstrap", brokers[1])]
+        # the client reaped it: its side went through TIME_WAIT. Its 4 s limit is the stand-in's
+        # own (kmon assumes the Java default, 9 min), so the reason is a client close
+        assert (closed[0]["closed_by"], closed[0]["reason"]) == ("client", "client_closed")
+        assert closed[0]["idle_before_ms"] >= 3000
         assert {-1, MAX_INT - 2, 3} <= seen
         after = {r["node_id"] for r in connections_of(json.loads(attach.wait_line("{")))}
         assert after == {MAX_INT - 2, 3}

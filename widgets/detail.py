@@ -29,8 +29,11 @@ def _fields(conn: Connection) -> Table:
     table.add_column(style="bold")
     table.add_column()
     for name, value in conn.to_dict().items():
-        if name == "claims":
-            continue  # a section of its own (_claims)
+        if name == "claims" or name in ("idle_limits", "idle_limit_by") and not value:
+            continue  # claims: a section of their own; limits: shown only when known
+        if name == "idle_limits":
+            value = ", ".join(f"{by} {fmt.duration(ms)}" for by, ms in value.items()) + (
+                f" ({conn.idle_limit_by} reaps first)" if conn.idle_limit_by else "")
         if name == "evidence":
             value = ", ".join(f"{fact}: {source}" for fact, source in value.items())
         elif name.endswith("_ms") and isinstance(value, int):

@@ -22,6 +22,7 @@ from kmon.agent import spool_writer
 from kmon.sources import spool
 
 DEFAULT_STATS_INTERVAL_MS = 1000
+CLIENTS_WRITE_EVERY_MS = 500
 
 # The top-level statistics fields kept in the spool (brokers too, without partitions).
 STATS_KEYS = ("name", "client_id", "type", "ts", "time", "age", "cgrp", "eos")
@@ -61,9 +62,35 @@ class _SpoolWriter:
         self.lock = threading.Lock()
         self.pid = -1  # set, with the rest, by the first write in this process
         self.failed = False
+        self.clients_created = 0
+        self.clients_written_ms = 0
+
+    def client_created(self) -> None:
+        """Count one more client instance in this process, and leave the count in the spool
+        (at most every CLIENTS_WRITE_EVERY_MS): the clients of a process that creates one
+        per message live too briefly to be seen, or to emit statistics."""
+        with self.lock:
+            try:
+                if os.getpid() != self.pid:
+                    self._start_process()
+                self.clients_created += 1
+                now_ms = int(time.time() * 1000)
+                if self.failed or now_ms - self.clients_written_ms < CLIENTS_WRITE_EVERY_MS:
+                    return
+                self.clients_written_ms = now_ms
+                record = {"format": spool.FORMAT, "pid": self.pid, "proc_start": self.proc_start,
+                          "written_ms": now_ms, "clients_created": self.clients_created}
+                self.written.add(spool_writer.write_record(
+                    self.directory, self.pid, spool.CLIENTS_INSTANCE, json.dumps(record)))
+            except Exception as err:  # noqa: BLE001 - instrumentation must never break the client
+                self.failed = True
+                print(f"kmon agent: client count not spooled ({err}); the client runs on",
+                      file=sys.stderr)
 
     def _start_process(self) -> None:
         self.pid = os.getpid()
+        self.clients_created = 0
+        self.clients_written_ms = 0
         self.proc_start = _process_start_time()
         self.directory = _spool_directory()
         self.written: set[Path] = set()
@@ -175,6 +202,7 @@ def instrument(conf: dict, client_type: str | None = None) -> dict:
     user_cb: Callable[[str], None] | None = out.get("stats_cb")
     summary = config_summary(out)
     writer = _shared_writer()
+    writer.client_created()
 
     def stats_cb(stats_json: str) -> None:
         writer.write(stats_json, summary, client_type)

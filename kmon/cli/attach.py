@@ -56,11 +56,13 @@ def run(args: argparse.Namespace) -> int:
                                   args.bootstrap_servers, args.cluster_timeout)
             cluster, groups = state.metadata, state.groups
         settings = SamplerSettings(broker_idle_ms=args.broker_idle_ms, cluster=cluster,
-                                   groups=groups, require_kafka=not args.any_process)
+                                   groups=groups, require_kafka=not args.any_process,
+                                   middlebox_idle_ms=config.thresholds.middlebox_idle_ms)
         sampler = ProcessSampler(args.pid, open_socket_reader(args.socket_reader), settings,
                                  client_log=args.client_log)
         interactive = options.interactive(args)
-        monitor = Monitor([sampler], history=1 if interactive else 600)
+        monitor = Monitor([sampler], history=1 if interactive else 600,
+                          near_reap_fraction=config.thresholds.idle_warning, churn=config.churn)
         try:
             if interactive:
                 return _dashboard(args, monitor, config, theme)

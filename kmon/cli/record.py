@@ -66,16 +66,18 @@ def run(args: argparse.Namespace) -> int:
     root = _writable_dir(args.out)
     try:
         reader = open_socket_reader()
+        config = load_config(args.config)
         cluster = None
         if args.cluster:
-            named = load_config(args.config).resolve_cluster(args.cluster,
-                                                             dict(args.properties))
+            named = config.resolve_cluster(args.cluster, dict(args.properties))
             cluster = fetch_metadata(named.bootstrap, named.properties, args.cluster_timeout)
         settings = SamplerSettings(broker_idle_ms=args.broker_idle_ms, cluster=cluster,
-                                   require_kafka=cluster is None and not args.any_process)
+                                   require_kafka=cluster is None and not args.any_process,
+                                   middlebox_idle_ms=config.thresholds.middlebox_idle_ms)
         monitor = Monitor((ProcessSampler(pid, reader, settings)
                            for pid in dict.fromkeys(args.pid or ())),
-                          history=1, max_events=1)  # rows go to disk, not to a history
+                          history=1, max_events=1,  # rows go to disk, not to a history
+                          near_reap_fraction=config.thresholds.idle_warning, churn=config.churn)
         session_id = new_session_id(monitor.host)
         recorder = Recorder(root, monitor.host, session_id, round(args.interval * 1000),
                             args.flush_every)  # writes nothing before its first add()

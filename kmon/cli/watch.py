@@ -41,8 +41,9 @@ def run(args: argparse.Namespace) -> int:
     watcher = ClusterWatcher(cluster.bootstrap, cluster.properties, timeout_s=args.cluster_timeout,
                              refresh_s=args.metadata_every)
     settings = dashboard_settings(config, args.interval, args.record_dir)
-    session = ClusterSession(watcher, SamplerSettings(broker_idle_ms=args.broker_idle_ms,
-                                                      require_kafka=False), [],
+    sampler_settings = SamplerSettings(broker_idle_ms=args.broker_idle_ms, require_kafka=False,
+                                       middlebox_idle_ms=config.thresholds.middlebox_idle_ms)
+    session = ClusterSession(watcher, sampler_settings, [], churn=config.churn,
                              interval_ms=round(settings.interval_s * 1000))
     shown = ", ".join(f"{k}={v}" for k, v in cluster.shown_properties().items())
     return run_watch(f"{cluster.name} ({shown})" if shown else cluster.name, session, settings,

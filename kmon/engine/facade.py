@@ -24,7 +24,7 @@ from kmon.engine.cluster_watch import (
 from kmon.engine.discovery import ClientDiscovery
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
-from kmon.model import Event, Snapshot
+from kmon.model import ChurnThresholds, Event, Snapshot
 from kmon.sources.sockets import open_socket_reader
 
 __all__ = ["AttachFailed", "ClusterSession", "ClusterView", "GroupRow", "ProcessSession",
@@ -115,10 +115,11 @@ class ClusterSession:
     """
 
     def __init__(self, watcher: ClusterWatcher, settings: SamplerSettings, pids: list[int],
-                 discover_every_s: float = DISCOVER_EVERY_S, interval_ms: int = 1000) -> None:
+                 discover_every_s: float = DISCOVER_EVERY_S, interval_ms: int = 1000,
+                 churn: ChurnThresholds | None = None) -> None:
         self.watcher, self.settings = watcher, settings
         self.interval_ms = interval_ms
-        self.monitor = Monitor([], history=1)
+        self.monitor = Monitor([], history=1, churn=churn)
         self.discovery = ClientDiscovery(open_socket_reader(), settings, discover_every_s)
         self._lock = threading.Lock()
         for pid in pids:

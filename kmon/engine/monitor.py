@@ -12,8 +12,23 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import replace
 
+from kmon.engine.churn import ChurnWatch
+from kmon.engine.closes import SocketLife, in_words, story
 from kmon.engine.sampler import ProcessGone, ProcessSampler, SampleError
-from kmon.model import Connection, Event, EventKind, ProcessView, Snapshot, Thresholds
+from kmon.model import (
+    ChurnThresholds,
+    CloseStory,
+    Connection,
+    Event,
+    EventKind,
+    ProcessView,
+    Snapshot,
+    Thresholds,
+)
+from kmon.sources.closing_sockets import closing_states
+from kmon.sources.proc_fds import open_fd_count
+from kmon.sources.resolve import parse_endpoint
+from kmon.sources.sockets import Endpoint
 from kmon.sources.spool import SpoolError
 
 NEAR_REAP_FRACTION = Thresholds.idle_warning
@@ -26,15 +41,18 @@ def near_reap(conn: Connection, fraction: float) -> bool:
 
 
 def diff(before: ProcessView, after: ProcessView, ts_ms: int,
-         fraction: float = NEAR_REAP_FRACTION) -> list[Event]:
-    """The events that turn ``before`` into ``after`` (the same process)."""
+         fraction: float = NEAR_REAP_FRACTION,
+         stories: dict[tuple[int, str], CloseStory] | None = None) -> list[Event]:
+    """The events that turn ``before`` into ``after`` (the same process); ``stories`` tell
+    who closed each closed connection and why, by (pid, key)."""
     old = {c.key: c for c in before.connections}
     new = {c.key: c for c in after.connections}
     events: list[Event] = []
 
-    def event(kind: EventKind, conn: Connection, detail: str) -> None:
+    def event(kind: EventKind, conn: Connection, detail: str,
+              close: CloseStory | None = None) -> None:
         events.append(Event(ts_ms, kind, after.pid, conn.key, conn.role, conn.node_id,
-                            conn.remote, detail, conn.client, conn.broker_id))
+                            conn.remote, detail, conn.client, conn.broker_id, close=close))
 
     for key, conn in new.items():
         prev = old.get(key)
@@ -54,7 +72,9 @@ def diff(before: ProcessView, after: ProcessView, ts_ms: int,
                   f"idle {conn.idle_ms} ms of {conn.idle_limit_ms} ms limit")
     for key, conn in old.items():
         if key not in new:
-            event(EventKind.CLOSED, conn, f"{conn.role.value} after {conn.state}")
+            close = (stories or {}).get((after.pid, key))
+            told = f"; {in_words(close)}" if close is not None else ""
+            event(EventKind.CLOSED, conn, f"{conn.role.value} after {conn.state}{told}", close)
     return events
 
 
@@ -62,11 +82,15 @@ class Monitor:
     """Polls samplers; keeps a bounded history of snapshots and events.
 
     A process that exits, or whose evidence can no longer be read, is dropped
-    with a ``process_exit`` or ``process_error`` event; the others go on.
+    with a ``process_exit`` or ``process_error`` event; the others go on. Each
+    closed connection's event says who closed it and why (kmon.engine.closes),
+    and connection patterns worth a look become ``churn`` events
+    (kmon.engine.churn).
     """
 
     def __init__(self, samplers: Iterable[ProcessSampler], history: int = 600,
-                 max_events: int = 5000, near_reap_fraction: float = NEAR_REAP_FRACTION) -> None:
+                 max_events: int = 5000, near_reap_fraction: float = NEAR_REAP_FRACTION,
+                 churn: ChurnThresholds | None = None) -> None:
         self.samplers: dict[int, ProcessSampler] = {}
         self.host = socket.gethostname()
         self.snapshots: deque[Snapshot] = deque(maxlen=history)
@@ -74,6 +98,8 @@ class Monitor:
         self.fraction = near_reap_fraction
         self.last_views: dict[int, ProcessView] = {}
         self.last_loss = ""  # why the most recently dropped process was dropped
+        self.lives: dict[int, dict[str, SocketLife]] = {}  # what each open socket went through
+        self.churn = ChurnWatch(churn or ChurnThresholds())
         for sampler in samplers:
             self.add(sampler)
 
@@ -90,25 +116,31 @@ class Monitor:
         """One snapshot of every live process, and what changed since the last one."""
         ts_ms = int(time.time() * 1000)
         views, events = [], []
+        changes: list[tuple[ProcessView, ProcessView]] = []  # (before, after) to diff
         for pid, sampler in list(self.samplers.items()):
             previous = self.last_views.get(pid)
             try:
                 view = sampler.sample(ts_ms)
             except OSError as err:  # the kernel failed us this once: show the last view
                 if previous is None:
-                    self._lose(pid, err, ts_ms, events, previous)
+                    self._lose(pid, err, ts_ms, events, previous, changes)
                     continue
                 view = replace(previous, notices=[*previous.notices,
                                                   f"not refreshed this time: {err}"])
                 views.append(view)
                 continue
             except (SampleError, SpoolError) as err:
-                self._lose(pid, err, ts_ms, events, previous)
+                self._lose(pid, err, ts_ms, events, previous, changes)
                 continue
             if previous is not None:
-                events.extend(diff(previous, view, ts_ms, self.fraction))
+                changes.append((previous, view))
             self.last_views[pid] = view
             views.append(view)
+        stories = self._close_stories(changes, ts_ms)
+        for before, after in changes:
+            events.extend(diff(before, after, ts_ms, self.fraction, stories))
+        self._remember(views, ts_ms)
+        events.extend(self.churn.observe(ts_ms, views, events, self._fd_counts()))
         snapshot = Snapshot(ts_ms=ts_ms, host=self.host, processes=views)
         self.snapshots.append(snapshot)
         self.events.extend(events)
@@ -119,14 +151,47 @@ class Monitor:
         for sampler in self.samplers.values():
             sampler.close()
 
+    def _close_stories(self, changes: list[tuple[ProcessView, ProcessView]],
+                       ts_ms: int) -> dict[tuple[int, str], CloseStory]:
+        """Who closed each connection gone since the last poll, asking the kernel once."""
+        closed = []
+        for before, after in changes:
+            lives, still_open = self.lives.get(before.pid, {}), {c.key for c in after.connections}
+            closed += [(before.pid, key, lives[key]) for key in lives.keys() - still_open]
+        pairs = {(pid, key): pair for pid, key, life in closed
+                 if (pair := endpoints(life.last)) is not None}
+        kernel = closing_states(set(pairs.values()))
+        return {(pid, key): story(life, kernel.get(pairs.get((pid, key))), ts_ms)
+                for pid, key, life in closed}
+
+    def _remember(self, views: list[ProcessView], ts_ms: int) -> None:
+        for view in views:
+            before = self.lives.get(view.pid, {})
+            lives = {}
+            for conn in view.connections:
+                life = before.get(conn.key) or SocketLife(ts_ms, ts_ms, conn)
+                life.seen(conn, ts_ms)
+                lives[conn.key] = life
+            self.lives[view.pid] = lives
+
+    def _fd_counts(self) -> dict[int, int | None]:
+        return {pid: open_fd_count(pid) for pid in self.samplers}
+
     def _lose(self, pid: int, err: Exception, ts_ms: int, events: list[Event],
-              previous: ProcessView | None) -> None:
+              previous: ProcessView | None,
+              changes: list[tuple[ProcessView, ProcessView]]) -> None:
         """Stop watching ``pid``: an exit or error event, and its connections closed."""
         kind = EventKind.PROCESS_EXIT if isinstance(err, ProcessGone) else EventKind.PROCESS_ERROR
         events.append(Event(ts_ms, kind, pid, None, detail=str(err)))
         if previous is not None:
-            events.extend(diff(previous, ProcessView(pid, previous.name, previous.cmdline),
-                               ts_ms))
+            changes.append((previous, ProcessView(pid, previous.name, previous.cmdline)))
         self.samplers.pop(pid).close()
         self.last_views.pop(pid, None)
         self.last_loss = str(err)
+
+
+def endpoints(conn: Connection) -> tuple[Endpoint, Endpoint] | None:
+    """A row's (local, remote) endpoints, for the kernel's lookups."""
+    local = parse_endpoint(conn.local or "")
+    remote = parse_endpoint(conn.remote or "")
+    return (local, remote) if local and remote else None

@@ -12,7 +12,9 @@ from pathlib import Path
 from kmon.errors import UserError
 from kmon.files import UnsafeFile, read_bounded
 from kmon.model import (
+    Churn,
     ClientInstance,
+    CloseStory,
     Connection,
     Event,
     EventKind,
@@ -40,16 +42,20 @@ def snapshot_from_dict(record: dict) -> Snapshot:
                                      "role": Role(c["role"])})
                        for c in p["connections"]]
         processes.append(ProcessView(p["pid"], p["name"], p["cmdline"], clients, connections,
-                                     list(p.get("notices", []))))
+                                     list(p.get("notices", [])), p.get("clients_created")))
     return Snapshot(record["ts_ms"], record["host"], processes)
 
 
 def event_from_dict(record: dict) -> Event:
     """The Event that ``Event.to_dict()`` wrote."""
+    close = (CloseStory(**{k: record.get(k) for k in CloseStory.__dataclass_fields__})
+             if record.get("closed_by") else None)
+    churn = (Churn(**{k: record[k] for k in Churn.__dataclass_fields__})
+             if record.get("pattern") else None)
     return Event(record["ts_ms"], EventKind(record["kind"]), record["pid"], record["key"],
                  Role(record["role"]) if record.get("role") else None, record.get("node_id"),
                  record.get("remote"), record.get("detail", ""), record.get("client"),
-                 record.get("broker_id"))
+                 record.get("broker_id"), close=close, churn=churn)
 
 
 def read_recording(path: Path) -> list[tuple[Snapshot, list[Event]]]:

@@ -60,6 +60,7 @@ class SamplerSettings:
     learned: dict[Endpoint, int] = field(default_factory=dict)
     # consumer groups as the cluster describes them, to infer coordinator connections
     groups: tuple[GroupInfo, ...] | None = None
+    middlebox_idle_ms: int | None = None  # a load balancer's or NAT's idle timeout, if any
 
 
 def _describe(process: psutil.Process) -> tuple[str, str, float]:
@@ -127,10 +128,11 @@ class ProcessSampler:
             raise NoPermission(f"no permission to read the sockets of PID {self.pid} "
                                f"({self.name}); run kmon as its user or as root") from err
         try:
-            all_stats, spool_notices = read_client_stats(self.process, self.start_time,
-                                                         self.uid, self.spool_dirs)
+            spooled = read_client_stats(self.process, self.start_time, self.uid,
+                                        self.spool_dirs)
         except psutil.NoSuchProcess as err:
             raise ProcessGone(f"PID {self.pid} ({self.name}) has exited") from err
+        all_stats = spooled.stats
         fresh = [c for c in all_stats if not c.is_stale(now_ms)]
         resolver = self.settings.resolver
         self.settings.learned.update(learned_brokers(fresh, resolver))
@@ -145,13 +147,15 @@ class ProcessSampler:
         clients = [c for e in found for c in e.clients]
         if not self._kafka_checked:
             self._check_kafka(bool(all_stats or clients), gathered.known, sockets)
-        connections, disagreements = resolve(sockets, claims, self.settings.broker_idle_ms)
+        connections, disagreements = resolve(sockets, claims, self.settings.broker_idle_ms,
+                                             self.settings.middlebox_idle_ms)
         connections.sort(key=Connection.display_order)
         return ProcessView(
             pid=self.pid, name=self.name, cmdline=self.cmdline,
             clients=[_instance(c, now_ms) for c in all_stats] + clients,
             connections=connections,
-            notices=self.standing_notices + spool_notices + [
+            clients_created=spooled.clients_created,
+            notices=self.standing_notices + spooled.notices + [
                 f"client {c.instance}: statistics {c.age_ms(now_ms) // 1000}s old (closed, or "
                 "not serving its callbacks); its sockets show unpaired"
                 for c in all_stats if c.is_stale(now_ms)]

@@ -110,11 +110,11 @@ def _evidence_used(sock: TcpSocket, node: JvmNode, ordered: bool) -> str:
 def _claim(sock: TcpSocket, node: JvmNode, confidence: float, how: str,
            settings: JoinSettings) -> Claim:
     """What the Java client's metrics and log say of the socket paired with ``node``."""
-    limit, limit_from = ((JAVA_CLIENT_IDLE_MS, "java client default")
-                         if settings.broker_idle_ms >= JAVA_CLIENT_IDLE_MS
-                         else (settings.broker_idle_ms, "broker default"))
+    limit_from = ("java client default" if settings.broker_idle_ms >= JAVA_CLIENT_IDLE_MS
+                  else "broker default")
     facts: dict[str, object] = {
-        "client": node.client, "idle_limit_ms": limit, "requests_sent": node.requests,
+        "client": node.client, "requests_sent": node.requests,
+        "idle_limits": {"broker": settings.broker_idle_ms, "client": JAVA_CLIENT_IDLE_MS},
         "requests_received": node.responses, "rtt_ms": node.latency_ms,
         "broker_name": node.address or f"node-{node.node_id}"}
     idle_from = sock.source

@@ -22,12 +22,17 @@ from kmon.sources.sockets import TcpSocket
 WIRE = "wire"
 
 
+LIMIT_ORDER = ("client", "broker", "middlebox")  # on a tie, the first named reaps
+LIMIT_EVIDENCE = {"broker": "broker default", "middlebox": "middlebox (config)"}
+
+
 def socket_row(sock: TcpSocket, broker_idle_ms: int) -> Connection:
     """What the kernel alone says of a socket: no role, the brokers' idle limit."""
     return Connection(
         key=socket_key(sock), role=Role.UNKNOWN, node_id=None, broker_id=None, client=None,
         local=str(sock.local), remote=str(sock.remote), state=sock.state,
         idle_ms=sock.idle_ms, idle_limit_ms=broker_idle_ms,
+        idle_limits={"broker": broker_idle_ms}, idle_limit_by="broker",
         bytes_sent=sock.bytes_sent, bytes_received=sock.bytes_received,
         tcp_rtt_ms=sock.rtt_ms, fd=sock.fd, inode=sock.inode or None,
         evidence={"role": "none",
@@ -43,6 +48,20 @@ def best(claims: Sequence[Claim]) -> Claim | None:
     if not ranked:
         return None
     return max(ranked, key=lambda c: (SOURCE_RANK.get(c.source, 0), c.confidence))
+
+
+def with_limits(row: Connection, middlebox_idle_ms: int | None) -> Connection:
+    """The row with its effective idle limit: the least of its limits, and which one it is."""
+    limits = dict(row.idle_limits)
+    if middlebox_idle_ms:
+        limits["middlebox"] = middlebox_idle_ms
+    if not limits:
+        return row
+    by = min(limits, key=lambda name: (limits[name], LIMIT_ORDER.index(name)))
+    evidence = row.evidence if by == "client" else {**row.evidence,
+                                                    "idle_limit": LIMIT_EVIDENCE[by]}
+    return replace(row, idle_limits=limits, idle_limit_ms=limits[by], idle_limit_by=by,
+                   evidence=evidence)
 
 
 def resolve_one(base: Connection, claims: Sequence[Claim]) -> tuple[Connection, str | None]:
@@ -73,13 +92,14 @@ def resolve_one(base: Connection, claims: Sequence[Claim]) -> tuple[Connection, 
 
 
 def resolve(sockets: Sequence[TcpSocket], claims: Mapping[str, Sequence[Claim]],
-            broker_idle_ms: int) -> tuple[list[Connection], list[str]]:
+            broker_idle_ms: int,
+            middlebox_idle_ms: int | None = None) -> tuple[list[Connection], list[str]]:
     """Every socket's row (in socket order) and the notices their claims raise."""
     rows, notices = [], []
     for sock in sockets:
         row, notice = resolve_one(socket_row(sock, broker_idle_ms),
                                   claims.get(socket_key(sock), ()))
-        rows.append(row)
+        rows.append(with_limits(row, middlebox_idle_ms))
         if notice:
             notices.append(notice)
     return rows, notices

@@ -114,13 +114,6 @@ def _confidence(group_size: int, pair_cost: float, margin: float) -> float:
     return round(min(0.99, 0.5 + margin / 2), 2)
 
 
-def _limit(logical: LogicalConnection, settings: JoinSettings) -> tuple[int, str]:
-    client_limit = logical.client.config_ms("connections.max.idle.ms") or 0
-    if 0 < client_limit <= settings.broker_idle_ms:
-        return client_limit, "client config"
-    return settings.broker_idle_ms, "broker default"
-
-
 def _claim(sock: TcpSocket, logical: LogicalConnection, confidence: float,
            settings: JoinSettings, how: str) -> Claim:
     """What the statistics say of the socket paired with ``logical``."""
@@ -137,7 +130,11 @@ def _claim(sock: TcpSocket, logical: LogicalConnection, confidence: float,
         facts["bytes_sent"] = logical.tx_bytes
     if sock.bytes_received is None:
         facts["bytes_received"] = logical.rx_bytes
-    facts["idle_limit_ms"], limit_source = _limit(logical, settings)
+    client_limit = logical.client.config_ms("connections.max.idle.ms") or 0
+    facts["idle_limits"] = {"broker": settings.broker_idle_ms,
+                            **({"client": client_limit} if client_limit > 0 else {})}
+    limit_source = ("client config" if 0 < client_limit <= settings.broker_idle_ms
+                    else "broker default")
     return Claim(
         source="stats", role=logical.role, node_id=logical.node_id,
         broker_id=logical.broker_id, confidence=confidence, facts=facts,

@@ -107,30 +107,55 @@ def spool_dirs(process: psutil.Process) -> list[Path]:
     return list(dict.fromkeys(candidates))
 
 
+@dataclass
+class SpoolReading:
+    """What the agent of one process left in the spool."""
+
+    stats: list[ClientStats]  # every client instance's latest statistics
+    notices: list[str]  # spool directories skipped as not the user's own
+    clients_created: int | None = None  # client instances made since the process started
+
+
 def read_client_stats(process: psutil.Process, proc_start: float, owner_uid: int,
-                      directories: list[Path]) -> tuple[list[ClientStats], list[str]]:
-    """Statistics of every instrumented client of ``process`` (run by ``owner_uid``), and
-    notices for spool directories that are not the user's own (skipped).
+                      directories: list[Path]) -> SpoolReading:
+    """Statistics of every instrumented client of ``process`` (run by ``owner_uid``), how
+    many clients it created, and notices for spool directories that are not the user's
+    own (skipped).
 
     Records left by an earlier process with the same pid are ignored.
     Raises spool.SpoolError for a corrupt or unsafe spool file.
     """
     found: dict[str, ClientStats] = {}
-    notices = []
+    reading = SpoolReading([], [])
     for directory in directories:
         try:
             records = spool.read_records(directory, process.pid, owner_uid)
         except spool.SpoolUntrusted as err:
-            notices.append(f"no statistics from there: {err}")
+            reading.notices.append(f"no statistics from there: {err}")
             continue
         for path, record in records:
+            if "stats" not in record:
+                created = parse_client_count(path, record)
+                if _same_process(record, proc_start):
+                    reading.clients_created = max(created, reading.clients_created or 0)
+                continue
             stats = parse_record(path, record)
             if not _same_process(record, proc_start):
                 continue
             current = found.get(stats.instance)
             if current is None or stats.written_ms > current.written_ms:
                 found[stats.instance] = stats
-    return sorted(found.values(), key=lambda c: c.instance), notices
+    reading.stats = sorted(found.values(), key=lambda c: c.instance)
+    return reading
+
+
+def parse_client_count(path: Path, record: dict) -> int:
+    """The validated count of a ``<pid>-clients.json`` record."""
+    _number(path, record, "proc_start")
+    created = record.get("clients_created")
+    if not _is_int(created, 0):
+        raise _corrupt(path, "clients_created is not a count")
+    return created
 
 
 def _same_process(record: dict, proc_start: float) -> bool:

@@ -41,6 +41,14 @@ def socket_inodes(pid: int) -> dict[int, int]:
         os.close(dir_fd)
 
 
+def open_fd_count(pid: int) -> int | None:
+    """How many file descriptors ``pid`` holds (None when they cannot be read)."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+
+
 def socket_protocol(pid: int, fd: int) -> str | None:
     """The kernel's protocol name of socket `fd` of `pid` ("TCP", "TCPv6", "UNIX-STREAM", ...).
 

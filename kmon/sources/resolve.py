@@ -33,6 +33,12 @@ def split_host_port(address: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
+def parse_endpoint(text: str) -> Endpoint | None:
+    """An ``ip:port`` (or ``[v6]:port``) as kmon prints endpoints; None for anything else."""
+    parts = split_host_port(text)
+    return Endpoint(normalize_ip(parts[0]), parts[1]) if parts else None
+
+
 class Resolver:
     """Resolves ``host:port`` strings to the set of endpoints a socket may show."""
 

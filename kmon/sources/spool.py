@@ -1,6 +1,7 @@
 """Reading the private per-user spool where the kmon agent leaves client statistics.
 
-One JSON file per client instance, named ``<pid>-<instance>.json``, written
+One JSON file per client instance, named ``<pid>-<instance>.json``, and one
+``<pid>-clients.json`` counting the client instances the process created, written
 atomically (temp file + rename) with mode 0600 in a directory of mode 0700
 that belongs to the user. Links are never followed; a file must belong to the
 user (or root), have one link and at most ``MAX_RECORD_BYTES``.
@@ -27,6 +28,9 @@ from pathlib import Path
 FORMAT = 1
 MAX_RECORD_BYTES = 1024 * 1024  # a client's statistics without partitions: a few KiB
 ENV_DIR = "KMON_SPOOL_DIR"
+# the instance name of a process's client-count record (<pid>-clients.json); no librdkafka
+# instance is named so (theirs end in "#producer-1", "#consumer-2", ...)
+CLIENTS_INSTANCE = "clients"
 
 
 class SpoolError(Exception):
@@ -116,7 +120,8 @@ def _read_one(path: Path, owner_uid: int) -> dict | None:
         record = json.loads(raw)
     except (ValueError, RecursionError) as err:
         raise SpoolError(f"spool file {path} is corrupt (not JSON: {err})") from err
-    if not (isinstance(record, dict) and isinstance(record.get("stats"), dict)):
+    if not (isinstance(record, dict) and (isinstance(record.get("stats"), dict)
+                                          or "clients_created" in record)):
         raise SpoolError(f"spool file {path} is corrupt (not a kmon statistics record)")
     if record.get("format") != FORMAT:
         raise SpoolError(f"spool file {path} has format {record.get('format')!r}, "

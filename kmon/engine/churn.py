@@ -1,0 +1,178 @@
+"""Connection churn worth a look: a client per message, idle-reap cycles, reconnect storms,
+file-descriptor leaks.
+
+``ChurnWatch.observe`` is fed each poll's views and events (the ``closed``
+events carry who closed each connection and why) and returns ``churn``
+events. Every window is bounded; a pattern is reported at most once per
+window for a process, and a steady client never raises one.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Iterable
+
+from kmon.model import Churn, ChurnThresholds, Event, EventKind, ProcessView
+
+IDLE_REAPS = frozenset({"client_idle_reap", "broker_idle_reap", "middlebox_idle_drop"})
+REOPEN_WITHIN_MS = 15 * 60_000  # a reaped broker opened again this soon is a reap cycle
+CYCLE_MEMORY_MS = 60 * 60_000  # reap cycles are counted over the last hour
+FD_SAMPLES = 64
+RATE_MIN_SPAN_MS = 5_000  # a rate of client creation needs this long a look
+
+
+class ChurnWatch:
+    """Churn patterns across the polls of one Monitor."""
+
+    def __init__(self, limits: ChurnThresholds) -> None:
+        self.limits = limits
+        self.opened: dict[int, deque[int]] = defaultdict(deque)  # pid -> open times
+        self.closed: dict[int, deque[tuple[int, int]]] = defaultdict(deque)  # (ts, lifetime)
+        self.reaped: dict[tuple[int, int], int] = {}  # (pid, broker) -> last idle reap
+        self.cycles: dict[tuple[int, int], deque[int]] = defaultdict(deque)
+        self.broker_opens: dict[int, deque[tuple[int, int]]] = defaultdict(deque)  # (ts, pid)
+        self.broker_drops: dict[int, deque[tuple[int, int]]] = defaultdict(deque)  # (ts, pid)
+        self.fds: dict[int, deque[tuple[int, int]]] = defaultdict(
+            lambda: deque(maxlen=FD_SAMPLES))
+        self.created: dict[int, deque[tuple[int, int]]] = defaultdict(deque)  # (ts, count)
+        self.reported: dict[tuple[int, str], int] = {}  # (pid, pattern) -> when
+
+    def observe(self, ts_ms: int, views: Iterable[ProcessView], events: Iterable[Event],
+                fd_counts: dict[int, int | None]) -> list[Event]:
+        """The churn events this poll raises (a reconnect storm: processes whose connection to
+        a broker the broker closed, reconnecting to it within the storm window)."""
+        for event in events:
+            self._take(event)
+        out = []
+        for view in views:
+            out += (self._clients_created(ts_ms, view.pid, view.clients_created)
+                    or self._client_per_message(ts_ms, view.pid))
+            out += self._reap_cycle(ts_ms, view.pid)
+            out += self._fd_leak(ts_ms, view.pid, fd_counts.get(view.pid))
+        out += self._storms(ts_ms)
+        self._forget(ts_ms, {v.pid for v in views})
+        return out
+
+    def _take(self, event: Event) -> None:
+        if event.kind is EventKind.OPENED:
+            self.opened[event.pid].append(event.ts_ms)
+            if event.broker_id is not None:
+                self.broker_opens[event.broker_id].append((event.ts_ms, event.pid))
+                reaped = self.reaped.pop((event.pid, event.broker_id), None)
+                if reaped is not None and event.ts_ms - reaped <= REOPEN_WITHIN_MS:
+                    self.cycles[(event.pid, event.broker_id)].append(event.ts_ms)
+        elif event.kind is EventKind.CLOSED and event.close is not None:
+            lifetime = event.close.lifetime_ms
+            self.closed[event.pid].append((event.ts_ms, 1 << 62 if lifetime is None
+                                           else lifetime))
+            if event.close.reason in IDLE_REAPS and event.broker_id is not None:
+                self.reaped[(event.pid, event.broker_id)] = event.ts_ms
+            if event.close.closed_by == "broker" and event.broker_id is not None:
+                self.broker_drops[event.broker_id].append((event.ts_ms, event.pid))
+
+    def _client_per_message(self, ts_ms: int, pid: int) -> list[Event]:
+        limits = self.limits
+        opened = [t for t in self.opened[pid] if ts_ms - t <= limits.window_ms]
+        closed = [life for t, life in self.closed[pid] if ts_ms - t <= limits.window_ms]
+        per_minute = len(opened) * 60_000 / limits.window_ms
+        short = sum(life <= limits.short_lived_ms for life in closed)
+        if per_minute < limits.opened_per_minute or short * 2 < len(closed) or not closed:
+            return []
+        return self._report(ts_ms, pid, "client_per_message", per_minute,
+                            f"{per_minute:.0f} connections opened a minute, {short} of "
+                            f"{len(closed)} closed within {limits.short_lived_ms // 1000}s")
+
+    def _clients_created(self, ts_ms: int, pid: int, count: int | None) -> list[Event]:
+        """Client per message from the agent's count of client instances: exact, where the
+        connections of each client live too briefly (a few ms) for any poll to see."""
+        if count is None:
+            return []
+        samples = self.created[pid]
+        samples.append((ts_ms, count))
+        while samples and ts_ms - samples[0][0] > self.limits.window_ms:
+            samples.popleft()
+        span = ts_ms - samples[0][0]
+        if span < RATE_MIN_SPAN_MS:
+            return []
+        made = count - samples[0][1]
+        per_minute = made * 60_000 / span
+        if per_minute < self.limits.clients_per_minute:
+            return []
+        return self._report(ts_ms, pid, "client_per_message", per_minute,
+                            f"{per_minute:.0f} client instances created a minute ({made} in "
+                            f"{span // 1000}s, {count} since it started)")
+
+    def _reap_cycle(self, ts_ms: int, pid: int) -> list[Event]:
+        out = []
+        for (owner, broker), times in self.cycles.items():
+            if (owner != pid or len(times) < self.limits.reap_cycles
+                    or ts_ms - times[-1] > self.limits.window_ms):  # no cycle lately
+                continue
+            span_min = max(1.0, (ts_ms - times[0]) / 60_000)
+            out += self._report(ts_ms, pid, "idle_reap_cycle", len(times) / span_min,
+                                f"broker {broker} reaped idle and reopened {len(times)} times",
+                                broker)
+        return out
+
+    def _fd_leak(self, ts_ms: int, pid: int, count: int | None) -> list[Event]:
+        if count is None:
+            return []
+        samples = self.fds[pid]
+        samples.append((ts_ms, count))
+        if ts_ms - samples[0][0] < self.limits.window_ms:
+            return []
+        counts = [c for _, c in samples]
+        growth = counts[-1] - counts[0]
+        if growth < self.limits.fd_growth or any(b < a for a, b in zip(counts, counts[1:],
+                                                                       strict=False)):
+            return []
+        minutes = (ts_ms - samples[0][0]) / 60_000
+        return self._report(ts_ms, pid, "fd_leak", growth / minutes,
+                            f"{growth} file descriptors gained in {minutes:.0f} min, none "
+                            "given back")
+
+    def _storms(self, ts_ms: int) -> list[Event]:
+        out = []
+        window = self.limits.storm_window_ms
+        for broker, opens in self.broker_opens.items():
+            dropped = {pid for t, pid in self.broker_drops.get(broker, ()) if ts_ms - t <= window}
+            recent = {pid for t, pid in opens if ts_ms - t <= window and pid in dropped}
+            if len(recent) >= self.limits.storm_processes:
+                out += self._report(ts_ms, 0, "reconnect_storm", float(len(recent)),
+                                    f"{len(recent)} processes reconnected to broker {broker} "
+                                    f"within {self.limits.storm_window_ms // 1000}s", broker)
+        return out
+
+    def _report(self, ts_ms: int, pid: int, pattern: str, rate: float, detail: str,
+                broker_id: int | None = None) -> list[Event]:
+        last = self.reported.get((pid, pattern))
+        if last is not None and ts_ms - last < self.limits.window_ms:
+            return []
+        self.reported[(pid, pattern)] = ts_ms
+        return [Event(ts_ms, EventKind.CHURN, pid, None, detail=f"{pattern}: {detail}",
+                      broker_id=broker_id,
+                      churn=Churn(pattern, round(rate, 2), self.limits.window_ms // 1000))]
+
+    def _forget(self, ts_ms: int, live: set[int]) -> None:
+        """Drop what fell out of every window, and processes no longer watched."""
+        keep = max(self.limits.window_ms, self.limits.storm_window_ms)
+        for times in self.opened.values():
+            while times and ts_ms - times[0] > keep:
+                times.popleft()
+        for closes in self.closed.values():
+            while closes and ts_ms - closes[0][0] > keep:
+                closes.popleft()
+        for table in (self.broker_opens, self.broker_drops):
+            for opens in table.values():
+                while opens and ts_ms - opens[0][0] > keep:
+                    opens.popleft()
+        for times in self.cycles.values():
+            while times and ts_ms - times[0] > CYCLE_MEMORY_MS:
+                times.popleft()
+        for table in (self.opened, self.closed, self.fds, self.created):
+            for pid in [p for p in table if p not in live]:
+                del table[pid]
+        for key in [k for k in self.cycles if k[0] not in live or not self.cycles[k]]:
+            del self.cycles[key]
+        for key in [k for k in self.reaped if k[0] not in live]:
+            del self.reaped[key]

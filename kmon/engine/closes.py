@@ -1,0 +1,104 @@
+"""Who closed a connection, and why: the story told by each ``closed`` event.
+
+The kernel knows who closed first: the side that closes first passes through
+FIN_WAIT to TIME_WAIT (and keeps the 4-tuple there for 60 s), the other side
+through CLOSE_WAIT and LAST_ACK. kmon remembers the TCP states it saw each
+socket in while it was open (``SocketLife``) and, once the socket has left the
+process, looks its 4-tuple up among the kernel's closing sockets. The reason
+follows from the side and how long the connection had been idle against the
+client's, the brokers' and a middlebox's idle limits.
+
+Without packets (the wire evidence) a reset cannot be told from a passive
+close: a connection the client did not close first is the broker's doing
+(``broker``), whether by FIN or RST.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kmon.model import CloseStory, Connection
+
+REAP_SHARE = 0.9  # idle for this share of a limit when closed: that limit's reaper did it
+TIME_WAIT_MS = 60_000  # how long Linux keeps the active closer's 4-tuple
+CLIENT_FIRST = frozenset({"FIN_WAIT1", "FIN_WAIT2", "CLOSING", "TIME_WAIT"})
+BROKER_FIRST = frozenset({"CLOSE_WAIT", "LAST_ACK"})
+NOT_ESTABLISHED = frozenset({"SYN_SENT", "SYN_RECV"})
+READABLE = {
+    "client_idle_reap": "client idle reap", "broker_idle_reap": "broker idle reap",
+    "middlebox_idle_drop": "dropped by a middlebox after its idle timeout",
+    "broker_closed": "the broker closed a busy connection", "auth_failed": "authentication failed",
+    "client_closed": "the client closed it", "reset": "reset", "connect_failed":
+    "never established", "unknown": "reason unknown"}
+
+
+@dataclass
+class SocketLife:
+    """What kmon remembers of one open connection until it closes."""
+
+    first_seen_ms: int
+    last_seen_ms: int
+    last: Connection
+    states: set[str] = field(default_factory=set)
+
+    def seen(self, conn: Connection, ts_ms: int) -> None:
+        """Fold in this poll's row."""
+        self.last, self.last_seen_ms = conn, ts_ms
+        self.states.add(conn.state)
+
+
+def closed_by(life: SocketLife, kernel_state: str | None, closed_ms: int) -> str:
+    """client, broker or unknown: from the states seen while open, else the kernel's memory."""
+    if life.states & CLIENT_FIRST or kernel_state in CLIENT_FIRST:
+        return "client"
+    if life.states & BROKER_FIRST or kernel_state in BROKER_FIRST:
+        return "broker"
+    if kernel_state is None and closed_ms - life.last_seen_ms < TIME_WAIT_MS:
+        return "broker"  # the first closer would still hold TIME_WAIT: the client did not
+    return "unknown"
+
+
+def reason(side: str, idle_ms: int | None, limits: dict[str, int],
+           established: bool) -> str:
+    """Why it closed, given who closed it and how idle it was against each limit."""
+    if not established:
+        return "connect_failed"
+
+    def reaped_by(limit: str) -> bool:
+        return idle_ms is not None and limit in limits and idle_ms >= REAP_SHARE * limits[limit]
+
+    if side == "client":
+        return "client_idle_reap" if reaped_by("client") else "client_closed"
+    if reaped_by("middlebox") and limits["middlebox"] < limits.get("broker", 1 << 62):
+        return "middlebox_idle_drop"
+    if side == "broker":
+        return "broker_idle_reap" if reaped_by("broker") else "broker_closed"
+    return "unknown"
+
+
+def story(life: SocketLife, kernel_state: str | None, closed_ms: int) -> CloseStory:
+    """The close of the connection ``life`` remembers; ``kernel_state`` is its 4-tuple's
+    closing state now (None when the kernel no longer knows it)."""
+    conn = life.last
+    established = not life.states <= NOT_ESTABLISHED
+    side = closed_by(life, kernel_state, closed_ms) if established else "unknown"
+    return CloseStory(
+        closed_by=side, reason=reason(side, conn.idle_ms, conn.idle_limits, established),
+        idle_before_ms=conn.idle_ms, lifetime_ms=life.last_seen_ms - life.first_seen_ms,
+        bytes_sent=conn.bytes_sent, bytes_received=conn.bytes_received,
+        requests_sent=conn.requests_sent, requests_received=conn.requests_received)
+
+
+def in_words(close: CloseStory) -> str:
+    """'closed by the broker after 10m 0s idle: broker idle reap'."""
+    who = {"client": "by the client", "broker": "by the broker"}.get(close.closed_by,
+                                                                      "by either side")
+    idle = "" if close.idle_before_ms is None else f" after {_duration(close.idle_before_ms)} idle"
+    return f"closed {who}{idle}: {READABLE.get(close.reason, close.reason)}"
+
+
+def _duration(ms: int) -> str:
+    seconds = ms // 1000
+    if seconds < 60:
+        return f"{ms / 1000:.1f}s"
+    return f"{seconds // 60}m {seconds % 60}s"

@@ -1,0 +1,304 @@
+"""Who closed a connection and why: the rules on constructed histories, then real clients,
+a real cluster killed, and a stand-in proxy that closes or resets idle connections."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import sys
+import threading
+import time
+
+import pytest
+from conftest import Child
+
+from kmon.engine.closes import SocketLife, closed_by, in_words, reason, story
+from kmon.model import Connection, Role
+
+BROKER_LIMITS = {"broker": 600_000}
+
+
+def row(state: str = "ESTABLISHED", idle: int = 0, limits: dict | None = None) -> Connection:
+    return Connection(key="sock:1", role=Role.BROKER, node_id=1, broker_id=1, client="c",
+                      local="127.0.0.1:5000", remote="127.0.0.1:9092", state=state,
+                      idle_ms=idle, idle_limits=limits or dict(BROKER_LIMITS),
+                      bytes_sent=10, bytes_received=20, requests_sent=2, requests_received=2)
+
+
+def life(*states: str, idle: int = 0, limits: dict | None = None) -> SocketLife:
+    lived = SocketLife(1_000, 1_000, row(states[0], idle, limits))
+    for ts, state in enumerate(states, start=2):
+        lived.seen(row(state, idle, limits), ts * 1000)
+    return lived
+
+
+def test_the_side_that_closed_first_is_in_the_states_or_the_kernel():
+    assert closed_by(life("ESTABLISHED", "FIN_WAIT2"), None, 5_000) == "client"
+    assert closed_by(life("ESTABLISHED", "CLOSE_WAIT"), None, 5_000) == "broker"
+    assert closed_by(life("ESTABLISHED"), "TIME_WAIT", 5_000) == "client"
+    assert closed_by(life("ESTABLISHED"), "LAST_ACK", 5_000) == "broker"
+    # gone from the kernel too: the client would still hold TIME_WAIT had it closed first
+    assert closed_by(life("ESTABLISHED"), None, 5_000) == "broker"
+    assert closed_by(life("ESTABLISHED"), None, 500_000) == "unknown"  # TIME_WAIT has passed
+
+
+def test_the_reason_follows_the_side_and_the_idle_time_against_each_limit():
+    limits = {"client": 3000, "broker": 600_000, "middlebox": 350_000}
+    assert reason("client", 2900, limits, True) == "client_idle_reap"
+    assert reason("client", 100, limits, True) == "client_closed"
+    assert reason("broker", 599_000, {"broker": 600_000}, True) == "broker_idle_reap"
+    assert reason("broker", 340_000, limits, True) == "middlebox_idle_drop"
+    assert reason("broker", 1_000, limits, True) == "broker_closed"
+    assert reason("unknown", 1_000, limits, True) == "unknown"
+    assert reason("client", 0, limits, False) == "connect_failed"
+
+
+def test_a_story_carries_the_totals_and_is_told_in_words():
+    told = story(life("ESTABLISHED", idle=599_000), "LAST_ACK", 10_000)
+    assert (told.closed_by, told.reason, told.idle_before_ms) == ("broker", "broker_idle_reap",
+                                                                  599_000)
+    assert (told.bytes_sent, told.requests_sent, told.lifetime_ms) == (10, 2, 1_000)
+    assert in_words(told) == "closed by the broker after 9m 59s idle: broker idle reap"
+    never = story(life("SYN_SENT"), None, 3_000)
+    assert (never.closed_by, never.reason) == ("unknown", "connect_failed")
+
+
+# --- real parts ---------------------------------------------------------------------------
+
+def closed_events(stream: Child, wanted: int = 1, seconds: float = 30) -> list[dict]:
+    """The closed events of a streamed ``kmon attach --json`` until ``wanted`` arrived."""
+    deadline, found = time.monotonic() + seconds, []
+    while len(found) < wanted and time.monotonic() < deadline:
+        record = json.loads(stream.wait_line("{", timeout=seconds))
+        found += [e for e in record["events"] if e["kind"] == "closed"]
+    return found
+
+
+@pytest.mark.integration
+def test_librdkafka_idle_reaping_is_the_client_s(start_client):
+    producer = start_client("producer", idle_ms=3000)
+    stream = Child([sys.executable, "-m", "kmon", "attach", str(producer.pid), "--json",
+                    "--interval", "250ms"])
+    try:
+        closed = closed_events(stream, wanted=2)
+        assert len(closed) >= 2, "no connection was reaped within 30 s"
+        for event in closed:
+            assert (event["closed_by"], event["reason"]) == ("client", "client_idle_reap"), event
+            assert event["idle_before_ms"] >= 2700 and event["lifetime_ms"] >= 0
+            assert "closed by the client" in event["detail"]
+    finally:
+        stream.stop()
+
+
+@pytest.mark.integration
+def test_a_killed_cluster_closes_as_the_broker_never_the_client(spool_dir):
+    cluster = Child([sys.executable, "-m", "kmon", "devcluster", "--brokers", "3"])
+    consumer = stream = None
+    try:
+        bootstrap = cluster.wait_line("127.0.0.1:", timeout=30)
+        consumer = Child([sys.executable, "-m", "kmon.devtools.workload", "consumer",
+                          bootstrap, "--instrument"])
+        consumer.wait_line("READY")
+        stream = Child([sys.executable, "-m", "kmon", "attach", str(consumer.pid), "--json",
+                        "--interval", "200ms"])
+        for _ in range(10):  # let the start-up settle (librdkafka drops its bootstrap)
+            stream.wait_line("{")
+        killed_ms = int(time.time() * 1000)
+        cluster.proc.send_signal(signal.SIGKILL)
+        closed = [e for e in closed_events(stream, wanted=3) if e["ts_ms"] >= killed_ms]
+        sides = {e["closed_by"] for e in closed}
+        assert "broker" in sides and "client" not in sides, closed
+    finally:
+        for child in (stream, consumer, cluster):
+            if child is not None:
+                child.stop()
+
+
+class IdleProxy:
+    """A stand-in for a broker (or a load balancer) that closes idle connections: it
+    forwards to an upstream port and, once a connection has carried nothing for
+    ``idle_s``, closes it with a FIN, or with a RST (``reset``) as a middlebox does."""
+
+    def __init__(self, upstream: int, idle_s: float, reset: bool) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.upstream, self.idle_s, self.reset = upstream, idle_s, reset
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        client, _ = self.listener.accept()
+        upstream = socket.create_connection(("127.0.0.1", self.upstream))
+        client.settimeout(self.idle_s)
+        try:
+            while data := client.recv(4096):
+                upstream.sendall(data)
+        except TimeoutError:
+            pass
+        if self.reset:
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+        client.close()
+        upstream.close()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+HOLDER = """
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"hello")
+print("CONNECTED", flush=True)
+try:
+    while s.recv(4096):
+        pass
+except OSError:
+    pass
+s.close()
+time.sleep(60)
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("reset", "expected"), [(False, "broker_idle_reap"),
+                                                 (True, "middlebox_idle_drop")])
+def test_a_broker_or_middlebox_idle_close_through_a_proxy(tmp_path, reset, expected):
+    config = tmp_path / "kmon.toml"
+    config.write_text('[thresholds]\nmiddlebox_idle = "1500ms"\n' if reset else "")
+    with socket.create_server(("127.0.0.1", 0)) as upstream:
+        proxy = IdleProxy(upstream.getsockname()[1], idle_s=2.0, reset=reset)
+        holder = Child([sys.executable, "-c", HOLDER, str(proxy.port)])
+        stream = None
+        try:
+            holder.wait_line("CONNECTED")
+            stream = Child([sys.executable, "-m", "kmon", "attach", str(holder.pid), "--json",
+                            "--any-process", "--interval", "200ms", "--config", str(config),
+                            "--broker-idle-ms", "2000" if not reset else "600000"])
+            (event,) = closed_events(stream)
+            assert event["closed_by"] == "broker" and event["reason"] == expected, event
+            assert event["idle_before_ms"] >= 1500
+        finally:
+            for child in (stream, holder):
+                if child is not None:
+                    child.stop()
+            proxy.close()
+
+
+PER_MESSAGE = """
+import sys, time
+from confluent_kafka import Producer
+while True:
+    producer = Producer({"bootstrap.servers": sys.argv[1]})
+    producer.produce("kmon-churn", b"one message, one client")
+    producer.flush(5)
+    del producer
+    print("SENT", flush=True)
+    time.sleep(0.2)
+"""
+
+
+def churn_events(pid: int, seconds: float) -> list[dict]:
+    """The churn events of ``kmon attach PID`` within ``seconds`` (the first poll that has
+    any)."""
+    stream = Child([sys.executable, "-m", "kmon", "attach", str(pid), "--json", "--interval",
+                    "250ms"])
+    found, deadline = [], time.monotonic() + seconds
+    try:
+        while not found and time.monotonic() < deadline:
+            record = json.loads(stream.wait_line("{", timeout=seconds))
+            found = [e for e in record["events"] if e["kind"] == "churn"]
+    finally:
+        stream.stop()
+    return found
+
+
+@pytest.mark.integration
+def test_a_producer_per_message_raises_churn_and_a_steady_consumer_none(cluster, spool_dir,
+                                                                        start_client):
+    # an unmodified program under kmon's agent: its clients live a few ms, too briefly for
+    # any poll to see their sockets, but the agent counts each one made
+    per_message = Child([sys.executable, "-m", "kmon", "run", "--", sys.executable, "-c",
+                         PER_MESSAGE, cluster])
+    try:
+        per_message.wait_line("SENT")
+        (event,) = churn_events(per_message.pid, 20)[:1]
+        assert event["pattern"] == "client_per_message" and event["rate"] >= 60, event
+        assert "client instances created a minute" in event["detail"]
+    finally:
+        per_message.stop()
+    steady = start_client("consumer")
+    assert churn_events(steady.pid, 8) == []
+
+
+@pytest.mark.integration
+def test_the_kernel_lookup_is_what_kmon_runs(tmp_path):
+    """closing_states on real sockets: the first closer in TIME_WAIT, the other CLOSE_WAIT."""
+    from kmon.sources.closing_sockets import closing_states
+    from kmon.sources.sockets import Endpoint
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        first = socket.create_connection(("127.0.0.1", port))
+        peer, _ = server.accept()
+        pair = (Endpoint("127.0.0.1", first.getsockname()[1]), Endpoint("127.0.0.1", port))
+        first.close()
+        peer.close()
+        deadline = time.monotonic() + 10
+        while closing_states([pair]).get(pair) != "TIME_WAIT" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert closing_states([pair]) == {pair: "TIME_WAIT"}
+
+
+# --- churn patterns on constructed histories ----------------------------------------------
+
+def test_churn_patterns_from_constructed_polls():
+    from kmon.engine.churn import ChurnWatch
+    from kmon.model import ChurnThresholds, CloseStory, Event, EventKind, ProcessView
+
+    watch = ChurnWatch(ChurnThresholds())
+    views = [ProcessView(pid, "app", "app") for pid in (1, 2, 3)]
+    steady = ProcessView(9, "steady", "steady", clients_created=2)
+
+    def closed(ts: int, pid: int, why: str, side: str) -> Event:
+        return Event(ts, EventKind.CLOSED, pid, "k", broker_id=1,
+                     close=CloseStory(side, why, 600_000, 900_000))
+
+    def opened(ts: int, pid: int) -> Event:
+        return Event(ts, EventKind.OPENED, pid, "k", broker_id=1)
+
+    raised = []
+    for minute in range(4):  # pid 1: broker 1 reaped idle and reopened every minute
+        ts = minute * 60_000
+        raised += watch.observe(ts, [views[0], steady],
+                                [closed(ts, 1, "broker_idle_reap", "broker"), opened(ts + 1, 1)],
+                                {1: 20, 9: 30})
+    # raised at the second cycle, then at most once a window
+    assert [(e.ts_ms, e.churn.pattern) for e in raised] == [
+        (60_000 * m, "idle_reap_cycle") for m in (1, 2, 3)]
+    # a bounce: three processes dropped by broker 1 reconnect within seconds
+    bounce = 400_000
+    drops = [closed(bounce, pid, "broker_closed", "broker") for pid in (1, 2, 3)]
+    reopens = [opened(bounce + 2_000, pid) for pid in (1, 2, 3)]
+    storm = watch.observe(bounce + 2_000, views + [steady], drops + reopens, {})
+    assert [e.churn.pattern for e in storm] == ["reconnect_storm"]
+    assert storm[0].churn.rate == 3 and storm[0].broker_id == 1
+    # the agent's count of client instances: 60 more in 10 s
+    made = [ProcessView(4, "per-message", "x", clients_created=n) for n in (100, 160)]
+    assert watch.observe(500_000, [made[0]], [], {}) == []
+    (per_message,) = watch.observe(510_000, [made[1]], [], {})
+    assert per_message.churn.pattern == "client_per_message" and per_message.churn.rate == 360
+    # none of it was the steady process's
+    assert all(e.pid != 9 for e in raised + storm + [per_message])
+
+
+def test_a_growing_fd_table_is_a_leak_and_a_steady_one_is_not():
+    from kmon.engine.churn import ChurnWatch
+    from kmon.model import ChurnThresholds, ProcessView
+
+    watch = ChurnWatch(ChurnThresholds(window_ms=10_000, fd_growth=50))
+    leaking, steady = ProcessView(1, "a", "a"), ProcessView(2, "b", "b")
+    raised = []
+    for second in range(12):
+        raised += watch.observe(second * 1000, [leaking, steady], [],
+                                {1: 100 + 10 * second, 2: 100 + second % 2})
+    assert [(e.pid, e.churn.pattern) for e in raised] == [(1, "fd_leak")]
