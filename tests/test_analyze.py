@@ -26,11 +26,12 @@ from kmon.devtools.fleet_writer import simulate
 pytest.importorskip("pyspark")
 
 from kmon.analysis import inputs, jobs, spark  # noqa: E402
+from kmon.record import schema  # noqa: E402
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 
 FLEET = FleetSpec(hosts=2, clients=6, brokers=5, hours=0.75, interval_ms=2000,
-                  close_wait_rate=0.3, churn_rate=0.5, seed=7)
+                  close_wait_rate=0.3, churn_rate=0.5, per_message_rate=0.5, seed=7)
 
 
 # -- fixtures ----------------------------------------------------------------------------------
@@ -259,24 +260,71 @@ def test_event_counts(fleet, results):
     assert got == {key: (n, len(conns[key])) for key, n in events.items()}
 
 
+def test_why_connections_closed(fleet, results):
+    _, truth = fleet
+    expected: Counter = Counter()
+    for c in truth["closes"]:
+        expected[(c["host"], c["broker_id"], c["closed_by"], c["reason"])] += c["closes"]
+    got = {(r["host"], r["broker_id"], r["closed_by"], r["reason"]): r["closes"]
+           for r in rows_of(results["why_closed"])}
+    assert got == dict(expected)
+    assert {"client_idle_reap", "broker_idle_reap", "broker_closed", "client_closed"} <= {
+        reason for _, _, _, reason in got}
+    java_reaps = [r for r in rows_of(results["why_closed"]) if r["reason"] == "client_idle_reap"]
+    assert all(abs(r["median_idle_before_ms"] - 540_000) <= 1_000 for r in java_reaps)
+
+
+def test_churn_and_leaks(fleet, results):
+    root, truth = fleet
+    events = read_rows(root, "events")
+    rows = {(r["host"], r["pid"]): r for r in rows_of(results["churn_and_leaks"])}
+    suspects = {(e["host"], e["pid"]) for e in truth["churn_events"]
+                if e["pattern"] == "client_per_message"}
+    assert suspects and {k for k, r in rows.items() if r["suspect"]} == suspects
+    cycles = Counter((e["host"], e["pid"]) for e in truth["churn_events"]
+                     if e["pattern"] == "idle_reap_cycle")
+    assert {k: r["idle_reap_cycle"] for k, r in rows.items() if r["idle_reap_cycle"]} == cycles
+    opened = Counter((e["host"], e["pid"]) for e in events if e["kind"] == "opened")
+    assert {k: r["opened"] for k, r in rows.items() if r["opened"]} == dict(opened)
+    # the suspects sort first: what an operator should look at
+    assert all(r["suspect"] for r in rows_of(results["churn_and_leaks"])[:len(suspects)])
+
+
+def test_a_version_1_recording_is_still_read(fleet, spark_session, tmp_path):
+    """Version 1 events lack the close and churn columns: read as nulls, counted unknown."""
+    shutil.copytree(fleet[0], tmp_path / "v1")
+    added = list(schema.ADDED_IN_V2["events"])
+    for path in (tmp_path / "v1" / "events").rglob("*.parquet"):
+        table = pq.read_table(path).drop_columns(added)
+        version = table.schema.get_field_index("schema_version")
+        pq.write_table(table.set_column(version, "schema_version",
+                                        pa.array([1] * table.num_rows, pa.int32())), path)
+    found = inputs.discover(tmp_path / "v1")
+    assert found.skipped == []
+    frames = inputs.load(spark_session, found)
+    closes = jobs.why_closed(frames.events).toArrow().to_pylist()
+    assert {(r["closed_by"], r["reason"]) for r in closes} == {("unknown", "unknown")}
+    assert sum(r["closes"] for r in closes) == sum(c["closes"] for c in fleet[1]["closes"])
+
+
 # -- bad input ---------------------------------------------------------------------------------
 
 
 def spoil(fleet_root: Path, target: Path) -> dict[str, Path]:
-    """A copy of the fleet with a truncated file, a schema-v2 file, a file of other
+    """A copy of the fleet with a truncated file, a schema-v3 file, a file of other
     columns, a stray file outside the layout, and a hidden writer leftover."""
     shutil.copytree(fleet_root, target)
     good = sorted((target / "snapshots").rglob("*.parquet"))[0]
     table = pq.read_table(good)
     bad = {"truncated": good.with_name("truncated-000001.parquet"),
-           "v2": good.with_name("future-000001.parquet"),
+           "v3": good.with_name("future-000001.parquet"),
            "columns": good.with_name("other-000001.parquet"),
            "layout": target / "snapshots" / "stray.parquet"}
     data = good.read_bytes()
     bad["truncated"].write_bytes(data[: len(data) // 2])
     version = table.schema.get_field_index("schema_version")
     pq.write_table(table.set_column(version, "schema_version",
-                                    pc.add(table["schema_version"], 1)), bad["v2"])
+                                    pc.add(table["schema_version"], 1)), bad["v3"])
     pq.write_table(table.drop_columns(["confidence"]), bad["columns"])
     pq.write_table(table, bad["layout"])
     good.with_name(".half-written.parquet.tmp").write_bytes(data[:100])
@@ -289,7 +337,7 @@ def test_bad_files_are_skipped_with_the_reason(fleet, tmp_path):
     reasons = {s.path: s.reason for s in found.skipped}
     assert set(reasons) == set(bad.values())
     assert "truncated or corrupt" in reasons[bad["truncated"]]
-    assert reasons[bad["v2"]] == "schema_version 2, expected 1"
+    assert reasons[bad["v3"]] == "schema_version 3, expected 1 or 2"
     assert "missing confidence" in reasons[bad["columns"]]
     assert "layout" in reasons[bad["layout"]]
     assert found.files == {table: [tmp_path / "mixed" / p.relative_to(fleet[0]) for p in files]
@@ -331,7 +379,8 @@ def test_cli_end_to_end_skips_bad_files_and_writes_every_output(fleet, results, 
         written = pq.read_table(out / f"{analysis.name}.parquet")
         assert written.equals(results[analysis.name]), analysis.name  # bad files changed nothing
         assert analysis.title in result.stdout
-    for chart in ("connections_over_time", "churn_per_broker", "idle_age"):
+    for chart in ("connections_over_time", "churn_per_broker", "idle_age", "why_closed",
+                  "churn"):
         assert (out / f"{chart}.png").read_bytes().startswith(b"\x89PNG")
         assert b"<svg" in (out / f"{chart}.svg").read_bytes()[:1000]
 

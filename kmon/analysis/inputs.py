@@ -2,10 +2,11 @@
 
 A file is checked from its footer (pyarrow reads only the metadata, plus the
 tiny ``schema_version`` column when its statistics are missing) before Spark
-sees it: a truncated or corrupt file, a file of another schema version, a
-file whose columns differ from schema v1, or one outside the
+sees it: a truncated or corrupt file, a file of a schema version this kmon
+does not read, a file whose columns differ from its version's, or one outside the
 ``<table>/date=YYYY-MM-DD/host=NAME/`` layout is skipped with the reason, so
-it can neither fail the job nor skew its numbers. Hidden files and
+it can neither fail the job nor skew its numbers. Version 1 files are read
+with the columns version 2 added as nulls. Hidden files and
 directories (``.`` or ``_``) are ignored, as Spark does.
 """
 
@@ -20,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kmon.errors import UserError
-from kmon.record.schema import SCHEMA_VERSION, SCHEMAS, TABLES
+from kmon.record.schema import ADDED_IN_V2, READABLE_VERSIONS, SCHEMAS, TABLES
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -73,11 +74,22 @@ def check_file(path: Path, table: str, relative: Path) -> str | None:
         versions = _schema_versions(parquet)
     except (pa.ArrowException, OSError) as err:
         return f"not a readable Parquet file (truncated or corrupt: {err})"
-    others = versions - {SCHEMA_VERSION} if versions is not None else set()
+    others = versions - set(READABLE_VERSIONS) if versions is not None else set()
     if others:
         found = ", ".join(str(v) for v in sorted(others, key=str))
-        return f"schema_version {found}, expected {SCHEMA_VERSION}"
-    return _column_mismatch(parquet.schema_arrow, SCHEMAS[table])
+        readable = " or ".join(str(v) for v in READABLE_VERSIONS)
+        return f"schema_version {found}, expected {readable}"
+    version = 1 if versions == {1} else 2
+    return _column_mismatch(parquet.schema_arrow, expected_schema(table, version), version)
+
+
+def expected_schema(table: str, version: int) -> pa.Schema:
+    """The columns a file of ``table`` written by schema ``version`` holds."""
+    schema = SCHEMAS[table]
+    if version == 1:
+        for name in ADDED_IN_V2.get(table, ()):
+            schema = schema.remove(schema.get_field_index(name))
+    return schema
 
 
 def _schema_versions(parquet: pq.ParquetFile) -> set | None:
@@ -97,7 +109,7 @@ def _schema_versions(parquet: pq.ParquetFile) -> set | None:
     return versions
 
 
-def _column_mismatch(actual: pa.Schema, expected: pa.Schema) -> str | None:
+def _column_mismatch(actual: pa.Schema, expected: pa.Schema, version: int) -> str | None:
     problems = []
     missing = [n for n in expected.names if n not in actual.names]
     extra = [n for n in actual.names if n not in expected.names]
@@ -108,7 +120,8 @@ def _column_mismatch(actual: pa.Schema, expected: pa.Schema) -> str | None:
     for f in expected:
         if f.name in actual.names and actual.field(f.name).type != f.type:
             problems.append(f"{f.name} is {actual.field(f.name).type}, expected {f.type}")
-    return "columns differ from schema v1: " + "; ".join(problems) if problems else None
+    return (f"columns differ from schema v{version}: " + "; ".join(problems) if problems
+            else None)
 
 
 _PART = re.compile(r"^(?P<session>.+)-\d{6}\.parquet$")
@@ -147,7 +160,7 @@ def discover(root: Path) -> Inputs:
 
 
 def spark_schema(table: str) -> StructType:
-    """The Spark schema of ``table``: its schema-v1 columns, then ``date`` and ``host``."""
+    """The Spark schema of ``table``: its columns, then ``date`` and ``host``."""
     from pyspark.sql.types import (
         DoubleType,
         IntegerType,

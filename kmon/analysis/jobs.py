@@ -37,6 +37,7 @@ HANDSHAKE_REQUESTS = 2  # ApiVersions + Metadata (or FindCoordinator) on a fresh
 HANDSHAKE_BYTES = 2048
 CONCURRENT_JOBS = 4
 CLIENTS_JSON = "array<struct<pid:bigint,name:string,config:map<string,string>>>"
+CHURN_PATTERNS = ("client_per_message", "idle_reap_cycle", "reconnect_storm", "fd_leak")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class Params:
     tolerance_ms: int = 30_000  # must exceed two poll intervals
     idle_bins: int = 20
     time_buckets: int = 200
+    short_lived_ms: int = 5_000  # a connection closed within this is short-lived
 
 
 def _distinct(*columns: str | Column) -> Column:
@@ -315,6 +317,41 @@ def event_counts(events: DataFrame) -> DataFrame:
         F.count("*").alias("events"), _distinct("session_id", "pid", "key").alias("connections"))
 
 
+def why_closed(events: DataFrame) -> DataFrame:
+    """Closed connections per host, broker, side and reason (schema 2 events; a version 1
+    recording's closes count as ``unknown``), with the processes and clients concerned and
+    how long they had been idle and open."""
+    closed = events.filter(F.col("kind") == "closed").withColumns({
+        "closed_by": F.coalesce("closed_by", F.lit("unknown")),
+        "reason": F.coalesce("reason", F.lit("unknown"))})
+    return closed.groupBy("host", "broker_id", "closed_by", "reason").agg(
+        F.count("*").alias("closes"), _distinct("session_id", "pid").alias("processes"),
+        _distinct("session_id", "pid", "client").alias("clients"),
+        F.percentile_approx("idle_before_ms", 0.5).alias("median_idle_before_ms"),
+        F.percentile_approx("lifetime_ms", 0.5).alias("median_lifetime_ms"))
+
+
+def churn_and_leaks(events: DataFrame, params: Params) -> DataFrame:
+    """Per process: connections opened a minute over its recorded span, those closed within
+    ``short_lived_ms``, and the churn events it raised by pattern (a storm counts for every
+    process of its host's session, pid 0), with the highest rate."""
+    span = events.groupBy("session_id", "host").agg(
+        ((F.max("ts_ms") - F.min("ts_ms")) / 60_000).alias("minutes"))
+    pattern = F.col("pattern")
+    per_process = events.groupBy(*PROCESS).agg(
+        _flag_count(F.col("kind") == "opened").alias("opened"),
+        _flag_count((F.col("kind") == "closed")
+                    & (F.col("lifetime_ms") <= params.short_lived_ms)).alias("short_lived"),
+        *(_flag_count(pattern == p).alias(p) for p in CHURN_PATTERNS),
+        F.max("rate").alias("max_churn_rate"))
+    return (per_process.join(span, ["session_id", "host"])
+            .withColumn("opened_per_minute",
+                        F.round(F.col("opened") / F.greatest("minutes", F.lit(1.0)), 2))
+            .withColumn("suspect", F.col("client_per_message") > 0)
+            .drop("minutes")
+            .filter((F.col("opened") > 0) | F.col("max_churn_rate").isNotNull()))
+
+
 # -- the registry ------------------------------------------------------------------------------
 
 
@@ -371,6 +408,16 @@ ANALYSES = (
     Analysis("idle_age", "Idle age against the idle limit",
              lambda f, p: idle_age(f.snapshots, p.idle_bins),
              ("role", "bin"), ("role", "from_fraction", "to_fraction", "rows", "connections")),
+    Analysis("why_closed", "Why connections closed",
+             lambda f, p: why_closed(f.events),
+             ("-closes", "host", "broker_id", "closed_by", "reason"),
+             ("host", "broker_id", "closed_by", "reason", "closes", "processes",
+              "median_idle_before_ms", "median_lifetime_ms")),
+    Analysis("churn_and_leaks", "Churn and leaks per process",
+             lambda f, p: churn_and_leaks(f.events, p),
+             ("-suspect", "-opened_per_minute", "session_id", "host", "pid"),
+             ("host", "pid", "opened", "opened_per_minute", "short_lived", *CHURN_PATTERNS,
+              "max_churn_rate")),
     Analysis("event_counts", "Recorded events",
              lambda f, p: event_counts(f.events),
              ("host", "kind", "role"), ("host", "kind", "role", "events", "connections")),

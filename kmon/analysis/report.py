@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from kmon.analysis.jobs import Analysis
 
 IDENTIFIERS = {"pid", "broker_id", "node_id"}  # numbers shown without thousands separators
+SIDE_COLOURS = {"client": "tab:blue", "broker": "tab:orange", "unknown": "tab:gray"}
 ROLE_COLOURS = {"bootstrap": "tab:orange", "coordinator": "tab:purple", "broker": "tab:blue",
                 "unknown": "tab:gray"}
 
@@ -170,10 +171,54 @@ def idle_age_chart(table: pa.Table) -> Figure | None:
     return figure
 
 
+def why_closed_chart(table: pa.Table) -> Figure | None:
+    """Closes per reason fleet-wide, split by the side that closed."""
+    if not table.num_rows:
+        return None
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for r in table.to_pylist():
+        counts[r["reason"]][r["closed_by"]] += r["closes"]
+    reasons = sorted(counts, key=lambda reason: -sum(counts[reason].values()))
+    figure = Figure(figsize=(10, 0.45 * len(reasons) + 2), layout="constrained")
+    axes = figure.subplots()
+    left = [0] * len(reasons)
+    for side, colour in SIDE_COLOURS.items():
+        widths = [counts[reason].get(side, 0) for reason in reasons]
+        axes.barh(reasons, widths, left=left, label=f"closed by the {side}"
+                  if side != "unknown" else "side unknown", color=colour)
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    axes.invert_yaxis()
+    axes.set(title="Why connections closed", xlabel="closed connections")
+    axes.legend()
+    return figure
+
+
+def churn_chart(table: pa.Table, top: int = 20) -> Figure | None:
+    """The processes opening connections fastest, and those raising churn events."""
+    rows = [r for r in table.to_pylist() if r["opened"] or r["max_churn_rate"]]
+    if not rows:
+        return None
+    rows.sort(key=lambda r: (-(r["suspect"] or False), -r["opened_per_minute"]))
+    rows = rows[:top]
+    labels = [f"{r['host']} {r['pid']}" for r in rows]
+    figure = Figure(figsize=(10, 0.4 * len(rows) + 2), layout="constrained")
+    axes = figure.subplots()
+    axes.barh(labels, [r["opened_per_minute"] for r in rows], color="tab:blue",
+              label="connections opened a minute (seen by the polls)")
+    axes.barh(labels, [r["max_churn_rate"] or 0 for r in rows], height=0.35, color="tab:red",
+              label="highest churn-event rate a minute (client instances, cycles, ...)")
+    axes.invert_yaxis()
+    axes.set(title="Churn per process", xlabel="per minute", xscale="symlog")
+    axes.legend()
+    return figure
+
+
 CHARTS: dict[str, tuple[str, Callable[[pa.Table], Figure | None]]] = {
     "connections_over_time": ("connections_over_time", connections_over_time_chart),
     "churn_per_broker": ("idle_churn", churn_per_broker_chart),
     "idle_age": ("idle_age", idle_age_chart),
+    "why_closed": ("why_closed", why_closed_chart),
+    "churn": ("churn_and_leaks", churn_chart),
 }
 
 

@@ -47,6 +47,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="share of connections closed by their broker into CLOSE_WAIT")
     parser.add_argument("--churn-rate", type=_rate, default=0.3, metavar="RATE",
                         help="share of idle connections re-opened by metadata refreshes")
+    parser.add_argument("--per-message-rate", type=_rate, default=0.5, metavar="RATE",
+                        help="share of hosts running a process that makes a client per message")
     parser.add_argument("--seed", type=int, default=1, help="same seed, same fleet")
     parser.add_argument("--truth", type=Path, metavar="FILE",
                         help="write the simulated ground truth here as JSON")
@@ -61,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     spec = FleetSpec(hosts=args.hosts, clients=args.clients, brokers=args.brokers,
                      hours=args.hours, interval_ms=round(args.interval * 1000),
                      close_wait_rate=args.close_wait_rate, churn_rate=args.churn_rate,
-                     seed=args.seed)
+                     per_message_rate=args.per_message_rate, seed=args.seed)
     if spec.interval_ms < 1 or spec.interval_ms * 2 > spec.end_ms - spec.start_ms:
         raise UserError(f"--interval {args.interval:g}s does not fit {spec.hours:g} h")
     for table in TABLES:

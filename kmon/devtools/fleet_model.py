@@ -18,6 +18,15 @@ polled every ``interval`` for T hours. The model (documented in docs/analysis.md
 * At ``--close-wait-rate``, a traffic-carrying connection is closed by its
   broker and sits in CLOSE_WAIT for a while before the client closes and
   re-opens it; so does a librdkafka idle connection the broker reaps.
+* Every ``closed`` event says who closed it and why, as kmon's monitor does: a
+  Java idle reap is the client's (``client_idle_reap``), a librdkafka idle
+  connection the broker's (``broker_idle_reap``), a busy one closed through
+  CLOSE_WAIT ``broker_closed``, a dropped bootstrap ``client_closed``. Each
+  metadata-refresh reopen after the first of a broker raises an
+  ``idle_reap_cycle`` churn event.
+* At ``--per-message-rate``, a host also runs a process that makes a client per
+  message: its connections live a few ms (no poll sees them), so it shows only
+  as ``client_per_message`` churn events, one a minute.
 
 ``Host.truth()`` is the ground truth the analyses must find;
 ``kmon.devtools.fleet_writer`` writes the hosts as a recording.
@@ -33,10 +42,11 @@ from kmon.classify import (
     bootstrap_node_id,
     coordinator_node_id,
 )
-from kmon.model import Event, EventKind, Role
+from kmon.model import Churn, CloseStory, Event, EventKind, Role
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z: the default start of a simulated fleet
 METADATA_MAX_AGE_MS = 300_000
+REAP_CYCLES = 2  # kmon's default [churn] reap_cycles
 NEVER = 2**62  # "not before the end" for close and CLOSE_WAIT times
 KIND_PATTERN = ("java-producer", "java-consumer", "librdkafka-producer",
                 "librdkafka-consumer", "java-producer", "java-consumer")
@@ -55,6 +65,7 @@ class FleetSpec:
     interval_ms: int = 1000
     close_wait_rate: float = 0.1
     churn_rate: float = 0.3
+    per_message_rate: float = 0.5
     seed: int = 1
     start_ms: int = START_MS
 
@@ -78,6 +89,16 @@ class Lifetime:
     traffic: str = "producer"  # key of TRAFFIC
     by_refresh: bool = False  # re-opened by a metadata refresh after an idle reap
     key: str = ""
+
+    def close_cause(self, java: bool) -> tuple[str, str]:
+        """(closed_by, reason) of its close, as kmon's monitor tells it."""
+        if self.close_wait != NEVER:
+            return "broker", "broker_closed" if self.active else "broker_idle_reap"
+        if self.role is Role.BOOTSTRAP and self.closed - self.opened < JAVA_CLIENT_IDLE_MS:
+            return "client", "client_closed"
+        if not self.active:
+            return ("client", "client_idle_reap") if java else ("broker", "broker_idle_reap")
+        return "unknown", "unknown"
 
 
 @dataclass
@@ -148,6 +169,11 @@ class _Model:
             getattr(self, "_" + kind.replace("-", "_"))(client)
             clients.append(client)
         return clients
+
+    def per_message(self) -> int | None:
+        """The pid of this host's client-per-message process, if it has one (drawn last, so
+        the rest of the host is the same with or without it)."""
+        return 20_000 if self.rng.random() < self.spec.per_message_rate else None
 
     def _leaders(self) -> list[int]:
         count = min(self.spec.brokers, int(self.rng.integers(1, 4)))
@@ -277,7 +303,9 @@ class Host:
         self.spec, self.index = spec, index
         self.name = f"sim-{index:03d}"
         self.session_id = f"sim-{spec.seed}-{index:03d}"
-        self.clients = _Model(spec, index).clients()
+        model = _Model(spec, index)
+        self.clients = model.clients()
+        self.per_message_pid = model.per_message()
         self.lifetimes = [c for client in self.clients for c in client.lifetimes]
         self.owners = [o for o, client in enumerate(self.clients) for _ in client.lifetimes]
         for number, conn in enumerate(self.lifetimes):
@@ -307,9 +335,10 @@ class Host:
 
     def events(self) -> list[Event]:
         """What kmon's monitor reports between the polls: opened, near_reap, CLOSE_WAIT,
-        closed."""
-        out = []
+        closed (who and why), churn."""
+        out = self._per_message_events()
         at = self.ticks.at
+        cycles: dict[tuple[int, int], int] = {}  # (pid, broker) -> refresh reopens seen
         for i, conn in enumerate(self.lifetimes):
             if not self.seen[i]:
                 continue
@@ -322,6 +351,15 @@ class Host:
             first, stop = int(self.ticks.first[i]), int(self.ticks.stop[i])
             if first > self.process_first[self.owners[i]]:
                 event(first, EventKind.OPENED, f"{conn.role.value} ESTABLISHED")
+                if conn.by_refresh:
+                    slot = (client.pid, conn.broker_id)
+                    cycles[slot] = cycles.get(slot, 0) + 1
+                    if cycles[slot] >= REAP_CYCLES:
+                        out.append(Event(at(first), EventKind.CHURN, client.pid, None,
+                                         detail="idle_reap_cycle: broker reaped idle and "
+                                                "reopened", client=client.name,
+                                         broker_id=conn.broker_id,
+                                         churn=Churn("idle_reap_cycle", 1.0, 60)))
             limit = JAVA_CLIENT_IDLE_MS if client.java else BROKER_IDLE_MS
             if not conn.active:
                 near = int(self.ticks.tick_from(conn.opened + 5 + limit * 4 // 5))
@@ -334,14 +372,44 @@ class Host:
             closed = self._closed_tick(i)
             if closed is not None:
                 state = "ESTABLISHED" if close_wait is None else "CLOSE_WAIT"
-                event(closed, EventKind.CLOSED, f"{conn.role.value} after {state}")
+                closed_by, reason = conn.close_cause(client.java)
+                idle = None if conn.active else conn.closed - conn.opened
+                out.append(Event(at(closed), EventKind.CLOSED, client.pid, conn.key, conn.role,
+                                 conn.node_id, conn.remote, f"{conn.role.value} after {state}",
+                                 client.name, conn.broker_id,
+                                 close=CloseStory(closed_by, reason, idle,
+                                                  conn.closed - conn.opened)))
         return out
+
+    def _per_message_events(self) -> list[Event]:
+        """The client-per-message process: a churn event a minute, at 240 clients a minute."""
+        if self.per_message_pid is None:
+            return []
+        return [Event(ts, EventKind.CHURN, self.per_message_pid, None,
+                      detail="client_per_message: 240 client instances created a minute",
+                      churn=Churn("client_per_message", 240.0, 60))
+                for ts in range(self.ticks.at(60), self.ticks.last_ms, 60_000)]
+
+    def _closes_truth(self) -> list[dict]:
+        """Closed connections per (broker, closed_by, reason): what ``why_closed`` must count."""
+        counts: dict[tuple, int] = {}
+        for i, conn in enumerate(self.lifetimes):
+            if self._closed_tick(i) is not None:
+                key = (conn.broker_id, *conn.close_cause(self.clients[self.owners[i]].java))
+                counts[key] = counts.get(key, 0) + 1
+        return [{"host": self.name, "broker_id": b, "closed_by": by, "reason": why, "closes": n}
+                for (b, by, why), n in sorted(counts.items(), key=str)]
 
     def truth(self) -> dict[str, list]:
         """What the analyses must find in this host's session (see docs/analysis.md)."""
         at, last_ms = self.ticks.at, self.ticks.last_ms
         truth: dict[str, list] = {"clients": [], "churn": [], "close_wait": [],
-                                  "bootstrap": [], "coordinator_connections": []}
+                                  "bootstrap": [], "coordinator_connections": [],
+                                  "closes": self._closes_truth(), "churn_events": []}
+        for event in self.events():
+            if event.churn is not None:
+                truth["churn_events"].append({"host": self.name, "pid": event.pid,
+                                              "pattern": event.churn.pattern})
         for owner, client in enumerate(self.clients):
             who = {"session_id": self.session_id, "host": self.name, "pid": client.pid,
                    "client": client.name}

@@ -1,4 +1,9 @@
-"""The recorded tables, schema version 1. Documented in docs/recording.md.
+"""The recorded tables, schema version 2. Documented in docs/recording.md.
+
+Version 2 adds to ``events`` why each connection closed (``closed_by``,
+``reason``, ``idle_before_ms``, ``lifetime_ms`` and its totals) and the
+``churn`` events' ``pattern``, ``rate`` and ``window_s``; version 1 files,
+which lack those columns, are still read (the columns are null).
 
 Files live under ``ROOT/<table>/date=YYYY-MM-DD/host=NAME/``; the ``date`` and
 ``host`` columns come from those directory names (Spark's partition
@@ -14,7 +19,8 @@ import pyarrow as pa
 
 from kmon.model import Event, Snapshot
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 TABLES = ("snapshots", "events", "sessions")
 
 SNAPSHOTS = pa.schema([
@@ -62,7 +68,22 @@ EVENTS = pa.schema([
     ("broker_id", pa.int32()),
     ("remote", pa.string()),
     ("detail", pa.string()),
+    # schema 2: closed events (kmon.engine.closes)
+    ("closed_by", pa.string()),  # client, broker, unknown
+    ("reason", pa.string()),  # client_idle_reap, broker_idle_reap, middlebox_idle_drop, ...
+    ("idle_before_ms", pa.int64()),
+    ("lifetime_ms", pa.int64()),
+    ("bytes_sent", pa.int64()),
+    ("bytes_received", pa.int64()),
+    ("requests_sent", pa.int64()),
+    ("requests_received", pa.int64()),
+    # schema 2: churn events (kmon.engine.churn)
+    ("pattern", pa.string()),  # client_per_message, idle_reap_cycle, reconnect_storm, fd_leak
+    ("rate", pa.float64()),  # per minute
+    ("window_s", pa.int32()),
 ])
+# the columns schema 2 added, by table: a version 1 file lacks exactly these
+ADDED_IN_V2 = {"events": tuple(EVENTS.names[EVENTS.names.index("closed_by"):])}
 
 SESSIONS = pa.schema([
     ("schema_version", pa.int32()),
@@ -111,8 +132,10 @@ def snapshot_rows(snapshot: Snapshot, session_id: str) -> list[dict]:
 
 
 def event_rows(events: list[Event], session_id: str) -> list[dict]:
-    """One row per event."""
-    return [{"schema_version": SCHEMA_VERSION, "session_id": session_id, "ts_ms": e.ts_ms,
+    """One row per event (the close and churn columns null where they don't apply)."""
+    added = dict.fromkeys(ADDED_IN_V2["events"])
+    return [{**added, **{k: v for k, v in e.to_dict().items() if k in added},
+             "schema_version": SCHEMA_VERSION, "session_id": session_id, "ts_ms": e.ts_ms,
              "kind": e.kind.value, "pid": e.pid, "client": e.client, "key": e.key,
              "role": e.role.value if e.role else None, "node_id": e.node_id,
              "broker_id": e.broker_id, "remote": e.remote, "detail": e.detail}
