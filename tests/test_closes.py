@@ -302,3 +302,10 @@ def test_a_growing_fd_table_is_a_leak_and_a_steady_one_is_not():
         raised += watch.observe(second * 1000, [leaking, steady], [],
                                 {1: 100 + 10 * second, 2: 100 + second % 2})
     assert [(e.pid, e.churn.pattern) for e in raised] == [(1, "fd_leak")]
+
+
+def test_every_event_kind_has_a_place_in_the_event_log():
+    from kmon.model import EventKind
+    from kmon.widgets.event_log import KIND_STYLE
+
+    assert set(KIND_STYLE) == set(EventKind)

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import sys
+import time
 
 import pytest
+from conftest import Child
+from test_closes import PER_MESSAGE
 from test_dashboard_attach import table_rows, until
 
 from kmon.devtools.demo import Demo
 from kmon.engine.cluster_watch import ClusterWatcher
 from kmon.engine.facade import ClusterSession
 from kmon.engine.sampler import SamplerSettings
+from kmon.model import Churn, Event, EventKind, Snapshot
 from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen, DashboardSettings
 from kmon.widgets.watch_screen import WatchScreen
@@ -80,5 +85,46 @@ def test_unreachable_cluster_shows_a_banner_and_keeps_running():
             notice = str(screen.query_one("#notice").render())
             assert "cluster unreachable" in notice and "retrying in" in notice
             assert app.is_running
+
+    asyncio.run(drive())
+
+
+def test_a_client_per_message_shows_in_the_churn_column(cluster, spool_dir):
+    per_message = Child([sys.executable, "-m", "kmon", "run", "--", sys.executable, "-c",
+                         PER_MESSAGE, cluster])
+    try:
+        per_message.wait_line("SENT")
+        app, screen = watch_app(cluster, pids=[per_message.pid])
+
+        async def drive() -> None:
+            async with app.run_test(size=(190, 40)) as pilot:
+                await until(pilot, lambda: any("client per message" in r[-2]
+                                               for r in cells(screen, "processes")),
+                            "a client-per-message churn pattern", polls=600)
+
+        asyncio.run(drive())
+    finally:
+        per_message.stop()
+
+
+def test_a_reconnect_storm_raises_a_banner():
+    """A storm needs several processes dropped by one broker at once, which the embedded
+    cluster cannot do on demand: the monitor's storm event is constructed here (its
+    detection is tested in test_closes), the screen that shows it is the real one."""
+    app, screen = watch_app("127.0.0.1:1")
+    now = int(time.time() * 1000)
+    storm = Event(now - 58_000, EventKind.CHURN, 0, None, broker_id=2,  # shown for 60 s
+                  detail="reconnect_storm: 4 processes reconnected to broker 2 within 10s",
+                  churn=Churn("reconnect_storm", 4.0, 10))
+
+    async def drive() -> None:
+        async with app.run_test(size=(150, 40)) as pilot:
+            screen.apply(Snapshot(now, "host"), [storm])
+            await pilot.pause()
+            notice = screen.query_one("#notice")
+            assert "reconnect storm: 4 processes reconnected to broker 2" in str(notice.render())
+            assert notice.has_class("storm")
+            await until(pilot, lambda: not notice.has_class("storm"), "the storm's end")
+            assert "reconnect storm" not in str(notice.render())
 
     asyncio.run(drive())

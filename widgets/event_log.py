@@ -12,7 +12,7 @@ KIND_STYLE = {
     EventKind.OPENED: "green", EventKind.CLOSED: "grey62", EventKind.STATE_CHANGE: "cyan",
     EventKind.CLOSE_WAIT: "bold red", EventKind.NEAR_REAP: "yellow",
     EventKind.ROLE_CHANGE: "magenta", EventKind.PROCESS_EXIT: "bold red",
-    EventKind.PROCESS_ERROR: "bold red",
+    EventKind.PROCESS_ERROR: "bold red", EventKind.CHURN: "bold yellow",
 }
 
 

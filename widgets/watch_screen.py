@@ -23,6 +23,7 @@ from kmon.engine.facade import (
 from kmon.model import Event, ProcessView, Role, Snapshot
 from kmon.widgets import format as fmt
 from kmon.widgets.attach_screen import AttachScreen, DashboardSettings
+from kmon.widgets.churn_board import ChurnBoard
 from kmon.widgets.event_log import EventLog
 from kmon.widgets.polling import PollingScreen
 
@@ -49,8 +50,10 @@ class ClusterRefreshed(Message):
     """The cluster's metadata was fetched again (in a worker)."""
 
 
-def _process_cells(view: ProcessView, label: str) -> tuple:
+def _process_cells(view: ProcessView, label: str, churn: ChurnBoard, now_ms: int) -> tuple:
     roles = Counter(c.role for c in view.connections)
+    opened, closed = churn.per_process(view.pid)
+    pattern = churn.pattern(view.pid, now_ms)
     close_wait = sum(c.state == "CLOSE_WAIT" for c in view.connections)
     idles = [c.idle_ms for c in view.connections if c.idle_ms is not None]
     clients = ", ".join(sorted({c.client_id for c in view.clients})) or "(no client metrics)"
@@ -58,6 +61,8 @@ def _process_cells(view: ProcessView, label: str) -> tuple:
             *(str(roles[r]) if roles[r] else "" for r in ROLES),
             fmt.state("CLOSE_WAIT") if close_wait else "",
             fmt.duration(max(idles)) if idles else "?",
+            f"{opened}/{closed}" if opened or closed else "",
+            Text(pattern, style="bold red") if pattern else "",
             Text(view.notices[0][:60], style="yellow") if view.notices else "")
 
 
@@ -81,6 +86,7 @@ class WatchScreen(PollingScreen):
         self.labels = dict(labels or {})
         self.snapshot: Snapshot | None = None
         self.failure = ""
+        self.churn = ChurnBoard()
 
     @property
     def watcher(self) -> ClusterSession:
@@ -100,7 +106,8 @@ class WatchScreen(PollingScreen):
         brokers = self.query_one("#brokers", DataTable)
         brokers.border_title = "brokers (cluster metadata)"
         brokers.add_columns("id", "address", "rack", "controller", "groups coordinated",
-                            "local bootstrap", "local coordinator", "local broker")
+                            "local bootstrap", "local coordinator", "local broker",
+                            "opened 1m", "broker closed 1m")
         groups = self.query_one("#groups", DataTable)
         groups.border_title = "consumer groups"
         groups.add_columns("group", "state", "join state", "coordinator", "members",
@@ -108,7 +115,7 @@ class WatchScreen(PollingScreen):
         table = self.query_one("#processes", DataTable)
         table.border_title = "local client processes (enter: attach)"
         table.add_columns("pid", "process", "client ids", *(r.value for r in ROLES),
-                          "CLOSE_WAIT", "max idle", "notice")
+                          "CLOSE_WAIT", "max idle", "opened/closed 1m", "churn", "notice")
         self.query_one("#watch-events").border_title = "events"
         table.focus()
         self.start_polling()
@@ -140,6 +147,8 @@ class WatchScreen(PollingScreen):
         self.snapshot = snapshot
         self.failure = ""
         self.query_one(EventLog).add(events)
+        self.churn.add(events)
+        self.churn.forget(snapshot.ts_ms)
         self.redraw()
 
     # -- drawing ----------------------------------------------------------------------------
@@ -147,11 +156,14 @@ class WatchScreen(PollingScreen):
     def redraw(self) -> None:
         view = self.session.view
         self.query_one("#header", Static).update(self._header(view))
-        notices = (([self._unreachable(view)] if view.error else []) + self.session.notices
-                   + ([self.failure] if self.failure else []))
+        now_ms = self.snapshot.ts_ms if self.snapshot else 0
+        storm = self.churn.storm_banner(now_ms)
+        notices = (([storm] if storm else []) + ([self._unreachable(view)] if view.error else [])
+                   + self.session.notices + ([self.failure] if self.failure else []))
         notice = self.query_one("#notice", Static)
         notice.update("\n".join(f"! {n}" for n in notices))
         notice.set_class(bool(notices), "shown")
+        notice.set_class(bool(storm), "storm")
         group_rows = groups_view(view, self.snapshot)
         self._draw_brokers(view, groups_coordinated(group_rows))
         groups = self.query_one("#groups", DataTable)
@@ -192,14 +204,18 @@ class WatchScreen(PollingScreen):
     def _draw_brokers(self, view: ClusterView, coordinated: Counter[int]) -> None:
         table = self.query_one("#brokers", DataTable)
         counts = broker_connection_counts(self.snapshot) if self.snapshot else {}
+        churn = self.churn.per_broker()
         table.clear()
         for b in view.brokers:
             local = counts.get(b.broker_id, Counter())
+            opened, dropped = churn.get(b.broker_id, (0, 0))
             table.add_row(str(b.broker_id), b.address, b.rack or "-",
                           "★" if b.broker_id == view.controller_id else "",
                           str(coordinated[b.broker_id]),
                           *(str(local[r]) for r in (Role.BOOTSTRAP, Role.COORDINATOR,
-                                                    Role.BROKER)))
+                                                    Role.BROKER)),
+                          str(opened) if opened else "",
+                          Text(str(dropped), style="bold red") if dropped else "")
 
     def _draw_processes(self) -> None:
         table = self.query_one("#processes", DataTable)
@@ -207,7 +223,8 @@ class WatchScreen(PollingScreen):
         for key in [row.value for row in table.rows if row.value not in views]:
             table.remove_row(key)
         for key, view in sorted(views.items(), key=lambda kv: int(kv[0])):
-            cells = _process_cells(view, self.labels.get(view.pid, ""))
+            cells = _process_cells(view, self.labels.get(view.pid, ""), self.churn,
+                                   self.snapshot.ts_ms)
             if key in table.rows:
                 for column, value in zip(table.columns, cells, strict=True):
                     table.update_cell(key, column, value)

@@ -1,0 +1,67 @@
+"""What the watch screen shows of churn: connections opened and closed in the last minute,
+per process and per broker, each process's latest churn pattern, and a live reconnect
+storm. Display state fed from the monitor's events; no I/O."""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+
+from kmon.model import Event, EventKind
+
+WINDOW_MS = 60_000  # the "last minute" of the columns
+STORM_SHOWN_MS = 60_000  # a storm's banner stays this long after its event
+
+
+class ChurnBoard:
+    """Counts over the last minute of events, bounded by that window."""
+
+    def __init__(self) -> None:
+        self.recent: deque[Event] = deque()  # opened and closed events of the last minute
+        self.patterns: dict[int, Event] = {}  # pid -> its latest churn event
+        self.storm: Event | None = None
+
+    def add(self, events: list[Event]) -> None:
+        for event in events:
+            if event.kind in (EventKind.OPENED, EventKind.CLOSED):
+                self.recent.append(event)
+            elif event.kind is EventKind.CHURN and event.churn is not None:
+                if event.churn.pattern == "reconnect_storm":
+                    self.storm = event
+                else:
+                    self.patterns[event.pid] = event
+
+    def forget(self, now_ms: int) -> None:
+        """Drop what fell out of the window."""
+        while self.recent and now_ms - self.recent[0].ts_ms > WINDOW_MS:
+            self.recent.popleft()
+
+    def per_process(self, pid: int) -> tuple[int, int]:
+        """(opened, closed) in the last minute by ``pid``."""
+        kinds = Counter(e.kind for e in self.recent if e.pid == pid)
+        return kinds[EventKind.OPENED], kinds[EventKind.CLOSED]
+
+    def per_broker(self) -> dict[int, tuple[int, int]]:
+        """broker id -> (opened, closed by the broker) in the last minute."""
+        opened: Counter[int] = Counter()
+        dropped: Counter[int] = Counter()
+        for e in self.recent:
+            if e.broker_id is None:
+                continue
+            if e.kind is EventKind.OPENED:
+                opened[e.broker_id] += 1
+            elif e.close is not None and e.close.closed_by == "broker":
+                dropped[e.broker_id] += 1
+        return {b: (opened[b], dropped[b]) for b in opened.keys() | dropped.keys()}
+
+    def pattern(self, pid: int, now_ms: int) -> str:
+        """The pattern of ``pid``'s churn event within the window, or ''."""
+        event = self.patterns.get(pid)
+        if event is None or now_ms - event.ts_ms > WINDOW_MS:
+            return ""
+        return f"{event.churn.pattern.replace('_', ' ')} {event.churn.rate:g}/min"
+
+    def storm_banner(self, now_ms: int) -> str:
+        """The live storm's words, or '' when none happened within STORM_SHOWN_MS."""
+        if self.storm is None or now_ms - self.storm.ts_ms > STORM_SHOWN_MS:
+            return ""
+        return f"reconnect storm: {self.storm.detail.partition(': ')[2]}"
