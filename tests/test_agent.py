@@ -21,9 +21,11 @@ def spool_files(spool_dir, pid):
 
 def test_spool_is_private_and_never_holds_secrets(start_client, spool_dir):
     client = start_client("producer", properties=SECRETS)
-    (path,) = spool_files(spool_dir, client.pid)
+    count, path = spool_files(spool_dir, client.pid)  # the client count, the statistics
+    assert count.name == f"{client.pid}-clients.json"
+    assert json.loads(count.read_text())["clients_created"] == 1
     assert stat.S_IMODE(spool_dir.stat().st_mode) == 0o700
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in (count, path))
     text = path.read_text()
     record = json.loads(text)
     assert record["pid"] == client.pid and record["client_type"] == "producer"
