@@ -165,24 +165,45 @@ def assert_one_clear_line(result: subprocess.CompletedProcess, code: int, *words
         assert word in lines[0], lines[0]
 
 
+@pytest.fixture
+def throwaway_user():
+    """A user made for this test (home included) and removed after it, even on failure."""
+    import pwd
+    import uuid
+
+    name = f"kmon{uuid.uuid4().hex[:8]}"
+    subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", name], check=True,
+                   capture_output=True)
+    try:
+        yield pwd.getpwnam(name)
+    finally:
+        subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
+        subprocess.run(["userdel", "--remove", name], capture_output=True)
+
+
 def python_as(user: str) -> tuple[list[str], dict[str, str]]:
     """(argv prefix, environment) running this test's Python code as ``user``.
 
     The test's own interpreter may live where other users cannot read it (pyenv
     under /root): the system's interpreter of the same minor version is used,
-    with this environment's packages and the repository on its path. Skips the
-    test where there is none.
+    with this environment's site-packages added as a site directory (so that the
+    installed kmon, ``kmon.widgets`` included, imports as here). Skips the test
+    where there is none.
     """
-    import site
     import sysconfig
+    import tempfile
 
     version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
     system = Path("/usr/bin") / version
     if not system.exists():
         pytest.skip(f"no {system} that another user can run")
     packages = sysconfig.get_paths()["purelib"]
+    boot = Path(tempfile.mkdtemp(prefix="kmon-site-"))
+    boot.chmod(0o755)
+    (boot / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({packages!r})\n")
+    (boot / "sitecustomize.py").chmod(0o644)
     env = {k: v for k, v in os.environ.items() if k not in ("KMON_SPOOL_DIR", "PYTHONHOME")}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), packages, *site.getsitepackages()])
+    env["PYTHONPATH"] = str(boot)
     return ["runuser", "-u", user, "--", str(system)], env
 
 

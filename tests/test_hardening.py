@@ -147,22 +147,6 @@ def test_parts_a_compacted_file_already_holds_are_not_counted_twice(tmp_path):
 
 # --- the blinding attack, end to end: a throwaway user, a squatted /tmp/kmon-UID ----------
 
-@pytest.fixture
-def throwaway_user():
-    """A user made for this test (home included) and removed after it, even on failure."""
-    import pwd
-    import uuid
-
-    name = f"kmon{uuid.uuid4().hex[:8]}"
-    subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", name], check=True,
-                   capture_output=True)
-    try:
-        yield pwd.getpwnam(name)
-    finally:
-        subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
-        subprocess.run(["userdel", "--remove", name], capture_output=True)
-
-
 @as_root
 @pytest.mark.integration
 @pytest.mark.skipif(not Path("/usr/sbin/useradd").exists(), reason="needs useradd")

@@ -22,6 +22,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     options.client_properties(parser, "for --bootstrap-servers (KEY=@FILE reads it from FILE)")
     options.cluster_timeout(parser, 10.0)
     options.broker_idle(parser)
+    options.wire(parser)
     parser.add_argument("--socket-reader", choices=("auto", "sock_diag", "psutil"),
                         default="auto", help="how sockets are read (default: fastest)")
     parser.add_argument("--any-process", action="store_true",
@@ -57,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
             cluster, groups = state.metadata, state.groups
         settings = SamplerSettings(broker_idle_ms=args.broker_idle_ms, cluster=cluster,
                                    groups=groups, require_kafka=not args.any_process,
-                                   middlebox_idle_ms=config.thresholds.middlebox_idle_ms)
+                                   middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
+                                   wire=args.wire)
         sampler = ProcessSampler(args.pid, open_socket_reader(args.socket_reader), settings,
                                  client_log=args.client_log)
         interactive = options.interactive(args)

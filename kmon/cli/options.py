@@ -43,6 +43,13 @@ def broker_idle(parser: argparse.ArgumentParser) -> None:
                              f"{BROKER_IDLE_MS})")
 
 
+def wire(parser: argparse.ArgumentParser) -> None:
+    """``--wire``: read the Kafka request headers on the client's own sockets (needs root)."""
+    parser.add_argument("--wire", choices=("auto", "off"), default="auto",
+                        help="roles from the Kafka headers on the client's sockets where kmon "
+                             "may capture packets (CAP_NET_RAW): auto (default) or off")
+
+
 def interval(parser: argparse.ArgumentParser, what: str = "snapshots",
              default: float | None = None) -> None:
     """``--interval``: time between refreshes."""

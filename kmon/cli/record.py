@@ -46,6 +46,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="stop after this long, e.g. 10m (default: until SIGINT/SIGTERM)")
     options.cluster_timeout(parser, 10.0)
     options.broker_idle(parser)
+    options.wire(parser)
     parser.add_argument("--any-process", action="store_true",
                         help="record even a --pid that shows no sign of Kafka")
     parser.add_argument("--flush-every", type=duration_arg, default=10.0,
@@ -73,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
             cluster = fetch_metadata(named.bootstrap, named.properties, args.cluster_timeout)
         settings = SamplerSettings(broker_idle_ms=args.broker_idle_ms, cluster=cluster,
                                    require_kafka=cluster is None and not args.any_process,
-                                   middlebox_idle_ms=config.thresholds.middlebox_idle_ms)
+                                   middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
+                                   wire=args.wire)
         monitor = Monitor((ProcessSampler(pid, reader, settings)
                            for pid in dict.fromkeys(args.pid or ())),
                           history=1, max_events=1,  # rows go to disk, not to a history

@@ -20,6 +20,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="time between refreshes of the cluster's metadata (default 30s)")
     options.cluster_timeout(parser, 5.0)
     options.broker_idle(parser)
+    options.wire(parser)
     options.dashboard(parser)
 
 
@@ -42,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
                              refresh_s=args.metadata_every)
     settings = dashboard_settings(config, args.interval, args.record_dir)
     sampler_settings = SamplerSettings(broker_idle_ms=args.broker_idle_ms, require_kafka=False,
-                                       middlebox_idle_ms=config.thresholds.middlebox_idle_ms)
+                                       middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
+                                       wire=args.wire)
     session = ClusterSession(watcher, sampler_settings, [], churn=config.churn,
                              interval_ms=round(settings.interval_s * 1000))
     shown = ", ".join(f"{k}={v}" for k, v in cluster.shown_properties().items())

@@ -17,6 +17,7 @@ from kmon.evidence.jvm import JvmEvidence
 from kmon.evidence.logical import broker_ids_by_address, classify_broker_entry, learned_brokers
 from kmon.evidence.resolve import resolve
 from kmon.evidence.stats_join import stats_evidence
+from kmon.evidence.wire import WireEvidence
 from kmon.model import ClientInstance, Connection, ProcessView
 from kmon.sources.cluster import ClusterMetadata, GroupInfo
 from kmon.sources.jmx import is_jvm
@@ -61,6 +62,7 @@ class SamplerSettings:
     # consumer groups as the cluster describes them, to infer coordinator connections
     groups: tuple[GroupInfo, ...] | None = None
     middlebox_idle_ms: int | None = None  # a load balancer's or NAT's idle timeout, if any
+    wire: str = "auto"  # "auto": read the Kafka headers on the process's sockets where allowed
 
 
 def _describe(process: psutil.Process) -> tuple[str, str, float]:
@@ -107,12 +109,17 @@ class ProcessSampler:
         jvm = is_jvm(pid)
         self.jvm = (JvmEvidence(pid, self.start_time, client_log, jmx=jvm, reader=reader)
                     if jvm or client_log else None)
-        self.cadence = CadenceEvidence(lambda: self.settings.groups, shlex.split(self.cmdline))
+        args = shlex.split(self.cmdline)
+        self.cadence = CadenceEvidence(lambda: self.settings.groups, args)
+        self.wire = WireEvidence(bootstrap_argument(args)) if settings.wire == "auto" else None
 
     def close(self) -> None:
-        """Release what the sampler holds (the JMX helper of a JVM); idempotent."""
+        """Release what the sampler holds (the JMX helper of a JVM, the packet socket);
+        idempotent."""
         if self.jvm is not None:
             self.jvm.close()
+        if self.wire is not None:
+            self.wire.close()
 
     def sample(self, now_ms: int) -> ProcessView:
         """The process as it is now."""
@@ -167,6 +174,8 @@ class ProcessSampler:
         producers: list[Producer] = [stats_evidence]
         if use_jvm and self.jvm is not None:
             producers.append(self.jvm.evidence)
+        if self.wire is not None:
+            producers.append(self.wire.evidence)
         return [*producers, endpoint_evidence, self.cadence.evidence]
 
     def _claims(self, gathered: Gathered,
@@ -191,6 +200,20 @@ class ProcessSampler:
             f"PID {self.pid} ({self.name}) shows no sign of being a Kafka client: no kmon "
             "statistics, no Kafka client library loaded, no socket to a known broker "
             "(name the cluster with --bootstrap-servers, or pass --any-process)")
+
+
+BOOTSTRAP_FLAGS = ("-b", "--bootstrap-server", "--bootstrap-servers", "--brokers")
+
+
+def bootstrap_argument(args: list[str]) -> str:
+    """The bootstrap servers a process was given on its command line, if it says so."""
+    for i, arg in enumerate(args):
+        if arg in BOOTSTRAP_FLAGS and i + 1 < len(args):
+            return args[i + 1]
+        for prefix in ("bootstrap.servers=", "metadata.broker.list="):
+            if prefix in arg:
+                return arg.split(prefix, 1)[1]
+    return ""
 
 
 def _instance(stats: ClientStats, now_ms: int) -> ClientInstance:

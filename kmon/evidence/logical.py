@@ -47,7 +47,7 @@ def _idle_ms(micros: int | None) -> int | None:
     return None if micros is None or micros < 0 else micros // 1000
 
 
-def _bootstrap_position(address: str, bootstrap_servers: str) -> int | None:
+def bootstrap_position(address: str, bootstrap_servers: str) -> int | None:
     wanted = split_host_port(address)
     for position, entry in enumerate(s for s in bootstrap_servers.split(",") if s.strip()):
         if split_host_port(entry) == wanted:
@@ -72,7 +72,7 @@ def classify_broker_entry(name: str, entry: dict, learned: dict[str, int],
             return Role.COORDINATOR, None, broker_id
         return Role.COORDINATOR, classify.coordinator_node_id(broker_id), broker_id
     if nodeid < 0 or name.endswith("/bootstrap"):
-        position = _bootstrap_position(address, bootstrap_servers)
+        position = bootstrap_position(address, bootstrap_servers)
         node_id = classify.bootstrap_node_id(position) if position is not None else -1
         return Role.BOOTSTRAP, node_id, None
     return Role.BROKER, nodeid, nodeid  # a learned broker, whatever its id

@@ -1,0 +1,146 @@
+"""Claims from the wire: each socket's role from the Kafka APIs it carried (confidence 1.0).
+
+* a group API (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
+  OffsetFetch, ConsumerGroupHeartbeat) or a transaction API: the **coordinator**
+  connection, node id ``2147483647 - broker id`` (it may carry other APIs too);
+* Produce, Fetch, ListOffsets: a **broker** connection, node id = broker id;
+* only ApiVersions, Metadata, FindCoordinator or SASL, first sent before the
+  process had learned the cluster: **bootstrap** (its position in
+  ``bootstrap.servers`` when the client's configuration gives it);
+* a TLS socket: a note (``tls``); its role comes from the other evidence.
+
+Broker ids come from the Metadata and FindCoordinator responses the process
+received, else from the endpoints kmon already knows, else from one Metadata
+request kmon sends itself to a broker the process talks Kafka to in plaintext
+(``kmon.sources.broker_query``; a client refreshes its own every few minutes).
+Without CAP_NET_RAW the producer makes one notice and no claims.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from kmon.classify import bootstrap_node_id, coordinator_node_id
+from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
+from kmon.evidence.logical import bootstrap_position
+from kmon.model import Role
+from kmon.sources import kafka_protocol as kp
+from kmon.sources.broker_query import ask_brokers
+from kmon.sources.resolve import Resolver
+from kmon.sources.sockets import Endpoint
+from kmon.sources.wire import Flow, WireTap, WireView
+
+NO_CAPTURE = ("roles from the wire need CAP_NET_RAW (run kmon as root); they come from the "
+              "other evidence")
+
+
+class WireEvidence:
+    """The wire producer of one process: opens its tap on the first poll."""
+
+    def __init__(self, cmdline_bootstrap: str = "") -> None:
+        self.tap: WireTap | None = None
+        self.failed: str | None = None
+        self.cmdline_bootstrap = cmdline_bootstrap
+        self.asked: set[Endpoint] = set()  # brokers kmon asked for the cluster's brokers
+
+    def close(self) -> None:
+        if self.tap is not None:
+            self.tap.close()
+            self.tap = None
+
+    def evidence(self, gathered: Gathered, earlier: Mapping[str, Sequence[Claim]]) -> Evidence:
+        """Claims for every socket whose traffic says what it is."""
+        if self.failed is not None:
+            return Evidence(notices=[self.failed])
+        try:
+            if self.tap is None:
+                self.tap = WireTap(gathered.sockets, gathered.now_ms)
+            view = self.tap.poll(gathered.sockets, gathered.now_ms)
+        except PermissionError:
+            self.failed = NO_CAPTURE
+            return Evidence(notices=[self.failed])
+        except OSError as err:
+            self.failed = f"the wire cannot be read ({err.strerror or err}); roles come from " \
+                          "the other evidence"
+            self.close()
+            return Evidence(notices=[self.failed])
+        learned = _broker_endpoints(view, gathered.resolver)
+        known = {**gathered.known, **learned}
+        unknown = [f.remote for f in view.flows.values()
+                   if f.api_counts and not f.tls and f.remote not in known]
+        if unknown and unknown[0] not in self.asked:
+            self.asked.add(unknown[0])
+            answer = ask_brokers(unknown[0])
+            if answer:
+                self.tap.learn(answer)
+                view.brokers.update(answer)
+                learned = _broker_endpoints(view, gathered.resolver)
+                known = {**gathered.known, **learned}
+        bootstrap = ",".join(c.config.get("bootstrap.servers", "") for c in gathered.stats) \
+            or self.cmdline_bootstrap
+        claims = {}
+        for sock in gathered.sockets:
+            flow = view.flows.get((sock.local, sock.remote))
+            if flow is None:
+                continue
+            claim = flow_claim(flow, view, known, bootstrap, gathered.resolver)
+            if claim is not None:
+                if claim.role is not None and not _named_client(earlier.get(socket_key(sock))):
+                    claim = _with_client(claim, flow)
+                claims[socket_key(sock)] = claim
+        notices = [f"the wire missed {view.drops:,} packets (kmon's ring was full)"] \
+            if view.drops else []
+        return Evidence(claims=claims, learned=learned, notices=notices)
+
+
+def flow_claim(flow: Flow, view: WireView, known: Mapping[Endpoint, int], bootstrap: str,
+               resolver: Resolver) -> Claim | None:
+    """The claim a socket's traffic makes, if it says enough."""
+    if flow.tls:
+        return Claim(source="wire", role=None, node_id=None, broker_id=None, confidence=0.0,
+                     evidence={"wire": "tls"}, detail="TLS: the Kafka headers are encrypted")
+    keys = set(flow.api_counts)
+    if not keys:
+        return None
+    broker_id = known.get(flow.remote)
+    evidence = {"role": "wire", "wire": flow.apis()}
+    detail = flow.apis() + (f" · client_id {flow.client_id}" if flow.client_id else "")
+    if keys & (kp.GROUP_APIS | kp.TXN_APIS):
+        node_id = None if broker_id is None else coordinator_node_id(broker_id)
+        which = "group" if keys & kp.GROUP_APIS else "transaction"
+        return Claim("wire", Role.COORDINATOR, node_id, broker_id, 1.0, evidence=evidence,
+                     detail=f"{which} coordinator: {detail}")
+    if keys & kp.BROKER_APIS:
+        return Claim("wire", Role.BROKER, broker_id, broker_id, 1.0, evidence=evidence,
+                     detail=detail)
+    learned_at = view.cluster_learned_ms
+    if flow.from_start and flow.first_request_ms is not None and (
+            learned_at is None or flow.first_request_ms <= learned_at):
+        position = bootstrap_position(str(flow.remote), bootstrap) if bootstrap else None
+        if position is None and bootstrap:
+            position = next((i for i, entry in enumerate(bootstrap.split(","))
+                             if flow.remote in resolver.endpoints(entry.strip())), None)
+        return Claim("wire", Role.BOOTSTRAP, bootstrap_node_id(position or 0), None, 1.0,
+                     evidence=evidence, detail=f"before the cluster was known: {detail}")
+    return Claim("wire", None, None, None, 0.0, evidence={"wire": flow.apis()},
+                 detail=f"only {detail}: no role from the wire yet")
+
+
+def _broker_endpoints(view: WireView, resolver: Resolver) -> dict[Endpoint, int]:
+    """The endpoints of the brokers the process's responses named."""
+    named = {(host, port): broker_id for broker_id, (host, port) in view.brokers.items()}
+    named.update(view.coordinators)
+    return {endpoint: broker_id for (host, port), broker_id in named.items()
+            for endpoint in resolver.endpoints(f"{host}:{port}")}
+
+
+def _named_client(claims: Sequence[Claim] | None) -> bool:
+    return any(c.facts.get("client") for c in claims or ())
+
+
+def _with_client(claim: Claim, flow: Flow) -> Claim:
+    """The claim naming its client by the client_id it sent (no other evidence names one)."""
+    if not flow.client_id:
+        return claim
+    return Claim(claim.source, claim.role, claim.node_id, claim.broker_id, claim.confidence,
+                 facts={"client": flow.client_id}, evidence=claim.evidence, detail=claim.detail)

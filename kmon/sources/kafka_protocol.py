@@ -1,0 +1,176 @@
+"""The few Kafka protocol facts the wire source reads: request headers, and the brokers and
+coordinator in Metadata and FindCoordinator responses.
+
+A request starts with int32 size, int16 api_key, int16 api_version, int32
+correlation_id, then the client_id string (nullable int16 length); a response
+with int32 size and int32 correlation_id (then, in flexible versions, tagged
+fields). Message specs: apache/kafka clients/src/main/resources/common/message/.
+Every parser takes a prefix of the message (what was captured) and returns None
+where the prefix ends before the fact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+API_NAMES = {
+    0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit",
+    9: "OffsetFetch", 10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat",
+    13: "LeaveGroup", 14: "SyncGroup", 15: "DescribeGroups", 16: "ListGroups",
+    17: "SaslHandshake", 18: "ApiVersions", 19: "CreateTopics", 22: "InitProducerId",
+    24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn", 28: "TxnOffsetCommit",
+    32: "DescribeConfigs", 36: "SaslAuthenticate", 60: "DescribeCluster",
+    68: "ConsumerGroupHeartbeat",
+}
+BROKER_APIS = frozenset({0, 1, 2})  # Produce, Fetch, ListOffsets: to a partition's leader
+GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 68})  # to the group coordinator
+TXN_APIS = frozenset({24, 25, 26})  # to the transaction coordinator
+CONTROL_APIS = frozenset({3, 10, 17, 18, 36})  # any connection, bootstrap included
+SASL_APIS = frozenset({17, 36})
+MAX_API_KEY = 127
+MAX_API_VERSION = 31
+MAX_CLIENT_ID = 255
+REQUEST_HEADER = 14  # size .. client_id length
+METADATA, FIND_COORDINATOR, API_VERSIONS = 3, 10, 18
+# first flexible (compact, tagged) version of each response kmon parses
+FLEXIBLE_FROM = {METADATA: 9, FIND_COORDINATOR: 3}
+
+
+def api_name(key: int) -> str:
+    return API_NAMES.get(key, f"api{key}")
+
+
+@dataclass(frozen=True)
+class RequestHeader:
+    """The header of one request."""
+
+    size: int  # bytes after the size field
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+def request_header(data: bytes) -> RequestHeader | None:
+    """The request header at the start of ``data``, if it is there and plausible."""
+    if len(data) < REQUEST_HEADER:
+        return None
+    size = int.from_bytes(data[0:4], "big", signed=True)
+    key = int.from_bytes(data[4:6], "big", signed=True)
+    version = int.from_bytes(data[6:8], "big", signed=True)
+    correlation = int.from_bytes(data[8:12], "big", signed=True)
+    length = int.from_bytes(data[12:14], "big", signed=True)
+    if not (10 <= size < 1 << 30 and 0 <= key <= MAX_API_KEY
+            and 0 <= version <= MAX_API_VERSION and -1 <= length <= MAX_CLIENT_ID):
+        return None
+    client_id = None
+    if length >= 0:
+        raw = data[REQUEST_HEADER:REQUEST_HEADER + length]
+        if len(raw) < length or not raw.isascii() or not raw.decode().isprintable():
+            return None
+        client_id = raw.decode()
+    return RequestHeader(size, key, version, correlation, client_id)
+
+
+class _Reader:
+    """Reads Kafka's primitive types from a captured prefix; ``None`` past its end."""
+
+    def __init__(self, data: bytes, offset: int, flexible: bool) -> None:
+        self.data, self.at, self.flexible = data, offset, flexible
+
+    def _take(self, n: int) -> bytes:
+        if self.at + n > len(self.data):
+            raise EOFError
+        chunk = self.data[self.at:self.at + n]
+        self.at += n
+        return chunk
+
+    def int16(self) -> int:
+        return int.from_bytes(self._take(2), "big", signed=True)
+
+    def int32(self) -> int:
+        return int.from_bytes(self._take(4), "big", signed=True)
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        while True:
+            byte = self._take(1)[0]
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+            if shift > 28:
+                raise EOFError
+
+    def string(self) -> str | None:
+        length = self.uvarint() - 1 if self.flexible else self.int16()
+        return None if length < 0 else self._take(length).decode("utf-8", "replace")
+
+    def array_length(self) -> int:
+        return self.uvarint() - 1 if self.flexible else self.int32()
+
+    def tags(self) -> None:
+        if self.flexible:
+            for _ in range(self.uvarint()):
+                self.uvarint()
+                self._take(self.uvarint())
+
+
+def response_correlation(data: bytes) -> int | None:
+    """The correlation id of the response at the start of ``data``."""
+    if len(data) < 8:
+        return None
+    return int.from_bytes(data[4:8], "big", signed=True)
+
+
+def metadata_brokers(data: bytes, version: int) -> dict[int, tuple[str, int]] | None:
+    """broker id -> (host, port) from a Metadata response (``data`` from its size field)."""
+    flexible = version >= FLEXIBLE_FROM[METADATA]
+    read = _Reader(data, 8, flexible)
+    try:
+        read.tags()  # the response header's tagged fields (flexible versions)
+        if version >= 3:
+            read.int32()  # throttle_time_ms
+        brokers = {}
+        for _ in range(read.array_length()):
+            node_id, host, port = read.int32(), read.string(), read.int32()
+            if version >= 1:
+                read.string()  # rack
+            read.tags()
+            if host:
+                brokers[node_id] = (host, port)
+        return brokers
+    except (EOFError, UnicodeDecodeError):
+        return None
+
+
+def coordinator_answer(data: bytes, version: int) -> tuple[int, str, int] | None:
+    """(broker id, host, port) of the coordinator a FindCoordinator response names."""
+    flexible = version >= FLEXIBLE_FROM[FIND_COORDINATOR]
+    read = _Reader(data, 8, flexible)
+    try:
+        read.tags()
+        if version >= 1:
+            read.int32()  # throttle_time_ms
+        if version >= 4:  # batched: the first key's answer
+            if read.array_length() < 1:
+                return None
+            read.string()  # key
+            node_id, host, port, error = read.int32(), read.string(), read.int32(), read.int16()
+        else:
+            error = read.int16()
+            if version >= 1:
+                read.string()  # error_message
+            node_id, host, port = read.int32(), read.string(), read.int32()
+        return (node_id, host, port) if error == 0 and host and node_id >= 0 else None
+    except (EOFError, UnicodeDecodeError):
+        return None
+
+
+def metadata_request(correlation_id: int, client_id: str = "kmon") -> bytes:
+    """A Metadata v1 request for no topics: the answer lists the brokers only."""
+    name = client_id.encode()
+    body = (METADATA.to_bytes(2, "big") + (1).to_bytes(2, "big")
+            + correlation_id.to_bytes(4, "big") + len(name).to_bytes(2, "big") + name
+            + (0).to_bytes(4, "big"))
+    return len(body).to_bytes(4, "big") + body

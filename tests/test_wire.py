@@ -1,0 +1,303 @@
+"""Roles from the wire: real clients that no kmon code instruments, on the embedded cluster.
+
+Each client is attached with ``kmon attach PID --json`` and no ``-b``: every socket
+must get its role, broker id and node id from the Kafka headers it carries, at
+confidence 1.0. Then what the wire must never do: capture a password, or fail
+without CAP_NET_RAW.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import Child, python_as
+
+from kmon.classify import MAX_INT
+from kmon.sources import kafka_protocol as kp
+from kmon.sources import packet_filter
+from kmon.sources.broker_query import ask_brokers
+from kmon.sources.sockets import Endpoint
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the wire needs CAP_NET_RAW (root)")
+
+KCAT = "/usr/bin/kcat"
+NODE_MODULES = Path(__file__).parent / "node" / "node_modules"
+KAFKAJS_CONSUMER = """
+const { Kafka, logLevel } = require('kafkajs');
+const kafka = new Kafka({ clientId: 'kmon-kafkajs', brokers: process.argv[2].split(','),
+                          logLevel: logLevel.NOTHING });
+const consumer = kafka.consumer({ groupId: process.argv[3] });
+(async () => {
+  await consumer.connect();
+  await consumer.subscribe({ topic: process.argv[4], fromBeginning: true });
+  await consumer.run({ eachMessage: async () => {} });
+  console.log('READY');
+})();
+"""
+KAFKA_PYTHON_CONSUMER = """
+import sys
+from kafka import KafkaConsumer
+consumer = KafkaConsumer(sys.argv[3], bootstrap_servers=sys.argv[1].split(","),
+                         group_id=sys.argv[2], client_id="kmon-kafka-python",
+                         api_version=(2, 0, 0))
+print("READY", flush=True)
+for _ in consumer:
+    pass
+"""
+
+
+def produce(cluster: str, topic: str) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": cluster})
+    for i in range(20):
+        producer.produce(topic, f"m{i}".encode())
+    producer.flush(10)
+
+
+def rows_until(stream: Child, wanted, seconds: float = 60) -> list[dict]:
+    """The connections a ``kmon attach --json`` stream shows at the first poll where
+    ``wanted(rows)`` holds; fails with the last rows after ``seconds`` (a hang guard)."""
+    rows: list[dict] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        (process,) = json.loads(stream.wait_line("{", timeout=seconds))["processes"]
+        rows = process["connections"]
+        if rows and wanted(rows):
+            return rows
+    shown = [(r["role"], r["node_id"], r["broker_id"], r["remote"], r["idle_ms"],
+              r["evidence"].get("role"), r["evidence"].get("wire")) for r in rows]
+    raise AssertionError(f"the wire never named every socket: {shown}")
+
+
+def attach(pid: int) -> Child:
+    return Child([sys.executable, "-m", "kmon", "attach", str(pid), "--json", "--interval",
+                  "500ms", "--any-process"])
+
+
+def wire_rows(pid: int, wanted) -> list[dict]:
+    """Attached to a running client: its rows once ``wanted``."""
+    stream = attach(pid)
+    try:
+        return rows_until(stream, wanted)
+    finally:
+        stream.stop()
+
+
+def from_start(argv: list[str], wanted, env: dict | None = None) -> tuple[Child, list[dict]]:
+    """A client attached before it opens a connection (a shell that execs it when told: the
+    same PID): the wire sees every connection from its first request. (client, its rows)"""
+    client = Child(["sh", "-c", 'read go; exec "$@"', "sh", *argv], env=env)
+    stream = attach(client.pid)
+    try:
+        stream.wait_line("{")  # the tap is open
+        client.send("go")
+        return client, rows_until(stream, wanted)
+    except BaseException:
+        client.stop()
+        raise
+    finally:
+        stream.stop()
+
+
+def all_named(rows: list[dict]) -> bool:
+    """Every socket named by the wire with its broker, a coordinator among them, and every
+    broker socket past its start (it fetched)."""
+    kafka = [r for r in rows if r["evidence"].get("role") == "wire"]
+    return bool(kafka) and len(kafka) == len(rows) and all(
+        r["broker_id"] is not None for r in kafka) and any(
+        r["role"] == "coordinator" for r in kafka) and any(r["role"] == "broker" for r in kafka)
+
+
+def check_roles(rows: list[dict], brokers: dict[int, tuple[str, int]]) -> None:
+    """Every socket named at 1.0 by the wire, its broker id matching its address."""
+    by_address = {f"{host}:{port}": broker for broker, (host, port) in brokers.items()}
+    for row in rows:
+        assert row["confidence"] == 1.0 and row["evidence"]["role"] == "wire", row
+        assert row["broker_id"] == by_address[row["remote"]], row
+        if row["role"] == "bootstrap":
+            assert row["node_id"] < 0 and "Metadata" in row["evidence"]["wire"], row
+            assert not {"Fetch", "Heartbeat"} & set(row["evidence"]["wire"].replace(
+                "×", " ").split()), row
+        elif row["role"] == "coordinator":
+            assert row["node_id"] == MAX_INT - row["broker_id"], row
+            assert {"Heartbeat", "JoinGroup", "OffsetCommit", "SyncGroup",
+                    "OffsetFetch"} & set(row["evidence"]["wire"].replace("×", " ").split())
+        else:
+            assert row["role"] == "broker" and row["node_id"] == row["broker_id"], row
+            assert "Fetch" in row["evidence"]["wire"], row
+    assert sum(r["role"] == "coordinator" for r in rows) == 1
+
+
+@pytest.fixture
+def topic(cluster) -> str:
+    name = f"kmon-wire-{uuid.uuid4().hex[:8]}"
+    produce(cluster, name)
+    return name
+
+
+@pytest.fixture
+def brokers(cluster) -> dict[int, tuple[str, int]]:
+    host, port = cluster.split(",")[0].rsplit(":", 1)
+    return ask_brokers(Endpoint(host, int(port)))
+
+
+def run_client(argv: list[str], ready: str = "READY"):
+    client = Child(argv)
+    client.wait_line(ready, timeout=60)
+    return client
+
+
+def test_an_uninstrumented_confluent_kafka_consumer_already_running(cluster, brokers, topic):
+    """Attached to a running consumer: every socket that carries a request after kmon attached
+    is named by it; one that stays silent keeps the other evidence."""
+    client = run_client([sys.executable, "-m", "kmon.devtools.workload", "consumer", cluster,
+                         "--topic", topic])
+    attached = time.monotonic()
+
+    def active_named(rows: list[dict]) -> bool:
+        silent_ms = (time.monotonic() - attached) * 1000
+        named = [r for r in rows if r["evidence"].get("role") == "wire"]
+        return all_named(named) and all(r in named or (r["idle_ms"] or 0) >= silent_ms - 1000
+                                        for r in rows)
+
+    try:
+        rows = wire_rows(client.pid, active_named)
+        check_roles([r for r in rows if r["evidence"].get("role") == "wire"], brokers)
+        assert all(r["confidence"] < 1.0 for r in rows if r["evidence"].get("role") != "wire")
+    finally:
+        client.stop()
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+def test_kcat_group_consumer(cluster, brokers, topic):
+    client, rows = from_start([KCAT, "-b", cluster, "-G", f"g-{topic}", "-o", "beginning",
+                               "-u", topic], all_named)
+    try:
+        check_roles(rows, brokers)
+    finally:
+        client.stop()
+
+
+def test_kafka_python_consumer(cluster, brokers, topic):
+    pytest.importorskip("kafka", reason="kafka-python 2.0.x is in the test extra")
+    client, rows = from_start([sys.executable, "-c", KAFKA_PYTHON_CONSUMER, cluster,
+                               f"g-{topic}", topic], all_named)
+    try:
+        check_roles(rows, brokers)
+    finally:
+        client.stop()
+
+
+@pytest.mark.skipif(not (NODE_MODULES / "kafkajs").is_dir() or shutil.which("node") is None,
+                    reason="kafkajs is not installed (npm install --prefix tests/node kafkajs)")
+def test_kafkajs_consumer(cluster, brokers, topic, tmp_path):
+    """KafkaJS holds two sockets per broker; its fetches long-poll 5 s."""
+    script = tmp_path / "consumer.js"
+    script.write_text(KAFKAJS_CONSUMER)
+    client, rows = from_start(["node", str(script), cluster, f"g-{topic}", topic], all_named,
+                              env={**os.environ, "NODE_PATH": str(NODE_MODULES)})
+    try:
+        named = [r for r in rows if r["evidence"].get("role") == "wire"]
+        by_address = {f"{h}:{p}": b for b, (h, p) in brokers.items()}
+        coordinator = [r for r in named if r["role"] == "coordinator"]
+        assert len(coordinator) == 1 and coordinator[0]["node_id"] == MAX_INT - by_address[
+            coordinator[0]["remote"]]
+        assert all(r["confidence"] == 1.0 and r["broker_id"] == by_address[r["remote"]]
+                   for r in named)
+    finally:
+        client.stop()
+
+
+# --- what the wire must never do -------------------------------------------------------------
+
+
+def test_the_filter_fits_the_kernel_and_a_request_body_is_never_captured():
+    """A request's header and client_id are captured, its body (a SaslAuthenticate's
+    credentials) never; a TLS record shows its first bytes only."""
+    from kmon.sources.packet_capture import PacketCapture
+
+    assert len(packet_filter.build(range(10_000, 12_000), range(9092, 9200), 1)) <= 4096
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        peer, _ = server.accept()
+        capture = PacketCapture({client.getsockname()[1]}, set())
+        try:
+            body = (36).to_bytes(2, "big") + (1).to_bytes(2, "big") + (7).to_bytes(4, "big") \
+                + (4).to_bytes(2, "big") + b"kmon" + b"\0user\0hunter2"
+            client.sendall(len(body).to_bytes(4, "big") + body)
+            client.sendall(b"\x17\x03\x03\x00\x20" + b"s" * 32)
+            time.sleep(0.3)
+            segments = capture.read()
+        finally:
+            capture.close()
+            client.close()
+            peer.close()
+    data = [s.data for s in segments]
+    assert kp.request_header(data[0]).client_id == "kmon" and b"hunter2" not in b"".join(data)
+    assert data[1] == b"\x17\x03\x03\x00"
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+def test_a_sasl_password_appears_in_no_capture_output_recording_or_log(cluster, tmp_path):
+    """A SASL_PLAINTEXT client (kcat) connecting again and again (the mock cluster has no
+    SASL): nothing of its password leaves the kernel's filter, or reaches kmon's output, its
+    recording or its log. (A framed SaslAuthenticate: the test above.)"""
+    from kmon.sources.packet_capture import PacketCapture
+
+    ports = {int(address.rsplit(":", 1)[1]) for address in cluster.split(",")}
+    capture = PacketCapture(set(), ports)
+    client = Child(["sh", "-c", 'read go; exec "$@"', "sh", KCAT, "-b", cluster,
+                    "-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanisms=PLAIN",
+                    "-X", "sasl.username=alice", "-X", "sasl.password=hunter2-secret", "-L"])
+    stream = record = None
+    try:
+        stream = attach(client.pid)
+        record = Child([sys.executable, "-m", "kmon", "record", "--pid", str(client.pid),
+                        "--out", str(tmp_path / "rec"), "--interval", "300ms", "--any-process"])
+        stream.wait_line("{")
+        client.send("go")
+        lines = [stream.wait_line("{") for _ in range(8)]
+        segments = capture.read()
+    finally:
+        capture.close()
+        for child in (record, stream, client):
+            if child is not None:
+                child.stop()
+    sent = [s.data for s in segments if s.dst.port in ports]
+    assert sent and b"hunter2" not in b"".join(s.data for s in segments)
+    outputs = "\n".join(lines + stream.stderr + record.stderr)
+    assert "kcat" in outputs and "hunter2" not in outputs
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert files and not [p for p in files if b"hunter2" in p.read_bytes()]
+
+
+@pytest.mark.skipif(not Path("/usr/sbin/useradd").exists(), reason="needs useradd")
+def test_without_cap_net_raw_one_notice_and_the_rest_works(cluster, throwaway_user):
+    """As an unprivileged user attaching to its own client: one notice, roles as before."""
+    argv, env = python_as(throwaway_user.pw_name)
+    env["HOME"] = throwaway_user.pw_dir
+    client = Child([*argv, "-m", "kmon.devtools.workload", "consumer", cluster], env=env)
+    try:
+        client.wait_line("READY", timeout=60)
+        pid = subprocess.run(["pgrep", "-u", throwaway_user.pw_name, "-f",
+                              "kmon.devtools.workload"], capture_output=True, text=True).stdout
+        result = subprocess.run([*argv, "-m", "kmon", "attach", pid.split()[0], "--once",
+                                 "--json"], capture_output=True, text=True, env=env, timeout=60)
+    finally:
+        client.stop()
+    assert result.returncode == 0, result.stderr
+    (process,) = json.loads(result.stdout)["processes"]
+    assert [n for n in process["notices"] if "CAP_NET_RAW" in n] == [
+        "roles from the wire need CAP_NET_RAW (run kmon as root); they come from the other "
+        "evidence"]
+    assert process["connections"]
