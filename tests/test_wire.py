@@ -273,7 +273,7 @@ def test_a_sasl_password_appears_in_no_capture_output_recording_or_log(cluster, 
         for child in (record, stream, client):
             if child is not None:
                 child.stop()
-    sent = [s.data for s in segments if s.dst.port in ports]
+    sent = [s.data for s in segments if s.dst[1] in ports]
     assert sent and b"hunter2" not in b"".join(s.data for s in segments)
     outputs = "\n".join(lines + stream.stderr + record.stderr)
     assert "kcat" in outputs and "hunter2" not in outputs
@@ -301,3 +301,48 @@ def test_without_cap_net_raw_one_notice_and_the_rest_works(cluster, throwaway_us
         "roles from the wire need CAP_NET_RAW (run kmon as root); they come from the other "
         "evidence"]
     assert process["connections"]
+
+
+TLS_CLIENT = """
+import socket, ssl, sys, time
+context = ssl.create_default_context()
+context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+with context.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[1])))) as conn:
+    while True:
+        conn.sendall(b"x" * 64)
+        conn.recv(64)
+        time.sleep(0.2)
+"""
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl makes the test certificate")
+def test_a_tls_connection_is_noted_and_keeps_the_other_evidence(tmp_path):
+    import ssl
+    import threading
+
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                    str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost"],
+                   check=True, capture_output=True)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def echo() -> None:
+        with context.wrap_socket(server.accept()[0], server_side=True) as conn:
+            while data := conn.recv(64):
+                conn.sendall(data)
+
+    threading.Thread(target=echo, daemon=True).start()
+    client, rows = from_start([sys.executable, "-c", TLS_CLIENT,
+                               str(server.getsockname()[1])],
+                              lambda rows: any(r["evidence"].get("wire") for r in rows))
+    try:
+        (row,) = rows
+        assert row["evidence"]["wire"] == "tls" and row["evidence"]["role"] != "wire"
+        assert row["confidence"] < 1.0
+        assert [c["detail"] for c in row["claims"] if c["source"] == "wire"] == [
+            "TLS: the Kafka headers are encrypted"]
+    finally:
+        client.stop()
+        server.close()

@@ -4,9 +4,11 @@
   OffsetFetch, ConsumerGroupHeartbeat) or a transaction API: the **coordinator**
   connection, node id ``2147483647 - broker id`` (it may carry other APIs too);
 * Produce, Fetch, ListOffsets: a **broker** connection, node id = broker id;
-* only ApiVersions, Metadata, FindCoordinator or SASL, first sent before the
-  process had learned the cluster: **bootstrap** (its position in
+* only ApiVersions, Metadata, FindCoordinator or SASL, Metadata among them, first
+  sent before the process had learned the cluster: **bootstrap** (its position in
   ``bootstrap.servers`` when the client's configuration gives it);
+* only those, opened after the cluster was known, to a known broker: a **broker**
+  connection (clients connect to brokers by node id once they know them);
 * a TLS socket: a note (``tls``); its role comes from the other evidence.
 
 Broker ids come from the Metadata and FindCoordinator responses the process
@@ -66,14 +68,15 @@ class WireEvidence:
             return Evidence(notices=[self.failed])
         learned = _broker_endpoints(view, gathered.resolver)
         known = {**gathered.known, **learned}
-        unknown = [f.remote for f in view.flows.values()
-                   if f.api_counts and not f.tls and f.remote not in known]
+        unknown = [remote for (_, remote), f in view.flows.items()
+                   if f.api_counts and not f.tls and remote not in known]
         if unknown and unknown[0] not in self.asked:
             self.asked.add(unknown[0])
             answer = ask_brokers(unknown[0])
             if answer:
-                self.tap.learn(answer)
+                self.tap.learn(answer, gathered.now_ms)
                 view.brokers.update(answer)
+                view.cluster_learned_ms = view.cluster_learned_ms or gathered.now_ms
                 learned = _broker_endpoints(view, gathered.resolver)
                 known = {**gathered.known, **learned}
         bootstrap = ",".join(c.config.get("bootstrap.servers", "") for c in gathered.stats) \
@@ -83,7 +86,7 @@ class WireEvidence:
             flow = view.flows.get((sock.local, sock.remote))
             if flow is None:
                 continue
-            claim = flow_claim(flow, view, known, bootstrap, gathered.resolver)
+            claim = flow_claim(flow, sock.remote, view, known, bootstrap, gathered.resolver)
             if claim is not None:
                 if claim.role is not None and not _named_client(earlier.get(socket_key(sock))):
                     claim = _with_client(claim, flow)
@@ -93,16 +96,16 @@ class WireEvidence:
         return Evidence(claims=claims, learned=learned, notices=notices)
 
 
-def flow_claim(flow: Flow, view: WireView, known: Mapping[Endpoint, int], bootstrap: str,
-               resolver: Resolver) -> Claim | None:
-    """The claim a socket's traffic makes, if it says enough."""
+def flow_claim(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endpoint, int],
+               bootstrap: str, resolver: Resolver) -> Claim | None:
+    """The claim the traffic of a socket to ``remote`` makes, if it says enough."""
     if flow.tls:
         return Claim(source="wire", role=None, node_id=None, broker_id=None, confidence=0.0,
                      evidence={"wire": "tls"}, detail="TLS: the Kafka headers are encrypted")
     keys = set(flow.api_counts)
     if not keys:
         return None
-    broker_id = known.get(flow.remote)
+    broker_id = known.get(remote)
     evidence = {"role": "wire", "wire": flow.apis()}
     detail = flow.apis() + (f" · client_id {flow.client_id}" if flow.client_id else "")
     if keys & (kp.GROUP_APIS | kp.TXN_APIS):
@@ -114,14 +117,17 @@ def flow_claim(flow: Flow, view: WireView, known: Mapping[Endpoint, int], bootst
         return Claim("wire", Role.BROKER, broker_id, broker_id, 1.0, evidence=evidence,
                      detail=detail)
     learned_at = view.cluster_learned_ms
-    if flow.from_start and flow.first_request_ms is not None and (
+    if flow.from_start and kp.METADATA in keys and flow.first_request_ms is not None and (
             learned_at is None or flow.first_request_ms <= learned_at):
-        position = bootstrap_position(str(flow.remote), bootstrap) if bootstrap else None
+        position = bootstrap_position(str(remote), bootstrap) if bootstrap else None
         if position is None and bootstrap:
             position = next((i for i, entry in enumerate(bootstrap.split(","))
-                             if flow.remote in resolver.endpoints(entry.strip())), None)
+                             if remote in resolver.endpoints(entry.strip())), None)
         return Claim("wire", Role.BOOTSTRAP, bootstrap_node_id(position or 0), None, 1.0,
                      evidence=evidence, detail=f"before the cluster was known: {detail}")
+    if flow.from_start and broker_id is not None and learned_at is not None:
+        return Claim("wire", Role.BROKER, broker_id, broker_id, 1.0, evidence=evidence,
+                     detail=f"opened to broker {broker_id} once the cluster was known: {detail}")
     return Claim("wire", None, None, None, 0.0, evidence={"wire": flow.apis()},
                  detail=f"only {detail}: no role from the wire yet")
 

@@ -21,7 +21,6 @@ import struct
 from dataclasses import dataclass
 
 from kmon.sources import packet_filter
-from kmon.sources.sockets import Endpoint
 
 SOL_PACKET = 263
 PACKET_RX_RING, PACKET_STATISTICS, PACKET_VERSION = 5, 6, 10
@@ -37,14 +36,16 @@ BLOCK_HEADER = struct.Struct("=IIIIIIQ")  # version, offset_to_priv, status, num
 PACKET_HEADER = struct.Struct("=IIIIIIHH")  # next, sec, nsec, snaplen, len, status, mac, net
 
 
-@dataclass(frozen=True)
+Address = tuple[str, int]  # (ip, port): cheaper to hash per packet than an Endpoint
+
+
+@dataclass(frozen=True, slots=True)
 class Segment:
-    """One TCP segment: its endpoints, sequence number and the captured start of its payload."""
+    """One TCP segment: its endpoints and the captured start of its payload."""
 
     ts_ms: int
-    src: Endpoint
-    dst: Endpoint
-    seq: int
+    src: Address
+    dst: Address
     length: int  # payload bytes on the wire
     data: bytes  # the first bytes of the payload that the filter kept
 
@@ -55,6 +56,7 @@ class PacketCapture:
     def __init__(self, local_ports: set[int], remote_ports: set[int]) -> None:
         self.local_ports: set[int] = set()
         self.remote_ports: set[int] = set()
+        self.responses = True
         self.drops = 0
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, 0)  # receives nothing yet
         try:
@@ -72,17 +74,19 @@ class PacketCapture:
             self.sock.close()
             raise
 
-    def set_ports(self, local_ports: set[int], remote_ports: set[int]) -> None:
-        """Keep the segments of these ports from now on (the kernel filter is rebuilt only
-        when they changed)."""
-        if (local_ports, remote_ports) == (self.local_ports, self.remote_ports):
+    def set_ports(self, local_ports: set[int], remote_ports: set[int],
+                  responses: bool = True) -> None:
+        """Keep the segments of these ports (responses too, if ``responses``) from now on; the
+        kernel filter is rebuilt only when they changed."""
+        wanted = (set(local_ports), set(remote_ports), responses)
+        if wanted == (self.local_ports, self.remote_ports, self.responses):
             return
         program = packet_filter.pack(packet_filter.build(local_ports, remote_ports,
-                                                         self.loopback))
+                                                         self.loopback, responses))
         buffer = ctypes.create_string_buffer(program)
         fprog = struct.pack("HxxxxxxQ", len(program) // 8, ctypes.addressof(buffer))
         self.sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
-        self.local_ports, self.remote_ports = set(local_ports), set(remote_ports)
+        self.local_ports, self.remote_ports, self.responses = wanted
 
     def read(self) -> list[Segment]:
         """Every segment queued since the last read, oldest first."""
@@ -131,11 +135,10 @@ def _segment(ring: mmap.mmap, at: int) -> list[Segment]:
     tcp = packet[header:header + 20]
     if len(tcp) < 20:
         return []
-    src_port, dst_port, seq = struct.unpack_from("!HHI", tcp)
+    src_port, dst_port = struct.unpack_from("!HH", tcp)
     payload = header + (tcp[12] >> 4) * 4
-    return [Segment(sec * 1000 + nsec // 1_000_000, Endpoint(src_ip, src_port),
-                    Endpoint(dst_ip, dst_port), seq, max(0, total - payload),
-                    bytes(packet[payload:]))]
+    return [Segment(sec * 1000 + nsec // 1_000_000, (src_ip, src_port), (dst_ip, dst_port),
+                    max(0, total - payload), packet[payload:])]
 
 
 def _bind_all(fd: int) -> None:

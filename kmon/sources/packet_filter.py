@@ -5,15 +5,17 @@ header: the socket is ``SOCK_DGRAM``) and keeps only TCP segments of the
 watched process's local ports, or to and from its brokers' ports (a connection
 opened since the filter was built), cut short:
 
-* from the process (requests): the IP and TCP headers and, where the segment
-  starts with a plausible Kafka request header, that header and its client_id
-  (at most 14 + 255 bytes) — never the request body, so a SaslAuthenticate's
-  credentials never leave the kernel; otherwise 4 bytes (a TLS record's type
-  and version, or a size field);
-* to the process (responses): the headers and ``RESPONSE_BYTES`` of the
-  response (the Metadata brokers and FindCoordinator answer come first);
-* segments without payload (pure ACKs), IP fragments and loopback's outgoing
-  copy of each packet (it is seen again as incoming) are dropped.
+* from the process (requests): only segments that start with a plausible Kafka
+  request header, cut after that header and its client_id (at most 14 + 255
+  bytes) — never the request body, so a SaslAuthenticate's credentials never
+  leave the kernel — and segments that start with a TLS record, cut after 4
+  bytes; the rest of a long request never reaches kmon;
+* to the process (responses), only while kmon is learning the brokers: the
+  headers and ``RESPONSE_BYTES`` of the response (the Metadata brokers and the
+  FindCoordinator answer come first);
+* everything else is dropped: segments without payload (pure ACKs), IP
+  fragments, loopback's outgoing copy of each packet (it is seen again as
+  incoming).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from collections.abc import Iterable
 from kmon.sources.kafka_protocol import MAX_API_KEY, MAX_API_VERSION, MAX_CLIENT_ID, REQUEST_HEADER
 
 RESPONSE_BYTES = 1024
-CONTINUATION_BYTES = 4
+TLS_BYTES = 4
+TLS_RECORD_TYPES = (0x15, 0x16, 0x17)  # alert, handshake, application data
 PORTS_PER_BLOCK = 100  # conditional jumps reach 255 instructions ahead
 MAX_PORTS = 1500  # the kernel takes 4096 instructions
 
@@ -83,10 +86,10 @@ def _port_match(prog: _Program, ports: list[int], matched: str, name: str) -> No
         prog.label(after)
 
 
-def build(local_ports: Iterable[int], remote_ports: Iterable[int],
-          loopback_ifindex: int) -> list[tuple[int, int, int, int]]:
+def build(local_ports: Iterable[int], remote_ports: Iterable[int], loopback_ifindex: int,
+          responses: bool = True) -> list[tuple[int, int, int, int]]:
     """The program keeping the segments of ``local_ports`` and of ``remote_ports`` (see the
-    module docstring)."""
+    module docstring); responses only if ``responses``."""
     remote = sorted(set(remote_ports))[:MAX_PORTS // 4]
     local = sorted(set(local_ports))[:MAX_PORTS - len(remote)]
     prog = _Program()
@@ -135,12 +138,12 @@ def build(local_ports: Iterable[int], remote_ports: Iterable[int],
         prog.op(JA, f"{kind}-body")
     prog.label("request-body")
     prog.op(LD_H_IND, 4)  # api_key
-    prog.op(JGT_K, MAX_API_KEY, jt="continuation")
+    prog.op(JGT_K, MAX_API_KEY, jt="tls")
     prog.op(LD_H_IND, 6)  # api_version
-    prog.op(JGT_K, MAX_API_VERSION, jt="continuation")
+    prog.op(JGT_K, MAX_API_VERSION, jt="tls")
     prog.op(LD_H_IND, 12)  # client_id length (0xffff: null)
     prog.op(JEQ_K, 0xFFFF, jt="no-client-id")
-    prog.op(JGT_K, MAX_CLIENT_ID, jt="continuation")
+    prog.op(JGT_K, MAX_CLIENT_ID, jt="tls")
     prog.op(ALU_ADD_K, REQUEST_HEADER)
     prog.op(ALU_ADD_X)
     prog.op(RET_A)
@@ -148,14 +151,22 @@ def build(local_ports: Iterable[int], remote_ports: Iterable[int],
     prog.op(TXA)
     prog.op(ALU_ADD_K, REQUEST_HEADER)
     prog.op(RET_A)
-    prog.label("continuation")
+    prog.label("tls")  # a TLS record's type and version, else the middle of a request
+    prog.op(LD_B_IND, 1)
+    prog.op(JEQ_K, 3, jf="drop")
+    prog.op(LD_B_IND, 0)
+    for record_type in TLS_RECORD_TYPES:
+        prog.op(JEQ_K, record_type, jt="tls-record")
+    prog.op(JA, "drop")
+    prog.label("tls-record")
     prog.op(TXA)
-    prog.op(ALU_ADD_K, CONTINUATION_BYTES)
+    prog.op(ALU_ADD_K, TLS_BYTES)
     prog.op(RET_A)
     prog.label("response-body")
-    prog.op(TXA)
-    prog.op(ALU_ADD_K, RESPONSE_BYTES)
-    prog.op(RET_A)
+    if responses:
+        prog.op(TXA)
+        prog.op(ALU_ADD_K, RESPONSE_BYTES)
+        prog.op(RET_A)
     prog.label("drop")
     prog.op(RET_K, 0)
     return prog.assemble()
