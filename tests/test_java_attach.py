@@ -8,6 +8,7 @@ producer's and consumer's order, with Kafka's MBean names and log lines.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -87,6 +88,29 @@ def test_three_sockets_to_one_broker_are_told_apart(start_fake, brokers, tmp_pat
     assert "bytes" in to_one[-1]["evidence"]["pairing"]
     # The other two sent alike: order and idle times decide, and the confidence says so.
     assert to_one[1]["confidence"] < 0.99
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the wire needs CAP_NET_RAW (root)")
+def test_the_wire_tells_the_coordinator_and_fetch_connections_to_one_broker_apart(
+        start_fake, brokers) -> None:
+    """What order and idle times only guess (above), the Kafka headers say: the coordinator
+    connection carries Heartbeat, the other Fetch, both to broker 1, at confidence 1.0."""
+    fake = start_fake("consumer", "--coordinator", "1", "--leaders", "1,3", "--send-ms", "200")
+    attach = Child([sys.executable, "-m", "kmon", "attach", str(fake.pid), "--json",
+                    "--interval", "300ms"])
+    try:
+        for _ in range(40):
+            rows = connections_of(json.loads(attach.wait_line("{")))
+            to_one = {r["node_id"]: r for r in rows if r["remote"] == brokers[1]
+                      and r["evidence"]["role"] == "wire"}
+            if {MAX_INT - 1, 1} <= set(to_one):
+                break
+        assert to_one[MAX_INT - 1]["role"] == "coordinator"
+        assert "Heartbeat" in to_one[MAX_INT - 1]["evidence"]["wire"]
+        assert to_one[1]["role"] == "broker" and "Fetch" in to_one[1]["evidence"]["wire"]
+        assert to_one[1]["confidence"] == to_one[MAX_INT - 1]["confidence"] == 1.0
+    finally:
+        attach.stop()
 
 
 def test_idle_reaping_shows_as_closed_events(start_fake, brokers) -> None:

@@ -50,8 +50,9 @@ import javax.management.ReflectionException;
  *     Consumer: bootstrap -1, then a separate connection to the group coordinator with node id
  *     2147483647 - coordinatorId, then one per partition leader. Every new connection sends a
  *     valid ApiVersions v0 request (as the client's "Fetching API versions" does), which the mock
- *     brokers answer, so bytes flow both ways; the active ones (producer: leaders; consumer:
- *     coordinator and leaders) send one every --send-ms. Connections idle for --idle-ms
+ *     brokers answer, so bytes flow both ways; the active ones send their role's request every
+ *     --send-ms, with an empty body: Heartbeat on the coordinator connection, Fetch (consumer)
+ *     or Produce (producer) on the leaders'. Connections idle for --idle-ms
  *     (connections.max.idle.ms) are closed, as the client's Selector does; that is how the
  *     bootstrap connections go away.</li>
  * <li><b>MBeans</b> under the Kafka clients' exact ObjectNames and attribute names
@@ -94,6 +95,7 @@ public final class FakeKafkaClient {
     private final long startNs = System.nanoTime();
     private final AtomicInteger correlationId = new AtomicInteger();
     private final long sendMs;
+    private final String group;
 
     /** One TCP connection of the client, with the counters its node metrics show. */
     private final class Conn {
@@ -126,10 +128,32 @@ public final class FakeKafkaClient {
 
         /** Send ApiVersions v0: size, api_key 18, version 0, correlation id, client id. */
         synchronized void sendRequest() throws IOException {
+            sendRequest((short) 18, new byte[0]);
+        }
+
+        /** The request this connection's role sends again and again, as the real client does:
+         *  Heartbeat v0 to the group coordinator, Fetch v0 (consumer) or Produce v0 (producer)
+         *  to a partition leader, each with an empty body the mock brokers answer. */
+        synchronized void sendRoleRequest() throws IOException {
+            if (nodeId > MAX_INT / 2) {
+                byte[] g = group.getBytes(StandardCharsets.UTF_8);
+                sendRequest((short) 12, ByteBuffer.allocate(2 + g.length + 4 + 2)
+                        .putShort((short) g.length).put(g).putInt(-1).putShort((short) 0).array());
+            } else if (consumer) {
+                sendRequest((short) 1, ByteBuffer.allocate(16).putInt(-1).putInt(0).putInt(0)
+                        .putInt(0).array());
+            } else {
+                sendRequest((short) 0, ByteBuffer.allocate(10).putShort((short) 1).putInt(1000)
+                        .putInt(0).array());
+            }
+        }
+
+        private void sendRequest(short apiKey, byte[] body) throws IOException {
             byte[] id = clientId.getBytes(StandardCharsets.UTF_8);
-            ByteBuffer frame = ByteBuffer.allocate(4 + 2 + 2 + 4 + 2 + id.length);
-            frame.putInt(frame.capacity() - 4).putShort((short) 18).putShort((short) 0)
-                    .putInt(correlationId.incrementAndGet()).putShort((short) id.length).put(id);
+            ByteBuffer frame = ByteBuffer.allocate(4 + 2 + 2 + 4 + 2 + id.length + body.length);
+            frame.putInt(frame.capacity() - 4).putShort(apiKey).putShort((short) 0)
+                    .putInt(correlationId.incrementAndGet()).putShort((short) id.length).put(id)
+                    .put(body);
             long now = System.nanoTime();
             inFlight.add(now);
             out.write(frame.array());
@@ -215,7 +239,7 @@ public final class FakeKafkaClient {
         }
         this.idleMs = Long.parseLong(opts.getOrDefault("idle-ms", "540000"));
         this.sendMs = Long.parseLong(opts.getOrDefault("send-ms", "500"));
-        String group = opts.getOrDefault("group", "kmon-fake-group");
+        this.group = opts.getOrDefault("group", "kmon-fake-group");
         this.logContext = consumer ? "[Consumer clientId=" + clientId + ", groupId=" + group + "] "
                                    : "[Producer clientId=" + clientId + "] ";
         String logPath = opts.get("log");
@@ -361,7 +385,7 @@ public final class FakeKafkaClient {
             long idleNs = started - c.lastActiveNs;
             try {
                 if (c.active && started - c.lastSendNs >= sendNs) {
-                    c.sendRequest();
+                    c.sendRoleRequest();
                 } else if (!c.active && idleNs > TimeUnit.MILLISECONDS.toNanos(idleMs)) {
                     log("TRACE", SELECTOR, "About to close the idle connection from " + c.nodeId
                             + " due to being idle for " + idleNs / 1_000_000 + " millis");
