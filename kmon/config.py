@@ -30,6 +30,7 @@ ENV_CONFIG = "KMON_CONFIG"
 # [churn] key -> (ChurnThresholds field, kind)
 CHURN_KEYS_TO_FIELDS = {
     "opened_per_minute": ("opened_per_minute", "rate"),
+    "clients_per_minute": ("clients_per_minute", "rate"),
     "short_lived": ("short_lived_ms", "duration"),
     "reap_cycles": ("reap_cycles", "count"),
     "storm_processes": ("storm_processes", "count"),
@@ -45,7 +46,6 @@ _BOOTSTRAP = re.compile(rf"^\s*{_ADDRESS}\s*(?:,\s*{_ADDRESS}\s*)*$")
 
 class ConfigError(UserError):
     """The config file, or a cluster named on the command line, is not usable."""
-
 
 
 @dataclass(frozen=True)

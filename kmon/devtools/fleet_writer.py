@@ -117,9 +117,6 @@ def _snapshot_table(session_id: str, clients: list[SimClient], lifetimes: list[L
     return pa.table(columns, schema=SNAPSHOTS)
 
 
-
-
-
 def write_host(host: Host, root: Path) -> dict[str, int]:
     """Writes one host's session under ``root``; returns the rows written per table."""
     from kmon.record.schema import event_rows, session_row

@@ -61,12 +61,6 @@ def fallback_dir(uid: int) -> Path | None:
     return Path(home) / ".cache" / "kmon" / "spool" if home and home != "/" else None
 
 
-
-
-
-
-
-
 def read_records(directory: Path, pid: int, owner_uid: int) -> list[tuple[Path, dict]]:
     """Every spool record of process ``pid`` in ``directory``.
 
