@@ -79,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
                          metadata_max_age_ms=round(args.metadata_max_age * 1000),
                          idle_limit_ms=round(args.idle_limit * 1000),
                          tolerance_ms=round(args.tolerance * 1000))
-    with spark.session(spark.resolve_master(args.master), dict(args.conf)) as session:
+    with spark.session(spark.resolve_master(args.master), dict(args.conf),
+                       inputs.size) as session:
         tables = jobs.run_all(load(session, inputs), params)
     console = Console() if sys.stdout.isatty() else Console(width=160)
     report.show(console, jobs.ANALYSES, tables, args.top)

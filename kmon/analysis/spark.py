@@ -9,6 +9,7 @@ removed after a clean run and named in the error otherwise.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import tempfile
 from collections.abc import Iterator
@@ -20,7 +21,8 @@ from pyspark.sql import SparkSession
 
 from kmon.errors import UserError
 
-LOCAL_SHUFFLE_PARTITIONS = "4"
+BYTES_PER_PARTITION = 16 << 20  # of Parquet input, per shuffle partition
+MAX_SHUFFLE_PARTITIONS = 200
 DEFAULTS = {
     "spark.app.name": "kmon analyze",
     "spark.ui.enabled": "false",
@@ -28,6 +30,13 @@ DEFAULTS = {
     "spark.sql.session.timeZone": "UTC",
     # host=10 stays the string "10", date=2026-01-01 stays a string
     "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+    # kmon has checked every file already: listing them in a Spark job only adds a job
+    "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
+}
+# a recording of less than one shuffle partition: compiling costs more than it saves
+SMALL_INPUT = {
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",  # the JIT's quick tier only
+    "spark.sql.codegen.wholeStage": "false",
 }
 SPARK_ERRORS = (PySparkException, Py4JError)
 
@@ -46,13 +55,21 @@ def resolve_master(flag: str | None) -> str | None:
     return None if under_spark_submit() else "local[*]"
 
 
-def settings(master: str | None, conf: dict[str, str]) -> dict[str, str]:
-    """kmon's defaults, then ``conf`` (``--conf KEY=VALUE``) over them."""
+def shuffle_partitions(input_bytes: int) -> int:
+    """One shuffle partition per ``BYTES_PER_PARTITION`` of input: a small recording's
+    jobs are not split into hundreds of tiny tasks."""
+    return max(1, min(MAX_SHUFFLE_PARTITIONS, math.ceil(input_bytes / BYTES_PER_PARTITION)))
+
+
+def settings(master: str | None, conf: dict[str, str], input_bytes: int = 0) -> dict[str, str]:
+    """kmon's defaults for ``input_bytes`` of Parquet, then ``conf`` (``--conf KEY=VALUE``)
+    over them."""
     merged = dict(DEFAULTS)
+    merged["spark.sql.shuffle.partitions"] = str(shuffle_partitions(input_bytes))
+    if input_bytes < BYTES_PER_PARTITION:
+        merged.update(SMALL_INPUT)
     if master:
         merged["spark.master"] = master
-        if master.startswith("local"):
-            merged["spark.sql.shuffle.partitions"] = LOCAL_SHUFFLE_PARTITIONS
     merged.update(conf)
     return merged
 
@@ -70,10 +87,11 @@ def _stderr_to(path: Path) -> Iterator[None]:
         os.close(saved)
 
 
-def start(master: str | None, conf: dict[str, str], log: Path) -> SparkSession:
+def start(master: str | None, conf: dict[str, str], input_bytes: int,
+          log: Path) -> SparkSession:
     """A Spark session; a JVM launched for it writes its stderr to ``log``."""
     builder = SparkSession.builder
-    for key, value in settings(master, conf).items():
+    for key, value in settings(master, conf, input_bytes).items():
         builder = builder.config(key, value)
     try:
         if under_spark_submit():
@@ -89,12 +107,14 @@ def start(master: str | None, conf: dict[str, str], log: Path) -> SparkSession:
 
 
 @contextlib.contextmanager
-def session(master: str | None, conf: dict[str, str]) -> Iterator[SparkSession]:
-    """A Spark session for the ``with`` block; Spark errors become one-line UserErrors."""
+def session(master: str | None, conf: dict[str, str],
+            input_bytes: int = 0) -> Iterator[SparkSession]:
+    """A Spark session for ``input_bytes`` of Parquet, for the ``with`` block; Spark errors
+    become one-line UserErrors."""
     fd, name = tempfile.mkstemp(prefix="kmon-spark-", suffix=".log")
     os.close(fd)
     log = Path(name)
-    spark = start(master, conf, log)
+    spark = start(master, conf, input_bytes, log)
     try:
         yield spark
     except SPARK_ERRORS as err:
