@@ -36,7 +36,9 @@ DEFAULTS = {
 # a recording of less than one shuffle partition: compiling costs more than it saves
 SMALL_INPUT = {
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",  # the JIT's quick tier only
+    "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1",
     "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.adaptive.enabled": "false",  # one partition: nothing to adapt, fewer jobs
 }
 SPARK_ERRORS = (PySparkException, Py4JError)
 
