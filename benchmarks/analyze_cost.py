@@ -9,6 +9,9 @@ Times, in one run and each against its baseline:
   and two one-core workers started from pyspark's own scripts on this machine),
   against the local run, after checking both wrote the same tables.
 
+kmon's first run on a machine also writes the driver's class archive
+(kmon.analysis.classes), which costs it more; the script says whether it was there.
+
     python benchmarks/analyze_cost.py [--master local[2]] [--runs 2] [--no-cluster]
 """
 
@@ -26,6 +29,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from analyze_scale import SHAPE, analyze
 
+from kmon.analysis.classes import archive_path
 from kmon.devtools.fleet_writer import simulate
 from kmon.devtools.spark_cluster import DRIVER_CONF, standalone
 
@@ -63,6 +67,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="kmon-bench-") as tmp:
         work = Path(tmp)
         rows = simulate(replace(SHAPE, hours=0.05), work / "tiny")["rows"]["snapshots"]
+        archived = archive_path().is_file()
+        print(f"class archive {archive_path()}: "
+              f"{'present' if archived else 'absent, the first run writes it'}")
         bare, local = [], []
         for run in range(args.runs):
             bare.append(bare_session(args.master))

@@ -16,9 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from py4j.protocol import Py4JError
+from pyspark import SparkContext
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
+from kmon.analysis import classes
 from kmon.errors import UserError
 
 BYTES_PER_PARTITION = 16 << 20  # of Parquet input, per shuffle partition
@@ -90,22 +92,30 @@ def _stderr_to(path: Path) -> Iterator[None]:
 
 
 def start(master: str | None, conf: dict[str, str], input_bytes: int,
-          log: Path) -> SparkSession:
-    """A Spark session; a JVM launched for it writes its stderr to ``log``."""
+          log: Path) -> tuple[SparkSession, Path | None]:
+    """A Spark session, and the class archive its JVM is to write (see kmon.analysis.classes;
+    None: it has one, or kmon did not launch it); a JVM launched for it writes its stderr
+    to ``log``."""
+    options, partial = settings(master, conf, input_bytes), None
+    launch = not under_spark_submit() and SparkContext._gateway is None
+    if launch and "spark.driver.extraJavaOptions" not in conf:
+        extra, partial = classes.java_options(classes.archive_path())
+        own = options.get("spark.driver.extraJavaOptions", "")
+        options["spark.driver.extraJavaOptions"] = f"{own} {extra}".strip()
     builder = SparkSession.builder
-    for key, value in settings(master, conf, input_bytes).items():
+    for key, value in options.items():
         builder = builder.config(key, value)
     try:
-        if under_spark_submit():
-            spark = builder.getOrCreate()
-        else:
+        if launch:
             with _stderr_to(log):
                 spark = builder.getOrCreate()
+        else:
+            spark = builder.getOrCreate()
     except SPARK_ERRORS as err:
         raise UserError(f"cannot start Spark (master {master or 'from spark-submit'}): "
                         f"{first_line(err)}; Spark's log: {log}") from err
     spark.sparkContext.setLogLevel("WARN")
-    return spark
+    return spark, partial
 
 
 @contextlib.contextmanager
@@ -116,7 +126,7 @@ def session(master: str | None, conf: dict[str, str],
     fd, name = tempfile.mkstemp(prefix="kmon-spark-", suffix=".log")
     os.close(fd)
     log = Path(name)
-    spark = start(master, conf, input_bytes, log)
+    spark, partial = start(master, conf, input_bytes, log)
     try:
         yield spark
     except SPARK_ERRORS as err:
@@ -125,6 +135,8 @@ def session(master: str | None, conf: dict[str, str],
         log.unlink(missing_ok=True)
     finally:
         spark.stop()
+        if partial is not None:
+            classes.keep(partial, classes.archive_path())
 
 
 def first_line(err: BaseException) -> str:
