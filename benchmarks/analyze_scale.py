@@ -26,12 +26,15 @@ SHAPE = FleetSpec(hosts=1, clients=25, brokers=30, hours=2.0, interval_ms=5000, 
                   close_wait_rate=0.05, churn_rate=0.3)
 
 
-def analyze(root: Path, out: Path, master: str, driver_memory: str) -> float:
-    """Wall seconds of one ``kmon analyze`` run; exits on failure."""
+def analyze(root: Path, out: Path, master: str, driver_memory: str,
+            conf: tuple[str, ...] = ()) -> float:
+    """Wall seconds of one ``kmon analyze`` run (``conf``: more KEY=VALUE settings); exits
+    on failure."""
+    settings = [arg for kv in (f"spark.driver.memory={driver_memory}", *conf)
+                for arg in ("--conf", kv)]
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-m", "kmon", "analyze", str(root), "--out", str(out),
-                             "--master", master, "--conf", f"spark.driver.memory={driver_memory}"],
-                            capture_output=True, text=True)
+                             "--master", master, *settings], capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit(f"kmon analyze failed on {root}:\n{result.stderr}")
     return time.monotonic() - started

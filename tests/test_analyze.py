@@ -26,6 +26,7 @@ from kmon.devtools.fleet_writer import simulate
 pytest.importorskip("pyspark")
 
 from kmon.analysis import inputs, jobs, spark  # noqa: E402
+from kmon.devtools import spark_cluster  # noqa: E402
 from kmon.record import schema  # noqa: E402
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
@@ -394,6 +395,29 @@ def test_a_file_corrupt_past_its_footer_fails_in_one_line_naming_it(fleet, tmp_p
     assert not inputs.discover(tmp_path / "rec").skipped  # the cheap check can't see it
     result = kmon("analyze", str(tmp_path / "rec"), "--master", "local[2]", timeout=240)
     assert_one_clear_line(result, 1, "kmon: error: Spark failed", str(victim))
+
+
+# -- a Spark standalone cluster ----------------------------------------------------------------
+
+
+@pytest.fixture
+def standalone_master():
+    """A master and two one-core workers on this machine, stopped after the test."""
+    with spark_cluster.standalone(workers=2, cores=1) as url:
+        yield url
+
+
+def test_a_standalone_cluster_finds_what_local_mode_finds(fleet, results, standalone_master,
+                                                          tmp_path):
+    """Two executors and several shuffle partitions: every table equals local[2]'s."""
+    settings = {**spark_cluster.DRIVER_CONF, "spark.sql.shuffle.partitions": "3"}
+    conf = [arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}")]
+    result = kmon("analyze", str(fleet[0]), "--out", str(tmp_path), "--master",
+                  standalone_master, *conf, timeout=240)
+    assert result.returncode == 0, result.stderr
+    for analysis in jobs.ANALYSES:
+        written = pq.read_table(tmp_path / f"{analysis.name}.parquet")
+        assert written.equals(results[analysis.name]), analysis.name
 
 
 # -- a real recording --------------------------------------------------------------------------

@@ -7,7 +7,9 @@ warning naming them); Spark starts only when there is something to analyse.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kmon.errors import UserError
@@ -68,9 +70,10 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None and args.out.exists() and not args.out.is_dir():
         raise UserError(f"--out {args.out} is not a directory")
     try:
+        import matplotlib  # noqa: F401  (drawn with once Spark is done)
         from rich.console import Console
 
-        from kmon.analysis import jobs, report, spark
+        from kmon.analysis import jobs, spark
         from kmon.analysis.inputs import load
     except ImportError as err:
         raise UserError(f"kmon analyze needs {err.name}: pip install 'kmon[analyze]'") from err
@@ -79,8 +82,13 @@ def run(args: argparse.Namespace) -> int:
                          metadata_max_age_ms=round(args.metadata_max_age * 1000),
                          idle_limit_ms=round(args.idle_limit * 1000),
                          tolerance_ms=round(args.tolerance * 1000))
-    with spark.session(spark.resolve_master(args.master), dict(args.conf)) as session:
-        tables = jobs.run_all(load(session, inputs), params)
+    with ThreadPoolExecutor(1) as pool:
+        # matplotlib's import overlaps the JVM's start
+        loading = pool.submit(importlib.import_module, "kmon.analysis.report")
+        with spark.session(spark.resolve_master(args.master), dict(args.conf),
+                           inputs.size) as session:
+            tables = jobs.run_all(load(session, inputs), params)
+        report = loading.result()
     console = Console() if sys.stdout.isatty() else Console(width=160)
     report.show(console, jobs.ANALYSES, tables, args.top)
     if args.out is not None:

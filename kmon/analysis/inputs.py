@@ -47,6 +47,11 @@ class Inputs:
     files: dict[str, list[Path]] = field(default_factory=dict)
     skipped: list[Skipped] = field(default_factory=list)
 
+    @property
+    def size(self) -> int:
+        """Bytes of all the checked files."""
+        return sum(path.stat().st_size for files in self.files.values() for path in files)
+
 
 @dataclass
 class Frames:

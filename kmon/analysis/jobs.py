@@ -89,23 +89,25 @@ def client_configs(sessions: DataFrame) -> DataFrame:
              F.max("metadata_max_age_ms").alias("metadata_max_age_ms")))
 
 
-def connection_lifetimes(snapshots: DataFrame) -> DataFrame:
-    """One row per connection: its owner, role and broker (at its last poll), first/last
-    poll, first poll in a linked role, request and byte growth, its process's first/last
-    poll, and the flags opened_observed, closed_observed, carried_traffic.
-
-    Two steps, so that the pass over every row is a hash aggregation with numeric
-    buffers only: per connection *and* attribute values first (one group per
-    connection unless, say, its role changed), then per connection.
-    """
+def connection_stretches(snapshots: DataFrame) -> DataFrame:
+    """One row per connection, attribute values and TCP state (one or a few per
+    connection): first/last poll, polls, first poll in a linked role, request and byte
+    range, idle limit. The one pass over every snapshot row that most analyses share; a
+    hash aggregation with numeric buffers only."""
     linked = F.col("role").isin(*LINKED_ROLES)
-    stretches = snapshots.groupBy(*CONNECTION, *ATTRIBUTES).agg(
+    return snapshots.groupBy(*CONNECTION, *ATTRIBUTES, "state").agg(
         F.min("ts_ms").alias("first_seen_ts"), F.max("ts_ms").alias("last_seen_ts"),
         F.count("*").alias("polls"),
         F.min(F.when(linked, F.col("ts_ms"))).alias("first_linked_ts"),
         F.min("requests_sent").alias("requests_min"), F.max("requests_sent").alias("requests_max"),
         F.min("bytes_sent").alias("bytes_min"), F.max("bytes_sent").alias("bytes_max"),
         F.max("idle_limit_ms").alias("idle_limit_ms"))
+
+
+def connection_lifetimes(stretches: DataFrame) -> DataFrame:
+    """One row per connection: its owner, role and broker (at its last poll), first/last
+    poll, first poll in a linked role, request and byte growth, its process's first/last
+    poll, and the flags opened_observed, closed_observed, carried_traffic."""
     conns = stretches.groupBy(*CONNECTION).agg(
         *(F.max_by(c, "last_seen_ts").alias(c) for c in ATTRIBUTES),
         F.min("first_seen_ts").alias("first_seen_ts"), F.max("last_seen_ts").alias("last_seen_ts"),
@@ -137,11 +139,11 @@ def _linked(lifetimes: DataFrame) -> DataFrame:
 # -- 1. connections by role, state and client type; peaks ------------------------------------
 
 
-def connections_by_role(snapshots: DataFrame) -> DataFrame:
+def connections_by_role(stretches: DataFrame) -> DataFrame:
     """Distinct connections (and snapshot rows) per role, TCP state and client type, per
     host (scope "host") and fleet-wide (scope "fleet", host null)."""
     keys = ("role", "state", "client_type")
-    per_connection = snapshots.groupBy(*keys, *CONNECTION).agg(F.count("*").alias("rows"))
+    per_connection = stretches.groupBy(*keys, *CONNECTION).agg(F.sum("polls").alias("rows"))
     measures = (F.count("*").alias("connections"), F.sum("rows").alias("snapshot_rows"))
     per_host = (per_connection.groupBy("host", *keys).agg(*measures)
                 .withColumn("scope", F.lit("host")))
@@ -151,7 +153,7 @@ def connections_by_role(snapshots: DataFrame) -> DataFrame:
                                               "snapshot_rows")
 
 
-def peak_connections(snapshots: DataFrame) -> DataFrame:
+def peak_connections(snapshots: DataFrame, lifetimes: DataFrame) -> DataFrame:
     """Per client: the most connections it held at one poll, when (first such poll), and
     its mean over the polls that saw it. A snapshot holds one row per connection (its key
     is unique within its process), so rows are counted, not keys."""
@@ -159,16 +161,22 @@ def peak_connections(snapshots: DataFrame) -> DataFrame:
     peak = F.max(F.struct(F.col("n"), (-F.col("ts_ms")).alias("earlier")))
     peaks = per_poll.groupBy(*CLIENT).agg(F.count("*").alias("polls"), peak.alias("peak"),
                                           F.round(F.avg("n"), 3).alias("mean_connections"))
-    return (peaks.join(client_attributes(connection_lifetimes(snapshots)), list(CLIENT), "left")
+    return (peaks.join(client_attributes(lifetimes), list(CLIENT), "left")
             .select(*CLIENT, "client_id", "client_type", "polls",
                     F.col("peak.n").alias("peak_connections"),
                     (-F.col("peak.earlier")).alias("peak_ts"), "mean_connections"))
 
 
-def connections_over_time(snapshots: DataFrame, buckets: int = 200) -> DataFrame:
+def recording_span(lifetimes: DataFrame) -> tuple[int | None, int | None]:
+    """The first and last poll of the recording."""
+    return tuple(lifetimes.agg(F.min("first_seen_ts"), F.max("last_seen_ts")).first())
+
+
+def connections_over_time(snapshots: DataFrame, span: tuple[int | None, int | None],
+                          buckets: int = 200) -> DataFrame:
     """Distinct connections per role in each time bucket (about ``buckets`` buckets over the
-    recording, each a whole number of seconds)."""
-    first, last = snapshots.agg(F.min("ts_ms"), F.max("ts_ms")).first()
+    recording's ``span``, each a whole number of seconds)."""
+    first, last = span
     span = (last - first + 1) if first is not None else 1
     width = 1000 * max(1, math.ceil(span / buckets / 1000))
     bucket = (F.floor(F.col("ts_ms") / width) * width).cast("bigint").alias("bucket_ts")
@@ -181,10 +189,9 @@ def connections_over_time(snapshots: DataFrame, buckets: int = 200) -> DataFrame
 # -- 2. bootstrap connections that outlived their purpose --------------------------------
 
 
-def bootstrap_outlived(snapshots: DataFrame, after_ms: int) -> DataFrame:
+def bootstrap_outlived(lifetimes: DataFrame, after_ms: int) -> DataFrame:
     """Bootstrap connections still seen ``after_ms`` or more after their client learned the
     cluster (its first snapshot row with role broker or coordinator)."""
-    lifetimes = connection_lifetimes(snapshots)
     learned = (lifetimes.filter(F.col("client").isNotNull()).groupBy(*CLIENT)
                .agg(F.min("first_linked_ts").alias("learned_ts"))
                .filter(F.col("learned_ts").isNotNull()))
@@ -200,16 +207,14 @@ def bootstrap_outlived(snapshots: DataFrame, after_ms: int) -> DataFrame:
 # -- 3. idle-reap churn and the metadata-refresh / idle-reap cycle ---------------------------
 
 
-def idle_churn(snapshots: DataFrame, sessions: DataFrame, params: Params) -> DataFrame:
+def idle_churn(lifetimes: DataFrame, configs: DataFrame, params: Params) -> DataFrame:
     """Per client, role and broker: connections opened and closed while observed that
     carried no traffic (idle_churned), and reap cycles: an idle-churned lifetime lasting
     the idle limit (within tolerance) followed by a new connection to the same broker
     within metadata.max.age.ms (+ tolerance) of its close."""
     tolerance = params.tolerance_ms
-    configs = client_configs(sessions).select("session_id", "pid", "client",
-                                              "metadata_max_age_ms")
-    lifetimes = _linked(connection_lifetimes(snapshots)).join(
-        configs, ["session_id", "pid", "client"], "left")
+    ages = configs.select("session_id", "pid", "client", "metadata_max_age_ms")
+    lifetimes = _linked(lifetimes).join(ages, ["session_id", "pid", "client"], "left")
     max_age = F.coalesce(F.col("metadata_max_age_ms"), F.lit(params.metadata_max_age_ms))
     limit = F.coalesce(F.col("idle_limit_ms"), F.lit(params.idle_limit_ms))
     lifetime = F.col("last_seen_ts") - F.col("first_seen_ts")
@@ -238,11 +243,11 @@ def idle_churn(snapshots: DataFrame, sessions: DataFrame, params: Params) -> Dat
 # -- 4. fan-out waste --------------------------------------------------------------------------
 
 
-def fanout_waste(snapshots: DataFrame) -> DataFrame:
+def fanout_waste(lifetimes: DataFrame) -> DataFrame:
     """Per client: brokers it held a broker or coordinator connection to, those some
     connection carried traffic to, those none did (idle only), the idle-only ones whose
     connections were all closed while observed (reaped), and those of unknown traffic."""
-    per_broker = _linked(connection_lifetimes(snapshots)).groupBy(*CLIENT, "broker_id").agg(
+    per_broker = _linked(lifetimes).groupBy(*CLIENT, "broker_id").agg(
         F.max("client_id").alias("client_id"), F.max("client_type").alias("client_type"),
         F.max("carried_traffic").alias("traffic"),
         F.min("closed_observed").alias("all_closed"))
@@ -261,14 +266,15 @@ def fanout_waste(snapshots: DataFrame) -> DataFrame:
 # -- 5. CLOSE_WAIT exposure --------------------------------------------------------------------
 
 
-def close_wait(snapshots: DataFrame) -> DataFrame:
+def close_wait(stretches: DataFrame, lifetimes: DataFrame) -> DataFrame:
     """One row per connection seen in CLOSE_WAIT: who and which broker, the first and last
     poll that saw it so, their distance (close_wait_ms), and whether the client closed it
     while observed (resolved)."""
-    waiting = snapshots.filter(F.col("state") == "CLOSE_WAIT").groupBy(*CONNECTION).agg(
-        F.min("ts_ms").alias("first_close_wait_ts"), F.max("ts_ms").alias("last_close_wait_ts"),
-        F.count("*").alias("polls_in_close_wait"))
-    return (waiting.join(connection_lifetimes(snapshots), list(CONNECTION))
+    waiting = stretches.filter(F.col("state") == "CLOSE_WAIT").groupBy(*CONNECTION).agg(
+        F.min("first_seen_ts").alias("first_close_wait_ts"),
+        F.max("last_seen_ts").alias("last_close_wait_ts"),
+        F.sum("polls").alias("polls_in_close_wait"))
+    return (waiting.join(lifetimes, list(CONNECTION))
             .select(*CLIENT, "client_id", "role", "broker_id", "node_id", "remote", "key",
                     "first_close_wait_ts", "last_close_wait_ts",
                     (F.col("last_close_wait_ts") - F.col("first_close_wait_ts"))
@@ -279,13 +285,13 @@ def close_wait(snapshots: DataFrame) -> DataFrame:
 # -- 6. coordinator load -----------------------------------------------------------------------
 
 
-def coordinator_load(snapshots: DataFrame, sessions: DataFrame) -> DataFrame:
+def coordinator_load(lifetimes: DataFrame, configs: DataFrame) -> DataFrame:
     """Per broker: coordinator connections to it, their clients, and the consumer groups
     (group.id from the sessions' clients_json) of those clients."""
-    groups = client_configs(sessions).select("session_id", "pid", "client", "group_id")
-    coordinators = (connection_lifetimes(snapshots)
-                    .filter((F.col("role") == "coordinator") & F.col("broker_id").isNotNull())
-                    .join(groups, ["session_id", "pid", "client"], "left"))
+    groups = configs.select("session_id", "pid", "client", "group_id")
+    coordinator = (F.col("role") == "coordinator") & F.col("broker_id").isNotNull()
+    coordinators = lifetimes.filter(coordinator).join(groups, ["session_id", "pid", "client"],
+                                                      "left")
     return coordinators.groupBy("broker_id").agg(
         F.count("*").alias("coordinator_connections"), _distinct(*CLIENT).alias("clients"),
         F.countDistinct("group_id").alias("groups"),
@@ -356,70 +362,83 @@ def churn_and_leaks(events: DataFrame, params: Params) -> DataFrame:
 
 
 @dataclass(frozen=True)
+class Shared:
+    """What the analyses read: the recording's tables, the parts several of them share
+    (cached by ``run_all``), the recording's span and the knobs."""
+
+    frames: Frames
+    stretches: DataFrame
+    lifetimes: DataFrame
+    configs: DataFrame
+    span: tuple[int | None, int | None]
+    params: Params
+
+
+@dataclass(frozen=True)
 class Analysis:
     """One named analysis: how to compute it, sort it, and which columns a terminal shows."""
 
     name: str
     title: str
-    compute: Callable[[Frames, Params], DataFrame]
+    compute: Callable[[Shared], DataFrame]
     order: tuple[str, ...]  # "-column" sorts descending
     show: tuple[str, ...]
 
 
 ANALYSES = (
     Analysis("connections_by_role", "Connections by role, state and client type",
-             lambda f, p: connections_by_role(f.snapshots),
+             lambda s: connections_by_role(s.stretches),
              ("-scope", "host", "-connections", "role", "state", "client_type"),
              ("scope", "host", "role", "state", "client_type", "connections", "snapshot_rows")),
     Analysis("peak_connections", "Peak concurrent connections per client",
-             lambda f, p: peak_connections(f.snapshots),
+             lambda s: peak_connections(s.frames.snapshots, s.lifetimes),
              ("-peak_connections", "session_id", "host", "pid", "client"),
              ("host", "pid", "client", "client_type", "peak_connections", "peak_ts",
               "mean_connections")),
     Analysis("connections_over_time", "Connections over time by role",
-             lambda f, p: connections_over_time(f.snapshots, p.time_buckets),
+             lambda s: connections_over_time(s.frames.snapshots, s.span, s.params.time_buckets),
              ("bucket_ts", "role"), ("bucket_ts", "role", "connections")),
     Analysis("bootstrap_outlived", "Bootstrap connections that outlived their purpose",
-             lambda f, p: bootstrap_outlived(f.snapshots, p.bootstrap_outlived_ms),
+             lambda s: bootstrap_outlived(s.lifetimes, s.params.bootstrap_outlived_ms),
              ("-open_after_learned_ms", "session_id", "host", "pid", "key"),
              ("host", "pid", "client", "node_id", "remote", "learned_ts",
               "open_after_learned_ms", "closed_observed")),
     Analysis("idle_churn", "Idle-reap churn and metadata-refresh reap cycles",
-             lambda f, p: idle_churn(f.snapshots, f.sessions, p),
+             lambda s: idle_churn(s.lifetimes, s.configs, s.params),
              ("-reap_cycles", "-idle_churned", "session_id", "host", "pid", "client", "role",
               "broker_id"),
              ("host", "pid", "client", "role", "broker_id", "idle_churned", "reap_cycles",
               "mean_idle_lifetime_ms", "mean_reopen_gap_ms")),
     Analysis("fanout_waste", "Fan-out waste: brokers connected vs brokers used",
-             lambda f, p: fanout_waste(f.snapshots),
+             lambda s: fanout_waste(s.lifetimes),
              ("-brokers_idle_only", "session_id", "host", "pid", "client"),
              ("host", "pid", "client", "client_type", "brokers_connected",
               "brokers_with_traffic", "brokers_idle_only", "brokers_reaped", "waste_ratio")),
     Analysis("close_wait", "CLOSE_WAIT exposure",
-             lambda f, p: close_wait(f.snapshots),
+             lambda s: close_wait(s.stretches, s.lifetimes),
              ("-close_wait_ms", "session_id", "host", "pid", "key"),
              ("host", "pid", "client", "broker_id", "remote", "first_close_wait_ts",
               "close_wait_ms", "resolved")),
     Analysis("coordinator_load", "Coordinator load per broker",
-             lambda f, p: coordinator_load(f.snapshots, f.sessions),
+             lambda s: coordinator_load(s.lifetimes, s.configs),
              ("-groups", "-coordinator_connections", "broker_id"),
              ("broker_id", "coordinator_connections", "clients", "groups", "group_ids",
               "clients_without_group")),
     Analysis("idle_age", "Idle age against the idle limit",
-             lambda f, p: idle_age(f.snapshots, p.idle_bins),
+             lambda s: idle_age(s.frames.snapshots, s.params.idle_bins),
              ("role", "bin"), ("role", "from_fraction", "to_fraction", "rows", "connections")),
     Analysis("why_closed", "Why connections closed",
-             lambda f, p: why_closed(f.events),
+             lambda s: why_closed(s.frames.events),
              ("-closes", "host", "broker_id", "closed_by", "reason"),
              ("host", "broker_id", "closed_by", "reason", "closes", "processes",
               "median_idle_before_ms", "median_lifetime_ms")),
     Analysis("churn_and_leaks", "Churn and leaks per process",
-             lambda f, p: churn_and_leaks(f.events, p),
+             lambda s: churn_and_leaks(s.frames.events, s.params),
              ("-suspect", "-opened_per_minute", "session_id", "host", "pid"),
              ("host", "pid", "opened", "opened_per_minute", "short_lived", *CHURN_PATTERNS,
               "max_churn_rate")),
     Analysis("event_counts", "Recorded events",
-             lambda f, p: event_counts(f.events),
+             lambda s: event_counts(s.frames.events),
              ("host", "kind", "role"), ("host", "kind", "role", "events", "connections")),
 )
 
@@ -432,19 +451,23 @@ def _sorted(frame: DataFrame, order: tuple[str, ...]) -> DataFrame:
 def run_all(frames: Frames, params: Params) -> dict[str, pa.Table]:
     """Every analysis, sorted and collected to the driver as Arrow tables.
 
-    The connection lifetimes several analyses share are cached once: Spark finds the
-    cached plan again inside each analysis's own ``connection_lifetimes(snapshots)``.
-    A few analyses run at once, so that one's scheduling overlaps another's tasks.
+    One pass over the snapshot rows builds the connection stretches, cached with the
+    lifetimes and client configurations built on them; the job that finds the
+    recording's span fills those caches before the analyses run, a few at once, so
+    that one's scheduling overlaps another's tasks.
     """
-    lifetimes = connection_lifetimes(frames.snapshots).cache()
-    lifetimes.count()  # fill the cache once, before the analyses that share it run at once
+    stretches = connection_stretches(frames.snapshots).cache()
+    lifetimes = connection_lifetimes(stretches).cache()
+    configs = client_configs(frames.sessions).cache()
+    shared = Shared(frames, stretches, lifetimes, configs, recording_span(lifetimes), params)
 
     def collect(analysis: Analysis) -> pa.Table:
-        return _sorted(analysis.compute(frames, params), analysis.order).toArrow()
+        return _sorted(analysis.compute(shared), analysis.order).toArrow()
 
     try:
         with ThreadPoolExecutor(CONCURRENT_JOBS) as pool:
             return dict(zip((a.name for a in ANALYSES), pool.map(collect, ANALYSES),
                             strict=True))
     finally:
-        lifetimes.unpersist()
+        for cached in (configs, lifetimes, stretches):
+            cached.unpersist()

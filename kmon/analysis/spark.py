@@ -9,18 +9,22 @@ removed after a clean run and named in the error otherwise.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from py4j.protocol import Py4JError
+from pyspark import SparkContext
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
+from kmon.analysis import classes
 from kmon.errors import UserError
 
-LOCAL_SHUFFLE_PARTITIONS = "4"
+BYTES_PER_PARTITION = 16 << 20  # of Parquet input, per shuffle partition
+MAX_SHUFFLE_PARTITIONS = 200
 DEFAULTS = {
     "spark.app.name": "kmon analyze",
     "spark.ui.enabled": "false",
@@ -28,6 +32,15 @@ DEFAULTS = {
     "spark.sql.session.timeZone": "UTC",
     # host=10 stays the string "10", date=2026-01-01 stays a string
     "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+    # kmon has checked every file already: listing them in a Spark job only adds a job
+    "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
+}
+# a recording of less than one shuffle partition: compiling costs more than it saves
+SMALL_INPUT = {
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",  # the JIT's quick tier only
+    "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.adaptive.enabled": "false",  # one partition: nothing to adapt, fewer jobs
 }
 SPARK_ERRORS = (PySparkException, Py4JError)
 
@@ -46,13 +59,21 @@ def resolve_master(flag: str | None) -> str | None:
     return None if under_spark_submit() else "local[*]"
 
 
-def settings(master: str | None, conf: dict[str, str]) -> dict[str, str]:
-    """kmon's defaults, then ``conf`` (``--conf KEY=VALUE``) over them."""
+def shuffle_partitions(input_bytes: int) -> int:
+    """One shuffle partition per ``BYTES_PER_PARTITION`` of input: a small recording's
+    jobs are not split into hundreds of tiny tasks."""
+    return max(1, min(MAX_SHUFFLE_PARTITIONS, math.ceil(input_bytes / BYTES_PER_PARTITION)))
+
+
+def settings(master: str | None, conf: dict[str, str], input_bytes: int = 0) -> dict[str, str]:
+    """kmon's defaults for ``input_bytes`` of Parquet, then ``conf`` (``--conf KEY=VALUE``)
+    over them."""
     merged = dict(DEFAULTS)
+    merged["spark.sql.shuffle.partitions"] = str(shuffle_partitions(input_bytes))
+    if input_bytes < BYTES_PER_PARTITION:
+        merged.update(SMALL_INPUT)
     if master:
         merged["spark.master"] = master
-        if master.startswith("local"):
-            merged["spark.sql.shuffle.partitions"] = LOCAL_SHUFFLE_PARTITIONS
     merged.update(conf)
     return merged
 
@@ -70,31 +91,42 @@ def _stderr_to(path: Path) -> Iterator[None]:
         os.close(saved)
 
 
-def start(master: str | None, conf: dict[str, str], log: Path) -> SparkSession:
-    """A Spark session; a JVM launched for it writes its stderr to ``log``."""
+def start(master: str | None, conf: dict[str, str], input_bytes: int,
+          log: Path) -> tuple[SparkSession, Path | None]:
+    """A Spark session, and the class archive its JVM is to write (see kmon.analysis.classes;
+    None: it has one, or kmon did not launch it); a JVM launched for it writes its stderr
+    to ``log``."""
+    options, partial = settings(master, conf, input_bytes), None
+    launch = not under_spark_submit() and SparkContext._gateway is None
+    if launch and "spark.driver.extraJavaOptions" not in conf:
+        extra, partial = classes.java_options(classes.archive_path())
+        own = options.get("spark.driver.extraJavaOptions", "")
+        options["spark.driver.extraJavaOptions"] = f"{own} {extra}".strip()
     builder = SparkSession.builder
-    for key, value in settings(master, conf).items():
+    for key, value in options.items():
         builder = builder.config(key, value)
     try:
-        if under_spark_submit():
-            spark = builder.getOrCreate()
-        else:
+        if launch:
             with _stderr_to(log):
                 spark = builder.getOrCreate()
+        else:
+            spark = builder.getOrCreate()
     except SPARK_ERRORS as err:
         raise UserError(f"cannot start Spark (master {master or 'from spark-submit'}): "
                         f"{first_line(err)}; Spark's log: {log}") from err
     spark.sparkContext.setLogLevel("WARN")
-    return spark
+    return spark, partial
 
 
 @contextlib.contextmanager
-def session(master: str | None, conf: dict[str, str]) -> Iterator[SparkSession]:
-    """A Spark session for the ``with`` block; Spark errors become one-line UserErrors."""
+def session(master: str | None, conf: dict[str, str],
+            input_bytes: int = 0) -> Iterator[SparkSession]:
+    """A Spark session for ``input_bytes`` of Parquet, for the ``with`` block; Spark errors
+    become one-line UserErrors."""
     fd, name = tempfile.mkstemp(prefix="kmon-spark-", suffix=".log")
     os.close(fd)
     log = Path(name)
-    spark = start(master, conf, log)
+    spark, partial = start(master, conf, input_bytes, log)
     try:
         yield spark
     except SPARK_ERRORS as err:
@@ -103,6 +135,8 @@ def session(master: str | None, conf: dict[str, str]) -> Iterator[SparkSession]:
         log.unlink(missing_ok=True)
     finally:
         spark.stop()
+        if partial is not None:
+            classes.keep(partial, classes.archive_path())
 
 
 def first_line(err: BaseException) -> str:
