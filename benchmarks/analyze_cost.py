@@ -67,8 +67,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="kmon-bench-") as tmp:
         work = Path(tmp)
         rows = simulate(replace(SHAPE, hours=0.05), work / "tiny")["rows"]["snapshots"]
-        archived = archive_path().is_file()
-        print(f"class archive {archive_path()}: "
+        archive = archive_path()
+        archived = archive is not None and archive.is_file()
+        print(f"class archive {archive}: "
               f"{'present' if archived else 'absent, the first run writes it'}")
         bare, local = [], []
         for run in range(args.runs):

@@ -43,3 +43,68 @@ def read_bounded(path: str | os.PathLike[str], limit: int, what: str = "file",
     if len(data) > limit:
         raise UnsafeFile(f"{what} {path}: larger than {limit:,} bytes")
     return data
+
+
+ROOT_CACHE = Path("/var/cache/kmon")  # root's caches: every directory root's own
+
+
+def root_only(path: Path) -> bool:
+    """True when only root can change ``path``: the file and every directory above it (after
+    links) belong to root and are not group or other writable (a root-owned sticky
+    directory, such as /tmp, counts: others cannot rename root's entries in it)."""
+    real = Path(os.path.realpath(path))
+    for part in (real, *real.parents):
+        try:
+            info = os.stat(part)
+        except OSError:
+            return False
+        sticky_dir = stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISVTX
+        if info.st_uid != 0 or (info.st_mode & 0o022 and not sticky_dir):
+            return False
+    return True
+
+
+def private_cache_dir(name: str) -> Path:
+    """kmon's cache directory ``name``, which only this user can change.
+
+    As root: ``/var/cache/kmon/NAME``, every directory up to ``/`` root's own (never one
+    found through $HOME or $XDG_CACHE_HOME, which another user may control under
+    ``sudo -E`` or ``su`` without ``-``). Otherwise ``$XDG_CACHE_HOME/kmon/NAME``
+    (``~/.cache``), 0700, this user's, no link. Raises UnsafeFile when it cannot be so.
+    """
+    if os.geteuid() == 0:
+        path = ROOT_CACHE / name
+        try:
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as err:
+            raise UnsafeFile(f"cannot make {path}: {err.strerror or err}") from err
+        if path.is_symlink() or not root_only(path):
+            raise UnsafeFile(f"{path} (or a directory above it) can be changed by users "
+                             "other than root")
+        return path
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    path = base / "kmon" / name
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for part in (path.parent, path):
+            info = part.lstat()
+            if part.is_symlink() or info.st_uid != os.geteuid():
+                raise UnsafeFile(f"{part} is not a private directory of this user")
+            if info.st_mode & 0o077:
+                part.chmod(0o700)
+    except UnsafeFile:
+        raise
+    except OSError as err:
+        raise UnsafeFile(f"cannot make {path}: {err.strerror or err}") from err
+    return path
+
+
+def private_file(path: Path) -> bool:
+    """True when ``path`` is a regular file (not a link) of this user that no one else can
+    write: a cached file kmon may hand to a program it runs."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return (stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid()
+            and not info.st_mode & 0o022)

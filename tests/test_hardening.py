@@ -14,7 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from kmon.agent.autoinstrument import BOOTSTRAP_DIR, run_environment
+from kmon.analysis import classes
 from kmon.analysis.inputs import discover
+from kmon.files import root_only
 from kmon.record.schema import SCHEMAS
 from kmon.sources import jmx, spool
 from kmon.sources.librdkafka_stats import parse_record, read_client_stats
@@ -42,7 +44,7 @@ def test_root_never_takes_the_jmx_helper_from_a_cache_another_user_controls(tmp_
     monkeypatch.setenv("HOME", str(hostile.parent))
     cache = jmx._cache_dir()
     assert not str(cache).startswith(str(tmp_path))
-    assert jmx.root_only(cache)
+    assert root_only(cache)
 
 
 @as_root
@@ -59,12 +61,39 @@ def test_root_ignores_a_java_home_or_path_another_user_can_write(tmp_path, monke
         assert found is None or not found.startswith(str(tmp_path)), found
 
 
+@as_root
+def test_root_never_maps_spark_classes_from_an_archive_another_user_controls(tmp_path,
+                                                                            monkeypatch):
+    hostile = owned_by_nobody(tmp_path / "home" / ".cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(hostile))
+    monkeypatch.setenv("HOME", str(hostile.parent))
+    archive = classes.archive_path()
+    assert archive is not None and not str(archive).startswith(str(tmp_path))
+    assert root_only(archive.parent)
+
+
+def test_a_class_archive_another_user_could_have_written_is_never_used(tmp_path,
+                                                                       monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    archive = classes.archive_path()
+    if os.geteuid() == 0:  # root's archive is in /var/cache: plant a file of our own
+        archive = tmp_path / "spark.jsa"
+    archive.write_bytes(b"planted")
+    archive.chmod(0o666)
+    assert classes.java_options(archive) == ("", None)
+    archive.chmod(0o600)
+    assert "SharedArchiveFile" in classes.java_options(archive)[0]
+    archive.unlink()
+    archive.symlink_to(tmp_path / "elsewhere.jsa")
+    assert classes.java_options(archive) == ("", None)
+
+
 def test_root_only_sees_a_writable_directory_anywhere_above(tmp_path):
     target = tmp_path / "a" / "b" / "tool"
     target.parent.mkdir(parents=True)
     target.write_text("")
     (tmp_path / "a").chmod(0o777)
-    assert not jmx.root_only(target)
+    assert not root_only(target)
 
 
 # --- medium: no blinding through the spool, no unbounded spool ---------------------------

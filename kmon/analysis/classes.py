@@ -2,10 +2,12 @@
 from one file instead of found, loaded and verified from its jars each run.
 
 A session without one runs with ``-XX:ArchiveClassesAtExit``; when it ends, kmon ends
-its JVM, which writes the archive as it exits, and keeps it in ``~/.cache/kmon``
-(``$XDG_CACHE_HOME``) for the next runs. The name holds pyspark's version and a hash
-of its path, whose jars the archive must match; a JVM that cannot use it (another
-Java, say) says so in Spark's log and runs without it. Delete the file to rebuild it.
+its JVM, which writes the archive as it exits, and keeps it in ``~/.cache/kmon/spark``
+(``$XDG_CACHE_HOME``; as root ``/var/cache/kmon/spark``, never a directory another user
+could swap: the JVM maps the archive's classes as code) for the next runs. The name
+holds pyspark's version and a hash of its path, whose jars the archive must match; a
+JVM that cannot use it (another Java, say) says so in Spark's log and runs without it.
+Delete the file to rebuild it.
 """
 
 from __future__ import annotations
@@ -15,33 +17,39 @@ import os
 import subprocess
 from pathlib import Path
 
+from kmon.files import UnsafeFile, private_cache_dir, private_file
+
 QUIET = "-Xlog:disable -Xlog:all=warning:stderr"  # the JVM's own warnings to Spark's log
 
 
-def archive_path() -> Path:
-    """Where the archive of this pyspark install lives."""
+def archive_path() -> Path | None:
+    """Where the archive of this pyspark install lives (None: no private cache directory)."""
     import pyspark
 
     home = str(Path(pyspark.__file__).resolve().parent)
     digest = hashlib.sha1(home.encode()).hexdigest()[:10]
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "kmon" / f"spark-{pyspark.__version__}-{digest}.jsa"
-
-
-def java_options(archive: Path) -> tuple[str, Path | None]:
-    """The driver's JVM options for ``archive``, and the file the JVM is to write it to
-    (None when it exists, or when its directory cannot be made)."""
-    if archive.is_file():
-        return f"-XX:SharedArchiveFile={archive} {QUIET}", None
     try:
-        archive.parent.mkdir(parents=True, exist_ok=True)
-    except OSError:
+        cache = private_cache_dir("spark")
+    except UnsafeFile:
+        return None
+    return cache / f"spark-{pyspark.__version__}-{digest}.jsa"
+
+
+def java_options(archive: Path | None) -> tuple[str, Path | None]:
+    """The driver's JVM options for ``archive``, and the file the JVM is to write it to
+    (None when it exists, or when there is no private place for it). An archive that is
+    not this user's own regular file, writable by no one else, is never used."""
+    if archive is None:
+        return "", None
+    if archive.exists() or archive.is_symlink():
+        if private_file(archive):
+            return f"-XX:SharedArchiveFile={archive} {QUIET}", None
         return "", None
     partial = archive.with_name(f"{archive.name}.{os.getpid()}.tmp")
     return f"-XX:ArchiveClassesAtExit={partial} {QUIET}", partial
 
 
-def keep(partial: Path, archive: Path, timeout: float = 120) -> None:
+def keep(partial: Path, archive: Path | None, timeout: float = 120) -> None:
     """End the stopped session's JVM, which writes ``partial`` as it exits, and keep that
     as ``archive``."""
     from pyspark import SparkContext
@@ -55,7 +63,7 @@ def keep(partial: Path, archive: Path, timeout: float = 120) -> None:
         jvm.wait()
     SparkContext._gateway = SparkContext._jvm = None  # a later session launches its own
     try:
-        if jvm.returncode == 0 and partial.is_file():
+        if archive is not None and jvm.returncode == 0 and private_file(partial):
             os.replace(partial, archive)
     finally:
         partial.unlink(missing_ok=True)

@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import shutil
-import stat
 import subprocess
 import tempfile
 import threading
@@ -25,12 +24,13 @@ from pathlib import Path
 
 import psutil
 
+from kmon.files import UnsafeFile, private_cache_dir, root_only
+
 HELPER = "KmonJmx"
 # The helper is tiny: a small serial-GC heap, the quick JIT tier, no perf-data file of its own.
 HELPER_JVM_OPTIONS = ("-Xmx32m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                       "-XX:-UsePerfData")
 _STDERR_LINES = 20
-ROOT_CACHE = Path("/var/cache/kmon/jmx")  # root's helper cache: every directory root's own
 ROOT_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 
@@ -219,22 +219,6 @@ def _java(tool: str) -> str | None:
     return None
 
 
-def root_only(path: Path) -> bool:
-    """True when only root can change ``path``: the file and every directory above it (after
-    links) belong to root and are not group or other writable (a root-owned sticky
-    directory, such as /tmp, counts: others cannot rename root's entries in it)."""
-    real = Path(os.path.realpath(path))
-    for part in (real, *real.parents):
-        try:
-            info = os.stat(part)
-        except OSError:
-            return False
-        sticky_dir = stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISVTX
-        if info.st_uid != 0 or (info.st_mode & 0o022 and not sticky_dir):
-            return False
-    return True
-
-
 def _check_target(pid: int) -> None:
     """Refuse what attach cannot do; attach signals its target, which kills a non-JVM."""
     try:
@@ -282,22 +266,8 @@ def _helper_entry() -> list[str]:
 
 
 def _cache_dir() -> Path:
-    """The helper cache: root's own ``/var/cache/kmon/jmx`` when kmon runs as root (never a
-    directory found through $HOME or $XDG_CACHE_HOME, which another user may control);
-    else this user's private ``$XDG_CACHE_HOME/kmon/jmx`` (0700, ours, no symlink)."""
-    if os.geteuid() == 0:
-        ROOT_CACHE.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if not root_only(ROOT_CACHE) or ROOT_CACHE.is_symlink():
-            raise JmxUnavailable(f"{ROOT_CACHE} (or a directory above it) can be changed by "
-                                 "users other than root; refusing to run the JMX helper from it")
-        return ROOT_CACHE
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    path = base / "kmon" / "jmx"
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    for part in (path.parent, path):
-        st = part.lstat()
-        if part.is_symlink() or st.st_uid != os.geteuid():
-            raise JmxUnavailable(f"{part} is not a private directory of this user")
-        if st.st_mode & 0o077:
-            part.chmod(0o700)
-    return path
+    """The helper cache (see kmon.files.private_cache_dir: root's own when kmon runs as root)."""
+    try:
+        return private_cache_dir("jmx")
+    except UnsafeFile as err:
+        raise JmxUnavailable(f"refusing to run the JMX helper: {err}") from None
