@@ -171,6 +171,65 @@ def test_closed_socket_disappears_and_new_one_appears(reader, stack):
     assert got is not None and got.state == "ESTABLISHED"
 
 
+def test_a_new_socket_on_a_reused_fd_number_shows_by_the_next_poll(reader, stack):
+    """The fd links are read again only when the fd numbers change: a socket that takes
+    a closed one's number between two polls must still be found."""
+    client, accepted = _pair(stack)
+    other, _ = _pair(stack)
+    old_inode, new_inode = (os.stat(s.fileno()).st_ino for s in (client, other))
+    assert _find(reader.sockets_of(PID), client) is not None
+    # The same fd numbers, other sockets: client's number now holds other's socket (the
+    # old one is closed), other's number a second reference to the accepted end.
+    os.dup2(other.fileno(), client.fileno())
+    os.dup2(accepted.fileno(), other.fileno())
+    polls = [{s.inode: s.fd for s in reader.sockets_of(PID)} for _ in range(2)]
+    assert all(old_inode not in inodes for inodes in polls)
+    assert polls[1][new_inode] == client.fileno()
+
+
+@pytest.fixture
+def listener_process() -> Iterator[int]:
+    """A child process accepting connections on 127.0.0.1 (its port is yielded)."""
+    code = ("import socket, sys\n"
+            "l = socket.create_server(('127.0.0.1', 0), backlog=512)\n"
+            "print(l.getsockname()[1], flush=True)\n"
+            "held = []\n"
+            "while True:\n"
+            "    held.append(l.accept()[0])\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        yield int(child.stdout.readline())
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_many_sockets_come_from_one_filtered_dump_as_from_exact_lookups(
+        reader, stack, listener_process, monkeypatch):
+    """From sockdiag._DUMP_FROM sockets on, a dump filtered by remote port in the kernel
+    replaces the per-socket lookups: it must find exactly the same sockets."""
+    from kmon.sources import sockdiag
+
+    clients = [stack.enter_context(socket.create_connection(("127.0.0.1", listener_process)))
+               for _ in range(2 * sockdiag._DUMP_FROM)]
+    for i, client in enumerate(clients):
+        client.sendall(b"k" * (i + 1))
+    other, _ = _pair(stack)  # another remote port: in the filter too
+    time.sleep(0.1)
+
+    def facts() -> set[tuple]:
+        return {(s.inode, s.fd, s.local, s.remote, s.state, s.bytes_sent)
+                for s in reader.sockets_of(PID)}
+
+    dumped = facts()
+    monkeypatch.setattr(sockdiag, "_DUMP_FROM", 1 << 30)
+    assert dumped == facts()
+    assert len(dumped) >= len(clients) + 2
+    assert {_find(reader.sockets_of(PID), c).bytes_sent for c in clients} == set(
+        range(1, len(clients) + 1))
+    assert _find(reader.sockets_of(PID), other) is not None
+
+
 def test_non_tcp_and_listening_sockets_are_skipped_without_new_dumps(reader, stack):
     client, _ = _pair(stack)
     listener = stack.enter_context(socket.socket())

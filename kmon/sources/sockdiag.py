@@ -1,6 +1,7 @@
 """Read a process's TCP sockets, with tcp_info, over netlink sock_diag (Linux).
 
-A poll costs one /proc/PID/fd listing plus one netlink round trip of exact
+A poll costs one /proc/PID/fd listing (its links read again only when the fd
+numbers change, a socket vanished, or every 2 s) plus one netlink round trip of exact
 lookups, one per socket the process holds, whatever the number of other
 sockets on the host. Socket ids are learned from a dump of the host's TCP
 sockets (no tcp_info, small messages) only when the process shows a TCP inode
@@ -17,7 +18,7 @@ import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from kmon.sources.proc_fds import socket_inodes, socket_protocol
+from kmon.sources.proc_fds import FdTable, socket_protocol
 from kmon.sources.sockets import Endpoint, TcpSocket
 
 NETLINK_SOCK_DIAG = 4
@@ -30,6 +31,10 @@ SOL_NETLINK = 270
 NETLINK_CAP_ACK = 10
 SO_RCVBUFFORCE = 33
 INET_DIAG_INFO = 2
+INET_DIAG_REQ_BYTECODE = 1
+INET_DIAG_BC_JMP = 1
+INET_DIAG_BC_D_GE = 4
+INET_DIAG_BC_D_LE = 5
 
 # Linux TCP states (include/net/tcp_states.h), in psutil's spelling.
 _STATE_NAMES = (
@@ -68,6 +73,12 @@ _DIAG_MSG_LEN = 72
 _TCPI_FULL = struct.Struct("=44xI4xI12xI56xQ64xQ")
 _TCPI_FULL_LEN = 208
 _BATCH = 64  # exact lookups per sendmsg: their replies always fit the receive buffer
+# From this many sockets on, one dump (tcp_info included) filtered in the kernel by their
+# remote ports replaces the exact lookups: the kernel packs many replies per read, where
+# every exact lookup is a read of its own. Past _FILTER_PORTS distinct remote ports (a
+# server's accepted sockets) the filter would cost the kernel more than it saves.
+_DUMP_FROM = 64
+_FILTER_PORTS = 64
 _RETRY_FIRST_S = 0.5
 _RETRY_MAX_S = 8.0
 _MAPPED_V4 = b"\0" * 10 + b"\xff\xff"
@@ -85,6 +96,7 @@ class _Known:
     request: bytes  # a ready-made exact-lookup netlink message (seq = inode)
     local: Endpoint
     remote: Endpoint
+    family: int
 
 
 @dataclass(slots=True)
@@ -99,6 +111,7 @@ class _Retry:
 class _ProcessCache:
     """What one process's socket inodes are, as far as we know."""
 
+    fds: FdTable
     known: dict[int, _Known] = field(default_factory=dict)
     ignored: set[int] = field(default_factory=set)  # non-TCP and listening sockets
     retry: dict[int, _Retry] = field(default_factory=dict)
@@ -134,12 +147,13 @@ class SockDiagReader:
         Raises psutil.NoSuchProcess / psutil.AccessDenied for the process, and
         OSError if netlink fails mid-way (the reader stays usable).
         """
+        cache = self._caches.get(pid) or _ProcessCache(FdTable(pid))
         try:
-            inodes = socket_inodes(pid)
+            inodes = cache.fds.socket_inodes()
         except Exception:
             self._caches.pop(pid, None)
             raise
-        cache = self._caches.setdefault(pid, _ProcessCache())
+        self._caches[pid] = cache
         if self._dirty:
             self._reopen()  # the last poll failed mid-way: replies may be left unread
         self._dirty = True
@@ -238,16 +252,63 @@ class SockDiagReader:
     # -- exact lookups ------------------------------------------------------
 
     def _lookup(self, inodes: dict[int, int], cache: _ProcessCache) -> list[TcpSocket]:
-        """Look every known socket up by its id, with tcp_info; demote vanished ones."""
+        """Every known socket with its tcp_info, looked up by its id or found in a filtered
+        dump; demote vanished ones."""
+        ports = {known.remote.port for known in cache.known.values()}
+        if len(cache.known) >= _DUMP_FROM and len(ports) <= _FILTER_PORTS:
+            return self._filtered_dump(inodes, cache, ports)
         found: list[TcpSocket] = []
         requests = list(cache.known.items())
         for start in range(0, len(requests), _BATCH):
             chunk = dict(requests[start : start + _BATCH])
             self._send(b"".join(k.request for k in chunk.values()))
             for inode in self._read_replies(chunk, inodes, found):
+                cache.fds.changed()  # its fd number may hold a new socket now
                 del cache.known[inode]
                 _schedule_retry(cache, inode, time.monotonic(), immediately=True)
         return found
+
+    def _filtered_dump(self, inodes: dict[int, int], cache: _ProcessCache,
+                       ports: set[int]) -> list[TcpSocket]:
+        """The known sockets from one dump per family of the host's sockets to ``ports``."""
+        found: list[TcpSocket] = []
+        known = cache.known
+        ext = 1 << (INET_DIAG_INFO - 1)
+        bytecode = _remote_port_filter(sorted(ports))
+        for seq, family in enumerate(sorted({k.family for k in known.values()}), start=1):
+            self._send(_request(seq, NLM_F_REQUEST | NLM_F_DUMP, family, ext, _DUMP_STATES,
+                                None, bytecode))
+            self._read_info_dump(known, inodes, found)
+        if len(found) < len(known):
+            seen = {sock.inode for sock in found}
+            now = time.monotonic()
+            for inode in [inode for inode in known if inode not in seen]:
+                cache.fds.changed()  # its fd number may hold a new socket now
+                del known[inode]
+                _schedule_retry(cache, inode, now, immediately=True)
+        return found
+
+    def _read_info_dump(self, known: dict[int, _Known], inodes: dict[int, int],
+                        found: list[TcpSocket]) -> None:
+        """Read one dump with tcp_info to its end, keeping the ``known`` sockets."""
+        buf, view = self._buf, self._view
+        unpack_hdr, unpack_u32 = _NLMSGHDR.unpack_from, _U32.unpack_from
+        while True:
+            size = self._sock.recv_into(buf)
+            off = 0
+            while off + _HDR <= size:
+                length, kind = unpack_hdr(buf, off)[:2]
+                if kind == SOCK_DIAG_BY_FAMILY:
+                    inode = unpack_u32(buf, off + _HDR + _INODE_AT)[0]
+                    ours = known.get(inode)
+                    if ours is not None:
+                        found.append(_socket_from_msg(view[off + _HDR : off + length], inode,
+                                                      inodes[inode], ours))
+                elif kind == NLMSG_DONE:
+                    return
+                elif kind == NLMSG_ERROR:
+                    _raise_error(buf, off)
+                off += (length + 3) & ~3
 
     def _read_replies(
         self, chunk: dict[int, _Known], inodes: dict[int, int], found: list[TcpSocket]
@@ -323,11 +384,34 @@ def _tune(sock: socket.socket) -> None:
 
 
 def _request(
-    seq: int, flags: int, family: int, ext: int, states: int, sockid: bytes | None
+    seq: int, flags: int, family: int, ext: int, states: int, sockid: bytes | None,
+    bytecode: bytes = b"",
 ) -> bytes:
-    """A netlink message carrying one struct inet_diag_req_v2."""
+    """A netlink message carrying one struct inet_diag_req_v2 (and a filter for a dump)."""
     body = _REQ_V2.pack(family, socket.IPPROTO_TCP, ext, 0, states) + (sockid or bytes(48))
+    if bytecode:
+        body += _RTATTR.pack(4 + len(bytecode), INET_DIAG_REQ_BYTECODE) + bytecode
     return _NLMSGHDR.pack(_HDR + len(body), SOCK_DIAG_BY_FAMILY, flags, seq, 0) + body
+
+
+def _remote_port_filter(ports: list[int]) -> bytes:
+    """inet_diag bytecode passing the sockets whose remote port is one of ``ports``.
+
+    As ``ss`` compiles ``dport = P1 or dport = P2 ...``: per port, "dport >= P" then
+    "dport <= P" (a condition's operand is the ``no`` field of the word after it), whose
+    failure jumps 4 bytes past the block, into the next port's; between blocks, a JMP
+    whose jump goes to the end (the socket passes). Past the last block: rejected. The
+    kernel accepts a jump only to an op reached by following the ``yes`` jumps.
+    """
+    op = struct.Struct("=BBH")
+    total = 20 * len(ports) - 4
+    code = b""
+    for i, port in enumerate(ports):
+        code += op.pack(INET_DIAG_BC_D_GE, 8, 20) + op.pack(0, 0, port)
+        code += op.pack(INET_DIAG_BC_D_LE, 8, 12) + op.pack(0, 0, port)
+        if i < len(ports) - 1:
+            code += op.pack(INET_DIAG_BC_JMP, 4, total - len(code))
+    return code
 
 
 def _known_from_msg(msg: memoryview, inode: int) -> _Known:
@@ -340,7 +424,7 @@ def _known_from_msg(msg: memoryview, inode: int) -> _Known:
     sport, dport = struct.unpack_from(">HH", sockid)
     local = Endpoint(_address(family, sockid[4:20]), sport)
     remote = Endpoint(_address(family, sockid[20:36]), dport)
-    return _Known(request, local, remote)
+    return _Known(request, local, remote, family)
 
 
 def _address(family: int, raw: bytes) -> str:
