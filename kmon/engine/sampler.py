@@ -150,7 +150,8 @@ class ProcessSampler:
                             broker_idle_ms=self.settings.broker_idle_ms, stats=fresh)
         found, claims = self._claims(gathered, use_jvm=not fresh)
         hidden = set().union(*(e.hidden for e in found))
-        sockets = [s for s in sockets if socket_key(s) not in hidden]
+        if hidden:
+            sockets = [s for s in sockets if socket_key(s) not in hidden]
         clients = [c for e in found for c in e.clients]
         if not self._kafka_checked:
             self._check_kafka(bool(all_stats or clients), gathered.known, sockets)

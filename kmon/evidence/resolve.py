@@ -24,22 +24,38 @@ WIRE = "wire"
 
 LIMIT_ORDER = ("client", "broker", "middlebox")  # on a tie, the first named reaps
 LIMIT_EVIDENCE = {"broker": "broker default", "middlebox": "middlebox (config)"}
+# a client's own limit keeps the evidence its claim gave (stats, jmx, config, ...)
 
 
-def socket_row(sock: TcpSocket, broker_idle_ms: int) -> Connection:
-    """What the kernel alone says of a socket: no role, the brokers' idle limit."""
+def kernel_limits(broker_idle_ms: int,
+                  middlebox_idle_ms: int | None) -> tuple[dict[str, int], str]:
+    """The idle limits every socket has whatever its client (the brokers', a middlebox's),
+    and which of them reaps first."""
+    limits = {"broker": broker_idle_ms}
+    if middlebox_idle_ms:
+        limits["middlebox"] = middlebox_idle_ms
+    return limits, least_limit(limits)
+
+
+def socket_row(sock: TcpSocket, key: str, limits: dict[str, int], by: str) -> Connection:
+    """What the kernel alone says of a socket: no role, the ``kernel_limits``."""
+    idle_ms = sock.idle_ms
     return Connection(
-        key=socket_key(sock), role=Role.UNKNOWN, node_id=None, broker_id=None, client=None,
-        local=str(sock.local), remote=str(sock.remote), state=sock.state,
-        idle_ms=sock.idle_ms, idle_limit_ms=broker_idle_ms,
-        idle_limits={"broker": broker_idle_ms}, idle_limit_by="broker",
+        key=key, role=Role.UNKNOWN, node_id=None, broker_id=None,
+        client=None, local=str(sock.local), remote=str(sock.remote), state=sock.state,
+        idle_ms=idle_ms, idle_limit_ms=limits[by], idle_limits=dict(limits), idle_limit_by=by,
         bytes_sent=sock.bytes_sent, bytes_received=sock.bytes_received,
         tcp_rtt_ms=sock.rtt_ms, fd=sock.fd, inode=sock.inode or None,
         evidence={"role": "none",
-                  "idle": sock.source if sock.idle_ms is not None else "unknown",
+                  "idle": sock.source if idle_ms is not None else "unknown",
                   "bytes": sock.source if sock.bytes_sent is not None else "unknown",
-                  "state": sock.source, "idle_limit": "broker default", "pairing": "none"},
+                  "state": sock.source, "idle_limit": LIMIT_EVIDENCE[by], "pairing": "none"},
         confidence=0.0)
+
+
+def least_limit(limits: Mapping[str, int]) -> str:
+    """Which of ``limits`` reaps first (on a tie, the first in LIMIT_ORDER)."""
+    return min(limits, key=lambda name: (limits[name], LIMIT_ORDER.index(name)))
 
 
 def best(claims: Sequence[Claim]) -> Claim | None:
@@ -57,7 +73,10 @@ def with_limits(row: Connection, middlebox_idle_ms: int | None) -> Connection:
         limits["middlebox"] = middlebox_idle_ms
     if not limits:
         return row
-    by = min(limits, key=lambda name: (limits[name], LIMIT_ORDER.index(name)))
+    by = least_limit(limits)
+    if (limits == row.idle_limits and by == row.idle_limit_by
+            and row.idle_limit_ms == limits[by]):
+        return row
     evidence = row.evidence if by == "client" else {**row.evidence,
                                                     "idle_limit": LIMIT_EVIDENCE[by]}
     return replace(row, idle_limits=limits, idle_limit_ms=limits[by], idle_limit_by=by,
@@ -96,10 +115,15 @@ def resolve(sockets: Sequence[TcpSocket], claims: Mapping[str, Sequence[Claim]],
             middlebox_idle_ms: int | None = None) -> tuple[list[Connection], list[str]]:
     """Every socket's row (in socket order) and the notices their claims raise."""
     rows, notices = [], []
+    limits, by = kernel_limits(broker_idle_ms, middlebox_idle_ms)
     for sock in sockets:
-        row, notice = resolve_one(socket_row(sock, broker_idle_ms),
-                                  claims.get(socket_key(sock), ()))
-        rows.append(with_limits(row, middlebox_idle_ms))
-        if notice:
-            notices.append(notice)
+        key = socket_key(sock)
+        row = socket_row(sock, key, limits, by)
+        said = claims.get(key)
+        if said:
+            row, notice = resolve_one(row, said)
+            row = with_limits(row, middlebox_idle_ms)
+            if notice:
+                notices.append(notice)
+        rows.append(row)
     return rows, notices

@@ -7,8 +7,7 @@ elsewhere or when netlink is refused).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 from typing import Protocol
 
 
@@ -18,9 +17,15 @@ class Endpoint:
 
     ip: str
     port: int
+    text: str = field(init=False, repr=False, compare=False)  # str(), made once
+
+    def __post_init__(self) -> None:
+        ip = self.ip
+        object.__setattr__(self, "text",
+                           f"[{ip}]:{self.port}" if ":" in ip else f"{ip}:{self.port}")
 
     def __str__(self) -> str:
-        return f"[{self.ip}]:{self.port}" if ":" in self.ip else f"{self.ip}:{self.port}"
+        return self.text
 
 
 @dataclass(frozen=True)
@@ -43,11 +48,13 @@ class TcpSocket:
     rtt_ms: float | None = None  # tcpi_rtt / 1000
     source: str = "kernel"  # "kernel" (sock_diag) or "psutil"
 
-    @cached_property
+    @property
     def idle_ms(self) -> int | None:
         """Time since the last data sent or received, whichever is more recent."""
-        known = [t for t in (self.last_sent_ms, self.last_recv_ms) if t is not None]
-        return min(known) if known else None
+        sent, received = self.last_sent_ms, self.last_recv_ms
+        if sent is None or received is None:
+            return received if sent is None else sent
+        return min(sent, received)
 
 
 class SocketReader(Protocol):
