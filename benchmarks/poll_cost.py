@@ -1,13 +1,16 @@
 """What one poll of a Kafka client's sockets costs: kmon's sock_diag reader vs psutil.
 
-    python benchmarks/poll_cost.py [--sockets 20000] [--polls 50]
+    python benchmarks/poll_cost.py [--sockets 20000] [--connections 2000] [--polls 50]
 
-Two processes are polled: a "client process" holding 10 plain TCP connections
-(kmon's socket reader alone), and a real instrumented Kafka consumer on the
+Three processes are polled: a "client process" holding 10 plain TCP connections
+(kmon's socket reader alone), a real instrumented Kafka consumer on the
 embedded mock cluster (kmon's whole snapshot: sockets, the agent's statistics,
-the join). Each is measured next to psutil's ``net_connections()`` on the same
-process, on a quiet host, then again while helper processes hold --sockets
-other TCP sockets (half connecting, half accepted, over 127.0.0.1).
+the join), and a "big process" holding --connections connections (the engine's
+whole poll as ``kmon attach`` makes it, events and all; the wire source off, as
+without root, since benchmarks/wire_cost.py prices it; target <= 15 ms at 2,000).
+Each is measured next to psutil's ``net_connections()`` on the same process, on
+a quiet host, then again while helper processes hold --sockets other TCP sockets
+(half connecting, half accepted, over 127.0.0.1).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ if str(REPO) not in sys.path:
 import psutil  # noqa: E402
 from helpers import Helpers, exit_when_parent_goes, no_time_wait, raise_fd_limit  # noqa: E402
 
+from kmon.engine.monitor import Monitor  # noqa: E402
 from kmon.engine.sampler import ProcessSampler, SamplerSettings  # noqa: E402
 from kmon.sources.sockdiag import SockDiagReader  # noqa: E402
 
@@ -160,7 +164,7 @@ def measure(scenario: str, pid: int, polls: int) -> Row:
 def measure_snapshot(scenario: str, pid: int, polls: int) -> Row:
     """Cold and steady-state whole kmon snapshots (sockets + statistics + join) of `pid`."""
     with SockDiagReader() as reader:
-        sampler = ProcessSampler(pid, reader, SamplerSettings())
+        sampler = ProcessSampler(pid, reader, SamplerSettings(wire="off"))
 
         def snapshot() -> list:
             return sampler.sample(int(time.time() * 1000)).connections
@@ -169,6 +173,21 @@ def measure_snapshot(scenario: str, pid: int, polls: int) -> Row:
         kmon_ms, rows = _median_ms(snapshot, polls)
     if not any(r.client for r in rows):
         raise RuntimeError("the Kafka client's connections were not joined with its statistics")
+    return _against_psutil(scenario, pid, polls, cold_ms, kmon_ms, rows)
+
+
+def measure_engine(scenario: str, pid: int, polls: int) -> Row:
+    """Cold and steady-state polls of kmon's engine (sampler and monitor) on `pid`."""
+    with SockDiagReader() as reader:
+        sampler = ProcessSampler(pid, reader, SamplerSettings(require_kafka=False, wire="off"))
+        monitor = Monitor([sampler], history=1)
+
+        def poll() -> list:
+            snapshot, _ = monitor.poll()
+            return snapshot.processes[0].connections
+
+        cold_ms, _ = _timed(poll)
+        kmon_ms, rows = _median_ms(poll, polls)
     return _against_psutil(scenario, pid, polls, cold_ms, kmon_ms, rows)
 
 
@@ -231,6 +250,17 @@ def client_process(helpers: Helpers) -> Iterator[int]:
                 peer.close()
 
 
+def big_process(helpers: Helpers, connections: int) -> int:
+    """A helper holding `connections` connections to another; its pid."""
+    listener = helpers.start("--role", "listener", "--count", str(connections))
+    ports = helpers.line(listener, "ports")[0]
+    connector = helpers.start("--role", "connector", "--ports", ports,
+                              "--count", str(connections))
+    helpers.line(connector, "ready")
+    helpers.line(listener, "ready")
+    return connector.pid
+
+
 def load_host(helpers: Helpers, sockets: int) -> None:
     """Have helpers hold `sockets` TCP sockets: sockets/2 connections over loopback.
 
@@ -273,21 +303,28 @@ def kafka_consumer(spool: str) -> Iterator[int]:
             proc.wait()
 
 
-def run(sockets: int, polls: int) -> int:
+def run(sockets: int, connections: int, polls: int) -> int:
     """Measure on the quiet host, load it with `sockets` sockets, measure again."""
     import tempfile
 
     with (Helpers(__file__, READY_TIMEOUT_S) as helpers, client_process(helpers) as pid,
           tempfile.TemporaryDirectory() as spool, kafka_consumer(spool) as consumer):
+        big = big_process(helpers, connections)
         rows = [measure("quiet host", pid, polls),
-                measure_snapshot("quiet, Kafka snapshot", consumer, polls)]
+                measure_snapshot("quiet, Kafka snapshot", consumer, polls),
+                measure_engine(f"quiet, {connections} conns", big, polls)]
         print(f"opening {sockets} other TCP sockets ...", file=sys.stderr, flush=True)
         load_host(helpers, sockets)
         rows.append(measure(f"{sockets} other sockets", pid, polls))
         rows.append(measure_snapshot(f"{sockets}, Kafka snapshot", consumer, polls))
+        rows.append(measure_engine(f"{sockets}, {connections} conns", big, polls))
     print_table(rows)
-    print(f"ratio at {sockets} sockets: socket reader {rows[2].ratio:.3f}, "
-          f"whole Kafka snapshot {rows[3].ratio:.3f} (target <= 0.5)")
+    print(f"ratio at {sockets} sockets: socket reader {rows[3].ratio:.3f}, "
+          f"whole Kafka snapshot {rows[4].ratio:.3f} (target <= 0.5)")
+    for row in (rows[2], rows[5]):
+        print(f"engine poll of a {connections}-connection process ({row.scenario}): "
+              f"{row.kmon_ms:.1f} ms (target <= 15) = {row.ratio:.2f}x psutil's "
+              "net_connections of it, which reads no tcp_info")
     return 0
 
 
@@ -310,6 +347,8 @@ def run_helper(args: argparse.Namespace) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sockets", type=int, default=20_000, help="other TCP sockets to open")
+    parser.add_argument("--connections", type=int, default=2000,
+                        help="connections of the big process")
     parser.add_argument("--polls", type=int, default=50, help="polls per measurement")
     parser.add_argument(
         "--role", choices=("client", "listener", "connector"), help=argparse.SUPPRESS
@@ -320,12 +359,12 @@ def main() -> int:
     args = parser.parse_args()
     if args.role:
         return run_helper(args)
-    if args.sockets < 2 or args.polls < 1:
-        parser.error("--sockets must be at least 2 and --polls at least 1")
+    if args.sockets < 2 or args.polls < 1 or args.connections < 1:
+        parser.error("--sockets must be at least 2, --polls and --connections at least 1")
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
-        return run(args.sockets, args.polls)
+        return run(args.sockets, args.connections, args.polls)
     except KeyboardInterrupt:
         print("interrupted; helpers stopped", file=sys.stderr)
         return 130
