@@ -194,10 +194,11 @@ class TimedScreen(AttachScreen):
 
 
 def engine(pid: int, readers: list) -> Monitor:
-    """kmon's engine on `pid`, as `kmon attach` builds it."""
+    """kmon's engine on `pid`, as `kmon attach --any-process --wire off` builds it (the
+    wire source has its own benchmark)."""
     reader = open_socket_reader()
     readers.append(reader)
-    sampler = ProcessSampler(pid, reader, SamplerSettings(require_kafka=False))
+    sampler = ProcessSampler(pid, reader, SamplerSettings(require_kafka=False, wire="off"))
     return Monitor([sampler], history=1)
 
 

@@ -1,0 +1,148 @@
+"""What a user feels: kmon's CPU share in a real terminal at 2,000 connections.
+
+    python benchmarks/terminal_cost.py [--connections 2000] [--seconds 30]
+
+A helper process holds --connections connections to another (dashboard_cost.py's
+helper roles: a few connections carry traffic, so rates and idle ages move).
+Measured in the same run, each over --seconds after a warm-up, as user + system
+CPU seconds of one process (all its threads) over wall seconds, at a 1 s interval:
+
+1. the baseline: kmon's engine alone (``Monitor.poll()`` every second, no output),
+   in this process;
+2. ``kmon attach PID`` in a real terminal: a tmux session of 200 x 60 (tmux
+   draws what kmon writes, as a terminal emulator would; its own CPU is shown
+   apart);
+3. ``kmon attach PID --json > /dev/null``.
+
+Both kmon runs use ``--any-process --wire off`` (the helper is no Kafka client, and
+the wire source has its own benchmark). Targets: the dashboard under 10% of one
+core and at most 2x the engine alone; ``--json`` under 8%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if str(HERE.parent) not in sys.path:
+    sys.path.insert(0, str(HERE.parent))
+
+import psutil  # noqa: E402
+from dashboard_cost import READY_TIMEOUT_S, closing_readers, engine_cpu_share, start_clients  # noqa: E402
+from helpers import Helpers  # noqa: E402
+
+WARM_UP_S = 5.0
+SIZE = (200, 60)
+TMUX_SOCKET = f"kmon-bench-{os.getpid()}"
+DASHBOARD_TARGET, JSON_TARGET, RATIO_TARGET = 0.10, 0.08, 2.0
+
+
+def cpu_share(procs: Callable[[], list[psutil.Process]], seconds: float) -> float:
+    """CPU seconds of ``procs()`` over ``seconds`` of wall time, after the warm-up."""
+    time.sleep(WARM_UP_S)
+
+    def cpu() -> float:
+        return sum(sum(p.cpu_times()[:2]) for p in procs())
+
+    start, wall = cpu(), time.perf_counter()
+    time.sleep(seconds)
+    return (cpu() - start) / (time.perf_counter() - wall)
+
+
+def kmon_command(pid: int, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "kmon", "attach", str(pid), "--any-process", "--wire", "off",
+            "--interval", "1s", *extra]
+
+
+def json_share(pid: int, seconds: float) -> float:
+    """``kmon attach --json`` writing to /dev/null."""
+    with open(os.devnull, "wb") as sink:
+        proc = subprocess.Popen(kmon_command(pid, "--json"), stdout=sink)
+    try:
+        return cpu_share(lambda: [psutil.Process(proc.pid)], seconds)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def tmux(*args: str) -> str:
+    return subprocess.run(["tmux", "-L", TMUX_SOCKET, *args], check=True, text=True,
+                          capture_output=True).stdout
+
+
+def dashboard_share(pid: int, seconds: float) -> tuple[float, float]:
+    """(kmon's share, tmux's share) for the dashboard in a 200 x 60 tmux session."""
+    command = shlex.join(kmon_command(pid))
+    tmux("new-session", "-d", "-x", str(SIZE[0]), "-y", str(SIZE[1]), "-s", "kmon",
+         f"exec {command}")
+    try:
+        kmon = psutil.Process(int(tmux("list-panes", "-F", "#{pane_pid}").split()[0]))
+        server = next(p for p in psutil.process_iter(["cmdline"])
+                      if p.info["cmdline"] and "tmux" in p.info["cmdline"][0]
+                      and TMUX_SOCKET in p.info["cmdline"] and p.pid != kmon.pid)
+        time.sleep(WARM_UP_S)
+        if str(pid) not in tmux("capture-pane", "-p"):
+            raise RuntimeError("the dashboard did not draw in tmux:\n" + tmux("capture-pane", "-p"))
+        start = {p.pid: sum(p.cpu_times()[:2]) for p in (kmon, server)}
+        wall = time.perf_counter()
+        time.sleep(seconds)
+        took = time.perf_counter() - wall
+        shares = [(sum(p.cpu_times()[:2]) - start[p.pid]) / took for p in (kmon, server)]
+        return shares[0], shares[1]
+    finally:
+        subprocess.run(["tmux", "-L", TMUX_SOCKET, "kill-server"], capture_output=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    if shutil.which("tmux") is None:
+        print("terminal_cost: needs tmux (apt-get install tmux)", file=sys.stderr)
+        return 1
+    helper_script = str(HERE / "dashboard_cost.py")
+    with Helpers(helper_script, READY_TIMEOUT_S) as helpers, closing_readers() as readers:
+        print(f"opening {args.connections} connections ...", file=sys.stderr, flush=True)
+        pid = start_clients(helpers, [args.connections])[0]
+        print("engine alone ...", file=sys.stderr, flush=True)
+        engine = engine_cpu_share(pid, args.seconds, readers).share
+        print("dashboard in tmux ...", file=sys.stderr, flush=True)
+        dashboard, terminal = dashboard_share(pid, args.seconds)
+        print("--json ...", file=sys.stderr, flush=True)
+        json_lines = json_share(pid, args.seconds)
+    print(f"kmon at {args.connections} connections, 1 s interval, {args.seconds:.0f} s each "
+          f"after {WARM_UP_S:.0f} s warm-up (user + system CPU / wall, one process)")
+    print(f"{'run':<34}{'share of a core':>16}{'/ engine':>10}{'target':>12}")
+    print(f"{'engine alone (baseline)':<34}{engine:>16.2%}{1.0:>10.2f}")
+    print(f"{'dashboard in tmux 200x60':<34}{dashboard:>16.2%}{dashboard / engine:>10.2f}"
+          f"{'<10%, <=2x':>12}")
+    print(f"{'  (tmux server drawing it)':<34}{terminal:>16.2%}")
+    print(f"{'--json > /dev/null':<34}{json_lines:>16.2%}{json_lines / engine:>10.2f}"
+          f"{'<8%':>12}")
+    met = (dashboard < DASHBOARD_TARGET and dashboard / engine <= RATIO_TARGET
+           and json_lines < JSON_TARGET)
+    print(f"targets {'met' if met else 'NOT met'}")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--connections", type=int, default=2000)
+    parser.add_argument("--seconds", type=float, default=30.0, help="seconds of each measurement")
+    args = parser.parse_args()
+    if args.connections < 1 or args.seconds < 2:
+        parser.error("need --connections >= 1 and --seconds >= 2")
+    try:
+        return run(args)
+    except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+        print(f"terminal_cost: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
