@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-import json
+import sys
 import time
+
+import orjson
 
 from kmon.engine.monitor import Monitor
 from kmon.errors import UserError
@@ -39,7 +41,8 @@ def print_snapshots(monitor: Monitor, interval: float, json_lines: bool, once: b
             if json_lines:
                 record = snapshot.to_dict()
                 record["events"] = [e.to_dict() for e in events]
-                print(json.dumps(record), flush=True)
+                sys.stdout.buffer.write(orjson.dumps(record) + b"\n")
+                sys.stdout.flush()
             elif snapshot.processes:
                 view = snapshot_renderable(snapshot, monitor.events, title, labels)
                 live.update(view, refresh=True) if live else console.print(view)
