@@ -230,6 +230,37 @@ def test_many_sockets_come_from_one_filtered_dump_as_from_exact_lookups(
     assert _find(reader.sockets_of(PID), other) is not None
 
 
+def test_host_clients_from_a_filtered_dump_agree_with_psutils_scan(stack, listener_process):
+    """Discovery: the processes connected to the "brokers" (a listener in a child process,
+    and one here), not the processes serving them, not kmon; as psutil's scan says."""
+    from kmon.sources.host_sockets import HostClients, client_pids
+
+    here = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
+    brokers = {Endpoint("127.0.0.1", listener_process), _endpoint(here.getsockname())}
+    code = ("import socket, sys\n"
+            f"c = socket.create_connection(('127.0.0.1', {listener_process}))\n"
+            "print('ready', flush=True)\n"
+            "sys.stdin.read()\n")
+    clients = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        for client in clients:
+            assert client.stdout.readline().strip() == "ready"
+        search = HostClients()
+        try:
+            for _ in range(2):  # the second search from the kept inode -> PID map
+                assert search(brokers) == client_pids(brokers) == {c.pid for c in clients}
+            clients[0].kill()
+            clients[0].wait()
+            assert search(brokers) == {clients[1].pid}
+        finally:
+            search.close()
+    finally:
+        for client in clients:
+            client.kill()
+            client.wait()
+
+
 def test_non_tcp_and_listening_sockets_are_skipped_without_new_dumps(reader, stack):
     client, _ = _pair(stack)
     listener = stack.enter_context(socket.socket())

@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection
 
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
-from kmon.sources.host_sockets import client_pids
+from kmon.sources.host_sockets import HostClients
 from kmon.sources.sockets import Endpoint, SocketReader
 
 
@@ -19,12 +19,13 @@ class ClientDiscovery:
     """Adds a sampler for each local process newly connected to the given brokers.
 
     ``update`` searches at most every ``every_s`` seconds; ``find`` is the
-    search (the host's TCP sockets by default).
+    search (by default the host's sockets on the brokers' ports: HostClients).
     """
 
     def __init__(self, reader: SocketReader, settings: SamplerSettings, every_s: float,
-                 find: Callable[[Collection[Endpoint]], set[int]] = client_pids) -> None:
-        self.reader, self.settings, self.every_s, self.find = reader, settings, every_s, find
+                 find: Callable[[Collection[Endpoint]], set[int]] | None = None) -> None:
+        self.reader, self.settings, self.every_s = reader, settings, every_s
+        self.find = find or HostClients()
         self.next_search = 0.0  # monotonic
         self.notices: list[str] = []
 
@@ -35,7 +36,7 @@ class ClientDiscovery:
         self.next_search = time.monotonic() + self.every_s
         try:
             found = self.find(brokers)
-        except PermissionError as err:
+        except OSError as err:  # no permission to list the host's sockets, netlink failed
             self.notices = [str(err)]
             return
         for pid in sorted(found - monitor.samplers.keys()):
@@ -49,3 +50,9 @@ class ClientDiscovery:
         except SampleError as err:
             if not quiet:
                 self.notices = [str(err)]
+
+    def close(self) -> None:
+        """Release the search's netlink socket."""
+        close = getattr(self.find, "close", None)
+        if close is not None:
+            close()

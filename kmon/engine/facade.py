@@ -168,5 +168,6 @@ class ClusterSession:
         return open_process(pid, self.settings, self.interval_ms)
 
     def close(self) -> None:
-        """Stop every sampler (JMX helpers)."""
+        """Stop every sampler (JMX helpers) and the search for clients."""
         self.monitor.close()
+        self.discovery.close()

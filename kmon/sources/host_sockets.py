@@ -1,4 +1,9 @@
-"""Local processes connected to a set of broker endpoints, from the host's TCP sockets."""
+"""Local processes connected to a set of broker endpoints, from the host's TCP sockets.
+
+``HostClients`` asks the kernel (sock_diag) for the sockets on the brokers' ports
+only and keeps the socket inode -> PID map from search to search; ``client_pids``
+is psutil's scan of every socket and every fd on the host, where sock_diag is refused.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,9 @@ from collections.abc import Collection
 
 import psutil
 
+from kmon.sources.proc_fds import SocketOwners
 from kmon.sources.resolve import normalize_ip
+from kmon.sources.sockdiag import SockDiagReader, SockDiagUnavailable
 from kmon.sources.sockets import Endpoint
 
 WILDCARD_IPS = ("0.0.0.0", "::")
@@ -39,3 +46,33 @@ def client_pids(brokers: Collection[Endpoint]) -> set[int]:
         elif sock.raddr and Endpoint(normalize_ip(sock.raddr.ip), sock.raddr.port) in brokers:
             clients.add(sock.pid)
     return clients - servers - {os.getpid()}
+
+
+class HostClients:
+    """``client_pids`` from a sock_diag dump filtered by the brokers' ports, with the owners
+    of the sockets found kept from search to search (kmon.sources.proc_fds.SocketOwners).
+    Falls back to psutil's scan where the kernel refuses sock_diag."""
+
+    def __init__(self) -> None:
+        try:
+            self._diag: SockDiagReader | None = SockDiagReader()
+        except SockDiagUnavailable:
+            self._diag = None
+        self._owners = SocketOwners()
+
+    def __call__(self, brokers: Collection[Endpoint]) -> set[int]:
+        if self._diag is None:
+            return client_pids(brokers)
+        ports = {b.port for b in brokers}
+        sockets = self._diag.host_sockets(ports)
+        clients = {s.inode for s in sockets if not s.listening and s.remote in brokers}
+        servers = {s.inode for s in sockets if s.listening and (
+            s.local in brokers or (s.local.ip in WILDCARD_IPS and s.local.port in ports))}
+        owners = self._owners.owners(clients | servers)
+        serving = {owners[i] for i in servers if i in owners}
+        return {owners[i] for i in clients if i in owners} - serving - {os.getpid()}
+
+    def close(self) -> None:
+        """Close the netlink socket."""
+        if self._diag is not None:
+            self._diag.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import time
+from collections.abc import Collection
 
 import psutil
 
@@ -60,6 +61,41 @@ class FdTable:
             return self._inodes
         finally:
             os.close(dir_fd)
+
+
+class SocketOwners:
+    """Which process holds each socket inode, among the processes this user may read.
+
+    Kept from call to call: each process's fd links are read again only when its fd
+    numbers change, or every ``reread_s`` (a socket that took a closed one's fd number
+    is seen by then), so a search costs a listing of each process's fd numbers.
+    """
+
+    def __init__(self, reread_s: float = 30.0) -> None:
+        self.reread_s = reread_s
+        self._tables: dict[int, FdTable] = {}
+
+    def owners(self, inodes: Collection[int]) -> dict[int, int]:
+        """inode -> PID for the ``inodes`` some readable process holds."""
+        wanted = set(inodes)
+        if not wanted:
+            return {}
+        pids = {int(name) for name in os.listdir("/proc") if name.isdigit()}
+        for gone in self._tables.keys() - pids:
+            del self._tables[gone]
+        found: dict[int, int] = {}
+        for pid in pids:
+            table = self._tables.get(pid)
+            if table is None:
+                table = self._tables[pid] = FdTable(pid, self.reread_s)
+            try:
+                held = table.socket_inodes()
+            except (psutil.NoSuchProcess, psutil.AccessDenied, OSError):
+                continue
+            for inode in wanted:
+                if inode in held:
+                    found[inode] = pid
+        return found
 
 
 def _read_links(pid: int, dir_fd: int, names: frozenset[str]) -> dict[int, int]:

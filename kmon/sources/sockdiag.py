@@ -17,6 +17,7 @@ import struct
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from kmon.sources.proc_fds import FdTable, socket_protocol
 from kmon.sources.sockets import Endpoint, TcpSocket
@@ -33,6 +34,8 @@ SO_RCVBUFFORCE = 33
 INET_DIAG_INFO = 2
 INET_DIAG_REQ_BYTECODE = 1
 INET_DIAG_BC_JMP = 1
+INET_DIAG_BC_S_GE = 2
+INET_DIAG_BC_S_LE = 3
 INET_DIAG_BC_D_GE = 4
 INET_DIAG_BC_D_LE = 5
 
@@ -83,6 +86,7 @@ _RETRY_FIRST_S = 0.5
 _RETRY_MAX_S = 8.0
 _MAPPED_V4 = b"\0" * 10 + b"\xff\xff"
 _TCP_PROTOCOLS = ("TCP", "TCPv6", None)  # socket_protocol(): None = cannot tell
+_NO_FAMILY = (errno.EAFNOSUPPORT, errno.ENOENT, errno.EINVAL)  # no IPv6 in this kernel
 
 
 class SockDiagUnavailable(OSError):
@@ -97,6 +101,15 @@ class _Known:
     local: Endpoint
     remote: Endpoint
     family: int
+
+
+class HostSocket(NamedTuple):
+    """A TCP socket of the host, as a discovery dump sees it (no owner, no tcp_info)."""
+
+    inode: int
+    local: Endpoint
+    remote: Endpoint
+    listening: bool
 
 
 @dataclass(slots=True)
@@ -162,6 +175,46 @@ class SockDiagReader:
         self._dirty = False
         found.sort(key=lambda s: s.fd or 0)
         return found
+
+    def host_sockets(self, ports: Collection[int]) -> list[HostSocket]:
+        """Every TCP socket of the host (this network namespace) whose local or remote
+        port is one of ``ports``, listeners included: one dump per family, filtered in the
+        kernel, so the cost follows the matches rather than the host's socket count."""
+        bytecode = _port_filter(local=ports, remote=ports)
+        found: list[HostSocket] = []
+        if self._dirty:
+            self._reopen()
+        self._dirty = True
+        for seq, family in enumerate((socket.AF_INET, socket.AF_INET6), start=1):
+            self._send(_request(seq, NLM_F_REQUEST | NLM_F_DUMP, family, 0, _DUMP_STATES,
+                                None, bytecode))
+            try:
+                self._read_host_dump(found)
+            except OSError as err:  # a kernel without IPv6 refuses the second dump
+                if family == socket.AF_INET or err.errno not in _NO_FAMILY:
+                    raise
+        self._dirty = False
+        return found
+
+    def _read_host_dump(self, found: list[HostSocket]) -> None:
+        buf, view = self._buf, self._view
+        unpack_hdr, unpack_u32 = _NLMSGHDR.unpack_from, _U32.unpack_from
+        while True:
+            size = self._sock.recv_into(buf)
+            off = 0
+            while off + _HDR <= size:
+                length, kind = unpack_hdr(buf, off)[:2]
+                if kind == SOCK_DIAG_BY_FAMILY:
+                    inode = unpack_u32(buf, off + _HDR + _INODE_AT)[0]
+                    if inode:
+                        known = _known_from_msg(view[off + _HDR : off + length], inode)
+                        found.append(HostSocket(inode, known.local, known.remote,
+                                                buf[off + _HDR + 1] == _LISTEN))
+                elif kind == NLMSG_DONE:
+                    return
+                elif kind == NLMSG_ERROR:
+                    _raise_error(buf, off)
+                off += (length + 3) & ~3
 
     # -- cache upkeep -------------------------------------------------------
 
@@ -274,7 +327,7 @@ class SockDiagReader:
         found: list[TcpSocket] = []
         known = cache.known
         ext = 1 << (INET_DIAG_INFO - 1)
-        bytecode = _remote_port_filter(sorted(ports))
+        bytecode = _port_filter(remote=ports)
         for seq, family in enumerate(sorted({k.family for k in known.values()}), start=1):
             self._send(_request(seq, NLM_F_REQUEST | NLM_F_DUMP, family, ext, _DUMP_STATES,
                                 None, bytecode))
@@ -394,22 +447,25 @@ def _request(
     return _NLMSGHDR.pack(_HDR + len(body), SOCK_DIAG_BY_FAMILY, flags, seq, 0) + body
 
 
-def _remote_port_filter(ports: list[int]) -> bytes:
-    """inet_diag bytecode passing the sockets whose remote port is one of ``ports``.
+def _port_filter(local: Collection[int] = (), remote: Collection[int] = ()) -> bytes:
+    """inet_diag bytecode passing the sockets whose local port is one of ``local`` or whose
+    remote port is one of ``remote``.
 
-    As ``ss`` compiles ``dport = P1 or dport = P2 ...``: per port, "dport >= P" then
-    "dport <= P" (a condition's operand is the ``no`` field of the word after it), whose
+    As ``ss`` compiles ``sport = P or dport = Q ...``: per port, "port >= P" then
+    "port <= P" (a condition's operand is the ``no`` field of the word after it), whose
     failure jumps 4 bytes past the block, into the next port's; between blocks, a JMP
     whose jump goes to the end (the socket passes). Past the last block: rejected. The
     kernel accepts a jump only to an op reached by following the ``yes`` jumps.
     """
     op = struct.Struct("=BBH")
-    total = 20 * len(ports) - 4
+    blocks = [(INET_DIAG_BC_S_GE, INET_DIAG_BC_S_LE, port) for port in sorted(local)]
+    blocks += [(INET_DIAG_BC_D_GE, INET_DIAG_BC_D_LE, port) for port in sorted(remote)]
+    total = 20 * len(blocks) - 4
     code = b""
-    for i, port in enumerate(ports):
-        code += op.pack(INET_DIAG_BC_D_GE, 8, 20) + op.pack(0, 0, port)
-        code += op.pack(INET_DIAG_BC_D_LE, 8, 12) + op.pack(0, 0, port)
-        if i < len(ports) - 1:
+    for i, (at_least, at_most, port) in enumerate(blocks):
+        code += op.pack(at_least, 8, 20) + op.pack(0, 0, port)
+        code += op.pack(at_most, 8, 12) + op.pack(0, 0, port)
+        if i < len(blocks) - 1:
             code += op.pack(INET_DIAG_BC_JMP, 4, total - len(code))
     return code
 
