@@ -4,9 +4,9 @@ Run from the repository root: ``python screenshots/make.py [--no-charts]``. It
 starts the demo's embedded cluster and workload, runs the real dashboard on a
 virtual terminal (Textual's pilot) — ``kmon watch`` on the cluster, then the
 attach screen of a consumer and of the producer whose idle connections are
-reaped — and saves each screen as SVG, and as PNG where ``rsvg-convert`` is
-installed. Then it simulates a small fleet, runs ``kmon analyze`` on it and
-keeps its charts (PNG).
+reaped, then the host view (``kmon``) — and saves each screen as SVG, and as
+PNG where ``rsvg-convert`` is installed. Then it simulates a small fleet, runs
+``kmon analyze`` on it and keeps its charts (PNG).
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from pathlib import Path
 
 from kmon.devtools.demo import Demo
 from kmon.engine.cluster_watch import ClusterWatcher
-from kmon.engine.facade import ClusterSession
+from kmon.engine.facade import ClusterSession, HostSession
 from kmon.engine.sampler import SamplerSettings
 from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import DashboardSettings
+from kmon.widgets.host_screen import HostScreen
 from kmon.widgets.watch_screen import WatchScreen
 
 OUT = Path(__file__).parent
@@ -73,6 +74,15 @@ async def dashboard_screens(demo: Demo) -> None:
         save(app, "attach-reaping")
 
 
+async def host_view() -> None:
+    """``kmon`` with no arguments: every Kafka client on this host, by cluster."""
+    app = KmonApp(HostScreen(HostSession(SamplerSettings(require_kafka=False)),
+                             DashboardSettings()))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(SETTLE_SECONDS)
+        save(app, "host")
+
+
 def analysis_charts() -> None:
     """Simulate a fleet, analyse it on Spark, keep the charts."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -94,6 +104,7 @@ def main() -> int:
     args = parser.parse_args()
     with Demo() as demo:
         asyncio.run(dashboard_screens(demo))
+        asyncio.run(host_view())
     if not args.no_charts:
         analysis_charts()
     return 0

@@ -1,10 +1,12 @@
-"""Start the dashboard: the attach screen for one process, the watch screen for a cluster."""
+"""Start the dashboard: the attach screen for one process, the watch screen for a cluster,
+the host view for every Kafka client on this host."""
 
 from __future__ import annotations
 
-from kmon.engine.facade import ClusterSession, ProcessSession
+from kmon.engine.facade import ClusterSession, HostSession, ProcessSession
 from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen, DashboardSettings
+from kmon.widgets.host_screen import HostScreen
 from kmon.widgets.watch_screen import WatchScreen
 
 
@@ -20,4 +22,10 @@ def run_watch(name: str, session: ClusterSession, settings: DashboardSettings,
               exit_after_s: float | None = None) -> int:
     """The watch dashboard of one cluster until the user quits (or ``exit_after_s``)."""
     KmonApp(WatchScreen(name, session, settings, labels), theme, exit_after_s).run()
+    return 0
+
+
+def run_host(session: HostSession, settings: DashboardSettings, theme: str | None) -> int:
+    """The host view until the user quits."""
+    KmonApp(HostScreen(session, settings), theme).run()
     return 0

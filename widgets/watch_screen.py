@@ -50,7 +50,7 @@ class ClusterRefreshed(Message):
     """The cluster's metadata was fetched again (in a worker)."""
 
 
-def _process_cells(view: ProcessView, label: str, churn: ChurnBoard, now_ms: int) -> tuple:
+def process_cells(view: ProcessView, label: str, churn: ChurnBoard, now_ms: int) -> tuple:
     roles = Counter(c.role for c in view.connections)
     opened, closed = churn.per_process(view.pid)
     pattern = churn.pattern(view.pid, now_ms)
@@ -103,6 +103,14 @@ class WatchScreen(PollingScreen):
         yield Footer()
 
     def on_mount(self) -> None:
+        self.add_columns()
+        self.query_one("#watch-events").border_title = "events"
+        self.query_one("#processes", DataTable).focus()
+        self.start_polling()
+        self.redraw()
+
+    def add_columns(self) -> None:
+        """Name the tables and their columns."""
         brokers = self.query_one("#brokers", DataTable)
         brokers.border_title = "brokers (cluster metadata)"
         brokers.add_columns("id", "address", "rack", "controller", "groups coordinated",
@@ -116,10 +124,6 @@ class WatchScreen(PollingScreen):
         table.border_title = "local client processes (enter: attach)"
         table.add_columns("pid", "process", "client ids", *(r.value for r in ROLES),
                           "CLOSE_WAIT", "max idle", "opened/closed 1m", "churn", "notice")
-        self.query_one("#watch-events").border_title = "events"
-        table.focus()
-        self.start_polling()
-        self.redraw()
 
     # -- refresh loop -----------------------------------------------------------------------
 
@@ -223,7 +227,7 @@ class WatchScreen(PollingScreen):
         for key in [row.value for row in table.rows if row.value not in views]:
             table.remove_row(key)
         for key, view in sorted(views.items(), key=lambda kv: int(kv[0])):
-            cells = _process_cells(view, self.labels.get(view.pid, ""), self.churn,
+            cells = process_cells(view, self.labels.get(view.pid, ""), self.churn,
                                    self.snapshot.ts_ms)
             if key in table.rows:
                 for column, value in zip(table.columns, cells, strict=True):
@@ -251,9 +255,13 @@ class WatchScreen(PollingScreen):
     def _attached(self, message: Attached) -> None:
         pid = message.pid
         self.app.push_screen(AttachScreen(
-            pid, message.session, self.settings, cluster=self.cluster_name,
+            pid, message.session, self.settings, cluster=self.cluster_of(pid),
             label=self.labels.get(pid, ""), can_go_back=True,
             past_events=message.past_events))
+
+    def cluster_of(self, pid: int) -> str:
+        """The cluster a watched process talks to."""
+        return self.cluster_name
 
     @on(AttachRefused)
     def _attach_refused(self, message: AttachRefused) -> None:

@@ -12,7 +12,8 @@ from kmon.errors import UserError
 # command -> (module under kmon.cli, help)
 COMMANDS = {
     "attach": ("attach", "watch the connections of one client process"),
-    "watch": ("watch", "a cluster's brokers, groups and local clients"),
+    "watch": ("watch", "a cluster's brokers, groups and local clients; with no CLUSTER "
+                       "(or no command at all) every Kafka client on this host"),
     "replay": ("replay", "the attach dashboard over a recording made with "
                          "kmon attach PID --json > FILE"),
     "run": ("run", "run a confluent-kafka program with kmon's agent"),
@@ -41,7 +42,8 @@ def build_parser() -> Parser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one kmon command; user errors are one line on stderr and exit 1."""
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv or ["watch"])  # no command: the host view
     try:
         return _command(args.command).run(args)
     except KeyboardInterrupt:

@@ -1,4 +1,6 @@
-"""``kmon watch CLUSTER``: the dashboard of one cluster's brokers, groups and local clients."""
+"""``kmon watch CLUSTER``: the dashboard of one cluster's brokers, groups and local clients;
+with no CLUSTER (and ``kmon`` with no command), the host view: every Kafka client process
+on this host, by cluster."""
 
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ from kmon.units import duration_arg
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``watch`` arguments to ``parser``."""
-    parser.add_argument("cluster", metavar="CLUSTER",
-                        help="bootstrap servers host:port,... or a cluster named in the config")
+    parser.add_argument("cluster", metavar="CLUSTER", nargs="?",
+                        help="bootstrap servers host:port,... or a cluster named in the config "
+                             "(none: every Kafka client process on this host, by cluster)")
     options.client_properties(parser, "for the cluster, e.g. security.protocol=SSL "
                               "(KEY=@FILE reads the value from FILE)")
     options.interval(parser, "refreshes of the local clients")
@@ -34,11 +37,14 @@ def run(args: argparse.Namespace) -> int:
     from kmon.widgets.launch import run_watch
 
     config = load_config(args.config)
-    cluster = config.resolve_cluster(args.cluster, dict(args.properties))
     theme = checked_theme(config, args.theme)
     if not options.interactive(args):
-        raise UserError("kmon watch is a dashboard and needs a terminal; for text output use "
-                        "kmon attach PID --json or kmon record --cluster")
+        raise UserError("kmon watch (and kmon with no command) is a dashboard and needs a "
+                        "terminal; for text output use kmon attach PID --json or "
+                        "kmon record --cluster")
+    if args.cluster is None:
+        return _host_view(args, config, theme)
+    cluster = config.resolve_cluster(args.cluster, dict(args.properties))
     watcher = ClusterWatcher(cluster.bootstrap, cluster.properties, timeout_s=args.cluster_timeout,
                              refresh_s=args.metadata_every)
     settings = dashboard_settings(config, args.interval, args.record_dir)
@@ -50,3 +56,18 @@ def run(args: argparse.Namespace) -> int:
     shown = ", ".join(f"{k}={v}" for k, v in cluster.shown_properties().items())
     return run_watch(f"{cluster.name} ({shown})" if shown else cluster.name, session, settings,
                      theme)
+
+
+def _host_view(args: argparse.Namespace, config, theme: str | None) -> int:
+    from kmon.cli.dashboard import dashboard_settings
+    from kmon.engine.facade import HostSession
+    from kmon.engine.sampler import SamplerSettings
+    from kmon.widgets.launch import run_host
+
+    settings = dashboard_settings(config, args.interval, args.record_dir)
+    sampler_settings = SamplerSettings(broker_idle_ms=args.broker_idle_ms, require_kafka=False,
+                                       middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
+                                       wire=args.wire)
+    session = HostSession(sampler_settings, churn=config.churn,
+                          interval_ms=round(settings.interval_s * 1000))
+    return run_host(session, settings, theme)

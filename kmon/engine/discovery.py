@@ -30,8 +30,8 @@ class ClientDiscovery:
         self.notices: list[str] = []
 
     def update(self, monitor: Monitor, brokers: Collection[Endpoint]) -> None:
-        """Search the host's sockets when due; new clients join ``monitor``."""
-        if not brokers or time.monotonic() < self.next_search:
+        """Search the host when due; new clients join ``monitor``."""
+        if time.monotonic() < self.next_search:
             return
         self.next_search = time.monotonic() + self.every_s
         try:

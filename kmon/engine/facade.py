@@ -1,8 +1,9 @@
 """The one door between the engine and the dashboard: sessions to poll, record and close.
 
 The screens never build samplers, sockets or recorders themselves. They hold a
-``ProcessSession`` (one process, live or replayed) or a ``ClusterSession``
-(a cluster and its local clients) and call these methods from worker threads:
+``ProcessSession`` (one process, live or replayed), a ``ClusterSession`` (a
+cluster and its local clients) or a ``HostSession`` (every Kafka client on this
+host) and call these methods from worker threads:
 ``poll()``, ``stop_recording()``, ``attach()``, ``refresh_cluster()``.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -22,13 +24,15 @@ from kmon.engine.cluster_watch import (
     groups_view,
 )
 from kmon.engine.discovery import ClientDiscovery
+from kmon.engine.host_view import UNKNOWN_CLUSTER, KafkaProcesses, cluster_labels
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
 from kmon.model import ChurnThresholds, Event, Snapshot
-from kmon.sources.sockets import open_socket_reader
+from kmon.sources.sockets import Endpoint, open_socket_reader
 
-__all__ = ["AttachFailed", "ClusterSession", "ClusterView", "GroupRow", "ProcessSession",
-           "SnapshotSource", "broker_connection_counts", "groups_coordinated", "groups_view"]
+__all__ = ["UNKNOWN_CLUSTER", "AttachFailed", "ClusterSession", "ClusterView", "GroupRow",
+           "HostSession", "ProcessSession", "SnapshotSource", "broker_connection_counts",
+           "groups_coordinated", "groups_view"]
 
 DISCOVER_EVERY_S = 5.0
 
@@ -106,7 +110,39 @@ def open_process(pid: int, settings: SamplerSettings, interval_ms: int = 1000) -
     return ProcessSession(Monitor([sampler], history=1), interval_ms)
 
 
-class ClusterSession:
+class LocalClients:
+    """Many local client processes, found by ``find`` (see ClientDiscovery) and polled
+    together; what the watch screen and the host view share."""
+
+    def __init__(self, settings: SamplerSettings, find: Callable | None,
+                 discover_every_s: float, interval_ms: int,
+                 churn: ChurnThresholds | None) -> None:
+        self.settings, self.interval_ms = settings, interval_ms
+        self.monitor = Monitor([], history=1, churn=churn)
+        self.discovery = ClientDiscovery(open_socket_reader(), settings, discover_every_s, find)
+        self._lock = threading.Lock()
+
+    @property
+    def notices(self) -> list[str]:
+        """Problems finding or reading the local clients."""
+        return self.discovery.notices
+
+    def events_of(self, pid: int) -> list[Event]:
+        """The remembered events of one watched process."""
+        with self._lock:
+            return [e for e in self.monitor.events if e.pid == pid]
+
+    def attach(self, pid: int) -> ProcessSession:
+        """A session of one of the clients (its own sampler and socket reader)."""
+        return open_process(pid, self.settings, self.interval_ms)
+
+    def close(self) -> None:
+        """Stop every sampler (JMX helpers) and the search for clients."""
+        self.monitor.close()
+        self.discovery.close()
+
+
+class ClusterSession(LocalClients):
     """A cluster's metadata and groups, and every local client of it, for the watch screen.
 
     ``poll()`` (a worker thread) searches the host for new clients when due and
@@ -117,11 +153,8 @@ class ClusterSession:
     def __init__(self, watcher: ClusterWatcher, settings: SamplerSettings, pids: list[int],
                  discover_every_s: float = DISCOVER_EVERY_S, interval_ms: int = 1000,
                  churn: ChurnThresholds | None = None) -> None:
-        self.watcher, self.settings = watcher, settings
-        self.interval_ms = interval_ms
-        self.monitor = Monitor([], history=1, churn=churn)
-        self.discovery = ClientDiscovery(open_socket_reader(), settings, discover_every_s)
-        self._lock = threading.Lock()
+        super().__init__(settings, None, discover_every_s, interval_ms, churn)
+        self.watcher = watcher
         for pid in pids:
             self.discovery.add(self.monitor, pid)
 
@@ -129,11 +162,6 @@ class ClusterSession:
     def view(self) -> ClusterView:
         """The cluster as last fetched."""
         return self.watcher.view
-
-    @property
-    def notices(self) -> list[str]:
-        """Problems finding or reading the local clients."""
-        return self.discovery.notices
 
     @property
     def next_retry_in_s(self) -> float | None:
@@ -158,16 +186,39 @@ class ClusterSession:
                                       set(view.metadata.endpoints(self.settings.resolver)))
             return self.monitor.poll()
 
-    def events_of(self, pid: int) -> list[Event]:
-        """The remembered events of one watched process."""
+
+class HostSession(LocalClients):
+    """Every Kafka client process on this host (kmon.engine.host_view), for the host view.
+
+    ``poll()`` (a worker thread) searches the host when due, and at once when the
+    clients name brokers not seen before; a process found serving those brokers is
+    dropped.
+    """
+
+    def __init__(self, settings: SamplerSettings, discover_every_s: float = DISCOVER_EVERY_S,
+                 interval_ms: int = 1000, churn: ChurnThresholds | None = None) -> None:
+        self.search = KafkaProcesses()
+        super().__init__(settings, self.search, discover_every_s, interval_ms, churn)
+        self._brokers: frozenset[Endpoint] = frozenset()
+
+    @property
+    def host(self) -> str:
+        """This host's name."""
+        return self.monitor.host
+
+    def poll(self) -> tuple[Snapshot, list[Event]]:
+        """Search for new clients when due, then one snapshot of every client."""
         with self._lock:
-            return [e for e in self.monitor.events if e.pid == pid]
+            brokers = frozenset(self.settings.learned)
+            if brokers != self._brokers:
+                self._brokers = brokers
+                self.discovery.next_search = 0.0
+            self.discovery.update(self.monitor, brokers)
+            for pid in self.monitor.samplers.keys() & self.search.serving:
+                self.monitor.remove(pid)
+            return self.monitor.poll()
 
-    def attach(self, pid: int) -> ProcessSession:
-        """A session of one of the cluster's clients (its own sampler and socket reader)."""
-        return open_process(pid, self.settings, self.interval_ms)
-
-    def close(self) -> None:
-        """Stop every sampler (JMX helpers) and the search for clients."""
-        self.monitor.close()
-        self.discovery.close()
+    @staticmethod
+    def cluster_labels(snapshot: Snapshot) -> dict[int, str]:
+        """Each process's cluster (see kmon.engine.host_view.cluster_labels)."""
+        return cluster_labels(snapshot)

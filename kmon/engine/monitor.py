@@ -107,6 +107,14 @@ class Monitor:
         """Watch one more process (a no-op for one already watched)."""
         self.samplers.setdefault(sampler.pid, sampler)
 
+    def remove(self, pid: int) -> None:
+        """Stop watching ``pid`` quietly (it turned out not to be a client)."""
+        sampler = self.samplers.pop(pid, None)
+        if sampler is not None:
+            sampler.close()
+        self.last_views.pop(pid, None)
+        self.lives.pop(pid, None)
+
     @property
     def all_exited(self) -> bool:
         """True once every watched process has been dropped."""

@@ -28,6 +28,8 @@ def client_pids(brokers: Collection[Endpoint]) -> set[int]:
     out, as is kmon. Sockets of other users' processes are only visible to root.
     Raises PermissionError where the OS hides the host's sockets from this user.
     """
+    if not brokers:
+        return set()
     ports = {b.port for b in brokers}
     try:
         sockets = psutil.net_connections(kind="tcp")
@@ -63,14 +65,24 @@ class HostClients:
     def __call__(self, brokers: Collection[Endpoint]) -> set[int]:
         if self._diag is None:
             return client_pids(brokers)
+        clients, servers = self.search(brokers)
+        return clients - servers - {os.getpid()}
+
+    def search(self, brokers: Collection[Endpoint]) -> tuple[set[int], set[int]]:
+        """(PIDs connected to ``brokers``, PIDs listening on them), kmon included; sock_diag
+        only (SockDiagUnavailable where the kernel refused it)."""
+        if self._diag is None:
+            raise SockDiagUnavailable("netlink sock_diag is not available here")
+        if not brokers:
+            return set(), set()
         ports = {b.port for b in brokers}
         sockets = self._diag.host_sockets(ports)
         clients = {s.inode for s in sockets if not s.listening and s.remote in brokers}
         servers = {s.inode for s in sockets if s.listening and (
             s.local in brokers or (s.local.ip in WILDCARD_IPS and s.local.port in ports))}
         owners = self._owners.owners(clients | servers)
-        serving = {owners[i] for i in servers if i in owners}
-        return {owners[i] for i in clients if i in owners} - serving - {os.getpid()}
+        return ({owners[i] for i in clients if i in owners},
+                {owners[i] for i in servers if i in owners})
 
     def close(self) -> None:
         """Close the netlink socket."""

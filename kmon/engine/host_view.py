@@ -1,0 +1,96 @@
+"""Every Kafka client process on this host, and the cluster each one talks to.
+
+A process is a Kafka client when it has a Kafka client library mapped
+(librdkafka, kafka-clients: this finds agentless and instrumented clients of any
+cluster) or holds a connection to a broker another client names (this finds
+clients with no library to map: kafka-python, KafkaJS, Go). A process listening
+on those brokers' endpoints serves them (a broker, the embedded cluster) and is
+left out, as is kmon. Clusters are told apart by the brokers their clients use.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Collection
+
+from kmon.model import Role, Snapshot
+from kmon.sources.host_sockets import HostClients, client_pids
+from kmon.sources.process_info import is_kernel_thread, loads_kafka_library
+from kmon.sources.resolve import parse_endpoint
+from kmon.sources.sockdiag import SockDiagUnavailable
+from kmon.sources.sockets import Endpoint
+
+UNKNOWN_CLUSTER = "(brokers not known yet)"
+
+
+class KafkaProcesses:
+    """The search of ``ClientDiscovery`` for the host view (see the module's docstring).
+
+    A process found without a library is looked at again every ``recheck_s``
+    (a program may load its client library late); ``serving`` is the set of
+    processes the last search found serving the brokers.
+    """
+
+    def __init__(self, recheck_s: float = 60.0) -> None:
+        self.recheck_s = recheck_s
+        self.sockets = HostClients()
+        self.serving: set[int] = set()
+        self._mapped: dict[int, tuple[bool, float]] = {}  # pid -> (library mapped, checked at)
+
+    def __call__(self, brokers: Collection[Endpoint]) -> set[int]:
+        try:
+            connected, self.serving = self.sockets.search(brokers)
+        except SockDiagUnavailable:  # psutil's scan: the clients, not who serves them
+            connected, self.serving = client_pids(brokers), set()
+        now = time.monotonic()
+        pids = {int(name) for name in os.listdir("/proc") if name.isdigit()}
+        for gone in self._mapped.keys() - pids:
+            del self._mapped[gone]
+        mapped = {pid for pid in pids - connected if self._has_library(pid, now)}
+        return (connected | mapped) - self.serving - {os.getpid()}
+
+    def _has_library(self, pid: int, now: float) -> bool:
+        known = self._mapped.get(pid)
+        if known is not None and (known[0] or now - known[1] < self.recheck_s):
+            return known[0]
+        found = not is_kernel_thread(pid) and loads_kafka_library(pid)
+        self._mapped[pid] = (found, now)
+        return found
+
+    def close(self) -> None:
+        """Release the netlink socket."""
+        self.sockets.close()
+
+
+def cluster_labels(snapshot: Snapshot) -> dict[int, str]:
+    """Each process's cluster, named by the brokers it is connected to (the first, and how
+    many more); processes that share a broker share a cluster."""
+    brokers_of: dict[int, set[Endpoint]] = {}
+    for view in snapshot.processes:
+        brokers_of[view.pid] = {
+            endpoint for c in view.connections
+            if c.role is not Role.UNKNOWN and (endpoint := parse_endpoint(c.remote or ""))}
+    parent: dict[Endpoint, Endpoint] = {}
+
+    def root(endpoint: Endpoint) -> Endpoint:
+        while parent.setdefault(endpoint, endpoint) != endpoint:
+            endpoint = parent[endpoint]
+        return endpoint
+
+    for endpoints in brokers_of.values():
+        first, *rest = sorted(endpoints, key=str) or [None]
+        for other in rest:
+            parent[root(other)] = root(first)
+    members: dict[Endpoint, set[Endpoint]] = {}
+    for endpoint in list(parent):
+        members.setdefault(root(endpoint), set()).add(endpoint)
+    labels = {}
+    for pid, endpoints in brokers_of.items():
+        if not endpoints:
+            labels[pid] = UNKNOWN_CLUSTER
+            continue
+        cluster = sorted(members[root(next(iter(endpoints)))], key=str)
+        more = f" +{len(cluster) - 1}" if len(cluster) > 1 else ""
+        labels[pid] = f"{cluster[0]}{more}"
+    return labels

@@ -1,0 +1,74 @@
+"""The host view (``kmon`` with no arguments), driven with Textual's pilot: the demo's
+clients, an uninstrumented kafka-python consumer that maps no client library, and the
+embedded cluster that serves them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+import pytest
+from conftest import Child, kmon
+from test_dashboard_attach import table_rows, until
+from test_dashboard_watch import cells
+from test_wire import KAFKA_PYTHON_CONSUMER
+
+from kmon.devtools.demo import Demo
+from kmon.engine.facade import HostSession
+from kmon.engine.sampler import SamplerSettings
+from kmon.widgets.app import KmonApp
+from kmon.widgets.attach_screen import AttachScreen, DashboardSettings
+from kmon.widgets.host_screen import HostScreen
+
+pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
+
+
+def test_the_host_view_lists_every_kafka_client_by_cluster_and_attaches(spool_dir):
+    pytest.importorskip("kafka", reason="kafka-python 2.0.x is in the test extra")
+    with Demo() as demo:
+        agentless = Child([sys.executable, "-c", KAFKA_PYTHON_CONSUMER, demo.bootstrap,
+                           "host-view", "orders"])
+        try:
+            agentless.wait_line("READY")
+            session = HostSession(SamplerSettings(require_kafka=False, wire="off"),
+                                  discover_every_s=0.5)
+            screen = HostScreen(session, DashboardSettings(interval_s=0.5))
+            app = KmonApp(screen)
+            served_by = demo.children[0].pid  # the embedded cluster: it serves, it is no client
+            wanted = {*demo.clients, agentless.pid}
+
+            def rows() -> dict[int, list[str]]:
+                return {int(r[1]): r for r in cells(screen, "processes")}
+
+            async def drive() -> None:
+                async with app.run_test(size=(190, 50)) as pilot:
+                    # the agentless consumer maps no Kafka library: it is found by its
+                    # sockets to the brokers the demo's clients name
+                    await until(pilot, lambda: wanted <= rows().keys()
+                                and len({rows()[pid][0] for pid in wanted}) == 1
+                                and served_by not in rows(), "every client in one cluster",
+                                polls=600)
+                    label = rows()[agentless.pid][0]
+                    assert label.startswith("127.0.0.1:") and label.endswith(
+                        f"+{demo.brokers - 1}"), label
+                    assert os.getpid() not in rows()
+                    table = screen.query_one("#processes")
+                    table.move_cursor(row=list(rows()).index(agentless.pid))
+                    await pilot.press("enter")
+                    await until(pilot, lambda: isinstance(app.screen, AttachScreen), "attach")
+                    attached = app.screen
+                    assert attached.cluster == label
+                    await until(pilot, lambda: table_rows(attached), "its connections")
+                    await pilot.press("escape")
+                    await until(pilot, lambda: app.screen is screen, "the host view again")
+
+            asyncio.run(drive())
+        finally:
+            agentless.stop()
+
+
+def test_kmon_with_no_arguments_is_the_host_view_and_needs_a_terminal():
+    result = kmon()
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and "needs a terminal" in result.stderr
