@@ -38,13 +38,14 @@ def run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     theme = checked_theme(config, args.theme)
+    cluster = (config.resolve_cluster(args.cluster, dict(args.properties))
+               if args.cluster is not None else None)
     if not options.interactive(args):
         raise UserError("kmon watch (and kmon with no command) is a dashboard and needs a "
                         "terminal; for text output use kmon attach PID --json or "
                         "kmon record --cluster")
-    if args.cluster is None:
+    if cluster is None:
         return _host_view(args, config, theme)
-    cluster = config.resolve_cluster(args.cluster, dict(args.properties))
     watcher = ClusterWatcher(cluster.bootstrap, cluster.properties, timeout_s=args.cluster_timeout,
                              refresh_s=args.metadata_every)
     settings = dashboard_settings(config, args.interval, args.record_dir)
