@@ -299,7 +299,7 @@ async def profile_refreshes(source: TimedSource, screen: TimedScreen, pilot,
     for name, prof in (("apply", apply), ("frame", frame)):
         out = io.StringIO()
         stats = pstats.Stats(prof, stream=out).sort_stats("cumulative")
-        stats.print_stats("textual|rich|kmon.widgets|kmon", PROFILE_LINES)
+        stats.print_stats("textual|rich|widgets|kmon", PROFILE_LINES)
         text = out.getvalue()
         print(f"\ncProfile of {name} over {refreshes} refreshes of PID {screen.pid}, by "
               f"cumulative time:\n{text[text.index('   ncalls'):].rstrip()}")

@@ -170,9 +170,10 @@ class AttachScreen(PollingScreen):
         """The rows the table shows: filtered, hidden-idle removed, sorted."""
         if self.view is None:
             return []
+        client_ids, hide_idle, row_filter, pid = (self.client_ids, self.hide_idle,
+                                                  self.row_filter, self.pid)
         rows = [c for c in self.view.connections
-                if _shown(c, self.hide_idle)
-                and self.row_filter.matches(c, self.pid, self.client_ids)]
+                if _shown(c, hide_idle) and row_filter.matches(c, pid, client_ids)]
         order = SORT_ORDERS[self.sort_index]
         rows.sort(key=lambda c: order.key(c, self.history.track(self.pid, c.key)),
                   reverse=order.descending)
@@ -181,11 +182,12 @@ class AttachScreen(PollingScreen):
     def redraw(self) -> None:
         """Draw every panel from the latest refresh."""
         rows = self.visible_connections()
-        client_ids = {c.name: c.client_id for c in self.view.clients} if self.view else {}
+        client_ids, pid, now_ms = self.client_ids, self.pid, self.last_ts_ms
+        history, thresholds = self.history, self.settings.thresholds
         table = self.query_one(ConnectionTable)
-        table.show([(c.key, connection_cells(c, self.history.track(self.pid, c.key), client_ids,
-                                             self.settings.thresholds, self.last_ts_ms))
-                    for c in rows])
+        table.show([(c.key, c) for c in rows],
+                   lambda c: connection_cells(c, history.track(pid, c.key), client_ids,
+                                              thresholds, now_ms))
         total = len(self.view.connections) if self.view else 0
         order = SORT_ORDERS[self.sort_index]
         title = (f"connections: {len(rows)} shown of {total} · sort: {order.name} "

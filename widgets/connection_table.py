@@ -93,8 +93,9 @@ def connection_cells(conn: Connection, track: Track | None, client_ids: dict[str
 class ConnectionTable(ScrollView, can_focus=True):
     """The rows given to ``show()``, drawn line by line for the visible rows only.
 
-    A row's line is rebuilt only when one of its cells changed, so a refresh
-    costs a screenful of lines however many connections there are. The cursor
+    A row's cells are made only when it is drawn, and its line is rebuilt only
+    when one of its cells changed, so a refresh costs a screenful of rows however
+    many connections there are. The cursor
     stays on its connection (by row key) while rows come, go and move.
     """
 
@@ -125,7 +126,9 @@ class ConnectionTable(ScrollView, can_focus=True):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._keys: list[str] = []
-        self._cells: dict[str, tuple] = {}
+        self._rows: dict[str, object] = {}
+        self._cells_of: Callable[[object], tuple] = lambda row: ()
+        self._cells: dict[str, tuple] = {}  # the cells made since the last show()
         self._lines: dict[str, tuple[tuple, Strip]] = {}  # key -> (cells drawn, line)
         self.cursor_row = 0
         self._cursor_key: str | None = None
@@ -134,16 +137,14 @@ class ConnectionTable(ScrollView, can_focus=True):
 
     # -- data -------------------------------------------------------------------------------
 
-    def show(self, rows: list[tuple[str, tuple]]) -> None:
-        """Hold exactly ``rows`` ((row key, cells in COLUMNS order)), in this order."""
+    def show(self, rows: list[tuple[str, object]], cells_of: Callable[[object], tuple]) -> None:
+        """Hold exactly ``rows`` ((row key, row)), in this order; ``cells_of(row)`` makes a
+        row's cells (in COLUMNS order) when it is drawn."""
         self._keys = [key for key, _ in rows]
-        previous = self._cells
-        # An unchanged row keeps its old cells object, so its drawn line is reused.
-        self._cells = {key: previous[key] if previous.get(key) == cells else cells
-                       for key, cells in rows}
-        for key in [k for k in self._lines if k not in self._cells]:
+        self._rows, self._cells_of, self._cells = dict(rows), cells_of, {}
+        for key in [k for k in self._lines if k not in self._rows]:
             del self._lines[key]
-        if self._cursor_key in self._cells:
+        if self._cursor_key in self._rows:
             self.cursor_row = self._keys.index(self._cursor_key)
         self.cursor_row = max(0, min(self.cursor_row, len(self._keys) - 1))
         self._cursor_key = self._keys[self.cursor_row] if self._keys else None
@@ -156,7 +157,13 @@ class ConnectionTable(ScrollView, can_focus=True):
 
     def row_text(self, index: int) -> list[str]:
         """The plain text of each cell of the row at ``index`` (in display order)."""
-        return [str(cell) for cell in self._cells[self._keys[index]]]
+        return [str(cell) for cell in self._cells_at(self._keys[index])]
+
+    def _cells_at(self, key: str) -> tuple:
+        cells = self._cells.get(key)
+        if cells is None:
+            cells = self._cells[key] = self._cells_of(self._rows[key])
+        return cells
 
     @property
     def selected_key(self) -> str | None:
@@ -191,9 +198,9 @@ class ConnectionTable(ScrollView, can_focus=True):
             if index >= len(self._keys):
                 return Strip.blank(width, self.rich_style)
             key = self._keys[index]
-            cells = self._cells[key]
+            cells = self._cells_at(key)
             drawn = self._lines.get(key)
-            if drawn is None or drawn[0] is not cells:
+            if drawn is None or drawn[0] != cells:  # an unchanged row keeps its line
                 drawn = (cells, self._line(cells))
                 self._lines[key] = drawn
             strip = drawn[1]
