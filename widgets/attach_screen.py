@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
-from textual.reactive import reactive
+from textual.reactive import reactive, var
 from textual.widgets import Footer, Input, Static
 
 from kmon.engine.facade import ProcessSession
@@ -71,12 +71,12 @@ class RecordingStopped(Message):
 class AttachScreen(PollingScreen):
     """Live dashboard of one Kafka client process."""
 
-    sort_index: reactive[int] = reactive(0, init=False)
-    hide_idle: reactive[bool] = reactive(False, init=False)
-    row_filter: reactive[RowFilter] = reactive(RowFilter, init=False, always_update=True)
-    recording: reactive[Path | None] = reactive(None, init=False)  # where r records now
-    header_text: reactive[Text] = reactive(Text, init=False)
-    notice_text: reactive[str] = reactive("", init=False)
+    sort_index: reactive[int] = var(0, init=False)
+    hide_idle: reactive[bool] = var(False, init=False)
+    row_filter: reactive[RowFilter] = var(RowFilter, init=False, always_update=True)
+    recording: reactive[Path | None] = var(None, init=False)  # where r records now
+    header_text: reactive[Text] = var(Text, init=False)
+    notice_text: reactive[str] = var("", init=False)
 
     BINDINGS = [
         Binding("p", "pause", "pause"),
