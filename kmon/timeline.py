@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import NamedTuple
 
 from kmon.model import Connection, ProcessView, Role
 
@@ -29,24 +30,32 @@ class Mark(IntEnum):
 CLOSING_STATES = ("FIN_WAIT1", "FIN_WAIT2", "TIME_WAIT", "CLOSE", "CLOSING", "LAST_ACK")
 
 
-def mark_of(conn: Connection, interval_ms: int, traffic: bool) -> Mark:
-    """How a connection looked over the last refresh interval."""
-    if conn.state == "CLOSE_WAIT":
-        return Mark.CLOSE_WAIT
-    if conn.state == "SYN_SENT":
-        return Mark.CONNECTING
-    if traffic or (conn.idle_ms is not None and conn.idle_ms < interval_ms):
-        return Mark.BUSY
-    return Mark.IDLE
+_CLOSE_WAIT, _CONNECTING, _BUSY, _IDLE, _ABSENT = (
+    int(Mark.CLOSE_WAIT), int(Mark.CONNECTING), int(Mark.BUSY), int(Mark.IDLE), int(Mark.ABSENT))
 
 
-@dataclass(frozen=True)
-class Rates:
+def _mark_of(conn: Connection, interval_ms: int, traffic: bool) -> int:
+    """How a connection looked over the last refresh interval (a Mark's value)."""
+    state = conn.state
+    if state == "CLOSE_WAIT":
+        return _CLOSE_WAIT
+    if state == "SYN_SENT":
+        return _CONNECTING
+    if traffic:
+        return _BUSY
+    idle = conn.idle_ms
+    return _BUSY if idle is not None and idle < interval_ms else _IDLE
+
+
+class Rates(NamedTuple):
     """Per-second traffic of one connection over the last refresh."""
 
     sent: float | None = None
     received: float | None = None
     requests: float | None = None
+
+
+_NO_RATES, _AT_REST, _AT_REST_NO_REQUESTS = Rates(), Rates(0.0, 0.0, 0.0), Rates(0.0, 0.0)
 
 
 @dataclass
@@ -60,7 +69,7 @@ class Track:
     state_since_ms: int = 0  # when it entered its current TCP state
     state: str = ""
     last: Connection | None = field(default=None, repr=False)
-    rates: Rates = Rates()
+    rates: Rates = _NO_RATES
 
 
 def track_label(conn: Connection) -> str:
@@ -76,6 +85,17 @@ def _delta_rate(now: int | None, before: int | None, seconds: float) -> float | 
     if now is None or before is None or seconds <= 0 or now < before:
         return None
     return (now - before) / seconds
+
+
+def _rates(conn: Connection, before: Connection, seconds: float) -> Rates:
+    """Traffic since ``before``; a shared value for the common case, a connection at rest."""
+    sent, received, requests = conn.bytes_sent, conn.bytes_received, conn.requests_sent
+    if (seconds > 0 and sent is not None and received is not None and sent == before.bytes_sent
+            and received == before.bytes_received and requests == before.requests_sent):
+        return _AT_REST if requests is not None else _AT_REST_NO_REQUESTS
+    return Rates(_delta_rate(sent, before.bytes_sent, seconds),
+                 _delta_rate(received, before.bytes_received, seconds),
+                 _delta_rate(requests, before.requests_sent, seconds))
 
 
 class History:
@@ -120,34 +140,30 @@ class History:
                 previous_ts: int | None, interval_ms: int, first: bool) -> None:
         track = self.tracks.get(key)
         if track is None or track.closed_ms is not None:
-            marks = deque([int(Mark.ABSENT)] * (len(self.ticks) - 1), maxlen=self.window)
+            marks = deque([_ABSENT] * (len(self.ticks) - 1), maxlen=self.window)
             track = Track(marks, track_label(conn), None if first else ts_ms,
                           state_since_ms=ts_ms, state=conn.state)
             self.tracks[key] = track
         before = track.last
         traffic = False
         if before is not None and previous_ts is not None:
-            seconds = (ts_ms - previous_ts) / 1000
-            track.rates = Rates(_delta_rate(conn.bytes_sent, before.bytes_sent, seconds),
-                                _delta_rate(conn.bytes_received, before.bytes_received, seconds),
-                                _delta_rate(conn.requests_sent, before.requests_sent, seconds))
+            track.rates = _rates(conn, before, (ts_ms - previous_ts) / 1000)
             traffic = bool(track.rates.sent or track.rates.received)
         if conn.state != track.state:
             track.state, track.state_since_ms = conn.state, ts_ms
         if before is not None and (conn.role, conn.node_id) != (before.role, before.node_id):
             track.label = track_label(conn)
         track.last = conn
-        track.marks.append(int(mark_of(conn, interval_ms, traffic)))
+        track.marks.append(_mark_of(conn, interval_ms, traffic))
 
     def _age(self, seen: set[tuple[int, str]], ts_ms: int) -> None:
         """Mark unseen connections closed; forget those whose strip is all absent."""
-        for key, track in list(self.tracks.items()):
-            if key in seen:
-                continue
+        for key in self.tracks.keys() - seen:
+            track = self.tracks[key]
             if track.closed_ms is None:
                 track.closed_ms = ts_ms
-                track.rates = Rates()
-            track.marks.append(int(Mark.ABSENT))
+                track.rates = _NO_RATES
+            track.marks.append(_ABSENT)
             if not any(track.marks):
                 del self.tracks[key]
 

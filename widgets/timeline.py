@@ -8,6 +8,8 @@ screenful.
 
 from __future__ import annotations
 
+from itertools import groupby
+
 from rich.segment import Segment
 from rich.style import Style
 from textual.geometry import Size
@@ -67,5 +69,7 @@ class Timeline(ScrollView):
         marks = strip_marks(list(track.marks), strip_width)
         style = Style(dim=track.closed_ms is not None)
         segments = [Segment(label[:LABEL_WIDTH].ljust(LABEL_WIDTH + 1), style)]
-        segments.extend(Segment(*GLYPHS[mark]) for mark in marks)
+        for mark, run in groupby(marks):  # one segment per run of equal marks
+            glyph, mark_style = GLYPHS[mark]
+            segments.append(Segment(glyph * len(list(run)), mark_style))
         return Strip(segments).adjust_cell_length(width)
