@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
@@ -129,7 +130,9 @@ class ConnectionTable(ScrollView, can_focus=True):
         self._rows: dict[str, object] = {}
         self._cells_of: Callable[[object], tuple] = lambda row: ()
         self._cells: dict[str, tuple] = {}  # the cells made since the last show()
-        self._lines: dict[str, tuple[tuple, Strip]] = {}  # key -> (cells drawn, line)
+        # key -> (cells drawn, their line, how it was styled, the styled line)
+        self._lines: dict[str, tuple] = {}
+        self._row_styles: dict[str | int, Style] = {}
         self.cursor_row = 0
         self._cursor_key: str | None = None
         self._widths = tuple(width for _, _, width in COLUMNS)
@@ -142,6 +145,7 @@ class ConnectionTable(ScrollView, can_focus=True):
         row's cells (in COLUMNS order) when it is drawn."""
         self._keys = [key for key, _ in rows]
         self._rows, self._cells_of, self._cells = dict(rows), cells_of, {}
+        self._row_styles.clear()
         for key in [k for k in self._lines if k not in self._rows]:
             del self._lines[key]
         if self._cursor_key in self._rows:
@@ -183,7 +187,7 @@ class ConnectionTable(ScrollView, can_focus=True):
             # the padding and the gap take the cell's style, so no run of text starts blank
             gap = width - Segment.get_line_length(rendered) + 2
             segments.extend([*rendered, Segment(" " * gap, cell_style)])
-        return Strip(segments)
+        return Strip(segments).simplify()
 
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
@@ -192,24 +196,40 @@ class ConnectionTable(ScrollView, can_focus=True):
             headings = "".join(f"{heading:<{w}}  "
                                for (_, heading, _), w in zip(COLUMNS, self._widths, strict=True))
             header = Strip([Segment(f" {headings}")])
-            strip = header.apply_style(self.get_component_rich_style("connection-table--header"))
-        else:
-            index = y - 1 + scroll_y
-            if index >= len(self._keys):
-                return Strip.blank(width, self.rich_style)
-            key = self._keys[index]
-            cells = self._cells_at(key)
-            drawn = self._lines.get(key)
-            if drawn is None or drawn[0] != cells:  # an unchanged row keeps its line
-                drawn = (cells, self._line(cells))
-                self._lines[key] = drawn
-            strip = drawn[1]
-            if index == self.cursor_row:
-                strip = strip.apply_style(self.get_component_rich_style("connection-table--cursor"))
-            elif index % 2:
-                strip = strip.apply_style(self.get_component_rich_style("connection-table--stripe"))
-            strip = strip.apply_style(self.rich_style)
-        return strip.crop(scroll_x, scroll_x + width).adjust_cell_length(width, self.rich_style)
+            header = header.apply_style(self.get_component_rich_style("connection-table--header"))
+            return header.crop(scroll_x, scroll_x + width).adjust_cell_length(width,
+                                                                              self.rich_style)
+        index = y - 1 + scroll_y
+        if index >= len(self._keys):
+            return Strip.blank(width, self.rich_style)
+        key = self._keys[index]
+        cells = self._cells_at(key)
+        style = self._row_style("cursor" if index == self.cursor_row else index % 2)
+        look = (style, scroll_x, width)
+        drawn = self._lines.get(key)
+        if drawn is None or drawn[0] != cells:  # an unchanged row keeps its line
+            drawn = (cells, self._line(cells), None, None)
+        if drawn[2] != look:  # ... and its styled, cropped line while it stays put
+            line = drawn[1].apply_style(style).crop(scroll_x, scroll_x + width)
+            drawn = (*drawn[:2], look, line.adjust_cell_length(width, self._row_style(0)))
+        self._lines[key] = drawn
+        return drawn[3]
+
+    def _row_style(self, variant: str | int) -> Style:
+        """The style under a row's own: at the cursor (``variant`` "cursor"), odd rows (1)
+        or even rows (0); worked out once a refresh."""
+        styles = self._row_styles
+        if not styles:
+            base = self.rich_style
+            styles.update({
+                "cursor": base + self.get_component_rich_style("connection-table--cursor"),
+                1: base + self.get_component_rich_style("connection-table--stripe"),
+                0: base})
+        return styles[variant]
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._row_styles.clear()
 
     def on_resize(self) -> None:
         """Give the client column the room a wide terminal has to spare (up to CLIENT_MAX)."""
