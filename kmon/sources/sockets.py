@@ -54,7 +54,7 @@ class TcpSocket(NamedTuple):
         sent, received = self.last_sent_ms, self.last_recv_ms
         if sent is None or received is None:
             return received if sent is None else sent
-        return min(sent, received)
+        return sent if sent < received else received
 
 
 class SocketReader(Protocol):
