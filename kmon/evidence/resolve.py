@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from functools import cache
 
 from kmon.evidence.claims import SOURCE_RANK, Claim, socket_key
 from kmon.model import Connection, Role
@@ -38,19 +39,26 @@ def kernel_limits(broker_idle_ms: int,
 
 
 def socket_row(sock: TcpSocket, key: str, limits: dict[str, int], by: str) -> Connection:
-    """What the kernel alone says of a socket: no role, the ``kernel_limits``."""
+    """What the kernel alone says of a socket: no role, the ``kernel_limits``. Its
+    ``idle_limits`` and ``evidence`` are shared between rows (nothing changes a row's dicts in
+    place)."""
     idle_ms = sock.idle_ms
+    source = sock.source
     return Connection(
-        key=key, role=Role.UNKNOWN, node_id=None, broker_id=None,
-        client=None, local=str(sock.local), remote=str(sock.remote), state=sock.state,
-        idle_ms=idle_ms, idle_limit_ms=limits[by], idle_limits=dict(limits), idle_limit_by=by,
+        key, Role.UNKNOWN, None, None, None, sock.local.text, sock.remote.text, sock.state,
+        idle_ms=idle_ms, idle_limit_ms=limits[by], idle_limits=limits, idle_limit_by=by,
         bytes_sent=sock.bytes_sent, bytes_received=sock.bytes_received,
         tcp_rtt_ms=sock.rtt_ms, fd=sock.fd, inode=sock.inode or None,
-        evidence={"role": "none",
-                  "idle": sock.source if idle_ms is not None else "unknown",
-                  "bytes": sock.source if sock.bytes_sent is not None else "unknown",
-                  "state": sock.source, "idle_limit": LIMIT_EVIDENCE[by], "pairing": "none"},
+        evidence=_kernel_evidence(source, idle_ms is not None, sock.bytes_sent is not None, by),
         confidence=0.0)
+
+
+@cache
+def _kernel_evidence(source: str, idle_known: bool, bytes_known: bool,
+                     by: str) -> dict[str, str]:
+    return {"role": "none", "idle": source if idle_known else "unknown",
+            "bytes": source if bytes_known else "unknown", "state": source,
+            "idle_limit": LIMIT_EVIDENCE[by], "pairing": "none"}
 
 
 def least_limit(limits: Mapping[str, int]) -> str:
