@@ -32,6 +32,7 @@ from kmon.sources.sockets import Endpoint
 from kmon.sources.spool import SpoolError
 
 NEAR_REAP_FRACTION = Thresholds.idle_warning
+FD_COUNT_EVERY_MS = 5000  # open fds are counted this often: a leak takes minutes to show
 
 
 def near_reap(conn: Connection, fraction: float) -> bool:
@@ -100,6 +101,7 @@ class Monitor:
         self.last_loss = ""  # why the most recently dropped process was dropped
         self.lives: dict[int, dict[str, SocketLife]] = {}  # what each open socket went through
         self.churn = ChurnWatch(churn or ChurnThresholds())
+        self._fds_counted_ms = 0
         for sampler in samplers:
             self.add(sampler)
 
@@ -148,7 +150,7 @@ class Monitor:
         for before, after in changes:
             events.extend(diff(before, after, ts_ms, self.fraction, stories))
         self._remember(views, ts_ms)
-        events.extend(self.churn.observe(ts_ms, views, events, self._fd_counts()))
+        events.extend(self.churn.observe(ts_ms, views, events, self._fd_counts(ts_ms)))
         snapshot = Snapshot(ts_ms=ts_ms, host=self.host, processes=views)
         self.snapshots.append(snapshot)
         self.events.extend(events)
@@ -182,7 +184,11 @@ class Monitor:
                 lives[conn.key] = life
             self.lives[view.pid] = lives
 
-    def _fd_counts(self) -> dict[int, int | None]:
+    def _fd_counts(self, ts_ms: int) -> dict[int, int | None]:
+        """Each process's open fds, every FD_COUNT_EVERY_MS (none between)."""
+        if ts_ms - self._fds_counted_ms < FD_COUNT_EVERY_MS:
+            return {}
+        self._fds_counted_ms = ts_ms
         return {pid: open_fd_count(pid) for pid in self.samplers}
 
     def _lose(self, pid: int, err: Exception, ts_ms: int, events: list[Event],

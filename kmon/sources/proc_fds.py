@@ -31,7 +31,7 @@ class FdTable:
     been closed and its number reused between two polls), and every ``reread_s``.
     """
 
-    def __init__(self, pid: int, reread_s: float = 2.0) -> None:
+    def __init__(self, pid: int, reread_s: float = 10.0) -> None:
         self.pid = pid
         self.reread_s = reread_s
         self._names: frozenset[str] = frozenset()
