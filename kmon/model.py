@@ -122,6 +122,16 @@ class Connection:
 _CONNECTION_FIELDS = tuple(f.name for f in fields(Connection))
 
 
+@dataclass(frozen=True)
+class WireClose:
+    """How the wire saw a connection close: who sent the first FIN or RST, and after which
+    request."""
+
+    first_by: str  # client or broker
+    reset: bool  # the first was a RST
+    last_api: int | None  # the API key of the last request the client sent on it
+
+
 @dataclass
 class ProcessView:
     """A watched process and its connections at one instant."""
@@ -133,6 +143,8 @@ class ProcessView:
     connections: list[Connection] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)  # problems worth showing in place
     clients_created: int | None = None  # client instances made so far (the agent counts)
+    # how the sockets gone since the last poll closed, as the wire saw it: (local, remote) ->
+    wire_closes: dict[tuple[str, str], WireClose] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"pid": self.pid, "name": self.name, "cmdline": self.cmdline,

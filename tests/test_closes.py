@@ -1,11 +1,14 @@
 """Who closed a connection and why: the rules on constructed histories, then real clients,
-a real cluster killed, and a stand-in proxy that closes or resets idle connections."""
+a real cluster killed, a stand-in proxy that closes or resets idle connections, and a
+stand-in broker that resets a busy one or ends a login (as the wire sees them)."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
@@ -14,7 +17,7 @@ import pytest
 from conftest import Child
 
 from kmon.engine.closes import SocketLife, closed_by, in_words, reason, story
-from kmon.model import Connection, Role
+from kmon.model import Connection, Role, WireClose
 
 BROKER_LIMITS = {"broker": 600_000}
 
@@ -62,6 +65,22 @@ def test_a_story_carries_the_totals_and_is_told_in_words():
     assert in_words(told) == "closed by the broker after 9m 59s idle: broker idle reap"
     never = story(life("SYN_SENT"), None, 3_000)
     assert (never.closed_by, never.reason) == ("unknown", "connect_failed")
+
+
+def test_the_wire_s_first_fin_or_rst_decides_the_side_and_tells_a_reset_or_failed_login():
+    busy = life("ESTABLISHED", idle=200)
+    # the kernel would say broker (gone, no TIME_WAIT); the wire saw the client's FIN first
+    told = story(busy, None, 5_000, WireClose("client", reset=False, last_api=1))
+    assert (told.closed_by, told.reason) == ("client", "client_closed")
+    told = story(busy, None, 5_000, WireClose("broker", reset=True, last_api=1))
+    assert (told.closed_by, told.reason) == ("broker", "reset")
+    assert in_words(told) == "closed by the broker after 0.2s idle: reset"
+    told = story(busy, None, 5_000, WireClose("broker", reset=False, last_api=36))
+    assert (told.closed_by, told.reason) == ("broker", "auth_failed")
+    # the idle time explains a reset after the idle limit: a reap, not a reset
+    reaped = story(life("ESTABLISHED", idle=599_000), None, 5_000,
+                   WireClose("broker", reset=True, last_api=12))
+    assert reaped.reason == "broker_idle_reap"
 
 
 # --- real parts ---------------------------------------------------------------------------
@@ -182,6 +201,74 @@ def test_a_broker_or_middlebox_idle_close_through_a_proxy(tmp_path, reset, expec
                 if child is not None:
                     child.stop()
             proxy.close()
+
+
+KAFKA_TALKER = """
+import socket, struct, sys, time
+keys = [int(k) for part in sys.argv[2].split(",")
+        for k, _, n in [part.partition("x")] for _ in range(int(n or 1))]
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+print("CONNECTED", flush=True)
+try:
+    for correlation, api_key in enumerate(keys):  # a request every 100 ms: never idle
+        body = struct.pack(">hhih", api_key, 0, correlation, 4) + b"kmon"
+        s.sendall(struct.pack(">i", len(body)) + body)
+        time.sleep(0.1)
+    while s.recv(4096):  # until the broker ends it
+        pass
+except OSError:
+    pass
+s.close()
+time.sleep(60)
+"""
+
+
+class ClosingBroker:
+    """A stand-in for a broker that ends a busy connection on demand (the embedded cluster
+    cannot): after ``requests`` requests it resets it (``reset``) or closes it with a FIN,
+    as a broker does when an authentication fails."""
+
+    def __init__(self, requests: int, reset: bool) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.requests, self.reset = requests, reset
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        client, _ = self.listener.accept()
+        with client:
+            for _ in range(self.requests):
+                (size,) = struct.unpack(">i", client.recv(4, socket.MSG_WAITALL))
+                client.recv(size, socket.MSG_WAITALL)
+            if self.reset:
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(os.geteuid() != 0, reason="the wire needs CAP_NET_RAW (root)")
+@pytest.mark.parametrize(("requests", "reset", "wire", "expected"), [
+    ("12x60", True, "auto", "reset"),  # Heartbeats, a RST after the 30th
+    ("18x30,17,36", False, "auto", "auth_failed"),  # ApiVersions, SASL, then the broker's FIN
+    ("12x60", True, "off", "broker_closed"),  # without the wire, a RST is a broker's close
+])
+def test_a_reset_and_a_failed_login_as_the_wire_sees_them(requests, reset, wire, expected):
+    broker = ClosingBroker(requests=30 if reset else 32, reset=reset)
+    talker = Child([sys.executable, "-c", KAFKA_TALKER, str(broker.port), requests])
+    stream = None
+    try:
+        talker.wait_line("CONNECTED")
+        stream = Child([sys.executable, "-m", "kmon", "attach", str(talker.pid), "--json",
+                        "--any-process", "--interval", "200ms", "--wire", wire])
+        (event,) = closed_events(stream)
+        assert (event["closed_by"], event["reason"]) == ("broker", expected), event
+    finally:
+        for child in (stream, talker):
+            if child is not None:
+                child.stop()
+        broker.close()
 
 
 PER_MESSAGE = """

@@ -8,16 +8,20 @@ process, looks its 4-tuple up among the kernel's closing sockets. The reason
 follows from the side and how long the connection had been idle against the
 client's, the brokers' and a middlebox's idle limits.
 
-Without packets (the wire evidence) a reset cannot be told from a passive
-close: a connection the client did not close first is the broker's doing
-(``broker``), whether by FIN or RST.
+Where the wire source runs, it saw the first FIN or RST itself, and from which
+side: that decides the side, a RST makes the reason ``reset`` (unless a
+middlebox's idle timeout explains it), and a broker that closed right after a
+SASL request failed the authentication (``auth_failed``). Without packets a
+reset cannot be told from a passive close: a connection the client did not
+close first is the broker's doing (``broker``), whether by FIN or RST.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kmon.model import CloseStory, Connection
+from kmon.model import CloseStory, Connection, WireClose
+from kmon.sources.kafka_protocol import SASL_APIS
 
 REAP_SHARE = 0.9  # idle for this share of a limit when closed: that limit's reaper did it
 TIME_WAIT_MS = 60_000  # how long Linux keeps the active closer's 4-tuple
@@ -76,14 +80,39 @@ def reason(side: str, idle_ms: int | None, limits: dict[str, int],
     return "unknown"
 
 
-def story(life: SocketLife, kernel_state: str | None, closed_ms: int) -> CloseStory:
+IDLE_REASONS = frozenset({"client_idle_reap", "broker_idle_reap", "middlebox_idle_drop"})
+
+
+def wire_reason(wire: WireClose, kernel_reason: str) -> str:
+    """The reason once the wire saw the close: a reset (unless the idle time already explains
+    it), or a broker's close right after a SASL request (a failed authentication)."""
+    if kernel_reason in IDLE_REASONS or kernel_reason == "connect_failed":
+        return kernel_reason
+    if wire.reset:
+        return "reset"
+    if wire.first_by == "broker" and wire.last_api in SASL_APIS:
+        return "auth_failed"
+    return kernel_reason
+
+
+def story(life: SocketLife, kernel_state: str | None, closed_ms: int,
+          wire: WireClose | None = None) -> CloseStory:
     """The close of the connection ``life`` remembers; ``kernel_state`` is its 4-tuple's
-    closing state now (None when the kernel no longer knows it)."""
+    closing state now (None when the kernel no longer knows it); ``wire``, the first FIN or
+    RST as the wire saw it."""
     conn = life.last
     established = not life.states <= NOT_ESTABLISHED
-    side = closed_by(life, kernel_state, closed_ms) if established else "unknown"
+    if not established:
+        side = "unknown"
+    elif wire is not None:
+        side = wire.first_by
+    else:
+        side = closed_by(life, kernel_state, closed_ms)
+    why = reason(side, conn.idle_ms, conn.idle_limits, established)
+    if wire is not None:
+        why = wire_reason(wire, why)
     return CloseStory(
-        closed_by=side, reason=reason(side, conn.idle_ms, conn.idle_limits, established),
+        closed_by=side, reason=why,
         idle_before_ms=conn.idle_ms, lifetime_ms=life.last_seen_ms - life.first_seen_ms,
         bytes_sent=conn.bytes_sent, bytes_received=conn.bytes_received,
         requests_sent=conn.requests_sent, requests_received=conn.requests_received)

@@ -167,12 +167,14 @@ class Monitor:
         closed = []
         for before, after in changes:
             lives, still_open = self.lives.get(before.pid, {}), {c.key for c in after.connections}
-            closed += [(before.pid, key, lives[key]) for key in lives.keys() - still_open]
-        pairs = {(pid, key): pair for pid, key, life in closed
+            closed += [(before.pid, key, lives[key], after.wire_closes)
+                       for key in lives.keys() - still_open]
+        pairs = {(pid, key): pair for pid, key, life, _ in closed
                  if (pair := endpoints(life.last)) is not None}
         kernel = closing_states(set(pairs.values()))
-        return {(pid, key): story(life, kernel.get(pairs.get((pid, key))), ts_ms)
-                for pid, key, life in closed}
+        return {(pid, key): story(life, kernel.get(pairs.get((pid, key))), ts_ms,
+                                  wire.get((life.last.local, life.last.remote)))
+                for pid, key, life, wire in closed}
 
     def _remember(self, views: list[ProcessView], ts_ms: int) -> None:
         for view in views:

@@ -163,6 +163,8 @@ class ProcessSampler:
             clients=[_instance(c, now_ms) for c in all_stats] + clients,
             connections=connections,
             clients_created=spooled.clients_created,
+            wire_closes={(local.text, remote.text): close for e in found
+                         for (local, remote), close in e.closes.items()},
             notices=self.standing_notices + spooled.notices + [
                 f"client {c.instance}: statistics {c.age_ms(now_ms) // 1000}s old (closed, or "
                 "not serving its callbacks); its sockets show unpaired"

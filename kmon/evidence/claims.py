@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kmon.model import ClientInstance, Role
+from kmon.model import ClientInstance, Role, WireClose
 from kmon.sources.librdkafka_stats import ClientStats
 from kmon.sources.resolve import Resolver
 from kmon.sources.sockets import Endpoint, TcpSocket
@@ -70,6 +70,8 @@ class Evidence:
     notices: list[str] = field(default_factory=list)
     learned: dict[Endpoint, int] = field(default_factory=dict)  # broker endpoints it named
     hidden: set[str] = field(default_factory=set)  # keys of kmon's own sockets, never shown
+    # how sockets gone since the last poll closed, by (local, remote) (the wire)
+    closes: dict[tuple[Endpoint, Endpoint], WireClose] = field(default_factory=dict)
 
 
 # One kind of evidence: (what the sources read, the claims of the producers before it)

@@ -93,7 +93,7 @@ class WireEvidence:
                 claims[socket_key(sock)] = claim
         notices = [f"the wire missed {view.drops:,} packets (kmon's ring was full)"] \
             if view.drops else []
-        return Evidence(claims=claims, learned=learned, notices=notices)
+        return Evidence(claims=claims, learned=learned, notices=notices, closes=view.closes)
 
 
 def flow_claim(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endpoint, int],

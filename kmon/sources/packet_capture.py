@@ -48,6 +48,7 @@ class Segment:
     dst: Address
     length: int  # payload bytes on the wire
     data: bytes  # the first bytes of the payload that the filter kept
+    flags: int = 0  # the TCP flags (FIN 0x01, RST 0x04, ...)
 
 
 class PacketCapture:
@@ -138,7 +139,7 @@ def _segment(ring: mmap.mmap, at: int) -> list[Segment]:
     src_port, dst_port = struct.unpack_from("!HH", tcp)
     payload = header + (tcp[12] >> 4) * 4
     return [Segment(sec * 1000 + nsec // 1_000_000, (src_ip, src_port), (dst_ip, dst_port),
-                    max(0, total - payload), packet[payload:])]
+                    max(0, total - payload), packet[payload:], tcp[13])]
 
 
 def _bind_all(fd: int) -> None:

@@ -13,6 +13,8 @@ opened since the filter was built), cut short:
 * to the process (responses), only while kmon is learning the brokers: the
   headers and ``RESPONSE_BYTES`` of the response (the Metadata brokers and the
   FindCoordinator answer come first);
+* in either direction, a segment that closes or resets its connection (FIN or
+  RST): its headers only, so kmon knows which side closed first and how;
 * everything else is dropped: segments without payload (pure ACKs), IP
   fragments, loopback's outgoing copy of each packet (it is seen again as
   incoming).
@@ -28,6 +30,7 @@ from kmon.sources.kafka_protocol import MAX_API_KEY, MAX_API_VERSION, MAX_CLIENT
 RESPONSE_BYTES = 1024
 TLS_BYTES = 4
 TLS_RECORD_TYPES = (0x15, 0x16, 0x17)  # alert, handshake, application data
+TCP_FIN, TCP_RST = 0x01, 0x04
 PORTS_PER_BLOCK = 100  # conditional jumps reach 255 instructions ahead
 MAX_PORTS = 1500  # the kernel takes 4096 instructions
 
@@ -86,6 +89,15 @@ def _port_match(prog: _Program, ports: list[int], matched: str, name: str) -> No
         prog.label(after)
 
 
+def _to_payload(prog: _Program) -> None:
+    """X (the IP header's length) becomes the start of the TCP payload."""
+    prog.op(LD_B_IND, 12)  # data offset in the high nibble
+    prog.op(ALU_RSH_K, 2)
+    prog.op(ALU_AND_K, 0x3C)
+    prog.op(ALU_ADD_X)
+    prog.op(TAX)
+
+
 def build(local_ports: Iterable[int], remote_ports: Iterable[int], loopback_ifindex: int,
           responses: bool = True) -> list[tuple[int, int, int, int]]:
     """The program keeping the segments of ``local_ports`` and of ``remote_ports`` (see the
@@ -129,13 +141,15 @@ def build(local_ports: Iterable[int], remote_ports: Iterable[int], loopback_ifin
     # X = start of the TCP payload: X + data offset * 4
     for kind in ("request", "response"):
         prog.label(kind)
-        prog.op(LD_B_IND, 12)  # data offset in the high nibble
-        prog.op(ALU_RSH_K, 2)
-        prog.op(ALU_AND_K, 0x3C)
-        prog.op(ALU_ADD_X)
-        prog.op(TAX)
+        prog.op(LD_B_IND, 13)  # the TCP flags: a close or a reset keeps its headers only
+        prog.op(JSET_K, TCP_FIN | TCP_RST, jt="close")
+        _to_payload(prog)
         prog.op(LD_H_IND, 0)  # a load past the packet's end drops it: no pure ACKs
         prog.op(JA, f"{kind}-body")
+    prog.label("close")
+    _to_payload(prog)
+    prog.op(TXA)
+    prog.op(RET_A)
     prog.label("request-body")
     prog.op(LD_H_IND, 4)  # api_key
     prog.op(JGT_K, MAX_API_KEY, jt="tls")

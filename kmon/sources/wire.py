@@ -17,14 +17,17 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from kmon.model import WireClose
 from kmon.sources import kafka_protocol as kp
 from kmon.sources.packet_capture import Address, PacketCapture, Segment
+from kmon.sources.packet_filter import TCP_FIN, TCP_RST
 from kmon.sources.sockets import Endpoint, TcpSocket
 
 MAX_PENDING = 64  # outstanding Metadata/FindCoordinator requests remembered per socket
 UNOWNED_FOR_MS = 10_000  # a stream not (yet) among the process's sockets is kept this long
 MAX_FLOWS = 4096
 TLS_RECORDS = (b"\x15\x03", b"\x16\x03", b"\x17\x03")  # alert, handshake, application data
+CLOSING_FLAGS = TCP_FIN | TCP_RST
 
 
 @dataclass
@@ -40,6 +43,8 @@ class Flow:
     owned: bool = False  # seen among the process's sockets
     from_start: bool = False  # opened after the tap started: its first requests were seen
     pending: dict[int, tuple[int, int]] = field(default_factory=dict)  # correlation -> api
+    last_api: int | None = None  # the API key of the last request seen
+    close: WireClose | None = None  # the first FIN or RST seen, and from which side
 
     def apis(self) -> str:
         """The API keys seen, most frequent first: ``Fetch×12 Heartbeat×3``."""
@@ -55,6 +60,7 @@ class WireView:
     coordinators: dict[tuple[str, int], int]  # (host, port) -> broker id, from FindCoordinator
     cluster_learned_ms: int | None  # the first Metadata response naming brokers
     drops: int  # packets the kernel could not queue
+    closes: dict[tuple[Endpoint, Endpoint], WireClose]  # sockets gone since the last poll
 
 
 def _address(endpoint: Endpoint) -> Address:
@@ -70,6 +76,7 @@ class WireTap:
         self.coordinators: dict[tuple[str, int], int] = {}
         self.cluster_learned_ms: int | None = None
         self.started = {(_address(s.local), _address(s.remote)) for s in sockets}
+        self.last_polled: set[tuple[Address, Address]] = set(self.started)
         self.capture = PacketCapture(*self._ports(sockets))
 
     def close(self) -> None:
@@ -87,16 +94,21 @@ class WireTap:
         mine = {(_address(s.local), _address(s.remote)): s for s in sockets}
         for seg in self.capture.read():
             self._take(seg, mine)
+        gone = self.last_polled - mine.keys()
+        closes = {}
         for key in list(self.flows):
             flow = self.flows[key]
-            flow.owned |= key in mine
+            flow.owned |= key in mine or key in gone
+            if key in gone and flow.close is not None:
+                closes[(Endpoint(*key[0]), Endpoint(*key[1]))] = flow.close
             if (key not in mine and (flow.owned or now_ms - flow.first_ms > UNOWNED_FOR_MS)
                     or len(self.flows) > MAX_FLOWS):
                 del self.flows[key]
+        self.last_polled = set(mine)
         self.capture.set_ports(*self._ports(sockets), responses=not self.brokers)
         return WireView({(s.local, s.remote): self.flows[key] for key, s in mine.items()
                          if key in self.flows}, dict(self.brokers), dict(self.coordinators),
-                        self.cluster_learned_ms, self.capture.drops)
+                        self.cluster_learned_ms, self.capture.drops, closes)
 
     def _ports(self, sockets: list[TcpSocket]) -> tuple[set[int], set[int]]:
         """(local ports, remote ports) to capture: the process's, and its brokers'."""
@@ -117,10 +129,15 @@ class WireTap:
             request = False
         else:  # a socket the polls have not shown (yet): towards a broker port, a request
             request = seg.dst[1] in self.capture.remote_ports
-        if request:
-            self._request(self._flow(forward, seg.ts_ms), seg)
+        flow = self._flow(forward if request else backward, seg.ts_ms)
+        if seg.flags & CLOSING_FLAGS:
+            if flow.close is None:
+                flow.close = WireClose("client" if request else "broker",
+                                       bool(seg.flags & TCP_RST), flow.last_api)
+        elif request:
+            self._request(flow, seg)
         else:
-            self._response(self._flow(backward, seg.ts_ms), seg)
+            self._response(flow, seg)
 
     def _request(self, flow: Flow, seg: Segment) -> None:
         header = kp.request_header(seg.data)
@@ -128,6 +145,7 @@ class WireTap:
             flow.tls |= flow.first_request_ms is None and seg.data.startswith(TLS_RECORDS)
             return
         flow.api_counts[header.api_key] += 1
+        flow.last_api = header.api_key
         flow.api_last_ms[header.api_key] = seg.ts_ms
         if flow.first_request_ms is None:
             flow.first_request_ms = seg.ts_ms
