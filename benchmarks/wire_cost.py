@@ -138,9 +138,9 @@ def cpu_figures(cluster: str, mb_per_s: float, seconds: float, rounds: int) -> N
     on = sum(s for s, _ in results["auto"]) / rounds
     drops = max(d for _, d in results["auto"])
     print(f"producer at {mb_per_s:g} MB/s over loopback ({producer_share:.0%} of a core)")
-    print(f"kmon --wire off : {off:6.1%} of a core (baseline)")
-    print(f"kmon --wire auto: {on:6.1%} of a core  ratio {on / off:.2f}x  "
-          f"extra {on - off:+.1%} of a core  packets dropped {drops}")
+    print(f"kmon --wire off : {off:6.2%} of a core (baseline)")
+    print(f"kmon --wire auto: {on:6.2%} of a core  ratio {on / off:.2f}x  "
+          f"extra {on - off:+.2%} of a core  packets dropped {drops}")
 
 
 def consumers(cluster: str, topic: str) -> dict[str, list[str]]:
