@@ -59,7 +59,7 @@ import psutil  # noqa: E402
 import textual  # noqa: E402
 from helpers import Helpers, exit_when_parent_goes, no_time_wait, raise_fd_limit  # noqa: E402
 
-from kmon.engine.facade import ProcessSession  # noqa: E402
+from kmon.engine.facade import ProcessSession, settle_heap  # noqa: E402
 from kmon.engine.monitor import Monitor, diff  # noqa: E402
 from kmon.engine.sampler import ProcessSampler, SamplerSettings  # noqa: E402
 from kmon.model import (  # noqa: E402
@@ -199,7 +199,7 @@ def engine(pid: int, readers: list) -> Monitor:
     reader = open_socket_reader()
     readers.append(reader)
     sampler = ProcessSampler(pid, reader, SamplerSettings(require_kafka=False, wire="off"))
-    return Monitor([sampler], history=1)
+    return Monitor([sampler])
 
 
 def dashboard(pid: int, source) -> tuple[KmonApp, TimedScreen]:
@@ -321,9 +321,11 @@ class CpuShare:
 
 
 def engine_cpu_share(pid: int, seconds: float, readers: list) -> CpuShare:
-    """The engine alone, no UI: Monitor.poll() of `pid` every 1 s for `seconds`."""
+    """The engine alone, no UI: Monitor.poll() of `pid` every 1 s for `seconds` (its heap
+    settled as kmon's own loops settle theirs)."""
     monitor = engine(pid, readers)
     monitor.poll()
+    settle_heap()
     wall, cpu = time.perf_counter(), time.process_time()
     refreshes, due = 0, wall
     while True:

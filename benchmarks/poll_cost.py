@@ -186,7 +186,7 @@ def measure_engine(scenario: str, pid: int, polls: int) -> Row:
     """Cold and steady-state polls of kmon's engine (sampler and monitor) on `pid`."""
     with SockDiagReader() as reader:
         sampler = ProcessSampler(pid, reader, SamplerSettings(require_kafka=False, wire="off"))
-        monitor = Monitor([sampler], history=1)
+        monitor = Monitor([sampler])
 
         def poll() -> list:
             snapshot, _ = monitor.poll()

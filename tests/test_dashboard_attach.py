@@ -23,7 +23,7 @@ MAX_INT = 2147483647
 
 def attach_app(pid: int, interval_s: float = 0.25, **settings) -> tuple[KmonApp, AttachScreen]:
     session = ProcessSession(Monitor([ProcessSampler(pid, open_socket_reader(),
-                                                     SamplerSettings())], history=1))
+                                                     SamplerSettings())]))
     screen = AttachScreen(pid, session, DashboardSettings(interval_s=interval_s, **settings))
     return KmonApp(screen), screen
 

@@ -58,8 +58,8 @@ class FakeSampler:
 
 
 def test_history_is_bounded():
-    monitor = Monitor([FakeSampler()], history=10, max_events=100)
+    monitor = Monitor([FakeSampler()], max_events=100)
     for _ in range(2_000):
         monitor.poll()
-    assert len(monitor.snapshots) == 10
     assert len(monitor.events) == 100
+    assert len(monitor.lives[FakeSampler.pid]) == 2  # what is open now, nothing older

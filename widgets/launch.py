@@ -3,7 +3,7 @@ the host view for every Kafka client on this host."""
 
 from __future__ import annotations
 
-from kmon.engine.facade import ClusterSession, HostSession, ProcessSession
+from kmon.engine.facade import ClusterSession, HostSession, ProcessSession, settle_heap
 from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen, DashboardSettings
 from kmon.widgets.host_screen import HostScreen
@@ -13,7 +13,7 @@ from kmon.widgets.watch_screen import WatchScreen
 def run_attach(pid: int, session: ProcessSession, settings: DashboardSettings,
                theme: str | None, cluster: str = "") -> int:
     """The attach dashboard of ``pid`` until the user quits."""
-    KmonApp(AttachScreen(pid, session, settings, cluster=cluster), theme).run()
+    _run(KmonApp(AttachScreen(pid, session, settings, cluster=cluster), theme))
     return 0
 
 
@@ -21,11 +21,16 @@ def run_watch(name: str, session: ClusterSession, settings: DashboardSettings,
               theme: str | None, labels: dict[int, str] | None = None,
               exit_after_s: float | None = None) -> int:
     """The watch dashboard of one cluster until the user quits (or ``exit_after_s``)."""
-    KmonApp(WatchScreen(name, session, settings, labels), theme, exit_after_s).run()
+    _run(KmonApp(WatchScreen(name, session, settings, labels), theme, exit_after_s))
     return 0
 
 
 def run_host(session: HostSession, settings: DashboardSettings, theme: str | None) -> int:
     """The host view until the user quits."""
-    KmonApp(HostScreen(session, settings), theme).run()
+    _run(KmonApp(HostScreen(session, settings), theme))
     return 0
+
+
+def _run(app: KmonApp) -> None:
+    settle_heap()
+    app.run()

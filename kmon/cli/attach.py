@@ -63,8 +63,8 @@ def run(args: argparse.Namespace) -> int:
         sampler = ProcessSampler(args.pid, open_socket_reader(args.socket_reader), settings,
                                  client_log=args.client_log)
         interactive = options.interactive(args)
-        monitor = Monitor([sampler], history=1 if interactive else 600,
-                          near_reap_fraction=config.thresholds.idle_warning, churn=config.churn)
+        monitor = Monitor([sampler], near_reap_fraction=config.thresholds.idle_warning,
+                          churn=config.churn)
         try:
             if interactive:
                 return _dashboard(args, monitor, config, theme)

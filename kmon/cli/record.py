@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     """Record until the duration ends, a stop signal, or (with --pid) every process exits."""
     from kmon.config import load_config
     from kmon.engine.discovery import ClientDiscovery
+    from kmon.engine.heap import settle_heap
     from kmon.engine.monitor import Monitor
     from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
     from kmon.record.recorder import Recorder, new_session_id
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
                                    wire=args.wire)
         monitor = Monitor((ProcessSampler(pid, reader, settings)
                            for pid in dict.fromkeys(args.pid or ())),
-                          history=1, max_events=1,  # rows go to disk, not to a history
+                          max_events=1,  # events go to disk, not to a history
                           near_reap_fraction=config.thresholds.idle_warning, churn=config.churn)
         session_id = new_session_id(monitor.host)
         recorder = Recorder(root, monitor.host, session_id, round(args.interval * 1000),
@@ -97,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
                 else "PID " + ", ".join(str(pid) for pid in monitor.samplers))
     print(f"kmon record: session {session_id}: {watching}, every {args.interval:g}s, "
           f"into {root}", file=sys.stderr, flush=True)
+    settle_heap()
     with StopSignals() as stop:
         try:
             why = _record(monitor, recorder, discovery, brokers, first, args.interval,

@@ -7,6 +7,7 @@ import time
 
 import orjson
 
+from kmon.engine.heap import settle_heap
 from kmon.engine.monitor import Monitor
 from kmon.errors import UserError
 
@@ -31,6 +32,8 @@ def print_snapshots(monitor: Monitor, interval: float, json_lines: bool, once: b
         live.start()
     ends = time.monotonic() + duration if duration else None
     first = True
+    if not once:
+        settle_heap()
     try:
         while True:
             started = time.monotonic()

@@ -24,6 +24,7 @@ from kmon.engine.cluster_watch import (
     groups_view,
 )
 from kmon.engine.discovery import ClientDiscovery
+from kmon.engine.heap import settle_heap
 from kmon.engine.host_view import UNKNOWN_CLUSTER, KafkaProcesses, cluster_labels
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
@@ -32,7 +33,7 @@ from kmon.sources.sockets import Endpoint, open_socket_reader
 
 __all__ = ["UNKNOWN_CLUSTER", "AttachFailed", "ClusterSession", "ClusterView", "GroupRow",
            "HostSession", "ProcessSession", "SnapshotSource", "broker_connection_counts",
-           "groups_coordinated", "groups_view"]
+           "groups_coordinated", "groups_view", "settle_heap"]
 
 DISCOVER_EVERY_S = 5.0
 
@@ -107,7 +108,7 @@ def open_process(pid: int, settings: SamplerSettings, interval_ms: int = 1000) -
         sampler = ProcessSampler(pid, open_socket_reader(), settings)
     except (SampleError, OSError) as err:
         raise AttachFailed(str(err)) from err
-    return ProcessSession(Monitor([sampler], history=1), interval_ms)
+    return ProcessSession(Monitor([sampler]), interval_ms)
 
 
 class LocalClients:
@@ -118,7 +119,7 @@ class LocalClients:
                  discover_every_s: float, interval_ms: int,
                  churn: ChurnThresholds | None) -> None:
         self.settings, self.interval_ms = settings, interval_ms
-        self.monitor = Monitor([], history=1, churn=churn)
+        self.monitor = Monitor([], churn=churn)
         self.discovery = ClientDiscovery(open_socket_reader(), settings, discover_every_s, find)
         self._lock = threading.Lock()
 

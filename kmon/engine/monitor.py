@@ -1,7 +1,8 @@
 """The poll loop: snapshots of the watched processes, diffed into events.
 
-Memory is bounded however long it runs: the last ``history`` snapshots and
-the last ``max_events`` events are kept, nothing else grows.
+Memory is bounded however long it runs: the last ``max_events`` events are
+kept, and of each open connection what its close story needs; a snapshot is the
+caller's to keep or drop.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def diff(before: ProcessView, after: ProcessView, ts_ms: int,
 
 
 class Monitor:
-    """Polls samplers; keeps a bounded history of snapshots and events.
+    """Polls samplers; keeps a bounded history of events.
 
     A process that exits, or whose evidence can no longer be read, is dropped
     with a ``process_exit`` or ``process_error`` event; the others go on. Each
@@ -89,12 +90,11 @@ class Monitor:
     (kmon.engine.churn).
     """
 
-    def __init__(self, samplers: Iterable[ProcessSampler], history: int = 600,
-                 max_events: int = 5000, near_reap_fraction: float = NEAR_REAP_FRACTION,
+    def __init__(self, samplers: Iterable[ProcessSampler], max_events: int = 5000,
+                 near_reap_fraction: float = NEAR_REAP_FRACTION,
                  churn: ChurnThresholds | None = None) -> None:
         self.samplers: dict[int, ProcessSampler] = {}
         self.host = socket.gethostname()
-        self.snapshots: deque[Snapshot] = deque(maxlen=history)
         self.events: deque[Event] = deque(maxlen=max_events)
         self.fraction = near_reap_fraction
         self.last_views: dict[int, ProcessView] = {}
@@ -152,7 +152,6 @@ class Monitor:
         self._remember(views, ts_ms)
         events.extend(self.churn.observe(ts_ms, views, events, self._fd_counts(ts_ms)))
         snapshot = Snapshot(ts_ms=ts_ms, host=self.host, processes=views)
-        self.snapshots.append(snapshot)
         self.events.extend(events)
         return snapshot, events
 
