@@ -121,19 +121,20 @@ class History:
             interval_ms = ts_ms - previous_ts
         self.ticks.append(ts_ms)
         seen: set[tuple[int, str]] = set()
-        roles: Counter[str] = Counter()
-        states: Counter[str] = Counter()
+        update = self._update
         for view in views:
             for conn in view.connections:
                 key = (view.pid, conn.key)
                 seen.add(key)
-                roles[conn.role.value] += 1
-                states[conn.state if conn.state in self.by_state else "other"] += 1
-                self._update(key, conn, ts_ms, previous_ts, interval_ms, first)
+                update(key, conn, ts_ms, previous_ts, interval_ms, first)
+        connections = [conn for view in views for conn in view.connections]
+        roles = Counter(conn.role for conn in connections)
+        states = Counter(conn.state for conn in connections)
         for role, series in self.by_role.items():
-            series.append(roles[role])
+            series.append(roles[Role(role)])
         for state, series in self.by_state.items():
-            series.append(states[state])
+            series.append(states[state] if state != "other"
+                          else sum(n for s, n in states.items() if s not in self.by_state))
         self._age(seen, ts_ms)
 
     def _update(self, key: tuple[int, str], conn: Connection, ts_ms: int,

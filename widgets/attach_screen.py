@@ -174,9 +174,11 @@ class AttachScreen(PollingScreen):
                                                   self.row_filter, self.pid)
         rows = [c for c in self.view.connections
                 if _shown(c, hide_idle) and row_filter.matches(c, pid, client_ids)]
-        order = SORT_ORDERS[self.sort_index]
-        rows.sort(key=lambda c: order.key(c, self.history.track(self.pid, c.key)),
-                  reverse=order.descending)
+        order, track = SORT_ORDERS[self.sort_index], self.history.track
+        if order.uses_track:
+            rows.sort(key=lambda c: order.key(c, track(pid, c.key)), reverse=order.descending)
+        else:
+            rows.sort(key=lambda c: order.key(c, None), reverse=order.descending)
         return rows
 
     def redraw(self) -> None:

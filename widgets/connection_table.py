@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rich.cells import set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -41,6 +42,7 @@ class SortOrder:
     name: str
     key: Callable[[Connection, Track | None], object]
     descending: bool = False
+    uses_track: bool = False  # the key reads the track (else it is given None)
 
 
 def _rate_total(track: Track | None) -> float:
@@ -59,7 +61,7 @@ SORT_ORDERS = (
     SortOrder("reaped in", lambda c, t: _missing_last(c.reap_in_ms)),
     SortOrder("state", lambda c, t: (c.state != "CLOSE_WAIT", c.state, c.key)),
     SortOrder("broker", lambda c, t: (_missing_last(c.broker_id), ROLE_RANK[c.role])),
-    SortOrder("traffic", lambda c, t: _rate_total(t), descending=True),
+    SortOrder("traffic", lambda c, t: _rate_total(t), descending=True, uses_track=True),
     SortOrder("client", lambda c, t: (c.client or "~", ROLE_RANK[c.role])),
 )
 
@@ -182,6 +184,10 @@ class ConnectionTable(ScrollView, can_focus=True):
         for cell, width in zip(cells, self._widths, strict=True):
             text = cell if isinstance(cell, Text) else Text(str(cell))
             cell_style = console.get_style(text.style) if text.style else None
+            if not text.spans:  # one style: one segment, the padding and gap included
+                plain = set_cell_size(text.plain, width) + "  "
+                segments.append(Segment(plain, cell_style))
+                continue
             rendered = list(Segment.apply_style(text.render(console, end=""), cell_style))
             rendered = Segment.adjust_line_length(rendered, width, pad=False)
             # the padding and the gap take the cell's style, so no run of text starts blank

@@ -40,9 +40,15 @@ class CountSparklines(Vertical):
             spark = self.query_one(f"#spark-{kind}-{name}", Sparkline)
             width = max(1, spark.size.width)
             data = list(series)[-width:]
-            if data != spark.data:  # a redraw only for what changed
+            # a redraw only for what changed (a flat line looks the same at any value and length)
+            if data != spark.data and not (_flat(data) and _flat(spark.data)):
                 spark.data = data
             label = f"{name[:12]:<12} {current:>4}"
             if label != self._labels.get(name):
                 self._labels[name] = label
                 self.query_one(f"#label-{kind}-{name}", Label).update(label)
+
+
+def _flat(data: list[int] | None) -> bool:
+    """A flat line: two values or more, all equal (a single value draws full bars)."""
+    return data is not None and len(data) >= 2 and min(data) == max(data)
