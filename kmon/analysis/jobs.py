@@ -27,13 +27,13 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from kmon.analysis.inputs import Frames
+from kmon.classify import HANDSHAKE_REQUESTS, JAVA_CLIENT_IDLE_MS
 
 PROCESS = ("session_id", "host", "pid")
 CONNECTION = (*PROCESS, "key")
 CLIENT = (*PROCESS, "client")
 ATTRIBUTES = ("client", "client_id", "client_type", "role", "node_id", "broker_id", "remote")
 LINKED_ROLES = ("broker", "coordinator")  # the roles of a client that has learned the cluster
-HANDSHAKE_REQUESTS = 2  # ApiVersions + Metadata (or FindCoordinator) on a fresh connection
 HANDSHAKE_BYTES = 2048
 CONCURRENT_JOBS = 4
 CLIENTS_JSON = "array<struct<pid:bigint,name:string,config:map<string,string>>>"
@@ -46,7 +46,7 @@ class Params:
 
     bootstrap_outlived_ms: int = 60_000
     metadata_max_age_ms: int = 300_000  # when a client's config doesn't say
-    idle_limit_ms: int = 540_000  # when the rows don't say
+    idle_limit_ms: int = JAVA_CLIENT_IDLE_MS  # when the rows don't say
     tolerance_ms: int = 30_000  # must exceed two poll intervals
     idle_bins: int = 20
     time_buckets: int = 200
