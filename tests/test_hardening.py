@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,6 +19,8 @@ from kmon.agent.autoinstrument import BOOTSTRAP_DIR, run_environment
 from kmon.analysis import classes
 from kmon.analysis.inputs import discover
 from kmon.files import root_only
+from kmon.model import Connection, ProcessView, Role, Snapshot
+from kmon.record.recorder import Recorder
 from kmon.record.schema import SCHEMAS
 from kmon.sources import jmx, spool
 from kmon.sources.librdkafka_stats import parse_record, read_client_stats
@@ -172,6 +176,46 @@ def test_parts_a_compacted_file_already_holds_are_not_counted_twice(tmp_path):
     found = discover(tmp_path)
     assert [p.name for p in found.files["events"]] == ["s1.parquet", "s2-000001.parquet"]
     assert [s.path.name for s in found.skipped] == ["s1-000001.parquet"]
+
+
+def one_connection_snapshot() -> Snapshot:
+    conn = Connection(key="sock:1", role=Role.BROKER, node_id=1, broker_id=1, client=None,
+                      local="127.0.0.1:5000", remote="127.0.0.1:9092", state="ESTABLISHED")
+    return Snapshot(ts_ms=1, host="h", processes=[ProcessView(1, "p", "", connections=[conn])])
+
+
+def test_buffered_rows_reach_disk_on_the_timer_while_no_poll_returns(tmp_path):
+    """A poll that blocks (a stopped JVM held one for 12 s) must not stretch the loss window:
+    nothing calls add() after the first poll here, and the second poll's rows still land."""
+    recorder = Recorder(tmp_path, "h", "s1", interval_ms=1000, flush_every_s=0.5)
+    snapshot = one_connection_snapshot()
+    recorder.add(snapshot, [])  # the first poll flushes at once
+    written = len(recorder.parts["snapshots"])
+    recorder.add(replace(snapshot, ts_ms=2), [])  # buffered: the next flush is 0.5 s away
+    deadline = time.monotonic() + 30
+    while len(recorder.parts["snapshots"]) == written and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(recorder.parts["snapshots"]) == written + 1
+    recorder.close()
+
+
+def test_fsynced_parts_and_directories_before_a_rename(tmp_path, monkeypatch):
+    """Each part file and its directory are synced before and after the rename that publishes
+    it (a spy on os.fsync: a power cut cannot be made on demand)."""
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    recorder = Recorder(tmp_path, "h", "s1", interval_ms=1000)
+    recorder.add(one_connection_snapshot(), [])
+    part = recorder.parts["snapshots"][0]
+    temporary, directory = str(part.parent / f".{part.name}.tmp"), str(part.parent)
+    assert temporary in synced and directory in synced[synced.index(temporary):], synced
+    recorder.close()
 
 
 # --- the blinding attack, end to end: a throwaway user, a squatted /tmp/kmon-UID ----------
