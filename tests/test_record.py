@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -111,23 +112,79 @@ def test_a_process_exit_is_an_event_and_the_last_one_ends_the_recording(start_cl
     assert latest_session(read(out, "sessions"))["stopped_ms"] is not None
 
 
-def test_cluster_mode_finds_the_clients_and_sigterm_stops_it_cleanly(cluster, start_client,
-                                                                    tmp_path):
-    consumer, producer = start_client("consumer"), start_client("producer")
-    out = tmp_path / "rec"
-    recorder = record_child("--cluster", cluster, "--out", str(out), "--interval", "500ms")
+def test_cluster_mode_finds_the_clients_and_sigterm_stops_it_cleanly(spool_dir, tmp_path):
+    # a cluster of its own: the session's cluster may still hold other tests' clients
+    cluster = Child([sys.executable, "-m", "kmon", "devcluster", "--brokers", "3"])
+    clients, recorder = [], None
     try:
+        bootstrap = cluster.wait_line("127.0.0.1:", timeout=30)
+        for kind in ("consumer", "producer"):
+            clients.append(Child([sys.executable, "-m", "kmon.devtools.workload", kind,
+                                  bootstrap, "--instrument"]))
+            clients[-1].wait_line("READY")
+        consumer, producer = clients
+        out = tmp_path / "rec"
+        recorder = record_child("--cluster", bootstrap, "--out", str(out), "--interval",
+                                "500ms")
         time.sleep(2)
         recorder.proc.terminate()
         assert recorder.proc.wait(15) == 0, recorder.stderr
     finally:
-        recorder.stop()
+        for child in (recorder, *clients, cluster):
+            if child is not None:
+                child.stop()
     time.sleep(0.2)  # let the stderr pump catch up
     assert "stopped (SIGTERM)" in recorder.stderr[-1], recorder.stderr
     # the devcluster process (brokers, and its own client to them) is not a client
     assert {r["pid"] for r in read(out, "snapshots")} == {consumer.pid, producer.pid}
     clients = json.loads(latest_session(read(out, "sessions"))["clients_json"])
     assert {c["pid"] for c in clients} == {consumer.pid, producer.pid}
+
+
+def test_sighup_stops_it_cleanly_as_sigterm_does(start_client, tmp_path):
+    producer = start_client("producer")
+    out = tmp_path / "rec"
+    recorder = record_child("--pid", str(producer.pid), "--out", str(out), "--interval", "200ms")
+    try:
+        time.sleep(1)
+        recorder.proc.send_signal(signal.SIGHUP)  # a closed terminal, su/ssh going away
+        assert recorder.proc.wait(15) == 0, recorder.stderr
+    finally:
+        recorder.stop()
+    time.sleep(0.2)  # let the stderr pump catch up
+    assert "stopped (SIGHUP)" in recorder.stderr[-1], recorder.stderr
+    assert latest_session(read(out, "sessions"))["stopped_ms"] is not None
+
+
+def test_any_error_in_the_loop_closes_the_recording(start_client, tmp_path, monkeypatch,
+                                                    capsys):
+    """Whatever breaks a poll (an OverflowError once killed it with no file written), the
+    session is closed and said in one line. The failing poll is injected: no real part
+    fails on demand."""
+    from kmon.cli import main
+    from kmon.engine.monitor import Monitor
+
+    producer = start_client("producer")
+    polls, real_poll = [], Monitor.poll
+
+    def failing_poll(monitor):
+        polls.append(1)
+        if len(polls) == 3:
+            raise OverflowError("int too large to convert")
+        return real_poll(monitor)
+
+    monkeypatch.setattr(Monitor, "poll", failing_poll)
+    out, thresholds = tmp_path / "rec", gc.get_threshold()
+    try:
+        code = main(["record", "--pid", str(producer.pid), "--out", str(out), "--interval",
+                     "100ms"])
+    finally:  # the record command settles this process's heap: give pytest its own back
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and "int too large to convert; recording stopped" in err[-1], err
+    assert latest_session(read(out, "sessions"))["stopped_ms"] is not None
+    assert {r["pid"] for r in read(out, "snapshots")} == {producer.pid}
 
 
 def test_a_killed_recorder_leaves_readable_parts(start_client, tmp_path):
