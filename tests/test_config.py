@@ -9,6 +9,7 @@ import pytest
 from kmon.config import ENV_CONFIG, ConfigError, load_config
 from kmon.engine.monitor import NEAR_REAP_FRACTION
 from kmon.errors import UserError
+from kmon.units import property_arg
 
 FULL = """
 [thresholds]
@@ -165,3 +166,10 @@ def test_secrets_are_masked_when_shown(tmp_path):
     assert shown["sasl.password"] == shown["ssl.key.password"] == "***"
     assert shown["sasl.username"] == "kmon" and shown["security.protocol"] == "SASL_SSL"
     assert "s3cret" not in repr(prod) and "s3cret" not in str(shown)
+
+
+def test_a_property_value_is_read_from_a_file(tmp_path):
+    value = tmp_path / "password"
+    value.write_text("s3cret\n")
+    assert property_arg(f"sasl.password=@{value}") == ("sasl.password", "s3cret")
+    assert property_arg("acks=all") == ("acks", "all")

@@ -141,6 +141,23 @@ def test_cluster_mode_finds_the_clients_and_sigterm_stops_it_cleanly(spool_dir, 
     assert {c["pid"] for c in clients} == {consumer.pid, producer.pid}
 
 
+def test_a_cluster_named_in_the_config_with_a_property_read_from_a_file(cluster, start_client,
+                                                                        tmp_path):
+    """Nothing secret needs to stand on kmon's command line: the cluster comes from --config,
+    a property's value from a file (-X KEY=@FILE); neither value is printed."""
+    consumer = start_client("consumer")
+    config, value = tmp_path / "kmon.toml", tmp_path / "password"
+    config.write_text(f"[clusters.local]\nbootstrap = '{cluster}'\n")
+    value.write_text(SECRET + "\n")
+    out = tmp_path / "rec"
+    result = kmon("record", "--cluster", "local", "--config", str(config),
+                  "-X", f"sasl.password=@{value}", "--out", str(out), "--interval", "250ms",
+                  "--duration", "2s")
+    assert result.returncode == 0, result.stderr
+    assert SECRET not in result.stderr + result.stdout
+    assert consumer.pid in {r["pid"] for r in read(out, "snapshots")}
+
+
 def test_sighup_stops_it_cleanly_as_sigterm_does(start_client, tmp_path):
     producer = start_client("producer")
     out = tmp_path / "rec"
