@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +26,7 @@ from kmon.model import (
     Snapshot,
     Thresholds,
 )
-from kmon.timeline import CLOSING_STATES, History
+from kmon.timeline import CLOSING_STATES, History, Track
 from kmon.widgets import format as fmt
 from kmon.widgets.connection_table import SORT_ORDERS, ConnectionTable, connection_cells
 from kmon.widgets.detail import DetailScreen
@@ -66,6 +68,28 @@ class RecordingStopped(Message):
     def __init__(self, text: str, failed: bool = False) -> None:
         super().__init__()
         self.text, self.failed = text, failed
+
+
+class TimelineRows(Sequence):
+    """The timeline's rows, each made when drawn: the shown connections' tracks, then the
+    closed ones (2,000 rows a refresh, of which a screenful is drawn)."""
+
+    def __init__(self, history: History, pid: int, rows: list[Connection],
+                 closed: list[Track]) -> None:
+        self.history, self.pid, self.rows, self.closed = history, pid, rows, closed
+
+    def __len__(self) -> int:
+        return len(self.rows) + len(self.closed)
+
+    def __getitem__(self, index: int) -> tuple[str, Track]:
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        if index >= len(self.rows):
+            track = self.closed[index - len(self.rows)]
+            return f"{track.label} (closed)", track
+        conn = self.rows[index]
+        track = self.history.track(self.pid, conn.key) or Track(deque(), conn.key, None)
+        return track.label, track
 
 
 class AttachScreen(PollingScreen):
@@ -228,13 +252,12 @@ class AttachScreen(PollingScreen):
         self.redraw()
 
     def _draw_timeline(self, rows: list[Connection]) -> None:
-        tracks = [(t.label, t) for t in (self.history.track(self.pid, c.key) for c in rows) if t]
         closed = sorted(self.history.closed(self.pid), key=lambda kt: kt[1].closed_ms or 0,
                         reverse=True)
-        tracks += [(f"{t.label} (closed)", t) for _, t in closed]
         ticks = self.history.ticks
         span = ticks[-1] - ticks[0] if len(ticks) > 1 else 0
-        self.query_one(Timeline).show(tracks, span)
+        self.query_one(Timeline).show(
+            TimelineRows(self.history, self.pid, rows, [t for _, t in closed]), span)
 
     def _header(self) -> Text:
         view = self.view

@@ -8,6 +8,7 @@ screenful.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import groupby
 
 from rich.segment import Segment
@@ -45,11 +46,12 @@ class Timeline(ScrollView):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        self._rows: list[tuple[str, Track]] = []
+        self._rows: Sequence[tuple[str, Track]] = []
         self._span_ms = 0
 
-    def show(self, rows: list[tuple[str, Track]], span_ms: int) -> None:
-        """Draw ``rows`` ((label, track)); ``span_ms`` is the time the window covers."""
+    def show(self, rows: Sequence[tuple[str, Track]], span_ms: int) -> None:
+        """Draw ``rows`` ((label, track), looked up only when drawn); ``span_ms`` is the time
+        the window covers."""
         self._rows = rows
         self._span_ms = span_ms
         self.virtual_size = Size(self.size.width, len(rows) + 1)
