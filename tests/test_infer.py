@@ -26,7 +26,7 @@ from kmon.evidence.infer import (
     heartbeat_cycles,
     remember,
 )
-from kmon.evidence.resolve import resolve_one
+from kmon.evidence.resolve import kernel_limits, resolve_one, socket_row
 from kmon.model import Connection, Role
 from kmon.sources.cluster import GroupInfo, GroupMember, fetch_metadata
 from kmon.sources.sockets import Endpoint, TcpSocket, open_socket_reader
@@ -151,6 +151,20 @@ def test_rows_with_client_metrics_are_left_alone():
                               [_group(2, ("rdkafka", "127.0.0.1"))], ["kcat"])
     assert both[0].evidence["inference"] == "describe_groups+cadence"
     assert both[0].confidence == 0.8  # 0.7 by group, 0.6 by 3 cycles: agreeing, 0.1 more
+
+
+def test_a_kernel_only_row_has_every_field_where_its_name_says():
+    """socket_row builds rows by position (2,000 a poll): the same row as by keyword."""
+    sock = TcpSocket(7, 3, Endpoint("127.0.0.1", 5000), Endpoint("127.0.0.1", 9092),
+                     "ESTABLISHED", 10, 20, 300, 400, 0.5)
+    limits, by = kernel_limits(600_000, 350_000)
+    assert socket_row(sock, "sock:7", limits, by) == Connection(
+        key="sock:7", role=Role.UNKNOWN, node_id=None, broker_id=None, client=None,
+        local="127.0.0.1:5000", remote="127.0.0.1:9092", state="ESTABLISHED", idle_ms=10,
+        idle_limit_ms=350_000, bytes_sent=300, bytes_received=400, tcp_rtt_ms=0.5, fd=3,
+        inode=7, confidence=0.0, idle_limits=limits, idle_limit_by="middlebox",
+        evidence={"role": "none", "idle": "kernel", "bytes": "kernel", "state": "kernel",
+                  "idle_limit": "middlebox (config)", "pairing": "none"})
 
 
 def test_history_is_bounded_and_forgets_closed_sockets():

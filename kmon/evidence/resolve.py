@@ -42,15 +42,13 @@ def socket_row(sock: TcpSocket, key: str, limits: dict[str, int], by: str) -> Co
     """What the kernel alone says of a socket: no role, the ``kernel_limits``. Its
     ``idle_limits`` and ``evidence`` are shared between rows (nothing changes a row's dicts in
     place)."""
-    idle_ms = sock.idle_ms
-    source = sock.source
-    return Connection(
+    idle_ms, sent = sock.idle_ms, sock.bytes_sent
+    return Connection(  # by position, Connection's field order: 2,000 rows a poll
         key, Role.UNKNOWN, None, None, None, sock.local.text, sock.remote.text, sock.state,
-        idle_ms=idle_ms, idle_limit_ms=limits[by], idle_limits=limits, idle_limit_by=by,
-        bytes_sent=sock.bytes_sent, bytes_received=sock.bytes_received,
-        tcp_rtt_ms=sock.rtt_ms, fd=sock.fd, inode=sock.inode or None,
-        evidence=_kernel_evidence(source, idle_ms is not None, sock.bytes_sent is not None, by),
-        confidence=0.0)
+        idle_ms, limits[by], sent, sock.bytes_received, None, None, None, None, sock.rtt_ms,
+        None, sock.fd, sock.inode or None,
+        _kernel_evidence(sock.source, idle_ms is not None, sent is not None, by), 0.0, [],
+        limits, by)
 
 
 @cache
