@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from kmon.sources.psutil_sockets import PsutilSocketReader
-from kmon.sources.sockdiag import SockDiagReader, SockDiagUnavailable, _tcp_info
+from kmon.sources.sockdiag import SockDiagReader, SockDiagUnavailable, _short_tcp_info
 from kmon.sources.sockets import Endpoint, TcpSocket, open_socket_reader
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
@@ -368,6 +368,6 @@ def test_short_tcp_info_of_older_kernels_gives_what_it_has():
     struct.pack_into("=Q", info, 120, 4096)  # bytes_acked
     struct.pack_into("=Q", info, 128, 8192)  # bytes_received
     view = memoryview(bytes(info))
-    assert _tcp_info(view, 0, 160) == (1500, 2500, 0.25, 4096, 8192)
-    assert _tcp_info(view, 0, 104) == (1500, 2500, 0.25, None, None)
-    assert _tcp_info(view, 0, 40) == (None, None, None, None, None)
+    assert _short_tcp_info(view, 0, 160) == (1500, 2500, 0.25, 4096, 8192)
+    assert _short_tcp_info(view, 0, 104) == (1500, 2500, 0.25, None, None)
+    assert _short_tcp_info(view, 0, 40) == (None, None, None, None, None)

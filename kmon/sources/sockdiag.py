@@ -56,6 +56,7 @@ _STATE_NAMES = (
     "SYN_RECV",  # TCP_NEW_SYN_RECV: a request socket
     "BOUND_INACTIVE",
 )
+_STATE_NAME_OF = _STATE_NAMES + tuple(str(n) for n in range(len(_STATE_NAMES), 256))  # by byte
 _LISTEN = 10
 # TIME_WAIT and NEW_SYN_RECV are mini sockets without an inode, so no fd can
 # hold one: leaving them out keeps dumps small on busy hosts. LISTEN is kept
@@ -498,14 +499,16 @@ def _socket_from_msg(msg: memoryview, inode: int, fd: int, known: _Known,
                      info_at: int) -> TcpSocket:
     """Build a TcpSocket from an inet_diag_msg whose INET_DIAG_INFO attribute starts at
     ``info_at`` (``_info_at``; 0: it has none)."""
-    state = msg[1]
     sent = recv = bytes_sent = bytes_received = rtt = None
     if info_at:
-        sent, recv, rtt, bytes_sent, bytes_received = _tcp_info(
-            msg, info_at + 4, _RTATTR.unpack_from(msg, info_at)[0] - 4)
+        size = _RTATTR.unpack_from(msg, info_at)[0] - 4
+        if size >= _TCPI_FULL_LEN:  # any kernel since 4.19
+            sent, recv, rtt, bytes_received, bytes_sent = _TCPI_FULL.unpack_from(msg, info_at + 4)
+            rtt /= 1000
+        else:
+            sent, recv, rtt, bytes_sent, bytes_received = _short_tcp_info(msg, info_at + 4, size)
     return TcpSocket(  # by position: 2,000 a poll
-        inode, fd, known.local, known.remote,
-        _STATE_NAMES[state] if state < len(_STATE_NAMES) else str(state),
+        inode, fd, known.local, known.remote, _STATE_NAME_OF[msg[1]],
         sent, recv, bytes_sent, bytes_received, rtt)
 
 
@@ -528,14 +531,11 @@ def _info_at(msg: memoryview, hint: int = 0) -> int:
     return 0
 
 
-def _tcp_info(
+def _short_tcp_info(
     msg: memoryview, off: int, size: int
 ) -> tuple[int | None, int | None, float | None, int | None, int | None]:
-    """(last_data_sent, last_data_recv, rtt ms, bytes sent, bytes received) from tcp_info."""
-    if size >= _TCPI_FULL_LEN:
-        sent, recv, rtt, received, bytes_sent = _TCPI_FULL.unpack_from(msg, off)
-        return sent, recv, rtt / 1000, bytes_sent, received
-
+    """(last_data_sent, last_data_recv, rtt ms, bytes sent, bytes received) from the tcp_info
+    of a kernel older than 4.19 (each field where it is long enough)."""
     rtt_us = _field(msg, off, size, 68, "=I")
     return (
         _field(msg, off, size, 44, "=I"),
