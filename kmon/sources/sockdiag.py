@@ -15,7 +15,7 @@ import errno
 import socket
 import struct
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -198,24 +198,13 @@ class SockDiagReader:
         return found
 
     def _read_host_dump(self, found: list[HostSocket]) -> None:
-        buf, view = self._buf, self._view
-        unpack_hdr, unpack_u32 = _NLMSGHDR.unpack_from, _U32.unpack_from
-        while True:
-            size = self._sock.recv_into(buf)
-            off = 0
-            while off + _HDR <= size:
-                length, kind = unpack_hdr(buf, off)[:2]
-                if kind == SOCK_DIAG_BY_FAMILY:
-                    inode = unpack_u32(buf, off + _HDR + _INODE_AT)[0]
-                    if inode:
-                        known = _known_from_msg(view[off + _HDR : off + length], inode)
-                        found.append(HostSocket(inode, known.local, known.remote,
-                                                buf[off + _HDR + 1] == _LISTEN))
-                elif kind == NLMSG_DONE:
-                    return
-                elif kind == NLMSG_ERROR:
-                    _raise_error(buf, off)
-                off += (length + 3) & ~3
+        buf, view, unpack_u32 = self._buf, self._view, _U32.unpack_from
+        for off, length in self._dump_messages():
+            inode = unpack_u32(buf, off + _HDR + _INODE_AT)[0]
+            if inode:
+                known = _known_from_msg(view[off + _HDR : off + length], inode)
+                found.append(HostSocket(inode, known.local, known.remote,
+                                        buf[off + _HDR + 1] == _LISTEN))
 
     # -- cache upkeep -------------------------------------------------------
 
@@ -280,28 +269,18 @@ class SockDiagReader:
         self, wanted: Collection[int], learned: dict[int, _Known], listening: set[int]
     ) -> bool:
         """Read one dump to its end (True), or until every wanted inode is found (False)."""
-        buf, view = self._buf, self._view
-        unpack_hdr, unpack_u32 = _NLMSGHDR.unpack_from, _U32.unpack_from
-        while True:
-            size = self._sock.recv_into(buf)
-            off = 0
-            while off + _HDR <= size:
-                length, kind = unpack_hdr(buf, off)[:2]
-                if kind == SOCK_DIAG_BY_FAMILY:
-                    inode = unpack_u32(buf, off + _HDR + _INODE_AT)[0]
-                    if inode in wanted:
-                        msg = view[off + _HDR : off + length]
-                        if msg[1] == _LISTEN:
-                            listening.add(inode)
-                        else:
-                            learned[inode] = _known_from_msg(msg, inode)
-                elif kind == NLMSG_DONE:
-                    return True
-                elif kind == NLMSG_ERROR:
-                    _raise_error(buf, off)
-                off += (length + 3) & ~3
-            if wanted and len(learned) + len(listening) == len(wanted):
-                return False
+        buf, view, unpack_u32 = self._buf, self._view, _U32.unpack_from
+        for off, length in self._dump_messages():
+            inode = unpack_u32(buf, off + _HDR + _INODE_AT)[0]
+            if inode in wanted:
+                msg = view[off + _HDR : off + length]
+                if msg[1] == _LISTEN:
+                    listening.add(inode)
+                else:
+                    learned[inode] = _known_from_msg(msg, inode)
+                if len(learned) + len(listening) == len(wanted):
+                    return False
+        return True
 
     # -- exact lookups ------------------------------------------------------
 
@@ -345,21 +324,27 @@ class SockDiagReader:
     def _read_info_dump(self, known: dict[int, _Known], inodes: dict[int, int],
                         found: list[TcpSocket]) -> None:
         """Read one dump with tcp_info to its end, keeping the ``known`` sockets."""
-        buf, view = self._buf, self._view
-        unpack_hdr, unpack_u32 = _NLMSGHDR.unpack_from, _U32.unpack_from
+        buf, view, unpack_u32 = self._buf, self._view, _U32.unpack_from
         info_at = 0
+        for off, length in self._dump_messages():
+            inode = unpack_u32(buf, off + _HDR + _INODE_AT)[0]
+            ours = known.get(inode)
+            if ours is not None:
+                msg = view[off + _HDR : off + length]
+                info_at = _info_at(msg, info_at)
+                found.append(_socket_from_msg(msg, inode, inodes[inode], ours, info_at))
+
+    def _dump_messages(self) -> Iterator[tuple[int, int]]:
+        """(offset, length) in the receive buffer of each socket message of one dump, to its
+        end; an error reply raises. Each message is gone once the next is asked for."""
+        buf, unpack_hdr = self._buf, _NLMSGHDR.unpack_from
         while True:
             size = self._sock.recv_into(buf)
             off = 0
             while off + _HDR <= size:
                 length, kind = unpack_hdr(buf, off)[:2]
                 if kind == SOCK_DIAG_BY_FAMILY:
-                    inode = unpack_u32(buf, off + _HDR + _INODE_AT)[0]
-                    ours = known.get(inode)
-                    if ours is not None:
-                        msg = view[off + _HDR : off + length]
-                        info_at = _info_at(msg, info_at)
-                        found.append(_socket_from_msg(msg, inode, inodes[inode], ours, info_at))
+                    yield off, length
                 elif kind == NLMSG_DONE:
                     return
                 elif kind == NLMSG_ERROR:
