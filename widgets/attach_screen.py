@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,7 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
-from textual.reactive import reactive, var
+from textual.reactive import var
 from textual.widgets import Footer, Input, Static
 
 from kmon.engine.facade import ProcessSession
@@ -26,7 +24,7 @@ from kmon.model import (
     Snapshot,
     Thresholds,
 )
-from kmon.timeline import CLOSING_STATES, History, Track
+from kmon.timeline import CLOSING_STATES, History
 from kmon.widgets import format as fmt
 from kmon.widgets.connection_table import SORT_ORDERS, ConnectionTable, connection_cells
 from kmon.widgets.detail import DetailScreen
@@ -34,7 +32,7 @@ from kmon.widgets.event_log import EventLog
 from kmon.widgets.filtering import FilterError, RowFilter, parse_filter
 from kmon.widgets.polling import PollingScreen
 from kmon.widgets.sparklines import CountSparklines
-from kmon.widgets.timeline import Timeline
+from kmon.widgets.timeline import Timeline, TimelineRows
 
 HIDE_IDLE_AFTER_MS = 10_000
 
@@ -70,37 +68,15 @@ class RecordingStopped(Message):
         self.text, self.failed = text, failed
 
 
-class TimelineRows(Sequence):
-    """The timeline's rows, each made when drawn: the shown connections' tracks, then the
-    closed ones (2,000 rows a refresh, of which a screenful is drawn)."""
-
-    def __init__(self, history: History, pid: int, rows: list[Connection],
-                 closed: list[Track]) -> None:
-        self.history, self.pid, self.rows, self.closed = history, pid, rows, closed
-
-    def __len__(self) -> int:
-        return len(self.rows) + len(self.closed)
-
-    def __getitem__(self, index: int) -> tuple[str, Track]:
-        if not 0 <= index < len(self):
-            raise IndexError(index)
-        if index >= len(self.rows):
-            track = self.closed[index - len(self.rows)]
-            return f"{track.label} (closed)", track
-        conn = self.rows[index]
-        track = self.history.track(self.pid, conn.key) or Track(deque(), conn.key, None)
-        return track.label, track
-
-
 class AttachScreen(PollingScreen):
     """Live dashboard of one Kafka client process."""
 
-    sort_index: reactive[int] = var(0, init=False)
-    hide_idle: reactive[bool] = var(False, init=False)
-    row_filter: reactive[RowFilter] = var(RowFilter, init=False, always_update=True)
-    recording: reactive[Path | None] = var(None, init=False)  # where r records now
-    header_text: reactive[Text] = var(Text, init=False)
-    notice_text: reactive[str] = var("", init=False)
+    sort_index: var[int] = var(0, init=False)
+    hide_idle: var[bool] = var(False, init=False)
+    row_filter: var[RowFilter] = var(RowFilter, init=False, always_update=True)
+    recording: var[Path | None] = var(None, init=False)  # where r records now
+    header_text: var[Text] = var(Text, init=False)
+    notice_text: var[str] = var("", init=False)
 
     BINDINGS = [
         Binding("p", "pause", "pause"),

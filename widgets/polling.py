@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from textual import on, work
 from textual.message import Message
-from textual.reactive import reactive, var
+from textual.reactive import var
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.worker import WorkerState
@@ -54,8 +54,8 @@ class PollingScreen(Screen):
     stop polling for good by returning False from ``polling_wanted()``.
     """
 
-    paused: reactive[bool] = var(False, init=False)
-    interval: reactive[float] = var(1.0, init=False)
+    paused: var[bool] = var(False, init=False)
+    interval: var[float] = var(1.0, init=False)
 
     def __init__(self, source: SnapshotSource, interval_s: float) -> None:
         super().__init__()

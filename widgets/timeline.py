@@ -8,6 +8,7 @@ screenful.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from itertools import groupby
 
@@ -17,7 +18,8 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from kmon.timeline import Mark, Track
+from kmon.model import Connection
+from kmon.timeline import History, Mark, Track
 from kmon.widgets import format as fmt
 
 LABEL_WIDTH = 26
@@ -37,6 +39,28 @@ def strip_marks(marks: list[int], width: int) -> list[Mark]:
         return []
     per_column = -(-len(marks) // width)  # ceiling division
     return [Mark(max(marks[i:i + per_column])) for i in range(0, len(marks), per_column)]
+
+
+class TimelineRows(Sequence):
+    """The timeline's rows, each made when drawn: the shown connections' tracks, then the
+    closed ones (2,000 rows a refresh, of which a screenful is drawn)."""
+
+    def __init__(self, history: History, pid: int, rows: list[Connection],
+                 closed: list[Track]) -> None:
+        self.history, self.pid, self.rows, self.closed = history, pid, rows, closed
+
+    def __len__(self) -> int:
+        return len(self.rows) + len(self.closed)
+
+    def __getitem__(self, index: int) -> tuple[str, Track]:
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        if index >= len(self.rows):
+            track = self.closed[index - len(self.rows)]
+            return f"{track.label} (closed)", track
+        conn = self.rows[index]
+        track = self.history.track(self.pid, conn.key) or Track(deque(), conn.key, None)
+        return track.label, track
 
 
 class Timeline(ScrollView):
