@@ -143,7 +143,7 @@ class ProcessView:
     connections: list[Connection] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)  # problems worth showing in place
     clients_created: int | None = None  # client instances made so far (the agent counts)
-    # how the sockets gone since the last poll closed, as the wire saw it: (local, remote) ->
+    # how the sockets gone since the last poll closed, as the wire saw them, by (local, remote)
     wire_closes: dict[tuple[str, str], WireClose] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
