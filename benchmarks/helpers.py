@@ -11,6 +11,7 @@ import struct
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 
 class Helpers:
@@ -82,3 +83,13 @@ def exit_when_parent_goes() -> None:
         os._exit(0)
 
     threading.Thread(target=watch, daemon=True).start()
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of every thread of ``pid`` so far, to the nanosecond (``/proc/*/schedstat``:
+    ``/proc/PID/stat`` counts in 10 ms ticks, too coarse for a process idling at 0.1%)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # a thread just ended
+            total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e9

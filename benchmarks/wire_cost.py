@@ -5,8 +5,10 @@ on a busy producer, and the time from attach to every role at confidence 1.0.
 
 1. A confluent-kafka producer pushes --mb-per-s over loopback to the embedded
    cluster (100 kB messages, paced). ``kmon attach PID --json`` runs beside it for
-   --seconds with the wire off, then on, alternately (--rounds each); kmon's CPU
-   share is read from /proc, and the packets the kernel dropped from its notices.
+   --seconds with the wire off, then on, alternately (--rounds each), after a warm-up
+   of WARM_UP_S (its CPU then is shown apart: the wire learns the brokers in its first
+   polls); kmon's CPU is read from /proc/*/schedstat, and the packets the kernel
+   dropped from its notices.
 2. Uninstrumented consumers (confluent-kafka, kcat -G, kafka-python, KafkaJS where
    installed) are started under a shell that execs them once kmon is attached; the
    time until every socket shows its role at 1.0 is printed, next to the best
@@ -27,9 +29,12 @@ import time
 import uuid
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from helpers import cpu_seconds  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
+WARM_UP_S = 5  # the wire's first polls learn the brokers: its steady state starts after
 NODE_MODULES = REPO / "tests" / "node" / "node_modules"
-TICK = os.sysconf("SC_CLK_TCK")
 
 PRODUCER = """
 import sys, time
@@ -66,11 +71,6 @@ const consumer = kafka.consumer({ groupId: process.argv[3] });
 """
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
 class Lines:
     """A child's stdout lines, read in the background."""
 
@@ -100,12 +100,14 @@ def attach(pid: int, wire: str) -> Lines:
                   "1s", "--any-process", "--wire", wire])
 
 
-def kmon_cpu(pid: int, wire: str, seconds: float) -> tuple[float, int]:
-    """(kmon's share of a core, packets dropped) attached for ``seconds`` after warm-up."""
+def kmon_cpu(pid: int, wire: str, seconds: float) -> tuple[float, float, int]:
+    """(kmon's share of a core for ``seconds`` after the warm-up, its CPU seconds in the
+    warm-up, packets dropped)."""
     kmon = attach(pid, wire)
     try:
         kmon.wait_for("{")
-        time.sleep(1)
+        attached = cpu_seconds(kmon.proc.pid)
+        time.sleep(WARM_UP_S)
         start, begun = cpu_seconds(kmon.proc.pid), time.monotonic()
         time.sleep(seconds)
         share = (cpu_seconds(kmon.proc.pid) - start) / (time.monotonic() - begun)
@@ -117,7 +119,7 @@ def kmon_cpu(pid: int, wire: str, seconds: float) -> tuple[float, int]:
             for notice in json.loads(line)["processes"][0]["notices"]:
                 if notice.startswith("the wire missed"):
                     drops = int(notice.split()[3].replace(",", ""))
-    return share, drops
+    return share, start - attached, drops
 
 
 def cpu_figures(cluster: str, mb_per_s: float, seconds: float, rounds: int) -> None:
@@ -125,22 +127,23 @@ def cpu_figures(cluster: str, mb_per_s: float, seconds: float, rounds: int) -> N
     try:
         producer.wait_for("READY")
         time.sleep(2)
-        load = cpu_seconds(producer.proc.pid)
-        results: dict[str, list[tuple[float, int]]] = {"off": [], "auto": []}
+        load, loaded = cpu_seconds(producer.proc.pid), time.monotonic()
+        results: dict[str, list[tuple[float, float, int]]] = {"off": [], "auto": []}
         for _ in range(rounds):
             for wire in ("off", "auto"):
                 results[wire].append(kmon_cpu(producer.proc.pid, wire, seconds))
-        producer_share = (cpu_seconds(producer.proc.pid) - load) / (
-            rounds * 2 * (seconds + 2))
+        producer_share = (cpu_seconds(producer.proc.pid) - load) / (time.monotonic() - loaded)
     finally:
         producer.stop()
-    off = sum(s for s, _ in results["off"]) / rounds
-    on = sum(s for s, _ in results["auto"]) / rounds
-    drops = max(d for _, d in results["auto"])
+    off, on = (sum(r[0] for r in results[w]) / rounds for w in ("off", "auto"))
+    warm_off, warm_on = (sum(r[1] for r in results[w]) / rounds * 1000 for w in ("off", "auto"))
+    drops = max(r[2] for r in results["auto"])
     print(f"producer at {mb_per_s:g} MB/s over loopback ({producer_share:.0%} of a core)")
-    print(f"kmon --wire off : {off:6.2%} of a core (baseline)")
-    print(f"kmon --wire auto: {on:6.2%} of a core  ratio {on / off:.2f}x  "
-          f"extra {on - off:+.2%} of a core  packets dropped {drops}")
+    print(f"kmon --wire off : {off:7.3%} of a core (baseline)      "
+          f"first {WARM_UP_S} s: {warm_off:5.1f} ms of CPU")
+    print(f"kmon --wire auto: {on:7.3%} of a core  ratio {on / off:.2f}x  "
+          f"first {WARM_UP_S} s: {warm_on:5.1f} ms of CPU")
+    print(f"wire's extra: {on - off:+.3%} of a core; packets dropped {drops}")
 
 
 def consumers(cluster: str, topic: str) -> dict[str, list[str]]:

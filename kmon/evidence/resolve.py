@@ -91,29 +91,32 @@ def with_limits(row: Connection, middlebox_idle_ms: int | None) -> Connection:
 
 def resolve_one(base: Connection, claims: Sequence[Claim]) -> tuple[Connection, str | None]:
     """The row of one socket, and a notice where the wire contradicts the other evidence."""
-    row = base
+    if not claims:
+        return base, None
+    changes: dict = {}
+    evidence = dict(base.evidence)
     chosen = best(claims)
     if chosen is not None:
-        row = replace(row, role=chosen.role, node_id=chosen.node_id,
-                      broker_id=chosen.broker_id, confidence=chosen.confidence,
-                      evidence={**row.evidence, **chosen.evidence}, **chosen.facts)
+        changes.update(role=chosen.role, node_id=chosen.node_id, broker_id=chosen.broker_id,
+                       confidence=chosen.confidence, **chosen.facts)
+        evidence.update(chosen.evidence)
     for note in (c for c in claims if c.role is None):
-        row = replace(row, evidence={**row.evidence, **note.evidence})
+        evidence.update(note.evidence)
     notice = None
     wire = next((c for c in claims if c.source == WIRE and c.role is not None), None)
     if wire is not None:
         if chosen is not None and chosen.source != "endpoint" and (
                 chosen.role, chosen.node_id) != (wire.role, wire.node_id):
-            notice = (f"{row.remote} (fd {row.fd}): the wire says {wire.role.value} "
+            notice = (f"{base.remote} (fd {base.fd}): the wire says {wire.role.value} "
                       f"{wire.node_id}, {chosen.source} said {chosen.role.value} "
                       f"{chosen.node_id}; the wire decides")
-        row = replace(row, role=wire.role, node_id=wire.node_id,
-                      broker_id=wire.broker_id if wire.broker_id is not None else row.broker_id,
-                      confidence=wire.confidence,
-                      evidence={**row.evidence, **wire.evidence}, **wire.facts)
-    if claims:
-        row = replace(row, claims=[c.summary() for c in claims])
-    return row, notice
+        changes.update(role=wire.role, node_id=wire.node_id, confidence=wire.confidence,
+                       **wire.facts)
+        if wire.broker_id is not None:
+            changes["broker_id"] = wire.broker_id
+        evidence.update(wire.evidence)
+    return replace(base, evidence=evidence, claims=[c.summary() for c in claims],
+                   **changes), notice
 
 
 def resolve(sockets: Sequence[TcpSocket], claims: Mapping[str, Sequence[Claim]],

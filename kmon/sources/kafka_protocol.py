@@ -11,7 +11,9 @@ where the prefix ends before the fact.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+import struct
+from typing import NamedTuple
 
 API_NAMES = {
     0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit",
@@ -40,8 +42,7 @@ def api_name(key: int) -> str:
     return API_NAMES.get(key, f"api{key}")
 
 
-@dataclass(frozen=True)
-class RequestHeader:
+class RequestHeader(NamedTuple):
     """The header of one request."""
 
     size: int  # bytes after the size field
@@ -51,25 +52,30 @@ class RequestHeader:
     client_id: str | None
 
 
+_REQUEST_HEADER = struct.Struct(">ihhih")
+
+
 def request_header(data: bytes) -> RequestHeader | None:
     """The request header at the start of ``data``, if it is there and plausible."""
     if len(data) < REQUEST_HEADER:
         return None
-    size = int.from_bytes(data[0:4], "big", signed=True)
-    key = int.from_bytes(data[4:6], "big", signed=True)
-    version = int.from_bytes(data[6:8], "big", signed=True)
-    correlation = int.from_bytes(data[8:12], "big", signed=True)
-    length = int.from_bytes(data[12:14], "big", signed=True)
+    size, key, version, correlation, length = _REQUEST_HEADER.unpack_from(data)
     if not (10 <= size < 1 << 30 and 0 <= key <= MAX_API_KEY
             and 0 <= version <= MAX_API_VERSION and -1 <= length <= MAX_CLIENT_ID):
         return None
     client_id = None
     if length >= 0:
         raw = data[REQUEST_HEADER:REQUEST_HEADER + length]
-        if len(raw) < length or not raw.isascii() or not raw.decode().isprintable():
+        client_id = _client_id(raw) if len(raw) == length else None
+        if client_id is None:
             return None
-        client_id = raw.decode()
     return RequestHeader(size, key, version, correlation, client_id)
+
+
+@functools.lru_cache(maxsize=256)
+def _client_id(raw: bytes) -> str | None:
+    """The client_id ``raw`` spells, if it is printable ASCII (a process sends the same few)."""
+    return raw.decode() if raw.isascii() and raw.decode().isprintable() else None
 
 
 class _Reader:

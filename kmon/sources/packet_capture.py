@@ -18,7 +18,7 @@ import mmap
 import os
 import socket
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from kmon.sources import packet_filter
 
@@ -34,21 +34,24 @@ FRAME_SIZE = 2048
 RETIRE_BLOCK_MS = 50  # a block is handed over this long after its first packet at most
 BLOCK_HEADER = struct.Struct("=IIIIIIQ")  # version, offset_to_priv, status, num_pkts, first, len
 PACKET_HEADER = struct.Struct("=IIIIIIHH")  # next, sec, nsec, snaplen, len, status, mac, net
+TCP_OFFSET_FLAGS = struct.Struct("!BB")  # 12 bytes into the TCP header
+MAX_ENDPOINTS = 4096  # remembered (source, destination) pairs: a client's sockets
 
 
 Address = tuple[str, int]  # (ip, port): cheaper to hash per packet than an Endpoint
 
 
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """One TCP segment: its endpoints and the captured start of its payload."""
+class Segment(NamedTuple):
+    """One TCP segment (or a run of repeats of it): its endpoints and the captured start of its
+    payload."""
 
-    ts_ms: int
+    ts_ms: int  # when it was captured (the last of its repeats)
     src: Address
     dst: Address
-    length: int  # payload bytes on the wire
     data: bytes  # the first bytes of the payload that the filter kept
-    flags: int = 0  # the TCP flags (FIN 0x01, RST 0x04, ...)
+    flags: int  # the TCP flags (FIN 0x01, RST 0x04, ...)
+    repeats: int  # segments it stands for (see PacketCapture.read)
+    first_ms: int  # when the first of them was captured
 
 
 class PacketCapture:
@@ -59,6 +62,7 @@ class PacketCapture:
         self.remote_ports: set[int] = set()
         self.responses = True
         self.drops = 0
+        self.endpoints: dict[bytes, tuple[Address, Address]] = {}
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, 0)  # receives nothing yet
         try:
             self.loopback = socket.if_nametoindex("lo")
@@ -90,21 +94,51 @@ class PacketCapture:
         self.local_ports, self.remote_ports, self.responses = wanted
 
     def read(self) -> list[Segment]:
-        """Every segment queued since the last read, oldest first."""
-        out: list[Segment] = []
+        """Every segment queued since the last read, in order.
+
+        While responses are not kept, segments of one socket that are equal but for payload
+        bytes 0-3 and 8-11 (a Kafka request's size and correlation id) come as one, with their
+        count, at the place and time of the last: a busy client's thousands of Produce or
+        Fetch headers cost kmon a few objects per read.
+        """
+        runs: dict[object, list] = {}  # repeat signature (or arrival) -> a run of segments
+        ring, merge = self.ring, not self.responses
         for _ in range(BLOCKS):
             base = self.block * BLOCK_SIZE
-            _, _, status, count, first, _, _ = BLOCK_HEADER.unpack_from(self.ring, base)
+            _, _, status, count, first, _, _ = BLOCK_HEADER.unpack_from(ring, base)
             if not status & TP_STATUS_USER:
                 break
             at = base + first
-            for _ in range(count):
-                out += _segment(self.ring, at)
-                at += PACKET_HEADER.unpack_from(self.ring, at)[0]
-            struct.pack_into("=I", self.ring, base + 8, 0)  # the block goes back to the kernel
+            for _ in range(count):  # the hot loop: a busy client's every request header
+                step, sec, nsec, snaplen, _, _, _, net = PACKET_HEADER.unpack_from(ring, at)
+                start, end, at = at + net, at + net + snaplen, at + step
+                if ring[start] == 0x45 and snaplen >= 40:  # IPv4 without options
+                    raw = ring[start + 12:start + 24]  # addresses and ports: one run of bytes
+                    offset, flags = TCP_OFFSET_FLAGS.unpack_from(ring, start + 32)
+                    payload = start + 20 + (offset >> 4) * 4
+                else:
+                    found = _tcp(ring, start, snaplen)
+                    if found is None:
+                        continue
+                    raw, payload, flags = found
+                    payload += start
+                if merge and not flags & packet_filter.TCP_CLOSING:
+                    key = raw + ring[payload + 4:payload + 8] + ring[payload + 12:end]
+                    run = runs.pop(key, None)
+                    if run is not None:
+                        run[0], run[1], run[5] = sec, nsec, run[5] + 1
+                        runs[key] = run  # at the place of the last
+                        continue
+                else:
+                    key = len(runs)  # runs only grow: a key of its own
+                runs[key] = [sec, nsec, raw, ring[payload:end], flags, 1, _ms(sec, nsec)]
+            struct.pack_into("=I", ring, base + 8, 0)  # the block goes back to the kernel
             self.block = (self.block + 1) % BLOCKS
         self._count_drops()
-        return out
+        endpoints = self.endpoints
+        return [Segment(_ms(sec, nsec), *(endpoints.get(raw) or _remember(raw, endpoints)),
+                        data, flags, repeats, first_ms)
+                for sec, nsec, raw, data, flags, repeats, first_ms in runs.values()]
 
     def _count_drops(self) -> None:
         packets, drops, _ = struct.unpack("=III", self.sock.getsockopt(
@@ -118,28 +152,41 @@ class PacketCapture:
         self.sock.close()
 
 
-def _segment(ring: mmap.mmap, at: int) -> list[Segment]:
-    """The TCP segment of the packet at ``at`` in the ring (none for an unreadable one)."""
-    _, sec, nsec, snaplen, _, _, _, net = PACKET_HEADER.unpack_from(ring, at)
-    packet = ring[at + net:at + net + snaplen]
-    version = packet[0] >> 4 if packet else 0
-    if version == 4 and len(packet) >= 20:
-        header = (packet[0] & 0x0F) * 4
-        total = int.from_bytes(packet[2:4], "big")
-        src_ip, dst_ip = socket.inet_ntoa(packet[12:16]), socket.inet_ntoa(packet[16:20])
-    elif version == 6 and len(packet) >= 40:
-        header, total = 40, 40 + int.from_bytes(packet[4:6], "big")
-        src_ip = str(ipaddress.IPv6Address(packet[8:24]))
-        dst_ip = str(ipaddress.IPv6Address(packet[24:40]))
+def _tcp(ring: mmap.mmap, start: int, snaplen: int) -> tuple[bytes, int, int] | None:
+    """(address and port bytes, payload offset, TCP flags) of an IPv4 packet with options or
+    an IPv6 packet at ``start`` in the ring (None for an unreadable one)."""
+    version = ring[start] >> 4 if snaplen >= 40 else 0
+    if version == 4:
+        header = (ring[start] & 0x0F) * 4
+        raw = ring[start + 12:start + 20] + ring[start + header:start + header + 4]
+    elif version == 6 and snaplen >= 60:  # addresses, then the TCP header's ports
+        header, raw = 40, ring[start + 8:start + 44]
     else:
-        return []
-    tcp = packet[header:header + 20]
-    if len(tcp) < 20:
-        return []
-    src_port, dst_port = struct.unpack_from("!HH", tcp)
-    payload = header + (tcp[12] >> 4) * 4
-    return [Segment(sec * 1000 + nsec // 1_000_000, (src_ip, src_port), (dst_ip, dst_port),
-                    max(0, total - payload), packet[payload:], tcp[13])]
+        return None
+    if snaplen < header + 20:
+        return None
+    offset, flags = TCP_OFFSET_FLAGS.unpack_from(ring, start + header + 12)
+    return raw, header + (offset >> 4) * 4, flags
+
+
+def _ms(sec: int, nsec: int) -> int:
+    return sec * 1000 + nsec // 1_000_000
+
+
+def _remember(raw: bytes, endpoints: dict[bytes, tuple[Address, Address]]
+              ) -> tuple[Address, Address]:
+    """(source, destination) of IP addresses and TCP ports ``raw``, kept in ``endpoints``."""
+    if len(endpoints) >= MAX_ENDPOINTS:
+        endpoints.clear()
+    half = (len(raw) - 4) // 2
+    text = socket.inet_ntoa if half == 4 else _ipv6_text
+    src_port, dst_port = struct.unpack_from("!HH", raw, 2 * half)
+    pair = endpoints[raw] = (text(raw[:half]), src_port), (text(raw[half:2 * half]), dst_port)
+    return pair
+
+
+def _ipv6_text(raw: bytes) -> str:
+    return str(ipaddress.IPv6Address(raw))
 
 
 def _bind_all(fd: int) -> None:

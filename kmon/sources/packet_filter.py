@@ -31,6 +31,7 @@ RESPONSE_BYTES = 1024
 TLS_BYTES = 4
 TLS_RECORD_TYPES = (0x15, 0x16, 0x17)  # alert, handshake, application data
 TCP_FIN, TCP_RST = 0x01, 0x04
+TCP_CLOSING = TCP_FIN | TCP_RST
 PORTS_PER_BLOCK = 100  # conditional jumps reach 255 instructions ahead
 MAX_PORTS = 1500  # the kernel takes 4096 instructions
 
@@ -142,7 +143,7 @@ def build(local_ports: Iterable[int], remote_ports: Iterable[int], loopback_ifin
     for kind in ("request", "response"):
         prog.label(kind)
         prog.op(LD_B_IND, 13)  # the TCP flags: a close or a reset keeps its headers only
-        prog.op(JSET_K, TCP_FIN | TCP_RST, jt="close")
+        prog.op(JSET_K, TCP_CLOSING, jt="close")
         _to_payload(prog)
         prog.op(LD_H_IND, 0)  # a load past the packet's end drops it: no pure ACKs
         prog.op(JA, f"{kind}-body")

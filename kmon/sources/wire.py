@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from kmon.model import WireClose
 from kmon.sources import kafka_protocol as kp
 from kmon.sources.packet_capture import Address, PacketCapture, Segment
-from kmon.sources.packet_filter import TCP_FIN, TCP_RST
+from kmon.sources.packet_filter import TCP_CLOSING, TCP_RST
 from kmon.sources.sockets import Endpoint, TcpSocket
 
 MAX_PENDING = 64  # outstanding Metadata/FindCoordinator requests remembered per socket
 UNOWNED_FOR_MS = 10_000  # a stream not (yet) among the process's sockets is kept this long
 MAX_FLOWS = 4096
 TLS_RECORDS = (b"\x15\x03", b"\x16\x03", b"\x17\x03")  # alert, handshake, application data
-CLOSING_FLAGS = TCP_FIN | TCP_RST
+ANSWERS_KMON_READS = frozenset({kp.METADATA, kp.FIND_COORDINATOR})  # their responses name brokers
 
 
 @dataclass
@@ -116,21 +116,21 @@ class WireTap:
         return {s.local.port for s in sockets}, remote
 
     def _flow(self, key: tuple[Address, Address], ts_ms: int) -> Flow:
-        flow = self.flows.get(key)
-        if flow is None:
-            flow = self.flows[key] = Flow(ts_ms, from_start=key not in self.started)
+        """A new flow for the socket ``key``, first seen at ``ts_ms``."""
+        flow = self.flows[key] = Flow(ts_ms, from_start=key not in self.started)
         return flow
 
     def _take(self, seg: Segment, mine: dict) -> None:
-        forward, backward = (seg.src, seg.dst), (seg.dst, seg.src)
+        forward = seg.src, seg.dst
         if forward in mine:
-            request = True
-        elif backward in mine:
-            request = False
+            request, key = True, forward
+        elif (backward := (seg.dst, seg.src)) in mine:
+            request, key = False, backward
         else:  # a socket the polls have not shown (yet): towards a broker port, a request
             request = seg.dst[1] in self.capture.remote_ports
-        flow = self._flow(forward if request else backward, seg.ts_ms)
-        if seg.flags & CLOSING_FLAGS:
+            key = forward if request else (seg.dst, seg.src)
+        flow = self.flows.get(key) or self._flow(key, seg.first_ms)
+        if seg.flags & TCP_CLOSING:
             if flow.close is None:
                 flow.close = WireClose("client" if request else "broker",
                                        bool(seg.flags & TCP_RST), flow.last_api)
@@ -144,17 +144,18 @@ class WireTap:
         if header is None:
             flow.tls |= flow.first_request_ms is None and seg.data.startswith(TLS_RECORDS)
             return
-        flow.api_counts[header.api_key] += 1
-        flow.last_api = header.api_key
-        flow.api_last_ms[header.api_key] = seg.ts_ms
+        _, api_key, api_version, correlation_id, client_id = header
+        flow.api_counts[api_key] += seg.repeats
+        flow.last_api = api_key
+        flow.api_last_ms[api_key] = seg.ts_ms
         if flow.first_request_ms is None:
-            flow.first_request_ms = seg.ts_ms
-        if header.client_id:
-            flow.client_id = header.client_id
-        if header.api_key in (kp.METADATA, kp.FIND_COORDINATOR):
+            flow.first_request_ms = seg.first_ms
+        if client_id:
+            flow.client_id = client_id
+        if api_key in ANSWERS_KMON_READS:
             if len(flow.pending) >= MAX_PENDING:
                 flow.pending.pop(next(iter(flow.pending)))
-            flow.pending[header.correlation_id] = (header.api_key, header.api_version)
+            flow.pending[correlation_id] = (api_key, api_version)
 
     def _response(self, flow: Flow, seg: Segment) -> None:
         api = flow.pending.pop(kp.response_correlation(seg.data), None)
