@@ -33,7 +33,7 @@ BLOCKS = 32  # 2 MiB of ring: a second of a busy client's cut-short segments
 FRAME_SIZE = 2048
 RETIRE_BLOCK_MS = 50  # a block is handed over this long after its first packet at most
 BLOCK_HEADER = struct.Struct("=IIIIIIQ")  # version, offset_to_priv, status, num_pkts, first, len
-PACKET_HEADER = struct.Struct("=IIIIIIHH")  # next, sec, nsec, snaplen, len, status, mac, net
+PACKET_HEADER = struct.Struct("=IIII10xH")  # next, sec, nsec, snaplen, (len, status, mac,) net
 TCP_OFFSET_FLAGS = struct.Struct("!BB")  # 12 bytes into the TCP header
 MAX_ENDPOINTS = 4096  # remembered (source, destination) pairs: a client's sockets
 
@@ -102,7 +102,7 @@ class PacketCapture:
         Fetch headers cost kmon a few objects per read.
         """
         runs: dict[object, list] = {}  # repeat signature (or arrival) -> a run of segments
-        ring, merge = self.ring, not self.responses
+        ring, merge, closing = self.ring, not self.responses, packet_filter.TCP_CLOSING
         for _ in range(BLOCKS):
             base = self.block * BLOCK_SIZE
             _, _, status, count, first, _, _ = BLOCK_HEADER.unpack_from(ring, base)
@@ -110,7 +110,7 @@ class PacketCapture:
                 break
             at = base + first
             for _ in range(count):  # the hot loop: a busy client's every request header
-                step, sec, nsec, snaplen, _, _, _, net = PACKET_HEADER.unpack_from(ring, at)
+                step, sec, nsec, snaplen, net = PACKET_HEADER.unpack_from(ring, at)
                 start, end, at = at + net, at + net + snaplen, at + step
                 if ring[start] == 0x45 and snaplen >= 40:  # IPv4 without options
                     raw = ring[start + 12:start + 24]  # addresses and ports: one run of bytes
@@ -122,7 +122,7 @@ class PacketCapture:
                         continue
                     raw, payload, flags = found
                     payload += start
-                if merge and not flags & packet_filter.TCP_CLOSING:
+                if merge and not flags & closing:
                     key = raw + ring[payload + 4:payload + 8] + ring[payload + 12:end]
                     run = runs.pop(key, None)
                     if run is not None:
