@@ -20,6 +20,7 @@ Without CAP_NET_RAW the producer makes one notice and no claims.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 
 from kmon.classify import bootstrap_node_id, coordinator_node_id
@@ -28,7 +29,7 @@ from kmon.evidence.logical import bootstrap_position
 from kmon.model import Role
 from kmon.sources import kafka_protocol as kp
 from kmon.sources.broker_query import ask_brokers
-from kmon.sources.resolve import Resolver
+from kmon.sources.resolve import CACHE_SECONDS, Resolver
 from kmon.sources.sockets import Endpoint
 from kmon.sources.wire import Flow, WireTap, WireView
 
@@ -44,6 +45,7 @@ class WireEvidence:
         self.failed: str | None = None
         self.cmdline_bootstrap = cmdline_bootstrap
         self.asked: set[Endpoint] = set()  # brokers kmon asked for the cluster's brokers
+        self.named: tuple[object, float, dict[Endpoint, int]] = (None, 0.0, {})
 
     def close(self) -> None:
         if self.tap is not None:
@@ -66,7 +68,7 @@ class WireEvidence:
                           "the other evidence"
             self.close()
             return Evidence(notices=[self.failed])
-        learned = _broker_endpoints(view, gathered.resolver)
+        learned = self._broker_endpoints(view, gathered.resolver)
         known = {**gathered.known, **learned}
         unknown = [remote for (_, remote), f in view.flows.items()
                    if f.api_counts and not f.tls and remote not in known]
@@ -77,7 +79,7 @@ class WireEvidence:
                 self.tap.learn(answer, gathered.now_ms)
                 view.brokers.update(answer)
                 view.cluster_learned_ms = view.cluster_learned_ms or gathered.now_ms
-                learned = _broker_endpoints(view, gathered.resolver)
+                learned = self._broker_endpoints(view, gathered.resolver)
                 known = {**gathered.known, **learned}
         bootstrap = ",".join(c.config.get("bootstrap.servers", "") for c in gathered.stats) \
             or self.cmdline_bootstrap
@@ -96,18 +98,30 @@ class WireEvidence:
         return Evidence(claims=claims, learned=learned, notices=notices, closes=view.closes)
 
 
+    def _broker_endpoints(self, view: WireView, resolver: Resolver) -> dict[Endpoint, int]:
+        """The endpoints of the brokers the process's responses named: worked out again when
+        the names change, or when the resolver would look them up again."""
+        named, until, endpoints = self.named
+        now = time.monotonic()
+        if named != (view.brokers, view.coordinators) or now > until:
+            endpoints = _broker_endpoints(view, resolver)
+            self.named = ((view.brokers, view.coordinators), now + CACHE_SECONDS, endpoints)
+        return endpoints
+
+
 def flow_claim(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endpoint, int],
                bootstrap: str, resolver: Resolver) -> Claim | None:
     """The claim the traffic of a socket to ``remote`` makes, if it says enough."""
     if flow.tls:
         return Claim(source="wire", role=None, node_id=None, broker_id=None, confidence=0.0,
                      evidence={"wire": "tls"}, detail="TLS: the Kafka headers are encrypted")
-    keys = set(flow.api_counts)
+    keys = flow.api_counts.keys()
     if not keys:
         return None
     broker_id = known.get(remote)
-    evidence = {"role": "wire", "wire": flow.apis()}
-    detail = flow.apis() + (f" · client_id {flow.client_id}" if flow.client_id else "")
+    apis = flow.apis()
+    evidence = {"role": "wire", "wire": apis}
+    detail = apis + (f" · client_id {flow.client_id}" if flow.client_id else "")
     if keys & (kp.GROUP_APIS | kp.TXN_APIS):
         node_id = None if broker_id is None else coordinator_node_id(broker_id)
         which = "group" if keys & kp.GROUP_APIS else "transaction"
@@ -128,7 +142,7 @@ def flow_claim(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endp
     if flow.from_start and broker_id is not None and learned_at is not None:
         return Claim("wire", Role.BROKER, broker_id, broker_id, 1.0, evidence=evidence,
                      detail=f"opened to broker {broker_id} once the cluster was known: {detail}")
-    return Claim("wire", None, None, None, 0.0, evidence={"wire": flow.apis()},
+    return Claim("wire", None, None, None, 0.0, evidence={"wire": apis},
                  detail=f"only {detail}: no role from the wire yet")
 
 

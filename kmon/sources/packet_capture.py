@@ -96,10 +96,10 @@ class PacketCapture:
     def read(self) -> list[Segment]:
         """Every segment queued since the last read, in order.
 
-        While responses are not kept, segments of one socket that are equal but for payload
-        bytes 0-3 and 8-11 (a Kafka request's size and correlation id) come as one, with their
-        count, at the place and time of the last: a busy client's thousands of Produce or
-        Fetch headers cost kmon a few objects per read.
+        While responses are not kept, the segments of one socket whose payload bytes 4-7 are
+        the same (a Kafka request's API key and version; its client_id is the same on every
+        request of a socket) come as one, with their count, at the place and time of the last:
+        a busy client's thousands of Produce or Fetch headers cost kmon a few objects a read.
         """
         runs: dict[object, list] = {}  # repeat signature (or arrival) -> a run of segments
         ring, merge, closing = self.ring, not self.responses, packet_filter.TCP_CLOSING
@@ -123,7 +123,7 @@ class PacketCapture:
                     raw, payload, flags = found
                     payload += start
                 if merge and not flags & closing:
-                    key = raw + ring[payload + 4:payload + 8] + ring[payload + 12:end]
+                    key = raw + ring[payload + 4:payload + 8]
                     run = runs.pop(key, None)
                     if run is not None:
                         run[0], run[1], run[5] = sec, nsec, run[5] + 1
