@@ -255,6 +255,54 @@ def test_the_filter_fits_the_kernel_and_a_request_body_is_never_captured():
     assert data[1] == b"\x17\x03\x03\x00"
 
 
+def test_repeated_request_headers_come_as_one_counted_segment():
+    """Once responses are not kept, a socket's requests of one API and version come as one
+    segment with their count, at the place of the last; the tap counts every one."""
+    from kmon.sources.packet_capture import PacketCapture
+    from kmon.sources.sockets import Endpoint, TcpSocket
+    from kmon.sources.wire import WireTap
+
+    produce = 0
+
+    def request(api: int, version: int, correlation: int) -> bytes:
+        body = api.to_bytes(2, "big") + version.to_bytes(2, "big") \
+            + correlation.to_bytes(4, "big") + (4).to_bytes(2, "big") + b"kmon" + b"b" * 50
+        return len(body).to_bytes(4, "big") + body
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer, _ = server.accept()
+        local, remote = Endpoint(*client.getsockname()), Endpoint(*server.getsockname())
+        sock = TcpSocket(0, client.fileno(), local, remote, "ESTABLISHED")
+        capture = PacketCapture({local.port}, set())
+        capture.set_ports({local.port}, set(), responses=False)
+        tap = WireTap([sock], 0)
+        tap.learn({1: (remote.ip, remote.port)}, 0)
+        tap.poll([sock], 0)  # the brokers are known: responses are no longer kept
+        try:
+            sent = [(produce, 9)] * 5 + [(kp.METADATA, 1)] + [(produce, 9)] * 3
+            for correlation, (api, version) in enumerate(sent):
+                client.sendall(request(api, version, correlation))
+                time.sleep(0.01)  # one request a segment
+            client.shutdown(socket.SHUT_WR)
+            time.sleep(0.3)
+            segments = [s for s in capture.read() if s.src[1] == local.port]
+            flow = tap.poll([sock], 1).flows[(local, remote)]
+        finally:
+            capture.close()
+            tap.close()
+            client.close()
+            peer.close()
+    assert [(kp.request_header(s.data).api_key, s.repeats) for s in segments[:2]] == [
+        (kp.METADATA, 1), (produce, 8)]
+    assert segments[1].first_ms <= segments[0].ts_ms <= segments[1].ts_ms
+    assert segments[2].flags & packet_filter.TCP_FIN
+    assert flow.api_counts == {produce: 8, kp.METADATA: 1}
+    assert flow.apis(segments[1].ts_ms + 500).startswith("Produce×8 (0.5 s ago) Metadata×1 (")
+    assert flow.close.first_by == "client" and flow.close.last_api == produce
+
+
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
 def test_a_sasl_password_appears_in_no_capture_output_recording_or_log(cluster, tmp_path):
     """A SASL_PLAINTEXT client (kcat) connecting again and again (the mock cluster has no

@@ -88,7 +88,8 @@ class WireEvidence:
             flow = view.flows.get((sock.local, sock.remote))
             if flow is None:
                 continue
-            claim = flow_claim(flow, sock.remote, view, known, bootstrap, gathered.resolver)
+            claim = flow_claim(flow, sock.remote, view, known, bootstrap, gathered.resolver,
+                               gathered.now_ms)
             if claim is not None:
                 if claim.role is not None and not _named_client(earlier.get(socket_key(sock))):
                     claim = _with_client(claim, flow)
@@ -110,8 +111,9 @@ class WireEvidence:
 
 
 def flow_claim(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endpoint, int],
-               bootstrap: str, resolver: Resolver) -> Claim | None:
-    """The claim the traffic of a socket to ``remote`` makes, if it says enough."""
+               bootstrap: str, resolver: Resolver, now_ms: int) -> Claim | None:
+    """The claim the traffic of a socket to ``remote`` makes, if it says enough (its detail
+    says when each API was last seen)."""
     if flow.tls:
         return Claim(source="wire", role=None, node_id=None, broker_id=None, confidence=0.0,
                      evidence={"wire": "tls"}, detail="TLS: the Kafka headers are encrypted")
@@ -121,7 +123,7 @@ def flow_claim(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endp
     broker_id = known.get(remote)
     apis = flow.apis()
     evidence = {"role": "wire", "wire": apis}
-    detail = apis + (f" · client_id {flow.client_id}" if flow.client_id else "")
+    detail = flow.apis(now_ms) + (f" · client_id {flow.client_id}" if flow.client_id else "")
     if keys & (kp.GROUP_APIS | kp.TXN_APIS):
         node_id = None if broker_id is None else coordinator_node_id(broker_id)
         which = "group" if keys & kp.GROUP_APIS else "transaction"
