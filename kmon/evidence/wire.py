@@ -121,9 +121,9 @@ def flow_claim(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endp
     if not keys:
         return None
     broker_id = known.get(remote)
-    apis = flow.apis()
+    apis, last_seen = flow.apis(now_ms)
     evidence = {"role": "wire", "wire": apis}
-    detail = flow.apis(now_ms) + (f" · client_id {flow.client_id}" if flow.client_id else "")
+    detail = last_seen + (f" · client_id {flow.client_id}" if flow.client_id else "")
     if keys & (kp.GROUP_APIS | kp.TXN_APIS):
         node_id = None if broker_id is None else coordinator_node_id(broker_id)
         which = "group" if keys & kp.GROUP_APIS else "transaction"

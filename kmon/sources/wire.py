@@ -46,13 +46,15 @@ class Flow:
     last_api: int | None = None  # the API key of the last request seen
     close: WireClose | None = None  # the first FIN or RST seen, and from which side
 
-    def apis(self, now_ms: int | None = None) -> str:
-        """The API keys seen, most frequent first: ``Fetch×12 Heartbeat×3``; with ``now_ms``,
+    def apis(self, now_ms: int) -> tuple[str, str]:
+        """The API keys seen, most frequent first: ``Fetch×12 Heartbeat×3``, and the same with
         when each was last seen: ``Fetch×12 (0.4 s ago) Heartbeat×3 (2.1 s ago)``."""
-        if now_ms is None:
-            return " ".join(f"{kp.api_name(k)}×{n}" for k, n in self.api_counts.most_common())
-        return " ".join(f"{kp.api_name(k)}×{n} ({max(0, now_ms - self.api_last_ms[k]) / 1000:.1f}"
-                        " s ago)" for k, n in self.api_counts.most_common())
+        counts, ages = [], []
+        for key, count in self.api_counts.most_common():
+            seen = f"{kp.api_name(key)}×{count}"
+            counts.append(seen)
+            ages.append(f"{seen} ({max(0, now_ms - self.api_last_ms[key]) / 1000:.1f} s ago)")
+        return " ".join(counts), " ".join(ages)
 
 
 @dataclass
