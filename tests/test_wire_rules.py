@@ -1,0 +1,80 @@
+"""The wire's rules, from what a socket carried to its claim, and how the claim meets the
+other evidence: the cases the real clients of ``test_wire.py`` do not produce on demand
+(transactions, the new consumer protocol, a bootstrap socket's position, a disagreement).
+Flows are built by hand here; everything else is the product's own code."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from kmon.classify import MAX_INT
+from kmon.evidence.claims import Claim
+from kmon.evidence.resolve import resolve_one
+from kmon.evidence.wire import flow_claim
+from kmon.model import Connection, Role
+from kmon.sources import kafka_protocol as kp
+from kmon.sources.resolve import Resolver
+from kmon.sources.sockets import Endpoint
+from kmon.sources.wire import Flow, WireView
+
+BROKER = Endpoint("127.0.0.1", 9093)
+KNOWN = {BROKER: 2}
+NOW_MS = 10_000
+
+
+def flow(*apis: int, first_request_ms: int = 1_000, from_start: bool = True) -> Flow:
+    return Flow(0, api_counts=Counter(apis), api_last_ms={api: 9_000 for api in apis},
+                first_request_ms=first_request_ms, from_start=from_start)
+
+
+def claim_of(carried: Flow, learned_ms: int | None = 5_000, bootstrap: str = "",
+             known: dict | None = None) -> Claim | None:
+    view = WireView({}, {}, {}, learned_ms, 0, {})
+    return flow_claim(carried, BROKER, view, KNOWN if known is None else known, bootstrap,
+                      Resolver(), NOW_MS)
+
+
+def test_transaction_apis_make_the_transaction_coordinator():
+    claim = claim_of(flow(24, 26))  # AddPartitionsToTxn, EndTxn
+    assert (claim.role, claim.node_id, claim.broker_id) == (Role.COORDINATOR, MAX_INT - 2, 2)
+    assert claim.detail.startswith("transaction coordinator: ")
+
+
+def test_consumer_group_heartbeat_makes_the_group_coordinator():
+    claim = claim_of(flow(68))
+    assert (claim.role, claim.node_id, claim.confidence) == (Role.COORDINATOR, MAX_INT - 2, 1.0)
+    assert claim.evidence == {"role": "wire", "wire": "ConsumerGroupHeartbeat×1"}
+
+
+def test_a_coordinator_socket_lists_every_key_it_carried():
+    claim = claim_of(flow(kp.API_VERSIONS, 12, 12, 2))  # KafkaJS: Heartbeat and ListOffsets
+    assert claim.role is Role.COORDINATOR
+    assert claim.evidence["wire"] == "Heartbeat×2 ApiVersions×1 ListOffsets×1"
+    assert "Heartbeat×2 (1.0 s ago)" in claim.detail
+
+
+def test_a_bootstrap_socket_gets_its_position_in_bootstrap_servers():
+    carried = flow(kp.API_VERSIONS, kp.METADATA, first_request_ms=1_000)
+    claim = claim_of(carried, learned_ms=2_000, bootstrap="127.0.0.1:9092,127.0.0.1:9093",
+                     known={})
+    assert (claim.role, claim.node_id, claim.broker_id) == (Role.BOOTSTRAP, -2, None)
+
+
+def test_control_apis_after_the_cluster_was_known_make_a_broker_socket_or_a_note():
+    carried = flow(kp.METADATA, first_request_ms=8_000)
+    assert claim_of(carried).role is Role.BROKER  # to a known broker, once known
+    assert claim_of(flow(kp.METADATA, from_start=False)).role is None  # open before attach
+
+
+def test_the_wire_decides_where_other_evidence_disagrees_and_says_so():
+    row = Connection("sock:1", Role.UNKNOWN, None, None, None, "127.0.0.1:5000", str(BROKER),
+                     "ESTABLISHED", fd=7)
+    inferred = Claim("inferred", Role.BROKER, 2, 2, 0.7, facts={"client": "rdkafka#consumer-1"})
+    wire = claim_of(flow(12))
+    resolved, notice = resolve_one(row, [inferred, wire])
+    assert (resolved.role, resolved.node_id, resolved.confidence) == (
+        Role.COORDINATOR, MAX_INT - 2, 1.0)
+    assert resolved.client == "rdkafka#consumer-1"  # the other facts stay
+    assert notice == (f"{BROKER} (fd 7): the wire says coordinator {MAX_INT - 2}, inferred "
+                      "said broker 2; the wire decides")
+    assert [c["source"] for c in resolved.claims] == ["inferred", "wire"]
