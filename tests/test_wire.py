@@ -202,6 +202,7 @@ def test_kafka_python_consumer(cluster, brokers, topic):
                                f"g-{topic}", topic], all_named)
     try:
         check_roles(rows, brokers)
+        assert {r["client"] for r in rows} == {"kmon-kafka-python"}  # its client_id names it
     finally:
         client.stop()
 
@@ -222,6 +223,7 @@ def test_kafkajs_consumer(cluster, brokers, topic, tmp_path):
             coordinator[0]["remote"]]
         assert all(r["confidence"] == 1.0 and r["broker_id"] == by_address[r["remote"]]
                    for r in named)
+        assert {r["client"] for r in named} == {"kmon-kafkajs"}  # its client_id names it
     finally:
         client.stop()
 
