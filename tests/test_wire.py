@@ -257,9 +257,11 @@ def test_the_filter_fits_the_kernel_and_a_request_body_is_never_captured():
     assert data[1] == b"\x17\x03\x03\x00"
 
 
-def test_repeated_request_headers_come_as_one_counted_segment():
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_repeated_request_headers_come_as_one_counted_segment(host):
     """Once responses are not kept, a socket's requests of one API and version come as one
-    segment with their count, at the place of the last; the tap counts every one."""
+    segment with their count, at the place of the last; the tap counts every one (IPv4 and
+    IPv6 frames read differently)."""
     from kmon.sources.packet_capture import PacketCapture
     from kmon.sources.sockets import Endpoint, TcpSocket
     from kmon.sources.wire import WireTap
@@ -271,11 +273,13 @@ def test_repeated_request_headers_come_as_one_counted_segment():
             + correlation.to_bytes(4, "big") + (4).to_bytes(2, "big") + b"kmon" + b"b" * 50
         return len(body).to_bytes(4, "big") + body
 
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        client = socket.create_connection(server.getsockname())
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.create_server((host, 0), family=family) as server:
+        client = socket.create_connection(server.getsockname()[:2])
         client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peer, _ = server.accept()
-        local, remote = Endpoint(*client.getsockname()), Endpoint(*server.getsockname())
+        local = Endpoint(*client.getsockname()[:2])
+        remote = Endpoint(*server.getsockname()[:2])
         sock = TcpSocket(0, client.fileno(), local, remote, "ESTABLISHED")
         capture = PacketCapture({local.port}, set())
         capture.set_ports({local.port}, set(), responses=False)
