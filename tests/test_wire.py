@@ -310,6 +310,40 @@ def test_repeated_request_headers_come_as_one_counted_segment(host):
     assert flow.close.first_by == "client" and flow.close.last_api == produce
 
 
+def test_a_forged_segment_with_no_tcp_header_length_is_read_without_harm():
+    """A raw TCP segment, as anyone who may send packets can forge, whose data offset is 0: the
+    packet socket sees it before TCP drops it, and its bytes also pass for a request header
+    (the header's fields overlap the TCP header's). The read goes on, and a real request after
+    it is still counted."""
+    from kmon.sources.packet_capture import PacketCapture
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        peer, _ = server.accept()
+        port = client.getsockname()[1]
+        capture = PacketCapture({port}, set())
+        capture.set_ports({port}, set(), responses=False)
+        # ports | seq: api_key 0, version 9 | ack: correlation | data offset 0 and flags 0x0a
+        # (no FIN, no RST), read as a client_id length of 10 | the client_id
+        forged = port.to_bytes(2, "big") + (9092).to_bytes(2, "big") + (9).to_bytes(4, "big") \
+            + (1).to_bytes(4, "big") + bytes([0, 0x0A]) + b"kmonkmonkm"
+        with socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP) as raw:
+            raw.sendto(forged, ("127.0.0.1", 0))
+        body = bytes(2) + (9).to_bytes(2, "big") + (2).to_bytes(4, "big") \
+            + (4).to_bytes(2, "big") + b"kmon"
+        client.sendall(len(body).to_bytes(4, "big") + body)
+        time.sleep(0.3)
+        try:
+            segments = capture.read()
+        finally:
+            capture.close()
+            client.close()
+            peer.close()
+    assert b"kmonkmonkm" in b"".join(s.data for s in segments)  # the forged one was read
+    assert any(s.src[1] == port and kp.request_header(s.data) == (14, 0, 9, 2, "kmon")
+               for s in segments)
+
+
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
 def test_a_sasl_password_appears_in_no_capture_output_recording_or_log(cluster, tmp_path):
     """A SASL_PLAINTEXT client (kcat) connecting again and again (the mock cluster has no

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import ipaddress
 import mmap
 import os
@@ -35,6 +36,8 @@ RETIRE_BLOCK_MS = 50  # a block is handed over this long after its first packet 
 BLOCK_HEADER = struct.Struct("=IIIIIIQ")  # version, offset_to_priv, status, num_pkts, first, len
 PACKET_HEADER = struct.Struct("=IIII10xH")  # next, sec, nsec, snaplen, (len, status, mac,) net
 TCP_OFFSET_FLAGS = struct.Struct("!BB")  # 12 bytes into the TCP header
+MIN_DATA_OFFSET = 5 << 4  # the data offset byte of the shortest TCP header (a forged one may
+# say less: the packet socket sees it before TCP drops it)
 MAX_ENDPOINTS = 4096  # remembered (source, destination) pairs: a client's sockets
 
 
@@ -132,8 +135,9 @@ class PacketCapture:
                     raw = ring[start + 12:start + 24]  # addresses and ports: one run of bytes
                     offset, flags = TCP_OFFSET_FLAGS.unpack_from(ring, start + 32)
                     payload = start + 20 + (offset >> 4) * 4
-                    if (net, offset) != (fast_net, fast_offset):
-                        self.fast = _fast_layout(net, offset)
+                    if (merge and offset >= MIN_DATA_OFFSET and not flags & closing
+                            and (net, offset) != (fast_net, fast_offset)):
+                        self.fast = _fast_layout(net, offset)  # the next repeats read as this
                         fast, fast_net, fast_offset, fast_snaplen, fast_payload = self.fast
                         last_at = len(ring) - fast.size
                 else:
@@ -144,14 +148,12 @@ class PacketCapture:
                     payload += start
                 if merge and not flags & closing:
                     key = raw + ring[payload + 4:payload + 8]
-                    run = runs.pop(key, None)
-                    if run is not None:
-                        run[0], run[1], run[5] = sec, nsec, run[5] + 1
-                        runs[key] = run
-                        continue
                 else:
                     key = len(runs)  # runs only grow: a key of its own
-                runs[key] = [sec, nsec, raw, ring[payload:end], flags, 1, _ms(sec, nsec)]
+                run = runs.pop(key, None) or [sec, nsec, raw, ring[payload:end], flags, 0,
+                                              _ms(sec, nsec)]
+                run[0], run[1], run[5] = sec, nsec, run[5] + 1
+                runs[key] = run
             struct.pack_into("=I", ring, base + 8, 0)  # the block goes back to the kernel
             self.block = (self.block + 1) % BLOCKS
         self._count_drops()
@@ -189,13 +191,14 @@ def _tcp(ring: mmap.mmap, start: int, snaplen: int) -> tuple[bytes, int, int] | 
     return raw, header + (offset >> 4) * 4, flags
 
 
+@functools.lru_cache(maxsize=16)
 def _fast_layout(net: int, offset: int) -> tuple[struct.Struct, int, int, int, int]:
     """How a request's frame in the ring reads in one unpack, when it is laid out like one
     whose IPv4 header (no options) starts at ``net`` and whose TCP data offset byte is
-    ``offset``: (the struct, net, offset, least snaplen, payload start after ``net``). The
-    struct reads the packet header (next, sec, nsec, snaplen, net), the IP version byte, the
-    addresses and ports, the TCP data offset and flags, and the request's API key and
-    version."""
+    ``offset`` (at least ``MIN_DATA_OFFSET``): (the struct, net, offset, least snaplen, payload
+    start after ``net``). The struct reads the packet header (next, sec, nsec, snaplen, net),
+    the IP version byte, the addresses and ports, the TCP data offset and flags, and the
+    request's API key and version."""
     payload = 20 + (offset >> 4) * 4
     layout = struct.Struct(f"=IIII10xH{net - 28}xB11x12s8xBB{payload - 34}x4x4s")
     return layout, net, offset, payload + 8, payload
