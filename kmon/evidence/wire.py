@@ -45,7 +45,8 @@ class WireEvidence:
         self.failed: str | None = None
         self.cmdline_bootstrap = cmdline_bootstrap
         self.asked: set[Endpoint] = set()  # brokers kmon asked for the cluster's brokers
-        self.named: tuple[object, float, dict[Endpoint, int]] = (None, 0.0, {})
+        # the broker names last worked out, until when, and their endpoints
+        self.endpoints_of_names: tuple[object, float, dict[Endpoint, int]] = (None, 0.0, {})
 
     def close(self) -> None:
         if self.tap is not None:
@@ -98,15 +99,15 @@ class WireEvidence:
             if view.drops else []
         return Evidence(claims=claims, learned=learned, notices=notices, closes=view.closes)
 
-
     def _broker_endpoints(self, view: WireView, resolver: Resolver) -> dict[Endpoint, int]:
         """The endpoints of the brokers the process's responses named: worked out again when
         the names change, or when the resolver would look them up again."""
-        named, until, endpoints = self.named
+        named, until, endpoints = self.endpoints_of_names
         now = time.monotonic()
         if named != (view.brokers, view.coordinators) or now > until:
             endpoints = _broker_endpoints(view, resolver)
-            self.named = ((view.brokers, view.coordinators), now + CACHE_SECONDS, endpoints)
+            self.endpoints_of_names = ((view.brokers, view.coordinators), now + CACHE_SECONDS,
+                                       endpoints)
         return endpoints
 
 
