@@ -79,9 +79,9 @@ def cluster_labels(snapshot: Snapshot) -> dict[int, str]:
         return endpoint
 
     for endpoints in brokers_of.values():
-        first, *rest = sorted(endpoints, key=str) or [None]
-        for other in rest:
-            parent[root(other)] = root(first)
+        ordered = sorted(endpoints, key=str)
+        for endpoint in ordered:  # the first is its own root, even when it is alone
+            parent[root(endpoint)] = root(ordered[0])
     members: dict[Endpoint, set[Endpoint]] = {}
     for endpoint in list(parent):
         members.setdefault(root(endpoint), set()).add(endpoint)

@@ -1,0 +1,31 @@
+"""How the host view groups processes into clusters by the brokers they are connected to."""
+
+from __future__ import annotations
+
+from kmon.engine.host_view import UNKNOWN_CLUSTER, cluster_labels
+from kmon.model import Connection, ProcessView, Role, Snapshot
+
+
+def process(pid: int, *remotes: str, role: Role = Role.BROKER) -> ProcessView:
+    rows = [Connection(key=f"{pid}-{i}", role=role, node_id=None, broker_id=None, client=None,
+                       local="127.0.0.1:50000", remote=remote, state="ESTABLISHED")
+            for i, remote in enumerate(remotes)]
+    return ProcessView(pid=pid, name=f"p{pid}", cmdline="", connections=rows)
+
+
+def test_a_process_alone_with_one_broker_is_its_own_cluster():
+    labels = cluster_labels(Snapshot(0, "h", [process(1, "127.0.0.1:9092")]))
+    assert labels == {1: "127.0.0.1:9092"}
+
+
+def test_processes_sharing_a_broker_share_a_cluster_named_by_its_first_broker():
+    snapshot = Snapshot(0, "h", [
+        process(1, "127.0.0.1:9092"),
+        process(2, "127.0.0.1:9093", "127.0.0.1:9092"),
+        process(3, "127.0.0.1:9094", "127.0.0.1:9093"),
+        process(4, "10.0.0.1:9092"),
+        process(5, "10.0.0.2:9092", role=Role.UNKNOWN),
+    ])
+    assert cluster_labels(snapshot) == {
+        1: "127.0.0.1:9092 +2", 2: "127.0.0.1:9092 +2", 3: "127.0.0.1:9092 +2",
+        4: "10.0.0.1:9092", 5: UNKNOWN_CLUSTER}
