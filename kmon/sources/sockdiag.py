@@ -1,20 +1,24 @@
 """Read a process's TCP sockets, with tcp_info, over netlink sock_diag (Linux).
 
-A poll costs one /proc/PID/fd listing (its links read again only when the fd
-numbers change, a socket vanished, or every 2 s) plus one netlink round trip of exact
-lookups, one per socket the process holds, whatever the number of other
-sockets on the host. Socket ids are learned from a dump of the host's TCP
-sockets (no tcp_info, small messages) only when the process shows a TCP inode
-we have not seen yet; other sockets are told apart by their protocol xattr.
+A poll costs a look at the process's fd table (``FdTable``: listed again only when
+its fd count changes, its links read again only when the fd numbers change, a socket
+vanished, or every 10 s) plus one netlink round trip: exact lookups, one per socket
+the process holds, or from 64 sockets on one dump filtered in the kernel by their
+remote ports. Socket ids are learned from a dump of the host's TCP sockets (no
+tcp_info, small messages) only when the process shows a TCP inode we have not seen
+yet; other sockets are told apart by their protocol xattr.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import functools
+import operator
 import socket
 import struct
 import time
+from collections import Counter
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -87,6 +91,7 @@ _RETRY_FIRST_S = 0.5
 _RETRY_MAX_S = 8.0
 _MAPPED_V4 = b"\0" * 10 + b"\xff\xff"
 _TCP_PROTOCOLS = ("TCP", "TCPv6", None)  # socket_protocol(): None = cannot tell
+_BY_FD = operator.attrgetter("fd")  # every socket sockets_of returns has its fd
 _NO_FAMILY = (errno.EAFNOSUPPORT, errno.ENOENT, errno.EINVAL)  # no IPv6 in this kernel
 
 
@@ -129,6 +134,24 @@ class _ProcessCache:
     known: dict[int, _Known] = field(default_factory=dict)
     ignored: set[int] = field(default_factory=set)  # non-TCP and listening sockets
     retry: dict[int, _Retry] = field(default_factory=dict)
+    # the known sockets' remote ports and families, with how many have each: a poll reads
+    # them without a walk over every known socket
+    ports: Counter[int] = field(default_factory=Counter)
+    families: Counter[int] = field(default_factory=Counter)
+
+    def remember(self, inode: int, known: _Known) -> None:
+        """Know ``inode``'s socket id from now on."""
+        self.known[inode] = known
+        self.ports[known.remote.port] += 1
+        self.families[known.family] += 1
+
+    def forget(self, inode: int) -> None:
+        """Drop a known socket (closed, or its id reused)."""
+        known = self.known.pop(inode)
+        for counter, key in ((self.ports, known.remote.port), (self.families, known.family)):
+            counter[key] -= 1
+            if not counter[key]:
+                del counter[key]
 
 
 class SockDiagReader:
@@ -174,7 +197,7 @@ class SockDiagReader:
         self._learn(pid, inodes, cache)
         found = self._lookup(inodes, cache)
         self._dirty = False
-        found.sort(key=lambda s: s.fd or 0)
+        found.sort(key=_BY_FD)
         return found
 
     def host_sockets(self, ports: Collection[int]) -> list[HostSocket]:
@@ -211,7 +234,7 @@ class SockDiagReader:
     def _learn(self, pid: int, inodes: dict[int, int], cache: _ProcessCache) -> None:
         """Forget closed sockets; dump once if the process shows sockets we don't know."""
         for stale in cache.known.keys() - inodes.keys():
-            del cache.known[stale]
+            cache.forget(stale)
         cache.ignored.intersection_update(inodes.keys())
         for stale in cache.retry.keys() - inodes.keys():
             del cache.retry[stale]
@@ -238,7 +261,7 @@ class SockDiagReader:
             known = learned.get(inode)
             if known is not None:
                 cache.retry.pop(inode, None)
-                cache.known[inode] = known
+                cache.remember(inode, known)
             elif inode in listening or proto is None:
                 cache.retry.pop(inode, None)
                 cache.ignored.add(inode)
@@ -287,9 +310,8 @@ class SockDiagReader:
     def _lookup(self, inodes: dict[int, int], cache: _ProcessCache) -> list[TcpSocket]:
         """Every known socket with its tcp_info, looked up by its id or found in a filtered
         dump; demote vanished ones."""
-        ports = {known.remote.port for known in cache.known.values()}
-        if len(cache.known) >= _DUMP_FROM and len(ports) <= _FILTER_PORTS:
-            return self._filtered_dump(inodes, cache, ports)
+        if len(cache.known) >= _DUMP_FROM and len(cache.ports) <= _FILTER_PORTS:
+            return self._filtered_dump(inodes, cache)
         found: list[TcpSocket] = []
         requests = list(cache.known.items())
         for start in range(0, len(requests), _BATCH):
@@ -297,18 +319,18 @@ class SockDiagReader:
             self._send(b"".join(k.request for k in chunk.values()))
             for inode in self._read_replies(chunk, inodes, found):
                 cache.fds.changed()  # its fd number may hold a new socket now
-                del cache.known[inode]
+                cache.forget(inode)
                 _schedule_retry(cache, inode, time.monotonic(), immediately=True)
         return found
 
-    def _filtered_dump(self, inodes: dict[int, int], cache: _ProcessCache,
-                       ports: set[int]) -> list[TcpSocket]:
-        """The known sockets from one dump per family of the host's sockets to ``ports``."""
+    def _filtered_dump(self, inodes: dict[int, int], cache: _ProcessCache) -> list[TcpSocket]:
+        """The known sockets from one dump per family of the host's sockets to their remote
+        ports."""
         found: list[TcpSocket] = []
         known = cache.known
         ext = 1 << (INET_DIAG_INFO - 1)
-        bytecode = _port_filter(remote=ports)
-        for seq, family in enumerate(sorted({k.family for k in known.values()}), start=1):
+        bytecode = _remote_port_filter(frozenset(cache.ports))
+        for seq, family in enumerate(sorted(cache.families), start=1):
             self._send(_request(seq, NLM_F_REQUEST | NLM_F_DUMP, family, ext, _DUMP_STATES,
                                 None, bytecode))
             self._read_info_dump(known, inodes, found)
@@ -317,7 +339,7 @@ class SockDiagReader:
             now = time.monotonic()
             for inode in [inode for inode in known if inode not in seen]:
                 cache.fds.changed()  # its fd number may hold a new socket now
-                del known[inode]
+                cache.forget(inode)
                 _schedule_retry(cache, inode, now, immediately=True)
         return found
 
@@ -457,6 +479,12 @@ def _port_filter(local: Collection[int] = (), remote: Collection[int] = ()) -> b
         if i < len(blocks) - 1:
             code += op.pack(INET_DIAG_BC_JMP, 4, total - len(code))
     return code
+
+
+@functools.lru_cache(maxsize=16)
+def _remote_port_filter(ports: frozenset[int]) -> bytes:
+    """``_port_filter`` of remote ports, made once per set of ports."""
+    return _port_filter(remote=ports)
 
 
 def _known_from_msg(msg: memoryview, inode: int) -> _Known:
