@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from enum import IntEnum
+from operator import attrgetter
 from typing import NamedTuple
 
 from kmon.model import Connection, ProcessView, Role
@@ -55,6 +56,7 @@ class Rates(NamedTuple):
     requests: float | None = None
 
 
+_ROLE_OF, _STATE_OF = attrgetter("role"), attrgetter("state")
 _NO_RATES, _AT_REST, _AT_REST_NO_REQUESTS = Rates(), Rates(0.0, 0.0, 0.0), Rates(0.0, 0.0)
 
 
@@ -119,17 +121,23 @@ class History:
         previous_ts = self.ticks[-1] if self.ticks else None
         if previous_ts is not None and ts_ms > previous_ts:
             interval_ms = ts_ms - previous_ts
+        seconds = None if previous_ts is None else (ts_ms - previous_ts) / 1000
         self.ticks.append(ts_ms)
         seen: set[tuple[int, str]] = set()
-        update = self._update
+        tracks, update = self.tracks, self._update
+        roles: Counter[Role] = Counter()
+        states: Counter[str] = Counter()
         for view in views:
+            pid = view.pid
             for conn in view.connections:
-                key = (view.pid, conn.key)
+                key = (pid, conn.key)
                 seen.add(key)
-                update(key, conn, ts_ms, previous_ts, interval_ms, first)
-        connections = [conn for view in views for conn in view.connections]
-        roles = Counter(conn.role for conn in connections)
-        states = Counter(conn.state for conn in connections)
+                track = tracks.get(key)
+                if track is None or track.closed_ms is not None:
+                    track = tracks[key] = self._new_track(conn, ts_ms, first)
+                update(track, conn, ts_ms, seconds, interval_ms)
+            roles.update(map(_ROLE_OF, view.connections))
+            states.update(map(_STATE_OF, view.connections))
         for role, series in self.by_role.items():
             series.append(roles[Role(role)])
         for state, series in self.by_state.items():
@@ -137,23 +145,24 @@ class History:
                           else sum(n for s, n in states.items() if s not in self.by_state))
         self._age(seen, ts_ms)
 
-    def _update(self, key: tuple[int, str], conn: Connection, ts_ms: int,
-                previous_ts: int | None, interval_ms: int, first: bool) -> None:
-        track = self.tracks.get(key)
-        if track is None or track.closed_ms is not None:
-            marks = deque([_ABSENT] * (len(self.ticks) - 1), maxlen=self.window)
-            track = Track(marks, track_label(conn), None if first else ts_ms,
-                          state_since_ms=ts_ms, state=conn.state)
-            self.tracks[key] = track
+    def _new_track(self, conn: Connection, ts_ms: int, first: bool) -> Track:
+        marks = deque([_ABSENT] * (len(self.ticks) - 1), maxlen=self.window)
+        return Track(marks, track_label(conn), None if first else ts_ms,
+                     state_since_ms=ts_ms, state=conn.state)
+
+    @staticmethod
+    def _update(track: Track, conn: Connection, ts_ms: int, seconds: float | None,
+                interval_ms: int) -> None:
         before = track.last
         traffic = False
-        if before is not None and previous_ts is not None:
-            track.rates = _rates(conn, before, (ts_ms - previous_ts) / 1000)
-            traffic = bool(track.rates.sent or track.rates.received)
+        if before is not None:
+            if seconds is not None:
+                rates = track.rates = _rates(conn, before, seconds)
+                traffic = bool(rates.sent or rates.received)
+            if conn.role is not before.role or conn.node_id != before.node_id:
+                track.label = track_label(conn)
         if conn.state != track.state:
             track.state, track.state_since_ms = conn.state, ts_ms
-        if before is not None and (conn.role, conn.node_id) != (before.role, before.node_id):
-            track.label = track_label(conn)
         track.last = conn
         track.marks.append(_mark_of(conn, interval_ms, traffic))
 
