@@ -132,7 +132,7 @@ class ConnectionTable(ScrollView, can_focus=True):
         self._rows: dict[str, object] = {}
         self._cells_of: Callable[[object], tuple] = lambda row: ()
         self._cells: dict[str, tuple] = {}  # the cells made since the last show()
-        # key -> (cells drawn, their line, how it was styled, the styled line)
+        # key -> (cells drawn, how (row style, scroll, width), the line)
         self._lines: dict[str, tuple] = {}
         self._row_styles: dict[str | int, Style] = {}
         self.cursor_row = 0
@@ -178,22 +178,30 @@ class ConnectionTable(ScrollView, can_focus=True):
 
     # -- drawing ----------------------------------------------------------------------------
 
-    def _line(self, cells: tuple) -> Strip:
+    def _line(self, cells: tuple, row_style: Style, scroll_x: int, width: int) -> Strip:
+        """A row's line as drawn: its cells over ``row_style``, cut to the visible ``width``.
+
+        Built as one strip (Textual's strips are costly objects: styling, cropping and
+        padding one would make three more per row per refresh)."""
         console = self.app.console
-        segments: list[Segment] = [Segment(" ")]
-        for cell, width in zip(cells, self._widths, strict=True):
+        segments: list[Segment] = [Segment(" ", row_style)]
+        for cell, cell_width in zip(cells, self._widths, strict=True):
             text = cell if isinstance(cell, Text) else Text(str(cell))
-            cell_style = console.get_style(text.style) if text.style else None
+            style = row_style + console.get_style(text.style) if text.style else row_style
             if not text.spans:  # one style: one segment, the padding and gap included
-                plain = set_cell_size(text.plain, width) + "  "
-                segments.append(Segment(plain, cell_style))
+                segments.append(Segment(set_cell_size(text.plain, cell_width) + "  ", style))
                 continue
-            rendered = list(Segment.apply_style(text.render(console, end=""), cell_style))
-            rendered = Segment.adjust_line_length(rendered, width, pad=False)
+            rendered = list(Segment.apply_style(text.render(console, end=""), style))
+            rendered = Segment.adjust_line_length(rendered, cell_width, pad=False)
             # the padding and the gap take the cell's style, so no run of text starts blank
-            gap = width - Segment.get_line_length(rendered) + 2
-            segments.extend([*rendered, Segment(" " * gap, cell_style)])
-        return Strip(segments).simplify()
+            gap = cell_width - Segment.get_line_length(rendered) + 2
+            segments.extend([*rendered, Segment(" " * gap, style)])
+        if scroll_x or self._width > width:  # scrolled sideways, or wider than the view
+            line = Strip(Segment.simplify(segments), self._width).crop(scroll_x, scroll_x + width)
+            return line.adjust_cell_length(width, self._row_style(0))
+        if width > self._width:
+            segments.append(Segment(" " * (width - self._width), self._row_style(0)))
+        return Strip(Segment.simplify(segments), width)
 
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
@@ -213,13 +221,10 @@ class ConnectionTable(ScrollView, can_focus=True):
         style = self._row_style("cursor" if index == self.cursor_row else index % 2)
         look = (style, scroll_x, width)
         drawn = self._lines.get(key)
-        if drawn is None or drawn[0] != cells:  # an unchanged row keeps its line
-            drawn = (cells, self._line(cells), None, None)
-        if drawn[2] != look:  # ... and its styled, cropped line while it stays put
-            line = drawn[1].apply_style(style).crop(scroll_x, scroll_x + width)
-            drawn = (*drawn[:2], look, line.adjust_cell_length(width, self._row_style(0)))
-        self._lines[key] = drawn
-        return drawn[3]
+        # an unchanged row keeps its line while it stays put (cursor, stripe, scroll, width)
+        if drawn is None or drawn[0] != cells or drawn[1] != look:
+            drawn = self._lines[key] = (cells, look, self._line(cells, style, scroll_x, width))
+        return drawn[2]
 
     def _row_style(self, variant: str | int) -> Style:
         """The style under a row's own: at the cursor (``variant`` "cursor"), odd rows (1)

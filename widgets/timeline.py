@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Sequence
 from itertools import groupby
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual.geometry import Size
@@ -94,8 +95,13 @@ class Timeline(ScrollView):
         label, track = self._rows[index]
         marks = strip_marks(list(track.marks), strip_width)
         style = Style(dim=track.closed_ms is not None)
-        segments = [Segment(label[:LABEL_WIDTH].ljust(LABEL_WIDTH + 1), style)]
+        name = label[:LABEL_WIDTH].ljust(LABEL_WIDTH + 1)
+        segments = [Segment(name, style)]
         for mark, run in groupby(marks):  # one segment per run of equal marks
             glyph, mark_style = GLYPHS[mark]
             segments.append(Segment(glyph * len(list(run)), mark_style))
-        return Strip(segments).adjust_cell_length(width)
+        drawn = cell_len(name) + len(marks)  # a label may hold wide characters
+        if drawn > width:  # narrower than the label
+            return Strip(segments, drawn).adjust_cell_length(width)
+        segments.append(Segment(" " * (width - drawn)))
+        return Strip(segments, width)  # one strip: padding another would make a second
