@@ -140,7 +140,7 @@ class ProcessView:
     name: str
     cmdline: str
     clients: list[ClientInstance] = field(default_factory=list)
-    connections: list[Connection] = field(default_factory=list)
+    connections: list[Connection] = field(default_factory=list)  # in display_order()
     notices: list[str] = field(default_factory=list)  # problems worth showing in place
     clients_created: int | None = None  # client instances made so far (the agent counts)
     # how the sockets gone since the last poll closed, as the wire saw them, by (local, remote)

@@ -172,12 +172,15 @@ class AttachScreen(PollingScreen):
             return []
         client_ids, hide_idle, row_filter, pid = (self.client_ids, self.hide_idle,
                                                   self.row_filter, self.pid)
-        rows = [c for c in self.view.connections
-                if _shown(c, hide_idle) and row_filter.matches(c, pid, client_ids)]
+        if hide_idle or row_filter.text:
+            rows = [c for c in self.view.connections
+                    if _shown(c, hide_idle) and row_filter.matches(c, pid, client_ids)]
+        else:
+            rows = list(self.view.connections)
         order, track = SORT_ORDERS[self.sort_index], self.history.track
         if order.uses_track:
             rows.sort(key=lambda c: order.key(c, track(pid, c.key)), reverse=order.descending)
-        else:
+        elif order.key is not None:  # else they stay in the engine's order
             rows.sort(key=lambda c: order.key(c, None), reverse=order.descending)
         return rows
 

@@ -37,10 +37,11 @@ COLUMNS = (
 
 @dataclass(frozen=True)
 class SortOrder:
-    """One way to order the rows: its name, a key over (connection, track), direction."""
+    """One way to order the rows: its name, a key over (connection, track), direction. No
+    key: the order the engine gives them in (``Connection.display_order``)."""
 
     name: str
-    key: Callable[[Connection, Track | None], object]
+    key: Callable[[Connection, Track | None], object] | None
     descending: bool = False
     uses_track: bool = False  # the key reads the track (else it is given None)
 
@@ -56,7 +57,7 @@ def _missing_last(value: int | None) -> int:
 
 
 SORT_ORDERS = (
-    SortOrder("role", lambda c, t: c.display_order()),
+    SortOrder("role", None),
     SortOrder("idle", lambda c, t: (-1 if c.idle_ms is None else c.idle_ms), descending=True),
     SortOrder("reaped in", lambda c, t: _missing_last(c.reap_in_ms)),
     SortOrder("state", lambda c, t: (c.state != "CLOSE_WAIT", c.state, c.key)),

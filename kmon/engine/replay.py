@@ -41,6 +41,7 @@ def snapshot_from_dict(record: dict) -> Snapshot:
         connections = [Connection(**{**{k: v for k, v in c.items() if k in _CONNECTION_FIELDS},
                                      "role": Role(c["role"])})
                        for c in p["connections"]]
+        connections.sort(key=Connection.display_order)  # as the engine orders them
         processes.append(ProcessView(p["pid"], p["name"], p["cmdline"], clients, connections,
                                      list(p.get("notices", [])), p.get("clients_created")))
     return Snapshot(record["ts_ms"], record["host"], processes)
