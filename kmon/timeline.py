@@ -109,6 +109,7 @@ class History:
 
     def __init__(self, window: int = 600) -> None:
         self.window = window
+        self.refreshes = 0  # observed so far: the latest is number refreshes - 1
         self.ticks: deque[int] = deque(maxlen=window)  # epoch ms of each refresh
         self.tracks: dict[tuple[int, str], Track] = {}
         self.by_role: dict[str, deque[int]] = {r.value: deque(maxlen=window) for r in Role}
@@ -123,6 +124,7 @@ class History:
             interval_ms = ts_ms - previous_ts
         seconds = None if previous_ts is None else (ts_ms - previous_ts) / 1000
         self.ticks.append(ts_ms)
+        self.refreshes += 1
         seen: set[tuple[int, str]] = set()
         tracks, update = self.tracks, self._update
         roles: Counter[Role] = Counter()

@@ -233,10 +233,11 @@ class AttachScreen(PollingScreen):
     def _draw_timeline(self, rows: list[Connection]) -> None:
         closed = sorted(self.history.closed(self.pid), key=lambda kt: kt[1].closed_ms or 0,
                         reverse=True)
-        ticks = self.history.ticks
+        history, ticks = self.history, self.history.ticks
         span = ticks[-1] - ticks[0] if len(ticks) > 1 else 0
         self.query_one(Timeline).show(
-            TimelineRows(self.history, self.pid, rows, [t for _, t in closed]), span)
+            TimelineRows(history, self.pid, rows, [t for _, t in closed]), span,
+            history.refreshes - 1, len(ticks))
 
     def _header(self) -> Text:
         view = self.view

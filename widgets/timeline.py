@@ -1,9 +1,13 @@
 """Lifecycle timeline: one strip per connection over the remembered window.
 
-Each column is one or more refreshes; it shows the worst thing that happened
-in them: busy (data moved), idle, connecting, CLOSE_WAIT, or not open. Only the
-visible lines are drawn, so thousands of connections cost no more than a
-screenful.
+Each column is one or more refreshes (as many as the remembered ones need to fit
+the width); it shows the worst thing that happened in them: busy (data moved),
+idle, connecting, CLOSE_WAIT, or not open. Columns are fixed to the refresh
+count, so a column keeps its refreshes from one refresh to the next: a strip
+grows to the right until the window is full, then moves one column left each
+time a new column starts. A line changes only when its connection does or a
+column starts, and only changed lines are drawn again. Only the visible lines
+are drawn, so thousands of connections cost no more than a screenful.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from itertools import groupby
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
@@ -32,14 +36,23 @@ GLYPHS = {
     Mark.CLOSE_WAIT: ("█", Style(color="red")),
 }
 LEGEND = "█ busy  ─ idle  ▒ connecting  █ CLOSE_WAIT (red)  blank: not open"
+_ABSENT = int(Mark.ABSENT)
 
 
-def strip_marks(marks: list[int], width: int) -> list[Mark]:
-    """``marks`` squeezed into at most ``width`` columns, the worst mark of each kept."""
-    if width <= 0 or not marks:
-        return []
-    per_column = -(-len(marks) // width)  # ceiling division
-    return [Mark(max(marks[i:i + per_column])) for i in range(0, len(marks), per_column)]
+def column_marks(marks: Sequence[int], latest: int, per_column: int,
+                 columns: int) -> tuple[int, ...]:
+    """``marks`` (one per refresh, the last of refresh number ``latest``) in ``columns``
+    columns of ``per_column`` refreshes each, the newest column last: column k holds
+    refreshes k * per_column to (k + 1) * per_column - 1, and the worst mark among them
+    (ABSENT where no mark is)."""
+    first = latest - len(marks) + 1  # the refresh of marks[0]
+    start_column = latest // per_column - columns + 1
+    empty = min(columns, max(0, first // per_column - start_column))  # wholly before marks[0]
+    out = [_ABSENT] * empty
+    for column in range(start_column + empty, start_column + columns):
+        begin = max(0, column * per_column - first)
+        out.append(max(marks[begin:column * per_column + per_column - first]))
+    return tuple(out)
 
 
 class TimelineRows(Sequence):
@@ -72,31 +85,54 @@ class Timeline(ScrollView):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._rows: Sequence[tuple[str, Track]] = []
-        self._span_ms = 0
+        self._span_ms, self._latest, self._remembered = 0, 0, 0
+        self._drawn: dict[int, object] = {}  # what each line shows, as drawn last
 
-    def show(self, rows: Sequence[tuple[str, Track]], span_ms: int) -> None:
-        """Draw ``rows`` ((label, track), looked up only when drawn); ``span_ms`` is the time
-        the window covers."""
-        self._rows = rows
-        self._span_ms = span_ms
+    def show(self, rows: Sequence[tuple[str, Track]], span_ms: int, latest: int,
+             remembered: int) -> None:
+        """Draw ``rows`` ((label, track), looked up only when drawn) as of refresh number
+        ``latest``, ``remembered`` refreshes back, which took ``span_ms``. Only the lines
+        whose content changed are drawn again."""
+        self._rows, self._span_ms = rows, span_ms
+        self._latest, self._remembered = latest, remembered
         self.virtual_size = Size(self.size.width, len(rows) + 1)
-        self.refresh()
+        width = self.size.width
+        for y in range(self.size.height):
+            if self._content(y) != self._drawn.get(y):
+                self.refresh(Region(0, y, width, 1))
+
+    def _columns(self) -> tuple[int, int, int]:
+        """(refreshes per column, columns, room for them) at the current width."""
+        room = max(1, self.size.width - LABEL_WIDTH - 1)
+        per_column = max(1, -(-self._remembered // room))  # ceiling division
+        last = self._latest // per_column
+        first = max((self._latest - self._remembered + 1) // per_column, last - room + 1)
+        return per_column, last - first + 1, room
+
+    def _content(self, y: int) -> object:
+        """What line ``y`` shows: the axis, a (label, closed, columns) row, or None."""
+        per_column, columns, room = self._columns()
+        if y == 0:
+            return f"-{fmt.duration(self._span_ms)}".ljust(max(0, room - 3)) + "now"
+        index = y - 1 + self.scroll_offset.y
+        if index >= len(self._rows):
+            return None
+        label, track = self._rows[index]
+        return (label, track.closed_ms is not None,
+                column_marks(list(track.marks), self._latest, per_column, columns))
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
-        strip_width = max(0, width - LABEL_WIDTH - 1)
-        if y == 0:
-            axis = f"-{fmt.duration(self._span_ms)}".ljust(max(0, strip_width - 3)) + "now"
-            return Strip([Segment("connection".ljust(LABEL_WIDTH + 1), Style(bold=True)),
-                          Segment(axis[:strip_width], Style(dim=True))])
-        index = y - 1 + self.scroll_offset.y
-        if index >= len(self._rows):
+        content = self._drawn[y] = self._content(y)
+        if content is None:
             return Strip.blank(width)
-        label, track = self._rows[index]
-        marks = strip_marks(list(track.marks), strip_width)
-        style = Style(dim=track.closed_ms is not None)
+        if y == 0:
+            segments = [Segment("connection".ljust(LABEL_WIDTH + 1), Style(bold=True)),
+                        Segment(content, Style(dim=True))]
+            return Strip(segments).adjust_cell_length(width)
+        label, closed, marks = content
         name = label[:LABEL_WIDTH].ljust(LABEL_WIDTH + 1)
-        segments = [Segment(name, style)]
+        segments = [Segment(name, Style(dim=closed))]
         for mark, run in groupby(marks):  # one segment per run of equal marks
             glyph, mark_style = GLYPHS[mark]
             segments.append(Segment(glyph * len(list(run)), mark_style))
