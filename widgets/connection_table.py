@@ -15,7 +15,7 @@ from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -135,6 +135,7 @@ class ConnectionTable(ScrollView, can_focus=True):
         self._cells: dict[str, tuple] = {}  # the cells made since the last show()
         # key -> (cells drawn, how (row style, scroll, width), the line)
         self._lines: dict[str, tuple] = {}
+        self._drawn_at: dict[int, tuple] = {}  # line y -> (key, cells, how), as drawn last
         self._row_styles: dict[str | int, Style] = {}
         self.cursor_row = 0
         self._cursor_key: str | None = None
@@ -156,7 +157,10 @@ class ConnectionTable(ScrollView, can_focus=True):
         self.cursor_row = max(0, min(self.cursor_row, len(self._keys) - 1))
         self._cursor_key = self._keys[self.cursor_row] if self._keys else None
         self.virtual_size = Size(self._width, len(self._keys) + 1)
-        self.refresh()
+        width = self.size.width
+        for y in range(1, self.size.height):  # only the lines whose content changed
+            if self._line_state(y) != self._drawn_at.get(y):
+                self.refresh(Region(0, y, width, 1))
 
     @property
     def row_count(self) -> int:
@@ -214,18 +218,26 @@ class ConnectionTable(ScrollView, can_focus=True):
             header = header.apply_style(self.get_component_rich_style("connection-table--header"))
             return header.crop(scroll_x, scroll_x + width).adjust_cell_length(width,
                                                                               self.rich_style)
-        index = y - 1 + scroll_y
-        if index >= len(self._keys):
+        state = self._drawn_at[y] = self._line_state(y)
+        if state is None:
             return Strip.blank(width, self.rich_style)
-        key = self._keys[index]
-        cells = self._cells_at(key)
-        style = self._row_style("cursor" if index == self.cursor_row else index % 2)
-        look = (style, scroll_x, width)
+        key, cells, look = state
         drawn = self._lines.get(key)
         # an unchanged row keeps its line while it stays put (cursor, stripe, scroll, width)
         if drawn is None or drawn[0] != cells or drawn[1] != look:
-            drawn = self._lines[key] = (cells, look, self._line(cells, style, scroll_x, width))
+            line = self._line(cells, look[0], scroll_x, width)
+            drawn = self._lines[key] = (cells, look, line)
         return drawn[2]
+
+    def _line_state(self, y: int) -> tuple | None:
+        """What row line ``y`` shows: (row key, its cells, how: row style, scroll, width)."""
+        scroll_x, scroll_y = self.scroll_offset
+        index = y - 1 + scroll_y
+        if index >= len(self._keys):
+            return None
+        key = self._keys[index]
+        style = self._row_style("cursor" if index == self.cursor_row else index % 2)
+        return key, self._cells_at(key), (style, scroll_x, self.size.width)
 
     def _row_style(self, variant: str | int) -> Style:
         """The style under a row's own: at the cursor (``variant`` "cursor"), odd rows (1)
