@@ -97,10 +97,11 @@ def connection_cells(conn: Connection, track: Track | None, client_ids: dict[str
 class ConnectionTable(ScrollView, can_focus=True):
     """The rows given to ``show()``, drawn line by line for the visible rows only.
 
-    A row's cells are made only when it is drawn, and its line is rebuilt only
-    when one of its cells changed, so a refresh costs a screenful of rows however
-    many connections there are. The cursor
-    stays on its connection (by row key) while rows come, go and move.
+    A row's cells are made only when it is visible, its line is rebuilt only when
+    one of its cells changed, and a refresh draws again only the lines whose row,
+    cells or look changed, so a refresh costs at most a screenful of rows however
+    many connections there are. The cursor stays on its connection (by row key)
+    while rows come, go and move.
     """
 
     BINDINGS = [
@@ -146,7 +147,7 @@ class ConnectionTable(ScrollView, can_focus=True):
 
     def show(self, rows: list[tuple[str, object]], cells_of: Callable[[object], tuple]) -> None:
         """Hold exactly ``rows`` ((row key, row)), in this order; ``cells_of(row)`` makes a
-        row's cells (in COLUMNS order) when it is drawn."""
+        row's cells (in COLUMNS order) when it is visible."""
         self._keys = [key for key, _ in rows]
         self._rows, self._cells_of, self._cells = dict(rows), cells_of, {}
         self._row_styles.clear()

@@ -76,9 +76,10 @@ class FdTable:
 class SocketOwners:
     """Which process holds each socket inode, among the processes this user may read.
 
-    Kept from call to call: each process's fd links are read again only when its fd
-    numbers change, or every ``reread_s`` (a socket that took a closed one's fd number
-    is seen by then), so a search costs a listing of each process's fd numbers.
+    Kept from call to call: each process's fd table is looked at as ``FdTable`` does (its
+    fd numbers listed again when its fd count changes, its links read again when the
+    numbers change, or every ``reread_s``: a socket that took a closed file's or
+    socket's place is seen by then), so a search costs a look at each process's fd count.
     """
 
     def __init__(self, reread_s: float = 30.0) -> None:
