@@ -37,6 +37,7 @@ GLYPHS = {
 }
 LEGEND = "█ busy  ─ idle  ▒ connecting  █ CLOSE_WAIT (red)  blank: not open"
 _ABSENT = int(Mark.ABSENT)
+_MISSING = object()
 
 
 def column_marks(marks: Sequence[int], latest: int, per_column: int,
@@ -49,6 +50,8 @@ def column_marks(marks: Sequence[int], latest: int, per_column: int,
     start_column = latest // per_column - columns + 1
     empty = min(columns, max(0, first // per_column - start_column))  # wholly before marks[0]
     out = [_ABSENT] * empty
+    if per_column == 1:  # a column per refresh: the newest marks as they are
+        return (*out, *marks[len(marks) - (columns - empty):])
     for column in range(start_column + empty, start_column + columns):
         begin = max(0, column * per_column - first)
         out.append(max(marks[begin:column * per_column + per_column - first]))
@@ -87,6 +90,9 @@ class Timeline(ScrollView):
         self._rows: Sequence[tuple[str, Track]] = []
         self._span_ms, self._latest, self._remembered = 0, 0, 0
         self._drawn: dict[int, object] = {}  # what each line shows, as drawn last
+        # what each line is to show, as worked out by the last show(), at (scroll, width)
+        self._shown: dict[int, object] = {}
+        self._shown_at: tuple[int, int] = (-1, -1)
 
     def show(self, rows: Sequence[tuple[str, Track]], span_ms: int, latest: int,
              remembered: int) -> None:
@@ -97,8 +103,10 @@ class Timeline(ScrollView):
         self._latest, self._remembered = latest, remembered
         self.virtual_size = Size(self.size.width, len(rows) + 1)
         width = self.size.width
-        for y in range(self.size.height):
-            if self._content(y) != self._drawn.get(y):
+        self._shown_at = (self.scroll_offset.y, width)
+        self._shown = {y: self._content(y) for y in range(self.size.height)}
+        for y, content in self._shown.items():
+            if content != self._drawn.get(y):
                 self.refresh(Region(0, y, width, 1))
 
     def _columns(self) -> tuple[int, int, int]:
@@ -123,7 +131,9 @@ class Timeline(ScrollView):
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
-        content = self._drawn[y] = self._content(y)
+        shown = (self._shown.get(y, _MISSING) if self._shown_at == (self.scroll_offset.y, width)
+                 else _MISSING)
+        content = self._drawn[y] = self._content(y) if shown is _MISSING else shown
         if content is None:
             return Strip.blank(width)
         if y == 0:
