@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from textual.app import App
 from textual.binding import Binding
+from textual.filter import LineFilter
 from textual.screen import Screen
+
+from kmon.widgets.controls import ControlCharacterFilter
+
+CONTROL_CHARACTERS = ControlCharacterFilter()
 
 
 class KmonApp(App):
@@ -22,6 +29,11 @@ class KmonApp(App):
         self.exit_after_s = exit_after_s
         if theme:
             self.theme = theme
+
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        """Textual's filters, then the one that keeps control characters a watched process
+        put in its strings from reaching the terminal."""
+        return [*super().get_line_filters(), CONTROL_CHARACTERS]
 
     def on_mount(self) -> None:
         self.push_screen(self.first_screen)

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kmon.model import Event, ProcessView, Snapshot
+from kmon.plain_text import WithoutControls
 from kmon.widgets.format import ROLE_STYLE, STATE_STYLE, clock, duration, node, number
 
 
@@ -38,8 +39,9 @@ def process_table(view: ProcessView, label: str = "") -> Table:
 
 
 def snapshot_renderable(snapshot: Snapshot, events: Iterable[Event], title: str = "",
-                        labels: dict[int, str] | None = None) -> Group:
-    """Tables for every process, notices, and the latest events."""
+                        labels: dict[int, str] | None = None) -> WithoutControls:
+    """Tables for every process, notices, and the latest events (without the control
+    characters a watched process may have put in its strings)."""
     parts: list = [Text(title, style="bold")] if title else []
     for view in snapshot.processes:
         parts.append(process_table(view, (labels or {}).get(view.pid, "")))
@@ -49,4 +51,4 @@ def snapshot_renderable(snapshot: Snapshot, events: Iterable[Event], title: str 
         parts.append(Text("events:", style="bold"))
         parts.extend(Text(f"  {clock(e.ts_ms)} {e.kind.value:<12} pid {e.pid} "
                           f"{e.remote or ''} {e.detail}") for e in recent)
-    return Group(*parts)
+    return WithoutControls(Group(*parts))

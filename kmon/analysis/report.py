@@ -17,6 +17,8 @@ from matplotlib.figure import Figure
 from rich.console import Console
 from rich.table import Table
 
+from kmon.plain_text import WithoutControls
+
 if TYPE_CHECKING:
     from kmon.analysis.jobs import Analysis
 
@@ -79,7 +81,8 @@ def show(console: Console, analyses: Iterable[Analysis], tables: dict[str, pa.Ta
          top: int) -> None:
     """Print every analysis as a Rich table."""
     for analysis in analyses:
-        console.print(renderable(analysis, tables[analysis.name], top))
+        # a recording holds what watched processes wrote: no control character is printed
+        console.print(WithoutControls(renderable(analysis, tables[analysis.name], top)))
         console.print()
 
 

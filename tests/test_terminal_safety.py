@@ -1,0 +1,103 @@
+"""Control characters a watched process puts in its strings never reach the terminal.
+
+A process chooses its own name (prctl) and command line; printed as they are, an escape
+sequence in them would clear kmon's screen or set the terminal's title.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import Child
+from rich.segment import ControlType, Segment
+from rich.style import Style
+from test_dashboard_attach import until
+
+from kmon.engine.facade import ProcessSession
+from kmon.engine.monitor import Monitor
+from kmon.engine.sampler import ProcessSampler, SamplerSettings
+from kmon.plain_text import WithoutControls, strip_controls
+from kmon.sources.sockets import open_socket_reader
+from kmon.widgets.app import KmonApp
+from kmon.widgets.attach_screen import AttachScreen, DashboardSettings
+
+ESCAPES = "\x1b[2J\x1b]0;owned\x07\u009b31m"  # clear the screen, set the title, a C1 CSI
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # newlines and tabs may separate lines
+
+
+def test_control_characters_are_taken_out_and_the_rest_kept():
+    bold = Style(bold=True)
+    segments = [Segment("plain"), Segment(f"a{ESCAPES}b", bold),
+                Segment("\x1b[H", None, [(ControlType.HOME,)])]
+    plain, hostile, cursor = strip_controls(segments)
+    assert plain is segments[0]
+    assert (hostile.text, hostile.style) == ("a[2J]0;owned31mb", bold)
+    assert cursor is segments[2]  # Rich's own cursor moves are no text of a watched process
+
+
+def test_a_printed_table_keeps_its_styles_and_loses_the_control_characters():
+    from io import StringIO
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("client")
+    table.add_row(f"orders{ESCAPES}")
+    out = StringIO()
+    Console(file=out, force_terminal=True, color_system="standard", width=60).print(
+        WithoutControls(table))
+    printed = out.getvalue()
+    assert "orders[2J]0;owned31m" in printed
+    assert "\x1b[1m" in printed  # Rich's own styling (the bold header) is kept
+    assert not re.search("\x1b[^\\[]|\x1b\\[2J|\x07|\u009b", printed)
+
+
+@pytest.fixture
+def hostile_process():
+    """A child whose name and command line carry escape sequences."""
+    code = ("import ctypes, time\n"
+            "ctypes.CDLL(None).prctl(15, b'\\x1b]0;owned\\x07', 0, 0, 0)  # PR_SET_NAME\n"
+            "print('READY', flush=True)\n"
+            "time.sleep(120)\n")
+    # the code from the environment: a short command line, shown whole in the header
+    child = Child([sys.executable, "-c", "import os; exec(os.environ['CODE'])", ESCAPES],
+                  env={**os.environ, "CODE": code})
+    child.wait_line("READY")
+    yield child
+    child.stop()
+
+
+@pytest.mark.integration
+def test_the_text_view_prints_no_control_character(hostile_process):
+    result = subprocess.run([sys.executable, "-m", "kmon", "attach", str(hostile_process.pid),
+                             "--once", "--any-process", "--wire", "off"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "]0;owned" in result.stdout  # the name, shown as the plain text it is
+    assert not CONTROL.search(result.stdout)
+
+
+@pytest.mark.integration
+def test_the_dashboard_draws_no_control_character(hostile_process):
+    pid = hostile_process.pid
+    sampler = ProcessSampler(pid, open_socket_reader(),
+                             SamplerSettings(require_kafka=False, wire="off"))
+    screen = AttachScreen(pid, ProcessSession(Monitor([sampler])),
+                          DashboardSettings(interval_s=0.25))
+    app = KmonApp(screen)
+
+    async def run() -> str:
+        async with app.run_test(size=(200, 30)) as pilot:
+            await until(pilot, lambda: screen.view is not None, "its first refresh")
+            await pilot.pause()
+            return app.export_screenshot()
+
+    drawn = asyncio.run(run())
+    assert "[2J]0;owned31m" in drawn  # the command line, without its control characters
+    assert f"PID&#160;{pid}&#160;]0;owned" in drawn  # the name
+    assert not CONTROL.search(drawn)
