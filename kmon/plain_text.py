@@ -17,9 +17,10 @@ from collections.abc import Iterable
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.segment import Segment
 
-# every C0 and C1 control but the newline, which ends a printed line (str.translate deletes)
-_CONTROLS = dict.fromkeys([*range(0x0A), *range(0x0B, 0x20), *range(0x7F, 0xA0)])
-_HAS_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]").search
+# every C0 and C1 control but the newline, which ends a printed line
+_CONTROL_CODES = [*range(0x0A), *range(0x0B, 0x20), *range(0x7F, 0xA0)]
+_CONTROLS = dict.fromkeys(_CONTROL_CODES)  # str.translate: delete them
+_HAS_CONTROL = re.compile(f"[{re.escape(''.join(map(chr, _CONTROL_CODES)))}]").search
 
 
 def strip_controls(segments: Iterable[Segment]) -> list[Segment]:

@@ -15,14 +15,14 @@ from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
-from textual.geometry import Region, Size
+from textual.geometry import Size
 from textual.message import Message
-from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from kmon.model import ROLE_RANK, Connection, Thresholds
 from kmon.timeline import Track
 from kmon.widgets import format as fmt
+from kmon.widgets.line_view import ChangedLinesView
 
 CLIENT_MIN, CLIENT_MAX = 14, 40  # the client column grows into a wide terminal's spare room
 # key, heading, width
@@ -94,7 +94,7 @@ def connection_cells(conn: Connection, track: Track | None, client_ids: dict[str
     )
 
 
-class ConnectionTable(ScrollView, can_focus=True):
+class ConnectionTable(ChangedLinesView, can_focus=True):
     """The rows given to ``show()``, drawn line by line for the visible rows only.
 
     A row's cells are made only when it is visible, its line is rebuilt only when
@@ -136,7 +136,6 @@ class ConnectionTable(ScrollView, can_focus=True):
         self._cells: dict[str, tuple] = {}  # the cells made since the last show()
         # key -> (cells drawn, how (row style, scroll, width), the line)
         self._lines: dict[str, tuple] = {}
-        self._drawn_at: dict[int, tuple] = {}  # line y -> (key, cells, how), as drawn last
         self._row_styles: dict[str | int, Style] = {}
         self.cursor_row = 0
         self._cursor_key: str | None = None
@@ -158,10 +157,7 @@ class ConnectionTable(ScrollView, can_focus=True):
         self.cursor_row = max(0, min(self.cursor_row, len(self._keys) - 1))
         self._cursor_key = self._keys[self.cursor_row] if self._keys else None
         self.virtual_size = Size(self._width, len(self._keys) + 1)
-        width = self.size.width
-        for y in range(1, self.size.height):  # only the lines whose content changed
-            if self._line_state(y) != self._drawn_at.get(y):
-                self.refresh(Region(0, y, width, 1))
+        self.refresh_changed({y: self._line_state(y) for y in range(1, self.size.height)})
 
     @property
     def row_count(self) -> int:
@@ -219,7 +215,7 @@ class ConnectionTable(ScrollView, can_focus=True):
             header = header.apply_style(self.get_component_rich_style("connection-table--header"))
             return header.crop(scroll_x, scroll_x + width).adjust_cell_length(width,
                                                                               self.rich_style)
-        state = self._drawn_at[y] = self._line_state(y)
+        state = self.drawn(y, self._line_state(y))
         if state is None:
             return Strip.blank(width, self.rich_style)
         key, cells, look = state

@@ -19,13 +19,13 @@ from itertools import groupby
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
-from textual.geometry import Region, Size
-from textual.scroll_view import ScrollView
+from textual.geometry import Size
 from textual.strip import Strip
 
 from kmon.model import Connection
 from kmon.timeline import History, Mark, Track
 from kmon.widgets import format as fmt
+from kmon.widgets.line_view import ChangedLinesView
 
 LABEL_WIDTH = 26
 GLYPHS = {
@@ -80,7 +80,7 @@ class TimelineRows(Sequence):
         return track.label, track
 
 
-class Timeline(ScrollView):
+class Timeline(ChangedLinesView):
     """Strips for the connections given to ``show()``, newest refresh on the right."""
 
     DEFAULT_CSS = "Timeline { height: 1fr; }"
@@ -89,7 +89,6 @@ class Timeline(ScrollView):
         super().__init__(**kwargs)
         self._rows: Sequence[tuple[str, Track]] = []
         self._span_ms, self._latest, self._remembered = 0, 0, 0
-        self._drawn: dict[int, object] = {}  # what each line shows, as drawn last
         # what each line is to show, as worked out by the last show(), at (scroll, width)
         self._shown: dict[int, object] = {}
         self._shown_at: tuple[int, int] = (-1, -1)
@@ -102,12 +101,9 @@ class Timeline(ScrollView):
         self._rows, self._span_ms = rows, span_ms
         self._latest, self._remembered = latest, remembered
         self.virtual_size = Size(self.size.width, len(rows) + 1)
-        width = self.size.width
-        self._shown_at = (self.scroll_offset.y, width)
+        self._shown_at = (self.scroll_offset.y, self.size.width)
         self._shown = {y: self._content(y) for y in range(self.size.height)}
-        for y, content in self._shown.items():
-            if content != self._drawn.get(y):
-                self.refresh(Region(0, y, width, 1))
+        self.refresh_changed(self._shown)
 
     def _columns(self) -> tuple[int, int, int]:
         """(refreshes per column, columns, room for them) at the current width."""
@@ -133,7 +129,7 @@ class Timeline(ScrollView):
         width = self.size.width
         shown = (self._shown.get(y, _MISSING) if self._shown_at == (self.scroll_offset.y, width)
                  else _MISSING)
-        content = self._drawn[y] = self._content(y) if shown is _MISSING else shown
+        content = self.drawn(y, self._content(y) if shown is _MISSING else shown)
         if content is None:
             return Strip.blank(width)
         if y == 0:

@@ -1,0 +1,31 @@
+"""A scroll view drawn line by line that draws again only the lines whose content changed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from textual.geometry import Region
+from textual.scroll_view import ScrollView
+
+
+class ChangedLinesView(ScrollView):
+    """Remembers what each visible line showed when it was last drawn (``drawn``), and
+    ``refresh_changed`` marks dirty only the lines whose content is now different: a refresh
+    of thousands of rows, most of them unchanged, redraws only what moved."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._drawn: dict[int, object] = {}  # line y -> its content, as drawn last
+
+    def drawn(self, y: int, content: object) -> object:
+        """Note that line ``y`` is being drawn with ``content``; returns ``content``."""
+        self._drawn[y] = content
+        return content
+
+    def refresh_changed(self, contents: Mapping[int, object]) -> None:
+        """Draw again the lines of ``contents`` (line y -> its content now) that differ from
+        what was drawn there."""
+        width = self.size.width
+        for y, content in contents.items():
+            if content != self._drawn.get(y):
+                self.refresh(Region(0, y, width, 1))
