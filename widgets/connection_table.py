@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from rich.cells import set_cell_size
+from rich.console import Console
 from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
+from rich.text import Span, Text
 from textual import events
 from textual.binding import Binding
 from textual.geometry import Size
@@ -92,6 +94,22 @@ def connection_cells(conn: Connection, track: Track | None, client_ids: dict[str
         else f"{conn.rtt_ms if conn.rtt_ms is not None else conn.tcp_rtt_ms:.1f}ms",
         fmt.styled(evidence, "dim" if conn.confidence >= 0.9 else "yellow"),
     )
+
+
+@lru_cache(maxsize=4096)
+def _styled_cell(console: Console, plain: str, spans: tuple[Span, ...], style: str | Style,
+                 row_style: Style, width: int) -> tuple[Segment, ...]:
+    """A styled cell's segments over ``row_style``: cut to ``width``, then the padding and the
+    two-space gap in the cell's own style (so no run of text starts blank). Cached: the same
+    few cells (roles, states, idle bars) recur row after row."""
+    cell_style = row_style + console.get_style(style) if style else row_style
+    if not spans:
+        return (Segment(set_cell_size(plain, width) + "  ", cell_style),)
+    text = Text(plain, style=style, spans=list(spans))
+    rendered = list(Segment.apply_style(text.render(console, end=""), cell_style))
+    rendered = Segment.adjust_line_length(rendered, width, pad=False)
+    gap = width - Segment.get_line_length(rendered) + 2
+    return (*rendered, Segment(" " * gap, cell_style))
 
 
 class ConnectionTable(ChangedLinesView, can_focus=True):
@@ -186,24 +204,25 @@ class ConnectionTable(ChangedLinesView, can_focus=True):
         Built as one strip (Textual's strips are costly objects: styling, cropping and
         padding one would make three more per row per refresh)."""
         console = self.app.console
-        segments: list[Segment] = [Segment(" ", row_style)]
+        segments: list[Segment] = []
+        plain: list[str] = [" "]  # plain cells in a row share one segment in the row's style
         for cell, cell_width in zip(cells, self._widths, strict=True):
-            text = cell if isinstance(cell, Text) else Text(str(cell))
-            style = row_style + console.get_style(text.style) if text.style else row_style
-            if not text.spans:  # one style: one segment, the padding and gap included
-                segments.append(Segment(set_cell_size(text.plain, cell_width) + "  ", style))
-                continue
-            rendered = list(Segment.apply_style(text.render(console, end=""), style))
-            rendered = Segment.adjust_line_length(rendered, cell_width, pad=False)
-            # the padding and the gap take the cell's style, so no run of text starts blank
-            gap = cell_width - Segment.get_line_length(rendered) + 2
-            segments.extend([*rendered, Segment(" " * gap, style)])
+            if isinstance(cell, Text):
+                if plain:
+                    segments.append(Segment("".join(plain), row_style))
+                    plain = []
+                segments.extend(_styled_cell(console, cell.plain, tuple(cell.spans), cell.style,
+                                             row_style, cell_width))
+            else:  # padded or cut to the column, the gap included
+                plain.append(set_cell_size(str(cell), cell_width) + "  ")
+        if plain:
+            segments.append(Segment("".join(plain), row_style))
         if scroll_x or self._width > width:  # scrolled sideways, or wider than the view
-            line = Strip(Segment.simplify(segments), self._width).crop(scroll_x, scroll_x + width)
+            line = Strip(segments, self._width).crop(scroll_x, scroll_x + width)
             return line.adjust_cell_length(width, self._row_style(0))
         if width > self._width:
             segments.append(Segment(" " * (width - self._width), self._row_style(0)))
-        return Strip(Segment.simplify(segments), width)
+        return Strip(segments, width)
 
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
