@@ -35,17 +35,15 @@ _CLOSE_WAIT, _CONNECTING, _BUSY, _IDLE, _ABSENT = (
     int(Mark.CLOSE_WAIT), int(Mark.CONNECTING), int(Mark.BUSY), int(Mark.IDLE), int(Mark.ABSENT))
 
 
-def _mark_of(conn: Connection, interval_ms: int, traffic: bool) -> int:
+def _mark_of(state: str, idle_ms: int | None, interval_ms: int, traffic: bool) -> int:
     """How a connection looked over the last refresh interval (a Mark's value)."""
-    state = conn.state
     if state == "CLOSE_WAIT":
         return _CLOSE_WAIT
     if state == "SYN_SENT":
         return _CONNECTING
     if traffic:
         return _BUSY
-    idle = conn.idle_ms
-    return _BUSY if idle is not None and idle < interval_ms else _IDLE
+    return _BUSY if idle_ms is not None and idle_ms < interval_ms else _IDLE
 
 
 class Rates(NamedTuple):
@@ -72,6 +70,7 @@ class Track:
     state: str = ""
     last: Connection | None = field(default=None, repr=False)
     rates: Rates = _NO_RATES
+    seen: int = -1  # the last refresh (History.refreshes - 1 then) it was seen at
 
 
 def track_label(conn: Connection) -> str:
@@ -124,20 +123,31 @@ class History:
             interval_ms = ts_ms - previous_ts
         seconds = None if previous_ts is None else (ts_ms - previous_ts) / 1000
         self.ticks.append(ts_ms)
+        refresh = self.refreshes
         self.refreshes += 1
-        seen: set[tuple[int, str]] = set()
-        tracks, update = self.tracks, self._update
+        tracks = self.tracks
         roles: Counter[Role] = Counter()
         states: Counter[str] = Counter()
         for view in views:
             pid = view.pid
+            # one pass per connection, the track's update written out (2,000 a refresh)
             for conn in view.connections:
                 key = (pid, conn.key)
-                seen.add(key)
                 track = tracks.get(key)
                 if track is None or track.closed_ms is not None:
                     track = tracks[key] = self._new_track(conn, ts_ms, first)
-                update(track, conn, ts_ms, seconds, interval_ms)
+                track.seen = refresh
+                before, traffic, state = track.last, False, conn.state
+                if before is not None:
+                    if seconds is not None:
+                        rates = track.rates = _rates(conn, before, seconds)
+                        traffic = bool(rates.sent or rates.received)
+                    if conn.role is not before.role or conn.node_id != before.node_id:
+                        track.label = track_label(conn)
+                if state != track.state:
+                    track.state, track.state_since_ms = state, ts_ms
+                track.last = conn
+                track.marks.append(_mark_of(state, conn.idle_ms, interval_ms, traffic))
             roles.update(map(_ROLE_OF, view.connections))
             states.update(map(_STATE_OF, view.connections))
         for role, series in self.by_role.items():
@@ -145,33 +155,17 @@ class History:
         for state, series in self.by_state.items():
             series.append(states[state] if state != "other"
                           else sum(n for s, n in states.items() if s not in self.by_state))
-        self._age(seen, ts_ms)
+        self._age(refresh, ts_ms)
 
     def _new_track(self, conn: Connection, ts_ms: int, first: bool) -> Track:
         marks = deque([_ABSENT] * (len(self.ticks) - 1), maxlen=self.window)
         return Track(marks, track_label(conn), None if first else ts_ms,
                      state_since_ms=ts_ms, state=conn.state)
 
-    @staticmethod
-    def _update(track: Track, conn: Connection, ts_ms: int, seconds: float | None,
-                interval_ms: int) -> None:
-        before = track.last
-        traffic = False
-        if before is not None:
-            if seconds is not None:
-                rates = track.rates = _rates(conn, before, seconds)
-                traffic = bool(rates.sent or rates.received)
-            if conn.role is not before.role or conn.node_id != before.node_id:
-                track.label = track_label(conn)
-        if conn.state != track.state:
-            track.state, track.state_since_ms = conn.state, ts_ms
-        track.last = conn
-        track.marks.append(_mark_of(conn, interval_ms, traffic))
-
-    def _age(self, seen: set[tuple[int, str]], ts_ms: int) -> None:
-        """Mark unseen connections closed; forget those whose strip is all absent."""
-        for key in self.tracks.keys() - seen:
-            track = self.tracks[key]
+    def _age(self, refresh: int, ts_ms: int) -> None:
+        """Mark connections not seen at ``refresh`` closed; forget those whose strip is all
+        absent."""
+        for key, track in [(k, t) for k, t in self.tracks.items() if t.seen != refresh]:
             if track.closed_ms is None:
                 track.closed_ms = ts_ms
                 track.rates = _NO_RATES
