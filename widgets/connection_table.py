@@ -175,7 +175,10 @@ class ConnectionTable(ChangedLinesView, can_focus=True):
         self.cursor_row = max(0, min(self.cursor_row, len(self._keys) - 1))
         self._cursor_key = self._keys[self.cursor_row] if self._keys else None
         self.virtual_size = Size(self._width, len(self._keys) + 1)
-        self.refresh_changed({y: self._line_state(y) for y in range(1, self.size.height)})
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.size.width
+        self.refresh_changed({y: self._line_state(y, scroll_x, scroll_y, width)
+                              for y in range(1, self.size.height)})
 
     @property
     def row_count(self) -> int:
@@ -234,7 +237,7 @@ class ConnectionTable(ChangedLinesView, can_focus=True):
             header = header.apply_style(self.get_component_rich_style("connection-table--header"))
             return header.crop(scroll_x, scroll_x + width).adjust_cell_length(width,
                                                                               self.rich_style)
-        state = self.drawn(y, self._line_state(y))
+        state = self.drawn(y, self._line_state(y, scroll_x, scroll_y, width))
         if state is None:
             return Strip.blank(width, self.rich_style)
         key, cells, look = state
@@ -245,15 +248,15 @@ class ConnectionTable(ChangedLinesView, can_focus=True):
             drawn = self._lines[key] = (cells, look, line)
         return drawn[2]
 
-    def _line_state(self, y: int) -> tuple | None:
-        """What row line ``y`` shows: (row key, its cells, how: row style, scroll, width)."""
-        scroll_x, scroll_y = self.scroll_offset
+    def _line_state(self, y: int, scroll_x: int, scroll_y: int, width: int) -> tuple | None:
+        """What row line ``y`` shows, scrolled to (``scroll_x``, ``scroll_y``) in ``width``:
+        (row key, its cells, how: row style, scroll, width)."""
         index = y - 1 + scroll_y
         if index >= len(self._keys):
             return None
         key = self._keys[index]
         style = self._row_style("cursor" if index == self.cursor_row else index % 2)
-        return key, self._cells_at(key), (style, scroll_x, self.size.width)
+        return key, self._cells_at(key), (style, scroll_x, width)
 
     def _row_style(self, variant: str | int) -> Style:
         """The style under a row's own: at the cursor (``variant`` "cursor"), odd rows (1)

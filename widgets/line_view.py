@@ -25,7 +25,14 @@ class ChangedLinesView(ScrollView):
     def refresh_changed(self, contents: Mapping[int, object]) -> None:
         """Draw again the lines of ``contents`` (line y -> its content now) that differ from
         what was drawn there."""
-        width = self.size.width
-        for y, content in contents.items():
-            if content != self._drawn.get(y):
-                self.refresh(Region(0, y, width, 1))
+        drawn = self._drawn
+        changed = sorted(y for y, content in contents.items() if content != drawn.get(y))
+        if not changed:
+            return
+        width, runs = self.size.width, []  # runs of adjacent lines: (first line, count)
+        for y in changed:
+            if runs and runs[-1][0] + runs[-1][1] == y:
+                runs[-1][1] += 1
+            else:
+                runs.append([y, 1])
+        self.refresh(*(Region(0, y, width, count) for y, count in runs))
