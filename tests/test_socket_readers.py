@@ -218,10 +218,12 @@ def test_many_sockets_come_from_one_filtered_dump_as_from_exact_lookups(
     time.sleep(0.1)
 
     def facts() -> set[tuple]:
-        return {(s.inode, s.fd, s.local, s.remote, s.state, s.bytes_sent)
+        return {(s.inode, s.fd, s.local, s.remote, s.state, s.bytes_sent, s.bytes_received,
+                 s.rtt_ms is not None, s.last_sent_ms is not None, s.last_recv_ms is not None)
                 for s in reader.sockets_of(PID)}
 
     dumped = facts()
+    assert all(fact[-3:] == (True, True, True) for fact in dumped)  # tcp_info read whole
     monkeypatch.setattr(sockdiag, "_DUMP_FROM", 1 << 30)
     assert dumped == facts()
     assert len(dumped) >= len(clients) + 2

@@ -345,16 +345,33 @@ class SockDiagReader:
 
     def _read_info_dump(self, known: dict[int, _Known], inodes: dict[int, int],
                         found: list[TcpSocket]) -> None:
-        """Read one dump with tcp_info to its end, keeping the ``known`` sockets."""
+        """Read one dump with tcp_info to its end, keeping the ``known`` sockets.
+
+        Every message of a dump has its attributes in the same order, so once one message
+        showed where its whole tcp_info is, the next ones are read with one unpack
+        (``_full_layout``); a message laid out otherwise takes the general path."""
         buf, view, unpack_u32 = self._buf, self._view, _U32.unpack_from
-        info_at = 0
+        info_at, layout = 0, None
         for off, length in self._dump_messages():
+            if layout is not None and length - _HDR >= layout.size:
+                (state, inode, info_len, info_type, sent, recv, rtt, received,
+                 bytes_sent) = layout.unpack_from(buf, off + _HDR)
+                if (info_type == INET_DIAG_INFO and info_len >= 4 + _TCPI_FULL_LEN
+                        and info_at + info_len <= length - _HDR):
+                    ours = known.get(inode)
+                    if ours is not None:  # as _socket_from_msg makes it
+                        found.append(TcpSocket(
+                            inode, inodes[inode], ours.local, ours.remote, _STATE_NAME_OF[state],
+                            sent, recv, bytes_sent, received, rtt / 1000))
+                    continue
             inode = unpack_u32(buf, off + _HDR + _INODE_AT)[0]
             ours = known.get(inode)
             if ours is not None:
                 msg = view[off + _HDR : off + length]
                 info_at = _info_at(msg, info_at)
                 found.append(_socket_from_msg(msg, inode, inodes[inode], ours, info_at))
+                whole = info_at and _RTATTR.unpack_from(msg, info_at)[0] >= 4 + _TCPI_FULL_LEN
+                layout = _full_layout(info_at) if whole else None
 
     def _dump_messages(self) -> Iterator[tuple[int, int]]:
         """(offset, length) in the receive buffer of each socket message of one dump, to its
@@ -523,6 +540,15 @@ def _socket_from_msg(msg: memoryview, inode: int, fd: int, known: _Known,
     return TcpSocket(  # by position: 2,000 a poll
         inode, fd, known.local, known.remote, _STATE_NAME_OF[msg[1]],
         sent, recv, bytes_sent, bytes_received, rtt)
+
+
+@functools.lru_cache(maxsize=8)
+def _full_layout(info_at: int) -> struct.Struct:
+    """One unpack of a message whose INET_DIAG_INFO attribute starts at ``info_at`` and holds
+    a whole tcp_info: (state, inode, the attribute's length and type, then ``_TCPI_FULL``'s
+    fields)."""
+    return struct.Struct(f"=xB{_INODE_AT - 2}xI{info_at - _DIAG_MSG_LEN}xHH"
+                         + _TCPI_FULL.format.lstrip("="))
 
 
 def _info_at(msg: memoryview, hint: int = 0) -> int:
