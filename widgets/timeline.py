@@ -102,23 +102,26 @@ class Timeline(ChangedLinesView):
         self._latest, self._remembered = latest, remembered
         self.virtual_size = Size(self.size.width, len(rows) + 1)
         self._shown_at = (self.scroll_offset.y, self.size.width)
-        self._shown = {y: self._content(y) for y in range(self.size.height)}
+        layout = self._layout()
+        self._shown = {y: self._content(y, layout) for y in range(self.size.height)}
         self.refresh_changed(self._shown)
 
-    def _columns(self) -> tuple[int, int, int]:
-        """(refreshes per column, columns, room for them) at the current width."""
+    def _layout(self) -> tuple[int, int, int, int]:
+        """(refreshes per column, columns, room for them, first row shown) at the current
+        width and scroll, worked out once for all the lines drawn together."""
         room = max(1, self.size.width - LABEL_WIDTH - 1)
         per_column = max(1, -(-self._remembered // room))  # ceiling division
         last = self._latest // per_column
         first = max((self._latest - self._remembered + 1) // per_column, last - room + 1)
-        return per_column, last - first + 1, room
+        return per_column, last - first + 1, room, self.scroll_offset.y
 
-    def _content(self, y: int) -> object:
-        """What line ``y`` shows: the axis, a (label, closed, columns) row, or None."""
-        per_column, columns, room = self._columns()
+    def _content(self, y: int, layout: tuple[int, int, int, int]) -> object:
+        """What line ``y`` shows in ``layout`` (``_layout()``): the axis, a (label, closed,
+        columns) row, or None."""
+        per_column, columns, room, scroll_y = layout
         if y == 0:
             return f"-{fmt.duration(self._span_ms)}".ljust(max(0, room - 3)) + "now"
-        index = y - 1 + self.scroll_offset.y
+        index = y - 1 + scroll_y
         if index >= len(self._rows):
             return None
         label, track = self._rows[index]
@@ -129,7 +132,7 @@ class Timeline(ChangedLinesView):
         width = self.size.width
         shown = (self._shown.get(y, _MISSING) if self._shown_at == (self.scroll_offset.y, width)
                  else _MISSING)
-        content = self.drawn(y, self._content(y) if shown is _MISSING else shown)
+        content = self.drawn(y, self._content(y, self._layout()) if shown is _MISSING else shown)
         if content is None:
             return Strip.blank(width)
         if y == 0:
