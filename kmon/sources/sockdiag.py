@@ -4,8 +4,8 @@ A poll costs a look at the process's fd table (``FdTable``: listed again only wh
 its fd count changes, its links read again only when the fd numbers change, a socket
 vanished, or every 10 s) plus one netlink round trip: exact lookups, one per socket
 the process holds, or from 64 sockets on one dump filtered in the kernel by their
-remote ports (unless the kernel holds over 8 TCP sockets for each of them: a dump walks
-them all). Socket ids are learned from a dump of the host's TCP sockets (no
+remote ports (unless the kernel holds over 8 TCP sockets per socket looked for and family
+dumped: each dump walks them all). Socket ids are learned from a dump of the host's TCP sockets (no
 tcp_info, small messages) only when the process shows a TCP inode we have not seen
 yet; other sockets are told apart by their protocol xattr.
 """
@@ -150,6 +150,14 @@ class _ProcessCache:
         self.known[inode] = known
         self.ports[known.remote.port] += 1
         self.families[known.family] += 1
+
+    def vanished(self, inode: int, now: float) -> None:
+        """A known socket the kernel no longer has under its id (closed, or its id reused):
+        forget it, look for it again at once, and list the fds again (its fd number may hold
+        a new socket now)."""
+        self.fds.changed()
+        self.forget(inode)
+        _schedule_retry(self, inode, now, immediately=True)
 
     def forget(self, inode: int) -> None:
         """Drop a known socket (closed, or its id reused)."""
@@ -324,14 +332,13 @@ class SockDiagReader:
             chunk = dict(requests[start : start + _BATCH])
             self._send(b"".join(k.request for k in chunk.values()))
             for inode in self._read_replies(chunk, inodes, found):
-                cache.fds.changed()  # its fd number may hold a new socket now
-                cache.forget(inode)
-                _schedule_retry(cache, inode, time.monotonic(), immediately=True)
+                cache.vanished(inode, time.monotonic())
         return found
 
     @staticmethod
     def _dump_pays(cache: _ProcessCache) -> bool:
-        """Whether one filtered dump costs less than an exact lookup per known socket."""
+        """Whether the filtered dumps (one per family) cost less than an exact lookup per
+        known socket; with the kernel's TCP sockets uncounted (0), they are taken to."""
         wanted = len(cache.known)
         return (wanted >= _DUMP_FROM and len(cache.ports) <= _FILTER_PORTS
                 and tcp_sockets() * len(cache.families) <= _DUMP_WALK_MAX * wanted)
@@ -351,39 +358,17 @@ class SockDiagReader:
             seen = {sock.inode for sock in found}
             now = time.monotonic()
             for inode in [inode for inode in known if inode not in seen]:
-                cache.fds.changed()  # its fd number may hold a new socket now
-                cache.forget(inode)
-                _schedule_retry(cache, inode, now, immediately=True)
+                cache.vanished(inode, now)
         return found
 
     def _read_info_dump(self, known: dict[int, _Known], inodes: dict[int, int],
                         found: list[TcpSocket]) -> None:
-        """Read one dump with tcp_info to its end, keeping the ``known`` sockets.
-
-        Every message of a dump has its attributes in the same order, so once one message
-        showed where its whole tcp_info is, the next ones are read with one unpack
-        (``_full_layout``); a message laid out otherwise takes the general path."""
-        buf, view, unpack_u32 = self._buf, self._view, _U32.unpack_from
-        info_at, layout = 0, None
+        """Read one dump with tcp_info to its end, keeping the ``known`` sockets."""
+        read, view = _MessageReader().read, self._view
         for off, length in self._dump_messages():
-            if layout is not None and length - _HDR >= layout.size:
-                (state, inode, info_len, info_type, sent, recv, rtt, received,
-                 bytes_sent) = layout.unpack_from(buf, off + _HDR)
-                if (info_type == INET_DIAG_INFO and info_len >= 4 + _TCPI_FULL_LEN
-                        and info_at + info_len <= length - _HDR):
-                    ours = known.get(inode)
-                    if ours is not None:  # as _socket_from_msg makes it
-                        found.append(TcpSocket(
-                            inode, inodes[inode], ours.local, ours.remote, _STATE_NAME_OF[state],
-                            sent, recv, bytes_sent, received, rtt / 1000))
-                    continue
-            inode = unpack_u32(buf, off + _HDR + _INODE_AT)[0]
-            ours = known.get(inode)
-            if ours is not None:
-                msg = view[off + _HDR : off + length]
-                info_at = _info_at(msg, info_at)
-                found.append(_socket_from_msg(msg, inode, inodes[inode], ours, info_at))
-                layout = _full_layout(info_at) if _whole_info(msg, info_at) else None
+            sock = read(view, off + _HDR, length - _HDR, known, inodes)
+            if sock is not None:
+                found.append(sock)
 
     def _dump_messages(self) -> Iterator[tuple[int, int]]:
         """(offset, length) in the receive buffer of each socket message of one dump, to its
@@ -405,50 +390,27 @@ class SockDiagReader:
     def _read_replies(
         self, chunk: dict[int, _Known], inodes: dict[int, int], found: list[TcpSocket]
     ) -> list[int]:
-        """Collect one reply per request of `chunk`; return the inodes that are gone.
-
-        Each reply comes in a read of its own, laid out like the one before it: once one
-        showed where its whole tcp_info is, the next ones are read with one unpack
-        (``_reply_layout``); a reply laid out otherwise takes the general path."""
+        """Collect one reply per request of `chunk`; return the inodes that are gone."""
         buf, view = self._buf, self._view
         unpack_hdr, unpack_u32 = _NLMSGHDR.unpack_from, _U32.unpack_from
         recv_into, dontwait = self._sock.recv_into, socket.MSG_DONTWAIT
+        read = _MessageReader().read
         pending = set(chunk)
         gone: list[int] = []
-        info_at, layout = 0, None
         while pending:
             try:
                 # The kernel answers within sendmsg, so everything is queued already.
                 size = recv_into(buf, 0, dontwait)
             except BlockingIOError:
                 raise OSError(errno.EIO, "sock_diag: exact lookup replies missing") from None
-            if layout is not None and size >= layout.size:
-                (length, kind, seq, state, inode, info_len, info_type, sent, recv, rtt,
-                 received, bytes_sent) = layout.unpack_from(buf)
-                if (kind == SOCK_DIAG_BY_FAMILY and size <= ((length + 3) & ~3)
-                        and info_type == INET_DIAG_INFO and info_len >= 4 + _TCPI_FULL_LEN
-                        and _HDR + info_at + info_len <= length <= size and seq in pending):
-                    pending.discard(seq)
-                    if inode == seq:  # as _socket_from_msg makes it
-                        ours = chunk[inode]
-                        found.append(TcpSocket(
-                            inode, inodes[inode], ours.local, ours.remote, _STATE_NAME_OF[state],
-                            sent, recv, bytes_sent, received, rtt / 1000))
-                    else:
-                        gone.append(seq)  # the id now names another socket
-                    continue
             off = 0
             while off + _HDR <= size:
                 length, kind, _flags, seq = unpack_hdr(buf, off)[:4]
                 if kind == SOCK_DIAG_BY_FAMILY and seq in pending:
                     pending.discard(seq)
-                    inode = unpack_u32(buf, off + _HDR + _INODE_AT)[0]
-                    if inode == seq:
-                        msg = view[off + _HDR : off + length]
-                        info_at = _info_at(msg, info_at)
-                        found.append(_socket_from_msg(msg, inode, inodes[inode], chunk[inode],
-                                                      info_at))
-                        layout = _reply_layout(info_at) if _whole_info(msg, info_at) else None
+                    sock = read(view, off + _HDR, length - _HDR, chunk, inodes)
+                    if sock is not None and sock.inode == seq:
+                        found.append(sock)
                     else:
                         gone.append(seq)  # the id now names another socket
                 elif kind == NLMSG_ERROR:
@@ -560,6 +522,46 @@ def _address(family: int, raw: bytes) -> str:
     return socket.inet_ntop(socket.AF_INET6, raw)
 
 
+class _MessageReader:
+    """Reads the socket messages (``struct inet_diag_msg`` and its attributes) of one dump or
+    one batch of exact lookups' replies.
+
+    The messages of one answer have their attributes in the same order, so once one showed
+    where its whole tcp_info is, the next ones are read with one unpack (``_full_layout``);
+    a message laid out otherwise takes the general path (``_socket_from_msg``)."""
+
+    __slots__ = ("info_at", "layout")
+
+    def __init__(self) -> None:
+        self.info_at = 0  # where the last message read whole had its INET_DIAG_INFO
+        self.layout: struct.Struct | None = None  # _full_layout(info_at), if that was whole
+
+    def read(self, view: memoryview, at: int, length: int, known: dict[int, _Known],
+             inodes: dict[int, int]) -> TcpSocket | None:
+        """The socket of the ``length``-byte message at ``at``, if ``known`` holds its inode
+        (then ``inodes`` holds its fd)."""
+        layout = self.layout
+        if layout is not None and length >= layout.size:
+            (state, inode, info_len, info_type, sent, recv, rtt, received,
+             bytes_sent) = layout.unpack_from(view, at)
+            if (info_type == INET_DIAG_INFO and info_len >= 4 + _TCPI_FULL_LEN
+                    and self.info_at + info_len <= length):
+                ours = known.get(inode)
+                if ours is None:
+                    return None
+                return TcpSocket(  # as _socket_from_msg makes it
+                    inode, inodes[inode], ours.local, ours.remote, _STATE_NAME_OF[state],
+                    sent, recv, bytes_sent, received, rtt / 1000)
+        inode = _U32.unpack_from(view, at + _INODE_AT)[0]
+        ours = known.get(inode)
+        if ours is None:
+            return None
+        msg = view[at : at + length]
+        info_at = self.info_at = _info_at(msg, self.info_at)
+        self.layout = _full_layout(info_at) if _whole_info(msg, info_at) else None
+        return _socket_from_msg(msg, inode, inodes[inode], ours, info_at)
+
+
 def _socket_from_msg(msg: memoryview, inode: int, fd: int, known: _Known,
                      info_at: int) -> TcpSocket:
     """Build a TcpSocket from an inet_diag_msg whose INET_DIAG_INFO attribute starts at
@@ -586,13 +588,6 @@ def _full_layout(info_at: int) -> struct.Struct:
                          + _TCPI_FULL.format.lstrip("="))
 
 
-@functools.lru_cache(maxsize=8)
-def _reply_layout(info_at: int) -> struct.Struct:
-    """``_full_layout`` of an exact lookup's reply, read from its netlink header on: (the
-    message's length, type and sequence number, then ``_full_layout``'s fields)."""
-    return struct.Struct("=IH2xI4x" + _full_layout(info_at).format.lstrip("="))
-
-
 def _whole_info(msg: memoryview, info_at: int) -> bool:
     """Whether ``msg``'s INET_DIAG_INFO attribute (at ``info_at``; 0: none) holds a whole
     tcp_info, as ``_full_layout`` reads it."""
@@ -600,8 +595,9 @@ def _whole_info(msg: memoryview, info_at: int) -> bool:
 
 
 def _info_at(msg: memoryview, hint: int = 0) -> int:
-    """Where the INET_DIAG_INFO attribute starts in ``msg`` (0: it has none). Every message
-    of a dump has its attributes in the same order, so ``hint`` is nearly always right."""
+    """Where the INET_DIAG_INFO attribute starts in ``msg`` (0: it has none). The messages
+    of one answer (a dump, a batch of replies) have their attributes in the same order, so
+    ``hint``, where the last one had it, is nearly always right."""
     end = len(msg)
     if hint and hint + 4 <= end:
         rta_len, rta_type = _RTATTR.unpack_from(msg, hint)

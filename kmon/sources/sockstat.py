@@ -1,5 +1,5 @@
-"""How many TCP sockets the kernel holds (/proc/net/sockstat): about what a sock_diag
-dump walks, whatever its filter."""
+"""How many TCP sockets the kernel holds (/proc/net/sockstat): a rough upper estimate of
+what a sock_diag dump walks, whatever its filter."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ _READ_LIMIT = 4096  # the file is a few short lines
 
 
 def tcp_sockets(path: str = SOCKSTAT) -> int:
-    """The TCP sockets allocated in the kernel (both families, every network namespace:
-    the kernel's table of connections is shared) plus this namespace's TIME_WAIT ones;
-    0 when the file cannot be read or says otherwise."""
+    """The TCP sockets allocated in the kernel (both families, every network namespace,
+    in its table of connections or not) plus this namespace's TIME_WAIT ones; 0 when the
+    file cannot be read or says otherwise. A dump walks the one table of connections the
+    namespaces share (fewer sockets where net.ipv4.tcp_child_ehash_entries gave this one
+    its own)."""
     try:
         with open(path, "rb") as stats:
             text = stats.read(_READ_LIMIT)

@@ -1,0 +1,88 @@
+"""The socket reader's message parse: a message read with one unpack (the layout of the one
+before it) gives what the general path gives, field by field.
+
+The messages are built here, since no real socket can be made to hold a distinct value in
+every tcp_info field; tests/test_socket_readers.py reads real ones from the kernel."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+import pytest
+
+from kmon.sources import sockdiag
+from kmon.sources.sockdiag import _Known, _MessageReader
+from kmon.sources.sockets import Endpoint, TcpSocket
+
+INET_DIAG_SHUTDOWN = 8
+KNOWN = {inode: _Known(b"", Endpoint("10.0.0.1", 40000 + inode), Endpoint("10.0.0.2", 9092),
+                       socket.AF_INET) for inode in (7, 8, 9)}
+FDS = {7: 30, 8: 31, 9: 32}
+
+
+def _message(inode: int, state: int, info_len: int = 232, seed: int = 0) -> bytes:
+    """An inet_diag_msg, a shutdown attribute (so tcp_info is not first), then tcp_info of
+    ``info_len`` bytes with a distinct value in each field kmon reads."""
+    diag = bytes([socket.AF_INET, state, 0, 0]) + bytes(48) + struct.pack("=5I", 0, 0, 0, 0,
+                                                                          inode)
+    shutdown = struct.pack("=HHB3x", 5, INET_DIAG_SHUTDOWN, 0)
+    info = bytearray(info_len)
+    for at, fmt, value in ((44, "=I", 1100), (52, "=I", 2200), (68, "=I", 3_300_000),
+                           (120, "=Q", 4400), (128, "=Q", 5500), (200, "=Q", 6600)):
+        if at + struct.calcsize(fmt) <= info_len:
+            struct.pack_into(fmt, info, at, value + seed)
+    return diag + shutdown + struct.pack("=HH", 4 + info_len, sockdiag.INET_DIAG_INFO) + info
+
+
+def _expected(inode: int, state: str, seed: int = 0) -> TcpSocket:
+    known = KNOWN[inode]
+    return TcpSocket(inode, FDS[inode], known.local, known.remote, state, 1100 + seed,
+                     2200 + seed, 6600 + seed, 5500 + seed, (3_300_000 + seed) / 1000)
+
+
+@pytest.fixture
+def general_reads(monkeypatch) -> list[int]:
+    """The inodes of the messages read by the general path, not the one-unpack one."""
+    reads: list[int] = []
+    general = sockdiag._socket_from_msg
+
+    def counted(msg, inode, *rest):
+        reads.append(inode)
+        return general(msg, inode, *rest)
+
+    monkeypatch.setattr(sockdiag, "_socket_from_msg", counted)
+    return reads
+
+
+def _read(reader: _MessageReader, message: bytes, known=KNOWN) -> TcpSocket | None:
+    padded = b"\xee" * 16 + message  # as after a netlink header, in a receive buffer
+    return reader.read(memoryview(padded), 16, len(message), known, FDS)
+
+
+def test_the_next_message_is_read_in_one_unpack_with_every_field_in_place(general_reads):
+    reader = _MessageReader()
+    assert _read(reader, _message(7, 1)) == _expected(7, "ESTABLISHED")
+    assert _read(reader, _message(8, 8, seed=5)) == _expected(8, "CLOSE_WAIT", seed=5)
+    assert _read(reader, _message(9, 2, seed=9)) == _expected(9, "SYN_SENT", seed=9)
+    assert general_reads == [7]
+
+
+def test_a_message_not_ours_is_skipped_either_way(general_reads):
+    reader = _MessageReader()
+    assert _read(reader, _message(7, 1), known={}) is None  # general path, not ours
+    assert _read(reader, _message(7, 1)) is not None
+    assert _read(reader, _message(8, 1), known={}) is None  # one unpack, not ours
+    assert general_reads == [7]
+
+
+def test_a_message_laid_out_otherwise_takes_the_general_path(general_reads):
+    reader = _MessageReader()
+    _read(reader, _message(7, 1))
+    short = _read(reader, _message(8, 1, info_len=160))  # an older kernel's tcp_info
+    assert short is not None
+    assert (short.last_sent_ms, short.bytes_sent, short.bytes_received) == (1100, 4400, 5500)
+    assert _read(reader, _message(9, 1)) == _expected(9, "ESTABLISHED")  # relearnt
+    truncated = _message(7, 1)[:-10]  # its tcp_info runs past the message's end
+    assert _read(reader, truncated).bytes_sent is None
+    assert general_reads == [7, 8, 9, 7]
