@@ -51,6 +51,7 @@ from kmon.engine.sampler import ProcessSampler, SamplerSettings  # noqa: E402
 from kmon.sources.host_sockets import HostClients, client_pids  # noqa: E402
 from kmon.sources.sockdiag import SockDiagReader  # noqa: E402
 from kmon.sources.sockets import Endpoint  # noqa: E402
+from kmon.sources.sockstat import tcp_sockets  # noqa: E402
 
 CLIENT_CONNECTIONS = 10
 PER_PORT = 10_000  # connections per listening port: well inside the ephemeral port range
@@ -152,19 +153,6 @@ def _median_ms(call: Callable[[], list], polls: int, pause_s: float = 0.0) -> tu
     return statistics.median(samples), result
 
 
-def host_tcp_sockets() -> int:
-    """TCP sockets in the kernel's tables, TIME_WAIT included (IPv4 + IPv6)."""
-    total = 0
-    for name in ("sockstat", "sockstat6"):
-        with contextlib.suppress(OSError), open(f"/proc/net/{name}") as stats:
-            for line in stats:
-                fields = line.split()
-                if fields and fields[0] in ("TCP:", "TCP6:"):
-                    counts = dict(zip(fields[1::2], fields[2::2], strict=False))
-                    total += int(counts.get("inuse", 0)) + int(counts.get("tw", 0))
-    return total
-
-
 def measure(scenario: str, pid: int, polls: int) -> Row:
     """Cold and steady-state kmon socket polls, then psutil polls, of process `pid`."""
     with SockDiagReader() as kmon:
@@ -215,7 +203,7 @@ def _against_psutil(scenario: str, pid: int, polls: int, cold_ms: float, kmon_ms
     psutil_ms, theirs = _median_ms(lambda: proc.net_connections(kind="tcp"), polls)
     return Row(
         scenario=scenario,
-        host_tcp=host_tcp_sockets(),
+        host_tcp=tcp_sockets(),
         kmon_cold_ms=cold_ms,
         kmon_ms=kmon_ms,
         psutil_ms=psutil_ms,
@@ -258,7 +246,7 @@ def measure_discovery(scenario: str, broker: Endpoint, client: int, polls: int) 
     theirs_ms, theirs = _median_ms(lambda: list(client_pids({broker})), max(5, polls // 5))
     if set(ours) != set(theirs) or client not in ours:
         raise RuntimeError(f"discovery disagrees: kmon {ours}, psutil {theirs}")
-    return (f"discovery ({scenario}, {host_tcp_sockets()} host TCP sockets): kmon "
+    return (f"discovery ({scenario}, {tcp_sockets()} host TCP sockets): kmon "
             f"{ours_ms:.2f} ms (first search {cold_ms:.1f} ms), psutil's scan "
             f"{theirs_ms:.1f} ms = {ours_ms / theirs_ms:.3f}x (target <= 0.1)")
 
