@@ -328,10 +328,11 @@ class SockDiagReader:
             return self._filtered_dump(inodes, cache)
         found: list[TcpSocket] = []
         requests = list(cache.known.items())
+        replies = _MessageReader()  # every batch's replies are laid out alike
         for start in range(0, len(requests), _BATCH):
             chunk = dict(requests[start : start + _BATCH])
             self._send(b"".join(k.request for k in chunk.values()))
-            for inode in self._read_replies(chunk, inodes, found):
+            for inode in self._read_replies(chunk, inodes, found, replies):
                 cache.vanished(inode, time.monotonic())
         return found
 
@@ -388,13 +389,15 @@ class SockDiagReader:
                 off += (length + 3) & ~3
 
     def _read_replies(
-        self, chunk: dict[int, _Known], inodes: dict[int, int], found: list[TcpSocket]
+        self, chunk: dict[int, _Known], inodes: dict[int, int], found: list[TcpSocket],
+        replies: _MessageReader,
     ) -> list[int]:
-        """Collect one reply per request of `chunk`; return the inodes that are gone."""
+        """Collect one reply per request of `chunk`, read with ``replies``; return the inodes
+        that are gone."""
         buf, view = self._buf, self._view
         unpack_hdr, unpack_u32 = _NLMSGHDR.unpack_from, _U32.unpack_from
         recv_into, dontwait = self._sock.recv_into, socket.MSG_DONTWAIT
-        read = _MessageReader().read
+        read = replies.read
         pending = set(chunk)
         gone: list[int] = []
         while pending:
@@ -524,7 +527,7 @@ def _address(family: int, raw: bytes) -> str:
 
 class _MessageReader:
     """Reads the socket messages (``struct inet_diag_msg`` and its attributes) of one dump or
-    one batch of exact lookups' replies.
+    of one poll's exact lookups' replies.
 
     The messages of one answer have their attributes in the same order, so once one showed
     where its whole tcp_info is, the next ones are read with one unpack (``_full_layout``);
@@ -596,7 +599,7 @@ def _whole_info(msg: memoryview, info_at: int) -> bool:
 
 def _info_at(msg: memoryview, hint: int = 0) -> int:
     """Where the INET_DIAG_INFO attribute starts in ``msg`` (0: it has none). The messages
-    of one answer (a dump, a batch of replies) have their attributes in the same order, so
+    of one answer (a dump, a poll's replies) have their attributes in the same order, so
     ``hint``, where the last one had it, is nearly always right."""
     end = len(msg)
     if hint and hint + 4 <= end:
