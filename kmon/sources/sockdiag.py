@@ -4,10 +4,10 @@ A poll costs a look at the process's fd table (``FdTable``: listed again only wh
 its fd count changes, its links read again only when the fd numbers change, a socket
 vanished, or every 10 s) plus one netlink round trip: exact lookups, one per socket
 the process holds, or from 64 sockets on one dump filtered in the kernel by their
-remote ports (unless the kernel holds over 8 TCP sockets per socket looked for and family
-dumped: each dump walks them all). Socket ids are learned from a dump of the host's TCP sockets (no
-tcp_info, small messages) only when the process shows a TCP inode we have not seen
-yet; other sockets are told apart by their protocol xattr.
+remote ports (unless the kernel holds over 8 TCP sockets per socket looked for and
+family dumped: each dump walks them all). Socket ids are learned from a dump of the
+host's TCP sockets (no tcp_info, small messages) only when the process shows a TCP
+inode we have not seen yet; other sockets are told apart by their protocol xattr.
 """
 
 from __future__ import annotations
