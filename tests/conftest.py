@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import threading
@@ -83,7 +84,8 @@ class KafkaClient(Child):
 
 # Fixtures that start real processes, a cluster or Spark: a test using one is an integration
 # test (``python -m pytest -m "not integration"`` is the fast inner loop).
-INTEGRATION_FIXTURES = {"cluster", "start_client", "spool_dir", "spark_session"}
+INTEGRATION_FIXTURES = {"cluster", "start_client", "spool_dir", "spark_session", "kafka",
+                        "start_kafka"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -111,6 +113,41 @@ def cluster(spool_dir) -> str:
         yield bootstrap
     finally:
         child.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka():
+    """A real 3-node Apache Kafka cluster (KRaft, PLAINTEXT + SASL_PLAINTEXT + SSL listeners),
+    shared by the whole run. A test that kills a node starts it again before it ends."""
+    from kmon.devtools.kafka_cluster import KafkaCluster
+
+    require_java()
+    with KafkaCluster(brokers=3) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def start_kafka():
+    """Start a real cluster of one's own: start_kafka(brokers=1, **{"connections.max.idle.ms":
+    "4000"}); stopped when the test ends."""
+    from kmon.devtools.kafka_cluster import KafkaCluster
+
+    require_java()
+    started: list[KafkaCluster] = []
+
+    def start(brokers: int = 1, **broker_config: str) -> KafkaCluster:
+        cluster = KafkaCluster(brokers, broker_config)
+        started.append(cluster)
+        return cluster.start()
+
+    yield start
+    for cluster in started:
+        cluster.stop()
+
+
+def require_java() -> None:
+    if shutil.which("java") is None:
+        pytest.skip("java (a JDK 17+) is not installed: a real Kafka cluster needs it")
 
 
 @pytest.fixture

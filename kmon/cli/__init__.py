@@ -21,7 +21,7 @@ COMMANDS = {
     "record": ("record", "record sessions to Parquet, headless"),
     "analyze": ("analyze", "fleet analysis of recordings on Spark"),
     "simulate-fleet": ("simulate", "write a modelled fleet's sessions, for analysis"),
-    "devcluster": ("devcluster", "run an embedded mock Kafka cluster"),
+    "devcluster": ("devcluster", "run an embedded mock Kafka cluster, or with --kafka a real one"),
 }
 
 

@@ -11,7 +11,8 @@ import sys
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
+    """In a child before exec: SIGTERM when the parent dies (Linux)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
@@ -20,7 +21,7 @@ def spawn(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Pope
     """Start ``argv`` with piped stdout; on Linux it gets SIGTERM when kmon dies."""
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, env=env,
-                            preexec_fn=_die_with_parent if sys.platform.startswith("linux")
+                            preexec_fn=die_with_parent if sys.platform.startswith("linux")
                             else None)
 
 

@@ -1,0 +1,347 @@
+"""A real Apache Kafka cluster on loopback: KRaft nodes, each a combined broker+controller JVM.
+
+Every node listens on four loopback ports: PLAINTEXT (the bootstrap string),
+SASL_PLAINTEXT (PLAIN, a user made up at start), SSL (a key pair made with
+``keytool`` at start) and CONTROLLER. Everything lives in one private working
+directory, removed when the cluster stops; each JVM is told to die with the
+process that started it.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kmon.devtools import maven_jars
+from kmon.devtools.children import die_with_parent
+
+LISTENERS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "CONTROLLER")
+SASL_USER = "kmon"
+HEAP = "-Xmx384m"
+JAVA_ENV = {"LANG": "C.UTF-8", "PATH": "/usr/local/bin:/usr/bin:/bin"}  # nothing inherited
+SMALL_AND_FAST = {
+    "num.network.threads": "1",
+    "num.io.threads": "2",
+    "log.cleaner.dedupe.buffer.size": "2097152",
+    "log.segment.bytes": "1048576",
+    "group.initial.rebalance.delay.ms": "0",
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "3",  # groups spread over the coordinators
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "num.partitions": "3",
+    "default.replication.factor": "1",
+}
+
+
+class ClusterError(Exception):
+    """The cluster could not be started (no Java, no jars, a node that would not start)."""
+
+
+@dataclass
+class KafkaNode:
+    """One combined broker+controller: its ports, its directory and its JVM."""
+
+    node_id: int
+    ports: dict[str, int]
+    directory: Path
+    process: subprocess.Popen | None = None
+
+    def address(self, listener: str = "PLAINTEXT") -> str:
+        return f"127.0.0.1:{self.ports[listener]}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process and self.process.poll() is None else None
+
+
+@dataclass
+class KafkaCluster:
+    """``brokers`` nodes with ``broker_config`` on top of small, fast defaults."""
+
+    brokers: int = 1
+    broker_config: dict[str, str] = field(default_factory=dict)
+    nodes: list[KafkaNode] = field(default_factory=list)
+    workdir: Path | None = None
+    sasl_password: str = ""
+
+    def bootstrap(self, listener: str = "PLAINTEXT") -> str:
+        return ",".join(node.address(listener) for node in self.nodes)
+
+    @property
+    def ca_file(self) -> Path:
+        return self.workdir / "ca.pem"
+
+    def client_config(self, listener: str, dialect: str = "librdkafka") -> Path:
+        """A properties file with what a client needs for ``listener`` (mode 0600)."""
+        return self.workdir / f"{listener.lower()}-{dialect}.properties"
+
+    def start(self, timeout_s: float = 120.0) -> KafkaCluster:
+        java = _java()
+        jars = maven_jars.classpath(maven_jars.resolved_jars(*maven_jars.BROKER_JARS))
+        self.workdir = Path(_private_dir())
+        self.sasl_password = secrets.token_urlsafe(12)
+        ports = _free_ports(len(LISTENERS) * self.brokers)
+        self.nodes = [KafkaNode(n + 1, dict(zip(LISTENERS, ports[n * 4:n * 4 + 4], strict=True)),
+                                self.workdir / f"node-{n + 1}") for n in range(self.brokers)]
+        keystore_password = secrets.token_urlsafe(12)
+        _make_key_pair(java, self.workdir, keystore_password)
+        self._write_client_configs()
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        for node in self.nodes:
+            _write_node_files(node, self._node_config(node, keystore_password))
+        with ThreadPoolExecutor(self.brokers) as pool:
+            list(pool.map(lambda node: _format(java, jars, node, cluster_id), self.nodes))
+        self._java, self._classpath = java, jars
+        for node in self.nodes:
+            self.start_node(node)
+        self.wait_ready(timeout_s)
+        return self
+
+    def start_node(self, node: KafkaNode) -> None:
+        """Start (or restart, after ``kill``) the node's JVM on its own ports and data."""
+        log = open(node.directory / "jvm.out", "ab")  # noqa: SIM115 (the JVM's, closed below)
+        with log:
+            node.process = subprocess.Popen(
+                [self._java, HEAP, "-XX:+UseSerialGC", "-Djava.awt.headless=true",
+                 f"-Dlog4j2.configurationFile={node.directory / 'log4j2.properties'}",
+                 "-cp", self._classpath, "kafka.Kafka", str(node.directory / "server.properties")],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=JAVA_ENV,
+                cwd=node.directory, preexec_fn=die_with_parent)
+
+    def kill(self, node: KafkaNode) -> None:
+        """SIGKILL the node's JVM, as a crash would."""
+        if node.process and node.process.poll() is None:
+            node.process.kill()
+            node.process.wait()
+
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        """Until a Metadata request names every node, or a JVM dies, or the time is up."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap(), "log_level": 0,
+                             "socket.connection.setup.timeout.ms": 2000})
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for node in self.nodes:
+                if node.process.poll() is not None:
+                    raise ClusterError(f"Kafka node {node.node_id} exited with code "
+                                       f"{node.process.returncode}: {_log_tail(node)}")
+            with contextlib.suppress(Exception):
+                if len(admin.list_topics(timeout=2).brokers) == len(self.nodes):
+                    return
+            time.sleep(0.2)
+        raise ClusterError(f"the Kafka cluster did not answer Metadata within {timeout_s:.0f}s")
+
+    def stop(self) -> None:
+        """Stop every JVM (SIGTERM, then SIGKILL after 20 s) and remove the working directory."""
+        running = [node.process for node in self.nodes if node.process]
+        for process in running:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in running:
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> KafkaCluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def _node_config(self, node: KafkaNode, keystore_password: str) -> dict[str, str]:
+        voters = ",".join(f"{n.node_id}@{n.address('CONTROLLER')}" for n in self.nodes)
+        users = f'user_admin="{self.sasl_password}" user_{SASL_USER}="{self.sasl_password}"'
+        advertised = ",".join(f"{name}://{node.address(name)}" for name in LISTENERS[:3])
+        return {
+            "process.roles": "broker,controller",
+            "node.id": str(node.node_id),
+            "controller.quorum.voters": voters,
+            "listeners": ",".join(f"{name}://{node.address(name)}" for name in LISTENERS),
+            "advertised.listeners": advertised,
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,"
+                                              "SSL:SSL,CONTROLLER:PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(node.directory / "data"),
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+                "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                f'username="admin" password="{self.sasl_password}" {users};',
+            "ssl.keystore.location": str(self.workdir / "broker.p12"),
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.password": keystore_password,
+            "ssl.key.password": keystore_password,
+            **SMALL_AND_FAST,
+            **self.broker_config,
+        }
+
+    def _write_client_configs(self) -> None:
+        sasl = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"}
+        files = {
+            ("SASL_PLAINTEXT", "librdkafka"): {**sasl, "sasl.username": SASL_USER,
+                                               "sasl.password": self.sasl_password},
+            ("SASL_PLAINTEXT", "java"): {**sasl, "sasl.jaas.config":
+                                         "org.apache.kafka.common.security.plain.PlainLoginModule"
+                                         f' required username="{SASL_USER}"'
+                                         f' password="{self.sasl_password}";'},
+            ("SSL", "librdkafka"): {"security.protocol": "SSL",
+                                    "ssl.ca.location": str(self.ca_file)},
+            ("SSL", "java"): {"security.protocol": "SSL", "ssl.truststore.type": "PEM",
+                              "ssl.truststore.location": str(self.ca_file)},
+        }
+        for (listener, dialect), values in files.items():
+            _write_private(self.client_config(listener, dialect), _properties(values))
+
+
+def serve(brokers: int, broker_config: dict[str, str]) -> int:
+    """Run a real cluster in the foreground until SIGINT/SIGTERM; print how to reach it."""
+    import sys
+
+    stop = []
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stop.append(True))
+    print(f"kmon devcluster: starting {brokers} Apache Kafka {maven_jars.KAFKA_VERSION} "
+          "node(s)...", file=sys.stderr, flush=True)
+    started = time.monotonic()
+    cluster = KafkaCluster(brokers, broker_config)
+    try:
+        cluster.start()
+        for line in describe(cluster):
+            print(line, flush=True)
+        print(f"kmon devcluster: Apache Kafka ready in {time.monotonic() - started:.1f}s "
+              "(Ctrl-C to stop)", file=sys.stderr, flush=True)
+        while not stop:
+            for node in cluster.nodes:
+                if node.process.poll() is not None:
+                    print(f"kmon devcluster: node {node.node_id} exited "
+                          f"({node.process.returncode}): {_log_tail(node)}", file=sys.stderr)
+                    return 1
+            time.sleep(0.5)
+        return 0
+    finally:
+        cluster.stop()
+
+
+def describe(cluster: KafkaCluster) -> list[str]:
+    """The bootstrap string, then one line per secured listener with what a client needs."""
+    sasl, tls = "SASL_PLAINTEXT", "SSL"
+    return [
+        cluster.bootstrap(),
+        f"{sasl} {cluster.bootstrap(sasl)} sasl.mechanism=PLAIN sasl.username={SASL_USER} "
+        f"config={cluster.client_config(sasl)} java-config={cluster.client_config(sasl, 'java')}",
+        f"{tls} {cluster.bootstrap(tls)} ssl.ca.location={cluster.ca_file} "
+        f"config={cluster.client_config(tls)} java-config={cluster.client_config(tls, 'java')}",
+    ]
+
+
+def _java() -> str:
+    java = shutil.which("java")
+    if java is None:
+        raise ClusterError("a real Kafka cluster needs Java 17 or newer: install a JDK "
+                           "(apt-get install openjdk-17-jdk-headless)")
+    version = subprocess.run([java, "-version"], capture_output=True, text=True, env=JAVA_ENV)
+    match = re.search(r'version "(\d+)', version.stderr)
+    if not match or int(match.group(1)) < 17:
+        raise ClusterError(f"Apache Kafka {maven_jars.KAFKA_VERSION} needs Java 17 or newer; "
+                           f"{java} is {match.group(1) if match else 'of unknown version'}")
+    return java
+
+
+def _private_dir() -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="kmon-kafka-")  # mode 0700
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _make_key_pair(java: str, workdir: Path, password: str) -> None:
+    """The brokers' TLS key pair (``broker.p12``) and its certificate as the CA (``ca.pem``)."""
+    keytool = str(Path(java).resolve().parent / "keytool")
+    store = ["-keystore", str(workdir / "broker.p12"), "-storetype", "PKCS12",
+             "-storepass", password]
+    for argv in (["-genkeypair", "-alias", "kmon", "-keyalg", "RSA", "-keysize", "2048",
+                  "-validity", "30", "-dname", "CN=127.0.0.1", "-ext", "SAN=ip:127.0.0.1",
+                  "-keypass", password, *store],
+                 ["-exportcert", "-rfc", "-alias", "kmon", "-file", str(workdir / "ca.pem"),
+                  *store]):
+        result = subprocess.run([keytool, *argv], capture_output=True, text=True, env=JAVA_ENV)
+        if result.returncode != 0:
+            raise ClusterError(f"keytool could not make the TLS key pair: "
+                               f"{(result.stderr or result.stdout).strip()[:300]}")
+
+
+def _write_node_files(node: KafkaNode, config: dict[str, str]) -> None:
+    node.directory.mkdir(mode=0o700)
+    _write_private(node.directory / "server.properties", _properties(config))
+    (node.directory / "log4j2.properties").write_text(
+        "status = error\n"
+        "appender.file.type = File\nappender.file.name = file\n"
+        f"appender.file.fileName = {node.directory / 'server.log'}\n"
+        "appender.file.layout.type = PatternLayout\n"
+        "appender.file.layout.pattern = [%d] %p %m (%c)%n\n"
+        "rootLogger.level = INFO\nrootLogger.appenderRef.file.ref = file\n")
+
+
+def _format(java: str, classpath: str, node: KafkaNode, cluster_id: str) -> None:
+    result = subprocess.run(
+        [java, "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", classpath,
+         f"-Dlog4j2.configurationFile={node.directory / 'log4j2.properties'}",
+         "kafka.tools.StorageTool", "format", "-t", cluster_id,
+         "-c", str(node.directory / "server.properties")],
+        capture_output=True, text=True, env=JAVA_ENV, stdin=subprocess.DEVNULL)
+    if result.returncode != 0:
+        raise ClusterError(f"formatting node {node.node_id}'s storage failed: "
+                           f"{(result.stderr or result.stdout).strip()[-300:]}")
+
+
+def _properties(values: dict[str, str]) -> str:
+    return "".join(f"{key}={value}\n" for key, value in values.items())
+
+
+def _write_private(path: Path, text: str) -> None:
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(text)
+
+
+def _log_tail(node: KafkaNode) -> str:
+    lines: list[str] = []
+    for name in ("jvm.out", "server.log"):
+        with contextlib.suppress(OSError):
+            lines += (node.directory / name).read_text(errors="replace").splitlines()
+    errors = [line for line in lines if "ERROR" in line or "Exception" in line]
+    return ((errors or lines or ["no log"])[-1])[:300]
