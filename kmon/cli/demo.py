@@ -14,6 +14,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--headless", action="store_true",
                         help="no live screen: print snapshots (with --json, as JSON lines)")
     parser.add_argument("--json", action="store_true", help="JSON lines, one per snapshot")
+    parser.add_argument("--kafka", action="store_true",
+                        help="on a real 3-node Apache Kafka cluster (Java 17+; its jars are "
+                             "fetched with Maven once) instead of the embedded mock")
     parser.add_argument("--duration", type=options.duration_arg, default=None,
                         metavar="DURATION", help="stop after this long (default: until Ctrl-C)")
     options.interval(parser)
@@ -33,10 +36,10 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     interactive = options.interactive(args)
     theme = checked_theme(config, args.theme) if interactive else None
-    print("kmon demo: starting an embedded 3-broker cluster and 5 client processes...",
-          file=sys.stderr, flush=True)
+    cluster = "a real 3-node Apache Kafka cluster" if args.kafka else "an embedded 3-broker cluster"
+    print(f"kmon demo: starting {cluster} and 5 client processes...", file=sys.stderr, flush=True)
     try:
-        with Demo() as demo:
+        with Demo(kafka=args.kafka) as demo:
             labels = {pid: client.label for pid, client in demo.clients.items()}
             if interactive:
                 return _dashboard(demo, labels, config, args, theme)

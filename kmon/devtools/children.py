@@ -11,10 +11,10 @@ import sys
 PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> None:
-    """In a child before exec: SIGTERM when the parent dies (Linux)."""
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """In a child before exec: ``sig`` when the parent dies (Linux)."""
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
 
 
 def spawn(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:

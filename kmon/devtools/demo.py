@@ -58,16 +58,18 @@ class DemoError(Exception):
 class Demo:
     """Starts the cluster and workload as children; ``close()`` stops them all."""
 
-    def __init__(self, brokers: int = 3) -> None:
+    def __init__(self, brokers: int = 3, kafka: bool = False) -> None:
         self.children: list[subprocess.Popen] = []
         self.brokers = brokers
+        self.kafka = kafka
         self.bootstrap = ""
         self.clients: dict[int, DemoClient] = {}
 
     def start(self) -> None:
         cluster = self._spawn([sys.executable, "-m", "kmon", "devcluster", "--brokers",
-                               str(self.brokers)])
-        self.bootstrap = _first_line(cluster, "the embedded cluster")
+                               str(self.brokers), *(["--kafka"] if self.kafka else [])])
+        self.bootstrap = _first_line(cluster, "the Kafka cluster" if self.kafka
+                                     else "the embedded cluster")
         started = [(client, self._spawn(client.argv(self.bootstrap))) for client in WORKLOAD]
         for client, child in started:
             _first_line(child, client.label)
