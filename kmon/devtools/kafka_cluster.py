@@ -92,9 +92,15 @@ class KafkaCluster:
         """A properties file with what a client needs for ``listener`` (mode 0600)."""
         return self.workdir / f"{listener.lower()}-{dialect}.properties"
 
+    def prepare(self) -> None:
+        """Find Java and the broker's jars (fetched with Maven the first time)."""
+        self._java = _java()
+        self._classpath = maven_jars.classpath(maven_jars.resolved_jars(*maven_jars.BROKER_JARS))
+
     def start(self, timeout_s: float = 120.0) -> KafkaCluster:
-        java = _java()
-        jars = maven_jars.classpath(maven_jars.resolved_jars(*maven_jars.BROKER_JARS))
+        if not getattr(self, "_classpath", None):
+            self.prepare()
+        java, jars = self._java, self._classpath
         self.workdir = Path(_private_dir())
         self.sasl_password = secrets.token_urlsafe(12)
         ports = _free_ports(len(LISTENERS) * self.brokers)
@@ -108,7 +114,6 @@ class KafkaCluster:
             _write_node_files(node, self._node_config(node, keystore_password))
         with ThreadPoolExecutor(self.brokers) as pool:
             list(pool.map(lambda node: _format(java, jars, node, cluster_id), self.nodes))
-        self._java, self._classpath = java, jars
         for node in self.nodes:
             self.start_node(node)
         self.wait_ready(timeout_s)
@@ -218,11 +223,12 @@ def serve(brokers: int, broker_config: dict[str, str]) -> int:
     stop = []
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda *_: stop.append(True))
-    print(f"kmon devcluster: starting {brokers} Apache Kafka {maven_jars.KAFKA_VERSION} "
-          "node(s)...", file=sys.stderr, flush=True)
     started = time.monotonic()
     cluster = KafkaCluster(brokers, broker_config)
     try:
+        cluster.prepare()
+        print(f"kmon devcluster: starting {brokers} Apache Kafka {maven_jars.KAFKA_VERSION} "
+              "node(s)...", file=sys.stderr, flush=True)
         cluster.start()
         for line in describe(cluster):
             print(line, flush=True)

@@ -23,6 +23,7 @@ BROKER_JARS = ("broker-" + KAFKA_VERSION, (
     "org.apache.logging.log4j:log4j-slf4j-impl:2.24.3",  # the broker logs through slf4j 1.x
 ))
 COMPLETE = "complete"
+DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 
 
 class JarsUnavailable(Exception):
@@ -61,7 +62,7 @@ def _fetch(folder: Path, artifacts: tuple[str, ...]) -> None:
         pom.write_text(_pom(artifacts))
         lib = Path(work) / "lib"
         result = subprocess.run(
-            [mvn, "-B", "-q", "-f", str(pom), "dependency:copy-dependencies",
+            [mvn, "-B", "-q", "-f", str(pom), DEPENDENCY_PLUGIN + ":copy-dependencies",
              "-DincludeScope=runtime", f"-DoutputDirectory={lib}"],
             capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if result.returncode != 0 or not any(lib.glob("*.jar")):

@@ -1,0 +1,124 @@
+"""`kmon devcluster --kafka`: a real Apache Kafka cluster on loopback, as a new user starts it."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import Child, assert_one_clear_line, kmon, require_java
+
+pytestmark = pytest.mark.integration
+
+
+def start_devcluster(*args: str) -> tuple[Child, list[str]]:
+    require_java()
+    child = Child([sys.executable, "-m", "kmon", "devcluster", "--kafka", *args])
+    lines = [child.wait_line("127.0.0.1:", timeout=180), child.wait_line("SASL_PLAINTEXT "),
+             child.wait_line("SSL ")]
+    return child, lines
+
+
+def jvms_of(child: Child) -> list[psutil.Process]:
+    return [p for p in psutil.Process(child.pid).children(recursive=True)
+            if "kafka.Kafka" in p.cmdline()]
+
+
+def field(line: str, name: str) -> str:
+    return re.search(rf"\b{re.escape(name)}=(\S+)", line).group(1)
+
+
+def properties(path: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in Path(path).read_text().splitlines())
+
+
+def test_three_real_nodes_answer_on_every_listener_and_stop_with_sigterm() -> None:
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    child, (bootstrap, sasl, tls) = start_devcluster(
+        "--brokers", "3", "--broker-config", "connections.max.idle.ms=8000")
+    try:
+        jvms = jvms_of(child)
+        assert len(jvms) == 3
+        assert len(bootstrap.split(",")) == 3
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        assert sorted(admin.list_topics(timeout=10).brokers) == [1, 2, 3]
+        (config,) = admin.describe_configs([ConfigResource("broker", "1")]).values()
+        assert config.result(10)["connections.max.idle.ms"].value == "8000"
+        for line in (sasl, tls):
+            protocol, addresses = line.split()[:2]
+            client = properties(field(line, "config"))
+            assert client["security.protocol"] == protocol
+            assert stat.S_IMODE(os.stat(field(line, "config")).st_mode) == 0o600
+            served = AdminClient({"bootstrap.servers": addresses, **client})
+            assert sorted(served.list_topics(timeout=15).brokers) == [1, 2, 3], protocol
+        assert Path(field(tls, "ssl.ca.location")).read_text().startswith("-----BEGIN CERT")
+        password = properties(field(sasl, "config"))["sasl.password"]
+        assert password not in sasl + "".join(child.stderr)  # in the 0600 file only
+        workdir = Path(field(sasl, "config")).parent
+        child.proc.send_signal(signal.SIGTERM)
+        assert child.proc.wait(30) == 0
+        psutil.wait_procs(jvms, timeout=10)
+        assert not [p for p in jvms if p.is_running()], "a Kafka JVM outlived kmon"
+        assert not workdir.exists()
+    finally:
+        child.stop()
+
+
+def test_the_nodes_die_with_a_killed_kmon() -> None:
+    child, (bootstrap, *_) = start_devcluster()
+    try:
+        (jvm,) = jvms_of(child)
+        child.proc.kill()
+        psutil.wait_procs([jvm], timeout=10)
+        assert not jvm.is_running()
+    finally:
+        child.stop()
+
+
+def test_no_java_is_one_clear_line(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "kmon", "devcluster", "--kafka"],
+                            capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PATH": str(tmp_path)})
+    assert_one_clear_line(result, 1, "Java 17")
+
+
+def test_no_maven_and_no_cached_jars_is_one_clear_line(tmp_path: Path) -> None:
+    require_java()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "java").symlink_to(shutil.which("java"))
+    result = subprocess.run([sys.executable, "-m", "kmon", "devcluster", "--kafka"],
+                            capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PATH": str(bin_dir),
+                                 "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert_one_clear_line(result, 1, "Maven (mvn)")
+
+
+def test_maven_that_cannot_reach_a_repository_is_one_clear_line(tmp_path: Path) -> None:
+    """Real Maven with an empty local repository, its only mirror a loopback port where
+    nothing listens (Maven reads its settings from Java's user.home)."""
+    require_java()
+    if shutil.which("mvn") is None:
+        pytest.skip("Maven is not installed")
+    (tmp_path / ".m2").mkdir()
+    (tmp_path / ".m2" / "settings.xml").write_text(
+        "<settings><offline>false</offline><mirrors><mirror><id>nowhere</id>"
+        "<mirrorOf>*</mirrorOf><url>http://127.0.0.1:9/</url></mirror></mirrors></settings>")
+    result = subprocess.run([sys.executable, "-m", "kmon", "devcluster", "--kafka"],
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "MAVEN_OPTS": f"-Duser.home={tmp_path}",
+                                 "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert_one_clear_line(result, 1, "could not fetch", "org.apache.kafka:kafka_2.13")
+    assert not list((tmp_path / "cache").glob("kmon/jars/*/complete"))
+
+
+def test_broker_config_needs_kafka() -> None:
+    assert_one_clear_line(kmon("devcluster", "--broker-config", "a=b"), 1, "--kafka")
