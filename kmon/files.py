@@ -18,12 +18,13 @@ class UnsafeFile(OSError):
 
 
 def read_bounded(path: str | os.PathLike[str], limit: int, what: str = "file",
-                 follow_links: bool = True) -> bytes:
+                 follow_links: bool = True, trusted_only: bool = False) -> bytes:
     """The bytes of the regular file ``path``, at most ``limit`` of them.
 
     Raises UnsafeFile for anything else: missing, unreadable, not a regular
     file (a FIFO, a device, a directory), a link when ``follow_links`` is off,
-    or larger than ``limit``.
+    larger than ``limit`` or, with ``trusted_only``, a file another user could
+    have written (see ``untrusted_because``).
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | (0 if follow_links else os.O_NOFOLLOW)
     try:
@@ -33,9 +34,11 @@ def read_bounded(path: str | os.PathLike[str], limit: int, what: str = "file",
             err.strerror or str(err))
         raise UnsafeFile(f"{what} {path}: {why}") from err
     info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
+    why = "not a regular file" if not stat.S_ISREG(info.st_mode) else (
+        untrusted_because(info) if trusted_only else None)
+    if why:
         os.close(fd)
-        raise UnsafeFile(f"{what} {path}: not a regular file")
+        raise UnsafeFile(f"{what} {path}: {why}")
     with os.fdopen(fd, "rb") as file:
         if info.st_size > limit:
             raise UnsafeFile(f"{what} {path}: larger than {limit:,} bytes")
@@ -43,6 +46,19 @@ def read_bounded(path: str | os.PathLike[str], limit: int, what: str = "file",
     if len(data) > limit:
         raise UnsafeFile(f"{what} {path}: larger than {limit:,} bytes")
     return data
+
+
+def untrusted_because(info: os.stat_result) -> str | None:
+    """Why a file with ``info`` may hold another user's words (None: it cannot): it
+    belongs to neither root nor the user kmon runs as, or its group or others may
+    write it. Used for what kmon acts on (a config file names libraries to load)."""
+    if info.st_uid not in (0, os.geteuid()):
+        return (f"owned by uid {info.st_uid}, not by root or this user (uid {os.geteuid()}); "
+                "kmon reads only its own or root's")
+    if info.st_mode & 0o022:
+        return (f"writable by users other than its owner (mode {stat.S_IMODE(info.st_mode):04o}); "
+                "chmod go-w it")
+    return None
 
 
 ROOT_CACHE = Path("/var/cache/kmon")  # root's caches: every directory root's own

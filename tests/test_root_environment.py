@@ -6,11 +6,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import Child
+from conftest import Child, assert_one_clear_line
 
+from kmon.config import ClusterConfig, Config, ConfigError, load_config
 from kmon.sources import jmx
 from kmon.sources.child_env import JVM_INJECTION, jvm_environment, spark_launch_environment
 
@@ -86,3 +88,88 @@ def test_root_launches_spark_without_the_users_spark_or_java_settings():
     as_user = spark_launch_environment(env, as_root=False)
     assert not set(JVM_INJECTION) & set(as_user)
     assert as_user["SPARK_HOME"] == "/home/eve/spark"
+
+
+# -- the config file -----------------------------------------------------------------------------
+
+PLUGIN = r"""
+#include <stdio.h>
+__attribute__((constructor)) static void planted(void) {
+    FILE *marker = fopen("%s", "w");
+    if (marker) { fputs("loaded\n", marker); fclose(marker); }
+}
+"""
+
+
+def config_file(tmp_path: Path, text: str, mode: int = 0o644) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+def record_with(config: Path, cluster: str, *extra: str):
+    """``kmon record --cluster CLUSTER`` with the config file named by $KMON_CONFIG, as a
+    user's environment kept by ``sudo -E`` would name it."""
+    return kmon("record", "--cluster", cluster, "--cluster-timeout", "2", "--duration", "1s",
+                "--out", str(config.parent / "out"), *extra,
+                env={**os.environ, "KMON_CONFIG": str(config)})
+
+
+def kmon(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kmon", *args], capture_output=True, text=True,
+                          timeout=60, env=env)
+
+
+def test_a_config_file_of_another_user_is_refused(tmp_path, throwaway_user):
+    config = config_file(tmp_path, "[clusters.prod]\nbootstrap = '127.0.0.1:1'\n")
+    os.chown(config, throwaway_user.pw_uid, throwaway_user.pw_gid)
+    assert_one_clear_line(record_with(config, "prod"), 1, str(config), "owned by uid")
+
+
+@pytest.mark.parametrize("mode", [0o664, 0o646, 0o666], ids=oct)
+def test_a_config_file_others_may_write_is_refused(tmp_path, mode):
+    config = config_file(tmp_path, "[clusters.prod]\nbootstrap = '127.0.0.1:1'\n", mode)
+    assert_one_clear_line(record_with(config, "prod"), 1, str(config), "writable", "chmod go-w")
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler to build the plugin")
+def test_a_plugin_library_named_in_a_config_file_is_never_loaded(tmp_path):
+    """A real shared library that writes a marker when loaded, named by the config file's
+    plugin.library.paths: kmon refuses the file and the library never runs. Given on the
+    command line (-X), the same library is loaded: the marker shows the test can fail."""
+    marker = tmp_path / "loaded"
+    source = tmp_path / "plugin.c"
+    source.write_text(PLUGIN % marker)
+    library = tmp_path / "libplanted.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    config = config_file(tmp_path, f"[clusters.prod]\nbootstrap = '127.0.0.1:1'\n"
+                                   f"[clusters.prod.properties]\n"
+                                   f"'plugin.library.paths' = '{library}'\n")
+    assert_one_clear_line(record_with(config, "prod"), 1, "plugin.library.paths", "-X")
+    assert not marker.exists()
+    config = config_file(tmp_path, "[clusters.prod]\nbootstrap = '127.0.0.1:1'\n")
+    record_with(config, "prod", "-X", f"plugin.library.paths={library}")
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("name", ["sasl.kerberos.kinit.cmd", "ssl.engine.location",
+                                  "ssl.providers", "error_cb", "ssl.certificate.verify_cb"])
+def test_a_property_that_loads_code_or_runs_a_command_is_refused_from_a_file(tmp_path, name):
+    config = config_file(tmp_path, f"[clusters.prod]\nbootstrap = '127.0.0.1:1'\n"
+                                   f"[clusters.prod.properties]\n'{name}' = 'x'\n")
+    with pytest.raises(ConfigError, match="command line"):
+        load_config(config)
+    prod = load_config(config_file(tmp_path, "[clusters.prod]\nbootstrap = '127.0.0.1:1'\n")
+                       ).resolve_cluster("prod", {name: "x"})
+    assert prod.properties == {name: "x"}
+
+
+def test_a_bootstrap_string_is_never_shadowed_by_a_configured_name(tmp_path):
+    shadow = "[clusters.'127.0.0.1:9092']\nbootstrap = '10.9.9.9:9092'\n"
+    assert_one_clear_line(record_with(config_file(tmp_path, shadow), "127.0.0.1:9092"), 1,
+                          "clusters.127.0.0.1:9092", "bootstrap string")
+    planted = ClusterConfig("127.0.0.1:9092", "10.9.9.9:9092", {"plugin.library.paths": "x"})
+    config = Config(path=tmp_path / "config.toml", clusters={planted.name: planted})
+    cluster = config.resolve_cluster("127.0.0.1:9092", {})
+    assert (cluster.bootstrap, cluster.properties) == ("127.0.0.1:9092", {})
