@@ -173,3 +173,35 @@ def test_a_bootstrap_string_is_never_shadowed_by_a_configured_name(tmp_path):
     config = Config(path=tmp_path / "config.toml", clusters={planted.name: planted})
     cluster = config.resolve_cluster("127.0.0.1:9092", {})
     assert (cluster.bootstrap, cluster.properties) == ("127.0.0.1:9092", {})
+
+
+OPENSSL_CONF = """openssl_conf = init
+[init]
+engines = engines
+[engines]
+planted = planted
+[planted]
+dynamic_path = {library}
+"""
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler to build the library")
+def test_root_kmon_loads_no_library_an_inherited_openssl_conf_names(tmp_path):
+    """A user's OPENSSL_CONF naming an engine library (a real one that writes a marker
+    when loaded) is dropped by root's kmon before its Kafka client starts TLS; the same
+    configuration does load it into a plain Python that creates a TLS context."""
+    marker = tmp_path / "loaded"
+    source = tmp_path / "engine.c"
+    source.write_text(PLUGIN % marker)
+    library = tmp_path / "libengine.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    conf = tmp_path / "openssl.cnf"
+    conf.write_text(OPENSSL_CONF.format(library=library))
+    env = {**os.environ, "OPENSSL_CONF": str(conf)}
+    result = kmon("record", "--cluster", "127.0.0.1:1", "-X", "security.protocol=SSL",
+                  "--cluster-timeout", "2s", "--out", str(tmp_path / "out"), env=env)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert not marker.exists()
+    subprocess.run([sys.executable, "-c", "import ssl; ssl.create_default_context()"],
+                   env=env, capture_output=True)
+    assert marker.exists()

@@ -1,4 +1,4 @@
-"""The environment of the JVMs kmon starts: nothing a user's environment could inject.
+"""What kmon and the JVMs it starts take from an inherited environment: nothing that runs code.
 
 A JVM reads options from ``JAVA_TOOL_OPTIONS``, ``_JAVA_OPTIONS`` and
 ``JDK_JAVA_OPTIONS`` (``JDK_JAVAC_OPTIONS`` for javac) and classes from
@@ -7,18 +7,26 @@ JVM kmon starts, as root when root kept eve's environment (``sudo -E``, ``su``
 without ``-``). kmon's own JVMs (the JMX helper, javac) get ``jvm_environment``, a
 minimal one built from nothing; a JVM that needs the caller's settings (Spark's
 driver) gets ``spark_launch_environment``, the caller's minus those variables.
+
+kmon itself loads OpenSSL (librdkafka's and Python's), Kerberos and SASL, which
+load libraries named by ``OPENSSL_CONF`` and the like: as root,
+``drop_library_loaders`` removes those from kmon's own environment at start.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from pathlib import Path
 
 # Variables every JVM (or javac) reads options, agents or classes from.
 JVM_INJECTION = ("JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "JDK_JAVAC_OPTIONS",
                  "CLASSPATH", "JAVA_OPTIONS", "JAVA_OPTS")
+# Variables naming libraries or configurations (engines, providers, plugins) that OpenSSL,
+# Kerberos or Cyrus SASL load into the process that reads them.
+LIBRARY_LOADERS = ("OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES", "KRB5_CONFIG",
+                   "SASL_PATH", "SASL_CONF_PATH")
 SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 
@@ -59,3 +67,12 @@ def launching_with(env: dict[str, str]) -> Iterator[None]:
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+def drop_library_loaders(environ: MutableMapping[str, str], as_root: bool) -> None:
+    """As root, remove ``LIBRARY_LOADERS`` from ``environ`` (kmon's own ``os.environ``,
+    before anything loads OpenSSL): another user's choices there (``sudo -E``, ``su``
+    without ``-``) would load their library into root's kmon."""
+    if as_root:
+        for name in LIBRARY_LOADERS:
+            environ.pop(name, None)
