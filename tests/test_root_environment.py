@@ -14,7 +14,12 @@ from conftest import Child, assert_one_clear_line
 
 from kmon.config import ClusterConfig, Config, ConfigError, load_config
 from kmon.sources import jmx
-from kmon.sources.child_env import JVM_INJECTION, jvm_environment, spark_launch_environment
+from kmon.sources.child_env import (
+    JVM_INJECTION,
+    SYSTEM_PATH,
+    jvm_environment,
+    spark_launch_environment,
+)
 
 needs_java = pytest.mark.skipif(shutil.which("java") is None or shutil.which("javac") is None,
                                 reason="a JDK (java and javac) is not installed")
@@ -80,16 +85,52 @@ def test_a_jvm_environment_holds_nothing_of_the_callers(monkeypatch):
     assert env["PATH"].split(os.pathsep)[0] == "/usr/lib/jvm/jdk/bin"
 
 
-def test_root_launches_spark_without_the_users_spark_or_java_settings():
+def test_root_launches_spark_without_the_users_spark_java_or_shell_settings(tmp_path):
+    users_bin = tmp_path / "bin"  # a directory others may write: eve's ~/bin, say
+    (users_bin / "java" / "bin").mkdir(parents=True)
+    users_bin.chmod(0o757)
     env = {name: "x" for name in JVM_INJECTION} | {
         "SPARK_HOME": "/home/eve/spark", "SPARK_CONF_DIR": "/home/eve/conf",
-        "PYSPARK_PYTHON": "/home/eve/py", "PATH": "/usr/bin", "HOME": "/root"}
-    assert spark_launch_environment(env, as_root=True) == {"PATH": "/usr/bin", "HOME": "/root"}
+        "PYSPARK_PYTHON": "/home/eve/py", "BASH_ENV": "/home/eve/.bashrc", "HOME": "/root",
+        "PATH": f"{users_bin}:/usr/bin", "JAVA_HOME": str(users_bin / "java")}
+    as_root = spark_launch_environment(env, as_root=True)
+    assert set(as_root) == {"HOME", "PATH", "PYSPARK_PYTHON"}
+    assert sorted(as_root["PATH"].split(os.pathsep)) == sorted(SYSTEM_PATH)
+    assert as_root["PYSPARK_PYTHON"] == sys.executable
     as_user = spark_launch_environment(env, as_root=False)
     assert not set(JVM_INJECTION) & set(as_user)
-    assert as_user["SPARK_HOME"] == "/home/eve/spark"
+    assert as_user["SPARK_HOME"] == "/home/eve/spark" and as_user["PATH"] == env["PATH"]
 
 
+@pytest.mark.integration
+@needs_java
+def test_root_kmon_analyze_runs_spark_with_none_of_a_users_java_spark_or_shell_settings(
+        tmp_path):
+    """``kmon analyze`` on a real recording, its Spark driver launched with a hostile
+    JAVA_TOOL_OPTIONS, _JAVA_OPTIONS, SPARK_CONF_DIR (a spark-env.sh) and BASH_ENV, each
+    writing its own marker: the analysis runs, no marker is written."""
+    from kmon.model import Connection, ProcessView, Role, Snapshot
+    from kmon.record.recorder import Recorder
+
+    recording = tmp_path / "rec"
+    recorder = Recorder(recording, "h", "s1", interval_ms=1000)
+    conn = Connection(key="sock:1", role=Role.BROKER, node_id=1, broker_id=1, client=None,
+                      local="127.0.0.1:5000", remote="127.0.0.1:9092", state="ESTABLISHED")
+    recorder.add(Snapshot(ts_ms=1, host="h", processes=[ProcessView(1, "p", "",
+                                                                    connections=[conn])]), [])
+    recorder.close()
+    markers = tmp_path / "markers"
+    conf = tmp_path / "conf"
+    markers.mkdir()
+    conf.mkdir()
+    (conf / "spark-env.sh").write_text(f"touch {markers}/spark-env\n")
+    (tmp_path / "bash_env").write_text(f"touch {markers}/bash-env\n")
+    env = {**os.environ, "JAVA_TOOL_OPTIONS": f"-Xlog:gc:file={markers}/tool",
+           "_JAVA_OPTIONS": f"-Xlog:gc:file={markers}/underscore",
+           "SPARK_CONF_DIR": str(conf), "BASH_ENV": str(tmp_path / "bash_env")}
+    result = kmon("analyze", str(recording), "--master", "local[1]", env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in markers.iterdir()) == []
 # -- the config file -----------------------------------------------------------------------------
 
 PLUGIN = r"""
@@ -116,9 +157,9 @@ def record_with(config: Path, cluster: str, *extra: str):
                 env={**os.environ, "KMON_CONFIG": str(config)})
 
 
-def kmon(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+def kmon(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kmon", *args], capture_output=True, text=True,
-                          timeout=60, env=env)
+                          timeout=timeout, env=env)
 
 
 def test_a_config_file_of_another_user_is_refused(tmp_path, throwaway_user):

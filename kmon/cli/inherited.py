@@ -1,12 +1,17 @@
 """Imported first by the kmon command: as root, forget the environment variables that make
-OpenSSL, Kerberos or SASL load a library (see kmon.sources.child_env.drop_library_loaders).
+OpenSSL, Kerberos or Cyrus SASL load a library into kmon.
 
-Python's ``hashlib`` reads ``OPENSSL_CONF`` as it is imported, so this runs before any
-other kmon module is: ``kmon.cli`` imports it ahead of everything else.
+Under ``sudo -E`` or ``su`` without ``-`` they are another user's, and name engines,
+providers or plugins that would run as root: Python's ``hashlib`` reads ``OPENSSL_CONF``
+as it is imported, librdkafka as it starts TLS. So this module imports nothing of
+kmon's, and ``kmon.cli`` imports it ahead of everything else.
 """
 
 import os
 
-from kmon.sources.child_env import drop_library_loaders
+LIBRARY_LOADERS = ("OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES", "KRB5_CONFIG",
+                   "SASL_PATH", "SASL_CONF_PATH")
 
-drop_library_loaders(os.environ, as_root=os.geteuid() == 0)
+if os.geteuid() == 0:
+    for name in LIBRARY_LOADERS:
+        os.environ.pop(name, None)

@@ -7,26 +7,22 @@ JVM kmon starts, as root when root kept eve's environment (``sudo -E``, ``su``
 without ``-``). kmon's own JVMs (the JMX helper, javac) get ``jvm_environment``, a
 minimal one built from nothing; a JVM that needs the caller's settings (Spark's
 driver) gets ``spark_launch_environment``, the caller's minus those variables.
-
-kmon itself loads OpenSSL (librdkafka's and Python's), Kerberos and SASL, which
-load libraries named by ``OPENSSL_CONF`` and the like: as root,
-``drop_library_loaders`` removes those from kmon's own environment at start.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping, MutableMapping
+import sys
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+
+from kmon.files import root_only
 
 # Variables every JVM (or javac) reads options, agents or classes from.
 JVM_INJECTION = ("JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "JDK_JAVAC_OPTIONS",
                  "CLASSPATH", "JAVA_OPTIONS", "JAVA_OPTS")
-# Variables naming libraries or configurations (engines, providers, plugins) that OpenSSL,
-# Kerberos or Cyrus SASL load into the process that reads them.
-LIBRARY_LOADERS = ("OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES", "KRB5_CONFIG",
-                   "SASL_PATH", "SASL_CONF_PATH")
+SHELL_STARTUP = ("BASH_ENV", "ENV")  # files a non-interactive shell runs first
 SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 
@@ -45,13 +41,21 @@ def without_jvm_injection(env: Mapping[str, str]) -> dict[str, str]:
 
 def spark_launch_environment(env: Mapping[str, str], as_root: bool) -> dict[str, str]:
     """The environment pyspark launches its driver JVM with: ``env`` without the JVM's
-    injection variables and, as root, without any ``SPARK_*``/``PYSPARK_*`` setting
-    either (a ``SPARK_HOME`` or ``SPARK_CONF_DIR`` names scripts that spark-submit runs,
-    ``PYSPARK_PYTHON`` a program), so root's Spark is the one installed with pyspark."""
+    injection variables and, as root, without anything that names a program or script
+    another user could change: no ``SPARK_*``/``PYSPARK_*`` setting (``SPARK_HOME`` and
+    ``SPARK_CONF_DIR`` name scripts spark-submit runs), no ``BASH_ENV``/``ENV`` (run by
+    spark-submit's shell), a ``JAVA_HOME`` and ``PATH`` entries only where root alone can
+    change them, and Python workers run by this same interpreter."""
     clean = without_jvm_injection(env)
-    if as_root:
-        clean = {name: value for name, value in clean.items()
-                 if not name.startswith(("SPARK_", "PYSPARK_"))}
+    if not as_root:
+        return clean
+    clean = {name: value for name, value in clean.items()
+             if not name.startswith(("SPARK_", "PYSPARK_")) and name not in SHELL_STARTUP}
+    path = [d for d in env.get("PATH", "").split(os.pathsep) if d and root_only(Path(d))]
+    clean["PATH"] = os.pathsep.join(dict.fromkeys([*path, *SYSTEM_PATH]))
+    if "JAVA_HOME" in clean and not root_only(Path(clean["JAVA_HOME"], "bin", "java")):
+        del clean["JAVA_HOME"]
+    clean["PYSPARK_PYTHON"] = sys.executable
     return clean
 
 
@@ -68,11 +72,3 @@ def launching_with(env: dict[str, str]) -> Iterator[None]:
         os.environ.clear()
         os.environ.update(saved)
 
-
-def drop_library_loaders(environ: MutableMapping[str, str], as_root: bool) -> None:
-    """As root, remove ``LIBRARY_LOADERS`` from ``environ`` (kmon's own ``os.environ``,
-    before anything loads OpenSSL): another user's choices there (``sudo -E``, ``su``
-    without ``-``) would load their library into root's kmon."""
-    if as_root:
-        for name in LIBRARY_LOADERS:
-            environ.pop(name, None)
