@@ -21,6 +21,7 @@ from kmon.sources.child_env import (
     spark_launch_environment,
 )
 
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the defence is root's")
 needs_java = pytest.mark.skipif(shutil.which("java") is None or shutil.which("javac") is None,
                                 reason="a JDK (java and javac) is not installed")
 
@@ -102,6 +103,7 @@ def test_root_launches_spark_without_the_users_spark_java_or_shell_settings(tmp_
     assert as_user["SPARK_HOME"] == "/home/eve/spark" and as_user["PATH"] == env["PATH"]
 
 
+@as_root
 @pytest.mark.integration
 @needs_java
 def test_root_kmon_analyze_runs_spark_with_none_of_a_users_java_spark_or_shell_settings(
@@ -162,6 +164,7 @@ def kmon(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.Com
                           timeout=timeout, env=env)
 
 
+@as_root
 def test_a_config_file_of_another_user_is_refused(tmp_path, throwaway_user):
     config = config_file(tmp_path, "[clusters.prod]\nbootstrap = '127.0.0.1:1'\n")
     os.chown(config, throwaway_user.pw_uid, throwaway_user.pw_gid)
@@ -226,6 +229,7 @@ dynamic_path = {library}
 """
 
 
+@as_root
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler to build the library")
 def test_root_kmon_loads_no_library_an_inherited_openssl_conf_names(tmp_path):
     """A user's OPENSSL_CONF naming an engine library (a real one that writes a marker
