@@ -4,6 +4,13 @@ Read from ``--config PATH``, else ``$KMON_CONFIG``, else
 ``$XDG_CONFIG_HOME/kmon/config.toml`` (``~/.config/kmon/config.toml``); only
 that last, default file may be missing. Every problem is a ConfigError naming
 the file and the key.
+
+The path comes from the environment, which may be another user's (``sudo -E``,
+``su`` without ``-``), so a file is read only when root or the user kmon runs as
+owns it and no one else may write it; a client property that loads a library or
+runs a command (``DANGEROUS_PROPERTIES``) is refused from a file and taken only
+from kmon's command line (``-X``); and a bootstrap string is always itself, never
+a configured cluster of the same name.
 """
 
 from __future__ import annotations
@@ -42,6 +49,15 @@ CHURN_KEYS = tuple(CHURN_KEYS_TO_FIELDS)
 MAX_CONFIG_BYTES = 1024 * 1024
 _ADDRESS = r"(?:[A-Za-z][A-Za-z0-9_]*://)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}"
 _BOOTSTRAP = re.compile(rf"^\s*{_ADDRESS}\s*(?:,\s*{_ADDRESS}\s*)*$")
+# librdkafka properties that load a library or run a command (see its CONFIGURATION.md)
+DANGEROUS_PROPERTIES = frozenset({
+    "plugin.library.paths",  # dlopen()s each library
+    "sasl.kerberos.kinit.cmd",  # run by /bin/sh
+    "ssl.engine.location", "ssl.engine.id",  # an OpenSSL engine library, loaded
+    "ssl.providers",  # OpenSSL 3 provider modules, loaded
+    "interceptors", "ssl_engine_callback_data", "opaque", "logger",
+    "on_delivery", "on_commit",
+})
 
 
 class ConfigError(UserError):
@@ -84,7 +100,7 @@ class Config:
 
         ``extra_properties`` (``-X``) override the file's properties.
         """
-        configured = self.clusters.get(arg)
+        configured = None if looks_like_bootstrap(arg) else self.clusters.get(arg)
         if configured is not None:
             return ClusterConfig(configured.name, configured.bootstrap,
                                  {**configured.properties, **extra_properties})
@@ -98,6 +114,13 @@ class Config:
 def looks_like_bootstrap(text: str) -> bool:
     """True for ``host:port[,host:port...]``."""
     return bool(_BOOTSTRAP.match(text))
+
+
+def is_dangerous_property(name: str) -> bool:
+    """True for a client property that loads code or runs a command: those listed, and
+    every callback (``*_cb``, ``*callback*``), which only code may set."""
+    name = name.strip().lower()
+    return name in DANGEROUS_PROPERTIES or name.endswith("_cb") or "callback" in name
 
 
 def default_path(env: Mapping[str, str] = os.environ) -> Path:
@@ -116,7 +139,8 @@ def load_config(path: Path | None = None) -> Config:
             return Config(path=path)
         raise ConfigError(f"config file {path} does not exist")
     try:
-        raw = tomllib.loads(read_bounded(path, MAX_CONFIG_BYTES, "config file").decode("utf-8"))
+        raw = tomllib.loads(read_bounded(path, MAX_CONFIG_BYTES, "config file",
+                                              trusted_only=True).decode("utf-8"))
     except UnsafeFile as err:
         raise ConfigError(str(err)) from err
     except UnicodeDecodeError as err:
@@ -210,12 +234,19 @@ class _ConfigReader:
 
     def cluster(self, name: str, raw: object) -> ClusterConfig:
         key = f"clusters.{name}"
+        if looks_like_bootstrap(name):
+            raise self.error(key, "is a cluster name that looks like a bootstrap string "
+                             "(host:port); a name cannot be one")
         entry = self.table(raw, key, ("bootstrap", "properties"))
         bootstrap = entry.get("bootstrap")
         if not isinstance(bootstrap, str) or not looks_like_bootstrap(bootstrap):
             raise self.error(f"{key}.bootstrap", "must be a bootstrap string "
                              "host:port[,host:port...]")
         properties = self.table(entry.get("properties", {}), f"{key}.properties")
+        for prop in properties:
+            if is_dangerous_property(prop):
+                raise self.error(f"{key}.properties.{prop}", "loads a library or runs a command: "
+                                 "kmon takes it only on its command line (-X)")
         return ClusterConfig(name, bootstrap.strip(), {
             prop: self.property_value(value, f"{key}.properties.{prop}")
             for prop, value in properties.items()})

@@ -1,16 +1,25 @@
-"""Reading files that someone else may control: regular files only, bounded, never blocking.
+"""Files and directories someone else may control: read bounded, written without following links.
 
 kmon often runs as root on other users' files (recordings, config files,
 value files, spools). A FIFO would hang a plain ``open``, ``/dev/zero`` would
 never end, and a huge file would cost memory: ``read_bounded`` refuses all of
-them with one clear ``UnsafeFile`` message.
+them with one clear ``UnsafeFile`` message. Where kmon writes (recordings,
+analysis results), a link planted in the directory could point a root write at
+any file: ``OutputDir`` holds the directory open once verified and makes every
+name relative to it, new files under unpredictable names with ``O_EXCL |
+O_NOFOLLOW``, published by a rename inside that same directory.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import secrets
 import stat
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 
 class UnsafeFile(OSError):
@@ -18,12 +27,13 @@ class UnsafeFile(OSError):
 
 
 def read_bounded(path: str | os.PathLike[str], limit: int, what: str = "file",
-                 follow_links: bool = True) -> bytes:
+                 follow_links: bool = True, trusted_only: bool = False) -> bytes:
     """The bytes of the regular file ``path``, at most ``limit`` of them.
 
     Raises UnsafeFile for anything else: missing, unreadable, not a regular
     file (a FIFO, a device, a directory), a link when ``follow_links`` is off,
-    or larger than ``limit``.
+    larger than ``limit`` or, with ``trusted_only``, a file another user could
+    have written (see ``untrusted_because``).
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | (0 if follow_links else os.O_NOFOLLOW)
     try:
@@ -33,9 +43,11 @@ def read_bounded(path: str | os.PathLike[str], limit: int, what: str = "file",
             err.strerror or str(err))
         raise UnsafeFile(f"{what} {path}: {why}") from err
     info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
+    why = "not a regular file" if not stat.S_ISREG(info.st_mode) else (
+        untrusted_because(info) if trusted_only else None)
+    if why:
         os.close(fd)
-        raise UnsafeFile(f"{what} {path}: not a regular file")
+        raise UnsafeFile(f"{what} {path}: {why}")
     with os.fdopen(fd, "rb") as file:
         if info.st_size > limit:
             raise UnsafeFile(f"{what} {path}: larger than {limit:,} bytes")
@@ -43,6 +55,19 @@ def read_bounded(path: str | os.PathLike[str], limit: int, what: str = "file",
     if len(data) > limit:
         raise UnsafeFile(f"{what} {path}: larger than {limit:,} bytes")
     return data
+
+
+def untrusted_because(info: os.stat_result) -> str | None:
+    """Why a file with ``info`` may hold another user's words (None: it cannot): it
+    belongs to neither root nor the user kmon runs as, or its group or others may
+    write it. Used for what kmon acts on (a config file names libraries to load)."""
+    if info.st_uid not in (0, os.geteuid()):
+        return (f"owned by uid {info.st_uid}, not by root or this user (uid {os.geteuid()}); "
+                "kmon reads only its own or root's")
+    if info.st_mode & 0o022:
+        return (f"writable by users other than its owner (mode {stat.S_IMODE(info.st_mode):04o}); "
+                "chmod go-w it")
+    return None
 
 
 ROOT_CACHE = Path("/var/cache/kmon")  # root's caches: every directory root's own
@@ -108,3 +133,148 @@ def private_file(path: Path) -> bool:
         return False
     return (stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid()
             and not info.st_mode & 0o022)
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def unsafe_output_dir(info: os.stat_result) -> str | None:
+    """Why root must not write into a directory with ``info`` (None: it may). Another
+    user's directory, or one others may write, could have links planted in it; kmon
+    running as anyone else writes where that user may."""
+    if os.geteuid() != 0:
+        return None
+    if info.st_uid != 0:
+        return f"owned by uid {info.st_uid}; as root kmon writes only into root's own directories"
+    if info.st_mode & 0o022:
+        return (f"writable by users other than root (mode {stat.S_IMODE(info.st_mode):04o}); "
+                "chmod go-w it")
+    return None
+
+
+def _why_not_a_dir(parent: int, name: str, err: OSError) -> str:
+    """Why ``name`` in ``parent`` could not be opened as a directory, in a few words."""
+    try:
+        link = stat.S_ISLNK(os.lstat(name, dir_fd=parent).st_mode)
+    except OSError:
+        link = False
+    if link:
+        return "is a symbolic link; kmon writes only into a real directory"
+    return "not a directory" if err.errno == errno.ENOTDIR else err.strerror or str(err)
+
+
+class OutputDir:
+    """A directory kmon writes into, held open by descriptor once verified.
+
+    Made with ``open`` (the last component is never a link; as root, root's own and
+    writable by no one else) and ``subdir``; every name below is opened, renamed and
+    removed relative to the descriptor, so renaming a directory above it or planting a
+    link redirects nothing. Close it (or use it as a context manager) when done.
+    """
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self.fd, self.path = fd, path
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> OutputDir:
+        """``path`` as an output directory, made if missing; UnsafeFile saying why not."""
+        path = Path(os.path.abspath(path))
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as err:
+            raise UnsafeFile(f"cannot write into {path}: {err.strerror or err}") from err
+        try:
+            return cls._child(parent, path.name, path)
+        finally:
+            os.close(parent)
+
+    @classmethod
+    def open_writable(cls, path: str | os.PathLike[str]) -> OutputDir:
+        """``open``, once a file could be made there (one is made and removed): a place
+        to refuse before any work, not after it."""
+        out = cls.open(path)
+        probe = f".kmon-probe.{secrets.token_hex(8)}"
+        try:
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
+                             dir_fd=out.fd))
+            os.unlink(probe, dir_fd=out.fd)
+        except OSError as err:
+            out.close()
+            raise UnsafeFile(f"cannot write into {out.path}: {err.strerror or err}") from err
+        return out
+
+    def subdir(self, name: str) -> OutputDir:
+        """The directory ``name`` inside this one, made if missing, verified as ``open`` does."""
+        return self._child(self.fd, name, self.path / name)
+
+    @classmethod
+    def _child(cls, parent: int, name: str, path: Path) -> OutputDir:
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o755, dir_fd=parent)
+            fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+        except OSError as err:
+            raise UnsafeFile(f"cannot write into {path}: {_why_not_a_dir(parent, name, err)}"
+                             ) from err
+        why = unsafe_output_dir(os.fstat(fd))
+        if why:
+            os.close(fd)
+            raise UnsafeFile(f"refusing to write into {path}: {why}")
+        return cls(fd, path)
+
+    @contextlib.contextmanager
+    def replace(self, name: str) -> Iterator[BinaryIO]:
+        """A new file to write, published as ``name`` when the block ends without error.
+
+        It is written under a hidden, unpredictable name (``O_EXCL | O_NOFOLLOW``, so a
+        planted name is never opened), synced, renamed over ``name`` within this
+        directory (an existing ``name``, a link included, is replaced, never followed),
+        and the directory synced; on error the hidden file is removed.
+        """
+        temporary = f".{name}.{secrets.token_hex(8)}.tmp"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, 0o644, dir_fd=self.fd)
+        try:
+            with os.fdopen(fd, "wb") as file:
+                yield file
+                file.flush()
+                os.fsync(file.fileno())
+            os.rename(temporary, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary, dir_fd=self.fd)
+            raise
+        self.sync()
+
+
+    def open_read(self, name: str) -> BinaryIO:
+        """The regular file ``name`` in this directory, for reading; never through a link."""
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
+        return os.fdopen(fd, "rb")
+
+    def rename(self, source: str, target: str) -> None:
+        """Rename ``source`` to ``target`` within this directory and make it durable."""
+        os.rename(source, target, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        self.sync()
+
+    def remove(self, name: str) -> None:
+        os.unlink(name, dir_fd=self.fd)
+
+    def size(self, name: str) -> int:
+        return os.stat(name, dir_fd=self.fd, follow_symlinks=False).st_size
+
+    def sync(self) -> None:
+        """Make the names in this directory durable (renames, removals)."""
+        os.fsync(self.fd)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> OutputDir:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()

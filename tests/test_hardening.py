@@ -213,8 +213,9 @@ def test_fsynced_parts_and_directories_before_a_rename(tmp_path, monkeypatch):
     recorder = Recorder(tmp_path, "h", "s1", interval_ms=1000)
     recorder.add(one_connection_snapshot(), [])
     part = recorder.parts["snapshots"][0]
-    temporary, directory = str(part.parent / f".{part.name}.tmp"), str(part.parent)
-    assert temporary in synced and directory in synced[synced.index(temporary):], synced
+    hidden, directory = str(part.parent / f".{part.name}."), str(part.parent)
+    temporary = next(p for p in synced if p.startswith(hidden) and p.endswith(".tmp"))
+    assert directory in synced[synced.index(temporary):], synced
     recorder.close()
 
 

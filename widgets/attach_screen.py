@@ -339,8 +339,12 @@ class AttachScreen(PollingScreen):
 
     def action_record(self) -> None:
         if self.recording is None:
+            try:
+                self.session.start_recording(self.settings.record_dir)
+            except OSError as err:  # a directory kmon must not write into, said in one line
+                self.notify(str(err), title="not recording", severity="error")
+                return
             self.recording = self.settings.record_dir
-            self.session.start_recording(self.settings.record_dir)
             self.notify(f"recording to {self.settings.record_dir}", title="record")
         else:
             self.recorded_dir, self.recording = self.recording, None

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kmon.errors import UserError
+from kmon.files import OutputDir, UnsafeFile
 from kmon.units import duration_arg
 
 
@@ -67,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"kmon: warning: skipped {skipped.path}: {skipped.reason}", file=sys.stderr)
     if not inputs.files["snapshots"]:
         raise UserError(f"no readable snapshot files under {args.path}")
-    if args.out is not None and args.out.exists() and not args.out.is_dir():
-        raise UserError(f"--out {args.out} is not a directory")
+    if args.out is not None:  # refused now, not after the analyses ran
+        _open_out(args.out).close()
     try:
         import matplotlib  # noqa: F401  (drawn with once Spark is done)
         from rich.console import Console
@@ -93,10 +94,17 @@ def run(args: argparse.Namespace) -> int:
     report.show(console, jobs.ANALYSES, tables, args.top)
     if args.out is not None:
         try:
-            args.out.mkdir(parents=True, exist_ok=True)
-            written = report.write_tables(tables, args.out) + report.write_charts(tables,
-                                                                                  args.out)
+            with _open_out(args.out) as out:
+                written = report.write_tables(tables, out) + report.write_charts(tables, out)
         except OSError as err:
             raise UserError(f"cannot write to {args.out}: {err.strerror or err}") from err
         print(f"kmon: wrote {len(written)} files to {args.out}", file=sys.stderr)
     return 0
+
+
+def _open_out(path: Path) -> OutputDir:
+    """``--out`` as a verified output directory (see kmon.files.OutputDir); UserError if not."""
+    try:
+        return OutputDir.open_writable(path)
+    except UnsafeFile as err:
+        raise UserError(f"--out: {err}") from err

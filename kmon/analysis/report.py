@@ -1,5 +1,7 @@
 """What ``kmon analyze`` shows and writes: Rich tables, one CSV and one Parquet per
-analysis, and charts (PNG and SVG) where a picture reads better."""
+analysis, and charts (PNG and SVG) where a picture reads better. Files are written
+into a verified ``kmon.files.OutputDir``: each under a hidden random name, then
+renamed over ``NAME.csv`` (a link of that name is replaced, never followed)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from matplotlib.figure import Figure
 from rich.console import Console
 from rich.table import Table
 
+from kmon.files import OutputDir
 from kmon.plain_text import WithoutControls
 
 if TYPE_CHECKING:
@@ -86,13 +89,15 @@ def show(console: Console, analyses: Iterable[Analysis], tables: dict[str, pa.Ta
         console.print()
 
 
-def write_tables(tables: dict[str, pa.Table], out: Path) -> list[Path]:
+def write_tables(tables: dict[str, pa.Table], out: OutputDir) -> list[Path]:
     """``NAME.csv`` and ``NAME.parquet`` for every analysis."""
     written = []
     for name, table in tables.items():
-        pq.write_table(table, out / f"{name}.parquet")
-        pacsv.write_csv(table, out / f"{name}.csv")
-        written += [out / f"{name}.csv", out / f"{name}.parquet"]
+        with out.replace(f"{name}.parquet") as file:
+            pq.write_table(table, file)
+        with out.replace(f"{name}.csv") as file:
+            pacsv.write_csv(table, file)
+        written += [out.path / f"{name}.csv", out.path / f"{name}.parquet"]
     return written
 
 
@@ -225,7 +230,7 @@ CHARTS: dict[str, tuple[str, Callable[[pa.Table], Figure | None]]] = {
 }
 
 
-def write_charts(tables: dict[str, pa.Table], out: Path) -> list[Path]:
+def write_charts(tables: dict[str, pa.Table], out: OutputDir) -> list[Path]:
     """``NAME.png`` and ``NAME.svg`` for every chart that has data."""
     written = []
     for name, (source, draw) in CHARTS.items():
@@ -233,6 +238,7 @@ def write_charts(tables: dict[str, pa.Table], out: Path) -> list[Path]:
         if figure is None:
             continue
         for suffix, metadata in ((".png", None), (".svg", {"Date": None})):
-            figure.savefig(out / f"{name}{suffix}", dpi=110, metadata=metadata)
-            written.append(out / f"{name}{suffix}")
+            with out.replace(f"{name}{suffix}") as file:
+                figure.savefig(file, format=suffix[1:], dpi=110, metadata=metadata)
+            written.append(out.path / f"{name}{suffix}")
     return written

@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 
 from kmon.analysis import classes
 from kmon.errors import UserError
+from kmon.sources.child_env import launching_with, spark_launch_environment
 
 BYTES_PER_PARTITION = 16 << 20  # of Parquet input, per shuffle partition
 MAX_SHUFFLE_PARTITIONS = 200
@@ -107,7 +108,8 @@ def start(master: str | None, conf: dict[str, str], input_bytes: int,
         builder = builder.config(key, value)
     try:
         if launch:
-            with _stderr_to(log):
+            clean = spark_launch_environment(os.environ, as_root=os.geteuid() == 0)
+            with _stderr_to(log), launching_with(clean):
                 spark = builder.getOrCreate()
         else:
             spark = builder.getOrCreate()

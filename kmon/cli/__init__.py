@@ -6,6 +6,7 @@ import importlib
 import sys
 
 from kmon import __version__
+from kmon.cli import inherited  # noqa: F401  (first: see its docstring)
 from kmon.cli.options import EXIT_ERROR, Parser
 from kmon.errors import UserError
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -172,15 +171,14 @@ def _broker_endpoints(cluster: ClusterMetadata, settings: SamplerSettings) -> fr
 
 
 def _writable_dir(path: Path) -> Path:
-    """``path``, created if need be, once a file could be made in it; UserError if not."""
-    if path.exists() and not path.is_dir():
-        raise UserError(f"cannot write to --out {path}: not a directory")
+    """``path``, created if need be, once kmon may write there (see kmon.files.OutputDir);
+    UserError if not."""
+    from kmon.files import OutputDir, UnsafeFile
+
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as err:
-        raise UserError(f"cannot write to --out {path}: {err.strerror or err}") from err
+        OutputDir.open_writable(path).close()
+    except UnsafeFile as err:
+        raise UserError(f"--out: {err}") from err
     return path.resolve()
 
 

@@ -119,25 +119,27 @@ def _snapshot_table(session_id: str, clients: list[SimClient], lifetimes: list[L
 
 def write_host(host: Host, root: Path) -> dict[str, int]:
     """Writes one host's session under ``root``; returns the rows written per table."""
+    from kmon.files import OutputDir
     from kmon.record.schema import event_rows, session_row
     from kmon.record.writer import PartWriter
 
     table = _snapshot_table(host.session_id, host.clients, host.lifetimes, host.owners,
                             host.ticks)
-    snapshots = PartWriter(root, "snapshots", host.name, host.session_id)
-    snapshots.add_table(table)
-    snapshots.flush()
-    events = PartWriter(root, "events", host.name, host.session_id)
-    events.add(event_rows(host.events(), host.session_id))
-    event_count = len(events.rows)
-    events.flush()
-    sessions = PartWriter(root, "sessions", host.name, host.session_id)
-    early = host.clients[: (len(host.clients) + 1) // 2]  # the row written at start
-    for stopped, clients in ((None, early), (host.spec.end_ms, host.clients)):
-        sessions.add([session_row(host.session_id, "sim", __version__, host.spec.start_ms,
-                                  stopped, host.spec.interval_ms,
-                                  [_client_json(c) for c in clients])])
-        sessions.flush()
+    with OutputDir.open(root) as out:
+        writers = {name: PartWriter(out, name, host.name, host.session_id)
+                   for name in ("snapshots", "events", "sessions")}
+        writers["snapshots"].add_table(table)
+        writers["events"].add(event_rows(host.events(), host.session_id))
+        event_count = len(writers["events"].rows)
+        early = host.clients[: (len(host.clients) + 1) // 2]  # the row written at start
+        for stopped, clients in ((None, early), (host.spec.end_ms, host.clients)):
+            writers["sessions"].add([session_row(
+                host.session_id, "sim", __version__, host.spec.start_ms, stopped,
+                host.spec.interval_ms, [_client_json(c) for c in clients])])
+            writers["sessions"].flush()
+        for writer in writers.values():
+            writer.flush()
+            writer.close()
     return {"snapshots": table.num_rows, "events": event_count, "sessions": 2}
 
 

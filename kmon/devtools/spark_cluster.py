@@ -16,6 +16,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from kmon.sources.child_env import without_jvm_injection
+
 HOST = "127.0.0.1"
 MASTER_STARTED = re.compile(r"Starting Spark master at (spark://\S+)")
 WORKER_REGISTERED = re.compile(r"Successfully registered with master")
@@ -60,7 +62,7 @@ def standalone(workers: int = 2, cores: int = 1, memory: str = "1g",
                timeout: float = 90) -> Iterator[str]:
     """The ``spark://`` URL of a running master with ``workers`` registered workers of
     ``cores`` cores and ``memory`` each."""
-    env = {**os.environ, "SPARK_LOCAL_IP": HOST}
+    env = {**without_jvm_injection(os.environ), "SPARK_LOCAL_IP": HOST}
     procs: list[subprocess.Popen] = []
     with tempfile.TemporaryDirectory(prefix="kmon-spark-cluster-") as tmp:
 

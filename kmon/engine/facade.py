@@ -75,7 +75,8 @@ class ProcessSession:
     def start_recording(self, root: Path) -> None:
         """Record every following refresh under ``root`` (as ``kmon record`` does).
 
-        Nothing is written before the next refresh, so this is cheap anywhere.
+        ``root`` is made and verified now (OSError saying why kmon will not write
+        there); nothing is written in it before the next refresh.
         """
         from kmon.record.recorder import Recorder, new_session_id
 

@@ -4,12 +4,13 @@ Rows are buffered and written as complete part files at least every
 ``flush_every_s`` seconds, so a killed recorder loses at most that window.
 The session row is written with the first flush (``stopped_ms`` null) and
 again by ``close()`` (``stopped_ms`` set), which then compacts the session's
-parts into one file per partition.
+parts into one file per partition. The root directory is opened and verified
+(``kmon.files.OutputDir``) when the recorder is made: a place kmon must not
+write into is refused before anything is recorded.
 """
 
 from __future__ import annotations
 
-import contextlib
 import getpass
 import os
 import secrets
@@ -24,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kmon import __version__
+from kmon.files import OutputDir
 from kmon.model import Event, Snapshot
 from kmon.record.schema import (
     SCHEMAS,
@@ -33,7 +35,7 @@ from kmon.record.schema import (
     session_row,
     snapshot_rows,
 )
-from kmon.record.writer import PartWriter, durable_replace, sync_dir
+from kmon.record.writer import PartWriter
 
 COMPACT_BATCH_ROWS = 100_000  # rows per row group of a compacted file, at most
 
@@ -64,16 +66,18 @@ class Summary:
 class Recorder:
     """Writes one session's snapshots, events and session row under ``root``.
 
-    Buffered rows are flushed at least every ``flush_every_s`` by a timer thread
-    of the recorder's own, so a poll that blocks (a stopped JVM, a slow
-    kernel) cannot stretch what a kill would lose.
+    Raises UnsafeFile (an OSError) when ``root`` cannot be made or is not a place kmon
+    may write into (see ``kmon.files.OutputDir``). Buffered rows are flushed at least
+    every ``flush_every_s`` by a timer thread of the recorder's own, so a poll that
+    blocks (a stopped JVM, a slow kernel) cannot stretch what a kill would lose.
     """
 
     def __init__(self, root: Path, host: str, session_id: str, interval_ms: int,
                  flush_every_s: float = 10.0) -> None:
         self.root, self.session_id, self.interval_ms = Path(root), session_id, interval_ms
         self.flush_every_s = flush_every_s
-        self.writers = {table: PartWriter(self.root, table, host, session_id)
+        self.out = OutputDir.open(self.root)
+        self.writers = {table: PartWriter(self.out, table, host, session_id)
                         for table in SCHEMAS}
         self.rows: dict[str, int] = dict.fromkeys(SCHEMAS, 0)
         self.parts: dict[str, list[Path]] = {table: [] for table in SCHEMAS}
@@ -132,58 +136,60 @@ class Recorder:
         self._timer.join()
         self._add_session_row(stopped_ms=int(time.time() * 1000))
         self.flush()
-        files = [compacted for table in SCHEMAS for compacted in self._compact(table)]
-        return Summary(rows=dict(self.rows), files=files,
-                       bytes=sum(path.stat().st_size for path in files))
+        try:
+            sized = [compacted for table in SCHEMAS for compacted in self._compact(table)]
+        finally:
+            for writer in self.writers.values():
+                writer.close()
+            self.out.close()
+        return Summary(rows=dict(self.rows), files=[path for path, _ in sized],
+                       bytes=sum(size for _, size in sized))
 
     def _add_session_row(self, stopped_ms: int | None) -> None:
         self.writers["sessions"].add([session_row(
             self.session_id, self.user, __version__, self.started_ms, stopped_ms,
             self.interval_ms, list(self.clients.values()))])
 
-    def _compact(self, table: str) -> list[Path]:
-        """``<session>.parquet``, one per partition directory, in place of the session's parts.
+    def _compact(self, table: str) -> list[tuple[Path, int]]:
+        """``<session>.parquet`` and its size, one per partition directory, in place of the
+        session's parts.
 
         A compacted file is written atomically before its parts are deleted: a
         kill in between leaves rows twice, never a gap or a broken file.
         """
-        by_dir: dict[Path, list[Path]] = defaultdict(list)
+        writer = self.writers[table]
+        by_dir: dict[Path, list[str]] = defaultdict(list)
         for part in self.parts[table]:
-            by_dir[part.parent].append(part)
+            by_dir[part.parent].append(part.name)
         if not by_dir:  # a table without rows still gets a file: its schema, no rows
-            directory = self.writers[table].partition_dir(partition_date(self.started_ms))
-            directory.mkdir(parents=True, exist_ok=True)
-            by_dir[directory] = []
+            by_dir[writer.partition_dir(partition_date(self.started_ms)).path] = []
         files = []
-        for directory, parts in sorted(by_dir.items()):
-            target = directory / f"{self.session_id}.parquet"
+        target = f"{self.session_id}.parquet"
+        for path, parts in sorted(by_dir.items()):
+            directory = writer.dirs[path]
             if len(parts) == 1:
-                durable_replace(parts[0], target)
+                directory.rename(parts[0], target)
             else:  # several parts, or none
-                _concatenate(parts, target, SCHEMAS[table])
+                _concatenate(directory, parts, target, SCHEMAS[table])
                 for part in parts:
-                    part.unlink()
-                sync_dir(directory)
-            files.append(target)
-        self.parts[table] = files
+                    directory.remove(part)
+                directory.sync()
+            files.append((path / target, directory.size(target)))
+        self.parts[table] = [path for path, _ in files]
         return files
 
 
-def _concatenate(parts: list[Path], target: Path, schema: pa.Schema) -> None:
+def _concatenate(directory: OutputDir, parts: list[str], target: str,
+                 schema: pa.Schema) -> None:
     """Write the rows of ``parts`` (maybe none), in order, to ``target`` atomically."""
-    tmp = target.with_name(f".{target.name}.tmp")
-    try:
-        with pq.ParquetWriter(tmp, schema, compression="zstd") as out:
-            batch: list[pa.Table] = []
-            for part in parts:
-                batch.append(pq.ParquetFile(part).read())
-                if sum(t.num_rows for t in batch) >= COMPACT_BATCH_ROWS:
-                    out.write_table(pa.concat_tables(batch))
-                    batch = []
-            if batch:
+    with directory.replace(target) as file, \
+            pq.ParquetWriter(file, schema, compression="zstd") as out:
+        batch: list[pa.Table] = []
+        for part in parts:
+            with directory.open_read(part) as source:
+                batch.append(pq.ParquetFile(source).read())
+            if sum(t.num_rows for t in batch) >= COMPACT_BATCH_ROWS:
                 out.write_table(pa.concat_tables(batch))
-        durable_replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+                batch = []
+        if batch:
+            out.write_table(pa.concat_tables(batch))

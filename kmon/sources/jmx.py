@@ -25,13 +25,13 @@ from pathlib import Path
 import psutil
 
 from kmon.files import UnsafeFile, private_cache_dir, root_only
+from kmon.sources.child_env import SYSTEM_PATH, jvm_environment
 
 HELPER = "KmonJmx"
 # The helper is tiny: a small serial-GC heap, the quick JIT tier, no perf-data file of its own.
 HELPER_JVM_OPTIONS = ("-Xmx32m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                       "-XX:-UsePerfData")
 _STDERR_LINES = 20
-ROOT_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 
 class JmxUnavailable(Exception):
@@ -114,10 +114,11 @@ class JmxSource:
         self._closed = False
         self._changed = threading.Condition()
         self._stderr: collections.deque[str] = collections.deque(maxlen=_STDERR_LINES)
-        argv = [java, *HELPER_JVM_OPTIONS, *_helper_entry(), str(pid),
+        argv = [java, *HELPER_JVM_OPTIONS, *_helper_entry(java), str(pid),
                 "--interval-ms", str(interval_ms)]
         self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True, bufsize=1)
+                                      stderr=subprocess.PIPE, text=True, bufsize=1,
+                                      env=jvm_environment(java))
         threading.Thread(target=self._read_stdout, name=f"jmx-{pid}", daemon=True).start()
         threading.Thread(target=self._read_stderr, name=f"jmx-{pid}-err", daemon=True).start()
 
@@ -210,7 +211,7 @@ def _java(tool: str) -> str | None:
     candidates = [Path(home, "bin", tool)] if home else []
     path = os.environ.get("PATH", "").split(os.pathsep)
     if os.geteuid() == 0:
-        path = [*path, *ROOT_PATH]
+        path = [*path, *SYSTEM_PATH]
     candidates += [Path(d, tool) for d in path if d]
     for candidate in candidates:
         if candidate.is_file() and os.access(candidate, os.X_OK) and (
@@ -235,7 +236,7 @@ def _check_target(pid: int) -> None:
         raise JmxUnavailable(f"PID {pid} ({name}) is not a JVM")
 
 
-def _helper_entry() -> list[str]:
+def _helper_entry(java: str) -> list[str]:
     """Arguments naming the helper: compiled classes when javac exists, else its source."""
     source = files("kmon").joinpath("java", f"{HELPER}.java").read_bytes()
     cache = _cache_dir() / hashlib.sha256(source).hexdigest()
@@ -251,7 +252,8 @@ def _helper_entry() -> list[str]:
     try:
         (work / f"{HELPER}.java").write_bytes(source)
         result = subprocess.run([javac, "-nowarn", "-d", str(work), str(work / f"{HELPER}.java")],
-                                capture_output=True, text=True, timeout=120)
+                                capture_output=True, text=True, timeout=120,
+                                env=jvm_environment(javac))
         if result.returncode != 0:
             said = (result.stderr.strip().splitlines() or ["no message"])[0]
             raise JmxUnavailable(f"cannot compile the JMX helper: {said}")
