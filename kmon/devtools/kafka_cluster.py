@@ -28,11 +28,11 @@ from pathlib import Path
 
 from kmon.devtools import maven_jars
 from kmon.devtools.children import die_with_parent
+from kmon.sources.child_env import jvm_environment
 
 LISTENERS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "CONTROLLER")
 SASL_USER = "kmon"
 HEAP = "-Xmx384m"
-JAVA_ENV = {"LANG": "C.UTF-8", "PATH": "/usr/local/bin:/usr/bin:/bin"}  # nothing inherited
 SMALL_AND_FAST = {
     "num.network.threads": "1",
     "num.io.threads": "2",
@@ -127,7 +127,8 @@ class KafkaCluster:
                 [self._java, HEAP, "-XX:+UseSerialGC", "-Djava.awt.headless=true",
                  f"-Dlog4j2.configurationFile={node.directory / 'log4j2.properties'}",
                  "-cp", self._classpath, "kafka.Kafka", str(node.directory / "server.properties")],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=JAVA_ENV,
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=jvm_environment(self._java),
                 cwd=node.directory, preexec_fn=lambda: die_with_parent(signal.SIGKILL))
 
     def kill(self, node: KafkaNode) -> None:
@@ -263,7 +264,8 @@ def _java() -> str:
     if java is None:
         raise ClusterError("a real Kafka cluster needs Java 17 or newer: install a JDK "
                            "(apt-get install openjdk-17-jdk-headless)")
-    version = subprocess.run([java, "-version"], capture_output=True, text=True, env=JAVA_ENV)
+    version = subprocess.run([java, "-version"], capture_output=True, text=True,
+                             env=jvm_environment(java))
     match = re.search(r'version "(\d+)', version.stderr)
     if not match or int(match.group(1)) < 17:
         raise ClusterError(f"Apache Kafka {maven_jars.KAFKA_VERSION} needs Java 17 or newer; "
@@ -298,7 +300,8 @@ def _make_key_pair(java: str, workdir: Path, password: str) -> None:
                   "-keypass", password, *store],
                  ["-exportcert", "-rfc", "-alias", "kmon", "-file", str(workdir / "ca.pem"),
                   *store]):
-        result = subprocess.run([keytool, *argv], capture_output=True, text=True, env=JAVA_ENV)
+        result = subprocess.run([keytool, *argv], capture_output=True, text=True,
+                                env=jvm_environment(java))
         if result.returncode != 0:
             raise ClusterError(f"keytool could not make the TLS key pair: "
                                f"{(result.stderr or result.stdout).strip()[:300]}")
@@ -322,7 +325,7 @@ def _format(java: str, classpath: str, node: KafkaNode, cluster_id: str) -> None
          f"-Dlog4j2.configurationFile={node.directory / 'log4j2.properties'}",
          "kafka.tools.StorageTool", "format", "-t", cluster_id,
          "-c", str(node.directory / "server.properties")],
-        capture_output=True, text=True, env=JAVA_ENV, stdin=subprocess.DEVNULL)
+        capture_output=True, text=True, env=jvm_environment(java), stdin=subprocess.DEVNULL)
     if result.returncode != 0:
         raise ClusterError(f"formatting node {node.node_id}'s storage failed: "
                            f"{(result.stderr or result.stdout).strip()[-300:]}")

@@ -17,6 +17,8 @@ import tempfile
 from pathlib import Path
 from xml.sax.saxutils import escape
 
+from kmon.sources.child_env import without_jvm_injection
+
 KAFKA_VERSION = "4.4.0"
 BROKER_JARS = ("broker-" + KAFKA_VERSION, (
     f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}",
@@ -64,7 +66,8 @@ def _fetch(folder: Path, artifacts: tuple[str, ...]) -> None:
         result = subprocess.run(
             [mvn, "-B", "-q", "-f", str(pom), DEPENDENCY_PLUGIN + ":copy-dependencies",
              "-DincludeScope=runtime", f"-DoutputDirectory={lib}"],
-            capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            capture_output=True, text=True, stdin=subprocess.DEVNULL,
+            env=without_jvm_injection(os.environ))  # MAVEN_OPTS kept: a proxy is set there
         if result.returncode != 0 or not any(lib.glob("*.jar")):
             raise JarsUnavailable(f"could not fetch {', '.join(artifacts)} with Maven: "
                                   f"{_last_error(result.stdout + result.stderr)}")
