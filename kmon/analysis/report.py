@@ -16,8 +16,9 @@ from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from kmon.plain_text import WithoutControls
+from kmon.plain_text import WithoutControls, plain
 
 if TYPE_CHECKING:
     from kmon.analysis.jobs import Analysis
@@ -32,7 +33,11 @@ def _utc(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
 
 
-def _cell(column: str, value) -> str:
+def _cell(column: str, value) -> Text:
+    return plain(_formatted(column, value))  # a recording's strings are no markup
+
+
+def _formatted(column: str, value) -> str:
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -67,7 +72,7 @@ def renderable(analysis: Analysis, table: pa.Table, top: int) -> Table:
     caption = [CAPTIONS[analysis.name](table)] if analysis.name in CAPTIONS else []
     caption.append(f"{shown} of {table.num_rows} rows" if shown < table.num_rows
                    else f"{table.num_rows} rows")
-    view = Table(title=analysis.title, caption="; ".join(caption), title_justify="left")
+    view = Table(title=analysis.title, caption=plain("; ".join(caption)), title_justify="left")
     for column in analysis.show:
         kind = table.schema.field(column).type
         numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind)
