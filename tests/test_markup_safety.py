@@ -257,3 +257,28 @@ def test_the_host_view_shows_clients_named_like_markup_and_keeps_running(start_c
     assert re.search(rf"{consumer.pid} +\S+ +svc\[/prod\] ", host)
     assert re.search(rf"{named.pid} +\[/x\] +{re.escape(CLICK)} ", host)
     assert "[/x]" in shown_text(exited) and "EXITED" in shown_text(exited)
+
+
+@pytest.mark.integration
+def test_the_watch_view_shows_a_group_and_client_named_like_markup(start_client, cluster):
+    """The cluster view's brokers, groups and processes tables, with a consumer whose
+    ``client.id`` and group are markup."""
+    from test_dashboard_watch import watch_app
+
+    group = "[/x][link=//e.io]g"
+    consumer = start_client("consumer", properties={"client.id": "svc[/prod]",
+                                                    "group.id": group})
+    app, screen = watch_app(cluster, pids=[consumer.pid])
+
+    def shown() -> str:
+        return shown_text(app.export_screenshot())
+
+    async def drive() -> str:
+        async with app.run_test(size=(250, 50)) as pilot:
+            await until(pilot, lambda: group in shown() and "svc[/prod]" in shown(),
+                        "the group and the client", polls=1200)
+            return app.export_screenshot()
+
+    drawn = asyncio.run(drive())
+    assert re.search(rf"{consumer.pid} +\S+ +svc\[/prod\] ", shown_text(drawn))
+    assert not FORBIDDEN.search(drawn)
