@@ -7,6 +7,7 @@ sequence in them would clear kmon's screen or set the terminal's title.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import subprocess
@@ -21,6 +22,7 @@ from test_dashboard_attach import until
 from kmon.engine.facade import ProcessSession
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
+from kmon.json_lines import json_line
 from kmon.plain_text import WithoutControls, one_line, strip_controls
 from kmon.sources.sockets import open_socket_reader
 from kmon.widgets.app import KmonApp
@@ -148,3 +150,35 @@ def test_the_one_line_error_names_a_spool_file_without_its_control_characters(tm
 
 def test_one_line_strips_controls_and_overrides_and_joins_lines():
     assert one_line(f"a{ESCAPES}\n  b{BIDI}\tc") == "a[2J]0;owned31m bc"
+
+
+@pytest.mark.integration
+def test_json_lines_escape_c1_controls_and_del():
+    """``--json`` of a process whose name holds DEL and a C1 CSI: valid JSON that keeps the
+    name, in bytes that hold neither raw."""
+    code = ("import ctypes, time\n"
+            "ctypes.CDLL(None).prctl(15, 'n\\x7f\\u009bx'.encode(), 0, 0, 0)\n"
+            "print('READY', flush=True)\n"
+            "time.sleep(120)\n")
+    child = Child([sys.executable, "-c", code, "arg\u0085\u009d\x7f"])
+    try:
+        child.wait_line("READY")
+        result = subprocess.run([sys.executable, "-m", "kmon", "attach", str(child.pid),
+                                 "--once", "--json", "--any-process", "--wire", "off"],
+                                capture_output=True, timeout=60)
+    finally:
+        child.stop()
+    assert result.returncode == 0, result.stderr
+    assert not re.search(rb"\x7f|\xc2[\x80-\x9f]", result.stdout)
+    assert b"n\\u007f\\u009bx" in result.stdout
+    (process,) = json.loads(result.stdout)["processes"]
+    assert process["name"] == "n\x7f\u009bx"
+    assert "arg\u0085\u009d\x7f" in process["cmdline"]
+
+
+@pytest.mark.parametrize("text", ["", "plain", "é°\u00a0\u00bf\u2028", "\x7f", "\u0080\u009f",
+                                  "a\u009bb\x7fc\u0085é\u00a0\u009d"])
+def test_escape_c1_keeps_the_value_and_leaves_no_raw_control(text):
+    line = json_line({"k": text, text: [text]})
+    assert json.loads(line) == {"k": text, text: [text]}
+    assert not re.search(rb"\x7f|\xc2[\x80-\x9f]", line)
