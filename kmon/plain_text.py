@@ -26,9 +26,9 @@ from rich.text import Text
 # bidirectional marks, embeddings, overrides and isolates: they reorder what follows
 _BIDI_CODES = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
 # every C0 and C1 control but the newline, which ends a printed line, and the bidi codes
-_CONTROL_CODES = [*range(0x0A), *range(0x0B, 0x20), *range(0x7F, 0xA0), *_BIDI_CODES]
-_CONTROLS = dict.fromkeys(_CONTROL_CODES)  # str.translate: delete them
-_HAS_CONTROL = re.compile(f"[{re.escape(''.join(map(chr, _CONTROL_CODES)))}]").search
+CONTROL_CODES = (*range(0x0A), *range(0x0B, 0x20), *range(0x7F, 0xA0), *_BIDI_CODES)
+_CONTROLS = dict.fromkeys(CONTROL_CODES)  # str.translate: delete them
+_HAS_CONTROL = re.compile(f"[{re.escape(''.join(map(chr, CONTROL_CODES)))}]").search
 _NEWLINES = re.compile(r"\s*\n\s*")
 
 

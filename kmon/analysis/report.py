@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from kmon.analysis.csv_cells import spreadsheet_safe
 from kmon.plain_text import WithoutControls, plain
 
 if TYPE_CHECKING:
@@ -96,7 +97,7 @@ def write_tables(tables: dict[str, pa.Table], out: Path) -> list[Path]:
     written = []
     for name, table in tables.items():
         pq.write_table(table, out / f"{name}.parquet")
-        pacsv.write_csv(table, out / f"{name}.csv")
+        pacsv.write_csv(spreadsheet_safe(table), out / f"{name}.csv")
         written += [out / f"{name}.csv", out / f"{name}.parquet"]
     return written
 
