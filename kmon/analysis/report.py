@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
+from matplotlib import rc_context
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure
 from rich.console import Console
@@ -232,13 +233,15 @@ CHARTS: dict[str, tuple[str, Callable[[pa.Table], Figure | None]]] = {
 
 
 def write_charts(tables: dict[str, pa.Table], out: Path) -> list[Path]:
-    """``NAME.png`` and ``NAME.svg`` for every chart that has data."""
+    """``NAME.png`` and ``NAME.svg`` for every chart that has data (labels, which name
+    hosts and reasons a recording holds, are text: never parsed as mathtext)."""
     written = []
-    for name, (source, draw) in CHARTS.items():
-        figure = draw(tables[source])
-        if figure is None:
-            continue
-        for suffix, metadata in ((".png", None), (".svg", {"Date": None})):
-            figure.savefig(out / f"{name}{suffix}", dpi=110, metadata=metadata)
-            written.append(out / f"{name}{suffix}")
+    with rc_context({"text.parse_math": False}):
+        for name, (source, draw) in CHARTS.items():
+            figure = draw(tables[source])
+            if figure is None:
+                continue
+            for suffix, metadata in ((".png", None), (".svg", {"Date": None})):
+                figure.savefig(out / f"{name}{suffix}", dpi=110, metadata=metadata)
+                written.append(out / f"{name}{suffix}")
     return written

@@ -1,7 +1,8 @@
-"""``kmon analyze``'s CSV files: no control character, no cell a spreadsheet runs as a formula.
+"""What ``kmon analyze`` writes of a recording's strings is text, in every format.
 
-The CSV is written by the real writer (``report.write_tables``) and read back with
-Python's csv module, as a spreadsheet would read it.
+CSV files: no control character, no cell a spreadsheet runs as a formula (written by
+the real writer, ``report.write_tables``, and read back with Python's csv module, as a
+spreadsheet would read it). Charts: labels are not matplotlib mathtext.
 """
 
 from __future__ import annotations
@@ -39,3 +40,17 @@ def test_csv_cells_lose_controls_and_formulas_and_parquet_keeps_the_values(tmp_p
     assert [int(r["pid"]) for r in rows] == list(range(-5, len(written) - 5))  # numbers stay
     assert {r["ratio"] for r in rows} == {"-0.5"}
     assert pq.read_table(tmp_path / "peak.parquet").column("client").to_pylist() == written
+
+
+def test_charts_draw_a_host_named_like_mathtext_as_text(tmp_path):
+    """Chart labels are not parsed as matplotlib's mathtext: a host named ``$\\frac{$`` is
+    drawn as those characters, not an error (or a formula)."""
+    empty = pa.table({"opened": pa.array([], pa.int64())})
+    tables = {source: empty for source, _ in report.CHARTS.values()}
+    host = r"$\frac{$ $x^2$"
+    tables["churn_and_leaks"] = pa.table({
+        "host": [host], "pid": [7], "opened": [100], "opened_per_minute": [50.0],
+        "max_churn_rate": [3.0], "suspect": [True]})
+    (png, svg) = report.write_charts(tables, tmp_path)
+    assert png.stat().st_size > 0
+    assert r"$\frac{$ $x^2$ 7" in svg.read_text()
