@@ -58,6 +58,8 @@ _INLINE_OPTION = re.compile(
     r"""(?P<flag>(?:^|(?<=[\s;&|(]))--?[a-z][\w.\-]*)(?P<gap>\s+)"""
     r"""(?P<value>"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'|[^\s"'-][^\s"';&|)]*)""",
     re.IGNORECASE)
+# curl's -uuser:password, attached, inside a longer argument
+_INLINE_ATTACHED_USER = re.compile(r"""(?P<head>(?:^|(?<=\s))-u[^\s:"']+:)[^\s"']+""")
 
 
 def _user_password(value: str) -> str:
@@ -99,6 +101,7 @@ def redact_text(text: str) -> str:
     text = _AUTHORIZATION.sub(lambda m: f"{m['head']}{MASK}", text)
     if " " in text or "\t" in text:  # a shell string: its options, as on a command line
         text = _INLINE_OPTION.sub(_inline_option, text)
+        text = _INLINE_ATTACHED_USER.sub(lambda m: f"{m['head']}{MASK}", text)
     text = _QUERY_SECRET.sub(lambda m: f"{m['head']}{MASK}", text)
     return _EMBEDDED.sub(lambda m: f"{m['key']}{MASK}", text)
 

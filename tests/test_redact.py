@@ -1,4 +1,4 @@
-"""Secrets on command lines: 70 forms seen in Kafka deployments, none may be shown."""
+"""Secrets on command lines: 71 forms seen in Kafka deployments, none may be shown."""
 
 from __future__ import annotations
 
@@ -79,6 +79,7 @@ FORMS = [
     ["sh", "-c", f'app --token "{SECRET} x"'],
     ["sh", "-c", f"app --client-secret {SECRET}; echo done"],
     ["sh", "-c", f"curl -u kmon:{SECRET} https://registry:8081"],
+    ["sh", "-c", f"curl -ukmon:{SECRET} https://registry:8081"],
     ["sh", "-c", f"app --sasl-password={SECRET} -v"],
     ["sh", "-c", f"app 'password={SECRET}' -v"],
     ["sh", "-c", f"PGPASSWORD={SECRET} psql -U kmon"],
@@ -87,8 +88,8 @@ FORMS = [
 ]
 
 
-def test_there_are_70_forms():
-    assert len(FORMS) == 70
+def test_there_are_71_forms():
+    assert len(FORMS) == 71
 
 
 @pytest.mark.parametrize("form", FORMS, ids=[" ".join(f)[:40] for f in FORMS])
