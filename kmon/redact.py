@@ -4,7 +4,9 @@ Client configurations are summarised by a whitelist (see ``kmon.agent``);
 command lines, which often carry ``-X sasl.password=...``, are masked here:
 secret-looking ``name=value`` and ``--name value`` pairs, secrets embedded in
 longer arguments (JSON, JAAS, connection strings), every credential in a URL
-or a ``user:password@host`` address, and bearer tokens.
+or a ``user:password@host`` address, ``-u user:password`` (curl and the like),
+``Authorization:`` headers with or without a scheme, and the same option forms
+inside one shell-string argument (``sh -c "app --password S"``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ SECRET_NAME = re.compile(
 # Short options that carry a password in common tools (mysql -p; kcat's -p is a partition:
 # masking it costs a partition number on screen, never a secret).
 SECRET_FLAGS = frozenset({"-p", "--pw"})
+# Options whose value is user:password (curl -u/-U, --proxy-user, httpie --auth): the part
+# after the first ':' is masked; a value without ':' (psql -U name) is only a user name.
+USER_PASSWORD_FLAGS = frozenset({"-u", "--user", "-U", "--proxy-user", "--auth",
+                                 "--basic-auth"})
 
 
 def is_secret_name(name: str) -> bool:
@@ -29,7 +35,7 @@ def is_secret_name(name: str) -> bool:
 # A secret inside a longer argument: "password": "x", token=x, SharedAccessKey=x ...
 _EMBEDDED = re.compile(
     r"""(?P<key>["']?[\w.\-]*(?:password|passwd|pwd|secret|token|credential|accesskey|"""
-    r"""user\.info|signature)[\w.\-]*["']?\s*[:=]\s*)"""
+    r"""user\.info|signature|api[_.\-]?key)[\w.\-]*["']?\s*[:=]\s*)"""
     r"""(?P<value>"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'|[^\s,;}&]+)""", re.IGNORECASE)
 # Credentials in a URL: scheme://user:password@host or scheme://token@host (the password
 # may itself hold '@': everything up to the last '@' before the host is masked)
@@ -43,6 +49,42 @@ _QUERY_SECRET = re.compile(
     r"(?P<head>[?&;](?:sig|signature|token|access_token|key|password|secret)=)[^&\s;]+",
     re.IGNORECASE)
 _BEARER = re.compile(r"(?P<head>\b(?:bearer|basic)\s+)[\w\-._~+/=]+", re.IGNORECASE)
+# an Authorization header's credentials, with a scheme or without one
+_AUTHORIZATION = re.compile(
+    r"(?P<head>\b(?:proxy-)?authori[sz]ation\s*[:=]\s*(?:[a-z][\w\-]*\s+(?=[^\s\"']))?)"
+    r"[^\s\"',;]+", re.IGNORECASE)
+# an option and its value inside a longer argument: sh -c "app --password S -v"
+_INLINE_OPTION = re.compile(
+    r"""(?P<flag>(?:^|(?<=[\s;&|(]))--?[a-z][\w.\-]*)(?P<gap>\s+)"""
+    r"""(?P<value>"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'|[^\s"'-][^\s"';&|)]*)""",
+    re.IGNORECASE)
+# curl's -uuser:password, attached, inside a longer argument
+_INLINE_ATTACHED_USER = re.compile(r"""(?P<head>(?:^|(?<=\s))-u[^\s:"']+:)[^\s"']+""")
+
+
+def _user_password(value: str) -> str:
+    """``user:password`` with the password masked (a value without ':' stays)."""
+    user, colon, _ = value.partition(":")
+    return f"{user}:{MASK}" if colon else value
+
+
+def _option_value(flag: str, value: str) -> str | None:
+    """An option's value masked (``***``, or ``user:***`` after a user:password option);
+    None when the option carries no secret."""
+    if is_secret_name(flag):
+        return MASK
+    if flag in USER_PASSWORD_FLAGS and ":" in value:
+        quote = value[0] if value[0] in "\"'" else ""
+        return f"{quote}{_user_password(value.strip(quote))}{quote}" if quote else \
+            _user_password(value)
+    return None
+
+
+def _inline_option(match: re.Match) -> str:
+    """An option inside a shell string with its value masked if it is a secret (``-p``
+    is left alone there: in a shell string it is as often a port, docker -p 8080:80)."""
+    shown = _option_value(match["flag"], match["value"])
+    return match[0] if shown is None else f"{match['flag']}{match['gap']}{shown}"
 
 
 def _url(match: re.Match) -> str:
@@ -56,6 +98,10 @@ def redact_text(text: str) -> str:
     text = _URL_CREDENTIALS.sub(_url, text)
     text = _ADDRESS_CREDENTIALS.sub(lambda m: f"{m['head']}{MASK}@", text)
     text = _BEARER.sub(lambda m: f"{m['head']}{MASK}", text)
+    text = _AUTHORIZATION.sub(lambda m: f"{m['head']}{MASK}", text)
+    if " " in text or "\t" in text:  # a shell string: its options, as on a command line
+        text = _INLINE_OPTION.sub(_inline_option, text)
+        text = _INLINE_ATTACHED_USER.sub(lambda m: f"{m['head']}{MASK}", text)
     text = _QUERY_SECRET.sub(lambda m: f"{m['head']}{MASK}", text)
     return _EMBEDDED.sub(lambda m: f"{m['key']}{MASK}", text)
 
@@ -63,21 +109,27 @@ def redact_text(text: str) -> str:
 def redact_args(args: list[str]) -> list[str]:
     """``args`` with secret-looking ``name=value``, ``--name value`` and embedded secrets masked."""
     out: list[str] = []
-    mask_next = False
+    flag = None  # the option whose value comes next
     for arg in args:
-        if mask_next:
-            out.append(MASK)
-            mask_next = False
+        if flag is not None:
+            out.append(MASK if flag in SECRET_FLAGS else
+                       _option_value(flag, arg) or redact_text(arg))
+            flag = None
             continue
-        name, sep, _ = arg.partition("=")
-        if sep and is_secret_name(name):
+        name, sep, value = arg.partition("=")
+        shell = " " in name  # a shell string ("app --password S"): masked part by part
+        if sep and not shell and is_secret_name(name):
             out.append(f"{name}={MASK}")
-        elif arg in SECRET_FLAGS:
+        elif sep and not shell and name in USER_PASSWORD_FLAGS:
+            out.append(f"{name}={_user_password(value)}")
+        elif arg in SECRET_FLAGS or arg in USER_PASSWORD_FLAGS:
             out.append(arg)
-            mask_next = True
-        elif len(arg) > 2 and arg.startswith("-p") and not arg.startswith("--"):
-            out.append(f"{arg[:2]}{MASK}")  # -ppassword, as mysql takes it
+            flag = arg
+        elif len(arg) > 2 and arg[:2] in ("-p", "-u") and not arg.startswith("--"):
+            # -ppassword, as mysql takes it; -uuser:password, as curl does
+            out.append(f"{arg[:2]}{MASK}" if arg[1] == "p" else f"-u{_user_password(arg[2:])}")
         else:
             out.append(redact_text(arg))
-            mask_next = arg.startswith("-") and not sep and is_secret_name(arg)
+            flag = arg if (arg.startswith("-") and not sep and not shell
+                           and is_secret_name(arg)) else None
     return out

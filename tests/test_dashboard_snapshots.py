@@ -36,7 +36,7 @@ def utc(monkeypatch):
 
 def replayed(name: str) -> tuple[KmonApp, AttachScreen, Replay]:
     replay = Replay(read_recording(DATA / name))
-    pid = replay.frames[0][0].processes[0].pid
+    pid = next(iter(replay.recording.pids))
     # An hour between refreshes: only the first comes from the timer; the test plays the rest.
     screen = AttachScreen(pid, ProcessSession(replay), DashboardSettings(interval_s=3600))
     return KmonApp(screen), screen, replay

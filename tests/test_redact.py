@@ -1,4 +1,4 @@
-"""Secrets on command lines: 47 forms seen in Kafka deployments, none may be shown."""
+"""Secrets on command lines: 71 forms seen in Kafka deployments, none may be shown."""
 
 from __future__ import annotations
 
@@ -58,11 +58,38 @@ FORMS = [
     ["--header", f"Authorization: Basic {SECRET}"],
     [f"--auth-header=Bearer {SECRET}"],
     [f"?sig={SECRET}&se=2030", f"signature={SECRET}"],
+    # user:password options (curl and the like), with no '@' after them
+    ["-u", f"kmon:{SECRET}"],
+    [f"-ukmon:{SECRET}"],
+    ["--user", f"kmon:{SECRET}"],
+    [f"--user=kmon:{SECRET}"],
+    ["-U", f"kmon:{SECRET}"],
+    ["--proxy-user", f"kmon:{SECRET}"],
+    ["--auth", f"kmon:{SECRET}"],
+    # Authorization headers without a scheme, or with one other than Bearer/Basic
+    ["-H", f"Authorization: {SECRET}"],
+    ["--header", f"authorization:{SECRET}"],
+    ["-H", f"Authorization: token {SECRET}"],
+    ["-H", f"Proxy-Authorization: Digest {SECRET}"],
+    ["-H", f"X-Api-Key: {SECRET}"],
+    # options inside one shell-string argument
+    ["sh", "-c", f"app --password {SECRET} -v"],
+    ["sh", "-c", f"app --sasl-password {SECRET}"],
+    ["bash", "-c", f"exec app --sasl.password '{SECRET}' --topic t"],
+    ["sh", "-c", f'app --token "{SECRET} x"'],
+    ["sh", "-c", f"app --client-secret {SECRET}; echo done"],
+    ["sh", "-c", f"curl -u kmon:{SECRET} https://registry:8081"],
+    ["sh", "-c", f"curl -ukmon:{SECRET} https://registry:8081"],
+    ["sh", "-c", f"app --sasl-password={SECRET} -v"],
+    ["sh", "-c", f"app 'password={SECRET}' -v"],
+    ["sh", "-c", f"PGPASSWORD={SECRET} psql -U kmon"],
+    ["sh", "-c", f"curl -H 'Authorization: {SECRET}' https://sr"],
+    ["sh", "-c", f"app --pw {SECRET}"],
 ]
 
 
-def test_there_are_47_forms():
-    assert len(FORMS) == 47
+def test_there_are_71_forms():
+    assert len(FORMS) == 71
 
 
 @pytest.mark.parametrize("form", FORMS, ids=[" ".join(f)[:40] for f in FORMS])
@@ -77,6 +104,11 @@ def test_no_form_shows_the_secret(form):
     ["java", "-Dclient.id=a", "bootstrap.servers=b1:9092,b2:9092", "--keyboard=1"],
     ["app", "--url", "https://registry:8081/subjects"],
     ["app", "--group", "orders", "--topic", "payments"],
+    ["python", "-u", "app.py"],
+    ["psql", "-U", "kmon", "-h", "db"],
+    ["sh", "-c", "docker run -p 8080:80 img --group orders"],
+    ["sh", "-c", "python -u app.py --user kmon --topic payments"],
+    ["curl", "-H", "Content-Type: application/json", "https://sr:8081/subjects"],
 ])
 def test_ordinary_arguments_stay(args):
     assert redact_args(args) == args

@@ -7,13 +7,14 @@ sequence in them would clear kmon's screen or set the terminal's title.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import subprocess
 import sys
 
 import pytest
-from conftest import Child
+from conftest import Child, assert_one_clear_line, kmon
 from rich.segment import ControlType, Segment
 from rich.style import Style
 from test_dashboard_attach import until
@@ -21,7 +22,8 @@ from test_dashboard_attach import until
 from kmon.engine.facade import ProcessSession
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
-from kmon.plain_text import WithoutControls, strip_controls
+from kmon.json_lines import json_line
+from kmon.plain_text import WithoutControls, one_line, strip_controls
 from kmon.sources.sockets import open_socket_reader
 from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen, DashboardSettings
@@ -101,3 +103,82 @@ def test_the_dashboard_draws_no_control_character(hostile_process):
     assert "[2J]0;owned31m" in drawn  # the command line, without its control characters
     assert f"PID&#160;{pid}&#160;]0;owned" in drawn  # the name
     assert not CONTROL.search(drawn)
+
+
+BIDI = "\u202e\u2066"  # a right-to-left override and an isolate: they reorder what follows
+
+
+@pytest.mark.integration
+def test_the_one_line_error_names_a_process_without_its_control_characters():
+    """A process that is no Kafka client: the error names it, as plain text."""
+    code = ("import ctypes, time\n"
+            f"ctypes.CDLL(None).prctl(15, {('e' + ESCAPES[:6] + BIDI + 'x').encode()!r}, 0, 0, 0)\n"
+            "print('READY', flush=True)\n"
+            "time.sleep(120)\n")
+    child = Child([sys.executable, "-c", code])
+    try:
+        child.wait_line("READY")
+        result = kmon("attach", str(child.pid), "--once", "--wire", "off")
+    finally:
+        child.stop()
+    assert_one_clear_line(result, 1, "no sign of being a Kafka client", "(e[2J]x)")
+    assert not CONTROL.search(result.stderr.rstrip("\n"))
+    assert not set(BIDI) & set(result.stderr)
+
+
+@pytest.mark.integration
+def test_the_one_line_error_names_a_spool_file_without_its_control_characters(tmp_path):
+    """A spool file whose name sets the terminal's title, in a spool kmon reads: the
+    error names the file, as plain text."""
+    child = Child([sys.executable, "-c", "import time; print('READY', flush=True); "
+                   "time.sleep(120)"])
+    spool = tmp_path / "spool"
+    spool.mkdir(mode=0o700)
+    try:
+        child.wait_line("READY")
+        (spool / f"{child.pid}-\x1b]0;owned\x07{BIDI}\u009b.json").write_text("not json")
+        result = subprocess.run(
+            [sys.executable, "-m", "kmon", "attach", str(child.pid), "--once", "--any-process",
+             "--wire", "off"], capture_output=True, text=True, timeout=60,
+            env={**os.environ, "KMON_SPOOL_DIR": str(spool)})
+    finally:
+        child.stop()
+    assert_one_clear_line(result, 1, "]0;owned", "corrupt")
+    assert not CONTROL.search(result.stderr.rstrip("\n"))
+    assert not set(BIDI) & set(result.stderr)
+
+
+def test_one_line_strips_controls_and_overrides_and_joins_lines():
+    assert one_line(f"a{ESCAPES}\n  b{BIDI}\tc") == "a[2J]0;owned31m bc"
+
+
+@pytest.mark.integration
+def test_json_lines_escape_c1_controls_and_del():
+    """``--json`` of a process whose name holds DEL and a C1 CSI: valid JSON that keeps the
+    name, in bytes that hold neither raw."""
+    code = ("import ctypes, time\n"
+            "ctypes.CDLL(None).prctl(15, 'n\\x7f\\u009bx'.encode(), 0, 0, 0)\n"
+            "print('READY', flush=True)\n"
+            "time.sleep(120)\n")
+    child = Child([sys.executable, "-c", code, "arg\u0085\u009d\x7f"])
+    try:
+        child.wait_line("READY")
+        result = subprocess.run([sys.executable, "-m", "kmon", "attach", str(child.pid),
+                                 "--once", "--json", "--any-process", "--wire", "off"],
+                                capture_output=True, timeout=60)
+    finally:
+        child.stop()
+    assert result.returncode == 0, result.stderr
+    assert not re.search(rb"\x7f|\xc2[\x80-\x9f]", result.stdout)
+    assert b"n\\u007f\\u009bx" in result.stdout
+    (process,) = json.loads(result.stdout)["processes"]
+    assert process["name"] == "n\x7f\u009bx"
+    assert "arg\u0085\u009d\x7f" in process["cmdline"]
+
+
+@pytest.mark.parametrize("text", ["", "plain", "é°\u00a0\u00bf\u2028", "\x7f", "\u0080\u009f",
+                                  "a\u009bb\x7fc\u0085é\u00a0\u009d"])
+def test_escape_c1_keeps_the_value_and_leaves_no_raw_control(text):
+    line = json_line({"k": text, text: [text]})
+    assert json.loads(line) == {"k": text, text: [text]}
+    assert not re.search(rb"\x7f|\xc2[\x80-\x9f]", line)

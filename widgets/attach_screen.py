@@ -24,6 +24,7 @@ from kmon.model import (
     Snapshot,
     Thresholds,
 )
+from kmon.plain_text import plain
 from kmon.timeline import CLOSING_STATES, History
 from kmon.widgets import format as fmt
 from kmon.widgets.connection_table import SORT_ORDERS, ConnectionTable, connection_cells
@@ -107,6 +108,7 @@ class AttachScreen(PollingScreen):
         self.exit_notice = ""
         self.error_notice = ""
         self.recorded_dir: Path | None = None
+        self.table_title = ""
 
     # -- layout -----------------------------------------------------------------------------
 
@@ -199,8 +201,9 @@ class AttachScreen(PollingScreen):
                  f"{'▼' if order.descending else '▲'}"
                  + (f" · filter: {self.row_filter.text}" if self.row_filter.text else "")
                  + (" · idle hidden" if self.hide_idle else ""))
-        if table.border_title != title:
-            table.border_title = title
+        if title != self.table_title:
+            self.table_title = title
+            table.border_title = plain(title)  # the filter's text is no markup
         self._draw_timeline(rows)
         self.query_one(CountSparklines).show(self.history)
         self.header_text = self._header()
@@ -215,7 +218,7 @@ class AttachScreen(PollingScreen):
 
     def watch_notice_text(self, text: str) -> None:
         notice = self.query_one("#notice", Static)
-        notice.update(text)
+        notice.update(plain(text))
         notice.set_class(bool(text), "shown")
 
     def watch_sort_index(self) -> None:
@@ -293,7 +296,7 @@ class AttachScreen(PollingScreen):
         try:
             self.row_filter = parse_filter(message.value)
         except FilterError as err:
-            self.notify(str(err), title="filter", severity="error")
+            self.notify(str(err), title="filter", severity="error", markup=False)
             return
         message.input.remove_class("shown")
         self.query_one(ConnectionTable).focus()
@@ -342,10 +345,11 @@ class AttachScreen(PollingScreen):
             try:
                 self.session.start_recording(self.settings.record_dir)
             except OSError as err:  # a directory kmon must not write into, said in one line
-                self.notify(str(err), title="not recording", severity="error")
+                self.notify(str(err), title="not recording", severity="error", markup=False)
                 return
             self.recording = self.settings.record_dir
-            self.notify(f"recording to {self.settings.record_dir}", title="record")
+            self.notify(f"recording to {self.settings.record_dir}", title="record",
+                        markup=False)
         else:
             self.recorded_dir, self.recording = self.recording, None
             self._stop_recording()
@@ -360,7 +364,7 @@ class AttachScreen(PollingScreen):
     @on(RecordingStopped)
     def _recording_stopped(self, message: RecordingStopped) -> None:
         self.notify(message.text, title="recording stopped",
-                    severity="error" if message.failed else "information")
+                    severity="error" if message.failed else "information", markup=False)
 
     def on_unmount(self) -> None:
         self.session.close()

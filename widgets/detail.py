@@ -14,6 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
 from kmon.model import ClientInstance, Connection, Event
+from kmon.plain_text import plain
 from kmon.timeline import Mark, Track
 from kmon.widgets import format as fmt
 from kmon.widgets.event_log import event_line
@@ -38,7 +39,7 @@ def _fields(conn: Connection) -> Table:
             value = ", ".join(f"{fact}: {source}" for fact, source in value.items())
         elif name.endswith("_ms") and isinstance(value, int):
             value = f"{value} ({fmt.duration(value)})"
-        table.add_row(name, "-" if value is None else str(value))
+        table.add_row(name, plain("-" if value is None else value))
     return table
 
 
@@ -48,9 +49,9 @@ def _claims(conn: Connection) -> Table:
     for heading in ("source", "role", "node id", "broker", "confidence", "what decided"):
         table.add_column(heading, style="bold" if heading == "source" else None)
     for claim in conn.claims:
-        table.add_row(claim["source"], claim["role"] or "-", fmt.node(claim["node_id"]),
-                      fmt.node(claim["broker_id"]), f"{claim['confidence']:.2f}",
-                      claim.get("detail", ""))
+        table.add_row(plain(claim["source"]), plain(claim["role"] or "-"),
+                      fmt.node(claim["node_id"]), fmt.node(claim["broker_id"]),
+                      f"{claim['confidence']:.2f}", plain(claim.get("detail", "")))
     return table
 
 
@@ -79,9 +80,9 @@ def _client(client: ClientInstance | None) -> Table | Text:
     for name, value in client.to_dict().items():
         if name == "config":
             for key, setting in value.items():
-                table.add_row(key, setting)
+                table.add_row(plain(key), plain(setting))
         elif value is not None:
-            table.add_row(name, str(value))
+            table.add_row(name, plain(value))
     return table
 
 
@@ -106,7 +107,7 @@ class DetailScreen(ModalScreen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one(VerticalScroll).border_title = self.title_text
+        self.query_one(VerticalScroll).border_title = plain(self.title_text)
         self.update_view()
 
     def update_view(self) -> None:

@@ -13,6 +13,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from kmon.engine.facade import UNKNOWN_CLUSTER, HostSession
 from kmon.model import Event, Snapshot
+from kmon.plain_text import plain
 from kmon.widgets.attach_screen import DashboardSettings
 from kmon.widgets.event_log import EventLog
 from kmon.widgets.watch_screen import ROLES, WatchScreen, process_cells
@@ -64,7 +65,7 @@ class HostScreen(WatchScreen):
         notices = ([storm] if storm else []) + self.session.notices + (
             [self.failure] if self.failure else [])
         notice = self.query_one("#notice", Static)
-        notice.update("\n".join(f"! {n}" for n in notices))
+        notice.update(plain("\n".join(f"! {n}" for n in notices)))
         notice.set_class(bool(notices), "shown")
         notice.set_class(bool(storm), "storm")
         self._draw_processes()
@@ -78,7 +79,7 @@ class HostScreen(WatchScreen):
         table.clear()
         for key, view in sorted(views.items(),
                                 key=lambda kv: (self.cluster_of(kv[1].pid), kv[1].pid)):
-            table.add_row(self.cluster_of(view.pid),
+            table.add_row(plain(self.cluster_of(view.pid)),
                           *process_cells(view, "", self.churn, self.snapshot.ts_ms), key=key)
         if selected in views:
             table.move_cursor(row=table.get_row_index(selected))

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kmon.model import Event, ProcessView, Snapshot
-from kmon.plain_text import WithoutControls
+from kmon.plain_text import WithoutControls, plain
 from kmon.widgets.format import ROLE_STYLE, STATE_STYLE, clock, duration, node, number
 
 
@@ -17,7 +17,8 @@ def process_table(view: ProcessView, label: str = "") -> Table:
     """One row per connection of one process."""
     clients = ", ".join(f"{c.name} ({c.type}, client.id={c.client_id})" for c in view.clients)
     name = f"{label} — " if label else ""
-    table = Table(title=f"{name}PID {view.pid} {view.name} — {clients or 'no client metrics'}",
+    table = Table(title=plain(f"{name}PID {view.pid} {view.name} — "
+                              f"{clients or 'no client metrics'}"),
                   title_justify="left", expand=False)
     for column in ("role", "node", "broker", "client", "local", "remote", "state", "idle",
                    "limit", "reap in", "sent B", "recv B", "req", "evidence", "conf"):
@@ -28,11 +29,11 @@ def process_table(view: ProcessView, label: str = "") -> Table:
     for c in view.connections:
         table.add_row(
             Text(c.role.value, style=ROLE_STYLE[c.role.value]),
-            node(c.node_id), node(c.broker_id), c.client or "-", c.local or "-",
-            c.remote or "-", Text(c.state, style=STATE_STYLE.get(c.state, "")),
+            node(c.node_id), node(c.broker_id), plain(c.client or "-"), plain(c.local or "-"),
+            plain(c.remote or "-"), plain(c.state, STATE_STYLE.get(c.state, "")),
             duration(c.idle_ms), duration(c.idle_limit_ms), duration(c.reap_in_ms),
             number(c.bytes_sent), number(c.bytes_received), number(c.requests_sent),
-            f"{c.evidence.get('role', '?')}/{c.evidence.get('idle', '?')}",
+            plain(f"{c.evidence.get('role', '?')}/{c.evidence.get('idle', '?')}"),
             f"{c.confidence:.2f}",
         )
     return table

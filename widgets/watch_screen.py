@@ -21,6 +21,7 @@ from kmon.engine.facade import (
     groups_view,
 )
 from kmon.model import Event, ProcessView, Role, Snapshot
+from kmon.plain_text import plain
 from kmon.widgets import format as fmt
 from kmon.widgets.attach_screen import AttachScreen, DashboardSettings
 from kmon.widgets.churn_board import ChurnBoard
@@ -57,7 +58,7 @@ def process_cells(view: ProcessView, label: str, churn: ChurnBoard, now_ms: int)
     close_wait = sum(c.state == "CLOSE_WAIT" for c in view.connections)
     idles = [c.idle_ms for c in view.connections if c.idle_ms is not None]
     clients = ", ".join(sorted({c.client_id for c in view.clients})) or "(no client metrics)"
-    return (str(view.pid), label or view.name, clients,
+    return (str(view.pid), plain(label or view.name), plain(clients),
             *(str(roles[r]) if roles[r] else "" for r in ROLES),
             fmt.state("CLOSE_WAIT") if close_wait else "",
             fmt.duration(max(idles)) if idles else "?",
@@ -165,7 +166,7 @@ class WatchScreen(PollingScreen):
         notices = (([storm] if storm else []) + ([self._unreachable(view)] if view.error else [])
                    + self.session.notices + ([self.failure] if self.failure else []))
         notice = self.query_one("#notice", Static)
-        notice.update("\n".join(f"! {n}" for n in notices))
+        notice.update(plain("\n".join(f"! {n}" for n in notices)))
         notice.set_class(bool(notices), "shown")
         notice.set_class(bool(storm), "storm")
         group_rows = groups_view(view, self.snapshot)
@@ -173,13 +174,13 @@ class WatchScreen(PollingScreen):
         groups = self.query_one("#groups", DataTable)
         groups.clear()
         for g in group_rows:
-            groups.add_row(g.group_id, g.state or "?", g.join_state or "-",
+            groups.add_row(plain(g.group_id), plain(g.state or "?"), plain(g.join_state or "-"),
                            fmt.node(g.coordinator_id),
                            Text("not described", style="dim") if g.members is None
                            else str(g.members),
-                           str(g.local_members), g.source)
-        groups.border_title = "consumer groups" + (
-            f" ({view.groups_error}; from local clients)" if view.groups_error else "")
+                           str(g.local_members), plain(g.source))
+        groups.border_title = plain("consumer groups" + (
+            f" ({view.groups_error}; from local clients)" if view.groups_error else ""))
         self._draw_processes()
 
     def _header(self, view: ClusterView) -> Text:
@@ -213,7 +214,7 @@ class WatchScreen(PollingScreen):
         for b in view.brokers:
             local = counts.get(b.broker_id, Counter())
             opened, dropped = churn.get(b.broker_id, (0, 0))
-            table.add_row(str(b.broker_id), b.address, b.rack or "-",
+            table.add_row(str(b.broker_id), plain(b.address), plain(b.rack or "-"),
                           "★" if b.broker_id == view.controller_id else "",
                           str(coordinated[b.broker_id]),
                           *(str(local[r]) for r in (Role.BOOTSTRAP, Role.COORDINATOR,
@@ -265,7 +266,7 @@ class WatchScreen(PollingScreen):
 
     @on(AttachRefused)
     def _attach_refused(self, message: AttachRefused) -> None:
-        self.notify(message.text, title="attach", severity="error")
+        self.notify(message.text, title="attach", severity="error", markup=False)
 
     def on_data_table_row_selected(self, message: DataTable.RowSelected) -> None:
         if message.data_table.id == "processes":

@@ -62,10 +62,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Check the inputs, run every analysis, show and write the results."""
     from kmon.analysis.inputs import discover
+    from kmon.plain_text import one_line
 
     inputs = discover(args.path)
     for skipped in inputs.skipped:
-        print(f"kmon: warning: skipped {skipped.path}: {skipped.reason}", file=sys.stderr)
+        print(one_line(f"kmon: warning: skipped {skipped.path}: {skipped.reason}"),
+              file=sys.stderr)
     if not inputs.files["snapshots"]:
         raise UserError(f"no readable snapshot files under {args.path}")
     if args.out is not None:  # refused now, not after the analyses ran

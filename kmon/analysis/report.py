@@ -14,13 +14,16 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
+from matplotlib import rc_context
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from kmon.analysis.csv_cells import spreadsheet_safe
 from kmon.files import OutputDir
-from kmon.plain_text import WithoutControls
+from kmon.plain_text import WithoutControls, plain
 
 if TYPE_CHECKING:
     from kmon.analysis.jobs import Analysis
@@ -35,7 +38,11 @@ def _utc(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
 
 
-def _cell(column: str, value) -> str:
+def _cell(column: str, value) -> Text:
+    return plain(_formatted(column, value))  # a recording's strings are no markup
+
+
+def _formatted(column: str, value) -> str:
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -70,7 +77,7 @@ def renderable(analysis: Analysis, table: pa.Table, top: int) -> Table:
     caption = [CAPTIONS[analysis.name](table)] if analysis.name in CAPTIONS else []
     caption.append(f"{shown} of {table.num_rows} rows" if shown < table.num_rows
                    else f"{table.num_rows} rows")
-    view = Table(title=analysis.title, caption="; ".join(caption), title_justify="left")
+    view = Table(title=analysis.title, caption=plain("; ".join(caption)), title_justify="left")
     for column in analysis.show:
         kind = table.schema.field(column).type
         numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind)
@@ -96,7 +103,7 @@ def write_tables(tables: dict[str, pa.Table], out: OutputDir) -> list[Path]:
         with out.replace(f"{name}.parquet") as file:
             pq.write_table(table, file)
         with out.replace(f"{name}.csv") as file:
-            pacsv.write_csv(table, file)
+            pacsv.write_csv(spreadsheet_safe(table), file)
         written += [out.path / f"{name}.csv", out.path / f"{name}.parquet"]
     return written
 
@@ -231,14 +238,16 @@ CHARTS: dict[str, tuple[str, Callable[[pa.Table], Figure | None]]] = {
 
 
 def write_charts(tables: dict[str, pa.Table], out: OutputDir) -> list[Path]:
-    """``NAME.png`` and ``NAME.svg`` for every chart that has data."""
+    """``NAME.png`` and ``NAME.svg`` for every chart that has data (labels, which name
+    hosts and reasons a recording holds, are text: never parsed as mathtext)."""
     written = []
-    for name, (source, draw) in CHARTS.items():
-        figure = draw(tables[source])
-        if figure is None:
-            continue
-        for suffix, metadata in ((".png", None), (".svg", {"Date": None})):
-            with out.replace(f"{name}{suffix}") as file:
-                figure.savefig(file, format=suffix[1:], dpi=110, metadata=metadata)
-            written.append(out.path / f"{name}{suffix}")
+    with rc_context({"text.parse_math": False}):
+        for name, (source, draw) in CHARTS.items():
+            figure = draw(tables[source])
+            if figure is None:
+                continue
+            for suffix, metadata in ((".png", None), (".svg", {"Date": None})):
+                with out.replace(f"{name}{suffix}") as file:
+                    figure.savefig(file, format=suffix[1:], dpi=110, metadata=metadata)
+                written.append(out.path / f"{name}{suffix}")
     return written

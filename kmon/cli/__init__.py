@@ -53,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.close()  # the reader went away (| head): nothing left to say
         return 0
     except UserError as err:
-        print(f"kmon: error: {err}", file=sys.stderr)
+        from kmon.plain_text import one_line  # names others chose: no escape reaches stderr
+
+        print(f"kmon: error: {one_line(err)}", file=sys.stderr)
         return EXIT_ERROR
 
 

@@ -30,14 +30,14 @@ def run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     theme = checked_theme(config, args.theme)
-    frames = read_recording(args.file)
-    pids = [p.pid for snapshot, _ in frames for p in snapshot.processes]
-    pid = args.pid if args.pid is not None else (pids[0] if pids else None)
+    recording = read_recording(args.file)
+    pids = recording.pids
+    pid = args.pid if args.pid is not None else next(iter(pids), None)
     if pid not in pids:
         raise UserError(f"{args.file} holds no snapshot of PID {pid}")
     if not options.interactive(args):
         raise UserError("kmon replay is a dashboard and needs a terminal")
-    settings = dashboard_settings(config, args.interval or recorded_interval_s(frames),
+    settings = dashboard_settings(config, args.interval or recorded_interval_s(recording),
                                   args.record_dir)
-    session = ProcessSession(Replay(frames), round(settings.interval_s * 1000))
+    session = ProcessSession(Replay(recording), round(settings.interval_s * 1000))
     return run_attach(pid, session, settings, theme, cluster=f"replay of {args.file}")

@@ -5,11 +5,10 @@ from __future__ import annotations
 import sys
 import time
 
-import orjson
-
 from kmon.engine.heap import settle_heap
 from kmon.engine.monitor import Monitor
 from kmon.errors import UserError
+from kmon.json_lines import json_line
 
 
 def print_snapshots(monitor: Monitor, interval: float, json_lines: bool, once: bool = False,
@@ -44,7 +43,7 @@ def print_snapshots(monitor: Monitor, interval: float, json_lines: bool, once: b
             if json_lines:
                 record = snapshot.to_dict()
                 record["events"] = [e.to_dict() for e in events]
-                sys.stdout.buffer.write(orjson.dumps(record) + b"\n")
+                sys.stdout.buffer.write(json_line(record))
                 sys.stdout.flush()
             elif snapshot.processes:
                 view = snapshot_renderable(snapshot, monitor.events, title, labels)
