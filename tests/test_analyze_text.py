@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kmon.analysis import report
+from kmon.files import OutputDir
 
 CELLS = {  # what a recording holds -> what the CSV holds
     '=HYPERLINK("http://e.invalid","x")': '\'=HYPERLINK("http://e.invalid","x")',
@@ -33,7 +34,8 @@ def test_csv_cells_lose_controls_and_formulas_and_parquet_keeps_the_values(tmp_p
     written = list(CELLS)
     table = pa.table({"client": written, "pid": list(range(-5, len(written) - 5)),
                       "ratio": [-0.5] * len(written)})
-    report.write_tables({"peak": table}, tmp_path)
+    with OutputDir.open(tmp_path) as out:
+        report.write_tables({"peak": table}, out)
     with open(tmp_path / "peak.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert [r["client"] for r in rows] == list(CELLS.values())
@@ -51,6 +53,7 @@ def test_charts_draw_a_host_named_like_mathtext_as_text(tmp_path):
     tables["churn_and_leaks"] = pa.table({
         "host": [host], "pid": [7], "opened": [100], "opened_per_minute": [50.0],
         "max_churn_rate": [3.0], "suspect": [True]})
-    (png, svg) = report.write_charts(tables, tmp_path)
+    with OutputDir.open(tmp_path) as out:
+        (png, svg) = report.write_charts(tables, out)
     assert png.stat().st_size > 0
     assert r"$\frac{$ $x^2$ 7" in svg.read_text()
