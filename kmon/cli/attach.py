@@ -60,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
                                    groups=groups, require_kafka=not args.any_process,
                                    middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
                                    wire=args.wire)
+        if cluster is not None:  # its brokers' names looked up before the first poll
+            settings.resolver.look_up(b.address for b in cluster.brokers)
         sampler = ProcessSampler(args.pid, open_socket_reader(args.socket_reader), settings,
                                  client_log=args.client_log)
         interactive = options.interactive(args)

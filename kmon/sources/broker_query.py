@@ -6,6 +6,8 @@ the process is already talking to. The peer is not trusted: the whole exchange
 has one deadline (``DEADLINE_S``, however slowly the peer drips its answer) and
 an answer over ``MAX_RESPONSE`` bytes is refused. ``BrokerQuery`` runs it on a
 thread of its own, so the poll that starts it, and every poll after, never waits.
+``ConfirmedBrokers`` uses it to confirm what processes say of brokers before it
+names another process's sockets.
 """
 
 from __future__ import annotations
@@ -13,13 +15,17 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Iterable
 
+from kmon.sources import bounded
 from kmon.sources import kafka_protocol as kp
+from kmon.sources.resolve import Resolver
 from kmon.sources.sockets import Endpoint
 
 DEADLINE_S = 2.0  # connect, ask and read the whole answer in this long, or give up
 MAX_RESPONSE = 64 * 1024  # a Metadata answer without topics: some 40 bytes a broker
 CORRELATION_ID = 0x6B6D6F6E  # "kmon"
+MAX_ASKED = 256  # endpoints ConfirmedBrokers remembers asking (and confirming)
 
 
 def ask_brokers(broker: Endpoint, deadline_s: float = DEADLINE_S
@@ -78,3 +84,49 @@ class BrokerQuery:
             self.answer = ask_brokers(self.broker, deadline_s)
         finally:
             self._finished.set()
+
+
+class ConfirmedBrokers:
+    """Broker endpoints kmon has confirmed itself, to name the sockets of every process.
+
+    What a process's own answers (its wire, its statistics) say of brokers speaks only of
+    that process: any process can receive a forged Metadata answer. An endpoint is
+    confirmed as broker N only when kmon's own Metadata query *to that endpoint* is answered
+    with a broker list naming that very endpoint N, which nobody but whoever serves the
+    endpoint can forge. ``check`` runs one query at a time, on its own thread
+    (``BrokerQuery``); each endpoint is asked once (of the latest ``MAX_ASKED``).
+    """
+
+    def __init__(self, resolver: Resolver) -> None:
+        self.resolver = resolver
+        self.brokers: dict[Endpoint, int] = {}  # confirmed endpoint -> broker id
+        self._answers: dict[Endpoint, dict[int, tuple[str, int]]] = {}  # asked -> its answer
+        self._asked: dict[Endpoint, None] = {}
+        self._query: BrokerQuery | None = None
+        self._lock = threading.Lock()
+
+    def check(self, endpoints: Iterable[Endpoint]) -> None:
+        """Take the answer of the query under way, if it has come, and ask the first of
+        ``endpoints`` (brokers a watched process talks to) not asked yet when none runs."""
+        with self._lock:
+            query = self._query
+            if query is not None and query.done:
+                self._query = None
+                if query.answer:
+                    bounded.put(self._answers, query.broker, query.answer, MAX_ASKED)
+            for endpoint, answer in self._answers.items():  # names resolve in the background
+                if endpoint not in self.brokers:
+                    broker_id = self._self_named(endpoint, answer)
+                    if broker_id is not None:
+                        bounded.put(self.brokers, endpoint, broker_id, MAX_ASKED)
+            if self._query is None:
+                endpoint = next((e for e in endpoints if e not in self._asked), None)
+                if endpoint is not None:
+                    bounded.put(self._asked, endpoint, None, MAX_ASKED)
+                    self._query = BrokerQuery(endpoint)
+
+    def _self_named(self, endpoint: Endpoint, answer: dict[int, tuple[str, int]]) -> int | None:
+        """The id under which ``answer`` names ``endpoint`` itself, if it does."""
+        return next((broker_id for broker_id, (host, port) in answer.items()
+                     if port == endpoint.port
+                     and endpoint in self.resolver.endpoints(f"{host}:{port}")), None)
