@@ -7,7 +7,6 @@ import json
 import os
 import socket
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -15,10 +14,16 @@ import psutil
 import pytest
 from conftest import Child
 
-from kmon.sources import kafka_protocol as kp
+from kmon.devtools.hostile_broker import (
+    HostileBroker,
+    coordinator_response,
+    find_coordinator_request,
+)
 from kmon.sources import spool
-from kmon.sources.broker_query import CORRELATION_ID
 from kmon.sources.librdkafka_stats import read_client_stats
+from kmon.sources.resolve import Resolver
+from kmon.sources.sockets import Endpoint, TcpSocket
+from kmon.sources.wire import MAX_COORDINATORS, WireTap
 
 # --- spool: a flood of files costs one bounded read a poll --------------------------------
 
@@ -73,53 +78,11 @@ def test_a_spool_within_the_caps_is_read_whole_without_a_notice(tmp_path):
 
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the wire needs CAP_NET_RAW (root)")
 
-KAFKA_TALKER = """
-import socket, sys, time
-from kmon.sources import kafka_protocol as kp
-conn = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-print("READY", flush=True)
-for correlation in range(10**6):
-    conn.sendall(kp.metadata_request(correlation, "talker"))
-    time.sleep(0.3)
-"""
-
-
-class DrippingBroker:
-    """A fake "broker" (a real one cannot be made to misbehave so): to every connection it
-    answers a 1 MiB size and then one byte every 0.9 s, and it notes whether kmon's own
-    Metadata request (correlation id "kmon") reached it."""
-
-    def __init__(self) -> None:
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        self.asked_by_kmon = threading.Event()
-        self.stopped = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self.stopped.is_set():
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
-
-    def _drip(self, conn: socket.socket) -> None:
-        with conn:
-            try:
-                first = conn.recv(64)
-                if kp.request_header(first) and kp.request_header(first).correlation_id \
-                        == CORRELATION_ID:
-                    self.asked_by_kmon.set()
-                conn.sendall((1 << 20).to_bytes(4, "big"))
-                while not self.stopped.wait(0.9):
-                    conn.sendall(b"\0")
-            except OSError:
-                return
-
-    def close(self) -> None:
-        self.stopped.set()
-        self.server.close()
+def talk_to(broker: HostileBroker, api: str) -> Child:
+    """A plain client process sending ``api`` requests to ``broker`` (see hostile_broker)."""
+    talker = Child([sys.executable, "-m", "kmon.devtools.hostile_broker", str(broker.port), api])
+    talker.wait_line("READY")
+    return talker
 
 
 def _drain(child: Child) -> list[str]:
@@ -132,11 +95,10 @@ def _drain(child: Child) -> list[str]:
 
 @as_root
 def test_a_dripping_broker_delays_no_snapshot_of_kmon_attach():
-    broker = DrippingBroker()
-    talker = Child([sys.executable, "-c", KAFKA_TALKER, str(broker.port)])
+    broker = HostileBroker("drip")
+    talker = talk_to(broker, "metadata")
     stream = None
     try:
-        talker.wait_line("READY")
         stream = Child([sys.executable, "-m", "kmon", "attach", str(talker.pid), "--json",
                         "--interval", "500ms", "--any-process"])
         assert broker.asked_by_kmon.wait(30), "kmon never asked the peer for its brokers"
@@ -150,3 +112,82 @@ def test_a_dripping_broker_delays_no_snapshot_of_kmon_attach():
                 child.stop()
         broker.close()
     assert count >= 8, f"{count} snapshots in 6 s at an interval of 500 ms"
+
+
+# --- tables fed by packets and answers: bounded, with the oldest dropped ------------------
+
+
+def test_names_are_looked_up_off_the_callers_thread_into_a_bounded_cache():
+    resolver = Resolver(max_cached=10, max_queued=8)
+    assert resolver.endpoints("localhost:9092") == frozenset()  # asked, not waited for
+    resolver.settle(30)
+    assert Endpoint("127.0.0.1", 9092) in resolver.endpoints("localhost:9092")
+    for i in range(2_000):  # a Metadata answer naming thousands of hosts
+        resolver.endpoints(f"b{i}.flood.invalid:9092")
+        assert len(resolver._queued) <= 8
+    for i in range(20):
+        resolver.endpoints(f"c{i}.flood.invalid:9092")
+        resolver.settle(30)
+    assert len(resolver._cache) == 10
+    assert ("c19.flood.invalid", 9092) in resolver._cache  # the latest kept
+
+
+def test_an_ip_address_needs_no_lookup():
+    assert Resolver().endpoints("[::ffff:10.0.0.1]:9092") == {Endpoint("10.0.0.1", 9092)}
+
+
+@as_root
+def test_a_flood_of_find_coordinator_answers_keeps_the_taps_tables_bounded():
+    """Real loopback sockets: the client asks FindCoordinator 2,000 times, each answer
+    naming a coordinator never named before; the brokers stay unknown, so every answer is
+    read."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer, _ = server.accept()
+        peer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        local, remote = Endpoint(*client.getsockname()), Endpoint(*server.getsockname())
+        sock = TcpSocket(0, client.fileno(), local, remote, "ESTABLISHED")
+        tap = WireTap([sock], 0)
+        try:
+            for i in range(2_000):
+                client.sendall(find_coordinator_request(i))
+                peer.recv(1 << 16)
+                peer.sendall(coordinator_response(i, f"10.0.{i >> 8}.{i & 255}", i))
+                client.recv(1 << 16)
+                if i % 100 == 99:
+                    time.sleep(0.05)  # let the ring hand its block over
+                    view = tap.poll([sock], i)
+        finally:
+            tap.close()
+            client.close()
+            peer.close()
+    assert MAX_COORDINATORS // 2 < len(view.coordinators) <= MAX_COORDINATORS
+    assert ("10.0.7.207", 9092) in view.coordinators  # the latest answer (1,999) kept
+
+
+@as_root
+def test_a_find_coordinator_flood_does_not_grow_kmon():
+    """kmon attached to a client whose fake broker names a new coordinator in every answer
+    (kmon.devtools.hostile_broker): its memory does not grow with the flood. (The 60 s
+    figure: benchmarks/wire_flood.py.)"""
+    broker = HostileBroker("coordinators")
+    talker = talk_to(broker, "find_coordinator")
+    stream = None
+    try:
+        stream = Child([sys.executable, "-m", "kmon", "attach", str(talker.pid), "--json",
+                        "--interval", "1s", "--any-process"])
+        stream.wait_line("{")
+        kmon = psutil.Process(stream.pid)
+        time.sleep(5)
+        settled = kmon.memory_info().rss
+        time.sleep(12)
+        grown = kmon.memory_info().rss - settled
+        answers = broker.answers
+    finally:
+        for child in (stream, talker):
+            if child is not None:
+                child.stop()
+        broker.close()
+    assert answers > 50_000, "the flood never got going"
+    assert grown < 20 << 20, f"kmon grew {grown >> 20} MB in 12 s of {answers:,} answers"
