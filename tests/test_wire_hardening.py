@@ -8,18 +8,23 @@ import os
 import socket
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import psutil
 import pytest
 from conftest import Child
+from test_wire import produce
 
 from kmon.devtools.hostile_broker import (
     HostileBroker,
     coordinator_response,
     find_coordinator_request,
 )
+from kmon.engine.facade import HostSession
+from kmon.engine.sampler import SamplerSettings
 from kmon.sources import spool
+from kmon.sources.broker_query import ask_brokers
 from kmon.sources.librdkafka_stats import read_client_stats
 from kmon.sources.resolve import Resolver
 from kmon.sources.sockets import Endpoint, TcpSocket
@@ -191,3 +196,79 @@ def test_a_find_coordinator_flood_does_not_grow_kmon():
         broker.close()
     assert answers > 50_000, "the flood never got going"
     assert grown < 20 << 20, f"kmon grew {grown >> 20} MB in 12 s of {answers:,} answers"
+
+
+# --- one process's answers name only its own sockets --------------------------------------
+
+SELF_NAMED = 4242  # the broker id the liar gives itself
+
+VICTIM = """
+import socket, sys
+from confluent_kafka import Consumer
+listener = socket.create_server(("127.0.0.1", int(sys.argv[3])))  # say, for its metrics
+consumer = Consumer({"bootstrap.servers": sys.argv[1], "group.id": "kmon-victim",
+                     "auto.offset.reset": "earliest"})
+consumer.subscribe([sys.argv[2]])
+consumer.poll(5)
+print("READY", listener.getsockname()[1], flush=True)
+while True:
+    consumer.poll(0.2)
+"""
+
+
+@as_root
+def test_a_forged_metadata_answer_names_neither_another_process_nor_hides_it(cluster):
+    """The attacker (kmon.devtools.hostile_broker attack) gets Metadata answers over loopback
+    from a fake broker (a real one cannot be made to lie) naming the real brokers 666-668,
+    the victim's listening port broker 669, and itself 4242; the victim,
+    a confluent-kafka consumer of the mock cluster found after the lie was learned, keeps
+    its real broker ids and stays in the host view."""
+    topic = f"kmon-victim-{uuid.uuid4().hex[:8]}"
+    produce(cluster, topic)
+    host, port = cluster.split(",")[0].rsplit(":", 1)
+    real = ask_brokers(Endpoint(host, int(port)))
+    listening = socket.create_server(("127.0.0.1", 0))  # a port for the lie, freed below
+    victim_port = listening.getsockname()[1]
+    listening.close()
+    lies = {666 + i: address for i, address in enumerate(real.values())}
+    lies[669] = ("127.0.0.1", victim_port)
+    liar = HostileBroker("liar", lies)
+    lies[SELF_NAMED] = ("127.0.0.1", liar.port)  # a sign that the lie reached kmon
+    attacker = Child([sys.executable, "-m", "kmon.devtools.hostile_broker", "attack",
+                      str(liar.port)])
+    victim = None
+    session = HostSession(SamplerSettings(), discover_every_s=0.3)
+    try:
+        attacker.wait_line("READY")
+        _poll_until(session, lambda _: session.settings.learned.get(
+            Endpoint("127.0.0.1", liar.port)) == SELF_NAMED, "the attacker's lie learned")
+        victim = Child([sys.executable, "-c", VICTIM, cluster, topic, str(victim_port)])
+        victim.wait_line("READY")
+
+        def fetching(snapshot) -> list:
+            (view,) = [v for v in snapshot.processes if v.pid == victim.pid] or [None]
+            rows = view.connections if view else []
+            return [c for c in rows if "Fetch" in c.evidence.get("wire", "")
+                    and c.broker_id is not None]
+
+        rows = _poll_until(session, fetching, "the victim's Fetch socket named by the wire")
+        seen = {v.pid for v in session.poll()[0].processes}
+    finally:
+        session.close()
+        for child in (victim, attacker):
+            if child is not None:
+                child.stop()
+        liar.close()
+    assert {c.broker_id for c in rows} <= set(real), [(c.remote, c.broker_id) for c in rows]
+    assert victim.pid in seen  # not taken for a broker for listening where the lie said
+
+
+def _poll_until(session: HostSession, wanted, what: str, seconds: float = 60):
+    """Poll ``session`` until ``wanted(snapshot)`` is truthy; its value (a hang guard)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = wanted(session.poll()[0])
+        if found:
+            return found
+        time.sleep(0.3)
+    raise AssertionError(f"never: {what}")

@@ -9,13 +9,16 @@ server on 127.0.0.1 run by threads of the calling process:
 * ``coordinators``: answers every FindCoordinator request (v0) naming a coordinator
   address never named before (``10.x.y.z``), other requests not at all, and
   closes on kmon's own query;
-* ``quiet``: the same, every answer naming the same coordinator.
+* ``quiet``: the same, every answer naming the same coordinator;
+* ``liar``: answers every Metadata request, kmon's own too, with a broker list of its
+  choosing (``lies``: broker id -> (host, port)).
 
 Each notes whether kmon's own Metadata request (correlation id "kmon") reached it.
 ``python -m kmon.devtools.hostile_broker PORT API`` is the client: it connects to
 127.0.0.1:PORT, prints ``READY``, then sends requests of ``API`` (``metadata`` or
 ``find_coordinator``) one after another, reading each answer (``find_coordinator``)
-or pausing 0.3 s (``metadata``).
+or pausing 0.3 s (``metadata``). ``python -m kmon.devtools.hostile_broker attack
+PORT`` is an attacker process (see ``attack``).
 """
 
 from __future__ import annotations
@@ -46,6 +49,17 @@ def coordinator_response(correlation: int, host: str, node_id: int, port: int = 
     return len(body).to_bytes(4, "big") + body
 
 
+def metadata_response(correlation: int, brokers: dict[int, tuple[str, int]]) -> bytes:
+    """A Metadata v1 response listing ``brokers`` (no topics)."""
+    body = correlation.to_bytes(4, "big") + len(brokers).to_bytes(4, "big")
+    for node_id, (host, port) in brokers.items():
+        name = host.encode()
+        body += (node_id.to_bytes(4, "big") + len(name).to_bytes(2, "big") + name
+                 + port.to_bytes(4, "big") + (-1).to_bytes(2, "big", signed=True))
+    body += (-1).to_bytes(4, "big", signed=True) + bytes(4)  # controller, topics
+    return len(body).to_bytes(4, "big") + body
+
+
 def _read_frame(conn: socket.socket) -> bytes | None:
     """One whole request frame, or None once the peer closed."""
     head = _read_exactly(conn, 4)
@@ -70,8 +84,8 @@ def _read_exactly(conn: socket.socket, n: int) -> bytes | None:
 class HostileBroker:
     """A fake broker on 127.0.0.1 (see the module's docstring); ``close()`` stops it."""
 
-    def __init__(self, mode: str) -> None:
-        self.mode = mode
+    def __init__(self, mode: str, lies: dict[int, tuple[str, int]] | None = None) -> None:
+        self.mode, self.lies = mode, lies or {}
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
         self.asked_by_kmon = threading.Event()
@@ -98,15 +112,21 @@ class HostileBroker:
                     return
                 while not self.stopped.is_set():
                     frame = _read_frame(conn)
-                    if frame is None or self._note(len(frame).to_bytes(4, "big") + frame):
-                        return  # closed, or kmon's own query: refused
+                    if frame is None:
+                        return
+                    correlation = int.from_bytes(frame[4:8], "big")
+                    if self.mode == "liar":
+                        self._note(len(frame).to_bytes(4, "big") + frame)
+                        conn.sendall(metadata_response(correlation, self.lies))
+                        continue
+                    if self._note(len(frame).to_bytes(4, "big") + frame):
+                        return  # kmon's own query: refused
                     if int.from_bytes(frame[:2], "big") != kp.FIND_COORDINATOR:
                         continue
                     self.answers += 1
                     n = self.answers if self.mode == "coordinators" else 0
                     host = f"10.{n >> 16 & 255}.{n >> 8 & 255}.{n & 255}"
-                    conn.sendall(coordinator_response(
-                        int.from_bytes(frame[4:8], "big"), host, self.answers % 1000))
+                    conn.sendall(coordinator_response(correlation, host, self.answers % 1000))
             except OSError:
                 return
 
@@ -137,5 +157,16 @@ def talk(port: int, api: str) -> None:
                 return
 
 
+def attack(port: int) -> None:
+    """The attacker of kmon's tests: a process with the Kafka client library loaded (so kmon
+    takes it for a Kafka client) asking a ``liar`` on ``port`` for Metadata every 0.3 s."""
+    import confluent_kafka  # noqa: F401  (mapped: the host view finds this process)
+
+    talk(port, "metadata")
+
+
 if __name__ == "__main__":
-    talk(int(sys.argv[1]), sys.argv[2])
+    if sys.argv[1] == "attack":
+        attack(int(sys.argv[2]))
+    else:
+        talk(int(sys.argv[1]), sys.argv[2])
