@@ -23,6 +23,7 @@ from kmon.devtools.hostile_broker import (
 )
 from kmon.engine.facade import HostSession
 from kmon.engine.sampler import SamplerSettings
+from kmon.sources import kafka_protocol as kp
 from kmon.sources import spool
 from kmon.sources.broker_query import ask_brokers
 from kmon.sources.librdkafka_stats import read_client_stats
@@ -272,3 +273,83 @@ def _poll_until(session: HostSession, wanted, what: str, seconds: float = 60):
             return found
         time.sleep(0.3)
     raise AssertionError(f"never: {what}")
+
+
+# --- a request header counts only at a frame boundary the wire followed -------------------
+
+def _request(api: int, correlation: int, body: bytes = b"") -> bytes:
+    """A request frame of ``api`` (version 0, client_id "kmon") with ``body`` after its
+    header."""
+    header = (api.to_bytes(2, "big") + bytes(2) + correlation.to_bytes(4, "big")
+              + (4).to_bytes(2, "big") + b"kmon")
+    return (len(header) + len(body)).to_bytes(4, "big") + header + body
+
+
+class _Tapped:
+    """A loopback connection whose client side a WireTap follows (the brokers known, so
+    only requests are captured)."""
+
+    def __enter__(self):
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.client = socket.create_connection(self.server.getsockname())
+        self.client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.peer, _ = self.server.accept()
+        self.local = Endpoint(*self.client.getsockname())
+        self.remote = Endpoint(*self.server.getsockname())
+        self.sock = TcpSocket(0, self.client.fileno(), self.local, self.remote, "ESTABLISHED")
+        self.tap = WireTap([self.sock], 0)
+        self.tap.learn({1: (self.remote.ip, self.remote.port)}, 0)
+        self.tap.poll([self.sock], 0)
+        return self
+
+    def send(self, data: bytes) -> None:
+        """One segment (no delay) the peer reads whole."""
+        self.client.sendall(data)
+        received = 0
+        while received < len(data):
+            received += len(self.peer.recv(1 << 20))
+        time.sleep(0.02)
+
+    def counts(self) -> dict[int, int]:
+        time.sleep(0.2)  # the ring hands its block over
+        return dict(self.tap.poll([self.sock], 1).flows[(self.local, self.remote)].api_counts)
+
+    def __exit__(self, *exc) -> None:
+        self.tap.close()
+        for part in (self.client, self.peer, self.server):
+            part.close()
+
+
+JOIN_GROUP, FETCH, PRODUCE = 11, 1, 0
+
+
+@as_root
+def test_a_join_group_header_inside_a_produce_body_makes_no_coordinator():
+    forged = _request(JOIN_GROUP, 99)  # where a client's record bytes may put it
+    produce = _request(PRODUCE, 1, b"r" * 2_000 + forged + b"r" * 2_000)
+    split = len(produce) - len(forged) - 2_000
+    with _Tapped() as tapped:
+        tapped.send(produce[:split])
+        tapped.send(produce[split:])  # its second segment starts with the JoinGroup header
+        tapped.send(_request(FETCH, 2))
+        counts = tapped.counts()
+    assert counts == {PRODUCE: 1, FETCH: 1}
+    assert not counts.keys() & kp.GROUP_APIS
+
+
+@as_root
+def test_a_spoofed_segment_with_a_bogus_sequence_number_makes_no_coordinator():
+    """A raw segment with the client's 4-tuple and a JoinGroup header, as anyone with
+    CAP_NET_RAW can send, at a sequence number that is not the stream's."""
+    with _Tapped() as tapped:
+        tapped.send(_request(FETCH, 1))
+        spoofed = (tapped.local.port.to_bytes(2, "big") + tapped.remote.port.to_bytes(2, "big")
+                   + (123_456_789).to_bytes(4, "big") + bytes(4)  # seq, ack
+                   + bytes([5 << 4, 0x18]) + (65535).to_bytes(2, "big") + bytes(4)
+                   + _request(JOIN_GROUP, 7))
+        with socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP) as raw:
+            raw.sendto(spoofed, ("127.0.0.1", 0))
+        time.sleep(0.05)
+        tapped.send(_request(FETCH, 2))
+        counts = tapped.counts()
+    assert counts == {FETCH: 2}
