@@ -47,7 +47,8 @@ class FrameBoundaries:
             bounded.put(self.streams, stream, [end, 0, 0], MAX_STREAMS)
             return True
         if (seq - state[0]) & MASK < WINDOW:
-            bounded.put(self.streams, stream, [end, 0, 0], MAX_STREAMS)  # the most recent
+            state[0], state[1] = end, 0
+            self.streams[stream] = self.streams.pop(stream)  # the most recently used
             return True
         if state[1] == 0:
             state[2] = now_s

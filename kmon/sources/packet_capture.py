@@ -42,7 +42,7 @@ TCP_OFFSET_FLAGS = struct.Struct("!BB")  # 12 bytes into the TCP header
 TCP_SEQ = struct.Struct("!I")  # 4 bytes into the TCP header
 FRAME_SIZE_FIELD = struct.Struct("!I")  # a Kafka frame's first 4 bytes
 MIN_DATA_OFFSET = 5 << 4  # the data offset byte of the shortest TCP header (a forged one may
-# say less: the packet socket sees it before TCP drops it)
+# say less: the packet socket sees it before TCP drops it, and kmon drops it too)
 MAX_ENDPOINTS = 4096  # remembered (source, destination) pairs: a client's sockets
 
 
@@ -145,8 +145,10 @@ class PacketCapture:
                     raw = ring[start + 12:start + 24]  # addresses and ports: one run of bytes
                     (seq,) = TCP_SEQ.unpack_from(ring, start + 24)
                     offset, flags = TCP_OFFSET_FLAGS.unpack_from(ring, start + 32)
+                    if offset < MIN_DATA_OFFSET:
+                        continue  # forged: TCP drops it
                     payload = start + 20 + (offset >> 4) * 4
-                    if (merge and offset >= MIN_DATA_OFFSET and not flags & closing
+                    if (merge and not flags & closing
                             and (net, offset) != (fast_net, fast_offset)):
                         self.fast = _fast_layout(net, offset)  # the next repeats read as this
                         fast, fast_net, fast_offset, fast_snaplen, fast_payload = self.fast
@@ -204,6 +206,8 @@ def _tcp(ring: mmap.mmap, start: int, snaplen: int) -> tuple[bytes, int, int] | 
         return None
     (seq,) = TCP_SEQ.unpack_from(ring, start + header + 4)
     offset, flags = TCP_OFFSET_FLAGS.unpack_from(ring, start + header + 12)
+    if offset < MIN_DATA_OFFSET:
+        return None  # forged: TCP drops it
     return raw, seq, header + (offset >> 4) * 4, flags
 
 
