@@ -64,7 +64,8 @@ class SamplerSettings:
     # broker endpoints any process watched with these settings named (its statistics, its
     # wire): to find more clients of them, never to name another process's sockets
     learned: dict[Endpoint, int] = field(default_factory=dict)
-    # broker endpoints kmon confirmed with its own query to each: these name every process's
+    # broker endpoints kmon confirmed with its own query to each: these name the sockets of
+    # every process
     confirmed: ConfirmedBrokers = field(init=False)
     # consumer groups as the cluster describes them, to infer coordinator connections
     groups: tuple[GroupInfo, ...] | None = None
