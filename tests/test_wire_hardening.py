@@ -355,3 +355,10 @@ def test_a_spoofed_segment_with_a_bogus_sequence_number_makes_no_coordinator():
         tapped.send(_request(FETCH, 2))
         counts = tapped.counts()
     assert counts == {FETCH: 2}
+
+
+def test_a_one_shot_caller_may_wait_a_bounded_while_for_names():
+    resolver = Resolver()
+    resolver.patience_s = 30.0
+    assert Endpoint("127.0.0.1", 9092) in resolver.endpoints("localhost:9092")
+    assert 0 < resolver.patience_s < 30.0

@@ -59,6 +59,9 @@ class Resolver:
 
     def __init__(self, max_cached: int = MAX_CACHED, max_queued: int = MAX_QUEUED) -> None:
         self.max_cached, self.max_queued = max_cached, max_queued
+        # seconds the caller may still wait for names in all (a one-shot command's single
+        # snapshot: ``kmon attach --once``); none for a dashboard's polls
+        self.patience_s = 0.0
         self._cache: dict[tuple[str, int], tuple[float, frozenset[Endpoint]]] = {}
         self._queued: dict[tuple[str, int], None] = {}  # names waiting, oldest first
         self._lock = threading.Lock()
@@ -79,6 +82,13 @@ class Resolver:
                 bounded.put(self._cache, parts, cached, self.max_cached)  # the most recently used
             if cached is None or time.monotonic() - cached[0] >= CACHE_SECONDS:
                 self._queue(parts)
+            if cached is not None or self.patience_s <= 0:
+                return cached[1] if cached else frozenset()
+        started = time.monotonic()
+        self.settle(self.patience_s)
+        self.patience_s -= time.monotonic() - started
+        with self._lock:
+            cached = self._cache.get(parts)
             return cached[1] if cached else frozenset()
 
     def look_up(self, addresses: Iterable[str], timeout_s: float = SETUP_WAIT_S
