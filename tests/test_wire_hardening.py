@@ -25,7 +25,7 @@ from kmon.engine.facade import HostSession
 from kmon.engine.sampler import SamplerSettings
 from kmon.sources import kafka_protocol as kp
 from kmon.sources import spool
-from kmon.sources.broker_query import ask_brokers
+from kmon.sources.broker_query import ConfirmedBrokers, ask_brokers
 from kmon.sources.librdkafka_stats import read_client_stats
 from kmon.sources.resolve import Resolver
 from kmon.sources.sockets import Endpoint, TcpSocket
@@ -362,3 +362,20 @@ def test_a_one_shot_caller_may_wait_a_bounded_while_for_names():
     resolver.patience_s = 30.0
     assert Endpoint("127.0.0.1", 9092) in resolver.endpoints("localhost:9092")
     assert 0 < resolver.patience_s < 30.0
+
+
+def test_an_endpoint_is_confirmed_only_by_its_own_answer():
+    """kmon's own query to a fake broker that names itself 7 and another endpoint 8: only
+    the endpoint asked is confirmed, and only as what it says of itself."""
+    liar = HostileBroker("liar")
+    asked = Endpoint("127.0.0.1", liar.port)
+    liar.lies.update({7: ("127.0.0.1", liar.port), 8: ("127.0.0.1", 9)})
+    confirmed = ConfirmedBrokers(Resolver())
+    try:
+        deadline = time.monotonic() + 30
+        while not confirmed.brokers and time.monotonic() < deadline:
+            confirmed.check([asked])
+            time.sleep(0.05)
+    finally:
+        liar.close()
+    assert confirmed.brokers == {asked: 7}
