@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from kmon.engine.monitor import Monitor
     from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
     from kmon.sources.cluster import ClusterUnreachable, admin_client, fetch_cluster
+    from kmon.sources.resolve import SETUP_WAIT_S
     from kmon.sources.sockets import open_socket_reader
     from kmon.sources.spool import SpoolError
 
@@ -60,6 +61,10 @@ def run(args: argparse.Namespace) -> int:
                                    groups=groups, require_kafka=not args.any_process,
                                    middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
                                    wire=args.wire)
+        if cluster is not None:  # its brokers' names looked up before the first poll
+            settings.resolver.look_up(b.address for b in cluster.brokers)
+        if args.once:  # one snapshot: worth waiting a little for the names it meets
+            settings.resolver.patience_s = SETUP_WAIT_S
         sampler = ProcessSampler(args.pid, open_socket_reader(args.socket_reader), settings,
                                  client_log=args.client_log)
         interactive = options.interactive(args)

@@ -166,8 +166,8 @@ def _record(monitor: Monitor, recorder: Recorder, discovery: ClientDiscovery | N
 def _broker_endpoints(cluster: ClusterMetadata, settings: SamplerSettings) -> frozenset[Endpoint]:
     """Every endpoint of the cluster's brokers and of its bootstrap addresses."""
     resolver = settings.resolver
-    return frozenset(cluster.endpoints(resolver)).union(
-        *(resolver.endpoints(address) for address in cluster.bootstrap.split(",")))
+    return resolver.look_up([b.address for b in cluster.brokers]
+                            + cluster.bootstrap.split(","))
 
 
 def _writable_dir(path: Path) -> Path:

@@ -193,8 +193,8 @@ class HostSession(LocalClients):
     """Every Kafka client process on this host (kmon.engine.host_view), for the host view.
 
     ``poll()`` (a worker thread) searches the host when due, and at once when the
-    clients name brokers not seen before; a process found serving those brokers is
-    dropped.
+    clients name brokers not seen before; a process found serving brokers kmon
+    confirmed itself is dropped.
     """
 
     def __init__(self, settings: SamplerSettings, discover_every_s: float = DISCOVER_EVERY_S,
@@ -215,6 +215,7 @@ class HostSession(LocalClients):
             if brokers != self._brokers:
                 self._brokers = brokers
                 self.discovery.next_search = 0.0
+            self.search.confirmed = frozenset(self.settings.confirmed.brokers)
             self.discovery.update(self.monitor, brokers)
             for pid in self.monitor.samplers.keys() & self.search.serving:
                 self.monitor.remove(pid)

@@ -4,8 +4,10 @@ A process is a Kafka client when it has a Kafka client library mapped
 (librdkafka, kafka-clients: this finds agentless and instrumented clients of any
 cluster) or holds a connection to a broker another client names (this finds
 clients with no library to map: kafka-python, KafkaJS, Go). A process listening
-on those brokers' endpoints serves them (a broker, the embedded cluster) and is
-left out, as is kmon. Clusters are told apart by the brokers their clients use.
+on a broker endpoint kmon confirmed itself (a Metadata query to that endpoint
+answered naming it) serves them (a broker, the embedded cluster) and is left
+out, as is kmon: what a client names cannot hide another process. Clusters are
+told apart by the brokers their clients use.
 """
 
 from __future__ import annotations
@@ -36,13 +38,16 @@ class KafkaProcesses:
         self.recheck_s = recheck_s
         self.sockets = HostClients()
         self.serving: set[int] = set()
+        # the broker endpoints no client can forge (ConfirmedBrokers): who listens on one of
+        # these serves the brokers; a listener on an endpoint a process merely named does not
+        self.confirmed: frozenset[Endpoint] = frozenset()
         self._mapped: dict[int, tuple[bool, float]] = {}  # pid -> (library mapped, checked at)
 
     def __call__(self, brokers: Collection[Endpoint]) -> set[int]:
         try:
-            connected, self.serving = self.sockets.search(brokers)
+            connected, self.serving = self.sockets.search(brokers, self.confirmed)
         except SockDiagUnavailable:  # psutil's scan: the clients, not who serves them
-            connected, self.serving = client_pids(brokers), set()
+            connected, self.serving = client_pids(brokers, self.confirmed), set()
         now = time.monotonic()
         pids = {int(name) for name in os.listdir("/proc") if name.isdigit()}
         for gone in self._mapped.keys() - pids:

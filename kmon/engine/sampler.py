@@ -19,6 +19,8 @@ from kmon.evidence.resolve import resolve
 from kmon.evidence.stats_join import stats_evidence
 from kmon.evidence.wire import WireEvidence
 from kmon.model import ClientInstance, Connection, ProcessView
+from kmon.sources import bounded
+from kmon.sources.broker_query import ConfirmedBrokers
 from kmon.sources.cluster import ClusterMetadata, GroupInfo
 from kmon.sources.jmx import is_jvm
 from kmon.sources.librdkafka_stats import ClientStats, read_client_stats, spool_dirs
@@ -31,6 +33,8 @@ from kmon.sources.process_info import (
 )
 from kmon.sources.resolve import Resolver
 from kmon.sources.sockets import Endpoint, SocketReader
+
+MAX_LEARNED = 1024  # broker endpoints remembered from what processes named, the latest kept
 
 
 class SampleError(Exception):
@@ -57,12 +61,23 @@ class SamplerSettings:
     cluster: ClusterMetadata | None = None
     require_kafka: bool = True
     resolver: Resolver = field(default_factory=Resolver)
-    # brokers learned from the metrics of any process watched with these settings
+    # broker endpoints any process watched with these settings named (its statistics, its
+    # wire): to find more clients of them, never to name another process's sockets
     learned: dict[Endpoint, int] = field(default_factory=dict)
+    # broker endpoints kmon confirmed with its own query to each: these name the sockets of
+    # every process
+    confirmed: ConfirmedBrokers = field(init=False)
     # consumer groups as the cluster describes them, to infer coordinator connections
     groups: tuple[GroupInfo, ...] | None = None
     middlebox_idle_ms: int | None = None  # a load balancer's or NAT's idle timeout, if any
     wire: str = "auto"  # "auto": read the Kafka headers on the process's sockets where allowed
+
+    def __post_init__(self) -> None:
+        self.confirmed = ConfirmedBrokers(self.resolver)
+
+    def share(self, learned: dict[Endpoint, int]) -> None:
+        """Add what one process named to ``learned`` (a bounded table: the latest kept)."""
+        bounded.put_all(self.learned, learned, MAX_LEARNED)
 
 
 def _describe(process: psutil.Process) -> tuple[str, str, float]:
@@ -100,6 +115,7 @@ class ProcessSampler:
             raise ProcessGone(f"no process with PID {pid}") from err
         self.reader = reader
         self.settings = settings
+        self.learned: dict[Endpoint, int] = {}  # brokers this process's own evidence named
         self._kafka_checked = not settings.require_kafka
         self.standing_notices: list[str] = []
         if in_other_network_namespace(pid):
@@ -142,8 +158,10 @@ class ProcessSampler:
         all_stats = spooled.stats
         fresh = [c for c in all_stats if not c.is_stale(now_ms)]
         resolver = self.settings.resolver
-        self.settings.learned.update(learned_brokers(fresh, resolver))
-        known = dict(self.settings.learned)
+        self._learn(learned_brokers(fresh, resolver))
+        remotes = {s.remote for s in sockets}
+        self.settings.confirmed.check(e for e in self.learned if e in remotes)
+        known = {**self.settings.confirmed.brokers, **self.learned}
         if self.settings.cluster is not None:
             known.update(self.settings.cluster.endpoints(resolver))
         gathered = Gathered(now_ms=now_ms, sockets=sockets, known=known, resolver=resolver,
@@ -188,11 +206,17 @@ class ProcessSampler:
         for producer in self.producers(use_jvm):
             evidence = producer(gathered, claims)
             gathered.known.update(evidence.learned)
-            self.settings.learned.update(evidence.learned)
+            self._learn(evidence.learned)
             for key, claim in evidence.claims.items():
                 claims.setdefault(key, []).append(claim)
             found.append(evidence)
         return found, claims
+
+    def _learn(self, brokers: dict[Endpoint, int]) -> None:
+        """Brokers this process's own evidence named: they name its sockets only (and, shared,
+        help find other clients of them)."""
+        bounded.put_all(self.learned, brokers, MAX_LEARNED)
+        self.settings.share(brokers)
 
     def _check_kafka(self, has_clients: bool, known: dict, sockets: list) -> None:
         if has_clients or loads_kafka_library(self.pid) or "kafka" in self.cmdline.lower() or any(

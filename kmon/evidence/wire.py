@@ -14,7 +14,8 @@
 Broker ids come from the Metadata and FindCoordinator responses the process
 received, else from the endpoints kmon already knows, else from one Metadata
 request kmon sends itself to a broker the process talks Kafka to in plaintext
-(``kmon.sources.broker_query``; a client refreshes its own every few minutes).
+(``kmon.sources.broker_query``; a client refreshes its own every few minutes), on a
+thread of its own whose answer a later poll takes: a slow peer delays no poll.
 Without CAP_NET_RAW the producer makes one notice and no claims.
 """
 
@@ -28,11 +29,12 @@ from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
 from kmon.evidence.logical import bootstrap_position
 from kmon.model import Role
 from kmon.sources import kafka_protocol as kp
-from kmon.sources.broker_query import ask_brokers
+from kmon.sources.broker_query import BrokerQuery
 from kmon.sources.resolve import CACHE_SECONDS, Resolver
 from kmon.sources.sockets import Endpoint
 from kmon.sources.wire import Flow, WireTap, WireView
 
+MAX_ASKED = 16  # peers kmon asks for the cluster's brokers, at most, per process
 NO_CAPTURE = ("roles from the wire need CAP_NET_RAW (run kmon as root); they come from the "
               "other evidence")
 
@@ -45,6 +47,7 @@ class WireEvidence:
         self.failed: str | None = None
         self.cmdline_bootstrap = cmdline_bootstrap
         self.asked: set[Endpoint] = set()  # brokers kmon asked for the cluster's brokers
+        self.query: BrokerQuery | None = None  # the one under way
         # the broker names last worked out, until when, and their endpoints
         self.endpoints_of_names: tuple[object, float, dict[Endpoint, int]] = (None, 0.0, {})
 
@@ -73,15 +76,13 @@ class WireEvidence:
         known = {**gathered.known, **learned}
         unknown = [remote for (_, remote), f in view.flows.items()
                    if f.api_counts and not f.tls and remote not in known]
-        if unknown and unknown[0] not in self.asked:
-            self.asked.add(unknown[0])
-            answer = ask_brokers(unknown[0])
-            if answer:
-                self.tap.learn(answer, gathered.now_ms)
-                view.brokers.update(answer)
-                view.cluster_learned_ms = view.cluster_learned_ms or gathered.now_ms
-                learned = self._broker_endpoints(view, gathered.resolver)
-                known = {**gathered.known, **learned}
+        answer = self._ask(unknown)
+        if answer:
+            self.tap.learn(answer, gathered.now_ms)
+            view.brokers.update(answer)
+            view.cluster_learned_ms = view.cluster_learned_ms or gathered.now_ms
+            learned = self._broker_endpoints(view, gathered.resolver)
+            known = {**gathered.known, **learned}
         bootstrap = ",".join(c.config.get("bootstrap.servers", "") for c in gathered.stats) \
             or self.cmdline_bootstrap
         claims = {}
@@ -98,6 +99,23 @@ class WireEvidence:
         notices = [f"the wire missed {view.drops:,} packets (kmon's ring was full)"] \
             if view.drops else []
         return Evidence(claims=claims, learned=learned, notices=notices, closes=view.closes)
+
+    def _ask(self, unknown: list[Endpoint]) -> dict[int, tuple[str, int]] | None:
+        """The answer of kmon's own Metadata query once it has come (it runs on a thread of
+        its own: no poll waits for a peer); starts one to the first broker of ``unknown`` not
+        asked yet when none runs."""
+        query = self.query
+        if query is not None:
+            if not query.done:
+                return None
+            self.query = None
+            if query.answer:
+                return query.answer
+        fresh = [remote for remote in unknown if remote not in self.asked]
+        if fresh and len(self.asked) < MAX_ASKED:
+            self.asked.add(fresh[0])
+            self.query = BrokerQuery(fresh[0])
+        return None
 
     def _broker_endpoints(self, view: WireView, resolver: Resolver) -> dict[Endpoint, int]:
         """The endpoints of the brokers the process's responses named: worked out again when

@@ -2,43 +2,131 @@
 
 Used where a process's own Metadata responses have not been seen yet (a client
 refreshes them every few minutes): one short plaintext connection to a broker
-the process is already talking to, bounded in time and size.
+the process is already talking to. The peer is not trusted: the whole exchange
+has one deadline (``DEADLINE_S``, however slowly the peer drips its answer) and
+an answer over ``MAX_RESPONSE`` bytes is refused. ``BrokerQuery`` runs it on a
+thread of its own, so the poll that starts it, and every poll after, never waits.
+``ConfirmedBrokers`` uses it to confirm what processes say of brokers before it
+names another process's sockets.
 """
 
 from __future__ import annotations
 
 import socket
+import threading
+import time
+from collections.abc import Iterable
 
+from kmon.sources import bounded
 from kmon.sources import kafka_protocol as kp
+from kmon.sources.resolve import Resolver
 from kmon.sources.sockets import Endpoint
 
-MAX_RESPONSE = 1 << 20
+DEADLINE_S = 2.0  # connect, ask and read the whole answer in this long, or give up
+MAX_RESPONSE = 64 * 1024  # a Metadata answer without topics: some 40 bytes a broker
 CORRELATION_ID = 0x6B6D6F6E  # "kmon"
+MAX_ASKED = 256  # endpoints ConfirmedBrokers remembers asking (and confirming)
 
 
-def ask_brokers(broker: Endpoint, timeout_s: float = 1.0) -> dict[int, tuple[str, int]] | None:
+def ask_brokers(broker: Endpoint, deadline_s: float = DEADLINE_S
+                ) -> dict[int, tuple[str, int]] | None:
     """broker id -> (host, port) as ``broker`` answers; None when it does not (TLS, SASL,
-    not a broker, too slow)."""
+    not a broker, an answer too large, or not whole within ``deadline_s``). Blocks up to
+    ``deadline_s``: see ``BrokerQuery`` for the poll's use."""
+    until = time.monotonic() + deadline_s
     try:
-        with socket.create_connection((broker.ip, broker.port), timeout=timeout_s) as conn:
+        with socket.create_connection((broker.ip, broker.port), timeout=deadline_s) as conn:
             conn.sendall(kp.metadata_request(CORRELATION_ID))
-            head = _read(conn, 4)
+            head = _read(conn, 4, until)
             size = int.from_bytes(head, "big", signed=True)
             if not 4 <= size <= MAX_RESPONSE:
                 return None
-            answer = head + _read(conn, size)
-    except OSError:
+            answer = head + _read(conn, size, until)
+    except OSError:  # socket.timeout included
         return None
     if kp.response_correlation(answer) != CORRELATION_ID:
         return None
     return kp.metadata_brokers(answer, 1)
 
 
-def _read(conn: socket.socket, n: int) -> bytes:
-    data = b""
+def _read(conn: socket.socket, n: int, until: float) -> bytes:
+    """Exactly ``n`` bytes, all of them before ``until`` (monotonic), else OSError."""
+    data = bytearray()
     while len(data) < n:
+        left = until - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the answer did not arrive in time")
+        conn.settimeout(left)
         chunk = conn.recv(n - len(data))
         if not chunk:
             raise OSError("closed early")
         data += chunk
-    return data
+    return bytes(data)
+
+
+class BrokerQuery:
+    """``ask_brokers(broker)`` on a daemon thread of its own, started at once; ``done`` once
+    it has returned, ``answer`` its result (None before then)."""
+
+    def __init__(self, broker: Endpoint, deadline_s: float = DEADLINE_S) -> None:
+        self.broker = broker
+        self.answer: dict[int, tuple[str, int]] | None = None
+        self._finished = threading.Event()
+        threading.Thread(target=self._run, args=(deadline_s,), daemon=True,
+                         name=f"kmon metadata query {broker.text}").start()
+
+    @property
+    def done(self) -> bool:
+        return self._finished.is_set()
+
+    def _run(self, deadline_s: float) -> None:
+        try:
+            self.answer = ask_brokers(self.broker, deadline_s)
+        finally:
+            self._finished.set()
+
+
+class ConfirmedBrokers:
+    """Broker endpoints kmon has confirmed itself, to name the sockets of every process.
+
+    What a process's own answers (its wire, its statistics) say of brokers speaks only of
+    that process: any process can receive a forged Metadata answer. An endpoint is
+    confirmed as broker N only when kmon's own Metadata query *to that endpoint* is answered
+    with a broker list naming that very endpoint N, which nobody but whoever serves the
+    endpoint can forge. ``check`` runs one query at a time, on its own thread
+    (``BrokerQuery``); each endpoint is asked once (of the latest ``MAX_ASKED``).
+    """
+
+    def __init__(self, resolver: Resolver) -> None:
+        self.resolver = resolver
+        self.brokers: dict[Endpoint, int] = {}  # confirmed endpoint -> broker id
+        self._answers: dict[Endpoint, dict[int, tuple[str, int]]] = {}  # asked -> its answer
+        self._asked: dict[Endpoint, None] = {}
+        self._query: BrokerQuery | None = None
+        self._lock = threading.Lock()
+
+    def check(self, endpoints: Iterable[Endpoint]) -> None:
+        """Take the answer of the query under way, if it has come, and ask the first of
+        ``endpoints`` (brokers a watched process talks to) not asked yet when none runs."""
+        with self._lock:
+            query = self._query
+            if query is not None and query.done:
+                self._query = None
+                if query.answer:
+                    bounded.put(self._answers, query.broker, query.answer, MAX_ASKED)
+            for endpoint, answer in self._answers.items():  # names resolve in the background
+                if endpoint not in self.brokers:
+                    broker_id = self._self_named(endpoint, answer)
+                    if broker_id is not None:
+                        bounded.put(self.brokers, endpoint, broker_id, MAX_ASKED)
+            if self._query is None:
+                endpoint = next((e for e in endpoints if e not in self._asked), None)
+                if endpoint is not None:
+                    bounded.put(self._asked, endpoint, None, MAX_ASKED)
+                    self._query = BrokerQuery(endpoint)
+
+    def _self_named(self, endpoint: Endpoint, answer: dict[int, tuple[str, int]]) -> int | None:
+        """The id under which ``answer`` names ``endpoint`` itself, if it does."""
+        return next((broker_id for broker_id, (host, port) in answer.items()
+                     if port == endpoint.port
+                     and endpoint in self.resolver.endpoints(f"{host}:{port}")), None)

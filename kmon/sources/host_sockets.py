@@ -20,17 +20,20 @@ from kmon.sources.sockets import Endpoint
 WILDCARD_IPS = ("0.0.0.0", "::")
 
 
-def client_pids(brokers: Collection[Endpoint]) -> set[int]:
+def client_pids(brokers: Collection[Endpoint],
+                servers_of: Collection[Endpoint] | None = None) -> set[int]:
     """PIDs holding a TCP connection whose remote endpoint is one of ``brokers``.
 
-    A process listening on a broker endpoint is a broker itself (or the
+    A process listening on an endpoint of ``servers_of`` (``brokers`` unless
+    given: pass only endpoints no client can forge) is a broker itself (or the
     embedded mock cluster, whose own client talks to its brokers) and is left
     out, as is kmon. Sockets of other users' processes are only visible to root.
     Raises PermissionError where the OS hides the host's sockets from this user.
     """
     if not brokers:
         return set()
-    ports = {b.port for b in brokers}
+    servers_of = brokers if servers_of is None else servers_of
+    ports = {b.port for b in servers_of}
     try:
         sockets = psutil.net_connections(kind="tcp")
     except psutil.AccessDenied as err:
@@ -43,7 +46,7 @@ def client_pids(brokers: Collection[Endpoint]) -> set[int]:
             continue
         if sock.status == psutil.CONN_LISTEN:
             local = Endpoint(normalize_ip(sock.laddr.ip), sock.laddr.port)
-            if local in brokers or (local.ip in WILDCARD_IPS and local.port in ports):
+            if local in servers_of or (local.ip in WILDCARD_IPS and local.port in ports):
                 servers.add(sock.pid)
         elif sock.raddr and Endpoint(normalize_ip(sock.raddr.ip), sock.raddr.port) in brokers:
             clients.add(sock.pid)
@@ -68,18 +71,22 @@ class HostClients:
         clients, servers = self.search(brokers)
         return clients - servers - {os.getpid()}
 
-    def search(self, brokers: Collection[Endpoint]) -> tuple[set[int], set[int]]:
-        """(PIDs connected to ``brokers``, PIDs listening on them), kmon included; sock_diag
-        only (SockDiagUnavailable where the kernel refused it)."""
+    def search(self, brokers: Collection[Endpoint], servers_of: Collection[Endpoint] | None = None
+               ) -> tuple[set[int], set[int]]:
+        """(PIDs connected to ``brokers``, PIDs listening on ``servers_of``, ``brokers``
+        unless given), kmon included; sock_diag only (SockDiagUnavailable where the kernel
+        refused it)."""
         if self._diag is None:
             raise SockDiagUnavailable("netlink sock_diag is not available here")
         if not brokers:
             return set(), set()
-        ports = {b.port for b in brokers}
-        sockets = self._diag.host_sockets(ports)
+        servers_of = brokers if servers_of is None else servers_of
+        server_ports = {b.port for b in servers_of}
+        sockets = self._diag.host_sockets({b.port for b in brokers} | server_ports)
         clients = {s.inode for s in sockets if not s.listening and s.remote in brokers}
         servers = {s.inode for s in sockets if s.listening and (
-            s.local in brokers or (s.local.ip in WILDCARD_IPS and s.local.port in ports))}
+            s.local in servers_of or (s.local.ip in WILDCARD_IPS
+                                      and s.local.port in server_ports))}
         owners = self._owners.owners(clients | servers)
         return ({owners[i] for i in clients if i in owners},
                 {owners[i] for i in servers if i in owners})

@@ -112,7 +112,7 @@ class SpoolReading:
     """What the agent of one process left in the spool."""
 
     stats: list[ClientStats]  # every client instance's latest statistics
-    notices: list[str]  # spool directories skipped as not the user's own
+    notices: list[str]  # spool directories skipped as not the user's own, files left unread
     clients_created: int | None = None  # client instances made since the process started
 
 
@@ -129,11 +129,13 @@ def read_client_stats(process: psutil.Process, proc_start: float, owner_uid: int
     reading = SpoolReading([], [])
     for directory in directories:
         try:
-            records = spool.read_records(directory, process.pid, owner_uid)
+            taken = spool.read_records(directory, process.pid, owner_uid)
         except spool.SpoolUntrusted as err:
             reading.notices.append(f"no statistics from there: {err}")
             continue
-        for path, record in records:
+        if taken.skipped:
+            reading.notices.append(taken.skipped)
+        for path, record in taken.records:
             if "stats" not in record:
                 created = parse_client_count(path, record)
                 if _same_process(record, proc_start):

@@ -5,7 +5,9 @@ local ports, and to or from those remote ports, on every interface, loopback
 included, cut short by ``kmon.sources.packet_filter``;
 ``read()`` hands over what the kernel queued since the last call in a few
 block-sized batches (no system call per packet), and ``drops`` counts what the
-kernel could not queue. Needs CAP_NET_RAW: ``PermissionError`` otherwise.
+kernel could not queue. A segment that does not start at a Kafka frame boundary
+of its stream (``kmon.sources.frame_boundaries``: a frame's body, a spoofed
+segment) is not handed over. Needs CAP_NET_RAW: ``PermissionError`` otherwise.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import struct
 from typing import NamedTuple
 
 from kmon.sources import packet_filter
+from kmon.sources.frame_boundaries import FrameBoundaries
 
 SOL_PACKET = 263
 PACKET_RX_RING, PACKET_STATISTICS, PACKET_VERSION = 5, 6, 10
@@ -36,8 +39,10 @@ RETIRE_BLOCK_MS = 50  # a block is handed over this long after its first packet 
 BLOCK_HEADER = struct.Struct("=IIIIIIQ")  # version, offset_to_priv, status, num_pkts, first, len
 PACKET_HEADER = struct.Struct("=IIII10xH")  # next, sec, nsec, snaplen, (len, status, mac,) net
 TCP_OFFSET_FLAGS = struct.Struct("!BB")  # 12 bytes into the TCP header
+TCP_SEQ = struct.Struct("!I")  # 4 bytes into the TCP header
+FRAME_SIZE_FIELD = struct.Struct("!I")  # a Kafka frame's first 4 bytes
 MIN_DATA_OFFSET = 5 << 4  # the data offset byte of the shortest TCP header (a forged one may
-# say less: the packet socket sees it before TCP drops it)
+# say less: the packet socket sees it before TCP drops it, and kmon drops it too)
 MAX_ENDPOINTS = 4096  # remembered (source, destination) pairs: a client's sockets
 
 
@@ -66,6 +71,7 @@ class PacketCapture:
         self.responses = True
         self.drops = 0
         self.endpoints: dict[bytes, tuple[Address, Address]] = {}
+        self.frames = FrameBoundaries()
         self.fast = _fast_layout(96, 0x80)  # as on x86-64 with TCP timestamps; read() learns it
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, 0)  # receives nothing yet
         try:
@@ -107,6 +113,7 @@ class PacketCapture:
         """
         runs: dict[object, list] = {}  # repeat signature (or arrival) -> a run of segments
         ring, merge, closing = self.ring, not self.responses, packet_filter.TCP_CLOSING
+        follows, ntohl = self.frames.follows, socket.ntohl
         fast, fast_net, fast_offset, fast_snaplen, fast_payload = self.fast
         last_at = len(ring) - fast.size
         for _ in range(BLOCKS):
@@ -117,10 +124,13 @@ class PacketCapture:
             at = base + first
             for _ in range(count):  # the hot loop: a busy client's every request header
                 if merge and at <= last_at:  # a repeat laid out as the last request: one unpack
-                    (step, sec, nsec, snaplen, net, version, raw, offset, flags,
+                    (step, sec, nsec, snaplen, net, version, raw, seq, offset, flags, size,
                      api) = fast.unpack_from(ring, at)
                     if (net == fast_net and version == 0x45 and offset == fast_offset
                             and snaplen >= fast_snaplen and not flags & closing):
+                        if not follows(raw, ntohl(seq), ntohl(size), sec):
+                            at += step  # inside a frame, or not of this stream: no header
+                            continue
                         key = raw + api
                         run = runs.pop(key, None) or [
                             sec, nsec, raw, ring[at + net + fast_payload:at + net + snaplen],
@@ -133,9 +143,12 @@ class PacketCapture:
                 start, end, at = at + net, at + net + snaplen, at + step
                 if ring[start] == 0x45 and snaplen >= 40:  # IPv4 without options
                     raw = ring[start + 12:start + 24]  # addresses and ports: one run of bytes
+                    (seq,) = TCP_SEQ.unpack_from(ring, start + 24)
                     offset, flags = TCP_OFFSET_FLAGS.unpack_from(ring, start + 32)
+                    if offset < MIN_DATA_OFFSET:
+                        continue  # forged: TCP drops it
                     payload = start + 20 + (offset >> 4) * 4
-                    if (merge and offset >= MIN_DATA_OFFSET and not flags & closing
+                    if (merge and not flags & closing
                             and (net, offset) != (fast_net, fast_offset)):
                         self.fast = _fast_layout(net, offset)  # the next repeats read as this
                         fast, fast_net, fast_offset, fast_snaplen, fast_payload = self.fast
@@ -144,8 +157,11 @@ class PacketCapture:
                     found = _tcp(ring, start, snaplen)
                     if found is None:
                         continue
-                    raw, payload, flags = found
+                    raw, seq, payload, flags = found
                     payload += start
+                if not flags & closing and payload + 4 <= end and not follows(
+                        raw, seq, FRAME_SIZE_FIELD.unpack_from(ring, payload)[0], sec):
+                    continue  # inside a frame, or not of this stream: no header
                 if merge and not flags & closing:
                     key = raw + ring[payload + 4:payload + 8]
                 else:
@@ -175,8 +191,9 @@ class PacketCapture:
 
 
 def _tcp(ring: mmap.mmap, start: int, snaplen: int) -> tuple[bytes, int, int] | None:
-    """(address and port bytes, payload offset, TCP flags) of an IPv4 packet with options or
-    an IPv6 packet at ``start`` in the ring (None for an unreadable one)."""
+    """(address and port bytes, sequence number, payload offset, TCP flags) of an IPv4
+    packet with options or an IPv6 packet at ``start`` in the ring (None for an unreadable
+    one)."""
     version = ring[start] >> 4 if snaplen >= 40 else 0
     if version == 4:
         header = (ring[start] & 0x0F) * 4
@@ -187,8 +204,11 @@ def _tcp(ring: mmap.mmap, start: int, snaplen: int) -> tuple[bytes, int, int] | 
         return None
     if snaplen < header + 20:
         return None
+    (seq,) = TCP_SEQ.unpack_from(ring, start + header + 4)
     offset, flags = TCP_OFFSET_FLAGS.unpack_from(ring, start + header + 12)
-    return raw, header + (offset >> 4) * 4, flags
+    if offset < MIN_DATA_OFFSET:
+        return None  # forged: TCP drops it
+    return raw, seq, header + (offset >> 4) * 4, flags
 
 
 @functools.lru_cache(maxsize=16)
@@ -197,10 +217,11 @@ def _fast_layout(net: int, offset: int) -> tuple[struct.Struct, int, int, int, i
     whose IPv4 header (no options) starts at ``net`` and whose TCP data offset byte is
     ``offset`` (at least ``MIN_DATA_OFFSET``): (the struct, net, offset, least snaplen, payload
     start after ``net``). The struct reads the packet header (next, sec, nsec, snaplen, net),
-    the IP version byte, the addresses and ports, the TCP data offset and flags, and the
-    request's API key and version."""
+    the IP version byte, the addresses and ports, the TCP sequence number, the TCP data offset
+    and flags, and the request's size and its API key and version (the sequence number and
+    size in network order)."""
     payload = 20 + (offset >> 4) * 4
-    layout = struct.Struct(f"=IIII10xH{net - 28}xB11x12s8xBB{payload - 34}x4x4s")
+    layout = struct.Struct(f"=IIII10xH{net - 28}xB11x12sI4xBB{payload - 34}xI4s")
     return layout, net, offset, payload + 8, payload
 
 

@@ -4,7 +4,9 @@ One JSON file per client instance, named ``<pid>-<instance>.json``, and one
 ``<pid>-clients.json`` counting the client instances the process created, written
 atomically (temp file + rename) with mode 0600 in a directory of mode 0700
 that belongs to the user. Links are never followed; a file must belong to the
-user (or root), have one link and at most ``MAX_RECORD_BYTES``.
+user (or root), have one link and at most ``MAX_RECORD_BYTES``. One read takes
+at most ``MAX_FILES_PER_READ`` of a process's files, newest first, and at most
+``MAX_BYTES_PER_READ`` in all; what it skips is said in a notice.
 
 Where to look: ``$KMON_SPOOL_DIR``, else ``/run/user/UID/kmon``, else
 ``/tmp/kmon-UID``; and, where another user squatted that name in ``/tmp``,
@@ -23,10 +25,13 @@ import pwd
 import stat
 import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 FORMAT = 1
 MAX_RECORD_BYTES = 1024 * 1024  # a client's statistics without partitions: a few KiB
+MAX_FILES_PER_READ = 32  # a process's client instances read in one poll, newest first
+MAX_BYTES_PER_READ = 2 * MAX_RECORD_BYTES  # and their bytes in all
 ENV_DIR = "KMON_SPOOL_DIR"
 # the instance name of a process's client-count record (<pid>-clients.json); no librdkafka
 # instance is named so (theirs end in "#producer-1", "#consumer-2", ...)
@@ -61,8 +66,17 @@ def fallback_dir(uid: int) -> Path | None:
     return Path(home) / ".cache" / "kmon" / "spool" if home and home != "/" else None
 
 
-def read_records(directory: Path, pid: int, owner_uid: int) -> list[tuple[Path, dict]]:
-    """Every spool record of process ``pid`` in ``directory``.
+@dataclass
+class SpoolRecords:
+    """The records one read took, and what it left for want of room."""
+
+    records: list[tuple[Path, dict]] = field(default_factory=list)
+    skipped: str | None = None  # a notice naming what was not read, if anything
+
+
+def read_records(directory: Path, pid: int, owner_uid: int) -> SpoolRecords:
+    """The spool records of process ``pid`` in ``directory``: its newest files, at most
+    ``MAX_FILES_PER_READ`` of them and ``MAX_BYTES_PER_READ`` in all.
 
     The directory must belong to ``owner_uid`` (or root) and be writable by
     nobody else, or anyone could feed kmon records. Raises SpoolError naming
@@ -71,23 +85,46 @@ def read_records(directory: Path, pid: int, owner_uid: int) -> list[tuple[Path, 
     """
     try:
         info = os.lstat(directory)
-        names = sorted(os.listdir(directory))
+        if (not stat.S_ISDIR(info.st_mode) or info.st_uid not in (owner_uid, 0)
+                or info.st_mode & 0o022):
+            raise SpoolUntrusted(f"spool {directory} is not a private directory of uid "
+                                 f"{owner_uid}; its statistics are not read")
+        found = _newest_first(directory, f"{pid}-")
     except FileNotFoundError:
-        return []
+        return SpoolRecords()
     except OSError as err:
         raise SpoolError(f"cannot read spool {directory}: {err.strerror}") from err
-    if (not stat.S_ISDIR(info.st_mode) or info.st_uid not in (owner_uid, 0)
-            or info.st_mode & 0o022):
-        raise SpoolUntrusted(f"spool {directory} is not a private directory of uid "
-                             f"{owner_uid}; its statistics are not read")
-    prefix = f"{pid}-"
-    records = []
-    for name in names:
-        if name.startswith(prefix) and name.endswith(".json"):
-            record = _read_one(directory / name, owner_uid)
-            if record is not None:
-                records.append((directory / name, record))
-    return records
+    taken = SpoolRecords()
+    budget = MAX_BYTES_PER_READ
+    for at, (size, path) in enumerate(found):
+        if at == MAX_FILES_PER_READ or size > budget:
+            left = found[at:]
+            taken.skipped = (f"spool {directory}: {len(left)} older statistics files of PID "
+                             f"{pid} ({sum(s for s, _ in left):,} bytes) not read; kmon reads "
+                             f"at most {MAX_FILES_PER_READ} files and "
+                             f"{MAX_BYTES_PER_READ:,} bytes of a process per poll")
+            break
+        budget -= size
+        record = _read_one(path, owner_uid)
+        if record is not None:
+            taken.records.append((path, record))
+    return taken
+
+
+def _newest_first(directory: Path, prefix: str) -> list[tuple[int, Path]]:
+    """(size, path) of the ``prefix*.json`` files in ``directory``, newest first (as they
+    are listed: links and other odd entries are refused when read)."""
+    found = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name.startswith(prefix) and entry.name.endswith(".json"):
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # its client exited while the directory was listed
+                found.append((-info.st_mtime_ns, entry.name, info.st_size))
+    found.sort()
+    return [(size, directory / name) for _, name, size in found]
 
 
 def _read_one(path: Path, owner_uid: int) -> dict | None:

@@ -9,7 +9,9 @@ filter passes no other request bytes; a request that shares a segment with
 the one before it goes uncounted), and, while the brokers are not known yet,
 the Metadata and FindCoordinator responses. Segments of another process's
 sockets to the same brokers are dropped once the polls show they are not
-this process's.
+this process's. Every table here has a bound (the brokers and coordinators
+named keep the latest ``MAX_BROKERS``/``MAX_COORDINATORS``): a peer that
+answers with endless names costs a bounded table.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from kmon.model import WireClose
+from kmon.sources import bounded
 from kmon.sources import kafka_protocol as kp
 from kmon.sources.packet_capture import Address, PacketCapture, Segment
 from kmon.sources.packet_filter import TCP_CLOSING, TCP_RST
@@ -26,6 +29,8 @@ from kmon.sources.sockets import Endpoint, TcpSocket
 MAX_PENDING = 64  # outstanding Metadata/FindCoordinator requests remembered per socket
 UNOWNED_FOR_MS = 10_000  # a stream not (yet) among the process's sockets is kept this long
 MAX_FLOWS = 4096
+MAX_BROKERS = 256  # broker ids remembered from Metadata responses, the latest kept
+MAX_COORDINATORS = 256  # coordinators remembered from FindCoordinator responses, the latest kept
 TLS_RECORDS = (b"\x15\x03", b"\x16\x03", b"\x17\x03")  # alert, handshake, application data
 ANSWERS_KMON_READS = frozenset({kp.METADATA, kp.FIND_COORDINATOR})  # their responses name brokers
 
@@ -91,7 +96,7 @@ class WireTap:
     def learn(self, brokers: dict[int, tuple[str, int]], now_ms: int) -> None:
         """Brokers named by another source (kmon's own Metadata request): the process, which
         talks Kafka to them, knew them by ``now_ms``."""
-        self.brokers.update(brokers)
+        bounded.put_all(self.brokers, brokers, MAX_BROKERS)
         if self.cluster_learned_ms is None:
             self.cluster_learned_ms = now_ms
 
@@ -171,11 +176,11 @@ class WireTap:
         if key == kp.METADATA:
             brokers = kp.metadata_brokers(seg.data, version)
             if brokers:
-                self.brokers.update(brokers)
+                bounded.put_all(self.brokers, brokers, MAX_BROKERS)
                 if self.cluster_learned_ms is None:
                     self.cluster_learned_ms = seg.ts_ms
         elif key == kp.FIND_COORDINATOR:
             answer = kp.coordinator_answer(seg.data, version)
             if answer is not None:
                 broker_id, host, port = answer
-                self.coordinators[(host, port)] = broker_id
+                bounded.put(self.coordinators, (host, port), broker_id, MAX_COORDINATORS)

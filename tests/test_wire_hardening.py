@@ -1,0 +1,381 @@
+"""Hostile peers, packets and spools against kmon's network and spool sources: each defence
+reproduced with the attack it stops (a flood, a dripping broker, a forged segment)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import Child
+from test_wire import produce
+
+from kmon.devtools.hostile_broker import (
+    HostileBroker,
+    coordinator_response,
+    find_coordinator_request,
+)
+from kmon.engine.facade import HostSession
+from kmon.engine.sampler import SamplerSettings
+from kmon.sources import kafka_protocol as kp
+from kmon.sources import spool
+from kmon.sources.broker_query import ConfirmedBrokers, ask_brokers
+from kmon.sources.librdkafka_stats import read_client_stats
+from kmon.sources.resolve import Resolver
+from kmon.sources.sockets import Endpoint, TcpSocket
+from kmon.sources.wire import MAX_COORDINATORS, WireTap
+
+# --- spool: a flood of files costs one bounded read a poll --------------------------------
+
+
+def _spool_record(instance: str, padding: int) -> dict:
+    proc = psutil.Process()
+    return {"format": 1, "proc_start": proc.create_time(), "written_ms": 1, "config": {},
+            "stats": {"name": instance, "type": "producer", "client_id": "c", "brokers": {},
+                      "padding": "x" * padding}}
+
+
+def _flood(directory: Path, files: int, padding: int) -> list[Path]:
+    """``files`` spool records of this process, each ``padding`` bytes long, the last written
+    the newest."""
+    directory.chmod(0o700)
+    paths = []
+    for i in range(files):
+        path = directory / f"{os.getpid()}-rdkafka#producer-{i}.json"
+        path.write_text(json.dumps(_spool_record(f"rdkafka#producer-{i}", padding)))
+        os.utime(path, ns=(i * 10**9, i * 10**9))
+        paths.append(path)
+    return paths
+
+
+def test_a_flood_of_spool_files_is_read_newest_first_up_to_the_caps(tmp_path):
+    paths = _flood(tmp_path, 50, spool.MAX_RECORD_BYTES - 4096)
+    taken = spool.read_records(tmp_path, os.getpid(), os.getuid())
+    read = [path for path, _ in taken.records]
+    assert read == paths[::-1][:len(read)]  # the newest
+    assert sum(p.stat().st_size for p in read) <= spool.MAX_BYTES_PER_READ
+    assert len(read) == spool.MAX_BYTES_PER_READ // paths[0].stat().st_size
+    assert f"{50 - len(read)} older statistics files" in taken.skipped
+
+
+def test_many_small_spool_files_are_capped_by_count_and_the_notice_reaches_the_view(tmp_path):
+    _flood(tmp_path, spool.MAX_FILES_PER_READ + 8, 10)
+    reading = read_client_stats(psutil.Process(), psutil.Process().create_time(), os.getuid(),
+                                [tmp_path])
+    assert len(reading.stats) == spool.MAX_FILES_PER_READ
+    assert reading.stats[0].instance != "rdkafka#producer-0"  # the oldest are the ones left
+    (notice,) = reading.notices
+    assert "8 older statistics files" in notice
+
+
+def test_a_spool_within_the_caps_is_read_whole_without_a_notice(tmp_path):
+    _flood(tmp_path, 3, 10)
+    taken = spool.read_records(tmp_path, os.getpid(), os.getuid())
+    assert len(taken.records) == 3 and taken.skipped is None
+
+
+# --- kmon's own Metadata query: one deadline, a small cap, never on the poll path ---------
+
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the wire needs CAP_NET_RAW (root)")
+
+def talk_to(broker: HostileBroker, api: str) -> Child:
+    """A plain client process sending ``api`` requests to ``broker`` (see hostile_broker)."""
+    talker = Child([sys.executable, "-m", "kmon.devtools.hostile_broker", str(broker.port), api])
+    talker.wait_line("READY")
+    return talker
+
+
+def _drain(child: Child) -> list[str]:
+    """The lines a child printed since the last drain."""
+    lines = []
+    while not child.lines.empty():
+        lines.append(child.lines.get())
+    return lines
+
+
+@as_root
+def test_a_dripping_broker_delays_no_snapshot_of_kmon_attach():
+    broker = HostileBroker("drip")
+    talker = talk_to(broker, "metadata")
+    stream = None
+    try:
+        stream = Child([sys.executable, "-m", "kmon", "attach", str(talker.pid), "--json",
+                        "--interval", "500ms", "--any-process"])
+        assert broker.asked_by_kmon.wait(30), "kmon never asked the peer for its brokers"
+        time.sleep(6)
+        _drain(stream)  # from here, kmon's query of the dripping peer is under way
+        time.sleep(6)
+        count = sum(line.startswith("{") for line in _drain(stream))
+    finally:
+        for child in (stream, talker):
+            if child is not None:
+                child.stop()
+        broker.close()
+    assert count >= 8, f"{count} snapshots in 6 s at an interval of 500 ms"
+
+
+# --- tables fed by packets and answers: bounded, with the oldest dropped ------------------
+
+
+def test_names_are_looked_up_off_the_callers_thread_into_a_bounded_cache():
+    resolver = Resolver(max_cached=10, max_queued=8)
+    assert resolver.endpoints("localhost:9092") == frozenset()  # asked, not waited for
+    resolver.settle(30)
+    assert Endpoint("127.0.0.1", 9092) in resolver.endpoints("localhost:9092")
+    for i in range(2_000):  # a Metadata answer naming thousands of hosts
+        resolver.endpoints(f"b{i}.flood.invalid:9092")
+        assert len(resolver._queued) <= 8
+    for i in range(20):
+        resolver.endpoints(f"c{i}.flood.invalid:9092")
+        resolver.settle(30)
+    assert len(resolver._cache) == 10
+    assert ("c19.flood.invalid", 9092) in resolver._cache  # the latest kept
+
+
+def test_an_ip_address_needs_no_lookup():
+    assert Resolver().endpoints("[::ffff:10.0.0.1]:9092") == {Endpoint("10.0.0.1", 9092)}
+
+
+@as_root
+def test_a_flood_of_find_coordinator_answers_keeps_the_taps_tables_bounded():
+    """Real loopback sockets: the client asks FindCoordinator 2,000 times, each answer
+    naming a coordinator never named before; the brokers stay unknown, so every answer is
+    read."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer, _ = server.accept()
+        peer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        local, remote = Endpoint(*client.getsockname()), Endpoint(*server.getsockname())
+        sock = TcpSocket(0, client.fileno(), local, remote, "ESTABLISHED")
+        tap = WireTap([sock], 0)
+        try:
+            for i in range(2_000):
+                client.sendall(find_coordinator_request(i))
+                peer.recv(1 << 16)
+                peer.sendall(coordinator_response(i, f"10.0.{i >> 8}.{i & 255}", i))
+                client.recv(1 << 16)
+                if i % 100 == 99:
+                    time.sleep(0.05)  # let the ring hand its block over
+                    view = tap.poll([sock], i)
+        finally:
+            tap.close()
+            client.close()
+            peer.close()
+    assert MAX_COORDINATORS // 2 < len(view.coordinators) <= MAX_COORDINATORS
+    assert ("10.0.7.207", 9092) in view.coordinators  # the latest answer (1,999) kept
+
+
+@as_root
+def test_a_find_coordinator_flood_does_not_grow_kmon():
+    """kmon attached to a client whose fake broker names a new coordinator in every answer
+    (kmon.devtools.hostile_broker): its memory does not grow with the flood. (The 60 s
+    figure: benchmarks/wire_flood.py.)"""
+    broker = HostileBroker("coordinators")
+    talker = talk_to(broker, "find_coordinator")
+    stream = None
+    try:
+        stream = Child([sys.executable, "-m", "kmon", "attach", str(talker.pid), "--json",
+                        "--interval", "1s", "--any-process"])
+        stream.wait_line("{")
+        kmon = psutil.Process(stream.pid)
+        time.sleep(5)
+        settled = kmon.memory_info().rss
+        time.sleep(12)
+        rss = kmon.memory_info().rss
+        grown = rss - settled
+        answers = broker.answers
+    finally:
+        for child in (stream, talker):
+            if child is not None:
+                child.stop()
+        broker.close()
+    assert answers > 50_000, "the flood never got going"
+    assert grown < 20 << 20, f"kmon grew {grown >> 20} MB in 12 s of {answers:,} answers"
+    assert rss < 200 << 20
+
+
+# --- one process's answers name only its own sockets --------------------------------------
+
+SELF_NAMED = 4242  # the broker id the liar gives itself
+
+VICTIM = """
+import socket, sys
+from confluent_kafka import Consumer
+listener = socket.create_server(("127.0.0.1", int(sys.argv[3])))  # say, for its metrics
+consumer = Consumer({"bootstrap.servers": sys.argv[1], "group.id": "kmon-victim",
+                     "auto.offset.reset": "earliest"})
+consumer.subscribe([sys.argv[2]])
+consumer.poll(5)
+print("READY", listener.getsockname()[1], flush=True)
+while True:
+    consumer.poll(0.2)
+"""
+
+
+@as_root
+def test_a_forged_metadata_answer_names_neither_another_process_nor_hides_it(cluster):
+    """The attacker (kmon.devtools.hostile_broker attack) gets Metadata answers over loopback
+    from a fake broker (a real one cannot be made to lie) naming the real brokers 666-668,
+    the victim's listening port broker 669, and itself 4242; the victim,
+    a confluent-kafka consumer of the mock cluster found after the lie was learned, keeps
+    its real broker ids and stays in the host view."""
+    topic = f"kmon-victim-{uuid.uuid4().hex[:8]}"
+    produce(cluster, topic)
+    host, port = cluster.split(",")[0].rsplit(":", 1)
+    real = ask_brokers(Endpoint(host, int(port)))
+    listening = socket.create_server(("127.0.0.1", 0))  # a port for the lie, freed below
+    victim_port = listening.getsockname()[1]
+    listening.close()
+    lies = {666 + i: address for i, address in enumerate(real.values())}
+    lies[669] = ("127.0.0.1", victim_port)
+    liar = HostileBroker("liar", lies)
+    lies[SELF_NAMED] = ("127.0.0.1", liar.port)  # a sign that the lie reached kmon
+    attacker = Child([sys.executable, "-m", "kmon.devtools.hostile_broker", "attack",
+                      str(liar.port)])
+    victim = None
+    session = HostSession(SamplerSettings(), discover_every_s=0.3)
+    try:
+        attacker.wait_line("READY")
+        _poll_until(session, lambda _: session.settings.learned.get(
+            Endpoint("127.0.0.1", liar.port)) == SELF_NAMED, "the attacker's lie learned")
+        victim = Child([sys.executable, "-c", VICTIM, cluster, topic, str(victim_port)])
+        victim.wait_line("READY")
+
+        def fetching(snapshot) -> list:
+            (view,) = [v for v in snapshot.processes if v.pid == victim.pid] or [None]
+            rows = view.connections if view else []
+            return [c for c in rows if "Fetch" in c.evidence.get("wire", "")
+                    and c.broker_id is not None]
+
+        rows = _poll_until(session, fetching, "the victim's Fetch socket named by the wire")
+        seen = {v.pid for v in session.poll()[0].processes}
+    finally:
+        session.close()
+        for child in (victim, attacker):
+            if child is not None:
+                child.stop()
+        liar.close()
+    assert {c.broker_id for c in rows} <= set(real), [(c.remote, c.broker_id) for c in rows]
+    assert victim.pid in seen  # not taken for a broker for listening where the lie said
+
+
+def _poll_until(session: HostSession, wanted, what: str, seconds: float = 60):
+    """Poll ``session`` until ``wanted(snapshot)`` is truthy; its value (a hang guard)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = wanted(session.poll()[0])
+        if found:
+            return found
+        time.sleep(0.3)
+    raise AssertionError(f"never: {what}")
+
+
+# --- a request header counts only at a frame boundary the wire followed -------------------
+
+def _request(api: int, correlation: int, body: bytes = b"") -> bytes:
+    """A request frame of ``api`` (version 0, client_id "kmon") with ``body`` after its
+    header."""
+    header = (api.to_bytes(2, "big") + bytes(2) + correlation.to_bytes(4, "big")
+              + (4).to_bytes(2, "big") + b"kmon")
+    return (len(header) + len(body)).to_bytes(4, "big") + header + body
+
+
+class _Tapped:
+    """A loopback connection whose client side a WireTap follows (the brokers known, so
+    only requests are captured)."""
+
+    def __enter__(self):
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.client = socket.create_connection(self.server.getsockname())
+        self.client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.peer, _ = self.server.accept()
+        self.local = Endpoint(*self.client.getsockname())
+        self.remote = Endpoint(*self.server.getsockname())
+        self.sock = TcpSocket(0, self.client.fileno(), self.local, self.remote, "ESTABLISHED")
+        self.tap = WireTap([self.sock], 0)
+        self.tap.learn({1: (self.remote.ip, self.remote.port)}, 0)
+        self.tap.poll([self.sock], 0)
+        return self
+
+    def send(self, data: bytes) -> None:
+        """One segment (no delay) the peer reads whole."""
+        self.client.sendall(data)
+        received = 0
+        while received < len(data):
+            received += len(self.peer.recv(1 << 20))
+        time.sleep(0.02)
+
+    def counts(self) -> dict[int, int]:
+        time.sleep(0.2)  # the ring hands its block over
+        return dict(self.tap.poll([self.sock], 1).flows[(self.local, self.remote)].api_counts)
+
+    def __exit__(self, *exc) -> None:
+        self.tap.close()
+        for part in (self.client, self.peer, self.server):
+            part.close()
+
+
+JOIN_GROUP, FETCH, PRODUCE = 11, 1, 0
+
+
+@as_root
+def test_a_join_group_header_inside_a_produce_body_makes_no_coordinator():
+    forged = _request(JOIN_GROUP, 99)  # where a client's record bytes may put it
+    produce = _request(PRODUCE, 1, b"r" * 2_000 + forged + b"r" * 2_000)
+    split = len(produce) - len(forged) - 2_000
+    with _Tapped() as tapped:
+        tapped.send(produce[:split])
+        tapped.send(produce[split:])  # its second segment starts with the JoinGroup header
+        tapped.send(_request(FETCH, 2))
+        counts = tapped.counts()
+    assert counts == {PRODUCE: 1, FETCH: 1}
+    assert not counts.keys() & kp.GROUP_APIS
+
+
+@as_root
+def test_a_spoofed_segment_with_a_bogus_sequence_number_makes_no_coordinator():
+    """A raw segment with the client's 4-tuple and a JoinGroup header, as anyone with
+    CAP_NET_RAW can send, at a sequence number that is not the stream's."""
+    with _Tapped() as tapped:
+        tapped.send(_request(FETCH, 1))
+        spoofed = (tapped.local.port.to_bytes(2, "big") + tapped.remote.port.to_bytes(2, "big")
+                   + (123_456_789).to_bytes(4, "big") + bytes(4)  # seq, ack
+                   + bytes([5 << 4, 0x18]) + (65535).to_bytes(2, "big") + bytes(4)
+                   + _request(JOIN_GROUP, 7))
+        with socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP) as raw:
+            raw.sendto(spoofed, ("127.0.0.1", 0))
+        time.sleep(0.05)
+        tapped.send(_request(FETCH, 2))
+        counts = tapped.counts()
+    assert counts == {FETCH: 2}
+
+
+def test_a_one_shot_caller_may_wait_a_bounded_while_for_names():
+    resolver = Resolver()
+    resolver.patience_s = 30.0
+    assert Endpoint("127.0.0.1", 9092) in resolver.endpoints("localhost:9092")
+    assert 0 < resolver.patience_s < 30.0
+
+
+def test_an_endpoint_is_confirmed_only_by_its_own_answer():
+    """kmon's own query to a fake broker that names itself 7 and another endpoint 8: only
+    the endpoint asked is confirmed, and only as what it says of itself."""
+    liar = HostileBroker("liar")
+    asked = Endpoint("127.0.0.1", liar.port)
+    liar.lies.update({7: ("127.0.0.1", liar.port), 8: ("127.0.0.1", 9)})
+    confirmed = ConfirmedBrokers(Resolver())
+    try:
+        deadline = time.monotonic() + 30
+        while not confirmed.brokers and time.monotonic() < deadline:
+            confirmed.check([asked])
+            time.sleep(0.05)
+    finally:
+        liar.close()
+    assert confirmed.brokers == {asked: 7}
