@@ -237,11 +237,13 @@ def test_the_host_view_shows_clients_named_like_markup_and_keeps_running(start_c
             await until(pilot, lambda: ours <= rows().keys() and all(
                 "no client" not in str(r[3]) for r in rows().values()), "both clients",
                 polls=1200)
-            await pilot.pause()
-            host = app.export_screenshot()
             table = screen.query_one("#processes")
-            table.move_cursor(row=[int(str(table.get_row_at(i)[1])) for i in
-                                   range(table.row_count)].index(named.pid))
+            pids = [int(str(table.get_row_at(i)[1])) for i in range(table.row_count)]
+            host = ""
+            for pid in (consumer.pid, named.pid):  # each scrolled into view on a busy host
+                table.move_cursor(row=pids.index(pid))
+                await pilot.pause()
+                host += app.export_screenshot()
             await pilot.press("enter")
             await until(pilot, lambda: isinstance(app.screen, AttachScreen), "attach")
             attached = app.screen
