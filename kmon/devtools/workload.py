@@ -48,7 +48,7 @@ class Clients:
         self.latest: dict[str, dict] = {}
         self.producer = self.consumer = self.admin = None
         if args.kind in ("consumer", "both"):
-            seed = Producer({"bootstrap.servers": args.bootstrap})
+            seed = Producer({"bootstrap.servers": args.bootstrap, **self.extra()})
             seed.produce(args.topic, b"seed")  # the mock cluster creates topics on first produce
             seed.flush(10)
             del seed
@@ -73,14 +73,16 @@ class Clients:
                 "client.id": self.args.client_id or f"kmon-workload-{kind}", **(more or {})}
         if self.args.idle_ms is not None:
             conf["connections.max.idle.ms"] = self.args.idle_ms
-        for item in self.args.extra:
-            key, _, value = item.partition("=")
-            conf[key] = value
+        conf.update(self.extra())
         if self.args.instrument:
             from kmon.agent import instrument
 
             conf = instrument(conf, client_type=kind)
         return conf
+
+    def extra(self) -> dict[str, str]:
+        """The -X properties (security settings reach the seeding producer too)."""
+        return dict(item.partition("=")[::2] for item in self.args.extra)
 
     def serve(self, seconds: float) -> None:
         if self.consumer is not None:
