@@ -365,8 +365,10 @@ def test_churn_patterns_from_constructed_polls():
     # a bounce: three processes dropped by broker 1 reconnect within seconds
     bounce = 400_000
     drops = [closed(bounce, pid, "broker_closed", "broker") for pid in (1, 2, 3)]
-    reopens = [opened(bounce + 2_000, pid) for pid in (1, 2, 3)]
-    storm = watch.observe(bounce + 2_000, views + [steady], drops + reopens, {})
+    assert watch.observe(bounce, views + [steady], drops, {}) == []
+    # back after a 20 s restart (longer than the storm window): a storm all the same
+    reopens = [opened(bounce + 20_000, pid) for pid in (1, 2, 3)]
+    storm = watch.observe(bounce + 20_000, views + [steady], reopens, {})
     assert [e.churn.pattern for e in storm] == ["reconnect_storm"]
     assert storm[0].churn.rate == 3 and storm[0].broker_id == 1
     # the agent's count of client instances: 60 more in 10 s
