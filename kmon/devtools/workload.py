@@ -18,6 +18,7 @@ import queue
 import sys
 import threading
 import time
+from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
@@ -37,6 +38,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--produce-every", type=float, default=0.0, metavar="SECONDS",
                    help="produce one message this often (0: only on command)")
     p.add_argument("-X", dest="extra", action="append", default=[], help="key=value")
+    p.add_argument("--config", type=Path, default=None, metavar="FILE",
+                   help="a properties file of more client settings (credentials stay off "
+                        "the command line)")
     return p.parse_args()
 
 
@@ -81,8 +85,11 @@ class Clients:
         return conf
 
     def extra(self) -> dict[str, str]:
-        """The -X properties (security settings reach the seeding producer too)."""
-        return dict(item.partition("=")[::2] for item in self.args.extra)
+        """The --config file's and -X properties (security settings reach the seeding
+        producer too)."""
+        lines = self.args.config.read_text().splitlines() if self.args.config else []
+        return dict(item.partition("=")[::2] for item in lines + self.args.extra
+                    if item.strip() and not item.startswith("#"))
 
     def serve(self, seconds: float) -> None:
         if self.consumer is not None:

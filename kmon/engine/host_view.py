@@ -5,7 +5,10 @@ A process is a Kafka client when it has a Kafka client library mapped
 cluster) or holds a connection to a broker another client names (this finds
 clients with no library to map: kafka-python, KafkaJS, Go). A process listening
 on those brokers' endpoints serves them (a broker, the embedded cluster) and is
-left out, as is kmon. Clusters are told apart by the brokers their clients use.
+left out, as is one whose listening socket another such process's connection
+reaches (a broker JVM carries the client classes: it is left out before any
+client has named the brokers too), and kmon. Clusters are told apart by the
+brokers their clients use.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class KafkaProcesses:
         for gone in self._mapped.keys() - pids:
             del self._mapped[gone]
         mapped = {pid for pid in pids - connected if self._has_library(pid, now)}
+        self.serving |= self.sockets.serving(connected | mapped)
         return (connected | mapped) - self.serving - {os.getpid()}
 
     def _has_library(self, pid: int, now: float) -> bool:
