@@ -6,6 +6,7 @@ brokers' JVMs."""
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
 import time
@@ -79,21 +80,23 @@ def test_a_broker_idle_reap_is_the_broker_s_with_the_idle_time_before_it(start_k
 def test_a_node_killed_then_restarted_under_three_consumers(start_kafka, start_client_at):
     """SIGKILL a node: each consumer's sockets to it close as the broker's; started again,
     the three processes reconnecting to it are a reconnect storm (the engine behind
-    ``kmon watch``, polled here as the dashboard polls it)."""
+    ``kmon watch``, polled here as the dashboard polls it).
+
+    The kernel closes a killed JVM's sockets with a FIN (a RST where unread data was
+    left), and librdkafka closes its end within a millisecond: its sockets never stay in
+    CLOSE_WAIT long enough for a poll to see it (test_close_wait covers a client that
+    holds them)."""
     cluster = start_kafka(2)
     consumers = [start_client_at(cluster.bootstrap(), "consumer") for _ in range(3)]
     victim = cluster.nodes[1]
     watcher = ClusterWatcher(cluster.bootstrap(), {})
     session = ClusterSession(watcher, SamplerSettings(), [c.pid for c in consumers],
                              interval_ms=250)
-    events, states, stop = [], [], threading.Event()
+    events, stop = [], threading.Event()
 
     def poll() -> None:
         while not stop.is_set():
-            snapshot, new = session.poll()
-            events.extend(new)
-            states.extend((time.time(), c.state) for p in snapshot.processes
-                          for c in p.connections if c.remote == victim.address())
+            events.extend(session.poll()[1])
             time.sleep(0.25)
 
     poller = threading.Thread(target=poll, daemon=True)
@@ -262,3 +265,47 @@ def test_the_host_view_never_lists_the_embedded_mock_cluster(cluster, start_clie
         session.close()
     for snapshot in (first, later):
         assert server not in {p.pid for p in snapshot.processes}
+
+
+def test_the_wire_follows_a_broker_with_no_socket_open_at_a_poll_and_reads_a_failed_login():
+    """A client refused by a real broker reconnects every few ms, so a poll may find no
+    socket to it: its next connection's requests and the broker's SASL error must still be
+    seen. A plain socket server stands in for the broker (it answers SaslAuthenticate with
+    an error, as a real broker does for a wrong password: the real one is
+    test_a_wrong_sasl_password_is_auth_failed_and_the_right_one_gives_roles)."""
+    from kmon.sources import kafka_protocol as kp
+    from kmon.sources.sockets import Endpoint, TcpSocket
+    from kmon.sources.wire import WireTap
+
+    def connect(server):
+        client = socket.create_connection(server.getsockname()[:2])
+        peer, _ = server.accept()
+        sock = TcpSocket(0, client.fileno(), Endpoint(*client.getsockname()[:2]),
+                         Endpoint(*server.getsockname()[:2]), "ESTABLISHED")
+        return client, peer, sock
+
+    body = (kp.SASL_AUTHENTICATE.to_bytes(2, "big") + (1).to_bytes(2, "big")
+            + (7).to_bytes(4, "big") + (4).to_bytes(2, "big") + b"kmon")
+    error = (7).to_bytes(4, "big") + (58).to_bytes(2, "big") + bytes(6)
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        first, first_peer, first_sock = connect(server)
+        tap = WireTap([first_sock], 0)
+        try:
+            tap.poll([first_sock], 0)
+            first.close()
+            first_peer.close()
+            tap.poll([], 1)  # no socket to the broker at this poll
+            client, peer, sock = connect(server)
+            client.sendall(len(body).to_bytes(4, "big") + body)
+            peer.recv(100)
+            peer.sendall(len(error).to_bytes(4, "big") + error)
+            time.sleep(0.2)
+            assert tap.poll([sock], 2).flows[(sock.local, sock.remote)].last_api == 36
+            client.close()
+            time.sleep(0.2)
+            closes = tap.poll([], 3).closes
+            peer.close()
+        finally:
+            tap.close()
+    close = closes[(sock.local, sock.remote)]
+    assert (close.first_by, close.last_api, close.auth_failed) == ("client", 36, True)
