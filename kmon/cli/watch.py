@@ -49,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     watcher = ClusterWatcher(cluster.bootstrap, cluster.properties, timeout_s=args.cluster_timeout,
                              refresh_s=args.metadata_every)
     settings = dashboard_settings(config, args.interval, args.record_dir)
-    sampler_settings = SamplerSettings(broker_idle_ms=args.broker_idle_ms, require_kafka=False,
+    sampler_settings = SamplerSettings(broker_idle_ms=options.broker_idle_ms(args, None),
+                                       require_kafka=False,
                                        middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
                                        wire=args.wire)
     session = ClusterSession(watcher, sampler_settings, [], churn=config.churn,
@@ -66,7 +67,8 @@ def _host_view(args: argparse.Namespace, config, theme: str | None) -> int:
     from kmon.widgets.launch import run_host
 
     settings = dashboard_settings(config, args.interval, args.record_dir)
-    sampler_settings = SamplerSettings(broker_idle_ms=args.broker_idle_ms, require_kafka=False,
+    sampler_settings = SamplerSettings(broker_idle_ms=options.broker_idle_ms(args, None),
+                                       require_kafka=False,
                                        middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
                                        wire=args.wire)
     session = HostSession(sampler_settings, churn=config.churn,
