@@ -60,6 +60,13 @@ def coordinator_of(kafka, client) -> int:
 def test_a_broker_idle_reap_is_the_broker_s_with_the_idle_time_before_it(start_kafka,
                                                                            start_client_at):
     cluster = start_kafka(1, **{"connections.max.idle.ms": "4000"})
+    session = ClusterSession(ClusterWatcher(cluster.bootstrap(), {}), SamplerSettings(), [])
+    try:
+        session.refresh_cluster()
+        session.poll()
+    finally:
+        session.close()
+    assert session.settings.broker_idle_ms == 4000  # what kmon watch takes as the limit
     producer = start_client_at(cluster.bootstrap(), "producer", idle_ms=60_000)
     # the broker's limit as the cluster describes it (no --broker-idle-ms)
     stream = attach_stream(producer.pid, "--bootstrap-servers", cluster.bootstrap())
@@ -211,6 +218,7 @@ def test_watch_names_the_controller_and_every_group_with_members_and_coordinator
     assert view.error is None and view.groups_error is None, (view.error, view.groups_error)
     assert [b.broker_id for b in view.brokers] == [1, 2, 3]
     assert view.controller_id in {1, 2, 3}
+    assert view.broker_idle_ms == 600_000  # as the brokers describe their configuration
     groups = {g.group_id: g for g in view.groups}
     for client in (classic, modern):
         group = groups[f"kmon-test-group-{client.pid}"]

@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
                                        middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
                                        wire=args.wire)
     session = ClusterSession(watcher, sampler_settings, [], churn=config.churn,
-                             interval_ms=round(settings.interval_s * 1000))
+                             interval_ms=round(settings.interval_s * 1000),
+                             idle_from_cluster=args.broker_idle_ms is None)
     shown = ", ".join(f"{k}={v}" for k, v in cluster.shown_properties().items())
     return run_watch(f"{cluster.name} ({shown})" if shown else cluster.name, session, settings,
                      theme)
