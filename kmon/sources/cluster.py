@@ -167,7 +167,7 @@ def _with_idle_limit(admin: AdminClient, metadata: ClusterMetadata,
         idle_ms = int(described.result()[IDLE_LIMIT].value)
     except (KafkaException, KeyError, ValueError, TypeError):
         return metadata
-    return replace(metadata, broker_idle_ms=idle_ms) if idle_ms > 0 else metadata
+    return replace(metadata, broker_idle_ms=idle_ms) if 0 < idle_ms < 1 << 63 else metadata
 
 
 def _groups(admin: AdminClient,
