@@ -1,7 +1,8 @@
 """kmon against a real Apache Kafka cluster: the broker's idle reap, a node killed and
 restarted under running consumers, SASL and TLS listeners, the cluster's controller and
-groups (classic and KIP-848) with their coordinators, and the host view beside the
-brokers' JVMs."""
+groups (classic and KIP-848) with their coordinators, the host view beside the brokers'
+JVMs; and, with a stand-in broker, the wire following a client that reconnects between
+polls."""
 
 from __future__ import annotations
 
