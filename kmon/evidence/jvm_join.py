@@ -5,8 +5,10 @@ cluster's metadata), or any socket when its address is unknown. Several
 candidates for one socket (bootstrap ``-1``, coordinator ``MAX_INT - id`` and
 broker ``id`` to the same host) are told apart by the node's JMX byte totals
 against the kernel's per-socket counters, by when its counters last moved
-against the socket's idle time, and by the log's open order against the order
-in which the sockets appeared. ``kmon.evidence.stats_join.assign_pairs`` picks the pairing.
+against the socket's idle time, by the log's last request or response on it
+against the socket's last data (a DEBUG log), and by the log's open order
+against the order in which the sockets appeared.
+``kmon.evidence.stats_join.assign_pairs`` picks the pairing.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ SLACK_MS = 300  # reading times against kernel idle times
 BYTES_REJECT = 1.2  # a socket that carried this much more than a node's totals is not it
 ORDER_WEIGHT = 0.1  # per place between log open order and socket order (inodes: weak)
 QUIET_MISMATCH = 0.5  # the socket carried data while the node's counters stood still
+LOG_IO_SLACK_MS = 50  # a log line's time against the kernel's last data on the socket
+LOG_IO_SCALE_MS = 250  # a gap this much beyond the slack costs as much as a wrong endpoint
+LOG_UNREAD_MS = 300  # data this recent may be in log lines not read yet
 _ROLE_PLACE = {Role.BOOTSTRAP: 0.0, Role.COORDINATOR: 0.5, Role.BROKER: 1.0, Role.UNKNOWN: 1.0}
 
 
@@ -57,6 +62,22 @@ def _idle_cost(sock: TcpSocket, activity: Activity | None, now_ms: int) -> float
     if activity.steady_from + SLACK_MS < last_data < activity.latest_ms - SLACK_MS:
         cost += QUIET_MISMATCH
     return cost
+
+
+def _log_io_cost(sock: TcpSocket, node: JvmNode, now_ms: int) -> float:
+    """The socket's last data against the log's last request or response on the node.
+
+    Every request and response is a log line at DEBUG: data on the socket older than
+    the node's last line, or newer with no line for it, is another connection's.
+    """
+    if sock.idle_ms is None or node.last_io_ms is None:
+        return 0.0
+    last_data = now_ms - sock.idle_ms
+    if last_data < node.last_io_ms:
+        gap = node.last_io_ms - last_data
+    else:
+        gap = max(0, min(last_data, now_ms - LOG_UNREAD_MS) - node.last_io_ms)
+    return min(1.0, max(0, gap - LOG_IO_SLACK_MS) / LOG_IO_SCALE_MS)
 
 
 class _OpenOrder:
@@ -102,6 +123,8 @@ def _evidence_used(sock: TcpSocket, node: JvmNode, ordered: bool) -> str:
         used.append("bytes")
     if sock.idle_ms is not None and node.activity is not None and node.activity.moved:
         used.append("idle")
+    if sock.idle_ms is not None and node.last_io_ms is not None:
+        used.append("log-io")
     if ordered:
         used.append("order")
     return "+".join(used) or "none"
@@ -153,6 +176,7 @@ def join_jvm(sockets: list[TcpSocket], nodes: list[JvmNode], settings: JoinSetti
             if cost is None:
                 continue
             cost += _idle_cost(sock, node.activity, settings.now_ms)
+            cost += _log_io_cost(sock, node, settings.now_ms)
             placed = order.cost(i, j)
             if placed is not None:
                 cost += placed

@@ -85,6 +85,7 @@ class JvmNode:
     latency_ms: float | None = None
     activity: Activity | None = None
     opened_ms: int | None = None  # from the log
+    last_io_ms: int | None = None  # the log's last request or response on it (DEBUG)
     connects: int | None = None  # >1: the JMX totals span reconnects (log, or JMX counts)
 
     @property
@@ -159,7 +160,8 @@ def _node(name: str, node_id: int, values: dict[str, float], state: NodeState | 
         out_bytes=_int(values, "outgoing-byte-total"), in_bytes=_int(values, "incoming-byte-total"),
         requests=_int(values, "request-total"), responses=_int(values, "response-total"),
         latency_ms=latency, activity=activity,
-        opened_ms=state.opened_ms if state else None, connects=state.connects if state else None)
+        opened_ms=state.opened_ms if state else None, connects=state.connects if state else None,
+        last_io_ms=state.last_io_ms if state else None)
 
 
 def jvm_clients(reading: JmxReading | None, table: NodeTable, history: CounterHistory,
