@@ -26,9 +26,13 @@ SLACK_MS = 300  # reading times against kernel idle times
 BYTES_REJECT = 1.2  # a socket that carried this much more than a node's totals is not it
 ORDER_WEIGHT = 0.1  # per place between log open order and socket order (inodes: weak)
 QUIET_MISMATCH = 0.5  # the socket carried data while the node's counters stood still
-LOG_IO_SLACK_MS = 50  # a log line's time against the kernel's last data on the socket
-LOG_IO_SCALE_MS = 250  # a gap this much beyond the slack costs as much as a wrong endpoint
-LOG_UNREAD_MS = 300  # data this recent may be in log lines not read yet
+# The log's last line on a connection against the kernel's last data on a socket, (slack,
+# scale) in ms: a gap of slack + scale costs as much as a wrong endpoint. Data older than the
+# line may be the logger lagging behind the response it tells; data newer than it was never
+# told, which the log (a line before each send, one after each response) does not allow.
+LOG_LAG = (50, 250)
+LOG_UNTOLD = (20, 100)
+LOG_UNREAD_MS = 1000  # data this recent may be in log lines not written or read yet
 _ROLE_PLACE = {Role.BOOTSTRAP: 0.0, Role.COORDINATOR: 0.5, Role.BROKER: 1.0, Role.UNKNOWN: 1.0}
 
 
@@ -74,10 +78,10 @@ def _log_io_cost(sock: TcpSocket, node: JvmNode, now_ms: int) -> float:
         return 0.0
     last_data = now_ms - sock.idle_ms
     if last_data < node.last_io_ms:
-        gap = node.last_io_ms - last_data
+        gap, (slack, scale) = node.last_io_ms - last_data, LOG_LAG
     else:
-        gap = max(0, min(last_data, now_ms - LOG_UNREAD_MS) - node.last_io_ms)
-    return min(1.0, max(0, gap - LOG_IO_SLACK_MS) / LOG_IO_SCALE_MS)
+        gap, (slack, scale) = min(last_data, now_ms - LOG_UNREAD_MS) - node.last_io_ms, LOG_UNTOLD
+    return min(1.0, max(0, gap - slack) / scale)
 
 
 class _OpenOrder:
