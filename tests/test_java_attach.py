@@ -91,20 +91,24 @@ def test_producer_every_socket_named_from_jmx_and_its_debug_log(start_java, vers
         assert row["idle_limit_ms"] == 540000  # the Java client's default reaps first
 
 
-def test_admin_client_without_a_log(start_java, kafka) -> None:
-    client_id = unique("admin")
-    admin = start_java("admin", "--client-id", client_id)
-    snapshot = attach_once(admin.pid, "--bootstrap-servers", kafka.bootstrap())
-    (process,) = snapshot["processes"]
-    assert [(c["client_id"], c["type"]) for c in process["clients"]] == [(client_id, "admin")]
+@pytest.mark.parametrize(("mode", "version"), [("producer", "4.4.0"), ("consumer", "3.9.1"),
+                                             ("admin", "4.4.0")])
+def test_every_socket_named_from_jmx_alone(start_java, kafka, mode, version) -> None:
+    """No log: JMX's byte totals against the kernel's counters pair each node with its
+    socket; bootstrap -N is the N-th address of bootstrap.servers."""
+    client_id = unique(mode)
+    client = start_java(mode, "--client-id", client_id, "--topic", unique("topic"),
+                        "--group", unique("group"), version=version)
+    (process,) = attach_once(client.pid, "--bootstrap-servers", kafka.bootstrap())["processes"]
+    assert [(c["client_id"], c["type"]) for c in process["clients"]] == [(client_id, mode)]
     rows = by_node(process["connections"])
-    assert rows and all(r["evidence"]["node_id"] == "jmx" for r in rows.values())
+    assert any(n < 0 for n in rows) and any(n > 0 for n in rows)
+    address = addresses(kafka)
     for node_id, row in rows.items():
-        if node_id > 0:
-            assert (row["role"], row["broker_id"], row["remote"]) == (
-                "broker", node_id, addresses(kafka)[node_id])
-        else:
-            assert row["role"] == "bootstrap" and row["remote"] in addresses(kafka).values()
+        broker = None if node_id < 0 else MAX_INT - node_id if node_id > 1 << 30 else node_id
+        assert row["broker_id"] == broker
+        assert row["remote"] == address[-node_id if broker is None else broker], row
+        assert row["evidence"]["node_id"] == "jmx" and row["confidence"] >= CONFIDENT, row
 
 
 def test_kip848_consumer_coordinator_found_exactly(start_java, tmp_path: Path) -> None:

@@ -24,6 +24,9 @@ from kmon.sources.sockets import Endpoint, TcpSocket
 
 SLACK_MS = 300  # reading times against kernel idle times
 BYTES_REJECT = 1.2  # a socket that carried this much more than a node's totals is not it
+# The reading is taken before the sockets are read: the one socket of a node that connected
+# once has carried at least the node's totals. Fewer bytes is as good as impossible.
+UNDER_WEIGHT = 10.0
 ORDER_WEIGHT = 0.1  # per place between log open order and socket order (inodes: weak)
 QUIET_MISMATCH = 0.5  # the socket carried data while the node's counters stood still
 # The log's last line on a connection against the kernel's last data on a socket, (slack,
@@ -52,7 +55,7 @@ def _bytes_cost(sock: TcpSocket, node: JvmNode) -> float | None:
         return None
     if node.connects is None:  # totals may span reconnects the log did not show
         return over + under / 2
-    return over + (under if node.connects <= 1 else 0.0)
+    return over + (under * UNDER_WEIGHT if node.connects <= 1 else 0.0)
 
 
 def _idle_cost(sock: TcpSocket, activity: Activity | None, now_ms: int) -> float:
