@@ -91,14 +91,15 @@ def test_producer_every_socket_named_from_jmx_and_its_debug_log(start_java, vers
         assert row["idle_limit_ms"] == 540000  # the Java client's default reaps first
 
 
-@pytest.mark.parametrize(("mode", "version"), [("producer", "4.4.0"), ("consumer", "3.9.1"),
-                                             ("admin", "4.4.0")])
-def test_every_socket_named_from_jmx_alone(start_java, kafka, mode, version) -> None:
+@pytest.mark.parametrize(("mode", "version", "extra"), [
+    ("producer", "4.4.0", ()), ("consumer", "3.9.1", ()), ("admin", "4.4.0", ()),
+    ("consumer", "4.4.0", ("-X", "group.protocol=consumer"))])
+def test_every_socket_named_from_jmx_alone(start_java, kafka, mode, version, extra) -> None:
     """No log: JMX's byte totals against the kernel's counters pair each node with its
     socket; bootstrap -N is the N-th address of bootstrap.servers."""
     client_id = unique(mode)
     client = start_java(mode, "--client-id", client_id, "--topic", unique("topic"),
-                        "--group", unique("group"), version=version)
+                        "--group", unique("group"), *extra, version=version)
     (process,) = attach_once(client.pid, "--bootstrap-servers", kafka.bootstrap())["processes"]
     assert [(c["client_id"], c["type"]) for c in process["clients"]] == [(client_id, mode)]
     rows = by_node(process["connections"])

@@ -10,7 +10,13 @@ import pytest
 
 from kmon.classify import MAX_INT
 from kmon.model import Role
-from kmon.sources.java_log import JavaLogEvent, LogFollower, NodeTable, parse_line, parse_timestamp
+from kmon.sources.java_log import (
+    JavaLogEvent,
+    LogFollower,
+    NodeTable,
+    parse_line,
+    parse_timestamp,
+)
 
 NC = "(org.apache.kafka.clients.NetworkClient)"
 
@@ -225,12 +231,19 @@ def test_parse_line_reads_each_format(line: str, expected: dict) -> None:
     "[2023-06-07 08:09:10,111] INFO [Consumer clientId=c, groupId=g] Cancelled in-flight FETCH "
     "request with correlation id 7 due to node 1 being disconnected",
     "Client requested disconnect from node 3, which is already disconnected",
+    "2026-11-24T05:32:38.249Z [main] DEBUG org.apache.kafka.clients.NetworkClient - [Consumer "
+    "clientId=c, groupId=g] Client requested disconnect from node +2, which is already "
+    "disconnected",  # 4.4.0, after NOT_COORDINATOR: nothing new, and not unreadable either
     "Initiating connection to node broker1:9092 (id: one rack: null)",
     "Node x disconnected.",
     "Initiating connection to node b:9092 (id: +9999999999 rack: null)",  # no such broker
 ])
-def test_lines_without_an_event_give_none(line: str) -> None:
+def test_lines_without_an_event_give_none(line: str, tmp_path: Path) -> None:
     assert parse_line(line) is None
+    if "already disconnected" in line:  # not counted as a line kmon cannot read either
+        (tmp_path / "client.log").write_text(line + "\n")
+        follower = LogFollower(tmp_path / "client.log", from_start=True)
+        assert (follower.poll(), follower.unparsed, follower.ignored) == ([], 0, 1)
 
 
 def test_timestamps() -> None:

@@ -6,9 +6,11 @@ import pytest
 
 from kmon.classify import MAX_INT
 from kmon.evidence.jvm_join import join_jvm
-from kmon.evidence.jvm_nodes import JvmNode
+from kmon.evidence.jvm_nodes import CounterHistory, JvmNode, jvm_clients
 from kmon.evidence.stats_join import JoinSettings
+from kmon.sources.java_log import NodeTable, parse_line
 from kmon.sources.jmx import parse_reading
+from kmon.sources.resolve import Resolver
 from kmon.sources.sockets import Endpoint, TcpSocket
 
 NOW = 1_800_000_000_000
@@ -57,3 +59,27 @@ def test_a_4x_coordinator_connection_id_reads_as_max_int_minus_its_broker() -> N
     assert set(client.nodes) == {MAX_INT - 2, -1, 3}
     with pytest.raises(ValueError, match="not a node id"):
         parse_reading(line.replace('"+2"', '"node+2"'))
+
+
+def test_a_node_the_log_saw_close_keeps_its_lingering_socket_a_moment() -> None:
+    """The client logs an idle close before NIO releases the descriptor (at its next
+    select): for a moment the socket is there, and is still the bootstrap node's."""
+    table = NodeTable()
+    prefix = "2026-11-24T05:17:{:06.3f}Z [main] DEBUG NetworkClient - [Consumer clientId=c, " \
+             "groupId=g] "
+    for second, message in ((34.5, "Initiating connection to node 127.0.0.1:9092 (id: -1 "
+                                   "rack: null isFenced: false) using address /127.0.0.1"),
+                            (39.8, "Idle connection to node -1 disconnected.")):
+        table.apply(parse_line(prefix.format(second) + message))
+    closed_ms = table.nodes("c")[-1].closed_ms
+    reading = parse_reading('{"ts_ms":1,"clients":[{"client_id":"c","type":"consumer",'
+                            '"metrics":{},"nodes":{"-1":{"outgoing-byte-total":60}}}]}')
+
+    def nodes_at(now_ms: int) -> list[int]:
+        history = CounterHistory()
+        history.update(reading)
+        _, nodes = jvm_clients(reading, table, history, {}, Resolver(), now_ms)
+        return [n.node_id for n in nodes]
+
+    assert nodes_at(closed_ms + 500) == [-1]
+    assert nodes_at(closed_ms + 5000) == []

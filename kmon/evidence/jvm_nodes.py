@@ -19,6 +19,7 @@ from kmon.sources.sockets import Endpoint
 
 COUNTERS = ("outgoing-byte-total", "incoming-byte-total", "request-total", "response-total")
 _CLOSED = ("disconnected", "idle_closed")
+CLOSE_LINGER_MS = 2000  # a socket may outlive its close line in the log by this much
 
 
 @dataclass(frozen=True)
@@ -138,9 +139,16 @@ def log_brokers(table: NodeTable, resolver: Resolver) -> dict[Endpoint, int]:
     return known
 
 
-def _closed_for_good(state: NodeState | None, activity: Activity | None) -> bool:
-    """The log saw it close, and its counters have not moved since."""
+def _closed_for_good(state: NodeState | None, activity: Activity | None, now_ms: int) -> bool:
+    """The log saw it close a while ago, and its counters have not moved since.
+
+    The client logs a close before its socket's descriptor is gone (NIO releases a
+    channel registered with a selector at the next select): for a moment the socket
+    is still there, and still the node's.
+    """
     if state is None or state.state not in _CLOSED or state.closed_ms is None:
+        return False
+    if now_ms - state.closed_ms < CLOSE_LINGER_MS:
         return False
     return activity is None or activity.moved is None or activity.moved[1] <= state.closed_ms
 
@@ -190,7 +198,7 @@ def jvm_clients(reading: JmxReading | None, table: NodeTable, history: CounterHi
                     <= len(values))
         for node_id, node_values in values.items():
             activity = history.activity(jmx_client, node_id) if jmx_client else None
-            if not _closed_for_good(log_nodes.get(node_id), activity):
+            if not _closed_for_good(log_nodes.get(node_id), activity, now_ms):
                 node = _node(name, node_id, node_values, log_nodes.get(node_id), activity,
                              known, resolver, "jmx" if jmx_client else "log")
                 if once:

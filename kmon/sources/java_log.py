@@ -147,8 +147,8 @@ _RULES: tuple[_Rule, ...] = (
     _rule(r"Disconnecting from node \S+ due to socket connection setup timeout",
           rf"Disconnecting from node {_ID} due to socket connection setup timeout",
           "connect_failed", "connection setup timeout"),
-    _rule(r"Client requested (?:disconnect|connection close) from node ",
-          rf"Client requested (?:disconnect|connection close) from node {_ID}"
+    _rule(r"Client requested (?:disconnect|connection close) from node [+-]?\d+(?![\d,])",
+          rf"Client requested (?:disconnect|connection close) from node {_ID}\b"
           r"(?!, which is already disconnected)", "disconnected", "client requested"),
     _rule(r"Manually disconnected from ", rf"Manually disconnected from {_ID}\.", "disconnected",
           "client requested"),
