@@ -83,3 +83,21 @@ def test_a_node_the_log_saw_close_keeps_its_lingering_socket_a_moment() -> None:
 
     assert nodes_at(closed_ms + 500) == [-1]
     assert nodes_at(closed_ms + 5000) == []
+
+
+def test_received_bytes_decide_against_the_inode_order() -> None:
+    """An admin client's bootstrap -2 and broker 2 to one address, 90 bytes sent on each,
+    985 and 993 received; the kernel numbered them against their open order (inodes come in
+    per-CPU batches). A socket cannot have received fewer bytes than its node counted."""
+    def sock(port: int, inode: int, received: int) -> TcpSocket:
+        return TcpSocket(inode=inode, fd=None, local=Endpoint("127.0.0.1", port), remote=BROKER,
+                         state="ESTABLISHED", last_sent_ms=9000, last_recv_ms=9000,
+                         bytes_sent=90, bytes_received=received)
+
+    sockets = [sock(44088, 10, 993), sock(44074, 20, 985)]
+    nodes = [JvmNode(client="a", node_id=n, endpoints=frozenset({BROKER}), address_from="log",
+                     out_bytes=90, in_bytes=received, connects=1)
+             for n, received in ((-2, 985), (2, 993))]
+    pairs = join_jvm(sockets, nodes, JoinSettings(now_ms=NOW), {})
+    assert {sockets[i].local.port: c.node_id for i, c in pairs.items()} == {44074: -2, 44088: 2}
+    assert all(c.confidence >= 0.9 for c in pairs.values())

@@ -25,7 +25,11 @@ from kmon.sources.sockets import Endpoint, TcpSocket
 SLACK_MS = 300  # reading times against kernel idle times
 BYTES_REJECT = 1.2  # a socket that carried this much more than a node's totals is not it
 # The reading is taken before the sockets are read: the one socket of a node that connected
-# once has carried at least the node's totals. Fewer bytes is as good as impossible.
+# once has carried at least the node's totals. Fewer bytes is as good as impossible: fewer
+# received by UNDER_BYTES costs as much as a wrong endpoint (the kernel counts every byte
+# received); fewer sent weighs UNDER_WEIGHT times the relative gap (old kernels count bytes
+# acked, which may trail what was sent).
+UNDER_BYTES = 4
 UNDER_WEIGHT = 10.0
 ORDER_WEIGHT = 0.1  # per place between log open order and socket order (inodes: weak)
 QUIET_MISMATCH = 0.5  # the socket carried data while the node's counters stood still
@@ -42,20 +46,21 @@ _ROLE_PLACE = {Role.BOOTSTRAP: 0.0, Role.COORDINATOR: 0.5, Role.BROKER: 1.0, Rol
 def _bytes_cost(sock: TcpSocket, node: JvmNode) -> float | None:
     """Kernel counters against the node's totals; None when the socket carried far more."""
     over = under = 0.0
-    for kernel, client in ((sock.bytes_sent, node.out_bytes), (sock.bytes_received,
-                                                               node.in_bytes)):
+    for kernel, client, received in ((sock.bytes_sent, node.out_bytes, False),
+                                     (sock.bytes_received, node.in_bytes, True)):
         if kernel is None or client is None:
             continue
         gap = relative_gap(kernel, client, 100)
         if kernel > client:  # the reading lags a little; a total never shrinks
             over += gap
         else:
-            under += gap
+            under += min(1.0, (client - kernel) / UNDER_BYTES) if received else (
+                gap * UNDER_WEIGHT)
     if over > BYTES_REJECT:
         return None
     if node.connects is None:  # totals may span reconnects the log did not show
         return over + under / 2
-    return over + (under * UNDER_WEIGHT if node.connects <= 1 else 0.0)
+    return over + (under if node.connects <= 1 else 0.0)
 
 
 def _idle_cost(sock: TcpSocket, activity: Activity | None, now_ms: int) -> float:
