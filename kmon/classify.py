@@ -1,7 +1,8 @@
 """Node id <-> role rules, in one place.
 
 The Java client numbers its connections: bootstrap addresses -1, -2, ...;
-the group coordinator ``Integer.MAX_VALUE - brokerId``; brokers by their id.
+the group coordinator ``Integer.MAX_VALUE - brokerId`` (kafka-clients 4.x names
+it ``+brokerId`` instead); brokers by their id.
 librdkafka names them differently (``host:port/bootstrap``, ``host:port/<id>``,
 the logical ``GroupCoordinator``/``TxnCoordinator``); both map here onto the
 Java convention that kmon shows.
@@ -37,6 +38,23 @@ def broker_of_node_id(node_id: int) -> int | None:
     if role is Role.COORDINATOR:
         return MAX_INT - node_id
     return node_id
+
+
+def java_node_id(text: str) -> int | None:
+    """The node id of a Java client's connection id string, in kmon's convention.
+
+    ``"-1"`` and ``"3"`` are themselves; ``"+3"``, kafka-clients 4.x's name for its group
+    coordinator connection to broker 3 (``GroupCoordinatorNode``), is ``MAX_INT - 3`` as 3.x
+    numbers it. None for anything else.
+    """
+    sign, digits = (text[0], text[1:]) if text[:1] in ("+", "-") else ("", text)
+    if not digits.isascii() or not digits.isdigit() or len(digits) > 10:
+        return None
+    value = int(digits)
+    if sign == "+":
+        return MAX_INT - value if value <= MAX_BROKER_ID else None
+    value = -value if sign == "-" else value
+    return value if -MAX_INT - 1 <= value <= MAX_INT else None
 
 
 def coordinator_node_id(broker_id: int) -> int:

@@ -85,7 +85,7 @@ class KafkaClient(Child):
 # Fixtures that start real processes, a cluster or Spark: a test using one is an integration
 # test (``python -m pytest -m "not integration"`` is the fast inner loop).
 INTEGRATION_FIXTURES = {"cluster", "start_client", "start_client_at", "spool_dir",
-                        "spark_session", "kafka", "start_kafka"}
+                        "spark_session", "kafka", "start_kafka", "java_clients", "start_java"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -143,6 +143,59 @@ def start_kafka():
     yield start
     for cluster in started:
         cluster.stop()
+
+
+# The real Java clients tested: kafka-clients from Maven Central with slf4j-simple for its log
+# (slf4j-api declared first, so that the binding's own slf4j version wins).
+JAVA_CLIENTS = {
+    "4.4.0": ("org.slf4j:slf4j-api:2.0.17", "org.apache.kafka:kafka-clients:4.4.0",
+              "org.slf4j:slf4j-simple:2.0.17"),
+    "3.9.1": ("org.apache.kafka:kafka-clients:3.9.1", "org.slf4j:slf4j-simple:1.7.36"),
+}
+JAVA_PROGRAM = TESTS / "java" / "KafkaClientProgram.java"
+
+
+@pytest.fixture(scope="session")
+def java_clients() -> dict[str, str]:
+    """Classpath of each tested kafka-clients release, fetched with Maven once into kmon's
+    cache (``kmon.devtools.maven_jars``) and reused after."""
+    from kmon.devtools import maven_jars
+
+    require_java()
+    try:
+        return {version: maven_jars.classpath(maven_jars.resolved_jars(f"clients-{version}",
+                                                                       artifacts))
+                for version, artifacts in JAVA_CLIENTS.items()}
+    except maven_jars.JarsUnavailable as err:
+        pytest.skip(str(err))
+
+
+def debug_log_options(log: Path) -> list[str]:
+    """slf4j-simple's system properties for a DEBUG log with ISO times in ``log``."""
+    prefix = "-Dorg.slf4j.simpleLogger."
+    return [f"{prefix}logFile={log}", f"{prefix}defaultLogLevel=debug",
+            f"{prefix}showDateTime=true", f"{prefix}dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSSXXX"]
+
+
+@pytest.fixture
+def start_java(kafka, java_clients):
+    """Start tests/java/KafkaClientProgram.java (a real Java client) on the shared cluster:
+    start_java("consumer", "--group", "g", version="3.9.1", log=path, jvm=[...])."""
+    started: list[Child] = []
+
+    def start(mode: str, *args: str, version: str = "4.4.0", log: Path | None = None,
+              jvm: tuple[str, ...] = ()) -> Child:
+        argv = ["java", "-XX:TieredStopAtLevel=1", *jvm, "-cp", java_clients[version],
+                *(debug_log_options(log) if log else []), str(JAVA_PROGRAM), mode,
+                kafka.bootstrap(), *args]
+        child = Child(argv)
+        started.append(child)
+        child.wait_line("READY", timeout=120)
+        return child
+
+    yield start
+    for child in started:
+        child.stop()
 
 
 def require_java() -> None:

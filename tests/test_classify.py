@@ -88,3 +88,14 @@ def test_command_lines_are_redacted(args, shown):
     from kmon.redact import redact_args
 
     assert redact_args(args) == shown
+
+
+@pytest.mark.parametrize(("text", "node_id"), [
+    ("-1", -1), ("-3", -3), ("3", 3), ("0", 0),
+    ("+1", classify.MAX_INT - 1),  # kafka-clients 4.x's group coordinator connection
+    ("2147483646", classify.MAX_INT - 1),  # 3.x's for the same
+    ("+", None), ("", None), ("x1", None), ("+-1", None), ("1.5", None), ("١", None),
+    ("+9999999999", None), ("99999999999", None),
+])
+def test_java_connection_ids(text, node_id):
+    assert classify.java_node_id(text) == node_id

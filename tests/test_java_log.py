@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from kmon.classify import MAX_INT
 from kmon.model import Role
-from kmon.sources.java_log import JavaLogEvent, LogFollower, NodeTable, parse_line, parse_timestamp
+from kmon.sources.java_log import (
+    JavaLogEvent,
+    LogFollower,
+    NodeTable,
+    parse_line,
+    parse_timestamp,
+)
 
 NC = "(org.apache.kafka.clients.NetworkClient)"
 
@@ -168,6 +175,43 @@ SAMPLES = [
         dict(kind="connecting", node_id=-1, host="[::1]", port=9092, address="0:0:0:0:0:0:0:1",
              ts_ms=None),
         id="logback-time-only-ipv6"),
+    # kafka-clients 4.4.0 as it logs through slf4j-simple (dateTimeFormat with zone): its
+    # group coordinator connection is "+B" (GroupCoordinatorNode), kmon's MAX_INT - B.
+    pytest.param(
+        "2026-11-24T05:00:56.852Z [main] INFO org.apache.kafka.clients.consumer.internals."
+        "ConsumerCoordinator - [Consumer clientId=c1, groupId=g1] Discovered group coordinator "
+        "127.0.0.1:44925 (id: +1 rack: null isFenced: false)",
+        dict(kind="coordinator", node_id=MAX_INT - 1, host="127.0.0.1", port=44925,
+             coordinator_type="group", ts_ms=utc_ms(2026, 11, 24, 5, 0, 56, 852)),
+        id="4.4-classic-coordinator-plus-id"),
+    pytest.param(
+        "2026-11-24T05:00:56.868Z [main] DEBUG org.apache.kafka.clients.NetworkClient - "
+        "[Consumer clientId=c1, groupId=g1] Initiating connection to node 127.0.0.1:44925 "
+        "(id: +1 rack: null isFenced: false) using address /127.0.0.1",
+        dict(kind="connecting", node_id=MAX_INT - 1, host="127.0.0.1", port=44925,
+             address="127.0.0.1"),
+        id="4.4-connecting-to-coordinator"),
+    pytest.param(
+        "2026-11-24T05:00:56.951Z [main] DEBUG org.apache.kafka.clients.NetworkClient - "
+        "[Consumer clientId=c1, groupId=g1] Completed connection to node +1. Fetching API "
+        "versions.",
+        dict(kind="connected", node_id=MAX_INT - 1), id="4.4-connected-to-coordinator"),
+    pytest.param(  # every request at DEBUG: the connection's last I/O
+        "2026-11-24T05:00:57.279Z [kafka-coordinator-heartbeat-thread | g1] DEBUG "
+        "org.apache.kafka.clients.NetworkClient - [Consumer clientId=c1, groupId=g1] Sending "
+        "SYNC_GROUP request with header RequestHeader(apiKey=SYNC_GROUP, apiVersion=5, "
+        "clientId=c1, correlationId=12, headerVersion=2) and timeout 30000 to node +1: "
+        "SyncGroupRequestData(groupId='g1')",
+        dict(kind="io", node_id=MAX_INT - 1, detail="sent",
+             ts_ms=utc_ms(2026, 11, 24, 5, 0, 57, 279)),
+        id="4.4-request-sent"),
+    pytest.param(
+        "2026-11-24T05:00:38.648Z [kafka-producer-network-thread | p1] DEBUG "
+        "org.apache.kafka.clients.NetworkClient - [Producer clientId=p1] Received API_VERSIONS "
+        "response from node -2 for request with header RequestHeader(apiKey=API_VERSIONS, "
+        "apiVersion=5, clientId=p1, correlationId=0, headerVersion=2): ApiVersionsResponseData()",
+        dict(kind="io", node_id=-2, detail="received", client_type="producer"),
+        id="4.4-response-received"),
 ]
 
 
@@ -187,11 +231,19 @@ def test_parse_line_reads_each_format(line: str, expected: dict) -> None:
     "[2023-06-07 08:09:10,111] INFO [Consumer clientId=c, groupId=g] Cancelled in-flight FETCH "
     "request with correlation id 7 due to node 1 being disconnected",
     "Client requested disconnect from node 3, which is already disconnected",
+    "2026-11-24T05:32:38.249Z [main] DEBUG org.apache.kafka.clients.NetworkClient - [Consumer "
+    "clientId=c, groupId=g] Client requested disconnect from node +2, which is already "
+    "disconnected",  # 4.4.0, after NOT_COORDINATOR: nothing new, and not unreadable either
     "Initiating connection to node broker1:9092 (id: one rack: null)",
     "Node x disconnected.",
+    "Initiating connection to node b:9092 (id: +9999999999 rack: null)",  # no such broker
 ])
-def test_lines_without_an_event_give_none(line: str) -> None:
+def test_lines_without_an_event_give_none(line: str, tmp_path: Path) -> None:
     assert parse_line(line) is None
+    if "already disconnected" in line:  # not counted as a line kmon cannot read either
+        (tmp_path / "client.log").write_text(line + "\n")
+        follower = LogFollower(tmp_path / "client.log", from_start=True)
+        assert (follower.poll(), follower.unparsed, follower.ignored) == ([], 0, 1)
 
 
 def test_timestamps() -> None:
@@ -462,3 +514,20 @@ def test_clients_sharing_an_id_are_kept_apart() -> None:
     with pytest.raises(LookupError):
         table.nodes("app")
     assert table.nodes("nobody") == {}
+
+
+def test_last_io_is_the_last_request_or_response_of_the_open_connection() -> None:
+    def io(second: int, text: str) -> str:
+        return consumer_line(second, "DEBUG", text)
+
+    table = fold(CONSUMER_START + [
+        io(5, "Sending FETCH request with header RequestHeader(apiKey=FETCH, apiVersion=17, "
+              "clientId=c, correlationId=9, headerVersion=2) and timeout 30000 to node 1: {}"),
+        io(6, "Received FETCH response from node 1 for request with header RequestHeader()"),
+    ])
+    nodes = table.nodes("consumer-orders-1")
+    assert nodes[1].last_io_ms == local_ms(2024, 5, 1, 12, 0, 6, 0)
+    assert nodes[-1].last_io_ms is None  # its metadata request is not one of these lines
+    fold([io(7, "Node 1 disconnected."),
+          io(8, "Initiating connection to node broker1:9092 (id: 1 rack: null)")], table)
+    assert nodes[1].last_io_ms is None  # a new connection has had no I/O yet

@@ -1,8 +1,7 @@
-"""JMX of a JVM Kafka client: the helper attached to a real JVM with real sockets to the cluster.
+"""JMX of a JVM Kafka client: the helper attached to real Java clients on a real cluster.
 
-The JVM is tests/java/FakeKafkaClient.java (no Kafka Java client can be installed
-here): it connects to the mock brokers in the Java client's order, registers
-MBeans under the Kafka clients' names and logs in NetworkClient's formats.
+The clients are tests/java/KafkaClientProgram.java on kafka-clients 4.4.0 and
+3.9.1 (the conftest's ``start_java``), on the shared real Apache Kafka cluster.
 """
 
 from __future__ import annotations
@@ -11,11 +10,12 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import TESTS, Child, unused_pid
+from conftest import TESTS, unused_pid
 
 from kmon.classify import MAX_INT
 from kmon.sources.java_log import LogFollower, NodeTable
@@ -25,8 +25,8 @@ from kmon.sources.sockets import open_socket_reader
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(shutil.which("java") is None,
                                 reason="java (a JDK 11+) is not installed: the JMX path needs it")]
 
-FAKE = TESTS / "java" / "FakeKafkaClient.java"
 HELPER = TESTS.parent / "kmon" / "java" / "KmonJmx.java"
+VERSIONS = ("4.4.0", "3.9.1")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -39,35 +39,6 @@ def private_cache(tmp_path_factory) -> Iterator[None]:
         del os.environ["XDG_CACHE_HOME"]
     else:
         os.environ["XDG_CACHE_HOME"] = old
-
-
-@pytest.fixture(scope="module")
-def brokers(cluster: str) -> dict[int, str]:
-    """Broker id -> host:port, as the cluster's metadata says (ids 1..3 in bootstrap order)."""
-    from confluent_kafka.admin import AdminClient
-
-    metadata = AdminClient({"bootstrap.servers": cluster}).list_topics(timeout=10)
-    found = {i: f"{b.host}:{b.port}" for i, b in sorted(metadata.brokers.items())}
-    assert list(found.values()) == cluster.split(","), (found, cluster)
-    return found
-
-
-@pytest.fixture
-def start_fake(cluster: str, brokers: dict[int, str]) -> Iterator[Callable[..., Child]]:
-    """Start FakeKafkaClient against the cluster: start_fake("consumer", "--leaders", "1,3")."""
-    started: list[Child] = []
-
-    def start(role: str, *extra: str) -> Child:
-        argv = ["java", str(FAKE), "--bootstrap", cluster, "--role", role,
-                "--brokers", ",".join(f"{i}={hp}" for i, hp in brokers.items()), *extra]
-        child = Child(argv)
-        started.append(child)
-        child.wait_line("READY", timeout=30)
-        return child
-
-    yield start
-    for child in started:
-        child.stop()
 
 
 def only_client(reading: JmxReading) -> JvmClient:
@@ -86,66 +57,82 @@ def reading_after(source: JmxSource, ts_ms: int, timeout_s: float = 10) -> JmxRe
     raise AssertionError(f"no JMX reading after {ts_ms}")
 
 
-def test_consumer_connections_seen_through_jmx(start_fake, brokers, tmp_path: Path) -> None:
-    log = tmp_path / "client.log"
-    fake = start_fake("consumer", "--client-id", "orders-1", "--group", "orders",
-                      "--coordinator", "2", "--leaders", "1,3", "--idle-ms", "1500",
-                      "--send-ms", "200", "--log", str(log))
-    coordinator = MAX_INT - 2
-    assert is_jvm(fake.pid)
-    with JmxSource(fake.pid, interval_ms=250) as source:
-        first = source.wait_first(20)
-        client = only_client(first)
-        assert (client.client_id, client.type) == ("orders-1", "consumer")
-        assert set(client.nodes) == {-1, coordinator, 1, 3}
-        assert client.metrics["connection-creation-total"] == 4
-
-        later = reading_after(source, first.ts_ms + 600)
-        for node in (coordinator, 1, 3):
-            before = client.nodes[node]["outgoing-byte-total"]
-            assert only_client(later).nodes[node]["outgoing-byte-total"] > before, node
-            assert only_client(later).nodes[node]["incoming-byte-total"] > 0, node
-
-        # The bootstrap connection idles and is reaped; its node metrics stay, frozen.
-        deadline = time.monotonic() + 10
-        while only_client(later).metrics["connection-close-total"] < 1:
-            assert time.monotonic() < deadline, only_client(later).metrics
-            later = reading_after(source, later.ts_ms)
-        reaped = reading_after(source, later.ts_ms)
-        metrics = only_client(reaped).metrics
-        assert (metrics["connection-count"], metrics["connection-close-total"]) == (3, 1)
-        assert only_client(reaped).nodes[-1] == only_client(later).nodes[-1]
-        assert metrics["heartbeat-total"] >= 2
-
-    # The kernel agrees: one socket each to the coordinator and the two leaders.
-    ports = {int(hp.rpartition(":")[2]): i for i, hp in brokers.items()}
-    remote = sorted(ports[s.remote.port] for s in open_socket_reader().sockets_of(fake.pid)
-                    if s.remote.port in ports and s.state == "ESTABLISHED")
-    assert remote == [1, 2, 3]
-
-    # And kmon's Java log reader reads the same story from its log.
+def log_table(log: Path) -> NodeTable:
     table = NodeTable()
     for event in LogFollower(log, from_start=True).poll():
         table.apply(event)
-    state = table.client("orders-1", "consumer")
-    assert state is not None and state.group_id == "orders"
-    assert state.coordinators == {"group": coordinator}
-    assert {n: s.state for n, s in state.nodes.items()} == {
-        -1: "idle_closed", coordinator: "connected", 1: "connected", 3: "connected"}
+    return table
 
 
-def test_producer_connects_to_every_bootstrap_address_first(start_fake, tmp_path: Path) -> None:
-    client_id = 'billing "eu", v2'  # quoted in its ObjectName, escaped in the helper's JSON
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_consumer_connections_seen_through_jmx(start_java, kafka, version, tmp_path) -> None:
+    log = tmp_path / "consumer.log"
+    client_id, group = unique("orders"), unique("group")
+    consumer = start_java("consumer", "--client-id", client_id, "--group", group,
+                          "--topic", unique("topic"), version=version, log=log)
+    assert is_jvm(consumer.pid)
+    table = log_table(log)
+    state = table.client(client_id, "consumer")
+    assert state is not None and state.group_id == group
+    coordinator = state.coordinators["group"]
+    broker = MAX_INT - coordinator  # 3.x numbers it so; 4.x names it "+broker", read the same
+    assert broker in (1, 2, 3)
+    with JmxSource(consumer.pid, interval_ms=250) as source:
+        first = source.wait_first(20)
+        client = only_client(first)
+        assert (client.client_id, client.type) == (client_id, "consumer")
+        bootstrap = {n for n in client.nodes if n < 0}
+        assert bootstrap and bootstrap <= {-1, -2, -3}
+        # the coordinator has its own connection and node metrics, apart from broker `broker`'s
+        assert set(client.nodes) - bootstrap == {coordinator, 1, 2, 3}
+        # every connection made, a coordinator reconnect (NOT_COORDINATOR on a new cluster)
+        # included, is a connect line in the log
+        assert client.metrics["connection-creation-total"] == sum(
+            s.connects for s in state.nodes.values())
+        assert client.metrics["assigned-partitions"] == 3
+        later = reading_after(source, first.ts_ms + 3500)  # a heartbeat interval (3 s)
+        moved = {n for n in client.nodes if only_client(later).nodes[n]["outgoing-byte-total"]
+                 > client.nodes[n]["outgoing-byte-total"]}
+        assert {coordinator, 1, 2, 3} <= moved  # heartbeats and fetches
+        assert not moved & bootstrap  # the bootstrap connections stay open, idle
+
+    # The kernel agrees: one socket per node id, the coordinator's to broker `broker`.
+    ports = {int(node.address().rpartition(":")[2]): node.node_id for node in kafka.nodes}
+    remote = sorted(ports[s.remote.port] for s in open_socket_reader().sockets_of(consumer.pid)
+                    if s.remote.port in ports and s.state == "ESTABLISHED")
+    assert remote == sorted([1, 2, 3, broker] + [kafka.nodes[-n - 1].node_id for n in bootstrap])
+
+    # The log tells the same nodes, opened bootstrap first, and the coordinator's address.
+    assert {n: s.state for n, s in state.nodes.items()} == dict.fromkeys(client.nodes,
+                                                                          "connected")
+    opened = sorted(state.nodes.values(), key=lambda s: s.opened_ms)
+    assert opened[0].node_id < 0
+    assert state.nodes[coordinator].port == int(kafka.nodes[broker - 1].address().rpartition(
+        ":")[2])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_producer_bootstrap_and_broker_connections(start_java, version, tmp_path) -> None:
+    client_id = f'billing "eu", v2 {version}'  # quoted in its ObjectName, escaped in the JSON
     log = tmp_path / "producer.log"
-    fake = start_fake("producer", "--client-id", client_id, "--log", str(log))
-    with JmxSource(fake.pid) as source:
+    producer = start_java("producer", "--client-id", client_id, "--topic", unique("topic"),
+                          version=version, log=log)
+    with JmxSource(producer.pid) as source:
         client = only_client(source.wait_first(20))
     assert (client.client_id, client.type) == (client_id, "producer")
-    assert set(client.nodes) == {-1, -2, -3, 1, 2, 3}
+    bootstrap = {n for n in client.nodes if n < 0}
+    # Not every bootstrap address: one for metadata, one more for the telemetry subscription
+    assert bootstrap <= {-1, -2, -3} and 1 <= len(bootstrap) <= 2
+    assert set(client.nodes) - bootstrap <= {1, 2, 3}
     assert all(values["request-total"] >= 1 for values in client.nodes.values())
 
     opened = [e.node_id for e in LogFollower(log, from_start=True).poll() if e.kind == "connecting"]
-    assert opened == [-1, -2, -3, 1, 2, 3]
+    assert sorted(opened) == sorted(client.nodes)
+    assert opened[0] < 0  # metadata first, from a bootstrap address
 
 
 def test_a_process_that_is_not_a_jvm_is_refused_and_left_alone() -> None:

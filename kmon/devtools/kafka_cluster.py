@@ -98,8 +98,18 @@ class KafkaCluster:
         self._classpath = maven_jars.classpath(maven_jars.resolved_jars(*maven_jars.BROKER_JARS))
 
     def start(self, timeout_s: float = 120.0) -> KafkaCluster:
+        """Start every node; tried a second time on new ports if a node does not start (its
+        ports are picked free, then bound by the JVM: on a busy host another process can
+        take one in between)."""
         if not getattr(self, "_classpath", None):
             self.prepare()
+        try:
+            return self._start_once(timeout_s)
+        except ClusterError:
+            self.stop()
+            return self._start_once(timeout_s)
+
+    def _start_once(self, timeout_s: float) -> KafkaCluster:
         java, jars = self._java, self._classpath
         self.workdir = Path(_private_dir())
         self.sasl_password = secrets.token_urlsafe(12)

@@ -4,6 +4,7 @@ resolve one row per socket."""
 from __future__ import annotations
 
 import shlex
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -142,7 +143,9 @@ class ProcessSampler:
         if not self.process.is_running() or is_zombie(self.process):
             raise ProcessGone(f"PID {self.pid} ({self.name}) has exited")
         if self.jvm is not None:
-            self.jvm.refresh()
+            started = time.monotonic()
+            self.jvm.refresh()  # the first waits for JMX: the sockets' idle times are as of after
+            now_ms += int((time.monotonic() - started) * 1000)
         try:
             sockets = self.reader.sockets_of(self.pid)
         except psutil.NoSuchProcess as err:

@@ -5,8 +5,10 @@ cluster's metadata), or any socket when its address is unknown. Several
 candidates for one socket (bootstrap ``-1``, coordinator ``MAX_INT - id`` and
 broker ``id`` to the same host) are told apart by the node's JMX byte totals
 against the kernel's per-socket counters, by when its counters last moved
-against the socket's idle time, and by the log's open order against the order
-in which the sockets appeared. ``kmon.evidence.stats_join.assign_pairs`` picks the pairing.
+against the socket's idle time, by the log's last request or response on it
+against the socket's last data (a DEBUG log), and by the log's open order
+against the order in which the sockets appeared.
+``kmon.evidence.stats_join.assign_pairs`` picks the pairing.
 """
 
 from __future__ import annotations
@@ -22,23 +24,38 @@ from kmon.sources.sockets import Endpoint, TcpSocket
 
 SLACK_MS = 300  # reading times against kernel idle times
 BYTES_REJECT = 1.2  # a socket that carried this much more than a node's totals is not it
+# The reading is taken before the sockets are read: the one socket of a node that connected
+# once has carried at least the node's totals. Fewer bytes is as good as impossible: fewer
+# received by UNDER_BYTES costs as much as a wrong endpoint (the kernel counts every byte
+# received); fewer sent weighs UNDER_WEIGHT times the relative gap (old kernels count bytes
+# acked, which may trail what was sent).
+UNDER_BYTES = 4
+UNDER_WEIGHT = 10.0
 ORDER_WEIGHT = 0.1  # per place between log open order and socket order (inodes: weak)
 QUIET_MISMATCH = 0.5  # the socket carried data while the node's counters stood still
+# The log's last line on a connection against the kernel's last data on a socket, (slack,
+# scale) in ms: a gap of slack + scale costs as much as a wrong endpoint. Data older than the
+# line may be the logger lagging behind the response it tells; data newer than it was never
+# told, which the log (a line before each send, one after each response) does not allow.
+LOG_LAG = (50, 250)
+LOG_UNTOLD = (20, 100)
+LOG_UNREAD_MS = 1000  # data this recent may be in log lines not written or read yet
 _ROLE_PLACE = {Role.BOOTSTRAP: 0.0, Role.COORDINATOR: 0.5, Role.BROKER: 1.0, Role.UNKNOWN: 1.0}
 
 
 def _bytes_cost(sock: TcpSocket, node: JvmNode) -> float | None:
     """Kernel counters against the node's totals; None when the socket carried far more."""
     over = under = 0.0
-    for kernel, client in ((sock.bytes_sent, node.out_bytes), (sock.bytes_received,
-                                                               node.in_bytes)):
+    for kernel, client, received in ((sock.bytes_sent, node.out_bytes, False),
+                                     (sock.bytes_received, node.in_bytes, True)):
         if kernel is None or client is None:
             continue
         gap = relative_gap(kernel, client, 100)
         if kernel > client:  # the reading lags a little; a total never shrinks
             over += gap
         else:
-            under += gap
+            under += min(1.0, (client - kernel) / UNDER_BYTES) if received else (
+                gap * UNDER_WEIGHT)
     if over > BYTES_REJECT:
         return None
     if node.connects is None:  # totals may span reconnects the log did not show
@@ -57,6 +74,22 @@ def _idle_cost(sock: TcpSocket, activity: Activity | None, now_ms: int) -> float
     if activity.steady_from + SLACK_MS < last_data < activity.latest_ms - SLACK_MS:
         cost += QUIET_MISMATCH
     return cost
+
+
+def _log_io_cost(sock: TcpSocket, node: JvmNode, now_ms: int) -> float:
+    """The socket's last data against the log's last request or response on the node.
+
+    Every request and response is a log line at DEBUG: data on the socket older than
+    the node's last line, or newer with no line for it, is another connection's.
+    """
+    if sock.idle_ms is None or node.last_io_ms is None:
+        return 0.0
+    last_data = now_ms - sock.idle_ms
+    if last_data < node.last_io_ms:
+        gap, (slack, scale) = node.last_io_ms - last_data, LOG_LAG
+    else:
+        gap, (slack, scale) = min(last_data, now_ms - LOG_UNREAD_MS) - node.last_io_ms, LOG_UNTOLD
+    return min(1.0, max(0, gap - slack) / scale)
 
 
 class _OpenOrder:
@@ -102,6 +135,8 @@ def _evidence_used(sock: TcpSocket, node: JvmNode, ordered: bool) -> str:
         used.append("bytes")
     if sock.idle_ms is not None and node.activity is not None and node.activity.moved:
         used.append("idle")
+    if sock.idle_ms is not None and node.last_io_ms is not None:
+        used.append("log-io")
     if ordered:
         used.append("order")
     return "+".join(used) or "none"
@@ -153,6 +188,7 @@ def join_jvm(sockets: list[TcpSocket], nodes: list[JvmNode], settings: JoinSetti
             if cost is None:
                 continue
             cost += _idle_cost(sock, node.activity, settings.now_ms)
+            cost += _log_io_cost(sock, node, settings.now_ms)
             placed = order.cost(i, j)
             if placed is not None:
                 cost += placed

@@ -19,6 +19,7 @@ from kmon.sources.sockets import Endpoint
 
 COUNTERS = ("outgoing-byte-total", "incoming-byte-total", "request-total", "response-total")
 _CLOSED = ("disconnected", "idle_closed")
+CLOSE_LINGER_MS = 2000  # a socket may outlive its close line in the log by this much
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ class JvmNode:
     latency_ms: float | None = None
     activity: Activity | None = None
     opened_ms: int | None = None  # from the log
+    last_io_ms: int | None = None  # the log's last request or response on it (DEBUG)
     connects: int | None = None  # >1: the JMX totals span reconnects (log, or JMX counts)
 
     @property
@@ -137,9 +139,16 @@ def log_brokers(table: NodeTable, resolver: Resolver) -> dict[Endpoint, int]:
     return known
 
 
-def _closed_for_good(state: NodeState | None, activity: Activity | None) -> bool:
-    """The log saw it close, and its counters have not moved since."""
+def _closed_for_good(state: NodeState | None, activity: Activity | None, now_ms: int) -> bool:
+    """The log saw it close a while ago, and its counters have not moved since.
+
+    The client logs a close before its socket's descriptor is gone (NIO releases a
+    channel registered with a selector at the next select): for a moment the socket
+    is still there, and still the node's.
+    """
     if state is None or state.state not in _CLOSED or state.closed_ms is None:
+        return False
+    if now_ms - state.closed_ms < CLOSE_LINGER_MS:
         return False
     return activity is None or activity.moved is None or activity.moved[1] <= state.closed_ms
 
@@ -159,7 +168,8 @@ def _node(name: str, node_id: int, values: dict[str, float], state: NodeState | 
         out_bytes=_int(values, "outgoing-byte-total"), in_bytes=_int(values, "incoming-byte-total"),
         requests=_int(values, "request-total"), responses=_int(values, "response-total"),
         latency_ms=latency, activity=activity,
-        opened_ms=state.opened_ms if state else None, connects=state.connects if state else None)
+        opened_ms=state.opened_ms if state else None, connects=state.connects if state else None,
+        last_io_ms=state.last_io_ms if state else None)
 
 
 def jvm_clients(reading: JmxReading | None, table: NodeTable, history: CounterHistory,
@@ -188,7 +198,7 @@ def jvm_clients(reading: JmxReading | None, table: NodeTable, history: CounterHi
                     <= len(values))
         for node_id, node_values in values.items():
             activity = history.activity(jmx_client, node_id) if jmx_client else None
-            if not _closed_for_good(log_nodes.get(node_id), activity):
+            if not _closed_for_good(log_nodes.get(node_id), activity, now_ms):
                 node = _node(name, node_id, node_values, log_nodes.get(node_id), activity,
                              known, resolver, "jmx" if jmx_client else "log")
                 if once:

@@ -163,13 +163,28 @@ def _components(costs: dict[tuple[int, int], float]) -> list[tuple[list[int], li
 
 
 def _greedy_margins(costs: dict[tuple[int, int], float]) -> dict[int, tuple[int, float]]:
-    """Cheapest pairs first; each pair's confidence is its margin over its next rival."""
+    """Cheapest pairs first; each pair's confidence is its margin over the cheapest change
+    that breaks it: a rival pair taken, with the partners it displaces swapped or left alone."""
+    pairs = _greedy(costs)
+    owner = {j: i for i, j in pairs.items()}
+
+    def cost(i: int | None, j: int | None) -> float:
+        if i is None or j is None:  # one side left unpaired (both sides: counted twice)
+            return UNPAIRED if i is not None or j is not None else 0.0
+        return costs.get((i, j), 2 * UNPAIRED)
+
     out = {}
-    for i, j in _greedy(costs).items():
-        rivals = [c for (a, b), c in costs.items() if (a == i) != (b == j)]
-        cost = costs[(i, j)]
-        out[i] = (j, _confidence(1, cost, 0.0) if not rivals
-                  else round(min(0.99, max(0.5, 0.5 + (min(rivals) - cost) / 2)), 2))
+    for i, j in pairs.items():
+        changes = []
+        for (a, b), rival in costs.items():
+            if a == i and b != j:  # socket i takes b; b's socket takes j or nothing
+                k = owner.get(b)
+                changes.append(rival + cost(k, j) - costs[(i, j)] - cost(k, b))
+            elif b == j and a != i:  # socket a takes j; i takes a's logical or nothing
+                m = pairs.get(a)
+                changes.append(rival + cost(i, m) - costs[(i, j)] - cost(a, m))
+        out[i] = (j, _confidence(1, costs[(i, j)], 0.0) if not changes
+                  else round(min(0.99, max(0.5, 0.5 + min(changes) / 2)), 2))
     return out
 
 

@@ -18,6 +18,7 @@ import java.util.TreeMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import java.util.regex.Pattern;
 
 import javax.management.Attribute;
 import javax.management.InstanceNotFoundException;
@@ -46,6 +47,7 @@ public final class KmonJmx {
         "connection-count", "connection-creation-total", "connection-close-total", "io-wait-ratio"};
     private static final String[] COORDINATOR_ATTRS = {
         "assigned-partitions", "heartbeat-total", "last-heartbeat-seconds-ago"};
+    private static final Pattern NODE_ID = Pattern.compile("[+-]?[0-9]{1,10}");
     private static final String[] NODE_ATTRS = {
         "outgoing-byte-total", "incoming-byte-total", "request-total", "response-total",
         "request-latency-avg"};
@@ -71,7 +73,7 @@ public final class KmonJmx {
     /** What one poll gathers of one client instance. */
     private static final class Client {
         final Map<String, Object> metrics = new TreeMap<>();
-        final Map<Integer, Map<String, Object>> nodes = new TreeMap<>();
+        final Map<String, Map<String, Object>> nodes = new TreeMap<>();
         String type;
     }
 
@@ -231,7 +233,7 @@ public final class KmonJmx {
                         kind.domain + "\u0000" + clientId, k -> new Client());
                 client.type = kind.clientType;
                 if (kind.perNode) {
-                    Integer node = nodeId(unquote(name.getKeyProperty("node-id")));
+                    String node = nodeId(unquote(name.getKeyProperty("node-id")));
                     if (node == null) {
                         continue;
                     }
@@ -253,16 +255,16 @@ public final class KmonJmx {
         return clients;
     }
 
-    /** "node-3" -> 3, "node--1" -> -1; null for anything else. */
-    private static Integer nodeId(String value) {
+    /**
+     * The client's connection id: "node-3" -> "3", "node--1" -> "-1", "node-+3" -> "+3" (a 4.x
+     * client's group coordinator connection to broker 3); null for anything else.
+     */
+    private static String nodeId(String value) {
         if (value == null || !value.startsWith("node-")) {
             return null;
         }
-        try {
-            return Integer.valueOf(value.substring(5));
-        } catch (NumberFormatException e) {
-            return null;
-        }
+        String id = value.substring(5);
+        return NODE_ID.matcher(id).matches() ? id : null;
     }
 
     /** Kafka's JmxReporter quotes property values holding characters ObjectName reserves. */
@@ -296,7 +298,7 @@ public final class KmonJmx {
             values(b, c.metrics);
             b.append(",\"nodes\":{");
             boolean firstNode = true;
-            for (Map.Entry<Integer, Map<String, Object>> n : c.nodes.entrySet()) {
+            for (Map.Entry<String, Map<String, Object>> n : c.nodes.entrySet()) {
                 b.append(firstNode ? "\"" : ",\"").append(n.getKey()).append("\":");
                 values(b, n.getValue());
                 firstNode = false;

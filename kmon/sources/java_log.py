@@ -20,11 +20,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import BinaryIO, Literal
 
-from kmon.classify import MAX_INT, role_of_node_id
+from kmon.classify import MAX_INT, java_node_id, role_of_node_id
 from kmon.model import Role
 
 LogEventKind = Literal["connecting", "connected", "disconnected", "connect_failed", "idle_close",
-                    "coordinator", "coordinator_lost", "metadata_request"]
+                    "coordinator", "coordinator_lost", "metadata_request", "io"]
 ClientType = Literal["producer", "consumer", "admin"]
 NodeStatus = Literal["known", "connecting", "connected", "disconnected", "idle_closed"]
 
@@ -63,9 +63,10 @@ _CONTEXT_FIELD = re.compile(r"(\w+)=([^,]*)(?:, |$)")
 _CLIENT_TYPES: dict[str, ClientType] = {"Consumer": "consumer", "ShareConsumer": "consumer",
                                         "Producer": "producer", "AdminClient": "admin"}
 
-# Node.toString: "host:port (id: N rack: R)"; forks and 4.x add fields before ")".
-_NODE = r"(?P<host>\S+?):(?P<port>\d+) \(id: (?P<id>-?\d+) rack: \S+?(?: [^()]*)?\)"
-_ID = r"(?P<id>-?\d+)"
+# Node.toString: "host:port (id: N rack: R)"; 4.x adds " isFenced: B" before ")". A 4.x
+# client's group coordinator connection is "+B" (B the broker id) where 3.x has MAX_INT - B.
+_ID = r"(?P<id>[+-]?\d{1,10})"
+_NODE = rf"(?P<host>\S+?):(?P<port>\d+) \(id: {_ID} rack: \S+?(?: [^()]*)?\)"
 # InetSocketAddress.toString: "host/ip:port", "/ip:port", "host/<unresolved>:port".
 _SOCKET = r"\((?P<socket>[^()]*)\)"
 
@@ -85,7 +86,7 @@ class _Rule:
 
 def _node_fields(m: re.Match[str]) -> Fields:
     groups = m.groupdict()
-    fields: Fields = {"node_id": int(groups["id"])}
+    fields: Fields = {"node_id": java_node_id(groups["id"])}
     if groups.get("host") is not None:
         fields["host"] = groups["host"]
         fields["port"] = int(groups["port"])
@@ -146,8 +147,8 @@ _RULES: tuple[_Rule, ...] = (
     _rule(r"Disconnecting from node \S+ due to socket connection setup timeout",
           rf"Disconnecting from node {_ID} due to socket connection setup timeout",
           "connect_failed", "connection setup timeout"),
-    _rule(r"Client requested (?:disconnect|connection close) from node ",
-          rf"Client requested (?:disconnect|connection close) from node {_ID}"
+    _rule(r"Client requested (?:disconnect|connection close) from node [+-]?\d+(?![\d,])",
+          rf"Client requested (?:disconnect|connection close) from node {_ID}\b"
           r"(?!, which is already disconnected)", "disconnected", "client requested"),
     _rule(r"Manually disconnected from ", rf"Manually disconnected from {_ID}\.", "disconnected",
           "client requested"),
@@ -169,6 +170,12 @@ _RULES: tuple[_Rule, ...] = (
           rf"Group coordinator {_NODE} is unavailable or invalid", "coordinator_lost"),
     _rule(r"Sending metadata request ", rf"Sending metadata request .* to node {_NODE}",
           "metadata_request"),
+    # NetworkClient at DEBUG tells every request it sends and every response it reads.
+    _rule(r"Sending [A-Z_]+ request with header ",
+          rf"Sending [A-Z_]+ request with header RequestHeader\(.*?\) and timeout \d+ "
+          rf"to node {_ID}:", "io", "sent"),
+    _rule(r"Received [A-Z_]+ response from node ",
+          rf"Received [A-Z_]+ response from node {_ID} for request", "io", "received"),
 )
 _ANY_RULE = re.compile("|".join(f"(?:{rule.loose.pattern})" for rule in _RULES))
 
@@ -220,6 +227,8 @@ def _match(line: str) -> tuple[JavaLogEvent | None, bool]:
         if m is None:
             continue
         fields = rule.extra(m) if rule.extra else _node_fields(m)
+        if fields["node_id"] is None:
+            continue
         ctype = m.groupdict().get("ctype")
         if rule.kind == "coordinator":
             fields["coordinator_type"] = ctype or "group"
@@ -388,6 +397,7 @@ class NodeState:
     connects: int = 0
     disconnects: int = 0
     metadata_request_ms: int | None = None
+    last_io_ms: int | None = None  # the last request sent or response read on this connection
 
     @property
     def role(self) -> Role:
@@ -451,7 +461,7 @@ class NodeTable:
 
 def _connecting(_: ClientState, node: NodeState, event: JavaLogEvent) -> None:
     node.state, node.opened_ms, node.connected_ms = "connecting", event.ts_ms, None
-    node.closed_ms = node.idle_ms = None
+    node.closed_ms = node.idle_ms = node.last_io_ms = None
     node.detail = None
     node.connects += 1
 
@@ -493,6 +503,11 @@ def _metadata_request(_: ClientState, node: NodeState, event: JavaLogEvent) -> N
     node.metadata_request_ms = event.ts_ms
 
 
+def _io(_: ClientState, node: NodeState, event: JavaLogEvent) -> None:
+    if event.ts_ms is not None and node.state in _OPEN:
+        node.last_io_ms = max(node.last_io_ms or 0, event.ts_ms)
+
+
 _TRANSITIONS: dict[str, Callable[[ClientState, NodeState, JavaLogEvent], None]] = {
     "connecting": _connecting,
     "connected": _connected,
@@ -502,4 +517,5 @@ _TRANSITIONS: dict[str, Callable[[ClientState, NodeState, JavaLogEvent], None]] 
     "coordinator": _coordinator,
     "coordinator_lost": _coordinator_lost,
     "metadata_request": _metadata_request,
+    "io": _io,
 }

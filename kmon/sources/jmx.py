@@ -24,6 +24,7 @@ from pathlib import Path
 
 import psutil
 
+from kmon.classify import java_node_id
 from kmon.files import UnsafeFile, private_cache_dir, root_only
 from kmon.sources.child_env import SYSTEM_PATH, jvm_environment
 
@@ -44,7 +45,8 @@ class JvmClient:
 
     ``type`` is "producer", "consumer" or "admin". ``metrics`` are the
     client-wide values (``connection-count``, ``connection-creation-total``, …);
-    ``nodes`` maps Java node ids (``-1``, ``2147483647 - brokerId``, broker ids)
+    ``nodes`` maps Java node ids (``-1``, ``2147483647 - brokerId``, broker ids;
+    a 4.x client's ``+brokerId`` coordinator is given as ``2147483647 - brokerId``)
     to that connection's values (``outgoing-byte-total``, ``request-total``, …).
     A value with no samples yet (NaN in JMX) is absent.
     """
@@ -90,9 +92,19 @@ def parse_reading(line: str) -> JmxReading:
     if "error" in data:
         raise JmxUnavailable(str(data["error"]))
     clients = [JvmClient(client_id=c["client_id"], type=c["type"], metrics=c["metrics"],
-                         nodes={int(node): values for node, values in c["nodes"].items()})
-               for c in data["clients"]]
+                         nodes=_nodes(c["nodes"])) for c in data["clients"]]
     return JmxReading(ts_ms=data["ts_ms"], clients=clients, poll_ms=data.get("poll_ms"))
+
+
+def _nodes(by_id: dict[str, dict[str, float]]) -> dict[int, dict[str, float]]:
+    """Node metrics keyed by the client's connection ids ("-1", "3", "+3") -> kmon's node ids."""
+    nodes = {}
+    for text, values in by_id.items():
+        node_id = java_node_id(text)
+        if node_id is None:
+            raise ValueError(f"not a node id: {text[:40]!r}")
+        nodes[node_id] = values
+    return nodes
 
 
 class JmxSource:

@@ -40,12 +40,17 @@ import javax.management.ReflectionException;
 
 /**
  * A stand-in for a Java Kafka client (kafka-clients' KafkaProducer / classic KafkaConsumer),
- * for kmon's tests and benchmarks.
+ * kept for benchmarks/jmx_cost.py only.
  *
- * <p>Why: no Kafka Java client can be installed on the machines kmon is tested on, yet kmon's
- * Java path reads exactly three things from a JVM client, and this program makes all three real:
+ * <p>Why it is kept: the benchmark needs one JVM holding many client instances' MBean sets
+ * (--instances N) on the instant mock cluster, which no real client does on demand. kmon's
+ * tests use the real client instead (tests/java/KafkaClientProgram.java on kafka-clients 4.4.0
+ * and 3.9.1), and where the two differ the real one is right: a 4.x client names its group
+ * coordinator connection "+B" (node-+B), where this program uses 2147483647 - B as 3.x does;
+ * a real producer connects to one or two bootstrap addresses, not every one. This program
+ * makes real three things kmon's Java path reads:
  * <ul>
- * <li><b>TCP connections</b> to the brokers, opened in the Java client's order with its node ids.
+ * <li><b>TCP connections</b> to the brokers, in a simplified order with the client's node ids.
  *     Producer: every bootstrap address first (-1, -2, ...), then every broker (its id).
  *     Consumer: bootstrap -1, then a separate connection to the group coordinator with node id
  *     2147483647 - coordinatorId, then one per partition leader. Every new connection sends a
