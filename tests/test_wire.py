@@ -340,6 +340,49 @@ def test_repeated_request_headers_come_as_one_counted_segment(host):
     assert flow.close.first_by == "client" and flow.close.last_api == produce
 
 
+def request_to(server: socket.socket, client_id: str):
+    """(a client socket connected to ``server`` that sent one Metadata request, as a
+    TcpSocket, the server's end)."""
+    from kmon.sources.sockets import Endpoint, TcpSocket
+
+    client = socket.create_connection(server.getsockname())
+    peer, _ = server.accept()
+    client.sendall(kp.metadata_request(1, client_id))
+    sock = TcpSocket(0, client.fileno(), Endpoint(*client.getsockname()),
+                     Endpoint(*server.getsockname()), "ESTABLISHED")
+    return client, sock, peer
+
+
+def test_a_new_connection_is_seen_from_its_first_request():
+    """The first request of a socket no poll has shown yet is read as the request it is:
+    while the process has no socket (any port's request headers kept), and to a broker kmon
+    has just learned (watched at once, not from the next poll)."""
+    from kmon.sources.wire import WireTap
+
+    with socket.create_server(("127.0.0.1", 0)) as first, \
+            socket.create_server(("127.0.0.1", 0)) as second:
+        tap = WireTap([], 0)
+        opened = []
+        try:
+            opened.append(request_to(first, "first"))
+            time.sleep(0.2)
+            tap.poll([], 1)  # its socket was not read yet: the poll saw its segments only
+            shown = [opened[0][1]]
+            tap.poll(shown, 2)
+            tap.learn({2: second.getsockname()}, 2)
+            opened.append(request_to(second, "second"))
+            time.sleep(0.2)
+            view = tap.poll(shown + [opened[1][1]], 3)
+        finally:
+            tap.close()
+            for client, _, peer in opened:
+                client.close()
+                peer.close()
+    flows = [view.flows.get((sock.local, sock.remote)) for _, sock, _ in opened]
+    assert [f and (f.client_id, dict(f.api_counts), f.from_start) for f in flows] == [
+        ("first", {kp.METADATA: 1}, True), ("second", {kp.METADATA: 1}, True)]
+
+
 def test_a_forged_segment_with_no_tcp_header_length_is_read_without_harm():
     """A raw TCP segment, as anyone who may send packets can forge, whose data offset is 0: the
     packet socket sees it before TCP drops it, and its bytes also pass for a request header
