@@ -24,6 +24,7 @@ pytest.importorskip("pyspark")
 BROKER_IDLE_MS = 4000
 CLIENT_IDLE_MS = 60_000
 REAP_SHARE = 0.9  # kmon.engine.closes: idle this share of a limit when closed: reaped
+KILLED_REASONS = ("broker_closed", "reset")
 
 
 def workload(kind: str, bootstrap: str, *extra: str) -> KafkaClient:
@@ -68,6 +69,8 @@ def test_broker_reaps_and_a_killed_broker_recorded_and_analysed(start_kafka, spo
         for child in (recorder, *clients):
             if child is not None:
                 child.stop()
+        for node in cluster.nodes:  # a node left without its quorum would not stop for 20 s
+            cluster.kill(node)
 
     closes = [e for e in read(recording, "events") if e["kind"] == "closed"]
     shown = [(e["pid"], e["role"], e["broker_id"], e["closed_by"], e["reason"],
@@ -77,10 +80,11 @@ def test_broker_reaps_and_a_killed_broker_recorded_and_analysed(start_kafka, spo
     assert all(e["closed_by"] == "broker" and e["idle_before_ms"] >= REAP_SHARE * BROKER_IDLE_MS
                for e in reaps), shown
     # the consumer fetches from the killed node: its connections open there when it died
-    # close as the broker's
+    # close as the broker's, busy: broker_closed, or reset where the dead JVM left a request
+    # unread (the kernel then answers with a RST; about one run in six)
     killed = [e for e in closes if e["pid"] == consumer.pid and e["broker_id"] == victim.node_id
               and e["ts_ms"] >= killed_ms > e["ts_ms"] - e["lifetime_ms"]]
-    assert killed and all(e["closed_by"] == "broker" and e["reason"] == "broker_closed"
+    assert killed and all(e["closed_by"] == "broker" and e["reason"] in KILLED_REASONS
                           for e in killed), shown
     # no idle connection is taken for the client's reap: the client's limit is a minute
     assert not [e for e in closes if e["reason"] == "client_idle_reap"], shown
@@ -93,7 +97,8 @@ def test_broker_reaps_and_a_killed_broker_recorded_and_analysed(start_kafka, spo
     reaped = [r for (_, _, reason), r in why.items() if reason == "broker_idle_reap"]
     assert reaped and all(r["median_idle_before_ms"] >= REAP_SHARE * BROKER_IDLE_MS
                           for r in reaped)
-    assert why[(victim.node_id, "broker", "broker_closed")]["closes"] >= len(killed)
+    assert sum(why[(victim.node_id, "broker", reason)]["closes"] for reason in KILLED_REASONS
+               if (victim.node_id, "broker", reason) in why) >= len(killed)
     # the producer's reaped connections, reopened: idle churn and reap cycles on its brokers
     idle = [r for r in tables["idle_churn"] if r["pid"] == producer.pid and r["role"] == "broker"]
     assert sum(r["idle_churned"] for r in idle) >= 2 and sum(r["reap_cycles"] for r in idle) >= 1
