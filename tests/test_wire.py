@@ -228,33 +228,63 @@ def test_kafkajs_consumer(cluster, brokers, topic, tmp_path):
         client.stop()
 
 
+ONE_REQUEST_CLIENT = """
+import socket, sys
+from kmon.sources import kafka_protocol as kp
+host, port = sys.argv[1].split(",")[0].rsplit(":", 1)
+conn = socket.create_connection((host, int(port)))
+conn.sendall(kp.metadata_request(7, "kmon-one-request"))
+conn.recv(65536)
+sys.stdin.read()
+"""
+
+
+def test_the_first_request_of_a_new_process_is_seen(cluster):
+    """A process that connects and sends its one request at once, before any poll has shown
+    its socket: while it has none, request headers are kept from any port, so the request
+    is read and the socket named (bootstrap) from it."""
+    client, rows = from_start([sys.executable, "-c", ONE_REQUEST_CLIENT, cluster],
+                              lambda rows: any(r["evidence"].get("role") == "wire"
+                                               for r in rows))
+    try:
+        (row,) = rows
+        assert row["role"] == "bootstrap" and row["node_id"] == -1, row
+        assert apis(row) == {"Metadata"} and row["client"] == "kmon-one-request", row
+    finally:
+        client.stop()
+
+
 # --- what the wire must never do -------------------------------------------------------------
 
 
-def test_the_filter_fits_the_kernel_and_a_request_body_is_never_captured():
+@pytest.mark.parametrize("watched", ["its port", "no port yet"])
+def test_the_filter_fits_the_kernel_and_a_request_body_is_never_captured(watched):
     """A request's header and client_id are captured, its body (a SaslAuthenticate's
-    credentials) never; a TLS record shows its first bytes only."""
+    credentials) never; a TLS record shows its first bytes only; other bytes nothing. So too
+    while the process has no socket yet and any port's request headers are kept."""
     from kmon.sources.packet_capture import PacketCapture
 
     assert len(packet_filter.build(range(10_000, 12_000), range(9092, 9200), 1)) <= 4096
     with socket.create_server(("127.0.0.1", 0)) as server:
         client = socket.create_connection(server.getsockname())
         peer, _ = server.accept()
-        capture = PacketCapture({client.getsockname()[1]}, set())
+        port = client.getsockname()[1]
+        capture = PacketCapture({port} if watched == "its port" else set(), set())
         try:
             body = (36).to_bytes(2, "big") + (1).to_bytes(2, "big") + (7).to_bytes(4, "big") \
                 + (4).to_bytes(2, "big") + b"kmon" + b"\0user\0hunter2"
             client.sendall(len(body).to_bytes(4, "big") + body)
             client.sendall(b"\x17\x03\x03\x00\x20" + b"s" * 32)
+            client.sendall(b"not a Kafka header: hunter2")
             time.sleep(0.3)
             segments = capture.read()
         finally:
             capture.close()
             client.close()
             peer.close()
-    data = [s.data for s in segments]
-    assert kp.request_header(data[0]).client_id == "kmon" and b"hunter2" not in b"".join(data)
-    assert data[1] == b"\x17\x03\x03\x00"
+    data = [s.data for s in segments if s.src[1] == port]
+    assert kp.request_header(data[0]).client_id == "kmon" and data[1] == b"\x17\x03\x03\x00"
+    assert b"hunter2" not in b"".join(s.data for s in segments)
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
@@ -308,6 +338,49 @@ def test_repeated_request_headers_come_as_one_counted_segment(host):
     counts, last_seen = flow.apis(segments[1].ts_ms + 500)
     assert counts == "Produce×8 Metadata×1" and last_seen.startswith("Produce×8 (0.5 s ago) ")
     assert flow.close.first_by == "client" and flow.close.last_api == produce
+
+
+def request_to(server: socket.socket, client_id: str):
+    """(a client socket connected to ``server`` that sent one Metadata request, as a
+    TcpSocket, the server's end)."""
+    from kmon.sources.sockets import Endpoint, TcpSocket
+
+    client = socket.create_connection(server.getsockname())
+    peer, _ = server.accept()
+    client.sendall(kp.metadata_request(1, client_id))
+    sock = TcpSocket(0, client.fileno(), Endpoint(*client.getsockname()),
+                     Endpoint(*server.getsockname()), "ESTABLISHED")
+    return client, sock, peer
+
+
+def test_a_new_connection_is_seen_from_its_first_request():
+    """The first request of a socket no poll has shown yet is read as the request it is:
+    while the process has no socket (any port's request headers kept), and to a broker kmon
+    has just learned (watched at once, not from the next poll)."""
+    from kmon.sources.wire import WireTap
+
+    with socket.create_server(("127.0.0.1", 0)) as first, \
+            socket.create_server(("127.0.0.1", 0)) as second:
+        tap = WireTap([], 0)
+        opened = []
+        try:
+            opened.append(request_to(first, "first"))
+            time.sleep(0.2)
+            tap.poll([], 1)  # its socket was not read yet: the poll saw its segments only
+            shown = [opened[0][1]]
+            tap.poll(shown, 2)
+            tap.learn({2: second.getsockname()}, 2)
+            opened.append(request_to(second, "second"))
+            time.sleep(0.2)
+            view = tap.poll(shown + [opened[1][1]], 3)
+        finally:
+            tap.close()
+            for client, _, peer in opened:
+                client.close()
+                peer.close()
+    flows = [view.flows.get((sock.local, sock.remote)) for _, sock, _ in opened]
+    assert [f and (f.client_id, dict(f.api_counts), f.from_start) for f in flows] == [
+        ("first", {kp.METADATA: 1}, True), ("second", {kp.METADATA: 1}, True)]
 
 
 def test_a_forged_segment_with_no_tcp_header_length_is_read_without_harm():

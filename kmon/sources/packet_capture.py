@@ -66,7 +66,7 @@ class PacketCapture:
     """The filtered packet ring of one watched process."""
 
     def __init__(self, local_ports: set[int], remote_ports: set[int]) -> None:
-        self.local_ports: set[int] = set()
+        self.local_ports: set[int] | None = None  # none yet: the first set_ports attaches it
         self.remote_ports: set[int] = set()
         self.responses = True
         self.drops = 0

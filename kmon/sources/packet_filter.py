@@ -3,7 +3,9 @@
 It runs in the kernel on every packet of every interface (from the network
 header: the socket is ``SOCK_DGRAM``) and keeps only TCP segments of the
 watched process's local ports, or to and from its brokers' ports (a connection
-opened since the filter was built), cut short:
+opened since the filter was built), cut short. While it has neither (a process
+that has not connected yet), it keeps request headers from any port, so that a
+new client's first requests are seen; never more than a header:
 
 * from the process (requests): only segments that start with a plausible Kafka
   request header, cut after that header and its client_id (at most 14 + 255
@@ -101,8 +103,9 @@ def _to_payload(prog: _Program) -> None:
 
 def build(local_ports: Iterable[int], remote_ports: Iterable[int], loopback_ifindex: int,
           responses: bool = True) -> list[tuple[int, int, int, int]]:
-    """The program keeping the segments of ``local_ports`` and of ``remote_ports`` (see the
-    module docstring); responses only if ``responses``."""
+    """The program keeping the segments of ``local_ports`` and of ``remote_ports``, or with
+    neither the request headers of any port (see the module docstring); responses only if
+    ``responses``."""
     remote = sorted(set(remote_ports))[:MAX_PORTS // 4]
     local = sorted(set(local_ports))[:MAX_PORTS - len(remote)]
     prog = _Program()
@@ -131,6 +134,8 @@ def build(local_ports: Iterable[int], remote_ports: Iterable[int], loopback_ifin
     prog.label("early-drop")
     prog.op(RET_K, 0)
     prog.label("ports")
+    if not local and not remote:  # no socket yet: its first requests, from whichever port
+        prog.op(JA, "request")
     prog.op(LD_H_IND, 0)  # source port: from the process
     _port_match(prog, local, "request", "src-local")
     prog.op(LD_H_IND, 2)  # destination port: to the process

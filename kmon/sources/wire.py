@@ -103,6 +103,10 @@ class WireTap:
         bounded.put_all(self.brokers, brokers, MAX_BROKERS)
         if self.cluster_learned_ms is None:
             self.cluster_learned_ms = now_ms
+        # watched from now on, not from the next poll: a connection the process opens to one
+        # of them meanwhile is seen from its first request
+        self.capture.set_ports(self.capture.local_ports, self.capture.remote_ports | {
+            port for _, port in brokers.values()}, responses=False)
 
     def poll(self, sockets: list[TcpSocket], now_ms: int) -> WireView:
         """Take in the segments queued since the last poll; follow ``sockets`` from now on."""
@@ -144,8 +148,11 @@ class WireTap:
             request, key = True, forward
         elif (backward := (seg.dst, seg.src)) in mine:
             request, key = False, backward
-        else:  # a socket the polls have not shown (yet): towards a broker port, a request
-            request = seg.dst[1] in self.capture.remote_ports
+        else:  # a socket the polls have not shown (yet): towards a broker port, a request;
+            # while no port was watched, the filter kept nothing but requests
+            capture = self.capture
+            request = seg.dst[1] in capture.remote_ports or not (capture.local_ports
+                                                                 or capture.remote_ports)
             key = forward if request else (seg.dst, seg.src)
         flow = self.flows.get(key) or self._flow(key, seg.first_ms)
         if seg.flags & TCP_CLOSING:

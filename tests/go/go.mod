@@ -1,0 +1,14 @@
+module kmon.test/goconsumer
+
+go 1.26.0
+
+require (
+	github.com/segmentio/kafka-go v0.4.51
+	github.com/twmb/franz-go v1.22.2
+)
+
+require (
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/twmb/franz-go/pkg/kmsg v1.15.0 // indirect
+)
