@@ -130,6 +130,7 @@ class WireClose:
     first_by: str  # client or broker
     reset: bool  # the first was a RST
     last_api: int | None  # the API key of the last request the client sent on it
+    auth_failed: bool = False  # the broker answered a SASL request with an error
 
 
 @dataclass

@@ -84,8 +84,8 @@ class KafkaClient(Child):
 
 # Fixtures that start real processes, a cluster or Spark: a test using one is an integration
 # test (``python -m pytest -m "not integration"`` is the fast inner loop).
-INTEGRATION_FIXTURES = {"cluster", "start_client", "spool_dir", "spark_session", "kafka",
-                        "start_kafka"}
+INTEGRATION_FIXTURES = {"cluster", "start_client", "start_client_at", "spool_dir",
+                        "spark_session", "kafka", "start_kafka"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -151,14 +151,21 @@ def require_java() -> None:
 
 
 @pytest.fixture
-def start_client(cluster):
+def start_client(start_client_at, cluster):
     """Start a client process: start_client("consumer", instrument=True, idle_ms=3000)."""
+    return lambda kind, **options: start_client_at(cluster, kind, **options)
+
+
+@pytest.fixture
+def start_client_at(spool_dir):
+    """Start a client process of a given cluster: start_client_at(bootstrap, "consumer",
+    properties={"security.protocol": "SSL", ...}, ready=True); stopped when the test ends."""
     started: list[KafkaClient] = []
 
-    def start(kind: str, instrument: bool = True, idle_ms: int | None = None,
-              wrapper: list[str] | None = None,
-              properties: dict[str, str] | None = None) -> KafkaClient:
-        argv = [sys.executable, "-m", "kmon.devtools.workload", kind, cluster]
+    def start(bootstrap: str, kind: str, instrument: bool = True, idle_ms: int | None = None,
+              wrapper: list[str] | None = None, properties: dict[str, str] | None = None,
+              extra_args: tuple[str, ...] = (), ready: bool = True) -> KafkaClient:
+        argv = [sys.executable, "-m", "kmon.devtools.workload", kind, bootstrap, *extra_args]
         if instrument:
             argv.append("--instrument")
         if idle_ms is not None:
@@ -167,7 +174,8 @@ def start_client(cluster):
             argv += ["-X", f"{key}={value}"]
         client = KafkaClient((wrapper or []) + argv)
         started.append(client)
-        client.wait_line("READY")
+        if ready:
+            client.wait_line("READY")
         return client
 
     yield start

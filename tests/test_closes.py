@@ -57,6 +57,20 @@ def test_the_reason_follows_the_side_and_the_idle_time_against_each_limit():
     assert reason("client", 0, limits, False) == "connect_failed"
 
 
+def test_the_error_code_of_a_sasl_response_is_read_in_either_header_layout():
+    from kmon.sources.kafka_protocol import SASL_AUTHENTICATE, SASL_HANDSHAKE, error_code
+
+    def response(correlation: int, body: bytes, flexible: bool) -> bytes:
+        header = correlation.to_bytes(4, "big") + (b"\x00" if flexible else b"")
+        return (len(header + body)).to_bytes(4, "big") + header + body
+
+    failed = (58).to_bytes(2, "big") + b"\x00\x00\x00\x00"  # SASL_AUTHENTICATION_FAILED
+    assert error_code(response(7, failed, False), SASL_AUTHENTICATE, 1) == 58
+    assert error_code(response(7, failed, True), SASL_AUTHENTICATE, 2) == 58
+    assert error_code(response(7, bytes(2), False), SASL_HANDSHAKE, 1) == 0
+    assert error_code(response(7, b"", True)[:9], SASL_AUTHENTICATE, 2) is None  # cut short
+
+
 def test_a_story_carries_the_totals_and_is_told_in_words():
     told = story(life("ESTABLISHED", idle=599_000), "LAST_ACK", 10_000)
     assert (told.closed_by, told.reason, told.idle_before_ms) == ("broker", "broker_idle_reap",
@@ -77,6 +91,12 @@ def test_the_wire_s_first_fin_or_rst_decides_the_side_and_tells_a_reset_or_faile
     assert in_words(told) == "closed by the broker after 0.2s idle: reset"
     told = story(busy, None, 5_000, WireClose("broker", reset=False, last_api=36))
     assert (told.closed_by, told.reason) == ("broker", "auth_failed")
+    # librdkafka closes first once it reads the broker's error (a real broker's order)
+    told = story(busy, None, 5_000, WireClose("client", reset=False, last_api=36,
+                                              auth_failed=True))
+    assert (told.closed_by, told.reason) == ("client", "auth_failed")
+    told = story(busy, None, 5_000, WireClose("client", reset=False, last_api=36))
+    assert told.reason == "client_closed"  # no error seen: a client that just went away
     # the idle time explains a reset after the idle limit: a reap, not a reset
     reaped = story(life("ESTABLISHED", idle=599_000), None, 5_000,
                    WireClose("broker", reset=True, last_api=12))
@@ -365,8 +385,10 @@ def test_churn_patterns_from_constructed_polls():
     # a bounce: three processes dropped by broker 1 reconnect within seconds
     bounce = 400_000
     drops = [closed(bounce, pid, "broker_closed", "broker") for pid in (1, 2, 3)]
-    reopens = [opened(bounce + 2_000, pid) for pid in (1, 2, 3)]
-    storm = watch.observe(bounce + 2_000, views + [steady], drops + reopens, {})
+    assert watch.observe(bounce, views + [steady], drops, {}) == []
+    # back after a 20 s restart (longer than the storm window): a storm all the same
+    reopens = [opened(bounce + 20_000, pid) for pid in (1, 2, 3)]
+    storm = watch.observe(bounce + 20_000, views + [steady], reopens, {})
     assert [e.churn.pattern for e in storm] == ["reconnect_storm"]
     assert storm[0].churn.rate == 3 and storm[0].broker_id == 1
     # the agent's count of client instances: 60 more in 10 s

@@ -57,7 +57,9 @@ def run(args: argparse.Namespace) -> int:
             state = fetch_cluster(admin_client(args.bootstrap_servers, dict(args.properties)),
                                   args.bootstrap_servers, args.cluster_timeout)
             cluster, groups = state.metadata, state.groups
-        settings = SamplerSettings(broker_idle_ms=args.broker_idle_ms, cluster=cluster,
+        settings = SamplerSettings(broker_idle_ms=options.broker_idle_ms(
+                                       args, cluster.broker_idle_ms if cluster else None),
+                                   cluster=cluster,
                                    groups=groups, require_kafka=not args.any_process,
                                    middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
                                    wire=args.wire)

@@ -37,10 +37,14 @@ def cluster_timeout(parser: argparse.ArgumentParser, default_s: float) -> None:
 
 def broker_idle(parser: argparse.ArgumentParser) -> None:
     """``--broker-idle-ms``: the brokers' own idle limit."""
-    parser.add_argument("--broker-idle-ms", type=positive_int_arg,
-                        default=BROKER_IDLE_MS,
-                        help=f"the brokers' connections.max.idle.ms (default "
-                             f"{BROKER_IDLE_MS})")
+    parser.add_argument("--broker-idle-ms", type=positive_int_arg, default=None,
+                        help="the brokers' connections.max.idle.ms (default: as the cluster "
+                             f"describes it where kmon asks it, else {BROKER_IDLE_MS})")
+
+
+def broker_idle_ms(args: argparse.Namespace, cluster_said: int | None) -> int:
+    """--broker-idle-ms if given, else the cluster's own limit, else Kafka's default."""
+    return args.broker_idle_ms or cluster_said or BROKER_IDLE_MS
 
 
 def wire(parser: argparse.ArgumentParser) -> None:

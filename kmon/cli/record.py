@@ -72,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
         if args.cluster:
             named = config.resolve_cluster(args.cluster, dict(args.properties))
             cluster = fetch_metadata(named.bootstrap, named.properties, args.cluster_timeout)
-        settings = SamplerSettings(broker_idle_ms=args.broker_idle_ms, cluster=cluster,
+        settings = SamplerSettings(broker_idle_ms=options.broker_idle_ms(
+                                       args, cluster.broker_idle_ms if cluster else None),
+                                   cluster=cluster,
                                    require_kafka=cluster is None and not args.any_process,
                                    middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
                                    wire=args.wire)

@@ -49,11 +49,13 @@ def run(args: argparse.Namespace) -> int:
     watcher = ClusterWatcher(cluster.bootstrap, cluster.properties, timeout_s=args.cluster_timeout,
                              refresh_s=args.metadata_every)
     settings = dashboard_settings(config, args.interval, args.record_dir)
-    sampler_settings = SamplerSettings(broker_idle_ms=args.broker_idle_ms, require_kafka=False,
+    sampler_settings = SamplerSettings(broker_idle_ms=options.broker_idle_ms(args, None),
+                                       require_kafka=False,
                                        middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
                                        wire=args.wire)
     session = ClusterSession(watcher, sampler_settings, [], churn=config.churn,
-                             interval_ms=round(settings.interval_s * 1000))
+                             interval_ms=round(settings.interval_s * 1000),
+                             idle_from_cluster=args.broker_idle_ms is None)
     shown = ", ".join(f"{k}={v}" for k, v in cluster.shown_properties().items())
     return run_watch(f"{cluster.name} ({shown})" if shown else cluster.name, session, settings,
                      theme)
@@ -66,7 +68,8 @@ def _host_view(args: argparse.Namespace, config, theme: str | None) -> int:
     from kmon.widgets.launch import run_host
 
     settings = dashboard_settings(config, args.interval, args.record_dir)
-    sampler_settings = SamplerSettings(broker_idle_ms=args.broker_idle_ms, require_kafka=False,
+    sampler_settings = SamplerSettings(broker_idle_ms=options.broker_idle_ms(args, None),
+                                       require_kafka=False,
                                        middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
                                        wire=args.wire)
     session = HostSession(sampler_settings, churn=config.churn,

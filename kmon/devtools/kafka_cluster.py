@@ -109,7 +109,7 @@ class KafkaCluster:
         keystore_password = secrets.token_urlsafe(12)
         _make_key_pair(java, self.workdir, keystore_password)
         self._write_client_configs()
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = _cluster_id()
         for node in self.nodes:
             _write_node_files(node, self._node_config(node, keystore_password))
         with ThreadPoolExecutor(self.brokers) as pool:
@@ -271,6 +271,15 @@ def _java() -> str:
         raise ClusterError(f"Apache Kafka {maven_jars.KAFKA_VERSION} needs Java 17 or newer; "
                            f"{java} is {match.group(1) if match else 'of unknown version'}")
     return java
+
+
+def _cluster_id() -> str:
+    """A random cluster id as Kafka writes them (base64url of a UUID), never starting with
+    '-' (the storage tool would read it as an option, as Kafka's own Uuid avoids too)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _private_dir() -> str:

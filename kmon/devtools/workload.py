@@ -18,6 +18,7 @@ import queue
 import sys
 import threading
 import time
+from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
@@ -37,6 +38,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--produce-every", type=float, default=0.0, metavar="SECONDS",
                    help="produce one message this often (0: only on command)")
     p.add_argument("-X", dest="extra", action="append", default=[], help="key=value")
+    p.add_argument("--config", type=Path, default=None, metavar="FILE",
+                   help="a properties file of more client settings (credentials stay off "
+                        "the command line)")
     return p.parse_args()
 
 
@@ -48,7 +52,7 @@ class Clients:
         self.latest: dict[str, dict] = {}
         self.producer = self.consumer = self.admin = None
         if args.kind in ("consumer", "both"):
-            seed = Producer({"bootstrap.servers": args.bootstrap})
+            seed = Producer({"bootstrap.servers": args.bootstrap, **self.extra()})
             seed.produce(args.topic, b"seed")  # the mock cluster creates topics on first produce
             seed.flush(10)
             del seed
@@ -73,14 +77,19 @@ class Clients:
                 "client.id": self.args.client_id or f"kmon-workload-{kind}", **(more or {})}
         if self.args.idle_ms is not None:
             conf["connections.max.idle.ms"] = self.args.idle_ms
-        for item in self.args.extra:
-            key, _, value = item.partition("=")
-            conf[key] = value
+        conf.update(self.extra())
         if self.args.instrument:
             from kmon.agent import instrument
 
             conf = instrument(conf, client_type=kind)
         return conf
+
+    def extra(self) -> dict[str, str]:
+        """The --config file's and -X properties (security settings reach the seeding
+        producer too)."""
+        lines = self.args.config.read_text().splitlines() if self.args.config else []
+        return dict(item.partition("=")[::2] for item in lines + self.args.extra
+                    if item.strip() and not item.startswith("#"))
 
     def serve(self, seconds: float) -> None:
         if self.consumer is not None:

@@ -40,7 +40,8 @@ class ChurnWatch:
     def observe(self, ts_ms: int, views: Iterable[ProcessView], events: Iterable[Event],
                 fd_counts: dict[int, int | None]) -> list[Event]:
         """The churn events this poll raises (a reconnect storm: processes whose connection to
-        a broker the broker closed, reconnecting to it within the storm window)."""
+        a broker the broker closed, reconnecting to it within the storm window of each
+        other)."""
         for event in events:
             self._take(event)
         out = []
@@ -132,11 +133,18 @@ class ChurnWatch:
                             "given back")
 
     def _storms(self, ts_ms: int) -> list[Event]:
+        """Processes reconnecting to a broker within the storm window of each other, each
+        after that broker dropped it within the last window (a restarted broker is back
+        only after its start-up, longer than the storm window)."""
         out = []
         window = self.limits.storm_window_ms
         for broker, opens in self.broker_opens.items():
-            dropped = {pid for t, pid in self.broker_drops.get(broker, ()) if ts_ms - t <= window}
-            recent = {pid for t, pid in opens if ts_ms - t <= window and pid in dropped}
+            dropped: dict[int, int] = {}  # pid -> its first drop in the window
+            for t, pid in self.broker_drops.get(broker, ()):
+                if ts_ms - t <= self.limits.window_ms:
+                    dropped.setdefault(pid, t)
+            recent = {pid for t, pid in opens
+                      if ts_ms - t <= window and pid in dropped and t >= dropped[pid]}
             if len(recent) >= self.limits.storm_processes:
                 out += self._report(ts_ms, 0, "reconnect_storm", float(len(recent)),
                                     f"{len(recent)} processes reconnected to broker {broker} "

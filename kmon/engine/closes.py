@@ -84,14 +84,16 @@ IDLE_REASONS = frozenset({"client_idle_reap", "broker_idle_reap", "middlebox_idl
 
 
 def wire_reason(wire: WireClose, kernel_reason: str) -> str:
-    """The reason once the wire saw the close: a reset (unless the idle time already explains
-    it), or a broker's close right after a SASL request (a failed authentication)."""
+    """The reason once the wire saw the close: a failed authentication (the broker answered a
+    SASL request with an error, and whichever side closed first - librdkafka closes as soon as
+    it reads the error - or the broker closed right after a SASL request), else a reset (unless
+    the idle time already explains it)."""
     if kernel_reason in IDLE_REASONS or kernel_reason == "connect_failed":
         return kernel_reason
+    if wire.auth_failed or (wire.first_by == "broker" and wire.last_api in SASL_APIS):
+        return "auth_failed"
     if wire.reset:
         return "reset"
-    if wire.first_by == "broker" and wire.last_api in SASL_APIS:
-        return "auth_failed"
     return kernel_reason
 
 

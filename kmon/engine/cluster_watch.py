@@ -34,6 +34,7 @@ class ClusterView:
     bootstrap: str
     brokers: tuple[BrokerInfo, ...] = ()
     controller_id: int | None = None
+    broker_idle_ms: int | None = None  # the brokers' connections.max.idle.ms, as described
     groups: tuple[GroupInfo, ...] | None = None  # None: not (yet) listed by the cluster
     groups_error: str | None = None  # why groups are missing, in whole or in part
     error: str | None = None  # why the latest refresh failed; None after a success
@@ -44,7 +45,8 @@ class ClusterView:
     @property
     def metadata(self) -> ClusterMetadata:
         """The brokers as ClusterMetadata, e.g. for their endpoints."""
-        return ClusterMetadata(self.bootstrap, self.brokers, self.controller_id)
+        return ClusterMetadata(self.bootstrap, self.brokers, self.controller_id,
+                               self.broker_idle_ms)
 
 
 class ClusterWatcher:
@@ -98,6 +100,7 @@ class ClusterWatcher:
             self._next_at = self.clock() + self.refresh_s
             self.view = replace(
                 view, brokers=state.metadata.brokers, controller_id=state.metadata.controller_id,
+                broker_idle_ms=state.metadata.broker_idle_ms,
                 groups=state.groups, groups_error=state.groups_error, error=None,
                 fetched_at=int(time.time() * 1000), attempts=view.attempts + 1)
             return self.view

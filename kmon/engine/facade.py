@@ -154,9 +154,10 @@ class ClusterSession(LocalClients):
 
     def __init__(self, watcher: ClusterWatcher, settings: SamplerSettings, pids: list[int],
                  discover_every_s: float = DISCOVER_EVERY_S, interval_ms: int = 1000,
-                 churn: ChurnThresholds | None = None) -> None:
+                 churn: ChurnThresholds | None = None, idle_from_cluster: bool = True) -> None:
         super().__init__(settings, None, discover_every_s, interval_ms, churn)
         self.watcher = watcher
+        self.idle_from_cluster = idle_from_cluster  # the brokers' idle limit as they say
         for pid in pids:
             self.discovery.add(self.monitor, pid)
 
@@ -181,6 +182,8 @@ class ClusterSession(LocalClients):
         """Search for new clients when due, then one snapshot of every client."""
         with self._lock:
             view = self.watcher.view
+            if view.broker_idle_ms and self.idle_from_cluster:
+                self.settings.broker_idle_ms = view.broker_idle_ms
             if view.brokers:
                 self.settings.cluster = view.metadata
                 self.settings.groups = view.groups  # to infer coordinators of agentless clients

@@ -6,8 +6,10 @@ cluster) or holds a connection to a broker another client names (this finds
 clients with no library to map: kafka-python, KafkaJS, Go). A process listening
 on a broker endpoint kmon confirmed itself (a Metadata query to that endpoint
 answered naming it) serves them (a broker, the embedded cluster) and is left
-out, as is kmon: what a client names cannot hide another process. Clusters are
-told apart by the brokers their clients use.
+out, as is one whose listening socket another such process's connection (or its
+own) reaches (a broker JVM carries the client classes: it is left out before any
+client has named the brokers too), and kmon: what a client names cannot hide
+another process. Clusters are told apart by the brokers their clients use.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class KafkaProcesses:
         for gone in self._mapped.keys() - pids:
             del self._mapped[gone]
         mapped = {pid for pid in pids - connected if self._has_library(pid, now)}
+        self.serving |= self.sockets.serving(connected | mapped)
         return (connected | mapped) - self.serving - {os.getpid()}
 
     def _has_library(self, pid: int, now: float) -> bool:

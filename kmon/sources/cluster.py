@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
 
 GROUPS_UNSUPPORTED = "the cluster does not answer ListGroups/DescribeGroups"
+IDLE_LIMIT = "connections.max.idle.ms"
 
 
 class ClusterUnreachable(Exception):
@@ -40,6 +41,7 @@ class ClusterMetadata:
     bootstrap: str
     brokers: tuple[BrokerInfo, ...]
     controller_id: int | None
+    broker_idle_ms: int | None = None  # connections.max.idle.ms, as a broker describes it
 
     def endpoints(self, resolver: Resolver) -> dict[Endpoint, int]:
         """Broker id of every endpoint a socket to this cluster may show."""
@@ -95,8 +97,10 @@ def admin_client(bootstrap: str, extra_conf: dict[str, str] | None = None) -> Ad
 
 def fetch_metadata(bootstrap: str, extra_conf: dict[str, str] | None = None,
                    timeout_s: float = 10.0) -> ClusterMetadata:
-    """Ask the cluster at ``bootstrap`` for its brokers; ClusterUnreachable if it cannot."""
-    return _list_brokers(admin_client(bootstrap, extra_conf), bootstrap, timeout_s)
+    """Ask the cluster at ``bootstrap`` for its brokers and their idle limit; ClusterUnreachable
+    if it cannot."""
+    admin = admin_client(bootstrap, extra_conf)
+    return _with_idle_limit(admin, _list_brokers(admin, bootstrap, timeout_s), timeout_s)
 
 
 def fetch_cluster(admin: AdminClient, bootstrap: str, timeout_s: float = 10.0) -> ClusterState:
@@ -106,6 +110,7 @@ def fetch_cluster(admin: AdminClient, bootstrap: str, timeout_s: float = 10.0) -
     Raises ClusterUnreachable only when the metadata itself cannot be had.
     """
     metadata = _with_racks(admin, _list_brokers(admin, bootstrap, timeout_s), timeout_s)
+    metadata = _with_idle_limit(admin, metadata, timeout_s)
     groups, groups_error = _groups(admin, timeout_s)
     return ClusterState(metadata=metadata, groups=groups, groups_error=groups_error)
 
@@ -144,6 +149,25 @@ def _with_racks(admin: AdminClient, metadata: ClusterMetadata, timeout_s: float)
                             for n in described.nodes), key=lambda b: b.broker_id))
     controller = described.controller.id if described.controller else metadata.controller_id
     return replace(metadata, brokers=brokers or metadata.brokers, controller_id=controller)
+
+
+def _with_idle_limit(admin: AdminClient, metadata: ClusterMetadata,
+                     timeout_s: float) -> ClusterMetadata:
+    """``metadata`` with the brokers' ``connections.max.idle.ms`` as the first broker
+    describes its configuration (DescribeConfigs), or unchanged where it will not (no
+    permission; librdkafka's mock cluster, whose controller id names no broker)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    if metadata.controller_id not in {b.broker_id for b in metadata.brokers}:
+        return metadata
+    resource = ConfigResource(ResourceType.BROKER, str(metadata.brokers[0].broker_id))
+    try:
+        described = admin.describe_configs([resource], request_timeout=timeout_s)[resource]
+        idle_ms = int(described.result()[IDLE_LIMIT].value)
+    except (KafkaException, KeyError, ValueError, TypeError):
+        return metadata
+    return replace(metadata, broker_idle_ms=idle_ms) if 0 < idle_ms < 1 << 63 else metadata
 
 
 def _groups(admin: AdminClient,

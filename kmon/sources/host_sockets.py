@@ -91,7 +91,39 @@ class HostClients:
         return ({owners[i] for i in clients if i in owners},
                 {owners[i] for i in servers if i in owners})
 
+    def serving(self, candidates: Collection[int]) -> set[int]:
+        """Of ``candidates``, those serving the others: each owns a listening socket that a
+        connection of a candidate (its own included) reaches. The kernel's facts, not what
+        any client says, whether or not the brokers are known: a broker JVM (it carries the
+        client classes) or an embedded cluster is never taken for a client. Sock_diag only
+        (none where the kernel refuses it)."""
+        if self._diag is None or not candidates:
+            return set()
+        listeners = self._diag.listeners()
+        owners = self._owners.owners({s.inode for s in listeners})
+        served: dict[Endpoint, int] = {}  # a candidate's listening endpoint -> the candidate
+        for sock in listeners:
+            if owners.get(sock.inode) in candidates:
+                served[_plain(sock.local)] = owners[sock.inode]
+        if not served:
+            return set()
+        reaching = {}  # a connection's inode -> the candidate it reaches
+        for sock in self._diag.host_sockets({e.port for e in served}):
+            remote = _plain(sock.remote)
+            server = served.get(remote) or next(
+                (served[e] for ip in WILDCARD_IPS if (e := Endpoint(ip, remote.port)) in served),
+                None)
+            if not sock.listening and server is not None:
+                reaching[sock.inode] = server
+        clients = self._owners.owners(reaching)
+        return {reaching[inode] for inode, pid in clients.items() if pid in candidates}
+
     def close(self) -> None:
         """Close the netlink socket."""
         if self._diag is not None:
             self._diag.close()
+
+
+def _plain(endpoint: Endpoint) -> Endpoint:
+    """The endpoint with an IPv4-mapped IPv6 address written as IPv4 (a JVM's listeners)."""
+    return Endpoint(normalize_ip(endpoint.ip), endpoint.port)

@@ -28,14 +28,16 @@ BROKER_APIS = frozenset({0, 1, 2})  # Produce, Fetch, ListOffsets: to a partitio
 GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 68})  # to the group coordinator
 TXN_APIS = frozenset({24, 25, 26})  # to the transaction coordinator
 CONTROL_APIS = frozenset({3, 10, 17, 18, 36})  # any connection, bootstrap included
-SASL_APIS = frozenset({17, 36})
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+SASL_APIS = frozenset({SASL_HANDSHAKE, SASL_AUTHENTICATE})
 MAX_API_KEY = 127
 MAX_API_VERSION = 31
 MAX_CLIENT_ID = 255
 REQUEST_HEADER = 14  # size .. client_id length
 METADATA, FIND_COORDINATOR, API_VERSIONS = 3, 10, 18
-# first flexible (compact, tagged) version of each response kmon parses
-FLEXIBLE_FROM = {METADATA: 9, FIND_COORDINATOR: 3}
+# first flexible (compact, tagged) version of each response kmon parses (SaslHandshake: none)
+FLEXIBLE_FROM = {METADATA: 9, FIND_COORDINATOR: 3, SASL_HANDSHAKE: MAX_API_VERSION + 1,
+                 SASL_AUTHENTICATE: 2}
 
 
 def api_name(key: int) -> str:
@@ -127,6 +129,16 @@ def response_correlation(data: bytes) -> int | None:
     if len(data) < 8:
         return None
     return int.from_bytes(data[4:8], "big", signed=True)
+
+
+def error_code(data: bytes, api: int, version: int) -> int | None:
+    """The error code that opens the body of a response (SaslHandshake, SaslAuthenticate)."""
+    read = _Reader(data, 8, version >= FLEXIBLE_FROM[api])
+    try:
+        read.tags()
+        return read.int16()
+    except EOFError:
+        return None
 
 
 def metadata_brokers(data: bytes, version: int) -> dict[int, tuple[str, int]] | None:

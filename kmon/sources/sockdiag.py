@@ -218,14 +218,20 @@ class SockDiagReader:
         """Every TCP socket of the host (this network namespace) whose local or remote
         port is one of ``ports``, listeners included: one dump per family, filtered in the
         kernel, so the cost follows the matches rather than the host's socket count."""
-        bytecode = _port_filter(local=ports, remote=ports)
+        return self._host_dump(_DUMP_STATES, _port_filter(local=ports, remote=ports))
+
+    def listeners(self) -> list[HostSocket]:
+        """Every listening TCP socket of the host (this network namespace): a host has few."""
+        return self._host_dump(1 << _LISTEN)
+
+    def _host_dump(self, states: int, bytecode: bytes = b"") -> list[HostSocket]:
         found: list[HostSocket] = []
         if self._dirty:
             self._reopen()
         self._dirty = True
         for seq, family in enumerate((socket.AF_INET, socket.AF_INET6), start=1):
-            self._send(_request(seq, NLM_F_REQUEST | NLM_F_DUMP, family, 0, _DUMP_STATES,
-                                None, bytecode))
+            self._send(_request(seq, NLM_F_REQUEST | NLM_F_DUMP, family, 0, states, None,
+                                bytecode))
             try:
                 self._read_host_dump(found)
             except OSError as err:  # a kernel without IPv6 refuses the second dump

@@ -31,8 +31,10 @@ UNOWNED_FOR_MS = 10_000  # a stream not (yet) among the process's sockets is kep
 MAX_FLOWS = 4096
 MAX_BROKERS = 256  # broker ids remembered from Metadata responses, the latest kept
 MAX_COORDINATORS = 256  # coordinators remembered from FindCoordinator responses, the latest kept
+MAX_REMOTE_PORTS = 256  # the remote ports remembered: a broker with no socket open stays watched
 TLS_RECORDS = (b"\x15\x03", b"\x16\x03", b"\x17\x03")  # alert, handshake, application data
-ANSWERS_KMON_READS = frozenset({kp.METADATA, kp.FIND_COORDINATOR})  # their responses name brokers
+# their responses name brokers, or say that a login failed
+ANSWERS_KMON_READS = frozenset({kp.METADATA, kp.FIND_COORDINATOR, *kp.SASL_APIS})
 
 
 @dataclass
@@ -50,6 +52,7 @@ class Flow:
     pending: dict[int, tuple[int, int]] = field(default_factory=dict)  # correlation -> api
     last_api: int | None = None  # the API key of the last request seen
     close: WireClose | None = None  # the first FIN or RST seen, and from which side
+    auth_failed: bool = False  # a SASL request was answered with an error
 
     def apis(self, now_ms: int) -> tuple[str, str]:
         """The API keys seen, most frequent first: ``Fetch×12 Heartbeat×3``, and the same with
@@ -88,6 +91,7 @@ class WireTap:
         self.cluster_learned_ms: int | None = None
         self.started = {(_address(s.local), _address(s.remote)) for s in sockets}
         self.last_polled: set[tuple[Address, Address]] = set(self.started)
+        self.remote_ports: dict[int, None] = {}  # insertion-ordered, the latest last
         self.capture = PacketCapture(*self._ports(sockets))
 
     def close(self) -> None:
@@ -122,9 +126,15 @@ class WireTap:
                         self.cluster_learned_ms, self.capture.drops, closes)
 
     def _ports(self, sockets: list[TcpSocket]) -> tuple[set[int], set[int]]:
-        """(local ports, remote ports) to capture: the process's, and its brokers'."""
-        remote = {s.remote.port for s in sockets} | {port for _, port in self.brokers.values()}
-        return {s.local.port for s in sockets}, remote
+        """(local ports, remote ports) to capture: the process's, and its brokers' (those it
+        had a socket to lately too: a client reconnecting every few ms, refused by the broker,
+        may have none open at the instant of a poll)."""
+        for port in [s.remote.port for s in sockets] + [p for _, p in self.brokers.values()]:
+            self.remote_ports.pop(port, None)
+            self.remote_ports[port] = None
+        while len(self.remote_ports) > MAX_REMOTE_PORTS:
+            del self.remote_ports[next(iter(self.remote_ports))]
+        return {s.local.port for s in sockets}, set(self.remote_ports)
 
     def _flow(self, key: tuple[Address, Address], ts_ms: int) -> Flow:
         """A new flow for the socket ``key``, first seen at ``ts_ms``."""
@@ -144,7 +154,8 @@ class WireTap:
         if seg.flags & TCP_CLOSING:
             if flow.close is None:
                 flow.close = WireClose("client" if request else "broker",
-                                       bool(seg.flags & TCP_RST), flow.last_api)
+                                       bool(seg.flags & TCP_RST), flow.last_api,
+                                       flow.auth_failed)
         elif request:
             self._request(flow, seg)
         else:
@@ -184,3 +195,5 @@ class WireTap:
             if answer is not None:
                 broker_id, host, port = answer
                 bounded.put(self.coordinators, (host, port), broker_id, MAX_COORDINATORS)
+        elif key in kp.SASL_APIS:
+            flow.auth_failed |= kp.error_code(seg.data, key, version) not in (0, None)
