@@ -130,10 +130,7 @@ class WireTap:
         had a socket to lately too: a client reconnecting every few ms, refused by the broker,
         may have none open at the instant of a poll)."""
         for port in [s.remote.port for s in sockets] + [p for _, p in self.brokers.values()]:
-            self.remote_ports.pop(port, None)
-            self.remote_ports[port] = None
-        while len(self.remote_ports) > MAX_REMOTE_PORTS:
-            del self.remote_ports[next(iter(self.remote_ports))]
+            bounded.put(self.remote_ports, port, None, MAX_REMOTE_PORTS)
         return {s.local.port for s in sockets}, set(self.remote_ports)
 
     def _flow(self, key: tuple[Address, Address], ts_ms: int) -> Flow:
