@@ -1,0 +1,333 @@
+"""TCP state changes and resets as the kernel records them: the tracepoints
+``sock:inet_sock_set_state``, ``tcp:tcp_receive_reset`` and ``tcp:tcp_send_reset``
+read through ``perf_event_open`` (one ring buffer per CPU), filtered in the kernel
+by the brokers' ports.
+
+Needs root (or CAP_PERFMON). The tracepoints' ids and record layouts come from
+tracefs's ``format`` files; where tracefs is not mounted, kmon mounts it on a
+private directory just long enough to read them, and unmounts it at once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import platform
+import re
+import struct
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+TRACEPOINTS = ("sock/inet_sock_set_state", "tcp/tcp_receive_reset", "tcp/tcp_send_reset")
+TRACEFS_PLACES = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
+MAX_FORMAT_BYTES = 64 * 1024
+RING_PAGES = 64  # data pages per CPU (256 KiB): a second of a few thousand transitions
+MAX_EVENTS_PER_READ = 200_000  # a read stops here; the rest waits for the next
+MAX_PORTS = 64  # broker ports in the kernel filter
+
+PERF_TYPE_TRACEPOINT = 2
+PERF_SAMPLE_TID, PERF_SAMPLE_TIME, PERF_SAMPLE_RAW = 1 << 1, 1 << 2, 1 << 10
+PERF_RECORD_LOST, PERF_RECORD_SAMPLE = 2, 9
+USE_CLOCKID = 1 << 25
+CLOCK_MONOTONIC = 1
+PERF_EVENT_IOC_ENABLE = 0x2400
+PERF_EVENT_IOC_SET_FILTER = 0x40082406
+PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}
+TCP_SYN_SENT, TCP_CLOSE = 2, 7
+FIELD_LINE = re.compile(r"field:(?P<decl>[^;]+);\s*offset:(?P<offset>\d+);\s*size:(?P<size>\d+);"
+                        r"\s*signed:(?P<signed>\d);")
+
+
+class KernelEventsUnavailable(Exception):
+    """The kernel events cannot be read here (privilege, kernel, tracefs)."""
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a tracepoint record: where it sits and how wide it is."""
+
+    offset: int
+    size: int
+    signed: bool
+
+
+@dataclass(frozen=True)
+class TcpEvent:
+    """One state change (``kind`` "state") or reset ("reset_in", "reset_out") of one socket."""
+
+    ts_ms: float  # CLOCK_MONOTONIC, in ms
+    kind: str
+    pid: int  # the process the kernel ran on behalf of (the opener for SYN_SENT)
+    skaddr: int  # the socket's kernel address: joins the events of one socket
+    local: tuple[str, int] | None
+    remote: tuple[str, int] | None
+    old_state: int = 0
+    new_state: int = 0
+
+
+def parse_format(text: str) -> tuple[int, dict[str, Field]]:
+    """A tracepoint's id and its fields by name, from its tracefs ``format`` file."""
+    match = re.search(r"^ID:\s*(\d+)", text, re.M)
+    if match is None:
+        raise KernelEventsUnavailable("tracepoint format without an ID")
+    fields = {}
+    for line in FIELD_LINE.finditer(text):
+        name = re.sub(r"\[.*\]$", "", line["decl"].split()[-1]).lstrip("*")
+        fields[name] = Field(int(line["offset"]), int(line["size"]), line["signed"] == "1")
+    return int(match[1]), fields
+
+
+def _int(raw: bytes, field: Field | None) -> int:
+    if field is None or field.offset + field.size > len(raw):
+        return 0
+    return int.from_bytes(raw[field.offset:field.offset + field.size], "little",
+                          signed=field.signed)
+
+
+def _address(raw: bytes, fields: dict[str, Field], family: int, which: str) -> str | None:
+    name = f"{which}addr_v6" if family == 10 else f"{which}addr"
+    field = fields.get(name)
+    if field is None or field.offset + field.size > len(raw):
+        return None
+    import ipaddress
+    packed = raw[field.offset:field.offset + field.size]
+    return str(ipaddress.ip_address(packed)) if len(packed) in (4, 16) else None
+
+
+def _sockaddr(raw: bytes, field: Field | None) -> tuple[str, int] | None:
+    """A ``struct sockaddr_in``/``in6`` field (tcp_send_reset's saddr/daddr)."""
+    import ipaddress
+    if field is None or field.offset + field.size > len(raw) or field.size < 8:
+        return None
+    packed = raw[field.offset:field.offset + field.size]
+    family, port = struct.unpack_from("<H", packed)[0], struct.unpack_from(">H", packed, 2)[0]
+    if family == 2:
+        return str(ipaddress.ip_address(packed[4:8])), port
+    if family == 10 and len(packed) >= 24:
+        return str(ipaddress.ip_address(packed[8:24])), port
+    return None
+
+
+def decode(name: str, fields: dict[str, Field], pid: int, ts_ms: float,
+           raw: bytes) -> TcpEvent | None:
+    """One raw tracepoint record as a ``TcpEvent`` (None: not TCP over IP)."""
+    skaddr = _int(raw, fields.get("skaddr"))
+    if name == "tcp_send_reset":
+        local, remote = _sockaddr(raw, fields.get("saddr")), _sockaddr(raw, fields.get("daddr"))
+        return TcpEvent(ts_ms, "reset_out", pid, skaddr, local, remote)
+    family = _int(raw, fields.get("family"))
+    if family not in (2, 10) or ("protocol" in fields and _int(raw, fields["protocol"]) != 6):
+        return None
+    local_ip, remote_ip = (_address(raw, fields, family, "s"),
+                           _address(raw, fields, family, "d"))
+    local = (local_ip, _int(raw, fields.get("sport"))) if local_ip else None
+    remote = (remote_ip, _int(raw, fields.get("dport"))) if remote_ip else None
+    if name == "tcp_receive_reset":
+        return TcpEvent(ts_ms, "reset_in", pid, skaddr, local, remote)
+    return TcpEvent(ts_ms, "state", pid, skaddr, local, remote,
+                    _int(raw, fields.get("oldstate")), _int(raw, fields.get("newstate")))
+
+
+def port_filter(name: str, ports: Iterable[int]) -> str | None:
+    """The kernel-side filter of one tracepoint: the brokers' ports, and for state changes
+    every connect and every close too (a connection to a port not yet known still shows
+    its opener and its failure). None: no filter."""
+    ports = sorted(ports)
+    by_port = " || ".join(f"sport == {p} || dport == {p}" for p in ports)
+    if name == "inet_sock_set_state":
+        base = f"newstate == {TCP_SYN_SENT} || newstate == {TCP_CLOSE}"
+        return f"{base} || {by_port}" if by_port else base
+    if name == "tcp_receive_reset":
+        return by_port or "sport == 0"  # no known port: nothing
+    return None  # tcp_send_reset names no ports; its events are joined by socket
+
+
+@dataclass
+class _Ring:
+    fd: int
+    buffer: mmap.mmap
+    name: str
+
+
+def _perf_event_open(attr: bytes, cpu: int) -> int:
+    number = PERF_EVENT_OPEN.get(platform.machine())
+    if number is None:
+        raise KernelEventsUnavailable(f"perf_event_open not known on {platform.machine()}")
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(attr, len(attr))
+    fd = libc.syscall(number, buf, -1, cpu, -1, 0)
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise KernelEventsUnavailable(f"perf_event_open: {os.strerror(err)}")
+    return fd
+
+
+def _attr(config: int) -> bytes:
+    """A ``struct perf_event_attr`` (128 bytes) for one tracepoint, sampling every hit."""
+    head = struct.pack("<IIQQQQQII", PERF_TYPE_TRACEPOINT, 128, config, 1,
+                       PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW, 0,
+                       USE_CLOCKID, 1, 0)
+    body = bytearray(head.ljust(128, b"\0"))
+    struct.pack_into("<i", body, 92, CLOCK_MONOTONIC)  # clockid, after sample_stack_user
+    return bytes(body)
+
+
+def read_formats() -> dict[str, tuple[int, dict[str, Field]]]:
+    """Each tracepoint's id and fields, from tracefs (mounted for the read if need be)."""
+    for place in TRACEFS_PLACES:
+        if (place / "events").is_dir():
+            return _formats_in(place)
+    scratch = tempfile.mkdtemp(prefix="kmon-tracefs-")
+    try:
+        mounted = subprocess.run(["mount", "-t", "tracefs", "nodev", scratch],
+                                 capture_output=True, timeout=10)
+        if mounted.returncode != 0:
+            raise KernelEventsUnavailable("tracefs cannot be mounted (kmon needs root)")
+        try:
+            return _formats_in(Path(scratch))
+        finally:
+            subprocess.run(["umount", scratch], capture_output=True, timeout=10)
+    finally:
+        os.rmdir(scratch)
+
+
+def _formats_in(root: Path) -> dict[str, tuple[int, dict[str, Field]]]:
+    out = {}
+    for tracepoint in TRACEPOINTS:
+        try:
+            with open(root / "events" / tracepoint / "format", encoding="ascii") as handle:
+                out[tracepoint.split("/")[1]] = parse_format(handle.read(MAX_FORMAT_BYTES))
+        except OSError as err:
+            raise KernelEventsUnavailable(f"tracepoint {tracepoint}: {err.strerror}") from err
+    return out
+
+
+class KernelEvents:
+    """The three tracepoints on every CPU; ``read()`` drains what they recorded."""
+
+    def __init__(self, ports: Iterable[int] = ()) -> None:
+        self.formats = read_formats()
+        self.rings: list[_Ring] = []
+        self.lost = 0  # events the kernel dropped (a ring was full)
+        self.ports: frozenset[int] = frozenset()
+        self._page = mmap.PAGESIZE
+        self._pending: list[TcpEvent] = []  # drained from rings replaced by a new filter
+        self.rings = self._open_all(_bounded_ports(ports))
+
+    def _open_all(self, ports: frozenset[int]) -> list[_Ring]:
+        """Every tracepoint on every CPU, filtered by ``ports`` and enabled (the kernel takes
+        one filter per event: new ports need new events)."""
+        rings: list[_Ring] = []
+        try:
+            for name, (config, _) in self.formats.items():
+                for cpu in range(os.cpu_count() or 1):
+                    ring = self._open(name, config, cpu)
+                    if ring is not None:
+                        rings.append(ring)
+                        text = port_filter(name, ports)
+                        if text is not None:
+                            _ioctl(ring.fd, PERF_EVENT_IOC_SET_FILTER,
+                                   ctypes.c_char_p(text.encode()))
+            for ring in rings:
+                _ioctl(ring.fd, PERF_EVENT_IOC_ENABLE, 0)
+        except BaseException:
+            _close(rings)
+            raise
+        self.ports = ports
+        return rings
+
+    def _open(self, name: str, config: int, cpu: int) -> _Ring | None:
+        try:
+            fd = _perf_event_open(_attr(config), cpu)
+        except KernelEventsUnavailable:
+            if cpu == 0:
+                raise
+            return None  # an offline CPU
+        try:
+            buffer = mmap.mmap(fd, (RING_PAGES + 1) * self._page, mmap.MAP_SHARED,
+                               mmap.PROT_READ | mmap.PROT_WRITE)
+        except OSError:
+            os.close(fd)
+            raise
+        return _Ring(fd, buffer, name)
+
+    def watch_ports(self, ports: Iterable[int]) -> None:
+        """Filter in the kernel by these broker ports (a no-op when they are the same): the
+        new events start before the old ones are drained and closed, so nothing falls
+        between them."""
+        ports = _bounded_ports(ports)
+        if ports == self.ports:
+            return
+        old, self.rings = self.rings, self._open_all(ports)
+        for ring in old:
+            self._drain(ring, self._pending)
+        _close(old)
+
+    def read(self) -> list[TcpEvent]:
+        """The events recorded since the last read, oldest first."""
+        out, self._pending = self._pending, []
+        for ring in self.rings:
+            self._drain(ring, out)
+        return sorted(set(out), key=lambda e: e.ts_ms)  # a set: rings replaced overlap
+
+    def _drain(self, ring: _Ring, out: list[TcpEvent]) -> None:
+        buf, size = ring.buffer, RING_PAGES * self._page
+        head, tail = struct.unpack_from("<QQ", buf, 1024)
+        name, fields = ring.name, self.formats[ring.name][1]
+        while tail < head and len(out) < MAX_EVENTS_PER_READ:
+            header = self._bytes(buf, tail, 8, size)
+            kind, _, length = struct.unpack("<IHH", header)
+            if length < 8:
+                tail = head  # a corrupt ring: start again from the head
+                break
+            record = self._bytes(buf, tail, length, size)
+            tail += length
+            if kind == PERF_RECORD_LOST and length >= 24:
+                self.lost += struct.unpack_from("<Q", record, 16)[0]
+            elif kind == PERF_RECORD_SAMPLE and length >= 28:
+                pid, _tid, ts_ns, raw_size = struct.unpack_from("<IIQI", record, 8)
+                raw = record[28:28 + raw_size]
+                event = decode(name, fields, pid, ts_ns / 1e6, raw)
+                if event is not None:
+                    out.append(event)
+        struct.pack_into("<Q", buf, 1032, tail)
+
+    def _bytes(self, buf: mmap.mmap, at: int, length: int, size: int) -> bytes:
+        start = self._page + at % size
+        end = start + length
+        if end <= self._page + size:
+            return buf[start:end]
+        return buf[start:self._page + size] + buf[self._page:end - size]
+
+    def close(self) -> None:
+        """Stop the events and free their rings."""
+        _close(self.rings)
+        self.rings = []
+
+
+def _bounded_ports(ports: Iterable[int]) -> frozenset[int]:
+    """At most MAX_PORTS valid ports (the lowest)."""
+    return frozenset(sorted({p for p in ports if 0 < p < 65536})[:MAX_PORTS])
+
+
+def _close(rings: list[_Ring]) -> None:
+    for ring in rings:
+        ring.buffer.close()
+        os.close(ring.fd)
+
+
+def monotonic_to_epoch_ms(ts_ms: float) -> int:
+    """A CLOCK_MONOTONIC time in ms as UTC epoch ms."""
+    return int(ts_ms + (time.time() - time.monotonic()) * 1000)
+
+
+def _ioctl(fd: int, request: int, arg) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.ioctl(fd, ctypes.c_ulong(request), arg) < 0:
+        err = ctypes.get_errno()
+        raise KernelEventsUnavailable(f"perf ioctl: {os.strerror(err)}")
