@@ -60,7 +60,7 @@ class Field:
 class TcpEvent:
     """One state change (``kind`` "state") or reset ("reset_in", "reset_out") of one socket."""
 
-    ts_ms: float  # CLOCK_MONOTONIC, in ms
+    ts_ms: float  # UTC epoch ms (from the kernel's CLOCK_MONOTONIC stamp)
     kind: str
     pid: int  # the process the kernel ran on behalf of (the opener for SYN_SENT)
     skaddr: int  # the socket's kernel address: joins the events of one socket
@@ -279,6 +279,7 @@ class KernelEvents:
         buf, size = ring.buffer, RING_PAGES * self._page
         head, tail = struct.unpack_from("<QQ", buf, 1024)
         name, fields = ring.name, self.formats[ring.name][1]
+        epoch_ms = (time.time() - time.monotonic()) * 1000
         while tail < head and len(out) < MAX_EVENTS_PER_READ:
             header = self._bytes(buf, tail, 8, size)
             kind, _, length = struct.unpack("<IHH", header)
@@ -292,7 +293,7 @@ class KernelEvents:
             elif kind == PERF_RECORD_SAMPLE and length >= 28:
                 pid, _tid, ts_ns, raw_size = struct.unpack_from("<IIQI", record, 8)
                 raw = record[28:28 + raw_size]
-                event = decode(name, fields, pid, ts_ns / 1e6, raw)
+                event = decode(name, fields, pid, ts_ns / 1e6 + epoch_ms, raw)
                 if event is not None:
                     out.append(event)
         struct.pack_into("<Q", buf, 1032, tail)
@@ -319,11 +320,6 @@ def _close(rings: list[_Ring]) -> None:
     for ring in rings:
         ring.buffer.close()
         os.close(ring.fd)
-
-
-def monotonic_to_epoch_ms(ts_ms: float) -> int:
-    """A CLOCK_MONOTONIC time in ms as UTC epoch ms."""
-    return int(ts_ms + (time.time() - time.monotonic()) * 1000)
 
 
 def _ioctl(fd: int, request: int, arg) -> None:
