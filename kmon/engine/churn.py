@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Iterable
+from contextlib import suppress
 
 from kmon.engine.connection_lives import REJECTED_WITHIN_MS, KernelLife
 from kmon.model import Churn, ChurnThresholds, Event, EventKind, ProcessView
@@ -56,7 +57,10 @@ class ChurnWatch:
         for life in closed:
             self.exact.add(life.pid)
             self.closed[life.pid].append((int(life.closed_ms or 0), life.lifetime_ms or 0))
-            if life.ending is not None:
+            if life.ending is not None:  # a failed connect is no client made per message
+                with suppress(ValueError):
+                    self.opened[life.pid].remove(int(life.opened_ms))
+                self.closed[life.pid].pop()
                 self.endings[(life.pid, life.ending)].append((int(life.closed_ms or 0),
                                                               life.where()))
 

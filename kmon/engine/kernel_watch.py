@@ -39,10 +39,12 @@ class KernelWatch:
                 if remote is not None:
                     self.learned[remote.port] = None
                     self.learned.move_to_end(remote.port)
-        while len(self.learned) > MAX_LEARNED_PORTS:
-            self.learned.popitem(last=False)
-        self.source.watch_ports(self.broker_ports | set(self.learned))
+        self._follow_ports()
         opened, closed = self.lives.feed(self.source.read(), {v.pid for v in views})
+        for life in opened:  # where the process connects is a broker port to follow
+            if life.remote is not None:
+                self.learned[life.remote[1]] = None
+        self._follow_ports()
         events = [self._closed_event(life) for life in closed if life.ending is not None]
         if self.source.lost > self._lost_told:
             note = (f"the kernel dropped {self.source.lost} TCP events (a ring buffer was "
@@ -52,6 +54,11 @@ class KernelWatch:
             self._lost_told = self.source.lost
         return opened, closed, events
 
+    def _follow_ports(self) -> None:
+        while len(self.learned) > MAX_LEARNED_PORTS:
+            self.learned.popitem(last=False)
+        self.source.watch_ports(self.broker_ports | set(self.learned))
+
     def _closed_event(self, life: KernelLife) -> Event:
         local = Endpoint(*life.local) if life.local else None
         remote = Endpoint(*life.remote) if life.remote else None
@@ -60,9 +67,8 @@ class KernelWatch:
             while len(self.endings) > MAX_ENDINGS:
                 self.endings.popitem(last=False)
         story = self.story(life)
-        detail = (f"{life.where()}: {life.ending} after {story.lifetime_ms} ms, "
-                  f"closed by the {life.closed_by}" + (f" (RST from the {life.reset})"
-                                                        if life.reset else ""))
+        detail = (f"{life.where()}: {life.ending} after {story.lifetime_ms} ms (first FIN: "
+                  f"{life.first_fin or 'none'}, RST: {life.reset or 'none'})")
         return Event(int(life.closed_ms or 0), EventKind.CLOSED, life.pid,
                      f"kernel:{local}>{remote}", remote=str(remote) if remote else None,
                      detail=detail, close=story)
