@@ -11,6 +11,7 @@ private directory just long enough to read them, and unmounts it at once.
 from __future__ import annotations
 
 import ctypes
+import ipaddress
 import mmap
 import os
 import platform
@@ -94,22 +95,27 @@ def _address(raw: bytes, fields: dict[str, Field], family: int, which: str) -> s
     field = fields.get(name)
     if field is None or field.offset + field.size > len(raw):
         return None
-    import ipaddress
     packed = raw[field.offset:field.offset + field.size]
-    return str(ipaddress.ip_address(packed)) if len(packed) in (4, 16) else None
+    return _ip(packed) if len(packed) in (4, 16) else None
+
+
+def _ip(packed: bytes) -> str:
+    """An address as kmon prints it (an IPv4-mapped IPv6 address as IPv4)."""
+    ip = ipaddress.ip_address(packed)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return str(mapped or ip)
 
 
 def _sockaddr(raw: bytes, field: Field | None) -> tuple[str, int] | None:
     """A ``struct sockaddr_in``/``in6`` field (tcp_send_reset's saddr/daddr)."""
-    import ipaddress
     if field is None or field.offset + field.size > len(raw) or field.size < 8:
         return None
     packed = raw[field.offset:field.offset + field.size]
     family, port = struct.unpack_from("<H", packed)[0], struct.unpack_from(">H", packed, 2)[0]
     if family == 2:
-        return str(ipaddress.ip_address(packed[4:8])), port
+        return _ip(packed[4:8]), port
     if family == 10 and len(packed) >= 24:
-        return str(ipaddress.ip_address(packed[8:24])), port
+        return _ip(packed[8:24]), port
     return None
 
 
