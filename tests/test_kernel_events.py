@@ -144,6 +144,14 @@ def test_a_reset_by_the_broker_long_after_the_open_is_no_rejection():
     assert (late.closed_by, late.reset, late.ending) == ("broker", "broker", None)
 
 
+def test_a_close_whose_earlier_steps_were_not_seen_is_no_failed_connect():
+    """The port filter passes every open and close, but a new port's other steps only once
+    kmon follows it: a connection seen open and then closed from FIN_WAIT2 was established."""
+    lives = ConnectionLives()
+    _, (unseen,) = lives.feed([state(0, 7, 2), state(9000, 5, 7)], {10})
+    assert unseen.ending is None
+
+
 def test_the_table_of_open_connections_is_bounded():
     lives = ConnectionLives()
     lives.feed([state(i, 7, 2, sk=i) for i in range(MAX_OPEN + 10)], {10})

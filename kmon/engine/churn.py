@@ -73,8 +73,10 @@ class ChurnWatch:
             self._take(event)
         out = []
         for view in views:
-            out += (self._clients_created(ts_ms, view.pid, view.clients_created)
-                    or self._client_per_message(ts_ms, view.pid))
+            if view.clients_created is not None:  # the agent counts the clients made
+                out += self._clients_created(ts_ms, view.pid, view.clients_created)
+            else:
+                out += self._client_per_message(ts_ms, view.pid)
             out += self._reap_cycle(ts_ms, view.pid)
             out += self._kernel_endings(ts_ms, view.pid)
             out += self._fd_leak(ts_ms, view.pid, fd_counts.get(view.pid))

@@ -33,6 +33,7 @@ class KernelLife:
     first_fin: str | None = None  # who closed first: client or broker
     reset: str | None = None  # who reset it: client or broker
     closed_ms: float | None = None
+    never_established: bool = False  # it went from SYN_SENT straight to CLOSE
 
     @property
     def lifetime_ms(self) -> int | None:
@@ -46,12 +47,13 @@ class KernelLife:
     @property
     def ending(self) -> str | None:
         """connect_failed (never established), per_ip_rejected (closed or reset by the broker
-        within REJECTED_WITHIN_MS of being established) or None (an ordinary close)."""
+        within REJECTED_WITHIN_MS of being established) or None (an ordinary close, or one
+        whose steps the port filter did not yet pass: its port was learned from its open)."""
         if self.closed_ms is None:
             return None
-        if self.established_ms is None:
+        if self.never_established:
             return "connect_failed"
-        if (self.closed_by == "broker"
+        if (self.closed_by == "broker" and self.established_ms is not None
                 and self.closed_ms - self.established_ms <= REJECTED_WITHIN_MS):
             return "per_ip_rejected"
         return None
@@ -106,6 +108,8 @@ class ConnectionLives:
     def _step(life: KernelLife, event: TcpEvent) -> None:
         if event.local and event.local[1]:
             life.local = event.local
+        if event.old_state == TCP_SYN_SENT and event.new_state == TCP_CLOSE:
+            life.never_established = True
         if event.new_state == TCP_ESTABLISHED and life.established_ms is None:
             life.established_ms = event.ts_ms
         elif event.old_state == TCP_ESTABLISHED and life.first_fin is None:
