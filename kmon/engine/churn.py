@@ -45,6 +45,7 @@ class ChurnWatch:
             lambda: deque(maxlen=FD_SAMPLES))
         self.created: dict[int, deque[tuple[int, int]]] = defaultdict(deque)  # (ts, count)
         self.reported: dict[tuple[int, str], int] = {}  # (pid, pattern) -> when
+        self.first_seen: dict[int, int] = {}  # pid -> when its openings were first counted
         self.exact: set[int] = set()  # processes whose opens and closes the kernel counts
         self.endings: dict[tuple[int, str], deque[tuple[int, str]]] = defaultdict(deque)
 
@@ -108,7 +109,10 @@ class ChurnWatch:
         limits = self.limits
         opened = [t for t in self.opened[pid] if ts_ms - t <= limits.window_ms]
         closed = [life for t, life in self.closed[pid] if ts_ms - t <= limits.window_ms]
-        per_minute = len(opened) * 60_000 / limits.window_ms
+        watched_ms = ts_ms - self.first_seen.setdefault(pid, ts_ms)  # a window not yet full
+        if watched_ms < RATE_MIN_SPAN_MS:
+            return []
+        per_minute = len(opened) * 60_000 / min(limits.window_ms, watched_ms)
         short = sum(life <= limits.short_lived_ms for life in closed)
         if per_minute < limits.opened_per_minute or short * 2 < len(closed) or not closed:
             return []
@@ -226,7 +230,7 @@ class ChurnWatch:
         for times in self.cycles.values():
             while times and ts_ms - times[0] > CYCLE_MEMORY_MS:
                 times.popleft()
-        for table in (self.opened, self.closed, self.fds, self.created):
+        for table in (self.opened, self.closed, self.fds, self.created, self.first_seen):
             for pid in [p for p in table if p not in live]:
                 del table[pid]
         for key in [k for k in self.cycles if k[0] not in live or not self.cycles[k]]:
