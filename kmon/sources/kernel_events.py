@@ -17,7 +17,6 @@ import os
 import platform
 import re
 import struct
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterable
@@ -40,6 +39,7 @@ PERF_EVENT_IOC_ENABLE = 0x2400
 PERF_EVENT_IOC_SET_FILTER = 0x40082406
 PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}
 TCP_SYN_SENT, TCP_CLOSE = 2, 7
+MNT_DETACH = 2
 FIELD_LINE = re.compile(r"field:(?P<decl>[^;]+);\s*offset:(?P<offset>\d+);\s*size:(?P<size>\d+);"
                         r"\s*signed:(?P<signed>\d);")
 
@@ -188,16 +188,16 @@ def read_formats() -> dict[str, tuple[int, dict[str, Field]]]:
     for place in TRACEFS_PLACES:
         if (place / "events").is_dir():
             return _formats_in(place)
+    libc = ctypes.CDLL(None, use_errno=True)
     scratch = tempfile.mkdtemp(prefix="kmon-tracefs-")
     try:
-        mounted = subprocess.run(["mount", "-t", "tracefs", "nodev", scratch],
-                                 capture_output=True, timeout=10)
-        if mounted.returncode != 0:
-            raise KernelEventsUnavailable("tracefs cannot be mounted (kmon needs root)")
+        if libc.mount(b"nodev", scratch.encode(), b"tracefs", 0, None) != 0:
+            raise KernelEventsUnavailable(
+                f"tracefs cannot be mounted: {os.strerror(ctypes.get_errno())}")
         try:
             return _formats_in(Path(scratch))
         finally:
-            subprocess.run(["umount", scratch], capture_output=True, timeout=10)
+            libc.umount2(scratch.encode(), MNT_DETACH)
     finally:
         os.rmdir(scratch)
 
