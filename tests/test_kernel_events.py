@@ -301,3 +301,39 @@ def test_without_privilege_one_notice_says_what_kmon_cannot_see(throwaway_user):
     notices = [n for n in process["notices"] if "kernel TCP events" in n]
     assert len(notices) == 1 and "not seen" in notices[0], process["notices"]
     assert not any("Traceback" in line for line in attach.stderr)
+
+
+class RecordedEvents:
+    """A stand-in for the kernel events source replaying a recorded sequence: a socket a
+    poll saw open and the broker then refused cannot be timed on demand with real parts."""
+
+    def __init__(self, batches: list[list[TcpEvent]]) -> None:
+        self.batches, self.lost, self.ports = batches, 0, frozenset()
+
+    def watch_ports(self, ports) -> None:
+        self.ports = frozenset(ports)
+
+    def read(self) -> list[TcpEvent]:
+        return self.batches.pop(0) if self.batches else []
+
+
+def test_a_refusal_a_poll_saw_open_is_told_once_with_the_kernel_s_story():
+    from kmon.engine.kernel_watch import KernelWatch
+    from kmon.model import Connection, ProcessView, Role
+    from kmon.sources.sockets import Endpoint
+
+    conn = Connection("sock:1", Role.BROKER, 1, 1, None, "127.0.0.1:50000", "127.0.0.1:9092",
+                      "ESTABLISHED")
+    seen, gone = ProcessView(10, "p", "p", connections=[conn]), ProcessView(10, "p", "p")
+    refused = [state(0, 7, 2), state(1, 2, 1), state(2, 1, 8, pid=0), state(3, 8, 9),
+               state(4, 9, 7)]
+    other = [TcpEvent(t, "state", 10, 2, ("127.0.0.1", 50001), BROKER, o, n)
+             for t, o, n in ((5, 7, 2), (6, 2, 1), (7, 1, 8), (8, 8, 9), (9, 9, 7))]
+    watch = KernelWatch(RecordedEvents([[], refused + other]), {9092})
+    watch.poll([seen])
+    _, closed, told = watch.poll([gone])
+    assert [life.ending for life in closed] == ["per_ip_rejected", "per_ip_rejected"]
+    assert [e.remote for e in told] == ["127.0.0.1:9092"] and "127.0.0.1:50001>" in told[0].key
+    story = watch.known_ending((Endpoint("127.0.0.1", 50000), Endpoint("127.0.0.1", 9092)))
+    assert (story.closed_by, story.reason, story.lifetime_ms) == ("broker", "per_ip_rejected", 4)
+    assert 9092 in watch.source.ports

@@ -28,24 +28,28 @@ class KernelWatch:
         self.learned: OrderedDict[int, None] = OrderedDict()  # ports, latest last
         self.endings: OrderedDict[tuple[Endpoint, Endpoint], KernelLife] = OrderedDict()
         self._lost_told = 0
+        self.polled: set[tuple[Endpoint | None, Endpoint]] = set()  # the last poll's sockets
 
     def poll(self, views: list[ProcessView]) -> tuple[list[KernelLife], list[KernelLife],
                                                       list[Event]]:
         """The lives opened and closed since the last poll, and the ``closed`` events of
         those that ended badly (connect failures, refused connections)."""
+        polled, self.polled = self.polled, set()
         for view in views:
             for conn in view.connections:
                 remote = parse_endpoint(conn.remote or "")
                 if remote is not None:
                     self.learned[remote.port] = None
                     self.learned.move_to_end(remote.port)
+                    self.polled.add((parse_endpoint(conn.local or ""), remote))
         self._follow_ports()
         opened, closed = self.lives.feed(self.source.read(), {v.pid for v in views})
         for life in opened:  # where the process connects is a broker port to follow
             if life.remote is not None:
                 self.learned[life.remote[1]] = None
         self._follow_ports()
-        events = [self._closed_event(life) for life in closed if life.ending is not None]
+        events = [event for life in closed if life.ending is not None
+                  if (event := self._closed_event(life, polled)) is not None]
         if self.source.lost > self._lost_told:
             note = (f"the kernel dropped {self.source.lost} TCP events (a ring buffer was "
                     "full): connection counts may be short")
@@ -59,13 +63,18 @@ class KernelWatch:
             self.learned.popitem(last=False)
         self.source.watch_ports(self.broker_ports | set(self.learned))
 
-    def _closed_event(self, life: KernelLife) -> Event:
+    def _closed_event(self, life: KernelLife,
+                      polled: set[tuple[Endpoint | None, Endpoint]]) -> Event | None:
+        """The ``closed`` event of a life that ended badly; None for one a poll saw open (its
+        own ``closed`` event tells the kernel's story: ``known_ending``)."""
         local = Endpoint(*life.local) if life.local else None
         remote = Endpoint(*life.remote) if life.remote else None
         if local and remote:
             self.endings[(local, remote)] = life
             while len(self.endings) > MAX_ENDINGS:
                 self.endings.popitem(last=False)
+            if (local, remote) in polled:
+                return None
         story = self.story(life)
         detail = (f"{life.where()}: {life.ending} after {story.lifetime_ms} ms (first FIN: "
                   f"{life.first_fin or 'none'}, RST: {life.reset or 'none'})")

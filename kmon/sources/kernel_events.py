@@ -23,6 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kmon.sources.resolve import normalize_ip
+
 TRACEPOINTS = ("sock/inet_sock_set_state", "tcp/tcp_receive_reset", "tcp/tcp_send_reset")
 TRACEFS_PLACES = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 MAX_FORMAT_BYTES = 64 * 1024
@@ -101,9 +103,7 @@ def _address(raw: bytes, fields: dict[str, Field], family: int, which: str) -> s
 
 def _ip(packed: bytes) -> str:
     """An address as kmon prints it (an IPv4-mapped IPv6 address as IPv4)."""
-    ip = ipaddress.ip_address(packed)
-    mapped = getattr(ip, "ipv4_mapped", None)
-    return str(mapped or ip)
+    return normalize_ip(str(ipaddress.ip_address(packed)))
 
 
 def _sockaddr(raw: bytes, field: Field | None) -> tuple[str, int] | None:
