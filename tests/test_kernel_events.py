@@ -337,3 +337,20 @@ def test_a_refusal_a_poll_saw_open_is_told_once_with_the_kernel_s_story():
     story = watch.known_ending((Endpoint("127.0.0.1", 50000), Endpoint("127.0.0.1", 9092)))
     assert (story.closed_by, story.reason, story.lifetime_ms) == ("broker", "per_ip_rejected", 4)
     assert 9092 in watch.source.ports
+
+
+def test_events_the_kernel_lost_become_a_standing_notice_with_their_total():
+    from kmon.engine.kernel_watch import KernelWatch
+    from kmon.model import ProcessView
+
+    source = RecordedEvents([])
+    watch = KernelWatch(source)
+    views = [ProcessView(10, "p", "p")]
+    watch.poll(views)
+    assert views[0].notices == []
+    for total in (12, 12, 30):  # as the ring's PERF_RECORD_LOST records add up
+        source.lost = total
+        views = [ProcessView(10, "p", "p")]
+        watch.poll(views)
+        assert views[0].notices == [f"the kernel dropped {total} TCP events (a ring buffer "
+                                    "was full): connection counts may be short"]

@@ -27,7 +27,6 @@ class KernelWatch:
         self.broker_ports = frozenset(broker_ports)
         self.learned: OrderedDict[int, None] = OrderedDict()  # ports, latest last
         self.endings: OrderedDict[tuple[Endpoint, Endpoint], KernelLife] = OrderedDict()
-        self._lost_told = 0
         self.polled: set[tuple[Endpoint | None, Endpoint]] = set()  # the last poll's sockets
 
     def poll(self, views: list[ProcessView]) -> tuple[list[KernelLife], list[KernelLife],
@@ -50,12 +49,11 @@ class KernelWatch:
         self._follow_ports()
         events = [event for life in closed if life.ending is not None
                   if (event := self._closed_event(life, polled)) is not None]
-        if self.source.lost > self._lost_told:
+        if self.source.lost:  # standing from the first loss on, with the total
             note = (f"the kernel dropped {self.source.lost} TCP events (a ring buffer was "
                     "full): connection counts may be short")
             for view in views:
                 view.notices.append(note)
-            self._lost_told = self.source.lost
         return opened, closed, events
 
     def _follow_ports(self) -> None:

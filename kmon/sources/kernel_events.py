@@ -28,7 +28,9 @@ from kmon.sources.resolve import normalize_ip
 TRACEPOINTS = ("sock/inet_sock_set_state", "tcp/tcp_receive_reset", "tcp/tcp_send_reset")
 TRACEFS_PLACES = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 MAX_FORMAT_BYTES = 64 * 1024
-RING_PAGES = 64  # data pages per CPU (256 KiB): a second of a few thousand transitions
+# data pages per CPU (a power of two): state changes, a second of a few thousand
+# transitions in 256 KiB; resets are rare
+RING_PAGES = {"inet_sock_set_state": 64, "tcp_receive_reset": 8, "tcp_send_reset": 8}
 MAX_EVENTS_PER_READ = 200_000  # a read stops here; the rest waits for the next
 MAX_PORTS = 64  # broker ports in the kernel filter
 
@@ -255,7 +257,7 @@ class KernelEvents:
                 raise
             return None  # an offline CPU
         try:
-            buffer = mmap.mmap(fd, (RING_PAGES + 1) * self._page, mmap.MAP_SHARED,
+            buffer = mmap.mmap(fd, (RING_PAGES[name] + 1) * self._page, mmap.MAP_SHARED,
                                mmap.PROT_READ | mmap.PROT_WRITE)
         except OSError:
             os.close(fd)
@@ -282,7 +284,7 @@ class KernelEvents:
         return sorted(set(out), key=lambda e: e.ts_ms)  # a set: rings replaced overlap
 
     def _drain(self, ring: _Ring, out: list[TcpEvent]) -> None:
-        buf, size = ring.buffer, RING_PAGES * self._page
+        buf, size = ring.buffer, RING_PAGES[ring.name] * self._page
         head, tail = struct.unpack_from("<QQ", buf, 1024)
         name, fields = ring.name, self.formats[ring.name][1]
         epoch_ms = (time.time() - time.monotonic()) * 1000
