@@ -354,3 +354,26 @@ def test_events_the_kernel_lost_become_a_standing_notice_with_their_total():
         watch.poll(views)
         assert views[0].notices == [f"the kernel dropped {total} TCP events (a ring buffer "
                                     "was full): connection counts may be short"]
+
+
+@as_root
+def test_a_full_ring_is_counted_as_lost_events_by_the_kernel():
+    from kmon.sources.kernel_events import KernelEvents
+
+    with socket.create_server(("127.0.0.1", 0), backlog=4096) as server:
+        port = server.getsockname()[1]
+        source = KernelEvents([port])
+        try:
+            for _ in range(3000):  # ~10 records each, far past 256 KiB a CPU, none read
+                with socket.create_connection(("127.0.0.1", port)):
+                    pass
+                server.accept()[0].close()
+            events = source.read()
+            # the kernel writes its count of lost records once the ring has room again
+            with socket.create_connection(("127.0.0.1", port)):
+                server.accept()[0].close()
+            events += source.read()
+        finally:
+            source.close()
+    assert source.lost > 3000 and len(events) < 3000 * 8, (source.lost, len(events))
+    assert {e.remote[1] for e in events if e.kind == "state" and e.new_state == 2} >= {port}
