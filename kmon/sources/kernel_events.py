@@ -11,6 +11,7 @@ private directory just long enough to read them, and unmounts it at once.
 from __future__ import annotations
 
 import ctypes
+import functools
 import ipaddress
 import mmap
 import os
@@ -87,71 +88,93 @@ def parse_format(text: str) -> tuple[int, dict[str, Field]]:
     return int(match[1]), fields
 
 
-def _int(raw: bytes, field: Field | None) -> int:
-    if field is None or field.offset + field.size > len(raw):
-        return 0
-    return int.from_bytes(raw[field.offset:field.offset + field.size], "little",
-                          signed=field.signed)
+SCALARS = ("skaddr", "oldstate", "newstate", "sport", "dport", "family", "protocol")
+CODES = {1: "b", 2: "h", 4: "i", 8: "q"}
 
 
-def _address(raw: bytes, fields: dict[str, Field], family: int, which: str) -> str | None:
-    name = f"{which}addr_v6" if family == 10 else f"{which}addr"
-    field = fields.get(name)
-    if field is None or field.offset + field.size > len(raw):
+class Layout:
+    """How one tracepoint's records are read: its scalar fields unpacked at once at the
+    offsets its format file gives, its addresses sliced."""
+
+    def __init__(self, name: str, fields: dict[str, Field]) -> None:
+        self.name, self.fields = name, fields
+        wanted = sorted((f.offset, n, f) for n, f in fields.items()
+                        if n in SCALARS and f.size in CODES)
+        fmt, at = "<", 0
+        for offset, _, field in wanted:
+            if offset < at:
+                raise KernelEventsUnavailable(f"{name}: overlapping fields in its format")
+            code = CODES[field.size]
+            fmt += f"{offset - at}x" + (code if field.signed else code.upper())
+            at = offset + field.size
+        self.names = [n for _, n, _ in wanted]
+        self.scalars = struct.Struct(fmt)
+        self.size = max([self.scalars.size] + [f.offset + f.size for f in fields.values()])
+
+    def decode(self, pid: int, ts_ms: float, raw: bytes) -> TcpEvent | None:
+        """One raw record as a ``TcpEvent`` (None: short, or not TCP over IP)."""
+        if len(raw) < self.size:
+            return None
+        values = dict(zip(self.names, self.scalars.unpack_from(raw), strict=True))
+        skaddr = values.get("skaddr", 0)
+        if self.name == "tcp_send_reset":
+            return TcpEvent(ts_ms, "reset_out", pid, skaddr, self._sockaddr(raw, "saddr"),
+                            self._sockaddr(raw, "daddr"))
+        family = values.get("family")
+        if family not in (2, 10) or values.get("protocol", 6) != 6:
+            return None
+        suffix = "_v6" if family == 10 else ""
+        local = self._address(raw, f"saddr{suffix}", values.get("sport", 0))
+        remote = self._address(raw, f"daddr{suffix}", values.get("dport", 0))
+        if self.name == "tcp_receive_reset":
+            return TcpEvent(ts_ms, "reset_in", pid, skaddr, local, remote)
+        return TcpEvent(ts_ms, "state", pid, skaddr, local, remote,
+                        values.get("oldstate", 0), values.get("newstate", 0))
+
+    def _address(self, raw: bytes, name: str, port: int) -> tuple[str, int] | None:
+        field = self.fields.get(name)
+        if field is None or field.size not in (4, 16):
+            return None
+        return _ip(raw[field.offset:field.offset + field.size]), port
+
+    def _sockaddr(self, raw: bytes, name: str) -> tuple[str, int] | None:
+        """A ``struct sockaddr_in``/``in6`` field (tcp_send_reset's saddr/daddr)."""
+        field = self.fields.get(name)
+        if field is None or field.size < 8:
+            return None
+        packed = raw[field.offset:field.offset + field.size]
+        family, port = struct.unpack_from("<H", packed)[0], struct.unpack_from(">H", packed, 2)[0]
+        if family == 2:
+            return _ip(packed[4:8]), port
+        if family == 10 and len(packed) >= 24:
+            return _ip(packed[8:24]), port
         return None
-    packed = raw[field.offset:field.offset + field.size]
-    return _ip(packed) if len(packed) in (4, 16) else None
 
 
+@functools.lru_cache(maxsize=1024)
 def _ip(packed: bytes) -> str:
-    """An address as kmon prints it (an IPv4-mapped IPv6 address as IPv4)."""
+    """An address as kmon prints it (an IPv4-mapped IPv6 address as IPv4); the few a host
+    talks to are remembered."""
     return normalize_ip(str(ipaddress.ip_address(packed)))
-
-
-def _sockaddr(raw: bytes, field: Field | None) -> tuple[str, int] | None:
-    """A ``struct sockaddr_in``/``in6`` field (tcp_send_reset's saddr/daddr)."""
-    if field is None or field.offset + field.size > len(raw) or field.size < 8:
-        return None
-    packed = raw[field.offset:field.offset + field.size]
-    family, port = struct.unpack_from("<H", packed)[0], struct.unpack_from(">H", packed, 2)[0]
-    if family == 2:
-        return _ip(packed[4:8]), port
-    if family == 10 and len(packed) >= 24:
-        return _ip(packed[8:24]), port
-    return None
 
 
 def decode(name: str, fields: dict[str, Field], pid: int, ts_ms: float,
            raw: bytes) -> TcpEvent | None:
-    """One raw tracepoint record as a ``TcpEvent`` (None: not TCP over IP)."""
-    skaddr = _int(raw, fields.get("skaddr"))
-    if name == "tcp_send_reset":
-        local, remote = _sockaddr(raw, fields.get("saddr")), _sockaddr(raw, fields.get("daddr"))
-        return TcpEvent(ts_ms, "reset_out", pid, skaddr, local, remote)
-    family = _int(raw, fields.get("family"))
-    if family not in (2, 10) or ("protocol" in fields and _int(raw, fields["protocol"]) != 6):
-        return None
-    local_ip, remote_ip = (_address(raw, fields, family, "s"),
-                           _address(raw, fields, family, "d"))
-    local = (local_ip, _int(raw, fields.get("sport"))) if local_ip else None
-    remote = (remote_ip, _int(raw, fields.get("dport"))) if remote_ip else None
-    if name == "tcp_receive_reset":
-        return TcpEvent(ts_ms, "reset_in", pid, skaddr, local, remote)
-    return TcpEvent(ts_ms, "state", pid, skaddr, local, remote,
-                    _int(raw, fields.get("oldstate")), _int(raw, fields.get("newstate")))
+    """One raw tracepoint record as a ``TcpEvent`` (None: short, or not TCP over IP)."""
+    return Layout(name, fields).decode(pid, ts_ms, raw)
 
 
 def port_filter(name: str, ports: Iterable[int]) -> str | None:
-    """The kernel-side filter of one tracepoint: the brokers' ports, and for state changes
-    every connect and every close too (a connection to a port not yet known still shows
+    """The kernel-side filter of one tracepoint: the client sockets to the brokers' ports
+    (a broker on this host: its own sockets are not read), and for state changes every
+    connect and every close too (a connection to a port not yet known still shows
     its opener and its failure). None: no filter."""
-    ports = sorted(ports)
-    by_port = " || ".join(f"sport == {p} || dport == {p}" for p in ports)
+    by_port = " || ".join(f"dport == {p}" for p in sorted(ports))  # the clients' side only
     if name == "inet_sock_set_state":
         base = f"newstate == {TCP_SYN_SENT} || newstate == {TCP_CLOSE}"
         return f"{base} || {by_port}" if by_port else base
     if name == "tcp_receive_reset":
-        return by_port or "sport == 0"  # no known port: nothing
+        return by_port or "dport == 0"  # no known port: nothing
     return None  # tcp_send_reset names no ports; its events are joined by socket
 
 
@@ -220,6 +243,7 @@ class KernelEvents:
 
     def __init__(self, ports: Iterable[int] = ()) -> None:
         self.formats = read_formats()
+        self.layouts = {name: Layout(name, fields) for name, (_, fields) in self.formats.items()}
         self.rings: list[_Ring] = []
         self.lost = 0  # events the kernel dropped (a ring was full)
         self.ports: frozenset[int] = frozenset()
@@ -279,14 +303,15 @@ class KernelEvents:
     def read(self) -> list[TcpEvent]:
         """The events recorded since the last read, oldest first."""
         out, self._pending = self._pending, []
+        overlap = bool(out)  # rings replaced by a new filter recorded alongside the new ones
         for ring in self.rings:
             self._drain(ring, out)
-        return sorted(set(out), key=lambda e: e.ts_ms)  # a set: rings replaced overlap
+        return sorted(set(out) if overlap else out, key=lambda e: e.ts_ms)
 
     def _drain(self, ring: _Ring, out: list[TcpEvent]) -> None:
         buf, size = ring.buffer, RING_PAGES[ring.name] * self._page
         head, tail = struct.unpack_from("<QQ", buf, 1024)
-        name, fields = ring.name, self.formats[ring.name][1]
+        layout = self.layouts[ring.name]
         epoch_ms = (time.time() - time.monotonic()) * 1000
         while tail < head and len(out) < MAX_EVENTS_PER_READ:
             header = self._bytes(buf, tail, 8, size)
@@ -301,7 +326,7 @@ class KernelEvents:
             elif kind == PERF_RECORD_SAMPLE and length >= 28:
                 pid, _tid, ts_ns, raw_size = struct.unpack_from("<IIQI", record, 8)
                 raw = record[28:28 + raw_size]
-                event = decode(name, fields, pid, ts_ns / 1e6 + epoch_ms, raw)
+                event = layout.decode(pid, ts_ns / 1e6 + epoch_ms, raw)
                 if event is not None:
                     out.append(event)
         struct.pack_into("<Q", buf, 1032, tail)
