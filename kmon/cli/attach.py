@@ -27,6 +27,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         default="auto", help="how sockets are read (default: fastest)")
     parser.add_argument("--any-process", action="store_true",
                         help="attach even to a process that shows no sign of Kafka")
+    parser.add_argument("--no-kernel-events", action="store_true",
+                        help="do not read the kernel's TCP events (root: every open, close, "
+                        "failed connect and refused connection, however short-lived)")
     parser.add_argument("--client-log", type=Path, metavar="FILE",
                         help="a Java client's log to follow (NetworkClient lines: node ids, "
                         "addresses, open order)")
@@ -70,8 +73,9 @@ def run(args: argparse.Namespace) -> int:
         sampler = ProcessSampler(args.pid, open_socket_reader(args.socket_reader), settings,
                                  client_log=args.client_log)
         interactive = options.interactive(args)
+        kernel = None if args.no_kernel_events else _kernel_watch(cluster, sampler)
         monitor = Monitor([sampler], near_reap_fraction=config.thresholds.idle_warning,
-                          churn=config.churn)
+                          churn=config.churn, kernel=kernel)
         try:
             if interactive:
                 return _dashboard(args, monitor, config, theme)
@@ -83,6 +87,23 @@ def run(args: argparse.Namespace) -> int:
         raise
     except (SampleError, SpoolError, ClusterUnreachable, OSError) as err:
         raise UserError(str(err)) from err
+
+
+def _kernel_watch(cluster, sampler):
+    """The kernel's TCP events filtered by the brokers' ports, or None with a notice on
+    ``sampler`` saying what kmon cannot see without them."""
+    from kmon.engine.kernel_watch import KernelWatch
+    from kmon.sources.kernel_events import KernelEvents, KernelEventsUnavailable
+
+    ports = {b.port for b in cluster.brokers} if cluster is not None else set()
+    try:
+        return KernelWatch(KernelEvents(ports), ports)
+    except (KernelEventsUnavailable, OSError) as err:
+        sampler.standing_notices.append(
+            f"kernel TCP events unavailable ({err}; they need root or CAP_PERFMON): "
+            "connections living between two polls, failed connects and connections the "
+            "broker refuses are not seen")
+        return None
 
 
 def _dashboard(args: argparse.Namespace, monitor, config, theme: str | None) -> int:

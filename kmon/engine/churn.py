@@ -1,17 +1,22 @@
 """Connection churn worth a look: a client per message, idle-reap cycles, reconnect storms,
-file-descriptor leaks.
+file-descriptor leaks, connect failures and connections the broker refused at once.
 
 ``ChurnWatch.observe`` is fed each poll's views and events (the ``closed``
 events carry who closed each connection and why) and returns ``churn``
-events. Every window is bounded; a pattern is reported at most once per
-window for a process, and a steady client never raises one.
+events. Where the kernel's own TCP events run (``take_lives``), a process's
+openings and closes are counted from them exactly, however short-lived, and
+its failed connects and refused connections are raised too. Every window is
+bounded; a pattern is reported at most once per window for a process, and a
+steady client never raises one.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Iterable
+from contextlib import suppress
 
+from kmon.engine.connection_lives import REJECTED_WITHIN_MS, KernelLife
 from kmon.model import Churn, ChurnThresholds, Event, EventKind, ProcessView
 
 IDLE_REAPS = frozenset({"client_idle_reap", "broker_idle_reap", "middlebox_idle_drop"})
@@ -19,6 +24,10 @@ REOPEN_WITHIN_MS = 15 * 60_000  # a reaped broker opened again this soon is a re
 CYCLE_MEMORY_MS = 60 * 60_000  # reap cycles are counted over the last hour
 FD_SAMPLES = 64
 RATE_MIN_SPAN_MS = 5_000  # a rate of client creation needs this long a look
+KERNEL_ENDINGS = {  # a kernel-seen ending -> how its churn event says it
+    "per_ip_rejected": "closed by the broker within {ms} ms of connecting (a per-IP "
+                       "connection limit refuses connections so)",
+    "connect_failed": "connection attempts that never got established"}
 
 
 class ChurnWatch:
@@ -36,6 +45,25 @@ class ChurnWatch:
             lambda: deque(maxlen=FD_SAMPLES))
         self.created: dict[int, deque[tuple[int, int]]] = defaultdict(deque)  # (ts, count)
         self.reported: dict[tuple[int, str], int] = {}  # (pid, pattern) -> when
+        self.first_seen: dict[int, int] = {}  # pid -> when its openings were first counted
+        self.exact: set[int] = set()  # processes whose opens and closes the kernel counts
+        self.endings: dict[tuple[int, str], deque[tuple[int, str]]] = defaultdict(deque)
+
+    def take_lives(self, opened: Iterable[KernelLife], closed: Iterable[KernelLife]) -> None:
+        """Count openings and closes from the kernel's events (exact, for every connection
+        however short-lived), with failed connects and refused connections."""
+        for life in opened:
+            self.exact.add(life.pid)
+            self.opened[life.pid].append(int(life.opened_ms))
+        for life in closed:
+            self.exact.add(life.pid)
+            self.closed[life.pid].append((int(life.closed_ms or 0), life.lifetime_ms or 0))
+            if life.ending is not None:  # a failed connect is no client made per message
+                with suppress(ValueError):
+                    self.opened[life.pid].remove(int(life.opened_ms))
+                self.closed[life.pid].pop()
+                self.endings[(life.pid, life.ending)].append((int(life.closed_ms or 0),
+                                                              life.where()))
 
     def observe(self, ts_ms: int, views: Iterable[ProcessView], events: Iterable[Event],
                 fd_counts: dict[int, int | None]) -> list[Event]:
@@ -46,17 +74,22 @@ class ChurnWatch:
             self._take(event)
         out = []
         for view in views:
-            out += (self._clients_created(ts_ms, view.pid, view.clients_created)
-                    or self._client_per_message(ts_ms, view.pid))
+            if view.clients_created is not None:  # the agent counts the clients made
+                out += self._clients_created(ts_ms, view.pid, view.clients_created)
+            else:
+                out += self._client_per_message(ts_ms, view.pid)
             out += self._reap_cycle(ts_ms, view.pid)
+            out += self._kernel_endings(ts_ms, view.pid)
             out += self._fd_leak(ts_ms, view.pid, fd_counts.get(view.pid))
         out += self._storms(ts_ms)
         self._forget(ts_ms, {v.pid for v in views})
         return out
 
     def _take(self, event: Event) -> None:
+        counted = event.pid in self.exact  # the kernel counts its opens and closes
         if event.kind is EventKind.OPENED:
-            self.opened[event.pid].append(event.ts_ms)
+            if not counted:
+                self.opened[event.pid].append(event.ts_ms)
             if event.broker_id is not None:
                 self.broker_opens[event.broker_id].append((event.ts_ms, event.pid))
                 reaped = self.reaped.pop((event.pid, event.broker_id), None)
@@ -64,8 +97,9 @@ class ChurnWatch:
                     self.cycles[(event.pid, event.broker_id)].append(event.ts_ms)
         elif event.kind is EventKind.CLOSED and event.close is not None:
             lifetime = event.close.lifetime_ms
-            self.closed[event.pid].append((event.ts_ms, 1 << 62 if lifetime is None
-                                           else lifetime))
+            if not counted:
+                self.closed[event.pid].append((event.ts_ms, 1 << 62 if lifetime is None
+                                               else lifetime))
             if event.close.reason in IDLE_REAPS and event.broker_id is not None:
                 self.reaped[(event.pid, event.broker_id)] = event.ts_ms
             if event.close.closed_by == "broker" and event.broker_id is not None:
@@ -75,7 +109,10 @@ class ChurnWatch:
         limits = self.limits
         opened = [t for t in self.opened[pid] if ts_ms - t <= limits.window_ms]
         closed = [life for t, life in self.closed[pid] if ts_ms - t <= limits.window_ms]
-        per_minute = len(opened) * 60_000 / limits.window_ms
+        watched_ms = ts_ms - self.first_seen.setdefault(pid, ts_ms)  # a window not yet full
+        if watched_ms < RATE_MIN_SPAN_MS:
+            return []
+        per_minute = len(opened) * 60_000 / min(limits.window_ms, watched_ms)
         short = sum(life <= limits.short_lived_ms for life in closed)
         if per_minute < limits.opened_per_minute or short * 2 < len(closed) or not closed:
             return []
@@ -102,6 +139,19 @@ class ChurnWatch:
         return self._report(ts_ms, pid, "client_per_message", per_minute,
                             f"{per_minute:.0f} client instances created a minute ({made} in "
                             f"{span // 1000}s, {count} since it started)")
+
+    def _kernel_endings(self, ts_ms: int, pid: int) -> list[Event]:
+        out = []
+        for pattern, wording in KERNEL_ENDINGS.items():
+            recent = [(t, where) for t, where in self.endings.get((pid, pattern), ())
+                      if ts_ms - t <= self.limits.window_ms]
+            if recent:
+                rate = len(recent) * 60_000 / self.limits.window_ms
+                places = ", ".join(sorted({where for _, where in recent})[:3])
+                out += self._report(ts_ms, pid, pattern, rate,
+                                    f"{len(recent)} "
+                                    f"{wording.format(ms=REJECTED_WITHIN_MS)} ({places})")
+        return out
 
     def _reap_cycle(self, ts_ms: int, pid: int) -> list[Event]:
         out = []
@@ -167,6 +217,9 @@ class ChurnWatch:
         for times in self.opened.values():
             while times and ts_ms - times[0] > keep:
                 times.popleft()
+        for endings in self.endings.values():
+            while endings and ts_ms - endings[0][0] > keep:
+                endings.popleft()
         for closes in self.closed.values():
             while closes and ts_ms - closes[0][0] > keep:
                 closes.popleft()
@@ -177,10 +230,13 @@ class ChurnWatch:
         for times in self.cycles.values():
             while times and ts_ms - times[0] > CYCLE_MEMORY_MS:
                 times.popleft()
-        for table in (self.opened, self.closed, self.fds, self.created):
+        for table in (self.opened, self.closed, self.fds, self.created, self.first_seen):
             for pid in [p for p in table if p not in live]:
                 del table[pid]
         for key in [k for k in self.cycles if k[0] not in live or not self.cycles[k]]:
             del self.cycles[key]
+        for key in [k for k in self.endings if k[0] not in live or not self.endings[k]]:
+            del self.endings[key]
+        self.exact &= live
         for key in [k for k in self.reaped if k[0] not in live]:
             del self.reaped[key]

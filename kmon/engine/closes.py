@@ -33,7 +33,8 @@ READABLE = {
     "middlebox_idle_drop": "dropped by a middlebox after its idle timeout",
     "broker_closed": "the broker closed a busy connection", "auth_failed": "authentication failed",
     "client_closed": "the client closed it", "reset": "reset", "connect_failed":
-    "never established", "unknown": "reason unknown"}
+    "never established", "per_ip_rejected": "refused by the broker at once (per-IP "
+    "connection limit)", "unknown": "reason unknown"}
 
 
 @dataclass

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from kmon.engine.churn import ChurnWatch
 from kmon.engine.closes import SocketLife, in_words, story
+from kmon.engine.kernel_watch import KernelWatch
 from kmon.engine.sampler import ProcessGone, ProcessSampler, SampleError
 from kmon.model import (
     ChurnThresholds,
@@ -92,7 +93,8 @@ class Monitor:
 
     def __init__(self, samplers: Iterable[ProcessSampler], max_events: int = 5000,
                  near_reap_fraction: float = NEAR_REAP_FRACTION,
-                 churn: ChurnThresholds | None = None) -> None:
+                 churn: ChurnThresholds | None = None,
+                 kernel: KernelWatch | None = None) -> None:
         self.samplers: dict[int, ProcessSampler] = {}
         self.host = socket.gethostname()
         self.events: deque[Event] = deque(maxlen=max_events)
@@ -102,6 +104,7 @@ class Monitor:
         self.lives: dict[int, dict[str, SocketLife]] = {}  # what each open socket went through
         self.churn = ChurnWatch(churn or ChurnThresholds())
         self._fds_counted_ms = 0
+        self.kernel = kernel  # the kernel's TCP events, where kmon may read them
         for sampler in samplers:
             self.add(sampler)
 
@@ -146,6 +149,10 @@ class Monitor:
                 changes.append((previous, view))
             self.last_views[pid] = view
             views.append(view)
+        if self.kernel is not None:
+            opened, closed, told = self.kernel.poll(views)
+            self.churn.take_lives(opened, closed)
+            events.extend(told)
         stories = self._close_stories(changes, ts_ms)
         for before, after in changes:
             events.extend(diff(before, after, ts_ms, self.fraction, stories))
@@ -159,6 +166,8 @@ class Monitor:
         """Release every sampler's resources (JMX helpers); polling is over."""
         for sampler in self.samplers.values():
             sampler.close()
+        if self.kernel is not None:
+            self.kernel.close()
 
     def _close_stories(self, changes: list[tuple[ProcessView, ProcessView]],
                        ts_ms: int) -> dict[tuple[int, str], CloseStory]:
@@ -171,8 +180,10 @@ class Monitor:
         pairs = {(pid, key): pair for pid, key, life, _ in closed
                  if (pair := endpoints(life.last)) is not None}
         kernel = closing_states(set(pairs.values()))
-        return {(pid, key): story(life, kernel.get(pairs.get((pid, key))), ts_ms,
-                                  wire.get((life.last.local, life.last.remote)))
+        exact = self.kernel.known_ending if self.kernel else lambda _: None
+        return {(pid, key): exact(pairs.get((pid, key))) or story(
+                    life, kernel.get(pairs.get((pid, key))), ts_ms,
+                    wire.get((life.last.local, life.last.remote)))
                 for pid, key, life, wire in closed}
 
     def _remember(self, views: list[ProcessView], ts_ms: int) -> None:

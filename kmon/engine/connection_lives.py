@@ -1,0 +1,119 @@
+"""Each connection's life from the kernel's own TCP events: who opened it and when, who
+sent the first FIN or a RST, when it closed; and how it ended in a word.
+
+A connection is followed from the ``SYN_SENT`` transition made in a watched
+process's context (``connect()`` runs there, so that event names the opener);
+its later transitions and resets are joined by the socket's kernel address.
+Sockets no watched process opened (the brokers' side, other programs) are
+never followed. The table is bounded: a process opening sockets without end
+cannot make it grow past ``MAX_OPEN``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kmon.sources.kernel_events import TCP_CLOSE, TCP_SYN_SENT, TcpEvent
+
+MAX_OPEN = 8192  # connections followed at once; past it the oldest are forgotten
+REJECTED_WITHIN_MS = 250  # closed by the broker this soon after it was established: refused
+TCP_ESTABLISHED, TCP_FIN_WAIT1, TCP_CLOSE_WAIT = 1, 4, 8
+
+
+@dataclass
+class KernelLife:
+    """One connection as the kernel saw it (times in UTC epoch ms, exact)."""
+
+    pid: int
+    opened_ms: float
+    remote: tuple[str, int] | None
+    local: tuple[str, int] | None = None
+    established_ms: float | None = None
+    first_fin: str | None = None  # who closed first: client or broker
+    reset: str | None = None  # who reset it: client or broker
+    closed_ms: float | None = None
+    never_established: bool = False  # it went from SYN_SENT straight to CLOSE
+
+    @property
+    def lifetime_ms(self) -> int | None:
+        return None if self.closed_ms is None else round(self.closed_ms - self.opened_ms)
+
+    @property
+    def closed_by(self) -> str:
+        """client, broker or unknown: the first FIN's side, else the RST's."""
+        return self.first_fin or self.reset or "unknown"
+
+    @property
+    def ending(self) -> str | None:
+        """connect_failed (never established), per_ip_rejected (closed or reset by the broker
+        within REJECTED_WITHIN_MS of being established) or None (an ordinary close, or one
+        whose steps the port filter did not yet pass: its port was learned from its open)."""
+        if self.closed_ms is None:
+            return None
+        if self.never_established:
+            return "connect_failed"
+        if (self.closed_by == "broker" and self.established_ms is not None
+                and self.closed_ms - self.established_ms <= REJECTED_WITHIN_MS):
+            return "per_ip_rejected"
+        return None
+
+    def where(self) -> str:
+        return f"{self.remote[0]}:{self.remote[1]}" if self.remote else "?"
+
+
+class ConnectionLives:
+    """The open connections of the watched processes, followed event by event."""
+
+    def __init__(self) -> None:
+        self.open: dict[int, KernelLife] = {}  # by socket address, oldest first
+        self.forgotten = 0  # connections dropped because the table was full
+
+    def feed(self, events: Iterable[TcpEvent],
+             watched: set[int]) -> tuple[list[KernelLife], list[KernelLife]]:
+        """Fold in ``events`` (oldest first): the connections they opened and those they
+        closed."""
+        opened, closed = [], []
+        for event in events:
+            if event.kind == "state" and event.new_state == TCP_SYN_SENT:
+                if event.pid in watched:
+                    opened.append(self._start(event))
+                else:
+                    self.open.pop(event.skaddr, None)  # the address now holds another socket
+                continue
+            life = self.open.get(event.skaddr)
+            if life is None:
+                continue
+            if event.kind == "reset_in":
+                life.reset = life.reset or "broker"
+            elif event.kind == "reset_out":
+                life.reset = life.reset or "client"
+            else:
+                self._step(life, event)
+                if event.new_state == TCP_CLOSE:
+                    life.closed_ms = event.ts_ms
+                    closed.append(self.open.pop(event.skaddr))
+        return opened, closed
+
+    def _start(self, event: TcpEvent) -> KernelLife:
+        self.open.pop(event.skaddr, None)
+        while len(self.open) >= MAX_OPEN:
+            del self.open[next(iter(self.open))]
+            self.forgotten += 1
+        life = KernelLife(event.pid, event.ts_ms, event.remote)
+        self.open[event.skaddr] = life
+        return life
+
+    @staticmethod
+    def _step(life: KernelLife, event: TcpEvent) -> None:
+        if event.local and event.local[1]:
+            life.local = event.local
+        if event.old_state == TCP_SYN_SENT and event.new_state == TCP_CLOSE:
+            life.never_established = True
+        if event.new_state == TCP_ESTABLISHED and life.established_ms is None:
+            life.established_ms = event.ts_ms
+        elif event.old_state == TCP_ESTABLISHED and life.first_fin is None:
+            if event.new_state == TCP_FIN_WAIT1:
+                life.first_fin = "client"
+            elif event.new_state == TCP_CLOSE_WAIT:
+                life.first_fin = "broker"

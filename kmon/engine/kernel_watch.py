@@ -1,0 +1,95 @@
+"""The kernel's TCP events for one Monitor: the brokers' ports kept in the kernel filter,
+each poll's events folded into connection lives, and the lives that ended badly told as
+``closed`` events with their exact story.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+
+from kmon.engine.connection_lives import ConnectionLives, KernelLife
+from kmon.model import CloseStory, Event, EventKind, ProcessView
+from kmon.sources.kernel_events import KernelEvents
+from kmon.sources.resolve import parse_endpoint
+from kmon.sources.sockets import Endpoint
+
+MAX_LEARNED_PORTS = 48  # remote ports learned from the watched processes' own sockets
+MAX_ENDINGS = 4096  # recent bad endings remembered by 4-tuple, to correct a poll's story
+
+
+class KernelWatch:
+    """Reads the kernel events each poll and says what they showed."""
+
+    def __init__(self, source: KernelEvents, broker_ports: Iterable[int] = ()) -> None:
+        self.source = source
+        self.lives = ConnectionLives()
+        self.broker_ports = frozenset(broker_ports)
+        self.learned: OrderedDict[int, None] = OrderedDict()  # ports, latest last
+        self.endings: OrderedDict[tuple[Endpoint, Endpoint], KernelLife] = OrderedDict()
+        self.polled: set[tuple[Endpoint | None, Endpoint]] = set()  # the last poll's sockets
+
+    def poll(self, views: list[ProcessView]) -> tuple[list[KernelLife], list[KernelLife],
+                                                      list[Event]]:
+        """The lives opened and closed since the last poll, and the ``closed`` events of
+        those that ended badly (connect failures, refused connections)."""
+        polled, self.polled = self.polled, set()
+        for view in views:
+            for conn in view.connections:
+                remote = parse_endpoint(conn.remote or "")
+                if remote is not None:
+                    self.learned[remote.port] = None
+                    self.learned.move_to_end(remote.port)
+                    self.polled.add((parse_endpoint(conn.local or ""), remote))
+        self._follow_ports()
+        opened, closed = self.lives.feed(self.source.read(), {v.pid for v in views})
+        for life in opened:  # where the process connects is a broker port to follow
+            if life.remote is not None:
+                self.learned[life.remote[1]] = None
+        self._follow_ports()
+        events = [event for life in closed if life.ending is not None
+                  if (event := self._closed_event(life, polled)) is not None]
+        if self.source.lost:  # standing from the first loss on, with the total
+            note = (f"the kernel dropped {self.source.lost} TCP events (a ring buffer was "
+                    "full): connection counts may be short")
+            for view in views:
+                view.notices.append(note)
+        return opened, closed, events
+
+    def _follow_ports(self) -> None:
+        while len(self.learned) > MAX_LEARNED_PORTS:
+            self.learned.popitem(last=False)
+        self.source.watch_ports(self.broker_ports | set(self.learned))
+
+    def _closed_event(self, life: KernelLife,
+                      polled: set[tuple[Endpoint | None, Endpoint]]) -> Event | None:
+        """The ``closed`` event of a life that ended badly; None for one a poll saw open (its
+        own ``closed`` event tells the kernel's story: ``known_ending``)."""
+        local = Endpoint(*life.local) if life.local else None
+        remote = Endpoint(*life.remote) if life.remote else None
+        if local and remote:
+            self.endings[(local, remote)] = life
+            while len(self.endings) > MAX_ENDINGS:
+                self.endings.popitem(last=False)
+            if (local, remote) in polled:
+                return None
+        story = self.story(life)
+        detail = (f"{life.where()}: {life.ending} after {story.lifetime_ms} ms (first FIN: "
+                  f"{life.first_fin or 'none'}, RST: {life.reset or 'none'})")
+        return Event(int(life.closed_ms or 0), EventKind.CLOSED, life.pid,
+                     f"kernel:{local}>{remote}", remote=str(remote) if remote else None,
+                     detail=detail, close=story)
+
+    @staticmethod
+    def story(life: KernelLife) -> CloseStory:
+        """The close story of a life, from its exact times."""
+        return CloseStory(life.closed_by, life.ending or "unknown", None, life.lifetime_ms)
+
+    def known_ending(self, pair: tuple[Endpoint, Endpoint] | None) -> CloseStory | None:
+        """The kernel's story of a socket a poll saw close, where it ended badly."""
+        life = self.endings.get(pair) if pair is not None else None
+        return self.story(life) if life is not None else None
+
+    def close(self) -> None:
+        """Stop the kernel events."""
+        self.source.close()

@@ -1,0 +1,362 @@
+"""TCP state changes and resets as the kernel records them: the tracepoints
+``sock:inet_sock_set_state``, ``tcp:tcp_receive_reset`` and ``tcp:tcp_send_reset``
+read through ``perf_event_open`` (one ring buffer per CPU), filtered in the kernel
+by the brokers' ports.
+
+Needs root (or CAP_PERFMON). The tracepoints' ids and record layouts come from
+tracefs's ``format`` files; where tracefs is not mounted, kmon mounts it on a
+private directory just long enough to read them, and unmounts it at once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import ipaddress
+import mmap
+import os
+import platform
+import re
+import struct
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kmon.sources.resolve import normalize_ip
+
+TRACEPOINTS = ("sock/inet_sock_set_state", "tcp/tcp_receive_reset", "tcp/tcp_send_reset")
+TRACEFS_PLACES = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
+MAX_FORMAT_BYTES = 64 * 1024
+# data pages per CPU (a power of two): state changes, a second of a few thousand
+# transitions in 256 KiB; resets are rare
+RING_PAGES = {"inet_sock_set_state": 64, "tcp_receive_reset": 8, "tcp_send_reset": 8}
+MAX_EVENTS_PER_READ = 200_000  # a read stops here; the rest waits for the next
+MAX_PORTS = 64  # broker ports in the kernel filter
+
+PERF_TYPE_TRACEPOINT = 2
+PERF_SAMPLE_TID, PERF_SAMPLE_TIME, PERF_SAMPLE_RAW = 1 << 1, 1 << 2, 1 << 10
+PERF_RECORD_LOST, PERF_RECORD_SAMPLE = 2, 9
+USE_CLOCKID = 1 << 25
+CLOCK_MONOTONIC = 1
+PERF_EVENT_IOC_ENABLE = 0x2400
+PERF_EVENT_IOC_SET_FILTER = 0x40082406
+PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}
+TCP_SYN_SENT, TCP_CLOSE = 2, 7
+MNT_DETACH = 2
+FIELD_LINE = re.compile(r"field:(?P<decl>[^;]+);\s*offset:(?P<offset>\d+);\s*size:(?P<size>\d+);"
+                        r"\s*signed:(?P<signed>\d);")
+
+
+class KernelEventsUnavailable(Exception):
+    """The kernel events cannot be read here (privilege, kernel, tracefs)."""
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a tracepoint record: where it sits and how wide it is."""
+
+    offset: int
+    size: int
+    signed: bool
+
+
+@dataclass(frozen=True)
+class TcpEvent:
+    """One state change (``kind`` "state") or reset ("reset_in", "reset_out") of one socket."""
+
+    ts_ms: float  # UTC epoch ms (from the kernel's CLOCK_MONOTONIC stamp)
+    kind: str
+    pid: int  # the process the kernel ran on behalf of (the opener for SYN_SENT)
+    skaddr: int  # the socket's kernel address: joins the events of one socket
+    local: tuple[str, int] | None
+    remote: tuple[str, int] | None
+    old_state: int = 0
+    new_state: int = 0
+
+
+def parse_format(text: str) -> tuple[int, dict[str, Field]]:
+    """A tracepoint's id and its fields by name, from its tracefs ``format`` file."""
+    match = re.search(r"^ID:\s*(\d+)", text, re.M)
+    if match is None:
+        raise KernelEventsUnavailable("tracepoint format without an ID")
+    fields = {}
+    for line in FIELD_LINE.finditer(text):
+        name = re.sub(r"\[.*\]$", "", line["decl"].split()[-1]).lstrip("*")
+        fields[name] = Field(int(line["offset"]), int(line["size"]), line["signed"] == "1")
+    return int(match[1]), fields
+
+
+SCALARS = ("skaddr", "oldstate", "newstate", "sport", "dport", "family", "protocol")
+CODES = {1: "b", 2: "h", 4: "i", 8: "q"}
+
+
+class Layout:
+    """How one tracepoint's records are read: its scalar fields unpacked at once at the
+    offsets its format file gives, its addresses sliced."""
+
+    def __init__(self, name: str, fields: dict[str, Field]) -> None:
+        self.name, self.fields = name, fields
+        wanted = sorted((f.offset, n, f) for n, f in fields.items()
+                        if n in SCALARS and f.size in CODES)
+        fmt, at = "<", 0
+        for offset, _, field in wanted:
+            if offset < at:
+                raise KernelEventsUnavailable(f"{name}: overlapping fields in its format")
+            code = CODES[field.size]
+            fmt += f"{offset - at}x" + (code if field.signed else code.upper())
+            at = offset + field.size
+        self.names = [n for _, n, _ in wanted]
+        self.scalars = struct.Struct(fmt)
+        self.size = max([self.scalars.size] + [f.offset + f.size for f in fields.values()])
+
+    def decode(self, pid: int, ts_ms: float, raw: bytes) -> TcpEvent | None:
+        """One raw record as a ``TcpEvent`` (None: short, or not TCP over IP)."""
+        if len(raw) < self.size:
+            return None
+        values = dict(zip(self.names, self.scalars.unpack_from(raw), strict=True))
+        skaddr = values.get("skaddr", 0)
+        if self.name == "tcp_send_reset":
+            return TcpEvent(ts_ms, "reset_out", pid, skaddr, self._sockaddr(raw, "saddr"),
+                            self._sockaddr(raw, "daddr"))
+        family = values.get("family")
+        if family not in (2, 10) or values.get("protocol", 6) != 6:
+            return None
+        suffix = "_v6" if family == 10 else ""
+        local = self._address(raw, f"saddr{suffix}", values.get("sport", 0))
+        remote = self._address(raw, f"daddr{suffix}", values.get("dport", 0))
+        if self.name == "tcp_receive_reset":
+            return TcpEvent(ts_ms, "reset_in", pid, skaddr, local, remote)
+        return TcpEvent(ts_ms, "state", pid, skaddr, local, remote,
+                        values.get("oldstate", 0), values.get("newstate", 0))
+
+    def _address(self, raw: bytes, name: str, port: int) -> tuple[str, int] | None:
+        field = self.fields.get(name)
+        if field is None or field.size not in (4, 16):
+            return None
+        return _ip(raw[field.offset:field.offset + field.size]), port
+
+    def _sockaddr(self, raw: bytes, name: str) -> tuple[str, int] | None:
+        """A ``struct sockaddr_in``/``in6`` field (tcp_send_reset's saddr/daddr)."""
+        field = self.fields.get(name)
+        if field is None or field.size < 8:
+            return None
+        packed = raw[field.offset:field.offset + field.size]
+        family, port = struct.unpack_from("<H", packed)[0], struct.unpack_from(">H", packed, 2)[0]
+        if family == 2:
+            return _ip(packed[4:8]), port
+        if family == 10 and len(packed) >= 24:
+            return _ip(packed[8:24]), port
+        return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _ip(packed: bytes) -> str:
+    """An address as kmon prints it (an IPv4-mapped IPv6 address as IPv4); the few a host
+    talks to are remembered."""
+    return normalize_ip(str(ipaddress.ip_address(packed)))
+
+
+def decode(name: str, fields: dict[str, Field], pid: int, ts_ms: float,
+           raw: bytes) -> TcpEvent | None:
+    """One raw tracepoint record as a ``TcpEvent`` (None: short, or not TCP over IP)."""
+    return Layout(name, fields).decode(pid, ts_ms, raw)
+
+
+def port_filter(name: str, ports: Iterable[int]) -> str | None:
+    """The kernel-side filter of one tracepoint: the client sockets to the brokers' ports
+    (a broker on this host: its own sockets are not read), and for state changes every
+    connect and every close too (a connection to a port not yet known still shows
+    its opener and its failure). None: no filter."""
+    by_port = " || ".join(f"dport == {p}" for p in sorted(ports))  # the clients' side only
+    if name == "inet_sock_set_state":
+        base = f"newstate == {TCP_SYN_SENT} || newstate == {TCP_CLOSE}"
+        return f"{base} || {by_port}" if by_port else base
+    if name == "tcp_receive_reset":
+        return by_port or "dport == 0"  # no known port: nothing
+    return None  # tcp_send_reset names no ports; its events are joined by socket
+
+
+@dataclass
+class _Ring:
+    fd: int
+    buffer: mmap.mmap
+    name: str
+
+
+def _perf_event_open(attr: bytes, cpu: int) -> int:
+    number = PERF_EVENT_OPEN.get(platform.machine())
+    if number is None:
+        raise KernelEventsUnavailable(f"perf_event_open not known on {platform.machine()}")
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(attr, len(attr))
+    fd = libc.syscall(number, buf, -1, cpu, -1, 0)
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise KernelEventsUnavailable(f"perf_event_open: {os.strerror(err)}")
+    return fd
+
+
+def _attr(config: int) -> bytes:
+    """A ``struct perf_event_attr`` (128 bytes) for one tracepoint, sampling every hit."""
+    head = struct.pack("<IIQQQQQII", PERF_TYPE_TRACEPOINT, 128, config, 1,
+                       PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW, 0,
+                       USE_CLOCKID, 1, 0)
+    body = bytearray(head.ljust(128, b"\0"))
+    struct.pack_into("<i", body, 92, CLOCK_MONOTONIC)  # clockid, after sample_stack_user
+    return bytes(body)
+
+
+def read_formats() -> dict[str, tuple[int, dict[str, Field]]]:
+    """Each tracepoint's id and fields, from tracefs (mounted for the read if need be)."""
+    for place in TRACEFS_PLACES:
+        if (place / "events").is_dir():
+            return _formats_in(place)
+    libc = ctypes.CDLL(None, use_errno=True)
+    scratch = tempfile.mkdtemp(prefix="kmon-tracefs-")
+    try:
+        if libc.mount(b"nodev", scratch.encode(), b"tracefs", 0, None) != 0:
+            raise KernelEventsUnavailable(
+                f"tracefs cannot be mounted: {os.strerror(ctypes.get_errno())}")
+        try:
+            return _formats_in(Path(scratch))
+        finally:
+            libc.umount2(scratch.encode(), MNT_DETACH)
+    finally:
+        os.rmdir(scratch)
+
+
+def _formats_in(root: Path) -> dict[str, tuple[int, dict[str, Field]]]:
+    out = {}
+    for tracepoint in TRACEPOINTS:
+        try:
+            with open(root / "events" / tracepoint / "format", encoding="ascii") as handle:
+                out[tracepoint.split("/")[1]] = parse_format(handle.read(MAX_FORMAT_BYTES))
+        except OSError as err:
+            raise KernelEventsUnavailable(f"tracepoint {tracepoint}: {err.strerror}") from err
+    return out
+
+
+class KernelEvents:
+    """The three tracepoints on every CPU; ``read()`` drains what they recorded."""
+
+    def __init__(self, ports: Iterable[int] = ()) -> None:
+        self.formats = read_formats()
+        self.layouts = {name: Layout(name, fields) for name, (_, fields) in self.formats.items()}
+        self.rings: list[_Ring] = []
+        self.lost = 0  # events the kernel dropped (a ring was full)
+        self.ports: frozenset[int] = frozenset()
+        self._page = mmap.PAGESIZE
+        self._pending: list[TcpEvent] = []  # drained from rings replaced by a new filter
+        self.rings = self._open_all(_bounded_ports(ports))
+
+    def _open_all(self, ports: frozenset[int]) -> list[_Ring]:
+        """Every tracepoint on every CPU, filtered by ``ports`` and enabled (the kernel takes
+        one filter per event: new ports need new events)."""
+        rings: list[_Ring] = []
+        try:
+            for name, (config, _) in self.formats.items():
+                for cpu in range(os.cpu_count() or 1):
+                    ring = self._open(name, config, cpu)
+                    if ring is not None:
+                        rings.append(ring)
+                        text = port_filter(name, ports)
+                        if text is not None:
+                            _ioctl(ring.fd, PERF_EVENT_IOC_SET_FILTER,
+                                   ctypes.c_char_p(text.encode()))
+            for ring in rings:
+                _ioctl(ring.fd, PERF_EVENT_IOC_ENABLE, 0)
+        except BaseException:
+            _close(rings)
+            raise
+        self.ports = ports
+        return rings
+
+    def _open(self, name: str, config: int, cpu: int) -> _Ring | None:
+        try:
+            fd = _perf_event_open(_attr(config), cpu)
+        except KernelEventsUnavailable:
+            if cpu == 0:
+                raise
+            return None  # an offline CPU
+        try:
+            buffer = mmap.mmap(fd, (RING_PAGES[name] + 1) * self._page, mmap.MAP_SHARED,
+                               mmap.PROT_READ | mmap.PROT_WRITE)
+        except OSError:
+            os.close(fd)
+            raise
+        return _Ring(fd, buffer, name)
+
+    def watch_ports(self, ports: Iterable[int]) -> None:
+        """Filter in the kernel by these broker ports (a no-op when they are the same): the
+        new events start before the old ones are drained and closed, so nothing falls
+        between them."""
+        ports = _bounded_ports(ports)
+        if ports == self.ports:
+            return
+        old, self.rings = self.rings, self._open_all(ports)
+        for ring in old:
+            self._drain(ring, self._pending)
+        _close(old)
+
+    def read(self) -> list[TcpEvent]:
+        """The events recorded since the last read, oldest first."""
+        out, self._pending = self._pending, []
+        overlap = bool(out)  # rings replaced by a new filter recorded alongside the new ones
+        for ring in self.rings:
+            self._drain(ring, out)
+        return sorted(set(out) if overlap else out, key=lambda e: e.ts_ms)
+
+    def _drain(self, ring: _Ring, out: list[TcpEvent]) -> None:
+        buf, size = ring.buffer, RING_PAGES[ring.name] * self._page
+        head, tail = struct.unpack_from("<QQ", buf, 1024)
+        layout = self.layouts[ring.name]
+        epoch_ms = (time.time() - time.monotonic()) * 1000
+        while tail < head and len(out) < MAX_EVENTS_PER_READ:
+            header = self._bytes(buf, tail, 8, size)
+            kind, _, length = struct.unpack("<IHH", header)
+            if length < 8:
+                tail = head  # a corrupt ring: start again from the head
+                break
+            record = self._bytes(buf, tail, length, size)
+            tail += length
+            if kind == PERF_RECORD_LOST and length >= 24:
+                self.lost += struct.unpack_from("<Q", record, 16)[0]
+            elif kind == PERF_RECORD_SAMPLE and length >= 28:
+                pid, _tid, ts_ns, raw_size = struct.unpack_from("<IIQI", record, 8)
+                raw = record[28:28 + raw_size]
+                event = layout.decode(pid, ts_ns / 1e6 + epoch_ms, raw)
+                if event is not None:
+                    out.append(event)
+        struct.pack_into("<Q", buf, 1032, tail)
+
+    def _bytes(self, buf: mmap.mmap, at: int, length: int, size: int) -> bytes:
+        start = self._page + at % size
+        end = start + length
+        if end <= self._page + size:
+            return buf[start:end]
+        return buf[start:self._page + size] + buf[self._page:end - size]
+
+    def close(self) -> None:
+        """Stop the events and free their rings."""
+        _close(self.rings)
+        self.rings = []
+
+
+def _bounded_ports(ports: Iterable[int]) -> frozenset[int]:
+    """At most MAX_PORTS valid ports (the lowest)."""
+    return frozenset(sorted({p for p in ports if 0 < p < 65536})[:MAX_PORTS])
+
+
+def _close(rings: list[_Ring]) -> None:
+    for ring in rings:
+        ring.buffer.close()
+        os.close(ring.fd)
+
+
+def _ioctl(fd: int, request: int, arg) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.ioctl(fd, ctypes.c_ulong(request), arg) < 0:
+        err = ctypes.get_errno()
+        raise KernelEventsUnavailable(f"perf ioctl: {os.strerror(err)}")
