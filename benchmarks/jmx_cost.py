@@ -39,6 +39,7 @@ if str(REPO) not in sys.path:
 
 import psutil  # noqa: E402
 
+from kmon.sources.child_env import launching_with  # noqa: E402
 from kmon.sources.jmx import JmxReading, JmxSource  # noqa: E402
 
 FAKE = REPO / "tests" / "java" / "FakeKafkaClient.java"
@@ -111,20 +112,9 @@ def source_launcher_attach_s(pid: int) -> float:
     with tempfile.TemporaryDirectory(prefix="kmon-nojavac-") as tmp:
         (Path(tmp) / "java").symlink_to(os.path.realpath(java))
         env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
-        with environ({**env, "PATH": tmp, "XDG_CACHE_HOME": tmp}):
+        with launching_with({**env, "PATH": tmp, "XDG_CACHE_HOME": tmp}):
             return attach_s(pid)
 
-
-@contextmanager
-def environ(env: dict[str, str]) -> Iterator[None]:
-    saved = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 def cpu_s(proc: psutil.Process) -> float:
@@ -191,7 +181,7 @@ def main() -> int:
             started(fake_consumer(bootstrap, args.instances), "READY") as (many, _), \
             started(fake_consumer(bootstrap, 1), "READY") as (fresh, _), \
             started([*rdkafka_argv, bootstrap], "READY") as (rdkafka, _), \
-            environ({**os.environ, "XDG_CACHE_HOME": cache}):
+            launching_with({**os.environ, "XDG_CACHE_HOME": cache}):
         cold = attach_s(one.pid)  # compiles the helper, starts the target's agent
         cli_fresh = cli_attach_s(fresh.pid)  # helper cached, starts the target's agent
         cli_jvm = statistics.median(cli_attach_s(fresh.pid) for _ in range(3))
