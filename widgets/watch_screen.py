@@ -141,7 +141,8 @@ class WatchScreen(PollingScreen):
 
     @on(ClusterRefreshed)
     def _cluster_refreshed(self) -> None:
-        self.redraw()
+        if not self.paused:  # else drawn with the next poll applied
+            self.redraw()
 
     def show_failure(self, message: str) -> None:
         self.failure = message
