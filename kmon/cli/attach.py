@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
                         "log files only")
     try:
         config = load_config(args.config)
-        theme = checked_theme(config, args.theme)
+        # the theme is the dashboard's: headless output never loads Textual to check it
+        theme = checked_theme(config, args.theme) if options.interactive(args) else None
         cluster, groups = None, None
         if args.bootstrap_servers:
             state = fetch_cluster(admin_client(args.bootstrap_servers, dict(args.properties)),
