@@ -59,6 +59,7 @@ import psutil  # noqa: E402
 import textual  # noqa: E402
 from helpers import Helpers, exit_when_parent_goes, no_time_wait, raise_fd_limit  # noqa: E402
 
+from kmon.dashboard_settings import DashboardSettings  # noqa: E402
 from kmon.engine.facade import ProcessSession, settle_heap  # noqa: E402
 from kmon.engine.monitor import Monitor, diff  # noqa: E402
 from kmon.engine.sampler import ProcessSampler, SamplerSettings  # noqa: E402
@@ -72,7 +73,7 @@ from kmon.model import (  # noqa: E402
 )
 from kmon.sources.sockets import open_socket_reader  # noqa: E402
 from kmon.widgets.app import KmonApp  # noqa: E402
-from kmon.widgets.attach_screen import AttachScreen, DashboardSettings  # noqa: E402
+from kmon.widgets.attach_screen import AttachScreen  # noqa: E402
 from kmon.widgets.connection_table import ConnectionTable  # noqa: E402
 
 SIZE = (200, 60)

@@ -19,12 +19,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from kmon.dashboard_settings import DashboardSettings
 from kmon.devtools.demo import Demo
 from kmon.engine.cluster_watch import ClusterWatcher
 from kmon.engine.facade import ClusterSession, HostSession
 from kmon.engine.sampler import SamplerSettings
 from kmon.widgets.app import KmonApp
-from kmon.widgets.attach_screen import DashboardSettings
 from kmon.widgets.host_screen import HostScreen
 from kmon.widgets.watch_screen import WatchScreen
 

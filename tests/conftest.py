@@ -97,11 +97,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def spool_dir(tmp_path_factory) -> Path:
-    """A private spool for this test run, seen by kmon and by every client."""
+    """A private spool for this test run, seen by kmon and by every client (the environment
+    is restored when the run ends)."""
     path = tmp_path_factory.mktemp("spool")
     path.chmod(0o700)
-    os.environ["KMON_SPOOL_DIR"] = str(path)
-    return path
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KMON_SPOOL_DIR", str(path))
+        yield path
 
 
 @pytest.fixture(scope="session")

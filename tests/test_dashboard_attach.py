@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pyarrow.parquet as pq
 import pytest
 
+from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import ProcessSession
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
 from kmon.sources.sockets import open_socket_reader
 from kmon.widgets.app import KmonApp
-from kmon.widgets.attach_screen import AttachScreen, DashboardSettings
+from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.connection_table import ConnectionTable
 from kmon.widgets.detail import DetailScreen
 
@@ -21,11 +23,46 @@ pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 MAX_INT = 2147483647
 
 
+def process_session(pid: int) -> ProcessSession:
+    return ProcessSession(Monitor([ProcessSampler(pid, open_socket_reader(), SamplerSettings())]))
+
+
 def attach_app(pid: int, interval_s: float = 0.25, **settings) -> tuple[KmonApp, AttachScreen]:
-    session = ProcessSession(Monitor([ProcessSampler(pid, open_socket_reader(),
-                                                     SamplerSettings())]))
-    screen = AttachScreen(pid, session, DashboardSettings(interval_s=interval_s, **settings))
+    screen = AttachScreen(pid, process_session(pid),
+                          DashboardSettings(interval_s=interval_s, **settings))
     return KmonApp(screen), screen
+
+
+class GatedSession:
+    """A real ProcessSession whose poll, once ``hold()`` is called, waits for ``release()``.
+
+    A fake only of timing: it lets a test press ``p`` while a poll is certainly under way,
+    which a real poll (a few milliseconds) cannot be made to do on demand.
+    """
+
+    def __init__(self, session: ProcessSession) -> None:
+        self.session = session
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+        self.returned: list[int] = []  # ts_ms of each poll the gate let through
+
+    def __getattr__(self, name: str):
+        return getattr(self.session, name)
+
+    def hold(self) -> None:
+        self.entered.clear()
+        self.gate.clear()
+
+    def release(self) -> None:
+        self.gate.set()
+
+    def poll(self):
+        self.entered.set()
+        self.gate.wait(60)
+        snapshot, events = self.session.poll()
+        self.returned.append(snapshot.ts_ms)
+        return snapshot, events
 
 
 async def until(pilot, condition, what: str, polls: int = 400) -> None:
@@ -90,6 +127,42 @@ def test_consumer_coordinator_row_filter_sort_pause_details(start_client):
             await until(pilot, lambda: isinstance(app.screen, DetailScreen), "the detail pane")
             await pilot.press("escape")
             await until(pilot, lambda: app.screen is screen, "the table again")
+
+    asyncio.run(drive())
+
+
+def test_a_poll_under_way_at_pause_is_held_until_resume(start_client):
+    client = start_client("producer")
+    session = GatedSession(process_session(client.pid))
+    # a long interval: the timer does not poll during the test, only the keys do
+    screen = AttachScreen(client.pid, session, DashboardSettings(interval_s=30.0))
+    app = KmonApp(screen)
+
+    async def drive() -> None:
+        async with app.run_test(size=(160, 45)) as pilot:
+            await until(pilot, lambda: table_rows(screen), "rows")
+            session.hold()
+            await pilot.press("space")  # a poll starts and waits at the gate
+            await until(pilot, session.entered.is_set, "the poll under way")
+            await pilot.press("p")
+            frozen, header = screen.last_ts_ms, screen.header_text.plain
+            assert "PAUSED" in header
+            polls = len(session.returned)
+            session.release()
+            await until(pilot, lambda: len(session.returned) > polls and not screen.polling,
+                        "the poll's end")
+            await pilot.pause()  # its result is handled
+            assert screen.last_ts_ms == frozen
+            assert screen.header_text.plain == header
+            await pilot.press("p")  # resume: the held poll is drawn at once
+            await until(pilot, lambda: screen.last_ts_ms == session.returned[polls],
+                        "the held poll after resuming")
+
+            await pilot.press("p")  # space while paused is one step, and stays paused
+            stepped = screen.last_ts_ms
+            await pilot.press("space")
+            await until(pilot, lambda: screen.last_ts_ms > stepped, "the step")
+            assert screen.paused
 
     asyncio.run(drive())
 

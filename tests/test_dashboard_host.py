@@ -14,11 +14,12 @@ from test_dashboard_attach import table_rows, until
 from test_dashboard_watch import cells
 from test_wire import KAFKA_PYTHON_CONSUMER
 
+from kmon.dashboard_settings import DashboardSettings
 from kmon.devtools.demo import Demo
 from kmon.engine.facade import HostSession
 from kmon.engine.sampler import SamplerSettings
 from kmon.widgets.app import KmonApp
-from kmon.widgets.attach_screen import AttachScreen, DashboardSettings
+from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.host_screen import HostScreen
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark

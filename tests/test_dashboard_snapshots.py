@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import ProcessSession
 from kmon.engine.replay import Replay, read_recording
 from kmon.widgets.app import KmonApp
-from kmon.widgets.attach_screen import AttachScreen, DashboardSettings
+from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.event_log import EventLog
 
 DATA = Path(__file__).parent / "data"

@@ -11,13 +11,14 @@ from conftest import Child
 from test_closes import PER_MESSAGE
 from test_dashboard_attach import table_rows, until
 
+from kmon.dashboard_settings import DashboardSettings
 from kmon.devtools.demo import Demo
 from kmon.engine.cluster_watch import ClusterWatcher
 from kmon.engine.facade import ClusterSession
 from kmon.engine.sampler import SamplerSettings
 from kmon.model import Churn, Event, EventKind, Snapshot
 from kmon.widgets.app import KmonApp
-from kmon.widgets.attach_screen import AttachScreen, DashboardSettings
+from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.watch_screen import WatchScreen
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark

@@ -24,6 +24,8 @@ from test_dashboard_attach import until
 
 from kmon.analysis import report
 from kmon.analysis.jobs import ANALYSES
+from kmon.cli.tables import snapshot_renderable
+from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import ProcessSession
 from kmon.engine.replay import Replay, read_recording
 from kmon.model import (
@@ -36,10 +38,9 @@ from kmon.model import (
     Snapshot,
 )
 from kmon.widgets.app import KmonApp
-from kmon.widgets.attach_screen import AttachScreen, DashboardSettings
+from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.detail import DetailScreen
 from kmon.widgets.help import HelpScreen
-from kmon.widgets.tables import snapshot_renderable
 
 CLICK = "[@click=app.screenshot('owned.txt','/tmp')]orders"
 # what each hostile string is, and what of it must be seen on screen

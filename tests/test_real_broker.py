@@ -67,7 +67,7 @@ def test_a_broker_idle_reap_is_the_broker_s_with_the_idle_time_before_it(start_k
         session.poll()
     finally:
         session.close()
-    assert session.settings.broker_idle_ms == 4000  # what kmon watch takes as the limit
+    assert session.settings.idle_limit_ms == 4000  # what kmon watch takes as the limit
     producer = start_client_at(cluster.bootstrap(), "producer", idle_ms=60_000)
     # the broker's limit as the cluster describes it (no --broker-idle-ms)
     stream = attach_stream(producer.pid, "--bootstrap-servers", cluster.bootstrap())
@@ -245,7 +245,7 @@ def test_the_host_view_never_lists_a_broker_jvm(kafka, start_client_at):
             time.sleep(0.5)
         else:
             pytest.fail("the host view never found the client")
-        assert session.settings.learned  # the brokers are known now
+        assert session.settings.directory.learned  # the brokers are known now
     finally:
         session.close()
     for snapshot in (first, later):

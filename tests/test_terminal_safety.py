@@ -19,6 +19,7 @@ from rich.segment import ControlType, Segment
 from rich.style import Style
 from test_dashboard_attach import until
 
+from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import ProcessSession
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
@@ -26,7 +27,7 @@ from kmon.json_lines import json_line
 from kmon.plain_text import WithoutControls, one_line, strip_controls
 from kmon.sources.sockets import open_socket_reader
 from kmon.widgets.app import KmonApp
-from kmon.widgets.attach_screen import AttachScreen, DashboardSettings
+from kmon.widgets.attach_screen import AttachScreen
 
 ESCAPES = "\x1b[2J\x1b]0;owned\x07\u009b31m"  # clear the screen, set the title, a C1 CSI
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # newlines and tabs may separate lines

@@ -243,7 +243,7 @@ def test_a_forged_metadata_answer_names_neither_another_process_nor_hides_it(clu
     session = HostSession(SamplerSettings(), discover_every_s=0.3)
     try:
         attacker.wait_line("READY")
-        _poll_until(session, lambda _: session.settings.learned.get(
+        _poll_until(session, lambda _: session.settings.directory.learned.get(
             Endpoint("127.0.0.1", liar.port)) == SELF_NAMED, "the attacker's lie learned")
         victim = Child([sys.executable, "-c", VICTIM, cluster, topic, str(victim_port)])
         victim.wait_line("READY")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from rich.text import Text
@@ -14,6 +13,7 @@ from textual.message import Message
 from textual.reactive import var
 from textual.widgets import Footer, Input, Static
 
+from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import ProcessSession
 from kmon.model import (
     ClientInstance,
@@ -22,7 +22,6 @@ from kmon.model import (
     EventKind,
     ProcessView,
     Snapshot,
-    Thresholds,
 )
 from kmon.plain_text import plain
 from kmon.timeline import CLOSING_STATES, History
@@ -36,16 +35,6 @@ from kmon.widgets.sparklines import CountSparklines
 from kmon.widgets.timeline import Timeline, TimelineRows
 
 HIDE_IDLE_AFTER_MS = 10_000
-
-
-@dataclass(frozen=True)
-class DashboardSettings:
-    """What the user chose for the dashboard (command line and config file)."""
-
-    interval_s: float = 1.0
-    thresholds: Thresholds = Thresholds()
-    record_dir: Path = Path("kmon-sessions")
-    history: int = 600  # refreshes kept for the timeline and sparklines
 
 
 def _shown(conn: Connection, hide_idle: bool) -> bool:

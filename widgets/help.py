@@ -16,7 +16,7 @@ HELP = f"""
 | key | what it does |
 |---|---|
 | `p` | pause / resume refreshing |
-| `space` | refresh now |
+| `space` | refresh now (while paused: one step) |
 | `s` | next sort order (role, idle, reaped in, state, broker, traffic, client) |
 | `f` or `/` | filter rows |
 | `c` | clear the filter |

@@ -11,10 +11,10 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Footer, Static
 
+from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import UNKNOWN_CLUSTER, HostSession
 from kmon.model import Event, Snapshot
 from kmon.plain_text import plain
-from kmon.widgets.attach_screen import DashboardSettings
 from kmon.widgets.event_log import EventLog
 from kmon.widgets.watch_screen import ROLES, WatchScreen, process_cells
 

@@ -5,6 +5,11 @@ whether one is under way) and its result comes back as a typed message,
 ``Polled`` or ``PollFailed``, handled on the UI thread by ``apply()`` or
 ``show_failure()``. Pause and interval are reactive attributes; the help
 action lives here too.
+
+Paused means paused: a poll that lands while the screen is paused (one that was
+already under way when ``p`` was pressed) is held, not drawn, and applied in
+order on resume. ``space`` while paused is one step: the next poll to land is
+drawn and the screen stays paused.
 """
 
 from __future__ import annotations
@@ -62,6 +67,10 @@ class PollingScreen(Screen):
         self.source = source
         self.set_reactive(PollingScreen.interval, interval_s)
         self._timer: Timer | None = None
+        # polls that landed while paused, oldest first: at most the one under way at the
+        # pause, as the timer is paused with the screen
+        self._held: list[Polled] = []
+        self._step = False  # space while paused: draw the next poll to land
 
     def start_polling(self) -> None:
         """Start the timer and poll at once (call from ``on_mount``)."""
@@ -102,7 +111,15 @@ class PollingScreen(Screen):
 
     @on(Polled)
     def _polled(self, message: Polled) -> None:
-        self.apply(message.snapshot, message.events)
+        self._held.append(message)
+        if not self.paused or self._step:
+            self._step = False
+            self._apply_held()
+
+    def _apply_held(self) -> None:
+        held, self._held = self._held, []
+        for message in held:
+            self.apply(message.snapshot, message.events)
 
     @on(PollFailed)
     def _failed(self, message: PollFailed) -> None:
@@ -122,7 +139,11 @@ class PollingScreen(Screen):
     def watch_paused(self, paused: bool) -> None:
         if self._timer is not None and self.polling_wanted():
             self._timer.pause() if paused else self._timer.resume()
-        self.redraw()
+        self._step = False
+        if not paused and self._held:
+            self._apply_held()  # it redraws
+        else:
+            self.redraw()
 
     def watch_interval(self, seconds: float) -> None:
         if self._timer is not None:
@@ -136,6 +157,10 @@ class PollingScreen(Screen):
         self.paused = not self.paused
 
     def action_refresh_now(self) -> None:
+        if self.paused and self._held:  # a poll landed since the pause: that is the step
+            self._apply_held()
+            return
+        self._step = self.paused
         self.tick()
 
     def action_faster(self) -> None:

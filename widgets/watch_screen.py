@@ -11,6 +11,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Static
 
+from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import (
     AttachFailed,
     ClusterSession,
@@ -23,7 +24,7 @@ from kmon.engine.facade import (
 from kmon.model import Event, ProcessView, Role, Snapshot
 from kmon.plain_text import plain
 from kmon.widgets import format as fmt
-from kmon.widgets.attach_screen import AttachScreen, DashboardSettings
+from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.churn_board import ChurnBoard
 from kmon.widgets.event_log import EventLog
 from kmon.widgets.polling import PollingScreen
@@ -141,7 +142,8 @@ class WatchScreen(PollingScreen):
 
     @on(ClusterRefreshed)
     def _cluster_refreshed(self) -> None:
-        self.redraw()
+        if not self.paused:  # else drawn with the next poll applied
+            self.redraw()
 
     def show_failure(self, message: str) -> None:
         self.failure = message

@@ -54,7 +54,10 @@ def run(args: argparse.Namespace) -> int:
                         "log files only")
     try:
         config = load_config(args.config)
-        theme = checked_theme(config, args.theme)
+        # the theme is the dashboard's: headless output loads Textual to check one only when
+        # the command line names it
+        theme = (checked_theme(config, args.theme) if options.interactive(args) or args.theme
+                 else None)
         cluster, groups = None, None
         if args.bootstrap_servers:
             state = fetch_cluster(admin_client(args.bootstrap_servers, dict(args.properties)),

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from kmon.config import Config, ConfigError
+from kmon.dashboard_settings import DashboardSettings
 from kmon.errors import UserError
-from kmon.widgets.attach_screen import DashboardSettings
 
 
 def dashboard_settings(config: Config, interval_s: float | None,

@@ -22,7 +22,7 @@ def print_snapshots(monitor: Monitor, interval: float, json_lines: bool, once: b
     from rich.console import Console
     from rich.live import Live
 
-    from kmon.widgets.tables import snapshot_renderable
+    from kmon.cli.tables import snapshot_renderable
 
     console = Console()
     live = None

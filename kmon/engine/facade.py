@@ -32,8 +32,8 @@ from kmon.model import ChurnThresholds, Event, Snapshot
 from kmon.sources.sockets import Endpoint, open_socket_reader
 
 __all__ = ["UNKNOWN_CLUSTER", "AttachFailed", "ClusterSession", "ClusterView", "GroupRow",
-           "HostSession", "ProcessSession", "SnapshotSource", "broker_connection_counts",
-           "groups_coordinated", "groups_view", "settle_heap"]
+           "HostSession", "ProcessSession", "SessionClosed", "SnapshotSource",
+           "broker_connection_counts", "groups_coordinated", "groups_view", "settle_heap"]
 
 DISCOVER_EVERY_S = 5.0
 
@@ -48,6 +48,15 @@ class AttachFailed(Exception):
     """A process the user asked to attach to cannot be watched (gone, no permission, …)."""
 
 
+class SessionClosed(Exception):
+    """A poll of a session already closed (its samplers are released)."""
+
+
+def _check_open(closed: bool) -> None:
+    if closed:
+        raise SessionClosed("the session is closed")
+
+
 class ProcessSession:
     """One process's refreshes, and the recording the user may start and stop.
 
@@ -60,12 +69,14 @@ class ProcessSession:
         self.source = source
         self.interval_ms = interval_ms
         self._recorder = None
-        self._poll_lock = threading.Lock()  # one poll at a time
+        self._poll_lock = threading.Lock()  # one poll at a time; close waits for it
+        self._closed = False
         self._record_lock = threading.Lock()  # recording changes never wait for a slow poll
 
     def poll(self) -> tuple[Snapshot, list[Event]]:
         """The next snapshot and its events (recorded when a recording runs)."""
         with self._poll_lock:
+            _check_open(self._closed)
             snapshot, events = self.source.poll()
         with self._record_lock:
             if self._recorder is not None:
@@ -96,11 +107,16 @@ class ProcessSession:
                 f"under {recorder.root}")
 
     def close(self) -> None:
-        """Stop any recording and release the source (JMX helpers, sockets)."""
+        """Stop any recording and release the source (JMX helpers, sockets), once the poll
+        under way, if any, has finished; a later poll raises SessionClosed."""
         self.stop_recording()
-        close = getattr(self.source, "close", None)
-        if close is not None:
-            close()
+        with self._poll_lock:
+            if self._closed:
+                return
+            self._closed = True
+            close = getattr(self.source, "close", None)
+            if close is not None:
+                close()
 
 
 def open_process(pid: int, settings: SamplerSettings, interval_ms: int = 1000) -> ProcessSession:
@@ -122,7 +138,8 @@ class LocalClients:
         self.settings, self.interval_ms = settings, interval_ms
         self.monitor = Monitor([], churn=churn)
         self.discovery = ClientDiscovery(open_socket_reader(), settings, discover_every_s, find)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one poll at a time; close waits for it
+        self._closed = False
 
     @property
     def notices(self) -> list[str]:
@@ -139,9 +156,14 @@ class LocalClients:
         return open_process(pid, self.settings, self.interval_ms)
 
     def close(self) -> None:
-        """Stop every sampler (JMX helpers) and the search for clients."""
-        self.monitor.close()
-        self.discovery.close()
+        """Stop every sampler (JMX helpers) and the search for clients, once the poll under
+        way, if any, has finished; a later poll raises SessionClosed."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self.monitor.close()
+            self.discovery.close()
 
 
 class ClusterSession(LocalClients):
@@ -181,12 +203,12 @@ class ClusterSession(LocalClients):
     def poll(self) -> tuple[Snapshot, list[Event]]:
         """Search for new clients when due, then one snapshot of every client."""
         with self._lock:
+            _check_open(self._closed)
             view = self.watcher.view
-            if view.broker_idle_ms and self.idle_from_cluster:
-                self.settings.broker_idle_ms = view.broker_idle_ms
-            if view.brokers:
-                self.settings.cluster = view.metadata
-                self.settings.groups = view.groups  # to infer coordinators of agentless clients
+            if view.brokers:  # its groups infer the coordinators of agentless clients
+                self.settings.directory.learn_cluster(
+                    view.metadata, view.groups,
+                    view.broker_idle_ms if self.idle_from_cluster else None)
                 self.discovery.update(self.monitor,
                                       set(view.metadata.endpoints(self.settings.resolver)))
             return self.monitor.poll()
@@ -214,11 +236,12 @@ class HostSession(LocalClients):
     def poll(self) -> tuple[Snapshot, list[Event]]:
         """Search for new clients when due, then one snapshot of every client."""
         with self._lock:
-            brokers = frozenset(self.settings.learned)
+            _check_open(self._closed)
+            brokers = frozenset(self.settings.directory.learned)
             if brokers != self._brokers:
                 self._brokers = brokers
                 self.discovery.next_search = 0.0
-            self.search.confirmed = frozenset(self.settings.confirmed.brokers)
+            self.search.confirmed = frozenset(self.settings.directory.confirmed.brokers)
             self.discovery.update(self.monitor, brokers)
             for pid in self.monitor.samplers.keys() & self.search.serving:
                 self.monitor.remove(pid)

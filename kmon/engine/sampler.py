@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import shlex
 import time
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 
 import psutil
 
 from kmon.classify import BROKER_IDLE_MS
+from kmon.engine.directory import MAX_LEARNED, Directory
 from kmon.evidence.claims import Claim, Evidence, Gathered, Producer, socket_key
 from kmon.evidence.endpoints import endpoint_evidence
 from kmon.evidence.infer import CadenceEvidence
@@ -21,7 +22,6 @@ from kmon.evidence.stats_join import stats_evidence
 from kmon.evidence.wire import WireEvidence
 from kmon.model import ClientInstance, Connection, ProcessView
 from kmon.sources import bounded
-from kmon.sources.broker_query import ConfirmedBrokers
 from kmon.sources.cluster import ClusterMetadata, GroupInfo
 from kmon.sources.jmx import is_jvm
 from kmon.sources.librdkafka_stats import ClientStats, read_client_stats, spool_dirs
@@ -34,8 +34,6 @@ from kmon.sources.process_info import (
 )
 from kmon.sources.resolve import Resolver
 from kmon.sources.sockets import Endpoint, SocketReader
-
-MAX_LEARNED = 1024  # broker endpoints remembered from what processes named, the latest kept
 
 
 class SampleError(Exception):
@@ -54,31 +52,28 @@ class NotAKafkaClient(SampleError):
     """The process shows no sign of being a Kafka client."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class SamplerSettings:
-    """Knobs shared by every process sampler."""
+    """What the user chose for every process sampler (frozen); what polls learn lives in
+    ``directory``, shared by every sampler built from these settings."""
 
-    broker_idle_ms: int = BROKER_IDLE_MS
-    cluster: ClusterMetadata | None = None
+    broker_idle_ms: int = BROKER_IDLE_MS  # the configured limit (see ``idle_limit_ms``)
     require_kafka: bool = True
     resolver: Resolver = field(default_factory=Resolver)
-    # broker endpoints any process watched with these settings named (its statistics, its
-    # wire): to find more clients of them, never to name another process's sockets
-    learned: dict[Endpoint, int] = field(default_factory=dict)
-    # broker endpoints kmon confirmed with its own query to each: these name the sockets of
-    # every process
-    confirmed: ConfirmedBrokers = field(init=False)
-    # consumer groups as the cluster describes them, to infer coordinator connections
-    groups: tuple[GroupInfo, ...] | None = None
     middlebox_idle_ms: int | None = None  # a load balancer's or NAT's idle timeout, if any
     wire: str = "auto"  # "auto": read the Kafka headers on the process's sockets where allowed
+    cluster: InitVar[ClusterMetadata | None] = None  # the cluster, when known at the start
+    groups: InitVar[tuple[GroupInfo, ...] | None] = None  # and its groups
+    directory: Directory = field(init=False)
 
-    def __post_init__(self) -> None:
-        self.confirmed = ConfirmedBrokers(self.resolver)
+    def __post_init__(self, cluster: ClusterMetadata | None,
+                      groups: tuple[GroupInfo, ...] | None) -> None:
+        object.__setattr__(self, "directory", Directory(self.resolver, cluster, groups))
 
-    def share(self, learned: dict[Endpoint, int]) -> None:
-        """Add what one process named to ``learned`` (a bounded table: the latest kept)."""
-        bounded.put_all(self.learned, learned, MAX_LEARNED)
+    @property
+    def idle_limit_ms(self) -> int:
+        """The brokers' idle limit: as the cluster said it when learned, else configured."""
+        return self.directory.broker_idle_ms or self.broker_idle_ms
 
 
 def _describe(process: psutil.Process) -> tuple[str, str, float]:
@@ -116,6 +111,7 @@ class ProcessSampler:
             raise ProcessGone(f"no process with PID {pid}") from err
         self.reader = reader
         self.settings = settings
+        directory = settings.directory
         self.learned: dict[Endpoint, int] = {}  # brokers this process's own evidence named
         self._kafka_checked = not settings.require_kafka
         self.standing_notices: list[str] = []
@@ -127,7 +123,7 @@ class ProcessSampler:
         self.jvm = (JvmEvidence(pid, self.start_time, client_log, jmx=jvm, reader=reader)
                     if jvm or client_log else None)
         args = shlex.split(self.cmdline)
-        self.cadence = CadenceEvidence(lambda: self.settings.groups, args)
+        self.cadence = CadenceEvidence(lambda: directory.groups, args)
         self.wire = WireEvidence(bootstrap_argument(args)) if settings.wire == "auto" else None
 
     def close(self) -> None:
@@ -163,12 +159,14 @@ class ProcessSampler:
         resolver = self.settings.resolver
         self._learn(learned_brokers(fresh, resolver))
         remotes = {s.remote for s in sockets}
-        self.settings.confirmed.check(e for e in self.learned if e in remotes)
-        known = {**self.settings.confirmed.brokers, **self.learned}
-        if self.settings.cluster is not None:
-            known.update(self.settings.cluster.endpoints(resolver))
+        directory, idle_limit_ms = self.settings.directory, self.settings.idle_limit_ms
+        directory.confirmed.check(e for e in self.learned if e in remotes)
+        known = {**directory.confirmed.brokers, **self.learned}
+        cluster = directory.cluster
+        if cluster is not None:
+            known.update(cluster.endpoints(resolver))
         gathered = Gathered(now_ms=now_ms, sockets=sockets, known=known, resolver=resolver,
-                            broker_idle_ms=self.settings.broker_idle_ms, stats=fresh)
+                            broker_idle_ms=idle_limit_ms, stats=fresh)
         found, claims = self._claims(gathered, use_jvm=not fresh)
         hidden = set().union(*(e.hidden for e in found))
         if hidden:
@@ -176,7 +174,7 @@ class ProcessSampler:
         clients = [c for e in found for c in e.clients]
         if not self._kafka_checked:
             self._check_kafka(bool(all_stats or clients), gathered.known, sockets)
-        connections, disagreements = resolve(sockets, claims, self.settings.broker_idle_ms,
+        connections, disagreements = resolve(sockets, claims, idle_limit_ms,
                                              self.settings.middlebox_idle_ms)
         connections.sort(key=Connection.display_order)
         return ProcessView(
@@ -219,7 +217,7 @@ class ProcessSampler:
         """Brokers this process's own evidence named: they name its sockets only (and, shared,
         help find other clients of them)."""
         bounded.put_all(self.learned, brokers, MAX_LEARNED)
-        self.settings.share(brokers)
+        self.settings.directory.share(brokers)
 
     def _check_kafka(self, has_clients: bool, known: dict, sockets: list) -> None:
         if has_clients or loads_kafka_library(self.pid) or "kafka" in self.cmdline.lower() or any(

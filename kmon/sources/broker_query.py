@@ -99,11 +99,17 @@ class ConfirmedBrokers:
 
     def __init__(self, resolver: Resolver) -> None:
         self.resolver = resolver
-        self.brokers: dict[Endpoint, int] = {}  # confirmed endpoint -> broker id
+        self._brokers: dict[Endpoint, int] = {}  # confirmed endpoint -> broker id
         self._answers: dict[Endpoint, dict[int, tuple[str, int]]] = {}  # asked -> its answer
         self._asked: dict[Endpoint, None] = {}
         self._query: BrokerQuery | None = None
         self._lock = threading.Lock()
+
+    @property
+    def brokers(self) -> dict[Endpoint, int]:
+        """A copy of the confirmed endpoints and their broker ids."""
+        with self._lock:
+            return dict(self._brokers)
 
     def check(self, endpoints: Iterable[Endpoint]) -> None:
         """Take the answer of the query under way, if it has come, and ask the first of
@@ -115,10 +121,10 @@ class ConfirmedBrokers:
                 if query.answer:
                     bounded.put(self._answers, query.broker, query.answer, MAX_ASKED)
             for endpoint, answer in self._answers.items():  # names resolve in the background
-                if endpoint not in self.brokers:
+                if endpoint not in self._brokers:
                     broker_id = self._self_named(endpoint, answer)
                     if broker_id is not None:
-                        bounded.put(self.brokers, endpoint, broker_id, MAX_ASKED)
+                        bounded.put(self._brokers, endpoint, broker_id, MAX_ASKED)
             if self._query is None:
                 endpoint = next((e for e in endpoints if e not in self._asked), None)
                 if endpoint is not None:
