@@ -101,17 +101,28 @@ def test_a_node_killed_then_restarted_under_three_consumers(start_kafka, start_c
     watcher = ClusterWatcher(cluster.bootstrap(), {})
     session = ClusterSession(watcher, SamplerSettings(), [c.pid for c in consumers],
                              interval_ms=250)
-    events, stop = [], threading.Event()
+    events, latest, stop = [], [], threading.Event()
 
     def poll() -> None:
         while not stop.is_set():
-            events.extend(session.poll()[1])
+            snapshot, new = session.poll()
+            events.extend(new)
+            latest[:] = [snapshot]
             time.sleep(0.25)
+
+    def settled() -> bool:
+        """Every consumer holds a connection to the node about to be killed."""
+        holding = {p.pid for p in (latest[0].processes if latest else ())
+                   if any(c.broker_id == victim.node_id for c in p.connections)}
+        return holding == {c.pid for c in consumers}
 
     poller = threading.Thread(target=poll, daemon=True)
     poller.start()
     try:
-        time.sleep(3)  # every consumer settled on both nodes
+        deadline = time.monotonic() + 60
+        while not settled():
+            assert time.monotonic() < deadline, "the consumers never reached both nodes"
+            time.sleep(0.25)
         killed = time.time() * 1000
         cluster.kill(victim)
         time.sleep(4)
