@@ -178,6 +178,16 @@ def churns(events: list[dict], pid: int, pattern: str | None = None) -> list[dic
             and pattern in (None, e["pattern"])]
 
 
+def events_until_churn(pid: int, pattern: str, seconds: float) -> tuple[list[dict], dict]:
+    """``kmon attach PID --json``'s events until one is a churn of ``pattern`` for PID, or
+    ``seconds`` after its first record; and its last record."""
+    stream = attach_stream(pid)
+    try:
+        return read_until(stream, lambda found, _: churns(found, pid, pattern), seconds)
+    finally:
+        stream.stop()
+
+
 def kmon_tracefs_mounts() -> list[str]:
     with open("/proc/self/mounts") as mounts:
         return [line for line in mounts if "kmon-tracefs-" in line]
@@ -190,12 +200,7 @@ def test_a_client_pointed_at_a_closed_port_raises_connect_failures(start_client_
         holder.bind(("127.0.0.1", 0))
         port = holder.getsockname()[1]
         client = start_client_at(f"127.0.0.1:{port}", "producer", instrument=False, ready=False)
-        stream = attach_stream(client.pid)
-        try:
-            events, record = read_until(
-                stream, lambda found, _: churns(found, client.pid, "connect_failed"), 30)
-        finally:
-            stream.stop()
+        events, record = events_until_churn(client.pid, "connect_failed", 30)
     assert churns(events, client.pid, "connect_failed"), events[-5:]
     failed = [e for e in events if e["kind"] == "closed" and e["reason"] == "connect_failed"]
     assert failed and all(e["remote"] == f"127.0.0.1:{port}" for e in failed)
@@ -233,12 +238,9 @@ def test_connections_refused_by_the_per_ip_limit_are_named_so(start_kafka, start
     fill_per_ip_quota(cluster.bootstrap(), held)
     assert first.proc.poll() is None
     client = start_client_at(cluster.bootstrap(), "producer", instrument=False, ready=False)
-    stream = attach_stream(client.pid)
     try:
-        events, _ = read_until(
-            stream, lambda found, _: churns(found, client.pid, "per_ip_rejected"), 40)
+        events, _ = events_until_churn(client.pid, "per_ip_rejected", 40)
     finally:
-        stream.stop()
         for sock in held:
             sock.close()
     (churn,) = churns(events, client.pid, "per_ip_rejected")
