@@ -3,12 +3,14 @@ reproduced with the attack it stops (a flood, a dripping broker, a forged segmen
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -99,24 +101,32 @@ def _drain(child: Child) -> list[str]:
     return lines
 
 
-@as_root
-def test_a_dripping_broker_delays_no_snapshot_of_kmon_attach():
-    broker = HostileBroker("drip")
-    talker = talk_to(broker, "metadata")
-    stream = None
+@contextlib.contextmanager
+def kmon_beside(kind: str, request: str, interval: str) -> Iterator[tuple[HostileBroker, Child]]:
+    """A fake broker of ``kind``, a client sending it ``request``, and ``kmon attach --json``
+    on that client; all stopped at the end."""
+    broker = HostileBroker(kind)
+    talker = stream = None
     try:
+        talker = talk_to(broker, request)
         stream = Child([sys.executable, "-m", "kmon", "attach", str(talker.pid), "--json",
-                        "--interval", "500ms", "--any-process"])
-        assert broker.asked_by_kmon.wait(30), "kmon never asked the peer for its brokers"
-        time.sleep(6)
-        _drain(stream)  # from here, kmon's query of the dripping peer is under way
-        time.sleep(6)
-        count = sum(line.startswith("{") for line in _drain(stream))
+                        "--interval", interval, "--any-process"])
+        yield broker, stream
     finally:
         for child in (stream, talker):
             if child is not None:
                 child.stop()
         broker.close()
+
+
+@as_root
+def test_a_dripping_broker_delays_no_snapshot_of_kmon_attach():
+    with kmon_beside("drip", "metadata", "500ms") as (broker, stream):
+        assert broker.asked_by_kmon.wait(30), "kmon never asked the peer for its brokers"
+        time.sleep(6)
+        _drain(stream)  # from here, kmon's query of the dripping peer is under way
+        time.sleep(6)
+        count = sum(line.startswith("{") for line in _drain(stream))
     assert count >= 8, f"{count} snapshots in 6 s at an interval of 500 ms"
 
 
@@ -177,12 +187,7 @@ def test_a_find_coordinator_flood_does_not_grow_kmon():
     """kmon attached to a client whose fake broker names a new coordinator in every answer
     (kmon.devtools.hostile_broker): its memory does not grow with the flood. (The 60 s
     figure: benchmarks/wire_flood.py.)"""
-    broker = HostileBroker("coordinators")
-    talker = talk_to(broker, "find_coordinator")
-    stream = None
-    try:
-        stream = Child([sys.executable, "-m", "kmon", "attach", str(talker.pid), "--json",
-                        "--interval", "1s", "--any-process"])
+    with kmon_beside("coordinators", "find_coordinator", "1s") as (broker, stream):
         stream.wait_line("{")
         kmon = psutil.Process(stream.pid)
         time.sleep(5)
@@ -191,11 +196,6 @@ def test_a_find_coordinator_flood_does_not_grow_kmon():
         rss = kmon.memory_info().rss
         grown = rss - settled
         answers = broker.answers
-    finally:
-        for child in (stream, talker):
-            if child is not None:
-                child.stop()
-        broker.close()
     assert answers > 50_000, "the flood never got going"
     assert grown < 20 << 20, f"kmon grew {grown >> 20} MB in 12 s of {answers:,} answers"
     assert rss < 200 << 20
