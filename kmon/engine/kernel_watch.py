@@ -27,20 +27,19 @@ class KernelWatch:
         self.broker_ports = frozenset(broker_ports)
         self.learned: OrderedDict[int, None] = OrderedDict()  # ports, latest last
         self.endings: OrderedDict[tuple[Endpoint, Endpoint], KernelLife] = OrderedDict()
-        self.polled: set[tuple[Endpoint | None, Endpoint]] = set()  # the last poll's sockets
+        self.polled: frozenset[tuple[Endpoint | None, Endpoint]] = frozenset()  # last poll's
+        self.polled_text: frozenset[tuple[str | None, str]] = frozenset()  # the same, as shown
+        self.polled_ports: frozenset[int] = frozenset()
 
     def poll(self, views: list[ProcessView]) -> tuple[list[KernelLife], list[KernelLife],
                                                       list[Event]]:
         """The lives opened and closed since the last poll, and the ``closed`` events of
         those that ended badly (connect failures, refused connections)."""
-        polled, self.polled = self.polled, set()
-        for view in views:
-            for conn in view.connections:
-                remote = parse_endpoint(conn.remote or "")
-                if remote is not None:
-                    self.learned[remote.port] = None
-                    self.learned.move_to_end(remote.port)
-                    self.polled.add((parse_endpoint(conn.local or ""), remote))
+        polled = self.polled
+        self._note_sockets(views)
+        for port in self.polled_ports:
+            self.learned[port] = None
+            self.learned.move_to_end(port)
         self._follow_ports()
         opened, closed = self.lives.feed(self.source.read(), {v.pid for v in views})
         for life in opened:  # where the process connects is a broker port to follow
@@ -55,6 +54,18 @@ class KernelWatch:
             for view in views:
                 view.notices.append(note)
         return opened, closed, events
+
+    def _note_sockets(self, views: list[ProcessView]) -> None:
+        """The poll's sockets as endpoint pairs and remote ports, parsed again only when the
+        sockets changed (most polls of a steady client)."""
+        text = frozenset((conn.local, conn.remote) for view in views
+                         for conn in view.connections if conn.remote)
+        if text == self.polled_text:
+            return
+        pairs = ((parse_endpoint(local or ""), parse_endpoint(remote)) for local, remote in text)
+        self.polled = frozenset(pair for pair in pairs if pair[1] is not None)
+        self.polled_text = text
+        self.polled_ports = frozenset(remote.port for _, remote in self.polled)
 
     def _follow_ports(self) -> None:
         while len(self.learned) > MAX_LEARNED_PORTS:
