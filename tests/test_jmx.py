@@ -18,7 +18,8 @@ import pytest
 from conftest import TESTS, unused_pid
 
 from kmon.classify import MAX_INT
-from kmon.sources.java_log import LogFollower, NodeTable
+from kmon.evidence.java_log_nodes import NodeTable
+from kmon.sources.java_log import LogFollower
 from kmon.sources.jmx import JmxReading, JmxSource, JmxUnavailable, JvmClient, is_jvm
 from kmon.sources.sockets import open_socket_reader
 
