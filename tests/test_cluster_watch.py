@@ -28,7 +28,7 @@ from kmon.sources.cluster import GROUPS_UNSUPPORTED, GroupInfo, GroupMember
 from kmon.sources.host_sockets import client_pids
 from kmon.sources.librdkafka_stats import parse_record
 from kmon.sources.resolve import Resolver
-from kmon.sources.sockets import open_socket_reader
+from kmon.sources.socket_readers import open_socket_reader
 from kmon.sources.spool import SpoolError
 
 

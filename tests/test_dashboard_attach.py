@@ -12,7 +12,7 @@ from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import ProcessSession
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
-from kmon.sources.sockets import open_socket_reader
+from kmon.sources.socket_readers import open_socket_reader
 from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.connection_table import ConnectionTable

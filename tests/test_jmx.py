@@ -21,7 +21,7 @@ from kmon.classify import MAX_INT
 from kmon.evidence.java_log_nodes import NodeTable
 from kmon.sources.java_log import LogFollower
 from kmon.sources.jmx import JmxReading, JmxSource, JmxUnavailable, JvmClient, is_jvm
-from kmon.sources.sockets import open_socket_reader
+from kmon.sources.socket_readers import open_socket_reader
 
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(shutil.which("java") is None,
                                 reason="java (a JDK 11+) is not installed: the JMX path needs it")]

@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from kmon.devtools.demo import Demo, DemoError
     from kmon.engine.monitor import Monitor
     from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
-    from kmon.sources.sockets import open_socket_reader
+    from kmon.sources.socket_readers import open_socket_reader
 
     config = load_config(args.config)
     interactive = options.interactive(args)

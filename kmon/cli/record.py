@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
     from kmon.record.recorder import Recorder, new_session_id
     from kmon.sources.cluster import ClusterUnreachable, fetch_metadata
-    from kmon.sources.sockets import open_socket_reader
+    from kmon.sources.socket_readers import open_socket_reader
     from kmon.sources.spool import SpoolError
 
     root = _writable_dir(args.out)

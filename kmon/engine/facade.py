@@ -29,7 +29,8 @@ from kmon.engine.host_view import UNKNOWN_CLUSTER, KafkaProcesses, cluster_label
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
 from kmon.model import ChurnThresholds, Event, Snapshot
-from kmon.sources.sockets import Endpoint, open_socket_reader
+from kmon.sources.socket_readers import open_socket_reader
+from kmon.sources.sockets import Endpoint
 
 __all__ = ["UNKNOWN_CLUSTER", "AttachFailed", "ClusterSession", "ClusterView", "GroupRow",
            "HostSession", "ProcessSession", "SessionClosed", "SnapshotSource",

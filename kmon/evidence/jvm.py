@@ -15,10 +15,11 @@ from pathlib import Path
 import psutil
 
 from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
+from kmon.evidence.java_log_nodes import NodeTable
 from kmon.evidence.jvm_join import join_jvm
 from kmon.evidence.jvm_nodes import CounterHistory, jvm_clients, log_brokers
 from kmon.evidence.stats_join import JoinSettings
-from kmon.sources.java_log import LogFollower, NodeTable
+from kmon.sources.java_log import LogFollower
 from kmon.sources.jmx import JmxReading, JmxSource, JmxUnavailable
 from kmon.sources.sockets import SocketReader, TcpSocket
 
