@@ -9,7 +9,7 @@ host) and call these methods from worker threads:
 
 from __future__ import annotations
 
-import socket
+import platform
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -92,7 +92,7 @@ class ProcessSession:
         """
         from kmon.record.recorder import Recorder, new_session_id
 
-        host = socket.gethostname()
+        host = platform.node()
         with self._record_lock:
             if self._recorder is None:
                 self._recorder = Recorder(root, host, new_session_id(host), self.interval_ms)

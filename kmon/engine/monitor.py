@@ -7,7 +7,7 @@ caller's to keep or drop.
 
 from __future__ import annotations
 
-import socket
+import platform
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -96,7 +96,7 @@ class Monitor:
                  churn: ChurnThresholds | None = None,
                  kernel: KernelWatch | None = None) -> None:
         self.samplers: dict[int, ProcessSampler] = {}
-        self.host = socket.gethostname()
+        self.host = platform.node()
         self.events: deque[Event] = deque(maxlen=max_events)
         self.fraction = near_reap_fraction
         self.last_views: dict[int, ProcessView] = {}
