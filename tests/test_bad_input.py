@@ -10,7 +10,7 @@ import time
 
 import psutil
 import pytest
-from conftest import Child, assert_one_clear_line, kmon, unused_pid
+from helpers import Child, assert_one_clear_line, kmon, unused_pid
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 

@@ -14,7 +14,7 @@ import threading
 import time
 
 import pytest
-from conftest import Child
+from helpers import PER_MESSAGE, Child
 
 from kmon.engine.closes import SocketLife, closed_by, in_words, reason, story
 from kmon.model import Connection, Role, WireClose
@@ -291,17 +291,7 @@ def test_a_reset_and_a_failed_login_as_the_wire_sees_them(requests, reset, wire,
         broker.close()
 
 
-PER_MESSAGE = """
-import sys, time
-from confluent_kafka import Producer
-while True:
-    producer = Producer({"bootstrap.servers": sys.argv[1]})
-    producer.produce("kmon-churn", b"one message, one client")
-    producer.flush(5)
-    del producer
-    print("SENT", flush=True)
-    time.sleep(0.2)
-"""
+
 
 
 def churn_events(pid: int, seconds: float) -> list[dict]:

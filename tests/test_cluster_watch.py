@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from conftest import Child
+from helpers import Child
 
 from kmon.engine.cluster_watch import (
     SOURCE_CLUSTER,

@@ -9,10 +9,9 @@ import os
 import sys
 
 import pytest
-from conftest import Child, kmon
+from helpers import KAFKA_PYTHON_CONSUMER, Child, kmon
 from test_dashboard_attach import table_rows, until
 from test_dashboard_watch import cells
-from test_wire import KAFKA_PYTHON_CONSUMER
 
 from kmon.dashboard_settings import DashboardSettings
 from kmon.devtools.demo import Demo

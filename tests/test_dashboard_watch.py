@@ -7,8 +7,7 @@ import sys
 import time
 
 import pytest
-from conftest import Child
-from test_closes import PER_MESSAGE
+from helpers import PER_MESSAGE, Child
 from test_dashboard_attach import table_rows, until
 
 from kmon.dashboard_settings import DashboardSettings

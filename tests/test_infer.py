@@ -11,7 +11,7 @@ import uuid
 from collections import deque
 
 import pytest
-from conftest import Child
+from helpers import Child
 
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
 from kmon.evidence.claims import Claim

@@ -18,7 +18,7 @@ import sys
 
 import pyarrow as pa
 import pytest
-from conftest import Child, kmon
+from helpers import Child, kmon
 from rich.console import Console
 from test_dashboard_attach import until
 

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import KafkaClient, kmon
-from test_record import read, record_child
+from helpers import KafkaClient, kmon, read, record_child
 
 pytest.importorskip("pyspark")
 

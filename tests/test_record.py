@@ -10,11 +10,9 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-import pyarrow.dataset as ds
 import pytest
-from conftest import Child, assert_one_clear_line, kmon, unused_pid
+from helpers import Child, assert_one_clear_line, data_files, kmon, read, record_child, unused_pid
 
 from kmon.agent.client_hook import CONFIG_SUMMARY_KEYS
 from kmon.record.schema import SCHEMAS
@@ -23,27 +21,6 @@ pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 
 HOST = socket.gethostname()
 SECRET = "hunter2"
-
-
-def read(root: Path, table: str) -> list[dict]:
-    """Every row of one recorded table, as Spark would see it (hive partitions)."""
-    dataset = ds.dataset(root / table, format="parquet", partitioning="hive")
-    assert dataset.schema.names == SCHEMAS[table].names + ["date", "host"]
-    return dataset.to_table().to_pylist()
-
-
-def data_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file())
-
-
-def record_child(*args: str) -> Child:
-    """``kmon record`` in the background; returns once it has said it started."""
-    child = Child([sys.executable, "-m", "kmon", "record", *args])
-    deadline = time.monotonic() + 30
-    while not any("session" in line for line in child.stderr):
-        assert child.proc.poll() is None and time.monotonic() < deadline, child.stderr
-        time.sleep(0.05)
-    return child
 
 
 def latest_session(rows: list[dict]) -> dict:

@@ -11,7 +11,7 @@ import copy
 import json
 
 import pytest
-from conftest import assert_one_clear_line, kmon
+from helpers import assert_one_clear_line, kmon
 
 from kmon.engine.facade import ProcessSession
 from kmon.engine.replay import Replay, ReplayError, read_recording, recorded_interval_s

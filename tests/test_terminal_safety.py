@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import Child, assert_one_clear_line, kmon
+from helpers import Child, assert_one_clear_line, kmon
 from rich.segment import ControlType, Segment
 from rich.style import Style
 from test_dashboard_attach import until

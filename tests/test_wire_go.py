@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from test_wire import all_named, apis, from_start, produce
+from helpers import all_named, apis, from_start, produce
 
 from kmon.classify import MAX_INT
 from kmon.sources.broker_query import ask_brokers

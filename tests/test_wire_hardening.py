@@ -15,8 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import Child
-from test_wire import produce
+from helpers import Child, produce
 
 from kmon.devtools.hostile_broker import (
     HostileBroker,
