@@ -10,17 +10,26 @@ from pathlib import Path
 import pytest
 from helpers import TESTS, Child, KafkaClient, debug_log_options, require_java
 
-# Fixtures that start real processes, a cluster or Spark: a test using one is an integration
-# test (``python -m pytest -m "not integration"`` is the fast inner loop).
+# Fixtures that start real processes, a cluster or Spark. A test that starts one (or starts a
+# process itself) is an integration test, and says so where it is written: a module's
+# ``pytestmark``, or a decorator in a module that mixes both kinds. Every other test is marked
+# ``unit`` here (``python -m pytest -m unit`` is the fast inner loop).
 INTEGRATION_FIXTURES = {"cluster", "start_client", "start_client_at", "spool_dir",
                         "spark_session", "kafka", "start_kafka", "java_clients", "start_java"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test that uses a process-starting fixture as ``integration``."""
+    """Mark every test not marked ``integration`` as ``unit``; refuse the run when one of them
+    starts a process-starting fixture."""
+    unmarked = []
     for item in items:
-        if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.integration)
+        if item.get_closest_marker("integration") is None:
+            item.add_marker(pytest.mark.unit)
+            if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())):
+                unmarked.append(item.nodeid)
+    if unmarked:
+        raise pytest.UsageError("tests that start real processes must be marked integration "
+                                f"(pytestmark or @pytest.mark.integration): {unmarked}")
 
 
 @pytest.fixture(scope="session")

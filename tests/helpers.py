@@ -312,6 +312,14 @@ def read(root: Path, table: str) -> list[dict]:
     return dataset.to_table().to_pylist()
 
 
+def recorded_pids(root: Path) -> set[int]:
+    """The processes the snapshots written so far under ``root`` show (none before the first
+    part is written)."""
+    if not any((root / "snapshots").rglob("*.parquet")):
+        return set()
+    return {row["pid"] for row in read(root, "snapshots")}
+
+
 def data_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file())
 

@@ -55,8 +55,7 @@ def test_process_that_exits_mid_run(start_client):
                 last = json.loads(stream.wait_line("{", timeout=10))
             except AssertionError:
                 break
-        assert stream.proc.wait(10) == 1
-        time.sleep(0.2)  # let the stderr pump catch up
+        assert stream.wait_exit(10) == 1
         assert len(stream.stderr) == 1 and "has exited" in stream.stderr[0], stream.stderr
         assert any(e["kind"] == "process_exit" for e in last["events"])
     finally:

@@ -244,6 +244,7 @@ def _coordinators(connections: list[dict]) -> list[dict]:
     return [c for c in connections if c["role"] == "coordinator"]
 
 
+@pytest.mark.integration
 @needs_kcat
 def test_kcat_consumer_coordinator_by_cadence(kcat_consumer, cluster):
     kcat, broker = kcat_consumer
@@ -267,6 +268,7 @@ def test_kcat_consumer_coordinator_by_cadence(kcat_consumer, cluster):
         stream.stop()
 
 
+@pytest.mark.integration
 @needs_kcat
 def test_kcat_consumer_coordinator_from_group_description(kcat_consumer, cluster):
     """The sampler with a group description as a real cluster would give it (the mock cluster
@@ -304,6 +306,7 @@ def _assert_no_coordinator(pid: int, cluster: str, tick=lambda poll: None) -> No
         stream.stop()
 
 
+@pytest.mark.integration
 @needs_kcat
 def test_kcat_producer_gets_no_coordinator(cluster):
     """kcat -P producing a batch every 2 s: periodic traffic, but nothing fetches."""
@@ -333,6 +336,7 @@ sys.stdin.read()
 """
 
 
+@pytest.mark.integration
 def test_plain_sockets_to_a_broker_get_no_coordinator(cluster):
     child = Child([sys.executable, "-c", PLAIN_SOCKETS, cluster])
     try:

@@ -18,6 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import KafkaClient, kmon, read, record_child
 
+pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
+
 pytest.importorskip("pyspark")
 
 BROKER_IDLE_MS = 4000

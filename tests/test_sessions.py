@@ -15,6 +15,8 @@ from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
 from kmon.sources.socket_readers import open_socket_reader
 
+pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
+
 
 class GatedMonitor:
     """A real Monitor whose poll waits for ``gate`` and which logs when it polled and closed.

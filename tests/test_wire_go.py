@@ -23,6 +23,7 @@ from kmon.sources.broker_query import ask_brokers
 from kmon.sources.sockets import Endpoint
 
 pytestmark = [
+    pytest.mark.integration,
     pytest.mark.skipif(os.geteuid() != 0, reason="the wire needs CAP_NET_RAW (root)"),
     pytest.mark.skipif(shutil.which("go") is None, reason="go is not installed"),
 ]

@@ -218,6 +218,7 @@ while True:
 """
 
 
+@pytest.mark.integration
 @as_root
 def test_a_forged_metadata_answer_names_neither_another_process_nor_hides_it(cluster):
     """The attacker (kmon.devtools.hostile_broker attack) gets Metadata answers over loopback
