@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 
 import pytest
 from helpers import JAVA_VERSIONS, TESTS, log_table, unique, unused_pid
@@ -29,17 +28,6 @@ VERSIONS = JAVA_VERSIONS
 def only_client(reading: JmxReading) -> JvmClient:
     (client,) = reading.clients
     return client
-
-
-def reading_after(source: JmxSource, ts_ms: int, timeout_s: float = 10) -> JmxReading:
-    """The first reading taken after ``ts_ms``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        reading = source.latest()
-        if reading is not None and reading.ts_ms > ts_ms:
-            return reading
-        time.sleep(0.05)
-    raise AssertionError(f"no JMX reading after {ts_ms}")
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -68,7 +56,8 @@ def test_consumer_connections_seen_through_jmx(start_java, kafka, version, tmp_p
         assert client.metrics["connection-creation-total"] == sum(
             s.connects for s in state.nodes.values())
         assert client.metrics["assigned-partitions"] == 3
-        later = reading_after(source, first.ts_ms + 3500)  # a heartbeat interval (3 s)
+        later = source.wait_newer(first.ts_ms + 3500, 10)  # a heartbeat interval (3 s) on
+        assert later is not None and later.ts_ms > first.ts_ms + 3500
         moved = {n for n in client.nodes if only_client(later).nodes[n]["outgoing-byte-total"]
                  > client.nodes[n]["outgoing-byte-total"]}
         assert {coordinator, 1, 2, 3} <= moved  # heartbeats and fetches
