@@ -208,7 +208,7 @@ def test_a_killed_recorder_leaves_readable_parts(start_client, tmp_path):
     producer = start_client("producer", idle_ms=3000)
     out = tmp_path / "rec"
     recorder = record_child("--pid", str(producer.pid), "--out", str(out),
-                            "--interval", "250ms", "--flush-every", "1")
+                            "--interval", "250ms", "--flush-every", "1s")
     try:
         time.sleep(3)
         killed_ms = int(time.time() * 1000)

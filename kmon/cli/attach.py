@@ -20,7 +20,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap-servers", "-b", metavar="HOST:PORT,...",
                         help="the cluster, to name the brokers of unmatched sockets")
     options.client_properties(parser, "for --bootstrap-servers (KEY=@FILE reads it from FILE)")
-    options.cluster_timeout(parser, 10.0)
+    options.cluster_timeout(parser)
     options.broker_idle(parser)
     options.wire(parser)
     parser.add_argument("--socket-reader", choices=("auto", "sock_diag", "psutil"),

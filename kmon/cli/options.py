@@ -7,12 +7,13 @@ import sys
 from pathlib import Path
 
 from kmon.classify import BROKER_IDLE_MS
-from kmon.units import duration_arg, interval_arg, positive_int_arg, property_arg
+from kmon.units import duration_arg, duration_ms_arg, interval_arg, positive_int_arg, property_arg
 
 __all__ = ["duration_arg", "interval_arg"]
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+CLUSTER_TIMEOUT_S = 10.0  # every command waits this long for a cluster's answers by default
 
 
 class Parser(argparse.ArgumentParser):
@@ -28,22 +29,27 @@ def client_properties(parser: argparse.ArgumentParser, what: str) -> None:
                         metavar="KEY=VALUE", help=f"client property {what}")
 
 
-def cluster_timeout(parser: argparse.ArgumentParser, default_s: float) -> None:
+def cluster_timeout(parser: argparse.ArgumentParser) -> None:
     """``--cluster-timeout``: how long to wait for the cluster's answers."""
-    parser.add_argument("--cluster-timeout", type=duration_arg, default=default_s,
+    parser.add_argument("--cluster-timeout", type=duration_arg, default=CLUSTER_TIMEOUT_S,
                         metavar="DURATION", help="how long to wait for the cluster's answers "
-                        f"(default {default_s:g}s)")
+                        f"(default {CLUSTER_TIMEOUT_S:g}s)")
 
 
 def broker_idle(parser: argparse.ArgumentParser) -> None:
-    """``--broker-idle-ms``: the brokers' own idle limit."""
-    parser.add_argument("--broker-idle-ms", type=positive_int_arg, default=None,
-                        help="the brokers' connections.max.idle.ms (default: as the cluster "
-                             f"describes it where kmon asks it, else {BROKER_IDLE_MS})")
+    """``--broker-idle DURATION`` (``--broker-idle-ms`` kept as an alias): the brokers' own
+    idle limit."""
+    parser.add_argument("--broker-idle", dest="broker_idle_ms", type=duration_ms_arg,
+                        default=None, metavar="DURATION",
+                        help="the brokers' connections.max.idle.ms, e.g. 10m (default: the "
+                             "config's broker_idle for the cluster, else as the cluster "
+                             f"describes it where kmon asks it, else {BROKER_IDLE_MS // 60000}m)")
+    parser.add_argument("--broker-idle-ms", dest="broker_idle_ms", type=positive_int_arg,
+                        help=argparse.SUPPRESS)
 
 
 def broker_idle_ms(args: argparse.Namespace, cluster_said: int | None) -> int:
-    """--broker-idle-ms if given, else the cluster's own limit, else Kafka's default."""
+    """--broker-idle if given, else the cluster's own limit, else Kafka's default."""
     return args.broker_idle_ms or cluster_said or BROKER_IDLE_MS
 
 

@@ -43,7 +43,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     options.interval(parser, default=1.0)
     parser.add_argument("--duration", type=duration_arg, default=None, metavar="DURATION",
                         help="stop after this long, e.g. 10m (default: until SIGINT/SIGTERM)")
-    options.cluster_timeout(parser, 10.0)
+    options.cluster_timeout(parser)
     options.broker_idle(parser)
     options.wire(parser)
     parser.add_argument("--any-process", action="store_true",

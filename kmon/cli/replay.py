@@ -16,7 +16,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pid", type=pid_arg, default=None,
                         help="the process to show (default: the first one recorded)")
     parser.add_argument("--interval", type=options.interval_arg, default=None,
-                        metavar="DURATION", help="time between frames (default: as recorded)")
+                        metavar="DURATION", help="time between frames, e.g. 500ms "
+                        "(default: as recorded)")
     options.dashboard(parser)
 
 

@@ -21,7 +21,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     options.interval(parser, "refreshes of the local clients")
     parser.add_argument("--metadata-every", type=duration_arg, default=30.0, metavar="DURATION",
                         help="time between refreshes of the cluster's metadata (default 30s)")
-    options.cluster_timeout(parser, 5.0)
+    options.cluster_timeout(parser)
     options.broker_idle(parser)
     options.wire(parser)
     options.dashboard(parser)
