@@ -23,10 +23,28 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"kmon: error: {message} (see '{self.prog} --help')\n")
 
 
-def client_properties(parser: argparse.ArgumentParser, what: str) -> None:
+def client_properties(parser: argparse.ArgumentParser,
+                      what: str = "for the cluster, e.g. security.protocol=SSL") -> None:
     """``-X key=value``: client properties for the cluster connection (as kcat takes them)."""
     parser.add_argument("-X", dest="properties", type=property_arg, action="append", default=[],
-                        metavar="KEY=VALUE", help=f"client property {what}")
+                        metavar="KEY=VALUE", help=f"client property {what} (KEY=@FILE reads "
+                        "the value from FILE)")
+
+
+def cluster(parser: argparse.ArgumentParser, name_group=None, required: bool = False) -> None:
+    """How every command names a cluster: ``-b/--bootstrap-server(s)`` (a config name or
+    bootstrap servers; in ``name_group`` when given), ``-X``, ``-F/--command-config``,
+    ``--cluster-timeout`` and ``--broker-idle``. kmon.cli.wiring.named_cluster reads them."""
+    (name_group or parser).add_argument(
+        "-b", "--bootstrap-server", "--bootstrap-servers", dest="bootstrap",
+        metavar="NAME|HOST:PORT,...", required=required,
+        help="the cluster: a name from the config file, or bootstrap servers")
+    client_properties(parser)
+    parser.add_argument("-F", "--command-config", type=Path, metavar="FILE",
+                        help="the cluster's client properties from a Java .properties file "
+                             "(as kafka-console-consumer takes it); -X overrides them")
+    cluster_timeout(parser)
+    broker_idle(parser)
 
 
 def cluster_timeout(parser: argparse.ArgumentParser) -> None:
@@ -46,11 +64,6 @@ def broker_idle(parser: argparse.ArgumentParser) -> None:
                              f"describes it where kmon asks it, else {BROKER_IDLE_MS // 60000}m)")
     parser.add_argument("--broker-idle-ms", dest="broker_idle_ms", type=positive_int_arg,
                         help=argparse.SUPPRESS)
-
-
-def broker_idle_ms(args: argparse.Namespace, cluster_said: int | None) -> int:
-    """--broker-idle if given, else the cluster's own limit, else Kafka's default."""
-    return args.broker_idle_ms or cluster_said or BROKER_IDLE_MS
 
 
 def wire(parser: argparse.ArgumentParser) -> None:

@@ -33,18 +33,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--pid", type=pid_arg, action="append", metavar="PID",
                        help="a client process to record (repeat for more)")
-    which.add_argument("--cluster", metavar="HOST:PORT,...|NAME",
-                       help="record every local process connected to this cluster's brokers "
-                       "(bootstrap servers, or a cluster named in the config file)")
-    options.client_properties(parser, "for --cluster (KEY=@FILE reads the value from FILE)")
+    options.cluster(parser, name_group=which)
+    which.add_argument("--cluster", dest="bootstrap", help=argparse.SUPPRESS)  # the old name
     options.config_file(parser)
     parser.add_argument("--out", required=True, type=Path, metavar="DIR",
                         help="root directory of the recorded tables")
     options.interval(parser, default=1.0)
     parser.add_argument("--duration", type=duration_arg, default=None, metavar="DURATION",
                         help="stop after this long, e.g. 10m (default: until SIGINT/SIGTERM)")
-    options.cluster_timeout(parser)
-    options.broker_idle(parser)
     options.wire(parser)
     parser.add_argument("--any-process", action="store_true",
                         help="record even a --pid that shows no sign of Kafka")
@@ -54,11 +50,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Record until the duration ends, a stop signal, or (with --pid) every process exits."""
+    from kmon.cli import wiring
     from kmon.config import load_config
     from kmon.engine.discovery import ClientDiscovery
     from kmon.engine.heap import settle_heap
-    from kmon.engine.monitor import Monitor
-    from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
+    from kmon.engine.sampler import ProcessSampler, SampleError
     from kmon.record.recorder import Recorder, new_session_id
     from kmon.sources.cluster import ClusterUnreachable, fetch_metadata
     from kmon.sources.sockets import open_socket_reader
@@ -68,20 +64,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         reader = open_socket_reader()
         config = load_config(args.config)
+        named = wiring.named_cluster(args, config)
         cluster = None
-        if args.cluster:
-            named = config.resolve_cluster(args.cluster, dict(args.properties))
+        if named is not None:
             cluster = fetch_metadata(named.bootstrap, named.properties, args.cluster_timeout)
-        settings = SamplerSettings(broker_idle_ms=options.broker_idle_ms(
-                                       args, cluster.broker_idle_ms if cluster else None),
-                                   cluster=cluster,
-                                   require_kafka=cluster is None and not args.any_process,
-                                   middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
-                                   wire=args.wire)
-        monitor = Monitor((ProcessSampler(pid, reader, settings)
-                           for pid in dict.fromkeys(args.pid or ())),
-                          max_events=1,  # events go to disk, not to a history
-                          near_reap_fraction=config.thresholds.idle_warning, churn=config.churn)
+        settings = wiring.sampler_settings(args, config, named, cluster,
+                                           require_kafka=cluster is None and not args.any_process)
+        monitor = wiring.monitor((ProcessSampler(pid, reader, settings)
+                                  for pid in dict.fromkeys(args.pid or ())),
+                                 config, max_events=1)  # events go to disk, not to a history
         session_id = new_session_id(monitor.host)
         recorder = Recorder(root, monitor.host, session_id, round(args.interval * 1000),
                             args.flush_every)  # writes nothing before its first add()
@@ -95,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     if monitor.all_exited:
         raise UserError(monitor.last_loss)
 
-    watching = (f"clients of {args.cluster} ({len(monitor.samplers)} found so far)" if cluster
+    watching = (f"clients of {args.bootstrap} ({len(monitor.samplers)} found so far)" if cluster
                 else "PID " + ", ".join(str(pid) for pid in monitor.samplers))
     print(f"kmon record: session {session_id}: {watching}, every {args.interval:g}s, "
           f"into {root}", file=sys.stderr, flush=True)
@@ -108,11 +99,12 @@ def run(args: argparse.Namespace) -> int:
             summary = _close(recorder, root)
             raise UserError(f"{err or type(err).__name__}; recording stopped, "
                             f"{_describe(summary, root)}") from err
+        finally:
+            monitor.close()
         summary = _close(recorder, root)
     print(f"kmon record: session {session_id} stopped ({why}): {_describe(summary, root)}",
           file=sys.stderr, flush=True)
     return 0
-
 
 
 class StopSignals:

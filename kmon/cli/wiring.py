@@ -1,0 +1,58 @@
+"""One place that turns a command's options and the config file into the cluster it names,
+the sampler settings and the monitor (attach, watch, ps, record, demo)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable
+
+from kmon.classify import BROKER_IDLE_MS
+from kmon.config import ClusterConfig, Config
+from kmon.engine.monitor import Monitor
+from kmon.engine.sampler import ProcessSampler, SamplerSettings
+from kmon.errors import UserError
+from kmon.sources.cluster import ClusterMetadata, GroupInfo
+
+
+def named_cluster(args: argparse.Namespace, config: Config) -> ClusterConfig | None:
+    """The cluster ``-b`` (or a command's positional CLUSTER) names, its properties from the
+    config, then ``-F``, then ``-X``; None when none is named."""
+    positional = getattr(args, "cluster", None)
+    name = args.bootstrap or positional
+    if positional and args.bootstrap and positional != args.bootstrap:
+        raise UserError(f"the cluster is named twice ({positional} and -b {args.bootstrap}); "
+                        "give it once")
+    if name is None:
+        if args.properties or args.command_config:
+            raise UserError("-X and -F are properties of a cluster: name it with -b NAME or "
+                            "-b HOST:PORT")
+        return None
+    from kmon.command_config import read_command_config
+
+    extra = read_command_config(args.command_config) if args.command_config else {}
+    return config.resolve_cluster(name, {**extra, **dict(args.properties)})
+
+
+def configured_idle_ms(args: argparse.Namespace, named: ClusterConfig | None) -> int | None:
+    """The brokers' idle limit the user set: ``--broker-idle``, else the config's
+    ``broker_idle`` for the cluster; None leaves it to the cluster."""
+    return getattr(args, "broker_idle_ms", None) or (named.broker_idle_ms if named else None)
+
+
+def sampler_settings(args: argparse.Namespace, config: Config, named: ClusterConfig | None = None,
+                     metadata: ClusterMetadata | None = None,
+                     groups: tuple[GroupInfo, ...] | None = None,
+                     require_kafka: bool = True) -> SamplerSettings:
+    """Settings for every sampler of a command: the idle limits, the cluster, wire capture."""
+    idle_ms = (configured_idle_ms(args, named)
+               or (metadata.broker_idle_ms if metadata else None) or BROKER_IDLE_MS)
+    return SamplerSettings(broker_idle_ms=idle_ms, cluster=metadata, groups=groups,
+                           require_kafka=require_kafka,
+                           middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
+                           wire=getattr(args, "wire", "auto"))
+
+
+def monitor(samplers: Iterable[ProcessSampler], config: Config, **kwargs) -> Monitor:
+    """A Monitor with the config's idle warning and churn thresholds (close it after use)."""
+    return Monitor(samplers, near_reap_fraction=config.thresholds.idle_warning,
+                   churn=config.churn, **kwargs)
