@@ -14,8 +14,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``attach`` arguments to ``parser``."""
     parser.add_argument("pid", type=pid_arg, help="process id of the Kafka client")
     parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
-    parser.add_argument("--json", action="store_true",
-                        help="JSON: one object per snapshot, one per line")
+    options.output(parser)
     options.interval(parser)
     options.cluster(parser)
     options.wire(parser)
@@ -75,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
             if interactive:
                 return _dashboard(args, monitor, config, theme)
             interval = args.interval or config.dashboard.interval_s or 1.0
-            return print_snapshots(monitor, interval, json_lines=args.json, once=args.once)
+            return print_snapshots(monitor, interval, options.output_format(args), once=args.once)
         finally:
             monitor.close()
     except BrokenPipeError:

@@ -12,8 +12,8 @@ from kmon.errors import UserError
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``demo`` arguments to ``parser``."""
     parser.add_argument("--headless", action="store_true",
-                        help="no live screen: print snapshots (with --json, as JSON lines)")
-    parser.add_argument("--json", action="store_true", help="JSON lines, one per snapshot")
+                        help="no live screen: print snapshots (as -o chooses)")
+    options.output(parser)
     parser.add_argument("--kafka", action="store_true",
                         help="on a real 3-node Apache Kafka cluster (Java 17+; its jars are "
                              "fetched with Maven once) instead of the embedded mock")
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
             try:
                 return print_snapshots(
                     monitor, args.interval or config.dashboard.interval_s or 1.0,
-                    json_lines=args.json, duration=args.duration, labels=labels,
+                    options.output_format(args), duration=args.duration, labels=labels,
                     live_screen=not args.headless,
                     title=f"kmon demo — cluster {demo.bootstrap} (Ctrl-C to stop)")
             finally:

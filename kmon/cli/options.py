@@ -95,8 +95,25 @@ def dashboard(parser: argparse.ArgumentParser) -> None:
                         help="where the r key records sessions (default ./kmon-sessions)")
 
 
+OUTPUTS = ("table", "wide", "tsv", "json")
+
+
+def output(parser: argparse.ArgumentParser, rows: str = "one row per connection") -> None:
+    """``-o/--output table|wide|tsv|json`` (and ``--json``, its json): text for pipes."""
+    parser.add_argument("-o", "--output", choices=OUTPUTS, metavar="FORMAT",
+                        help=f"text, {rows}: table (fits the terminal), wide (never "
+                             "truncates), tsv (for awk: JSON's keys and values) or json")
+    parser.add_argument("--json", action="store_true", help="the same as -o json")
+
+
+def output_format(args: argparse.Namespace) -> str | None:
+    """The -o format asked for (``--json`` is json); None when neither was given."""
+    return "json" if args.json else args.output
+
+
 def interactive(args: argparse.Namespace) -> bool:
     """True when the dashboard should open: a terminal, and no text output asked for."""
-    return (not getattr(args, "json", False) and not getattr(args, "once", False)
+    return (not getattr(args, "json", False) and not getattr(args, "output", None)
+            and not getattr(args, "once", False)
             and not getattr(args, "headless", False) and sys.stdout.isatty()
             and sys.stdin.isatty())
