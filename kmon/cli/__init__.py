@@ -12,6 +12,8 @@ from kmon.errors import UserError
 
 # command -> (module under kmon.cli, help)
 COMMANDS = {
+    "ps": ("ps", "list every Kafka client process on this host, by cluster (no terminal "
+                 "needed)"),
     "attach": ("attach", "watch the connections of one client process"),
     "watch": ("watch", "a cluster's brokers, groups and local clients; with no CLUSTER "
                        "(or no command at all) every Kafka client on this host"),

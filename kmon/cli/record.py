@@ -17,10 +17,8 @@ if TYPE_CHECKING:  # the rest is imported when the command runs: every kmon comm
     # the parser, and pyarrow alone takes a fifth of a second to import
     from kmon.engine.discovery import ClientDiscovery
     from kmon.engine.monitor import Monitor
-    from kmon.engine.sampler import SamplerSettings
     from kmon.model import Event, Snapshot
     from kmon.record.recorder import Recorder, Summary
-    from kmon.sources.cluster import ClusterMetadata
     from kmon.sources.sockets import Endpoint
 
 DISCOVER_EVERY_S = 10.0  # --cluster: how often the host's sockets are searched for clients
@@ -77,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         recorder = Recorder(root, monitor.host, session_id, round(args.interval * 1000),
                             args.flush_every)  # writes nothing before its first add()
         discovery = ClientDiscovery(reader, settings, DISCOVER_EVERY_S) if cluster else None
-        brokers = _broker_endpoints(cluster, settings) if cluster else frozenset()
+        brokers = wiring.broker_endpoints(cluster, settings) if cluster else frozenset()
         if discovery:
             discovery.update(monitor, brokers)
         first = monitor.poll()  # bad PIDs fail here, before any file is written
@@ -155,13 +153,6 @@ def _record(monitor: Monitor, recorder: Recorder, discovery: ClientDiscovery | N
         if discovery:
             discovery.update(monitor, brokers)
         snapshot, events = monitor.poll()
-
-
-def _broker_endpoints(cluster: ClusterMetadata, settings: SamplerSettings) -> frozenset[Endpoint]:
-    """Every endpoint of the cluster's brokers and of its bootstrap addresses."""
-    resolver = settings.resolver
-    return resolver.look_up([b.address for b in cluster.brokers]
-                            + cluster.bootstrap.split(","))
 
 
 def _writable_dir(path: Path) -> Path:

@@ -63,13 +63,15 @@ def render(rows: Iterable[dict], columns: Sequence[Column], fmt: str,
               for i, c in enumerate(shown)]
     if fmt == "table":
         widths = _fitted(shown, widths, width or terminal_width())
+        shown, texts = shown[:len(widths)], [cells[:len(widths)] for cells in texts]
     lines = [[c.header for c in shown]] if header else []
     return [_line(cells, shown, widths) for cells in lines + texts]
 
 
 def _fitted(columns: Sequence[Column], widths: list[int], width: int) -> list[int]:
     """``widths`` with the widest text column narrowed, one cell at a time, until the line
-    fits ``width``; no column narrower than its header, numbers never cut."""
+    fits ``width`` (no column narrower than its header, numbers never cut), then the last
+    columns left out until it does."""
     widths = list(widths)
     floor = [w if c.numeric or c.whole else cell_len(c.header)
              for c, w in zip(columns, widths, strict=True)]
@@ -80,6 +82,8 @@ def _fitted(columns: Sequence[Column], widths: list[int], width: int) -> list[in
             break
         widths[i] -= 1
         excess -= 1
+    while excess > 0 and len(widths) > 2:
+        excess -= widths.pop() + len(GAP)
     return widths
 
 

@@ -12,6 +12,7 @@ from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
 from kmon.errors import UserError
 from kmon.sources.cluster import ClusterMetadata, GroupInfo
+from kmon.sources.sockets import Endpoint
 
 
 def named_cluster(args: argparse.Namespace, config: Config) -> ClusterConfig | None:
@@ -56,3 +57,9 @@ def monitor(samplers: Iterable[ProcessSampler], config: Config, **kwargs) -> Mon
     """A Monitor with the config's idle warning and churn thresholds (close it after use)."""
     return Monitor(samplers, near_reap_fraction=config.thresholds.idle_warning,
                    churn=config.churn, **kwargs)
+
+
+def broker_endpoints(cluster: ClusterMetadata, settings: SamplerSettings) -> frozenset[Endpoint]:
+    """Every endpoint of the cluster's brokers and of its bootstrap addresses."""
+    return settings.resolver.look_up([b.address for b in cluster.brokers]
+                                     + cluster.bootstrap.split(","))

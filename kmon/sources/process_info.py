@@ -1,5 +1,5 @@
-"""What /proc and psutil say about a process: its name and command line, its network
-namespace, the Kafka client libraries it has mapped, whether it is a zombie."""
+"""What /proc and psutil say about a process: its name and command line, its owner, its
+network namespace, the Kafka client libraries it has mapped, whether it is a zombie."""
 
 from __future__ import annotations
 
@@ -18,6 +18,21 @@ def describe(process: psutil.Process) -> tuple[str, str, float]:
     with process.oneshot():
         return (process.name(), shlex.join(redact_args(process.cmdline())),
                 process.create_time())
+
+
+def owner(pid: int) -> str:
+    """The user name of ``pid``'s real owner (its uid where the name is unknown), or '?'
+    once it has gone."""
+    try:
+        uid = psutil.Process(pid).uids().real
+    except psutil.Error:
+        return "?"
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def in_other_network_namespace(pid: int) -> bool:
