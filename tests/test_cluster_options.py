@@ -125,3 +125,12 @@ def test_f_props_another_user_may_write_is_refused(tmp_path):
     props.chmod(0o666)
     result = kmon("attach", "1", "--once", "-b", "127.0.0.1:9", "-F", str(props))
     assert_one_clear_line(result, 1, "--command-config", str(props))
+
+
+def test_ps_takes_b_name_and_f_props(start_client, named):
+    config, props = named
+    client = start_client("producer")
+    result = kmon("ps", "--json", "-b", "local", "--config", str(config), "-F", str(props))
+    assert result.returncode == 0, result.stderr
+    rows = {row["pid"]: row for row in json.loads(result.stdout)["processes"]}
+    assert rows[client.pid]["cluster"] == "local"
