@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from kmon.cli.text_view import print_snapshots
     from kmon.config import load_config
     from kmon.engine.sampler import ProcessSampler, SampleError
-    from kmon.sources.cluster import ClusterUnreachable, admin_client, fetch_cluster
+    from kmon.sources.cluster import ClusterUnreachable
     from kmon.sources.resolve import SETUP_WAIT_S
     from kmon.sources.sockets import open_socket_reader
     from kmon.sources.spool import SpoolError
@@ -54,13 +54,14 @@ def run(args: argparse.Namespace) -> int:
         theme = (checked_theme(config, args.theme) if options.interactive(args) or args.theme
                  else None)
         named = wiring.named_cluster(args, config)
+        wiring.require_processes([args.pid])
         cluster, groups = None, None
         if named is not None:
-            state = fetch_cluster(admin_client(named.bootstrap, named.properties),
-                                  named.bootstrap, args.cluster_timeout)
+            state = wiring.cluster_state(named, args.cluster_timeout, groups=True)
             cluster, groups = state.metadata, state.groups
-        settings = wiring.sampler_settings(args, config, named, cluster, groups,
-                                           require_kafka=not args.any_process)
+        settings = wiring.sampler_settings(
+            args, config, named, cluster, groups, require_kafka=not args.any_process,
+            not_kafka_hint="name its cluster with -b, or pass --any-process")
         if cluster is not None:  # its brokers' names looked up before the first poll
             settings.resolver.look_up(b.address for b in cluster.brokers)
         if args.once:  # one snapshot: worth waiting a little for the names it meets

@@ -29,13 +29,12 @@ def run(args: argparse.Namespace) -> int:
     from kmon.engine.sampler import SampleError
     from kmon.json_lines import json_line
     from kmon.plain_text import one_line
-    from kmon.sources.cluster import ClusterUnreachable, fetch_metadata
+    from kmon.sources.cluster import ClusterUnreachable
 
     config = load_config(args.config)
     named = wiring.named_cluster(args, config)
     try:
-        metadata = (fetch_metadata(named.bootstrap, named.properties, args.cluster_timeout)
-                    if named else None)
+        metadata = wiring.cluster_state(named, args.cluster_timeout) if named else None
         settings = wiring.sampler_settings(args, config, named, metadata, require_kafka=False)
         session = HostSession(settings, churn=config.churn)
         try:

@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from kmon.engine.heap import settle_heap
     from kmon.engine.sampler import ProcessSampler, SampleError
     from kmon.record.recorder import Recorder, new_session_id
-    from kmon.sources.cluster import ClusterUnreachable, fetch_metadata
+    from kmon.sources.cluster import ClusterUnreachable
     from kmon.sources.sockets import open_socket_reader
     from kmon.sources.spool import SpoolError
 
@@ -63,11 +63,14 @@ def run(args: argparse.Namespace) -> int:
         reader = open_socket_reader()
         config = load_config(args.config)
         named = wiring.named_cluster(args, config)
+        wiring.require_processes(args.pid or ())
         cluster = None
         if named is not None:
-            cluster = fetch_metadata(named.bootstrap, named.properties, args.cluster_timeout)
-        settings = wiring.sampler_settings(args, config, named, cluster,
-                                           require_kafka=cluster is None and not args.any_process)
+            cluster = wiring.cluster_state(named, args.cluster_timeout)
+        settings = wiring.sampler_settings(
+            args, config, named, cluster, require_kafka=cluster is None and not args.any_process,
+            not_kafka_hint="pass --any-process, or record its cluster's clients with -b CLUSTER "
+                           "instead of --pid")
         monitor = wiring.monitor((ProcessSampler(pid, reader, settings)
                                   for pid in dict.fromkeys(args.pid or ())),
                                  config, max_events=1)  # events go to disk, not to a history

@@ -20,6 +20,11 @@ def describe(process: psutil.Process) -> tuple[str, str, float]:
                 process.create_time())
 
 
+def exists(pid: int) -> bool:
+    """True while there is a process (or a kernel thread) with this id."""
+    return psutil.pid_exists(pid)
+
+
 def owner(pid: int) -> str:
     """The user name of ``pid``'s real owner (its uid where the name is unknown), or '?'
     once it has gone."""
