@@ -37,8 +37,8 @@ def cluster(parser: argparse.ArgumentParser, name_group=None, required: bool = F
     ``--cluster-timeout`` and ``--broker-idle``. kmon.cli.wiring.named_cluster reads them."""
     (name_group or parser).add_argument(
         "-b", "--bootstrap-server", "--bootstrap-servers", dest="bootstrap",
-        metavar="NAME|HOST:PORT,...", required=required,
-        help="the cluster: a name from the config file, or bootstrap servers")
+        metavar="CLUSTER", required=required,
+        help="the cluster: a name from the config file, or bootstrap servers host:port,...")
     client_properties(parser)
     parser.add_argument("-F", "--command-config", type=Path, metavar="FILE",
                         help="the cluster's client properties from a Java .properties file "
@@ -100,7 +100,7 @@ OUTPUTS = ("table", "wide", "tsv", "json")
 
 def output(parser: argparse.ArgumentParser, rows: str = "one row per connection") -> None:
     """``-o/--output table|wide|tsv|json`` (and ``--json``, its json): text for pipes."""
-    parser.add_argument("-o", "--output", choices=OUTPUTS, metavar="FORMAT",
+    parser.add_argument("-o", "--output", choices=OUTPUTS, metavar="|".join(OUTPUTS),
                         help=f"text, {rows}: table (fits the terminal), wide (never "
                              "truncates), tsv (for awk: JSON's keys and values) or json")
     parser.add_argument("--json", action="store_true", help="the same as -o json")
