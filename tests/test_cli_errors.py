@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -30,13 +31,23 @@ def test_the_pid_is_checked_before_the_cluster():
     ("closed", ["refused", "check the port"]),
     ("nosuch.invalid:9092", ["no such host", "does not resolve"]),
     ("silent", ["connects", "security.protocol=SSL", "--cluster-timeout"]),
+    ("full", ["timeout", "firewall", "--cluster-timeout 30s"]),
 ])
 def test_an_unreachable_cluster_says_why_and_what_next(address, words):
-    with socket.socket() as silent:  # a listener that accepts (the kernel does) and says nothing
+    with contextlib.ExitStack() as stack:
+        silent = stack.enter_context(socket.socket())  # accepts (the kernel does), says nothing
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
+        full = stack.enter_context(socket.socket())  # its accept queue full: SYNs go unanswered
+        full.bind(("127.0.0.1", 0))
+        full.listen(0)
+        for _ in range(2):
+            waiting = stack.enter_context(socket.socket())
+            waiting.setblocking(False)
+            waiting.connect_ex(full.getsockname())
         address = {"closed": f"127.0.0.1:{closed_port()}",
-                   "silent": f"127.0.0.1:{silent.getsockname()[1]}"}.get(address, address)
+                   "silent": f"127.0.0.1:{silent.getsockname()[1]}",
+                   "full": f"127.0.0.1:{full.getsockname()[1]}"}.get(address, address)
         result = kmon("attach", str(os.getpid()), "--any-process", "--once", "-b", address,
                       "--cluster-timeout", "1s")
     assert_one_clear_line(result, 1, f"cluster {address} did not answer within 1s", *words)
