@@ -9,6 +9,7 @@ from collections import Counter
 
 from kmon.cli import options
 from kmon.errors import UserError
+from kmon.plain_text import one_line
 
 SEARCH_ROUNDS = 4  # polls at most: each finds the clients of the brokers the last one learned
 
@@ -28,7 +29,6 @@ def run(args: argparse.Namespace) -> int:
     from kmon.engine.facade import HostSession
     from kmon.engine.sampler import SampleError
     from kmon.json_lines import json_line
-    from kmon.plain_text import one_line
     from kmon.sources.cluster import ClusterUnreachable
 
     config = load_config(args.config)
@@ -55,12 +55,27 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(json_line({"ts_ms": snapshot.ts_ms, "host": snapshot.host,
                                            "processes": rows}))
     else:
-        from kmon.cli.text_table import render
-        from kmon.columns import PROCESS_COLUMNS
-
-        sys.stdout.write("".join(f"{line}\n" for line in render(rows, PROCESS_COLUMNS, fmt)))
+        sys.stdout.write("".join(f"{line}\n" for line in text_lines(rows, fmt)))
     sys.stdout.flush()
     return 0
+
+
+def text_lines(rows: list[dict], fmt: str) -> list[str]:
+    """``rows`` as text: wide and tsv with a cluster column; a table grouped under one line
+    per cluster (its name and how many processes), so that the name is never cut."""
+    from kmon.cli.text_table import render
+    from kmon.columns import PROCESS_COLUMNS
+
+    if fmt != "table":
+        return render(rows, PROCESS_COLUMNS, fmt)
+    header, *lines = render(rows, [c for c in PROCESS_COLUMNS if c.key != "cluster"], fmt)
+    out = [header]
+    for i, row in enumerate(rows):
+        if i == 0 or row["cluster"] != rows[i - 1]["cluster"]:
+            count = sum(r["cluster"] == row["cluster"] for r in rows)
+            out.append(one_line(f"{row['cluster']} · {count} process{'es' * (count != 1)}"))
+        out.append(lines[i])
+    return out
 
 
 def _look(session, settings):
