@@ -9,10 +9,11 @@ import getpass
 import io
 import json
 import re
+import subprocess
 import sys
 
 import pytest
-from conftest import Child, kmon
+from conftest import Child, kmon, python_as
 
 from kmon.columns import CONNECTION_COLUMNS, PROCESS_COLUMNS
 
@@ -114,3 +115,12 @@ def test_ps_of_a_cluster_with_no_clients_is_an_empty_list(spool_dir):
         assert header.split()[:3] == ["pid", "user", "command"]
     finally:
         lonely.stop()
+
+
+def test_ps_as_a_user_with_no_clients_is_an_empty_list(throwaway_user, two_clients):
+    """Root's clients run beside it; a user who has none of their own sees an empty list."""
+    prefix, env = python_as(throwaway_user.pw_name)
+    result = subprocess.run([*prefix, "-m", "kmon", "ps", "--json"], capture_output=True,
+                            text=True, env=env, cwd="/")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["processes"] == []
