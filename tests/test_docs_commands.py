@@ -87,3 +87,30 @@ def test_every_documented_command_line_parses(where, line, capsys):
         fragment = where.endswith("inline") and ("arguments are required" in error
                                                  or "expected one argument" in error)
         assert exit_.code == 0 or fragment, f"{where}: {line}: {error}"
+
+
+# long options the docs name that belong to other programs (spark-submit, pip, sudo)
+OTHER_PROGRAMS = {"--name", "--pw", "--user", "--proxy-user", "--auth"}
+
+
+def kmon_options() -> set[str]:
+    import argparse
+
+    found: set[str] = set()
+
+    def walk(parser: argparse.ArgumentParser) -> None:
+        for action in parser._actions:
+            found.update(action.option_strings)
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    walk(sub)
+
+    walk(build_parser())
+    return found
+
+
+def test_every_long_option_the_docs_name_is_kmon_s():
+    known = kmon_options() | OTHER_PROGRAMS
+    named = {(doc.name, match.group(1)) for doc in DOCS
+             for match in re.finditer(r"`(--[a-z][\w.-]*)[ =`]", doc.read_text())}
+    assert {(doc, option) for doc, option in named if option not in known} == set()
