@@ -38,7 +38,6 @@ def run(args: argparse.Namespace) -> int:
     from kmon.cli.text_view import print_snapshots
     from kmon.config import load_config
     from kmon.engine.sampler import ProcessSampler, SampleError
-    from kmon.sources.cluster import ClusterUnreachable
     from kmon.sources.resolve import SETUP_WAIT_S
     from kmon.sources.sockets import open_socket_reader
     from kmon.sources.spool import SpoolError
@@ -80,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
             monitor.close()
     except BrokenPipeError:
         raise
-    except (SampleError, SpoolError, ClusterUnreachable, OSError) as err:
+    except (SampleError, SpoolError, OSError) as err:
         raise UserError(str(err)) from err
 
 

@@ -23,21 +23,20 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"kmon: error: {message} (see '{self.prog} --help')\n")
 
 
-def client_properties(parser: argparse.ArgumentParser,
-                      what: str = "for the cluster, e.g. security.protocol=SSL") -> None:
+def client_properties(parser: argparse.ArgumentParser) -> None:
     """``-X key=value``: client properties for the cluster connection (as kcat takes them)."""
     parser.add_argument("-X", dest="properties", type=property_arg, action="append", default=[],
-                        metavar="KEY=VALUE", help=f"client property {what} (KEY=@FILE reads "
-                        "the value from FILE)")
+                        metavar="KEY=VALUE", help="client property for the cluster, e.g. "
+                        "security.protocol=SSL (KEY=@FILE reads the value from FILE)")
 
 
-def cluster(parser: argparse.ArgumentParser, name_group=None, required: bool = False) -> None:
+def cluster(parser: argparse.ArgumentParser, name_group=None) -> None:
     """How every command names a cluster: ``-b/--bootstrap-server(s)`` (a config name or
     bootstrap servers; in ``name_group`` when given), ``-X``, ``-F/--command-config``,
     ``--cluster-timeout`` and ``--broker-idle``. kmon.cli.wiring.named_cluster reads them."""
     (name_group or parser).add_argument(
         "-b", "--bootstrap-server", "--bootstrap-servers", dest="bootstrap",
-        metavar="CLUSTER", required=required,
+        metavar="CLUSTER",
         help="the cluster: a name from the config file, or bootstrap servers host:port,...")
     client_properties(parser)
     parser.add_argument("-F", "--command-config", type=Path, metavar="FILE",

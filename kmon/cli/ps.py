@@ -29,7 +29,6 @@ def run(args: argparse.Namespace) -> int:
     from kmon.engine.facade import HostSession
     from kmon.engine.sampler import SampleError
     from kmon.json_lines import json_line
-    from kmon.sources.cluster import ClusterUnreachable
 
     config = load_config(args.config)
     named = wiring.named_cluster(args, config)
@@ -43,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
             notices = list(session.notices)
         finally:
             session.close()
-    except (SampleError, ClusterUnreachable, OSError) as err:
+    except (SampleError, OSError) as err:
         raise UserError(str(err)) from err
     if named is not None:
         labels = _of_cluster(snapshot, wiring.broker_endpoints(metadata, settings), named.name)

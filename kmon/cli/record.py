@@ -54,7 +54,6 @@ def run(args: argparse.Namespace) -> int:
     from kmon.engine.heap import settle_heap
     from kmon.engine.sampler import ProcessSampler, SampleError
     from kmon.record.recorder import Recorder, new_session_id
-    from kmon.sources.cluster import ClusterUnreachable
     from kmon.sources.sockets import open_socket_reader
     from kmon.sources.spool import SpoolError
 
@@ -82,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         if discovery:
             discovery.update(monitor, brokers)
         first = monitor.poll()  # bad PIDs fail here, before any file is written
-    except (SampleError, SpoolError, ClusterUnreachable, OSError) as err:
+    except (SampleError, SpoolError, OSError) as err:
         raise UserError(str(err)) from err
     if monitor.all_exited:
         raise UserError(monitor.last_loss)
