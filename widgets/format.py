@@ -7,23 +7,12 @@ from functools import lru_cache
 
 from rich.text import Text
 
+from kmon.units import format_duration as duration  # the one format, for every screen
+
 ROLE_STYLE = {"bootstrap": "yellow", "coordinator": "magenta", "broker": "green",
               "unknown": "dim"}
 STATE_STYLE = {"ESTABLISHED": "", "CLOSE_WAIT": "bold white on red", "SYN_SENT": "bold yellow"}
 BAR_WIDTH = 8
-
-
-def duration(ms: int | float | None) -> str:
-    """``850ms``, ``12.3s``, ``4.5m``, ``2.0h``; ``?`` when unknown."""
-    if ms is None:
-        return "?"
-    if ms < 1000:
-        return f"{ms:.0f}ms"
-    if ms < 60_000:
-        return f"{ms / 1000:.1f}s"
-    if ms < 3_600_000:
-        return f"{ms / 60_000:.1f}m"
-    return f"{ms / 3_600_000:.1f}h"
 
 
 def number(value: int | float | None) -> str:
