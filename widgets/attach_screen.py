@@ -16,6 +16,7 @@ from textual.widgets import Footer, Input, Static
 from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import ProcessSession
 from kmon.model import (
+    CLOSING_STATES,
     ClientInstance,
     Connection,
     Event,
@@ -24,7 +25,7 @@ from kmon.model import (
     Snapshot,
 )
 from kmon.plain_text import plain
-from kmon.timeline import CLOSING_STATES, History
+from kmon.timeline import History
 from kmon.widgets import format as fmt
 from kmon.widgets.connection_table import SORT_ORDERS, ConnectionTable, connection_cells
 from kmon.widgets.detail import DetailScreen

@@ -21,7 +21,7 @@ from textual.geometry import Size
 from textual.message import Message
 from textual.strip import Strip
 
-from kmon.model import ROLE_RANK, Connection, Thresholds
+from kmon.model import ROLE_RANK, Connection, TcpState, Thresholds
 from kmon.timeline import Track
 from kmon.widgets import format as fmt
 from kmon.widgets.line_view import ChangedLinesView
@@ -62,7 +62,7 @@ SORT_ORDERS = (
     SortOrder("role", None),
     SortOrder("idle", lambda c, t: (-1 if c.idle_ms is None else c.idle_ms), descending=True),
     SortOrder("reaped in", lambda c, t: _missing_last(c.reap_in_ms)),
-    SortOrder("state", lambda c, t: (c.state != "CLOSE_WAIT", c.state, c.key)),
+    SortOrder("state", lambda c, t: (c.state != TcpState.CLOSE_WAIT, c.state, c.key)),
     SortOrder("broker", lambda c, t: (_missing_last(c.broker_id), ROLE_RANK[c.role])),
     SortOrder("traffic", lambda c, t: _rate_total(t), descending=True, uses_track=True),
     SortOrder("client", lambda c, t: (c.client or "~", ROLE_RANK[c.role])),
@@ -74,7 +74,7 @@ def connection_cells(conn: Connection, track: Track | None, client_ids: dict[str
     """The cells of one connection's row, in COLUMNS order."""
     rates = track.rates if track else None
     in_close_wait_ms = now_ms - track.state_since_ms if track else 0
-    alert = conn.state == "CLOSE_WAIT" and in_close_wait_ms >= style.close_wait_alert_ms
+    alert = conn.state == TcpState.CLOSE_WAIT and in_close_wait_ms >= style.close_wait_alert_ms
     local_port = conn.local.rsplit(":", 1)[-1] if conn.local else "-"
     evidence = f"{conn.evidence.get('role', '?')} {conn.confidence:.2f}"
     return (

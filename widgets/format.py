@@ -7,11 +7,13 @@ from functools import lru_cache
 
 from rich.text import Text
 
+from kmon.model import TcpState
 from kmon.units import format_duration as duration  # the one format, for every screen
 
 ROLE_STYLE = {"bootstrap": "yellow", "coordinator": "magenta", "broker": "green",
               "unknown": "dim"}
-STATE_STYLE = {"ESTABLISHED": "", "CLOSE_WAIT": "bold white on red", "SYN_SENT": "bold yellow"}
+STATE_STYLE = {TcpState.ESTABLISHED: "", TcpState.CLOSE_WAIT: "bold white on red",
+               TcpState.SYN_SENT: "bold yellow"}
 BAR_WIDTH = 8
 
 
@@ -59,7 +61,7 @@ def role(value: str) -> Text:
 
 
 def state(value: str, alert: bool = False) -> Text:
-    style = STATE_STYLE.get(value, "dim" if value != "ESTABLISHED" else "")
+    style = STATE_STYLE.get(value, "dim")
     return styled(value, "bold white on red blink" if alert else style)
 
 

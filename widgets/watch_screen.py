@@ -21,7 +21,7 @@ from kmon.engine.facade import (
     groups_coordinated,
     groups_view,
 )
-from kmon.model import Event, ProcessView, Role, Snapshot
+from kmon.model import Event, ProcessView, Role, Snapshot, TcpState
 from kmon.plain_text import plain
 from kmon.widgets import format as fmt
 from kmon.widgets.attach_screen import AttachScreen
@@ -56,12 +56,12 @@ def process_cells(view: ProcessView, label: str, churn: ChurnBoard, now_ms: int)
     roles = Counter(c.role for c in view.connections)
     opened, closed = churn.per_process(view.pid)
     pattern = churn.pattern(view.pid, now_ms)
-    close_wait = sum(c.state == "CLOSE_WAIT" for c in view.connections)
+    close_wait = sum(c.state == TcpState.CLOSE_WAIT for c in view.connections)
     idles = [c.idle_ms for c in view.connections if c.idle_ms is not None]
     clients = ", ".join(sorted({c.client_id for c in view.clients})) or "(no client metrics)"
     return (str(view.pid), plain(label or view.name), plain(clients),
             *(str(roles[r]) if roles[r] else "" for r in ROLES),
-            fmt.state("CLOSE_WAIT") if close_wait else "",
+            fmt.state(TcpState.CLOSE_WAIT) if close_wait else "",
             fmt.duration(max(idles)) if idles else "?",
             f"{opened}/{closed}" if opened or closed else "",
             Text(pattern, style="bold red") if pattern else "",
