@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 
+from kmon.short_command import short_command
+
 
 class Role(str, Enum):
     """What a connection is for, in the Java client's node-id convention."""
@@ -170,6 +172,11 @@ class ProcessView:
     clients_created: int | None = None  # client instances made so far (the agent counts)
     # how the sockets gone since the last poll closed, as the wire saw them, by (local, remote)
     wire_closes: dict[tuple[str, str], WireClose] = field(default_factory=dict)
+
+    @property
+    def short_command(self) -> str:
+        """Its command in a word or two: the script, jar or main class it runs."""
+        return short_command(self.cmdline, self.name)
 
     def to_dict(self) -> dict:
         return {"pid": self.pid, "name": self.name, "cmdline": self.cmdline,

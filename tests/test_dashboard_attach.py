@@ -17,6 +17,7 @@ from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.connection_table import ConnectionTable
 from kmon.widgets.detail import DetailScreen
+from kmon.widgets.status import StatusHeader
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 
@@ -145,7 +146,8 @@ def test_a_poll_under_way_at_pause_is_held_until_resume(start_client):
             await pilot.press("space")  # a poll starts and waits at the gate
             await until(pilot, session.entered.is_set, "the poll under way")
             await pilot.press("p")
-            frozen, header = screen.last_ts_ms, screen.header_text.plain
+            header_of = screen.query_one(StatusHeader).render
+            frozen, header = screen.last_ts_ms, header_of().plain
             assert "PAUSED" in header
             polls = len(session.returned)
             session.release()
@@ -153,7 +155,7 @@ def test_a_poll_under_way_at_pause_is_held_until_resume(start_client):
                         "the poll's end")
             await pilot.pause()  # its result is handled
             assert screen.last_ts_ms == frozen
-            assert screen.header_text.plain == header
+            assert header_of().plain == header
             await pilot.press("p")  # resume: the held poll is drawn at once
             await until(pilot, lambda: screen.last_ts_ms == session.returned[polls],
                         "the held poll after resuming")

@@ -40,29 +40,37 @@ def test_the_host_view_lists_every_kafka_client_by_cluster_and_attaches(spool_di
             wanted = {*demo.clients, agentless.pid}
 
             def rows() -> dict[int, list[str]]:
-                return {int(r[1]): r for r in cells(screen, "processes")}
+                """Each process's row, its cluster's heading first in place of its blank
+                cluster cell."""
+                found, heading = {}, ""
+                for row in cells(screen, "processes"):
+                    if row[0]:
+                        heading = row[0]
+                    else:
+                        found[int(row[1])] = [heading, *row[1:]]
+                return found
 
             async def drive() -> None:
                 async with app.run_test(size=(190, 50)) as pilot:
                     # the agentless consumer maps no Kafka library: it is found by its
-                    # sockets to the brokers the demo's clients name; the cluster's name
-                    # counts its brokers as the clients come to know them all
-                    every_broker = f"+{demo.brokers - 1}"
+                    # sockets to the brokers the demo's clients name; its cluster's heading
+                    # counts the brokers as the clients come to know them all
+                    every_broker = f"{demo.brokers} brokers: 127.0.0.1:"
                     await until(pilot, lambda: wanted <= rows().keys()
-                                and {rows()[pid][0][-len(every_broker):] for pid in wanted}
-                                == {every_broker}
-                                and len({rows()[pid][0] for pid in wanted}) == 1
+                                and {rows()[pid][0] for pid in wanted} == {
+                                    rows()[agentless.pid][0]}
+                                and rows()[agentless.pid][0].startswith(every_broker)
                                 and served_by not in rows(), "every client in one cluster",
                                 polls=600)
-                    label = rows()[agentless.pid][0]
-                    assert label.startswith("127.0.0.1:"), label
+                    assert {rows()[pid][2] for pid in demo.clients} == {"-m kmon.devtools.workload"}
                     assert os.getpid() not in rows()
                     table = screen.query_one("#processes")
-                    table.move_cursor(row=list(rows()).index(agentless.pid))
+                    table.move_cursor(row=[r[1] for r in cells(screen, "processes")].index(
+                        str(agentless.pid)))
                     await pilot.press("enter")
                     await until(pilot, lambda: isinstance(app.screen, AttachScreen), "attach")
                     attached = app.screen
-                    assert attached.cluster == label
+                    assert attached.cluster == screen.cluster_of(agentless.pid)
                     await until(pilot, lambda: table_rows(attached), "its connections")
                     await pilot.press("escape")
                     await until(pilot, lambda: app.screen is screen, "the host view again")
