@@ -17,8 +17,9 @@ from rich.style import Style
 from rich.text import Span, Text
 from textual import events
 from textual.binding import Binding
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
+from textual.reactive import reactive
 from textual.strip import Strip
 
 from kmon.model import ROLE_RANK, Connection, TcpState, Thresholds
@@ -119,8 +120,11 @@ class ConnectionTable(ChangedLinesView, can_focus=True):
     one of its cells changed, and a refresh draws again only the lines whose row,
     cells or look changed, so a refresh costs at most a screenful of rows however
     many connections there are. The cursor stays on its connection (by row key)
-    while rows come, go and move.
+    while rows come, go and move; a move of it draws again only the line it leaves
+    and the line it enters.
     """
+
+    cursor_row: reactive[int] = reactive(0, repaint=False, init=False)
 
     BINDINGS = [
         Binding("up", "cursor(-1)", show=False), Binding("down", "cursor(1)", show=False),
@@ -155,7 +159,6 @@ class ConnectionTable(ChangedLinesView, can_focus=True):
         # key -> (cells drawn, how (row style, scroll, width), the line)
         self._lines: dict[str, tuple] = {}
         self._row_styles: dict[str | int, Style] = {}
-        self.cursor_row = 0
         self._cursor_key: str | None = None
         self._widths = tuple(width for _, _, width in COLUMNS)
         self._width = 1 + sum(width + 2 for width in self._widths)
@@ -170,9 +173,8 @@ class ConnectionTable(ChangedLinesView, can_focus=True):
         self._row_styles.clear()
         for key in [k for k in self._lines if k not in self._rows]:
             del self._lines[key]
-        if self._cursor_key in self._rows:
-            self.cursor_row = self._keys.index(self._cursor_key)
-        self.cursor_row = max(0, min(self.cursor_row, len(self._keys) - 1))
+        self.cursor_row = (self._keys.index(self._cursor_key) if self._cursor_key in self._rows
+                           else self.cursor_row)  # validated: within the rows
         self._cursor_key = self._keys[self.cursor_row] if self._keys else None
         self.virtual_size = Size(self._width, len(self._keys) + 1)
         scroll_x, scroll_y = self.scroll_offset
@@ -287,17 +289,27 @@ class ConnectionTable(ChangedLinesView, can_focus=True):
 
     # -- keys and mouse ---------------------------------------------------------------------
 
+    def validate_cursor_row(self, row: int) -> int:
+        return max(0, min(row, len(self._keys) - 1))
+
+    def watch_cursor_row(self, left: int, entered: int) -> None:
+        """Draw again the line the cursor left and the one it entered, where visible."""
+        scroll_y, width, height = self.scroll_offset.y, self.size.width, self.size.height
+        for row in (left, entered):
+            y = row - scroll_y + 1  # below the header
+            if 1 <= y < height:
+                self.refresh(Region(0, y, width, 1))
+
     def _move_to(self, row: int) -> None:
         if not self._keys:
             return
-        self.cursor_row = max(0, min(row, len(self._keys) - 1))
+        self.cursor_row = row
         self._cursor_key = self._keys[self.cursor_row]
         visible = self.size.height - 1  # below the header
         if self.cursor_row < self.scroll_offset.y:
             self.scroll_to(y=self.cursor_row, animate=False)
         elif self.cursor_row >= self.scroll_offset.y + visible:
             self.scroll_to(y=self.cursor_row - visible + 1, animate=False)
-        self.refresh()
 
     def action_cursor(self, step: int) -> None:
         self._move_to(self.cursor_row + step)
