@@ -17,6 +17,7 @@ from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.connection_table import ConnectionTable
 from kmon.widgets.detail import DetailScreen
+from kmon.widgets.help import HelpScreen
 from kmon.widgets.status import StatusHeader
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
@@ -97,8 +98,17 @@ def test_consumer_coordinator_row_filter_sort_pause_details(start_client):
             await until(pilot, lambda: any(r[0] == "coordinator" for r in table_rows(screen)),
                         "a coordinator row")
             coordinator = next(r for r in table_rows(screen) if r[0] == "coordinator")
-            assert coordinator[1] == str(MAX_INT - broker)
-            assert coordinator[2] == str(broker)
+            assert coordinator[1] == f"{MAX_INT - broker} coord→{broker}"
+            assert coordinator[-1].startswith("stats conf ")  # the confidence, labelled
+            # idle / the limit that reaps it; a fetch's round trip is its long-poll wait
+            await until(pilot, lambda: any(r[0] == "broker" and r[-2].endswith(" poll")
+                                           for r in table_rows(screen)), "a fetch's rtt")
+            assert all(" / " in r[4] for r in table_rows(screen))
+            await pilot.press("question_mark")
+            await until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help")
+            assert [what for _, what in app.screen.rows] == [
+                b.tooltip for b in screen.BINDINGS if b.action != "back"] + ["quit"]
+            await pilot.press("escape")
 
             await pilot.press("f")
             await pilot.press(*"role:coordinator", "enter")
@@ -113,7 +123,8 @@ def test_consumer_coordinator_row_filter_sort_pause_details(start_client):
             for _ in range(4):  # role -> idle -> reaped in -> state -> broker
                 await pilot.press("s")
             assert "sort: broker" in str(screen.query_one(ConnectionTable).border_title)
-            brokers = [int(r[2]) for r in table_rows(screen) if r[2] != "?"]
+            brokers = [int(r[1].split("→")[-1]) for r in table_rows(screen)
+                       if "→" in r[1] or r[0] == "broker"]
             assert brokers == sorted(brokers)
 
             await pilot.press("p")

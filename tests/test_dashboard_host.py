@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import Child, kmon
 from test_dashboard_attach import table_rows, until
-from test_dashboard_watch import cells
+from test_dashboard_watch import cells, help_rows, the_list_keys_work
 from test_wire import KAFKA_PYTHON_CONSUMER
 
 from kmon.dashboard_settings import DashboardSettings
@@ -64,6 +64,7 @@ def test_the_host_view_lists_every_kafka_client_by_cluster_and_attaches(spool_di
                                 polls=600)
                     assert {rows()[pid][2] for pid in demo.clients} == {"-m kmon.devtools.workload"}
                     assert os.getpid() not in rows()
+                    await the_list_keys_work(pilot, screen)
                     table = screen.query_one("#processes")
                     table.move_cursor(row=[r[1] for r in cells(screen, "processes")].index(
                         str(agentless.pid)))
@@ -72,7 +73,12 @@ def test_the_host_view_lists_every_kafka_client_by_cluster_and_attaches(spool_di
                     attached = app.screen
                     assert attached.cluster == screen.cluster_of(agentless.pid)
                     await until(pilot, lambda: table_rows(attached), "its connections")
+                    await pilot.press("question_mark")  # back is one of its keys now
+                    await until(pilot, lambda: app.screen is not attached, "its help")
+                    assert [w for _, w in app.screen.rows] == help_rows(attached)
                     await pilot.press("escape")
+                    await until(pilot, lambda: app.screen is attached, "attached again")
+                    await pilot.press("q")  # back to the list, as escape
                     await until(pilot, lambda: app.screen is screen, "the host view again")
 
             asyncio.run(drive())

@@ -183,11 +183,12 @@ class AttachScreen(PollingScreen):
     def redraw(self) -> None:
         """Draw every panel from the latest refresh."""
         rows = self.visible_connections()
-        client_ids, pid, now_ms = self.client_ids, self.pid, self.last_ts_ms
+        pid, now_ms = self.pid, self.last_ts_ms
+        clients = {c.name: c for c in self.view.clients} if self.view else {}
         history, thresholds = self.history, self.settings.thresholds
         table = self.query_one(ConnectionTable)
         table.show([(c.key, c) for c in rows],
-                   lambda c: connection_cells(c, history.track(pid, c.key), client_ids,
+                   lambda c: connection_cells(c, history.track(pid, c.key), clients,
                                               thresholds, now_ms))
         total = len(self.view.connections) if self.view else 0
         order = SORT_ORDERS[self.sort_index]

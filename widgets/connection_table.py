@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.strip import Strip
 
-from kmon.model import ROLE_RANK, Connection, TcpState, Thresholds
+from kmon.model import ROLE_RANK, ClientInstance, Connection, Role, TcpState, Thresholds
 from kmon.timeline import Track
 from kmon.widgets import format as fmt
 from kmon.widgets.line_view import ChangedLinesView
@@ -30,11 +30,10 @@ from kmon.widgets.line_view import ChangedLinesView
 CLIENT_MIN, CLIENT_MAX = 14, 40  # the client column grows into a wide terminal's spare room
 # key, heading, width
 COLUMNS = (
-    ("role", "role", 11), ("node", "node id", 10), ("broker", "broker", 6),
-    ("remote", "address", 21), ("local", "lport", 5), ("state", "TCP state", 11),
-    ("idle", "idle / limit", 15), ("reap", "reaped in", 9), ("client", "client", CLIENT_MIN),
-    ("sent", "out/s", 7), ("recv", "in/s", 7), ("req", "req/s", 5), ("rtt", "rtt", 7),
-    ("evidence", "evidence", 10),
+    ("role", "role", 11), ("node", "node id → broker", 18), ("remote", "address", 21),
+    ("state", "TCP state", 11), ("idle", "idle / limit", 19), ("reap", "reaped in", 9),
+    ("client", "client", CLIENT_MIN), ("sent", "out/s", 7), ("recv", "in/s", 7),
+    ("rtt", "rtt", 11), ("evidence", "evidence", 15),
 )
 
 
@@ -70,29 +69,29 @@ SORT_ORDERS = (
 )
 
 
-def connection_cells(conn: Connection, track: Track | None, client_ids: dict[str, str],
+def connection_cells(conn: Connection, track: Track | None, clients: dict[str, ClientInstance],
                      style: Thresholds, now_ms: int) -> tuple:
-    """The cells of one connection's row, in COLUMNS order."""
+    """The cells of one connection's row, in COLUMNS order; ``clients``: the process's client
+    instances by name."""
     rates = track.rates if track else None
     in_close_wait_ms = now_ms - track.state_since_ms if track else 0
     alert = conn.state == TcpState.CLOSE_WAIT and in_close_wait_ms >= style.close_wait_alert_ms
-    local_port = conn.local.rsplit(":", 1)[-1] if conn.local else "-"
-    evidence = f"{conn.evidence.get('role', '?')} {conn.confidence:.2f}"
+    evidence = f"{conn.evidence.get('role', '?')} conf {conn.confidence:.2f}"
+    client = clients.get(conn.client or "")
+    # a consumer's fetches wait at the broker for data (fetch.max.wait.ms): their round trip
+    # is that long-poll, not the network
+    long_poll = conn.role is Role.BROKER and client is not None and client.type == "consumer"
     return (
         fmt.role(conn.role.value),
-        fmt.node(conn.node_id),
-        fmt.node(conn.broker_id),
+        fmt.node_and_broker(conn.node_id, conn.broker_id, conn.role is Role.COORDINATOR),
         conn.remote or "-",
-        local_port,
         fmt.state(conn.state, alert),
         fmt.idle_bar(conn.idle_ms, conn.idle_limit_ms, style.idle_warning),
         fmt.duration(conn.reap_in_ms) if conn.reap_in_ms is not None else "never",
-        client_ids.get(conn.client or "", conn.client or "-"),
+        client.client_id if client is not None else conn.client or "-",
         fmt.rate(rates.sent if rates else None),
         fmt.rate(rates.received if rates else None),
-        "" if not rates or not rates.requests else f"{rates.requests:.0f}",
-        "?" if conn.rtt_ms is None and conn.tcp_rtt_ms is None
-        else f"{conn.rtt_ms if conn.rtt_ms is not None else conn.tcp_rtt_ms:.1f}ms",
+        fmt.round_trip(conn.rtt_ms, conn.tcp_rtt_ms, long_poll),
         fmt.styled(evidence, "dim" if conn.confidence >= 0.9 else "yellow"),
     )
 

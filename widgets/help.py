@@ -50,17 +50,22 @@ its churn pattern. `enter` attaches to it; `escape` or `q` there comes back here
 
 
 def key_rows(screen: Screen) -> list[tuple[str, str]]:
-    """(keys, what they do) of every binding ``screen`` shows and may use now, then the app's,
-    read from their BINDINGS: one row per action, its keys joined with " / "."""
+    """(keys, what they do) of every binding in ``screen``'s BINDINGS that it shows and may
+    use now, then the app's on keys the screen leaves free: one row per action, its keys
+    joined with " / "."""
     rows: dict[tuple[int, str], tuple[list[str], str]] = {}
-    app = screen.app
-    for active in screen.active_bindings.values():
-        binding: Binding = active.binding
-        if active.node not in (screen, app) or not binding.show:
-            continue
-        keys, _ = rows.setdefault((id(active.node), binding.action),
-                                  ([], binding.tooltip or binding.description))
-        keys.append(app.get_key_display(binding))
+    app, taken = screen.app, set()
+    for node in (screen, app):
+        bound = set()
+        for binding in Binding.make_bindings(type(node).BINDINGS):
+            if (not binding.show or binding.key in taken
+                    or node.check_action(binding.action, ()) is False):
+                continue
+            bound.add(binding.key)
+            keys, _ = rows.setdefault((id(node), binding.action),
+                                      ([], binding.tooltip or binding.description))
+            keys.append(app.get_key_display(binding))
+        taken |= bound
     return [(" / ".join(keys), what) for keys, what in rows.values()]
 
 
