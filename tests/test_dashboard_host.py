@@ -40,14 +40,14 @@ def test_the_host_view_lists_every_kafka_client_by_cluster_and_attaches(spool_di
             wanted = {*demo.clients, agentless.pid}
 
             def rows() -> dict[int, list[str]]:
-                """Each process's row, its cluster's heading first in place of its blank
-                cluster cell."""
+                """Each process's row, its cluster's heading (the row above its cluster's
+                rows, with no pid) first."""
                 found, heading = {}, ""
                 for row in cells(screen, "processes"):
                     if row[0]:
-                        heading = row[0]
+                        found[int(row[0])] = [heading, *row]
                     else:
-                        found[int(row[1])] = [heading, *row[1:]]
+                        heading = row[1]
                 return found
 
             async def drive() -> None:
@@ -66,7 +66,7 @@ def test_the_host_view_lists_every_kafka_client_by_cluster_and_attaches(spool_di
                     assert os.getpid() not in rows()
                     await the_list_keys_work(pilot, screen)
                     table = screen.query_one("#processes")
-                    table.move_cursor(row=[r[1] for r in cells(screen, "processes")].index(
+                    table.move_cursor(row=[r[0] for r in cells(screen, "processes")].index(
                         str(agentless.pid)))
                     await pilot.press("enter")
                     await until(pilot, lambda: isinstance(app.screen, AttachScreen), "attach")

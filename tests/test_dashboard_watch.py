@@ -88,8 +88,7 @@ def help_rows(screen) -> list[str]:
 
 
 async def the_list_keys_work(pilot, screen) -> None:
-    """help, sort, filter, clear and hide idle on a screen listing processes (its rows by
-    pid, the pid column ``pid_at``)."""
+    """help, sort, filter, clear and hide idle on a screen listing processes."""
     app = screen.app
     await pilot.press("question_mark")
     await until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help")
@@ -97,12 +96,11 @@ async def the_list_keys_work(pilot, screen) -> None:
     await pilot.press("escape")
     await until(pilot, lambda: app.screen is screen, "the list again")
     table = screen.query_one("#processes")
-    pid_at = 1 if table.grouped else 0
-    pids = [r[pid_at] for r in cells(screen, "processes") if r[pid_at]]
+    pids = [r[0] for r in cells(screen, "processes") if r[0]]  # cluster headings: no pid
     await pilot.press("s")
     assert "sort: max idle" in str(table.border_title)
     await pilot.press("f", *pids[-1], "enter")
-    await until(pilot, lambda: [r[pid_at] for r in cells(screen, "processes") if r[pid_at]]
+    await until(pilot, lambda: [r[0] for r in cells(screen, "processes") if r[0]]
                 == [pids[-1]], "only the process filtered for")
     await pilot.press("c", "i")
     assert "idle hidden" in str(table.border_title)

@@ -230,16 +230,16 @@ def test_the_host_view_shows_clients_named_like_markup_and_keeps_running(start_c
 
     def rows() -> dict[int, list]:
         table = screen.query_one("#processes")
-        return {int(str(r[1])): r for r in map(table.get_row_at, range(table.row_count))
-                if str(r[1]) and int(str(r[1])) in ours}  # cluster headings have no pid
+        return {int(str(r[0])): r for r in map(table.get_row_at, range(table.row_count))
+                if str(r[0]) and int(str(r[0])) in ours}  # cluster headings have no pid
 
     async def drive() -> tuple[str, str]:
         async with app.run_test(size=(250, 50)) as pilot:
             await until(pilot, lambda: ours <= rows().keys() and all(
-                "no client" not in str(r[3]) for r in rows().values()), "both clients",
+                "no client" not in str(r[2]) for r in rows().values()), "both clients",
                 polls=1200)
             table = screen.query_one("#processes")
-            pids = [str(table.get_row_at(i)[1]) for i in range(table.row_count)]
+            pids = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
             host = ""
             for pid in (consumer.pid, named.pid):  # each scrolled into view on a busy host
                 table.move_cursor(row=pids.index(str(pid)))

@@ -44,5 +44,6 @@ class EventLog(RichLog):
         self.show_pid = show_pid
 
     def add(self, events: list[Event]) -> None:
+        width = self.scrollable_content_region.width  # 0 before the first layout
         for event in events:
-            self.write(event_line(event, self.show_pid))
+            self.write(event_line(event, self.show_pid), width=width or None)

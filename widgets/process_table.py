@@ -85,14 +85,15 @@ def cluster_heading(views: list[ProcessView]) -> str:
 
 class ProcessTable(DataTable):
     """Rows of processes, keyed by pid; with ``grouped``, each cluster's rows follow a
-    heading row naming its brokers. The cursor stays on its process while rows move."""
+    heading row naming its brokers (in the process column, the pid left blank). The cursor
+    stays on its process while rows move, and starts on the first process."""
 
     def __init__(self, grouped: bool = False, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self.grouped = grouped
 
     def on_mount(self) -> None:
-        self.add_columns(*(("cluster",) if self.grouped else ()), *COLUMNS)
+        self.add_columns(*COLUMNS)
 
     @property
     def selected_pid(self) -> int | None:
@@ -109,8 +110,8 @@ class ProcessTable(DataTable):
         for cluster, heading, rows in groups:
             if self.grouped:
                 wanted.append((f"{HEADING}{cluster}",
-                               (Text(heading, style="bold"), *[""] * len(COLUMNS))))
-            wanted += [(cells[0], ("",) * self.grouped + cells) for cells in rows]
+                               ("", Text(heading, style="bold"), *[""] * (len(COLUMNS) - 2))))
+            wanted += [(cells[0], cells) for cells in rows]
         keys = [key for key, _ in wanted]
         current = [row.key.value for row in self.ordered_rows]
         if keys != current:  # rows came, went or moved: all again, the cursor kept
@@ -119,7 +120,9 @@ class ProcessTable(DataTable):
             self.clear()
             for key, cells in wanted:
                 self.add_row(*cells, key=key)
-            if selected in keys:
+            if selected not in keys or selected.startswith(HEADING):
+                selected = next((k for k in keys if not k.startswith(HEADING)), None)
+            if selected is not None:
                 self.move_cursor(row=keys.index(selected), animate=False)
             return
         for key, cells in wanted:
