@@ -7,6 +7,8 @@ import threading
 
 import pyarrow.parquet as pq
 import pytest
+from test_sessions import GatedMonitor
+from textual.screen import Screen
 
 from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import ProcessSession
@@ -216,3 +218,44 @@ def test_r_records_the_session_to_parquet(start_client, tmp_path):
     assert any(row["role"] == "coordinator" for row in snapshots)
     sessions = pq.read_table(tmp_path / "sessions").to_pylist()
     assert any(row["stopped_ms"] is not None for row in sessions), "stopped cleanly"
+
+
+class ClosingSession:
+    """A real ProcessSession that says when its close begins (``closing``)."""
+
+    def __init__(self, session: ProcessSession) -> None:
+        self.session, self.closing = session, threading.Event()
+
+    def __getattr__(self, name: str):
+        return getattr(self.session, name)
+
+    def close(self) -> None:
+        self.closing.set()
+        self.session.close()
+
+
+def test_a_screen_closed_mid_poll_closes_its_session_after_the_poll(start_client):
+    """The attach screen is left while its poll is under way: its session closes the
+    samplers only once that poll has finished, and the dashboard runs on."""
+    client = start_client("consumer")
+    gated = GatedMonitor(Monitor([ProcessSampler(client.pid, open_socket_reader(),
+                                                 SamplerSettings())]))
+    session = ClosingSession(ProcessSession(gated))
+    screen = AttachScreen(client.pid, session, DashboardSettings(interval_s=3600),
+                          can_go_back=True)
+    app = KmonApp(Screen())
+    # the poll under way ends once the session's close has begun, not before
+    releaser = threading.Thread(target=lambda: session.closing.wait(60) and gated.gate.set())
+    releaser.start()
+
+    async def drive() -> None:
+        async with app.run_test(size=(160, 45)) as pilot:
+            base = app.screen
+            await app.push_screen(screen)
+            await until(pilot, gated.entered.is_set, "the poll under way")
+            await pilot.press("escape")
+            await until(pilot, lambda: gated.log == ["polled", "closed"], "the close")
+            assert app.is_running and app.screen is base
+
+    asyncio.run(drive())
+    releaser.join(60)
