@@ -88,6 +88,7 @@ def test_the_wire_s_first_fin_or_rst_decides_the_side_and_tells_a_reset_or_faile
     # the kernel would say broker (gone, no TIME_WAIT); the wire saw the client's FIN first
     told = story(busy, None, 5_000, WireClose("client", reset=False, last_api=1))
     assert (told.closed_by, told.reason) == ("client", "client_closed")
+    assert in_words(told) == "closed by the client after 200 ms idle"
     told = story(busy, None, 5_000, WireClose("broker", reset=True, last_api=1))
     assert (told.closed_by, told.reason) == ("broker", "reset")
     assert in_words(told, {"broker": 600_000}) == "reset · closed by the broker after 200 ms idle"

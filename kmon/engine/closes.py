@@ -135,4 +135,7 @@ def in_words(close: CloseStory, limits: dict[str, int] | None = None) -> str:
             else f" after {format_duration(close.idle_before_ms)} idle")
     limit_ms = (limits or {}).get(REAPING_LIMIT.get(close.reason, ""))
     limit = f" (limit {format_duration(limit_ms)})" if limit_ms is not None and idle else ""
-    return f"{READABLE.get(close.reason, close.reason)} · closed {who}{idle}{limit}"
+    told = f"closed {who}{idle}{limit}"
+    if close.reason == "client_closed":  # the side is the whole answer
+        return told
+    return f"{READABLE.get(close.reason, close.reason)} · {told}"
