@@ -1,0 +1,123 @@
+"""``kmon serve``: the host agent — every Kafka client on this host as Prometheus metrics."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from kmon.cli import options
+from kmon.errors import UserError
+
+if TYPE_CHECKING:  # imported when the command runs (see kmon.cli.record)
+    from kmon.config import Config
+    from kmon.engine.facade import HostSession
+    from kmon.export.metrics import HostMetrics
+
+DEFAULT_LISTEN = "127.0.0.1:9464"
+STALE_POLLS = 3  # /healthz fails once the last good poll is this many intervals old
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``serve`` options to ``parser``."""
+    parser.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                        help=f"where /metrics and /healthz answer (default {DEFAULT_LISTEN}; "
+                             "only this address is bound)")
+    options.interval(parser, "polls of the host's clients", default=5.0)
+    parser.add_argument("--duration", type=options.duration_arg, default=None,
+                        metavar="DURATION", help="stop after this long (default: until "
+                        "SIGINT/SIGTERM; SIGHUP reloads the config file)")
+    options.config_file(parser)
+    options.broker_idle(parser)
+    options.wire(parser)
+
+
+class Agent:
+    """The host view polled for the metrics; ``reload()`` rebuilds it from the config file."""
+
+    def __init__(self, args: argparse.Namespace, metrics: HostMetrics) -> None:
+        from kmon.config import load_config
+
+        self.args, self.metrics = args, metrics
+        self.session = self._session(load_config(args.config))
+        self.last_error = ""
+
+    def _session(self, config: Config) -> HostSession:
+        from kmon.engine.facade import HostSession
+        from kmon.engine.sampler import SamplerSettings
+
+        settings = SamplerSettings(broker_idle_ms=options.broker_idle_ms(self.args, None),
+                                   require_kafka=False,
+                                   middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
+                                   wire=self.args.wire)
+        return HostSession(settings, churn=config.churn,
+                           interval_ms=round(self.args.interval * 1000))
+
+    def step(self) -> None:
+        """One poll into the metrics; a failed poll is counted and told once, not fatal."""
+        began = time.monotonic()
+        try:
+            snapshot, events = self.session.poll()
+        except Exception as err:  # noqa: BLE001 - an agent outlives a bad poll
+            self.metrics.poll_failed()
+            self._tell(f"kmon serve: poll failed: {err or type(err).__name__}")
+            return
+        self.metrics.update(snapshot, events, self.session.cluster_labels(snapshot),
+                            time.monotonic() - began)
+
+    def reload(self) -> None:
+        """SIGHUP: read the config file again and start a new session from it; a bad file
+        is told and the running session kept."""
+        from kmon.config import load_config
+
+        try:
+            session = self._session(load_config(self.args.config))
+        except UserError as err:
+            self._tell(f"kmon serve: config not reloaded: {err}")
+            return
+        self.session, old = session, self.session
+        old.close()
+        print("kmon serve: config reloaded", file=sys.stderr, flush=True)
+
+    def _tell(self, message: str) -> None:
+        from kmon.plain_text import one_line
+
+        if message != self.last_error:  # the same failure every 5 s is told once
+            self.last_error = message
+            print(one_line(message), file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self.session.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGINT/SIGTERM (or --duration); SIGHUP reloads the config file."""
+    from prometheus_client import CollectorRegistry
+
+    from kmon.export.collector import HostCollector
+    from kmon.export.http import MetricsServer, fresh_within
+    from kmon.export.loop import Signals, run_loop
+    from kmon.export.metrics import HostMetrics
+
+    metrics = HostMetrics()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(HostCollector(metrics))
+    healthy = fresh_within(lambda: metrics.poll_stats().last_success_s,
+                           STALE_POLLS * args.interval + 10.0, time.time())
+    server = MetricsServer(args.listen, registry, healthy)  # a port in use fails first
+    try:
+        agent = Agent(args, metrics)
+    except BaseException:
+        server.close()
+        raise
+    print(f"kmon serve: http://{server.address}/metrics, polling every {args.interval:g}s",
+          file=sys.stderr, flush=True)
+    try:
+        with Signals(reloads=True) as signals:
+            why = run_loop(agent.step, args.interval, signals, args.duration, agent.reload)
+    finally:
+        server.close()
+        agent.close()
+    print(f"kmon serve: stopped ({why})", file=sys.stderr, flush=True)
+    return 0
