@@ -40,6 +40,17 @@ HELP = {
 }
 
 
+OWN = ("kmon_build_info", "kmon_poll_duration_seconds", "kmon_poll_errors_total",
+       "kmon_last_poll_timestamp_seconds", "kmon_watched_processes")
+
+
+def family_names() -> list[str]:
+    """Every metric family kmon serve may expose, named as a scraper sees them."""
+    families = [*_Families().all(with_empty=True)]
+    return [*OWN, *(f.name + {"counter": "_total", "info": "_info"}.get(f.type, "")
+                    for f in families)]
+
+
 class HostCollector(Collector):
     """Every family from one consistent read of ``metrics``; a process's series vanish with
     it."""
@@ -135,5 +146,5 @@ class _Families:
         if proc.max_fds is not None:
             self.max_fds.add_metric(who, proc.max_fds)
 
-    def all(self) -> Iterator[Metric]:
-        yield from (family for family in vars(self).values() if family.samples)
+    def all(self, with_empty: bool = False) -> Iterator[Metric]:
+        yield from (family for family in vars(self).values() if with_empty or family.samples)
