@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     from prometheus_client import CollectorRegistry
 
     from kmon.export.collector import HostCollector
-    from kmon.export.http import MetricsServer, fresh_within
+    from kmon.export.http import Exposition, MetricsServer, fresh_within
     from kmon.export.loop import Signals, run_loop
     from kmon.export.metrics import HostMetrics
 
@@ -105,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
     registry.register(HostCollector(metrics))
     healthy = fresh_within(lambda: metrics.poll_stats().last_success_s,
                            STALE_POLLS * args.interval + 10.0, time.time())
-    server = MetricsServer(args.listen, registry, healthy)  # a port in use fails first
+    server = MetricsServer(args.listen, Exposition(registry, lambda: metrics.generation),
+                           healthy)  # a port in use fails first
     try:
         agent = Agent(args, metrics)
     except BaseException:

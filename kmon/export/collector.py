@@ -101,7 +101,7 @@ class _Families:
         self.closed = family(CounterMetricFamily, "connections_closed", "closed_by", "reason")
         self.failures = family(CounterMetricFamily, "connect_failures")
         self.idle_at_close = family(HistogramMetricFamily, "connection_idle_at_close_seconds",
-                                    base=(*PROCESS, "client_id", "role"))
+                                    "role", base=PROCESS)
         self.max_idle = family(GaugeMetricFamily, "connection_max_idle_seconds")
         self.idle_limit = family(GaugeMetricFamily, "connection_idle_limit_seconds",
                                  "limit_by")
@@ -125,8 +125,8 @@ class _Families:
             self.closed.add_metric([*who, *labels, closed_by, reason], count)
         for labels, count in proc.connect_failures.items():
             self.failures.add_metric([*who, *labels], count)
-        for labels, hist in proc.idle_at_close.items():
-            self.idle_at_close.add_metric([*who, *labels], hist.buckets(), hist.total)
+        for role, hist in proc.idle_at_close.items():
+            self.idle_at_close.add_metric([*who, role], hist.buckets(), hist.total)
         for labels, (idle_s, limit_s, limit_by) in proc.idle.items():
             self.max_idle.add_metric([*who, *labels], idle_s)
             if limit_s is not None:

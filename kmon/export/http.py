@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import socket
 import threading
 import time
@@ -9,7 +10,8 @@ from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 from kmon.errors import UserError
 
@@ -40,14 +42,39 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+class Exposition:
+    """/metrics: the registry rendered once per poll and format (text or OpenMetrics, gzip
+    or not) and shared by every scrape of that poll; ``generation()`` changes with each."""
+
+    def __init__(self, registry: CollectorRegistry, generation: Callable[[], int]) -> None:
+        self.registry, self.generation = registry, generation
+        self._lock = threading.Lock()  # concurrent scrapes of one poll wait for one render
+        self._rendered: dict[tuple, bytes] = {}
+
+    def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+        encoder, content_type = choose_encoder(environ.get("HTTP_ACCEPT", ""))
+        gzipped = gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", ""))
+        key = (self.generation(), content_type, gzipped)
+        with self._lock:
+            body = self._rendered.get(key)
+            if body is None:
+                body = encoder(self.registry)
+                body = gzip.compress(body) if gzipped else body
+                self._rendered = {k: v for k, v in self._rendered.items() if k[0] == key[0]}
+                self._rendered[key] = body
+        headers = [("Content-Type", content_type)]
+        start_response("200 OK", headers + ([("Content-Encoding", "gzip")] if gzipped else []))
+        return [body]
+
+
 class MetricsServer:
-    """Serves ``registry`` on ``listen`` from a daemon thread until ``close()``;
+    """Serves ``metrics`` on ``listen`` from a daemon thread until ``close()``;
     ``healthy()`` decides what ``/healthz`` answers."""
 
-    def __init__(self, listen: str, registry: CollectorRegistry,
+    def __init__(self, listen: str, metrics: Exposition,
                  healthy: Callable[[], tuple[bool, str]]) -> None:
         host, port = parse_listen(listen)
-        metrics, self.healthy = make_wsgi_app(registry), healthy
+        self.healthy = healthy
         server_class = _IPv6Server if ":" in host else _Server
         try:
             self.server = make_server(host, port, self._app(metrics), server_class,

@@ -56,6 +56,7 @@ class ProcessMetrics:
 
     process: str
     cluster: str
+    cmdline: str
     connections: Counter = field(default_factory=Counter)  # (*ConnectionLabels, state)
     idle: dict = field(default_factory=dict)  # ConnectionLabels -> (idle s, limit s, by)
     clients: Counter = field(default_factory=Counter)  # client type -> instances
@@ -65,7 +66,7 @@ class ProcessMetrics:
     opened: Counter = field(default_factory=Counter)  # ConnectionLabels
     closed: Counter = field(default_factory=Counter)  # (*ConnectionLabels, closed_by, reason)
     connect_failures: Counter = field(default_factory=Counter)  # ConnectionLabels
-    idle_at_close: dict = field(default_factory=dict)  # (client_id, role) -> Histogram
+    idle_at_close: dict = field(default_factory=dict)  # role -> Histogram
     churn: Counter = field(default_factory=Counter)  # pattern
     open_fds: int | None = None
     max_fds: int | None = None
@@ -98,6 +99,7 @@ class HostMetrics:
         self._lock = threading.Lock()
         self._processes: dict[int, ProcessMetrics] = {}
         self.polls = PollStats()
+        self.generation = 0  # changes with every poll, good or failed
         self.count_fds = count_fds
 
     def processes(self) -> dict[int, ProcessMetrics]:
@@ -114,6 +116,7 @@ class HostMetrics:
     def poll_failed(self) -> None:
         with self._lock:
             self.polls.errors += 1
+            self.generation += 1
 
     def update(self, snapshot: Snapshot, events: list[Event], clusters: dict[int, str],
                poll_s: float) -> None:
@@ -130,12 +133,14 @@ class HostMetrics:
             self._processes = fresh
             self.polls.duration.observe(poll_s)
             self.polls.last_success_s = snapshot.ts_ms / 1000.0
+            self.generation += 1
 
     def _gauges(self, view: ProcessView, before: ProcessMetrics | None,
                 cluster: str) -> ProcessMetrics:
         """This poll's gauges for ``view``, carrying the counters of ``before``."""
-        metrics = ProcessMetrics(process=short_command(view.cmdline, view.name) or view.name,
-                                 cluster=cluster)
+        process = (before.process if before is not None and before.cmdline == view.cmdline
+                   else short_command(view.cmdline, view.name) or view.name)
+        metrics = ProcessMetrics(process=process, cluster=cluster, cmdline=view.cmdline)
         if before is not None:  # copies: a scrape may be reading the old ones
             for name in ("coordinator_changes", "opened", "closed", "connect_failures",
                          "churn", "client_ids"):
@@ -202,7 +207,7 @@ def _count(metrics: ProcessMetrics, event: Event) -> None:
         if story.reason == "connect_failed":
             metrics.connect_failures[labels] += 1
         if story.idle_before_ms is not None:
-            metrics.idle_at_close.setdefault(labels[:2], Histogram()).observe(
+            metrics.idle_at_close.setdefault(role, Histogram()).observe(
                 story.idle_before_ms / 1000.0)
     elif event.kind is EventKind.CHURN and event.churn is not None:
         metrics.churn[event.churn.pattern] += 1
