@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kmon.cli import options
@@ -14,8 +15,10 @@ if TYPE_CHECKING:  # imported when the command runs (see kmon.cli.record)
     from kmon.config import Config
     from kmon.engine.facade import HostSession
     from kmon.export.metrics import HostMetrics
+    from kmon.record.rotation import RotatingRecorder
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
+ROTATE_EVERY_S = 3600.0  # --record: a session an hour, so retention frees space as it goes
 STALE_POLLS = 3  # /healthz fails once the last good poll is this many intervals old
 
 
@@ -31,15 +34,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     options.config_file(parser)
     options.broker_idle(parser)
     options.wire(parser)
+    parser.add_argument("--record", type=Path, default=None, metavar="DIR",
+                        help="also record every poll to Parquet under DIR (as kmon record)")
+    options.rotation(parser, ROTATE_EVERY_S)
 
 
 class Agent:
-    """The host view polled for the metrics; ``reload()`` rebuilds it from the config file."""
+    """The host view polled for the metrics and, with --record, the recording (one engine,
+    two outputs); ``reload()`` rebuilds it from the config file."""
 
-    def __init__(self, args: argparse.Namespace, metrics: HostMetrics) -> None:
+    def __init__(self, args: argparse.Namespace, metrics: HostMetrics,
+                 recorder: RotatingRecorder | None) -> None:
         from kmon.config import load_config
 
-        self.args, self.metrics = args, metrics
+        self.args, self.metrics, self.recorder = args, metrics, recorder
         self.session = self._session(load_config(args.config))
         self.last_error = ""
 
@@ -65,6 +73,12 @@ class Agent:
             return
         self.metrics.update(snapshot, events, self.session.cluster_labels(snapshot),
                             time.monotonic() - began)
+        if self.recorder is not None:
+            try:
+                self.recorder.add(snapshot, events)
+            except OSError as err:  # a full disk stops the recording, not the metrics
+                self._tell(f"kmon serve: recording stopped: {err}")
+                self.recorder = None
 
     def reload(self) -> None:
         """SIGHUP: read the config file again and start a new session from it; a bad file
@@ -87,8 +101,18 @@ class Agent:
             self.last_error = message
             print(one_line(message), file=sys.stderr, flush=True)
 
-    def close(self) -> None:
+    def close(self) -> str:
+        """Release the engine and close the recording (its last part written); what it
+        left."""
         self.session.close()
+        if self.recorder is None:
+            return ""
+        try:
+            summary = self.recorder.close()
+        except OSError as err:
+            return f"; the recording under {self.recorder.root} could not be closed: {err}"
+        return (f"; recorded {sum(summary.rows.values())} rows in {len(summary.files)} files "
+                f"under {self.recorder.root}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -108,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     server = MetricsServer(args.listen, Exposition(registry, lambda: metrics.generation),
                            healthy)  # a port in use fails first
     try:
-        agent = Agent(args, metrics)
+        agent = Agent(args, metrics, _recorder(args))
     except BaseException:
         server.close()
         raise
@@ -119,6 +143,24 @@ def run(args: argparse.Namespace) -> int:
             why = run_loop(agent.step, args.interval, signals, args.duration, agent.reload)
     finally:
         server.close()
-        agent.close()
-    print(f"kmon serve: stopped ({why})", file=sys.stderr, flush=True)
+        left = agent.close()
+    print(f"kmon serve: stopped ({why}){left}", file=sys.stderr, flush=True)
     return 0
+
+
+def _recorder(args: argparse.Namespace) -> RotatingRecorder | None:
+    """--record's recorder (nothing written before the first poll); UserError where kmon
+    must not write."""
+    if args.record is None:
+        return None
+    import socket
+
+    from kmon.cli.record import rotation_limits
+    from kmon.files import UnsafeFile
+    from kmon.record.rotation import RotatingRecorder
+
+    try:
+        return RotatingRecorder(args.record, socket.gethostname(), round(args.interval * 1000),
+                                rotation_limits(args))
+    except UnsafeFile as err:
+        raise UserError(f"--record: {err}") from err
