@@ -10,7 +10,8 @@ to a listener helper, a few of them carrying a little traffic
 (dashboard_cost.py's helper roles). ``kmon serve --interval 5s`` runs as its own
 process, scraped every 15 s over --seconds; beside it, over the same seconds, the
 engine alone (a HostSession polled every 5 s, no exporter) in a helper process of
-this script. Each share is user + system CPU seconds of that process (all its
+this script, both with --wire (auto: as root, a packet tap per process; off: none).
+Each share is user + system CPU seconds of that process (all its
 threads) over wall seconds; the ratio serve/engine is the exporter's own cost.
 Then 20 scrapes back to back: the time to a complete answer. Targets: serve under
 3% of one core, a scrape under 50 ms.
@@ -71,12 +72,12 @@ def role_kafka_client(port: int, count: int) -> None:
     role_client(port, count)
 
 
-def role_engine(seconds: float) -> None:
+def role_engine(seconds: float, wire: str) -> None:
     """The engine alone: a HostSession polled every 5 s; prints its poll count at the end."""
     from kmon.engine.facade import HostSession
     from kmon.engine.sampler import SamplerSettings
 
-    session = HostSession(SamplerSettings(require_kafka=False),
+    session = HostSession(SamplerSettings(require_kafka=False, wire=wire),
                           interval_ms=int(INTERVAL_S * 1000))
     print("ready", flush=True)
     ends, polls = time.monotonic() + seconds, 0
@@ -105,17 +106,17 @@ def watched(text: str) -> int:
     return int(float(line.split()[1])) if line else 0
 
 
-def start_serve() -> tuple[subprocess.Popen, str]:
+def start_serve(wire: str) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([sys.executable, "-m", "kmon", "serve", "--listen", "127.0.0.1:0",
-                             "--interval", f"{INTERVAL_S:g}s"], stderr=subprocess.PIPE,
-                            text=True)
+                             "--interval", f"{INTERVAL_S:g}s", "--wire", wire],
+                            stderr=subprocess.PIPE, text=True)
     line = proc.stderr.readline()
     if "/metrics" not in line:
         raise RuntimeError(f"kmon serve did not start: {line}")
     return proc, line.split("http://", 1)[1].split("/metrics", 1)[0]
 
 
-def cpu_and_scrapes(processes: int, connections: int, seconds: float) -> dict:
+def cpu_and_scrapes(processes: int, connections: int, seconds: float, wire: str) -> dict:
     with Helpers(__file__, READY_TIMEOUT_S) as helpers:
         listener = helpers.start("--role", "listener", "--count", str(processes * connections))
         port = helpers.line(listener, "port")[0]
@@ -123,7 +124,7 @@ def cpu_and_scrapes(processes: int, connections: int, seconds: float) -> dict:
                                  str(connections)) for _ in range(processes)]
         for client in clients:
             helpers.line(client, "ready")
-        serve, address = start_serve()
+        serve, address = start_serve(wire)
         try:
             deadline = time.monotonic() + READY_TIMEOUT_S
             while watched(scrape(address)[1]) < processes:
@@ -131,7 +132,7 @@ def cpu_and_scrapes(processes: int, connections: int, seconds: float) -> dict:
                     raise RuntimeError("kmon serve never found every client process")
                 time.sleep(1.0)
             time.sleep(INTERVAL_S)  # one more poll: each process sampled once at least
-            engine = helpers.start("--role", "engine", "--seconds", str(seconds))
+            engine = helpers.start("--role", "engine", "--seconds", str(seconds), "--wire", wire)
             helpers.line(engine, "ready")
             serve_before, engine_before = cpu_seconds(serve.pid), cpu_seconds(engine.pid)
             began, scrapes = time.perf_counter(), []
@@ -238,11 +239,11 @@ def memory_over_a_day(processes: int, connections: int, polls: int) -> list[tupl
 def run(args: argparse.Namespace) -> int:
     print(f"kmon serve cost: Python {platform.python_version()}, {os.cpu_count()} CPUs; "
           f"{args.processes} processes x {args.connections} connections")
-    cpu = cpu_and_scrapes(args.processes, args.connections, args.seconds)
+    cpu = cpu_and_scrapes(args.processes, args.connections, args.seconds, args.wire)
     ratio = cpu["serve"] / cpu["engine"] if cpu["engine"] else float("inf")
-    print(f"CPU over {args.seconds:g}s at a {INTERVAL_S:g}s interval, {SCRAPE_EVERY_S:g}s "
-          f"scrapes: kmon serve {cpu['serve']:.2%} of one core, the engine alone "
-          f"{cpu['engine']:.2%} (serve/engine {ratio:.2f}x; target < {CPU_TARGET:.0%})")
+    print(f"--wire {args.wire}: CPU over {args.seconds:g}s at a {INTERVAL_S:g}s interval, "
+          f"{SCRAPE_EVERY_S:g}s scrapes: kmon serve {cpu['serve']:.2%} of one core, the engine "
+          f"alone {cpu['engine']:.2%} (serve/engine {ratio:.2f}x; target < {CPU_TARGET:.0%})")
     print(f"scrapes during the run: {', '.join(f'{ms:.1f}' for ms in cpu['scrapes_ms'])} ms; "
           f"20 back to back: median {statistics.median(cpu['burst_ms']):.1f} ms, max "
           f"{max(cpu['burst_ms']):.1f} ms (target < {SCRAPE_TARGET_MS:g} ms); "
@@ -263,6 +264,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=60.0, help="of the CPU measurement")
     parser.add_argument("--day-polls", type=int, default=17_280,
                         help="polls of the memory run (17,280: a day at 5 s)")
+    parser.add_argument("--wire", choices=("auto", "off"), default="auto",
+                        help="kmon's --wire for serve and the engine alone (default auto: "
+                             "each process's packet tap, as root)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 5 processes, 20 s, 600 polls")
     parser.add_argument("--role", choices=("listener", "client", "engine"),
@@ -277,7 +281,7 @@ def main() -> int:
         elif args.role == "client":
             role_kafka_client(args.port, args.count)
         else:
-            role_engine(args.seconds)
+            role_engine(args.seconds, args.wire)
         return 0
     if args.quick:
         args.processes, args.seconds, args.day_polls = 5, 20.0, 600
