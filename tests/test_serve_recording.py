@@ -55,15 +55,14 @@ def test_kmon_record_rotates_and_keeps_only_what_retention_allows(start_client, 
     shutil.copy(sessions_on_disk(out)[old][0], other / f"{old}.parquet")
     os.utime(other / f"{old}.parquet", (time.time() - 10 * DAY_S,) * 2)
 
-    record(producer.pid, out, "--duration", "3500ms", "--rotate-every", "1s", "--retain", "7d")
+    record(producer.pid, out, "--duration", "2500ms", "--rotate-every", "1s", "--retain", "7d")
     kept = sessions_on_disk(out)
-    assert old not in kept and len(kept) >= 3, sorted(kept)  # rotated; the old one gone
+    assert old not in kept and len(kept) >= 2, sorted(kept)  # rotated; the old one gone
     assert all(len(files) == 3 and not any(PART.search(f.name) for f in files)
                for files in kept.values()), kept  # each finished: one compacted file a table
     assert (other / f"{old}.parquet").exists()
 
-    record(producer.pid, out, "--duration", "2500ms", "--rotate-every", "1s",
-           "--max-disk", "1B")
+    record(producer.pid, out, "--duration", "2s", "--rotate-every", "1s", "--max-disk", "1B")
     (last,) = sessions_on_disk(out)  # over the size: every finished session but the last
     assert last not in kept
     rows = ds.dataset(out / "snapshots", format="parquet", partitioning="hive").to_table()
