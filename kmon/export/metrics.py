@@ -22,6 +22,8 @@ IDLE_BUCKETS_S = (1.0, 10.0, 60.0, 240.0, 350.0, 540.0, 600.0, 900.0)
 POLL_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 ConnectionLabels = tuple[str, str, str]  # client_id, role, broker_id
+MAX_CLIENT_IDS = 100  # client_ids of one process with series of their own; more are "(other)"
+OTHER_CLIENTS = "(other)"
 
 
 class Histogram:
@@ -70,7 +72,9 @@ class ProcessMetrics:
     churn: Counter = field(default_factory=Counter)  # pattern
     open_fds: int | None = None
     max_fds: int | None = None
-    client_ids: dict = field(default_factory=dict)  # client instance name -> client_id
+    client_ids: dict = field(default_factory=dict)  # instance name -> client_id, this poll
+    earlier_ids: dict = field(default_factory=dict)  # ... and the poll before (closes)
+    labelled_ids: set = field(default_factory=set)  # client_ids given series, MAX_CLIENT_IDS
 
 
 @dataclass
@@ -143,18 +147,20 @@ class HostMetrics:
         metrics = ProcessMetrics(process=process, cluster=cluster, cmdline=view.cmdline)
         if before is not None:  # copies: a scrape may be reading the old ones
             for name in ("coordinator_changes", "opened", "closed", "connect_failures",
-                         "churn", "client_ids"):
+                         "churn", "labelled_ids"):
                 setattr(metrics, name, type(getattr(before, name))(getattr(before, name)))
             metrics.idle_at_close = {key: hist.copy()
                                      for key, hist in before.idle_at_close.items()}
-        metrics.client_ids.update({c.name: c.client_id for c in view.clients})
+            metrics.earlier_ids = before.client_ids
+        metrics.client_ids = {c.name: c.client_id for c in view.clients}
         for conn in view.connections:
             labels = _labels(metrics, conn.client, conn.role.value, conn.broker_id)
             metrics.connections[(*labels, conn.state)] += 1
             _keep_idlest(metrics.idle, labels, conn)
         metrics.clients.update(c.type for c in view.clients)
         metrics.clients_created = view.clients_created
-        metrics.coordinators = _coordinators(view)
+        metrics.coordinators = {(_client_label(metrics, client_id), group): broker
+                                for (client_id, group), broker in _coordinators(view).items()}
         if before is not None:
             for key, broker in metrics.coordinators.items():
                 if before.coordinators.get(key, broker) != broker:
@@ -166,8 +172,20 @@ class HostMetrics:
 
 def _labels(metrics: ProcessMetrics, client: str | None, role: str,
             broker_id: int | None) -> ConnectionLabels:
-    client_id = metrics.client_ids.get(client, client) if client else ""
-    return client_id or "", role, _broker_label(broker_id)
+    """A connection's labels: its client's client.id (bounded per process), role, broker."""
+    client_id = (metrics.client_ids.get(client) or metrics.earlier_ids.get(client) or ""
+                 if client else "")
+    return _client_label(metrics, client_id), role, _broker_label(broker_id)
+
+
+def _client_label(metrics: ProcessMetrics, client_id: str) -> str:
+    """``client_id``, or "(other)" once the process has MAX_CLIENT_IDS others (a client.id
+    made per instance must not grow the series without end)."""
+    if client_id not in metrics.labelled_ids:
+        if len(metrics.labelled_ids) >= MAX_CLIENT_IDS:
+            return OTHER_CLIENTS
+        metrics.labelled_ids.add(client_id)
+    return client_id
 
 
 def _keep_idlest(idle: dict, labels: ConnectionLabels, conn: Connection) -> None:
