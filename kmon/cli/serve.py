@@ -52,15 +52,11 @@ class Agent:
         self.last_error = ""
 
     def _session(self, config: Config) -> HostSession:
+        from kmon.cli import wiring
         from kmon.engine.facade import HostSession
-        from kmon.engine.sampler import SamplerSettings
 
-        settings = SamplerSettings(broker_idle_ms=options.broker_idle_ms(self.args, None),
-                                   require_kafka=False,
-                                   middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
-                                   wire=self.args.wire)
-        return HostSession(settings, churn=config.churn,
-                           interval_ms=round(self.args.interval * 1000))
+        return HostSession(wiring.sampler_settings(self.args, config, require_kafka=False),
+                           churn=config.churn, interval_ms=round(self.args.interval * 1000))
 
     def step(self) -> None:
         """One poll into the metrics; a failed poll is counted and told once, not fatal."""
