@@ -7,7 +7,7 @@ import stat
 import sys
 
 import pytest
-from conftest import attach_once, connections_of, kmon
+from helpers import attach_once, connections_of, kmon
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 

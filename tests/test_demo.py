@@ -16,7 +16,7 @@ import time
 
 import psutil
 import pytest
-from conftest import kmon
+from helpers import kmon
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 

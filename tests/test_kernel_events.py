@@ -14,8 +14,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import Child, kmon, python_as
-from test_real_broker import IDLE_REASONS, attach_stream, read_until
+from helpers import IDLE_REASONS, Child, attach_stream, kmon, python_as, read_until
 
 from kmon.engine.connection_lives import MAX_OPEN, ConnectionLives
 from kmon.sources.kernel_events import TcpEvent, decode, parse_format, read_formats

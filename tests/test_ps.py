@@ -13,9 +13,11 @@ import subprocess
 import sys
 
 import pytest
-from conftest import Child, kmon, python_as
+from helpers import Child, kmon, python_as
 
 from kmon.columns import CONNECTION_COLUMNS, PROCESS_COLUMNS
+
+pytestmark = pytest.mark.integration  # real client processes and the real kmon command
 
 
 def ps_json(*args: str) -> list[dict]:

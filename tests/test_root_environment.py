@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import Child, assert_one_clear_line
+from helpers import Child, assert_one_clear_line
 
 from kmon.config import ClusterConfig, Config, ConfigError, load_config
 from kmon.sources import jmx

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from kmon.config import load_config
     from kmon.engine.sampler import ProcessSampler, SampleError
     from kmon.sources.resolve import SETUP_WAIT_S
-    from kmon.sources.sockets import open_socket_reader
+    from kmon.sources.socket_readers import open_socket_reader
     from kmon.sources.spool import SpoolError
 
     if args.client_log is not None and args.client_log.exists() and not (

@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from kmon.config import load_config
     from kmon.devtools.demo import Demo, DemoError
     from kmon.engine.sampler import ProcessSampler, SampleError
-    from kmon.sources.sockets import open_socket_reader
+    from kmon.sources.socket_readers import open_socket_reader
 
     config = load_config(args.config)
     interactive = options.interactive(args)

@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from kmon.engine.heap import settle_heap
     from kmon.engine.sampler import ProcessSampler, SampleError
     from kmon.record.recorder import Recorder, new_session_id
-    from kmon.sources.sockets import open_socket_reader
+    from kmon.sources.socket_readers import open_socket_reader
     from kmon.sources.spool import SpoolError
 
     root = _writable_dir(args.out)
