@@ -14,6 +14,8 @@ from kmon.cli.wiring import named_cluster
 from kmon.command_config import as_librdkafka, parse_properties
 from kmon.config import ConfigError, load_config
 
+pytestmark = pytest.mark.integration
+
 BROKER_IDLE = "7m"  # the config's broker_idle for the named cluster, in ms below
 BROKER_IDLE_MS = 420_000
 
@@ -32,7 +34,6 @@ def named(tmp_path, cluster) -> tuple[Path, Path]:
     return config, props
 
 
-@pytest.mark.integration
 def test_attach_takes_b_name_and_f_props(start_client, named):
     config, props = named
     client = start_client("producer")
@@ -45,7 +46,6 @@ def test_attach_takes_b_name_and_f_props(start_client, named):
         assert {c["idle_limit_ms"] for c in process["connections"]} == {BROKER_IDLE_MS}
 
 
-@pytest.mark.integration
 def test_record_takes_b_name_f_props_and_the_old_cluster_option(start_client, named, tmp_path):
     config, props = named
     start_client("producer")
@@ -57,7 +57,6 @@ def test_record_takes_b_name_f_props_and_the_old_cluster_option(start_client, na
         assert "clients of local (" in result.stderr and any(out.rglob("*.parquet"))
 
 
-@pytest.mark.integration
 def test_watch_names_its_cluster_with_b_or_its_positional_shorthand(named, cluster):
     from kmon.engine.cluster_watch import ClusterWatcher
 
@@ -74,7 +73,6 @@ def test_watch_names_its_cluster_with_b_or_its_positional_shorthand(named, clust
         assert len(view.brokers) == 3, view.error
 
 
-@pytest.mark.integration
 def test_a_bad_property_in_f_props_is_one_clear_line(named, start_client, tmp_path):
     config, _ = named
     client = start_client("producer")
@@ -123,7 +121,6 @@ def test_what_f_props_cannot_take_is_refused_without_showing_secrets(tmp_path, t
     assert all(word in str(err.value) for word in words) and "hunter2" not in str(err.value)
 
 
-@pytest.mark.integration
 def test_f_props_another_user_may_write_is_refused(tmp_path):
     props = tmp_path / "p.properties"
     props.write_text("security.protocol=SSL\n")
@@ -132,7 +129,6 @@ def test_f_props_another_user_may_write_is_refused(tmp_path):
     assert_one_clear_line(result, 1, "--command-config", str(props))
 
 
-@pytest.mark.integration
 def test_ps_takes_b_name_and_f_props(start_client, named):
     config, props = named
     client = start_client("producer")

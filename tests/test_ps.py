@@ -17,7 +17,7 @@ from helpers import Child, kmon, python_as
 
 from kmon.columns import CONNECTION_COLUMNS, PROCESS_COLUMNS
 
-pytestmark = pytest.mark.integration  # real client processes and the real kmon command
+pytestmark = pytest.mark.integration
 
 
 def ps_json(*args: str) -> list[dict]:
