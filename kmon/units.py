@@ -1,6 +1,6 @@
 """Values as users type them on the command line.
 
-Durations (``500ms``, ``1s``, ``1.5``, ``10m``, ``2h``), PIDs, counts and
+Durations (``500ms``, ``1s``, ``1m30s``, ``10m``, ``2h``, ``7d``), PIDs, counts and
 ``key=value`` client properties.
 """
 
@@ -11,16 +11,22 @@ import re
 
 from kmon.files import read_bounded
 
-_UNITS = {"ms": 0.001, "s": 1.0, "": 1.0, "m": 60.0, "h": 3600.0}
-_PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h|)\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?|\.[0-9]+)(ms|s|m|h|d)")
+_WHOLE = re.compile(rf"^(?:{_PART.pattern})+$")
+DURATION_FORMS = "500ms, 5s, 1m30s, 10m, 2h or 7d"
 
 
 def parse_duration(text: str) -> float:
-    """Seconds in ``text``; a bare number is seconds. Raises ValueError unless > 0."""
-    match = _PATTERN.match(text)
-    if not match:
-        raise ValueError(f"{text!r} is not a duration (e.g. 500ms, 1s, 10m)")
-    seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    """Seconds in ``text``: numbers each with a unit (``ms s m h d``), summed (``1m30s``).
+
+    A bare number is an error (it was once read as seconds); so is zero.
+    """
+    compact = text.strip()
+    if not _WHOLE.match(compact):
+        why = "has no unit" if re.fullmatch(r"[0-9]*\.?[0-9]+", compact) else "is not a duration"
+        raise ValueError(f"{text!r} {why}; write a duration such as {DURATION_FORMS}")
+    seconds = sum(float(number) * _UNITS[unit] for number, unit in _PART.findall(compact))
     if seconds <= 0:
         raise ValueError(f"{text!r} must be more than zero")
     return seconds
@@ -40,6 +46,11 @@ def duration_arg(text: str) -> float:
     if seconds > MAX_DURATION_S:
         raise argparse.ArgumentTypeError(f"{text!r} is longer than a year")
     return seconds
+
+
+def duration_ms_arg(text: str) -> int:
+    """``duration_arg`` in whole milliseconds (at least 1)."""
+    return max(1, round(duration_arg(text) * 1000))
 
 
 def interval_arg(text: str) -> float:

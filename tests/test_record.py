@@ -194,7 +194,7 @@ def test_a_killed_recorder_leaves_readable_parts(start_client, tmp_path):
     producer = start_client("producer", idle_ms=3000)
     out = tmp_path / "rec"
     recorder = record_child("--pid", str(producer.pid), "--out", str(out),
-                            "--interval", "250ms", "--flush-every", "1")
+                            "--interval", "250ms", "--flush-every", "1s")
     try:
         # the idle reaper (3 s) closes the producer's connection and it opens another
         wait_for(lambda: len(list(out.rglob("snapshots/**/*.parquet"))) >= 2

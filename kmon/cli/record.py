@@ -17,10 +17,8 @@ if TYPE_CHECKING:  # the rest is imported when the command runs: every kmon comm
     # the parser, and pyarrow alone takes a fifth of a second to import
     from kmon.engine.discovery import ClientDiscovery
     from kmon.engine.monitor import Monitor
-    from kmon.engine.sampler import SamplerSettings
     from kmon.model import Event, Snapshot
     from kmon.record.recorder import Recorder, Summary
-    from kmon.sources.cluster import ClusterMetadata
     from kmon.sources.sockets import Endpoint
 
 DISCOVER_EVERY_S = 10.0  # --cluster: how often the host's sockets are searched for clients
@@ -33,18 +31,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--pid", type=pid_arg, action="append", metavar="PID",
                        help="a client process to record (repeat for more)")
-    which.add_argument("--cluster", metavar="HOST:PORT,...|NAME",
-                       help="record every local process connected to this cluster's brokers "
-                       "(bootstrap servers, or a cluster named in the config file)")
-    options.client_properties(parser, "for --cluster (KEY=@FILE reads the value from FILE)")
+    options.cluster(parser, name_group=which)
+    which.add_argument("--cluster", dest="bootstrap", help=argparse.SUPPRESS)  # the old name
     options.config_file(parser)
     parser.add_argument("--out", required=True, type=Path, metavar="DIR",
                         help="root directory of the recorded tables")
     options.interval(parser, default=1.0)
     parser.add_argument("--duration", type=duration_arg, default=None, metavar="DURATION",
                         help="stop after this long, e.g. 10m (default: until SIGINT/SIGTERM)")
-    options.cluster_timeout(parser, 10.0)
-    options.broker_idle(parser)
     options.wire(parser)
     parser.add_argument("--any-process", action="store_true",
                         help="record even a --pid that shows no sign of Kafka")
@@ -54,13 +48,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Record until the duration ends, a stop signal, or (with --pid) every process exits."""
+    from kmon.cli import wiring
     from kmon.config import load_config
     from kmon.engine.discovery import ClientDiscovery
     from kmon.engine.heap import settle_heap
-    from kmon.engine.monitor import Monitor
-    from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
+    from kmon.engine.sampler import ProcessSampler, SampleError
     from kmon.record.recorder import Recorder, new_session_id
-    from kmon.sources.cluster import ClusterUnreachable, fetch_metadata
     from kmon.sources.socket_readers import open_socket_reader
     from kmon.sources.spool import SpoolError
 
@@ -68,34 +61,32 @@ def run(args: argparse.Namespace) -> int:
     try:
         reader = open_socket_reader()
         config = load_config(args.config)
+        named = wiring.named_cluster(args, config)
+        wiring.require_processes(args.pid or ())
         cluster = None
-        if args.cluster:
-            named = config.resolve_cluster(args.cluster, dict(args.properties))
-            cluster = fetch_metadata(named.bootstrap, named.properties, args.cluster_timeout)
-        settings = SamplerSettings(broker_idle_ms=options.broker_idle_ms(
-                                       args, cluster.broker_idle_ms if cluster else None),
-                                   cluster=cluster,
-                                   require_kafka=cluster is None and not args.any_process,
-                                   middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
-                                   wire=args.wire)
-        monitor = Monitor((ProcessSampler(pid, reader, settings)
-                           for pid in dict.fromkeys(args.pid or ())),
-                          max_events=1,  # events go to disk, not to a history
-                          near_reap_fraction=config.thresholds.idle_warning, churn=config.churn)
+        if named is not None:
+            cluster = wiring.cluster_state(named, args.cluster_timeout)
+        settings = wiring.sampler_settings(
+            args, config, named, cluster, require_kafka=cluster is None and not args.any_process,
+            not_kafka_hint="pass --any-process, or record its cluster's clients with -b CLUSTER "
+                           "instead of --pid")
+        monitor = wiring.monitor((ProcessSampler(pid, reader, settings)
+                                  for pid in dict.fromkeys(args.pid or ())),
+                                 config, max_events=1)  # events go to disk, not to a history
         session_id = new_session_id(monitor.host)
         recorder = Recorder(root, monitor.host, session_id, round(args.interval * 1000),
                             args.flush_every)  # writes nothing before its first add()
         discovery = ClientDiscovery(reader, settings, DISCOVER_EVERY_S) if cluster else None
-        brokers = _broker_endpoints(cluster, settings) if cluster else frozenset()
+        brokers = wiring.broker_endpoints(cluster, settings) if cluster else frozenset()
         if discovery:
             discovery.update(monitor, brokers)
         first = monitor.poll()  # bad PIDs fail here, before any file is written
-    except (SampleError, SpoolError, ClusterUnreachable, OSError) as err:
+    except (SampleError, SpoolError, OSError) as err:
         raise UserError(str(err)) from err
     if monitor.all_exited:
         raise UserError(monitor.last_loss)
 
-    watching = (f"clients of {args.cluster} ({len(monitor.samplers)} found so far)" if cluster
+    watching = (f"clients of {args.bootstrap} ({len(monitor.samplers)} found so far)" if cluster
                 else "PID " + ", ".join(str(pid) for pid in monitor.samplers))
     print(f"kmon record: session {session_id}: {watching}, every {args.interval:g}s, "
           f"into {root}", file=sys.stderr, flush=True)
@@ -108,11 +99,12 @@ def run(args: argparse.Namespace) -> int:
             summary = _close(recorder, root)
             raise UserError(f"{err or type(err).__name__}; recording stopped, "
                             f"{_describe(summary, root)}") from err
+        finally:
+            monitor.close()
         summary = _close(recorder, root)
     print(f"kmon record: session {session_id} stopped ({why}): {_describe(summary, root)}",
           file=sys.stderr, flush=True)
     return 0
-
 
 
 class StopSignals:
@@ -163,13 +155,6 @@ def _record(monitor: Monitor, recorder: Recorder, discovery: ClientDiscovery | N
         if discovery:
             discovery.update(monitor, brokers)
         snapshot, events = monitor.poll()
-
-
-def _broker_endpoints(cluster: ClusterMetadata, settings: SamplerSettings) -> frozenset[Endpoint]:
-    """Every endpoint of the cluster's brokers and of its bootstrap addresses."""
-    resolver = settings.resolver
-    return resolver.look_up([b.address for b in cluster.brokers]
-                            + cluster.bootstrap.split(","))
 
 
 def _writable_dir(path: Path) -> Path:

@@ -3,6 +3,7 @@ resolve one row per socket."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 from dataclasses import InitVar, dataclass, field
@@ -64,6 +65,7 @@ class SamplerSettings:
     resolver: Resolver = field(default_factory=Resolver)
     middlebox_idle_ms: int | None = None  # a load balancer's or NAT's idle timeout, if any
     wire: str = "auto"  # "auto": read the Kafka headers on the process's sockets where allowed
+    not_kafka_hint: str = "pass --any-process"  # the command's own way past NotAKafkaClient
     cluster: InitVar[ClusterMetadata | None] = None  # the cluster, when known at the start
     groups: InitVar[tuple[GroupInfo, ...] | None] = None  # and its groups
     directory: Directory = field(init=False)
@@ -85,7 +87,15 @@ def _describe(process: psutil.Process) -> tuple[str, str, float]:
         raise ProcessGone(f"no process with PID {process.pid}") from err
     except psutil.AccessDenied as err:
         raise NoPermission(f"no permission to inspect PID {process.pid}; "
-                           "run kmon as the process's user or as root") from err
+                           f"{permission_hint(process.pid)}") from err
+
+
+def permission_hint(pid: int) -> str:
+    """What to do when the OS keeps a process from kmon: as root, it is not root it lacks."""
+    if os.geteuid() != 0:
+        return "run kmon as the process's user or as root (sudo)"
+    return ("even root may not read it here (another user namespace or a security module "
+            f"denies it): run kmon inside its container, e.g. nsenter -t {pid} -a kmon ...")
 
 
 class ProcessSampler:
@@ -154,7 +164,7 @@ class ProcessSampler:
             raise ProcessGone(f"PID {self.pid} ({self.name}) has exited") from err
         except psutil.AccessDenied as err:
             raise NoPermission(f"no permission to read the sockets of PID {self.pid} "
-                               f"({self.name}); run kmon as its user or as root") from err
+                               f"({self.name}); {permission_hint(self.pid)}") from err
         try:
             spooled = read_client_stats(self.process, self.start_time, self.uid,
                                         self.spool_dirs)
@@ -235,7 +245,7 @@ class ProcessSampler:
         raise NotAKafkaClient(
             f"PID {self.pid} ({self.name}) shows no sign of being a Kafka client: no kmon "
             "statistics, no Kafka client library loaded, no socket to a known broker "
-            "(name the cluster with --bootstrap-servers, or pass --any-process)")
+            f"({self.settings.not_kafka_hint})")
 
 
 BOOTSTRAP_FLAGS = ("-b", "--bootstrap-server", "--bootstrap-servers", "--brokers")

@@ -1,6 +1,6 @@
-"""What /proc and psutil say about a process: its name and command line, its network
-namespace, the Kafka client libraries it has mapped, whether it is a zombie; and which
-processes of this host have such a library mapped."""
+"""What /proc and psutil say about a process: its name and command line, its owner, its
+network namespace, the Kafka client libraries it has mapped, whether it is a zombie; and
+which processes of this host have such a library mapped."""
 
 from __future__ import annotations
 
@@ -21,6 +21,26 @@ def describe(process: psutil.Process) -> tuple[str, str, float]:
     with process.oneshot():
         return (process.name(), shlex.join(redact_args(process.cmdline())),
                 process.create_time())
+
+
+def exists(pid: int) -> bool:
+    """True while there is a process (or a kernel thread) with this id."""
+    return psutil.pid_exists(pid)
+
+
+def owner(pid: int) -> str:
+    """The user name of ``pid``'s real owner (its uid where the name is unknown), or '?'
+    once it has gone."""
+    try:
+        uid = psutil.Process(pid).uids().real
+    except psutil.Error:
+        return "?"
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def in_other_network_namespace(pid: int) -> bool:
