@@ -30,6 +30,7 @@ from helpers import (
     produce,
     python_as,
     rows_until,
+    wait_for,
 )
 
 from kmon.classify import MAX_INT
@@ -305,14 +306,16 @@ def test_a_new_connection_is_seen_from_its_first_request():
         opened = []
         try:
             opened.append(request_to(first, "first"))
-            time.sleep(0.2)
-            tap.poll([], 1)  # its socket was not read yet: the poll saw its segments only
+            # its socket was not read yet: the polls see its segments only
+            wait_for(lambda: tap.poll([], 1) and tap.flows, "the first request in the tap")
             shown = [opened[0][1]]
             tap.poll(shown, 2)
             tap.learn({2: second.getsockname()}, 2)
             opened.append(request_to(second, "second"))
-            time.sleep(0.2)
-            view = tap.poll(shown + [opened[1][1]], 3)
+            both = shown + [opened[1][1]]
+            view = wait_for(lambda: (polled := tap.poll(both, 3)).flows.get(
+                (opened[1][1].local, opened[1][1].remote)) and polled,
+                "the second request in the tap")
         finally:
             tap.close()
             for client, _, peer in opened:
