@@ -13,7 +13,7 @@ from helpers import assert_one_clear_line, kmon, python_as
 
 from kmon.model import ProcessView, Snapshot
 
-pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
+pytestmark = pytest.mark.integration
 
 
 def closed_port() -> int:

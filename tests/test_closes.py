@@ -76,7 +76,9 @@ def test_a_story_carries_the_totals_and_is_told_in_words():
     assert (told.closed_by, told.reason, told.idle_before_ms) == ("broker", "broker_idle_reap",
                                                                   599_000)
     assert (told.bytes_sent, told.requests_sent, told.lifetime_ms) == (10, 2, 1_000)
-    assert in_words(told) == "closed by the broker after 9m 59s idle: broker idle reap"
+    assert in_words(told) == "broker idle reap · closed by the broker after 9 m 59 s idle"
+    assert in_words(told, {"client": 900_000, "broker": 600_000}) == (
+        "broker idle reap · closed by the broker after 9 m 59 s idle (limit 10 m)")
     never = story(life("SYN_SENT"), None, 3_000)
     assert (never.closed_by, never.reason) == ("unknown", "connect_failed")
 
@@ -86,9 +88,10 @@ def test_the_wire_s_first_fin_or_rst_decides_the_side_and_tells_a_reset_or_faile
     # the kernel would say broker (gone, no TIME_WAIT); the wire saw the client's FIN first
     told = story(busy, None, 5_000, WireClose("client", reset=False, last_api=1))
     assert (told.closed_by, told.reason) == ("client", "client_closed")
+    assert in_words(told) == "closed by the client after 200 ms idle"
     told = story(busy, None, 5_000, WireClose("broker", reset=True, last_api=1))
     assert (told.closed_by, told.reason) == ("broker", "reset")
-    assert in_words(told) == "closed by the broker after 0.2s idle: reset"
+    assert in_words(told, {"broker": 600_000}) == "reset · closed by the broker after 200 ms idle"
     told = story(busy, None, 5_000, WireClose("broker", reset=False, last_api=36))
     assert (told.closed_by, told.reason) == ("broker", "auth_failed")
     # librdkafka closes first once it reads the broker's error (a real broker's order)

@@ -14,7 +14,7 @@ from kmon.cli.wiring import named_cluster
 from kmon.command_config import as_librdkafka, parse_properties
 from kmon.config import ConfigError, load_config
 
-pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
+pytestmark = pytest.mark.integration
 
 BROKER_IDLE = "7m"  # the config's broker_idle for the named cluster, in ms below
 BROKER_IDLE_MS = 420_000

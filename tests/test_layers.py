@@ -18,10 +18,10 @@ NO_IO = {"socket", "subprocess", "psutil", "pyarrow", "confluent_kafka", "kmon.s
 # What reads or changes the world: its own module (the sources), or one of these
 IO_MODULES = {"socket", "subprocess", "ctypes"}
 SYSTEM_PATH = re.compile(r"/(proc|sys|dev)(/|$)")
-# The parts that do I/O of their own outside kmon/sources/ (the README names them): the
+# The parts that do I/O of their own outside kmon/sources/ (the architecture names them): the
 # agent runs inside the user's process, the devtools start clusters and demo processes,
-# the analysis starts Spark
-OUTSIDE_SOURCES = ("kmon/agent/", "kmon/devtools/", "kmon/analysis/")
+# the analysis starts Spark, the export serves kmon serve's metrics over HTTP
+OUTSIDE_SOURCES = ("kmon/agent/", "kmon/devtools/", "kmon/analysis/", "kmon/export/")
 
 
 def imported_modules(path: Path) -> set[str]:

@@ -10,7 +10,7 @@ from rich.cells import cell_len, set_cell_size
 
 from kmon.columns import Column
 from kmon.plain_text import one_line
-from kmon.widgets.format import duration
+from kmon.units import format_duration as duration
 
 GAP = "  "
 ELLIPSIS = "…"
