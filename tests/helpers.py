@@ -19,6 +19,7 @@ from typing import TypeVar
 
 import pytest
 
+from kmon.engine.monitor import Monitor
 from kmon.evidence.java_log_nodes import NodeTable
 from kmon.sources.java_log import LogFollower
 
@@ -337,3 +338,30 @@ def log_table(log: Path) -> NodeTable:
     for event in LogFollower(log, from_start=True).poll():
         table.apply(event)
     return table
+
+
+class GatedMonitor:
+    """A real Monitor whose poll waits for ``gate`` and which logs when it polled and closed.
+
+    A fake only of timing: it holds a real poll open while the test closes the session,
+    which a real poll (a few milliseconds) cannot be made to be on demand.
+    """
+
+    def __init__(self, monitor: Monitor) -> None:
+        self.monitor = monitor
+        self.gate, self.entered = threading.Event(), threading.Event()
+        self.log: list[str] = []
+
+    def __getattr__(self, name: str):
+        return getattr(self.monitor, name)
+
+    def poll(self):
+        self.entered.set()
+        self.gate.wait(60)
+        result = self.monitor.poll()
+        self.log.append("polled")
+        return result
+
+    def close(self) -> None:
+        self.log.append("closed")
+        self.monitor.close()

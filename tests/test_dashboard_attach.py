@@ -7,7 +7,7 @@ import threading
 
 import pyarrow.parquet as pq
 import pytest
-from test_sessions import GatedMonitor
+from helpers import GatedMonitor
 from textual.screen import Screen
 
 from kmon.dashboard_settings import DashboardSettings
