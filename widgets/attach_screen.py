@@ -73,8 +73,8 @@ class AttachScreen(PollingScreen):
         Binding("p", "pause", "pause", tooltip="pause / resume refreshing"),
         Binding("space", "refresh_now", "refresh",
                 tooltip="refresh now (while paused: one step)"),
-        Binding("s", "sort", "sort", tooltip="next sort order (role, idle, reaped in, state, "
-                "broker, traffic, client)"),
+        Binding("s", "sort", "sort", tooltip="next sort order (" + ", ".join(
+            o.name for o in SORT_ORDERS) + ")"),
         Binding("f,slash", "filter", "filter", tooltip="filter the connections"),
         Binding("c", "clear_filter", "clear filter", tooltip="clear the filter"),
         Binding("i", "hide_idle", "hide idle",
