@@ -130,3 +130,20 @@ def _value_file(key: str, path: str) -> str:
         return raw.decode("utf-8").rstrip("\r\n")
     except UnicodeDecodeError as err:
         raise argparse.ArgumentTypeError(f"{key}=@{path}: not UTF-8 text") from err
+
+
+_SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+               "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40}
+
+
+def size_arg(text: str) -> int:
+    """A size in bytes for argparse: '2GB', '500MiB', '1048576'."""
+    number = text.strip().rstrip("BbIiKkMmGgTt")
+    unit = text.strip()[len(number):].upper()
+    try:
+        value = float(number) * _SIZE_UNITS[unit]
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size, e.g. 2GB or 500MiB") from None
+    if not 0 < value < 1 << 60:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size between 1 byte and 1 EiB")
+    return int(value)

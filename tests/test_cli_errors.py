@@ -9,9 +9,11 @@ import socket
 import subprocess
 
 import pytest
-from conftest import assert_one_clear_line, kmon, python_as
+from helpers import assert_one_clear_line, kmon, python_as
 
 from kmon.model import ProcessView, Snapshot
+
+pytestmark = pytest.mark.integration
 
 
 def closed_port() -> int:

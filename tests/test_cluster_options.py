@@ -7,12 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import assert_one_clear_line, kmon
+from helpers import assert_one_clear_line, kmon
 
 from kmon.cli import build_parser
 from kmon.cli.wiring import named_cluster
 from kmon.command_config import as_librdkafka, parse_properties
 from kmon.config import ConfigError, load_config
+
+pytestmark = pytest.mark.integration
 
 BROKER_IDLE = "7m"  # the config's broker_idle for the named cluster, in ms below
 BROKER_IDLE_MS = 420_000

@@ -8,7 +8,7 @@ import re
 import shlex
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 from kmon.cli import COMMANDS, build_parser, with_command
 

@@ -13,12 +13,14 @@ import asyncio
 import html
 import io
 import json
+import os
 import re
+import subprocess
 import sys
 
 import pyarrow as pa
 import pytest
-from helpers import Child, kmon
+from helpers import Child
 from rich.console import Console
 from test_dashboard_attach import until
 
@@ -197,9 +199,13 @@ def named_process(name: bytes) -> Child:
 @pytest.mark.integration
 @pytest.mark.parametrize("name", ["[/x]", "[link=//e.io]a"])
 def test_once_prints_a_process_named_like_markup_as_its_name(name):
+    """The Rich view a terminal gets (Rich's TTY_COMPATIBLE=1 stands for the terminal)."""
     child = named_process(name.encode())
     try:
-        result = kmon("attach", str(child.pid), "--once", "--any-process", "--wire", "off")
+        result = subprocess.run([sys.executable, "-m", "kmon", "attach", str(child.pid),
+                                 "--once", "--any-process", "--wire", "off"],
+                                capture_output=True, text=True, timeout=60,
+                                env={**os.environ, "TTY_COMPATIBLE": "1", "NO_COLOR": "1"})
     finally:
         child.stop()
     assert result.returncode == 0, result.stderr

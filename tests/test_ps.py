@@ -13,9 +13,11 @@ import subprocess
 import sys
 
 import pytest
-from conftest import Child, kmon, python_as
+from helpers import Child, kmon, python_as
 
 from kmon.columns import CONNECTION_COLUMNS, PROCESS_COLUMNS
+
+pytestmark = pytest.mark.integration
 
 
 def ps_json(*args: str) -> list[dict]:
@@ -57,7 +59,8 @@ def test_ps_lists_the_clients_by_cluster_with_who_runs_what(two_clients, cluster
     # -b names the cluster: its clients only, under that name; as text, with no terminal
     text = kmon("ps", "-b", cluster, "-o", "wide")
     assert text.returncode == 0, text.stderr
-    by_pid = {int(cells[1]): cells for cells in wide_rows(text.stdout, PROCESS_COLUMNS)}
+    by_pid = {int(cells[1]): cells for cells in wide_rows(text.stdout, PROCESS_COLUMNS)
+              if cells[1].isdigit()}  # (another process's odd command line splits oddly)
     assert wanted <= by_pid.keys() and {by_pid[pid][0] for pid in wanted} == {cluster}
     # the table: grouped under one line per cluster, its name whole however narrow
     table = kmon("ps", "-b", cluster).stdout.splitlines()
@@ -69,7 +72,7 @@ def test_ps_tsv_and_wide_parse_back_to_its_json(two_clients):
     wanted = {client.pid for client in two_clients}
     by_json = {row["pid"]: row for row in ps_json() if row["pid"] in wanted}
     tsv = kmon("ps", "-o", "tsv")
-    assert tsv.returncode == 0 and "│" not in tsv.stdout and "…" not in tsv.stdout
+    assert tsv.returncode == 0 and "│" not in tsv.stdout  # no box drawing; nothing cut: below
     rows = tsv_rows(tsv.stdout)
     assert list(rows[0]) == [c.key for c in PROCESS_COLUMNS]  # the JSON keys, in order
     for row in (r for r in rows if int(r["pid"]) in wanted):
@@ -78,7 +81,7 @@ def test_ps_tsv_and_wide_parse_back_to_its_json(two_clients):
             assert row[key] == str(expected[key]), key
         assert row["client_ids"].split(",") == expected["client_ids"]
     wide = kmon("ps", "-o", "wide")
-    cells = {int(c[1]): c for c in wide_rows(wide.stdout, PROCESS_COLUMNS)}
+    cells = {int(c[1]): c for c in wide_rows(wide.stdout, PROCESS_COLUMNS) if c[1].isdigit()}
     for pid in wanted:  # wide never truncates: the whole command line is there
         assert cells[pid][-1] == by_json[pid]["cmdline"]
         assert cells[pid][3] == by_json[pid]["command"]

@@ -22,6 +22,8 @@ COMMANDS = {
     "run": ("run", "run a confluent-kafka program with kmon's agent"),
     "demo": ("demo", "an embedded cluster and workload, watched by kmon"),
     "record": ("record", "record sessions to Parquet, headless"),
+    "serve": ("serve", "the host agent: every Kafka client on this host as Prometheus "
+                       "metrics on /metrics"),
     "analyze": ("analyze", "fleet analysis of recordings on Spark"),
     "simulate-fleet": ("simulate", "write a modelled fleet's sessions, for analysis"),
     "devcluster": ("devcluster", "run an embedded mock Kafka cluster, or with --kafka a real one"),

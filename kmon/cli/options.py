@@ -116,3 +116,22 @@ def interactive(args: argparse.Namespace) -> bool:
             and not getattr(args, "once", False)
             and not getattr(args, "headless", False) and sys.stdout.isatty()
             and sys.stdin.isatty())
+
+
+def rotation(parser: argparse.ArgumentParser, rotate_every_s: float | None) -> None:
+    """``--rotate-every``, ``--rotate-size``, ``--retain``, ``--max-disk``: a recording cut
+    into sessions, and how much of it to keep (kmon.record.rotation)."""
+    from kmon.units import size_arg
+
+    shown = f"{rotate_every_s:g}s" if rotate_every_s else "never"
+    parser.add_argument("--rotate-every", type=duration_arg, default=rotate_every_s,
+                        metavar="DURATION", help=f"start a new session this often (default "
+                        f"{shown})")
+    parser.add_argument("--rotate-size", type=size_arg, default=None, metavar="SIZE",
+                        help="start a new session once one has written this much, e.g. 100MB")
+    parser.add_argument("--retain", type=duration_arg, default=None, metavar="DURATION",
+                        help="remove this host's sessions older than this, e.g. 7d, oldest "
+                             "first (never the one being written)")
+    parser.add_argument("--max-disk", type=size_arg, default=None, metavar="SIZE",
+                        help="remove this host's oldest finished sessions while its recording "
+                             "takes more than this, e.g. 2GB")

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,14 +13,16 @@ from kmon.units import duration_arg, pid_arg
 
 if TYPE_CHECKING:  # the rest is imported when the command runs: every kmon command builds
     # the parser, and pyarrow alone takes a fifth of a second to import
+    from collections.abc import Callable
+
     from kmon.engine.discovery import ClientDiscovery
     from kmon.engine.monitor import Monitor
     from kmon.model import Event, Snapshot
-    from kmon.record.recorder import Recorder, Summary
+    from kmon.record.recorder import Summary
+    from kmon.record.rotation import Limits, RotatingRecorder
     from kmon.sources.sockets import Endpoint
 
 DISCOVER_EVERY_S = 10.0  # --cluster: how often the host's sockets are searched for clients
-STOP_CHECK_S = 0.1  # how quickly a stop signal ends the wait between polls
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -42,6 +42,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     options.wire(parser)
     parser.add_argument("--any-process", action="store_true",
                         help="record even a --pid that shows no sign of Kafka")
+    options.rotation(parser, None)
     parser.add_argument("--flush-every", type=duration_arg, default=10.0,
                         help=argparse.SUPPRESS)
 
@@ -53,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     from kmon.engine.discovery import ClientDiscovery
     from kmon.engine.heap import settle_heap
     from kmon.engine.sampler import ProcessSampler, SampleError
-    from kmon.record.recorder import Recorder, new_session_id
+    from kmon.export.loop import Signals, run_loop
+    from kmon.record.rotation import RotatingRecorder
     from kmon.sources.socket_readers import open_socket_reader
     from kmon.sources.spool import SpoolError
 
@@ -73,9 +75,9 @@ def run(args: argparse.Namespace) -> int:
         monitor = wiring.monitor((ProcessSampler(pid, reader, settings)
                                   for pid in dict.fromkeys(args.pid or ())),
                                  config, max_events=1)  # events go to disk, not to a history
-        session_id = new_session_id(monitor.host)
-        recorder = Recorder(root, monitor.host, session_id, round(args.interval * 1000),
-                            args.flush_every)  # writes nothing before its first add()
+        recorder = RotatingRecorder(root, monitor.host, round(args.interval * 1000),
+                                    rotation_limits(args), args.flush_every)
+        session_id = recorder.current.session_id  # nothing written before the first add()
         discovery = ClientDiscovery(reader, settings, DISCOVER_EVERY_S) if cluster else None
         brokers = wiring.broker_endpoints(cluster, settings) if cluster else frozenset()
         if discovery:
@@ -91,10 +93,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"kmon record: session {session_id}: {watching}, every {args.interval:g}s, "
           f"into {root}", file=sys.stderr, flush=True)
     settle_heap()
-    with StopSignals() as stop:
+    with Signals() as signals:
         try:
-            why = _record(monitor, recorder, discovery, brokers, first, args.interval,
-                          args.duration, stop)
+            why = run_loop(_recording_step(monitor, recorder, discovery, brokers, first),
+                           args.interval, signals, args.duration)
         except Exception as err:  # noqa: BLE001 - whatever broke the loop, close the session
             summary = _close(recorder, root)
             raise UserError(f"{err or type(err).__name__}; recording stopped, "
@@ -107,54 +109,29 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-class StopSignals:
-    """While active, SIGINT, SIGTERM and SIGHUP ask for a clean stop instead of ending the
-    process."""
+def rotation_limits(args: argparse.Namespace) -> Limits:
+    """The --rotate-every/--rotate-size/--retain/--max-disk limits."""
+    from kmon.record.rotation import Limits
 
-    def __init__(self) -> None:
-        self.received: str | None = None
-        self.previous: dict[int, object] = {}
-
-    def __enter__(self) -> StopSignals:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            self.previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
-
-    def _handle(self, signum: int, _frame: object) -> None:
-        self.received = signal.Signals(signum).name
-
-    def wait(self, seconds: float) -> bool:
-        """Sleep up to ``seconds``; True as soon as a stop signal has arrived."""
-        deadline = time.monotonic() + seconds
-        while self.received is None and (left := deadline - time.monotonic()) > 0:
-            time.sleep(min(left, STOP_CHECK_S))
-        return self.received is not None
+    return Limits(args.rotate_every, args.rotate_size, args.retain, args.max_disk)
 
 
-def _record(monitor: Monitor, recorder: Recorder, discovery: ClientDiscovery | None,
-            brokers: frozenset[Endpoint], first: tuple[Snapshot, list[Event]],
-            interval: float, duration: float | None, stop: StopSignals) -> str:
-    """The poll loop; returns why it ended."""
-    started = time.monotonic()
-    ends = started + duration if duration else None
-    snapshot, events = first
-    while True:
-        recorder.add(snapshot, events)
+def _recording_step(monitor: Monitor, recorder: RotatingRecorder,
+                    discovery: ClientDiscovery | None, brokers: frozenset[Endpoint],
+                    first: tuple[Snapshot, list[Event]]) -> Callable[[], str | None]:
+    """One poll into the recording (the first one already taken); why to stop, if so."""
+    polled = [first]
+
+    def step() -> str | None:
+        if not polled:
+            if discovery:
+                discovery.update(monitor, brokers)
+            polled.append(monitor.poll())
+        recorder.add(*polled.pop())
         if discovery is None and monitor.all_exited:
             return "every recorded process exited"
-        wake = started + interval
-        if stop.wait(min(wake, ends or wake) - time.monotonic()):
-            return stop.received
-        if ends is not None and time.monotonic() >= ends:
-            return "duration reached"
-        started = time.monotonic()
-        if discovery:
-            discovery.update(monitor, brokers)
-        snapshot, events = monitor.poll()
+        return None
+    return step
 
 
 def _writable_dir(path: Path) -> Path:
@@ -169,7 +146,7 @@ def _writable_dir(path: Path) -> Path:
     return path.resolve()
 
 
-def _close(recorder: Recorder, root: Path) -> Summary:
+def _close(recorder: RotatingRecorder, root: Path) -> Summary:
     try:
         return recorder.close()
     except OSError as err:

@@ -198,6 +198,8 @@ class Monitor:
                 life.seen(conn, ts_ms)
                 lives[conn.key] = life
             self.lives[view.pid] = lives
+        for pid in self.lives.keys() - self.samplers.keys():  # gone: their closes are told
+            del self.lives[pid]
 
     def _fd_counts(self, ts_ms: int) -> dict[int, int | None]:
         """Each process's open fds, every FD_COUNT_EVERY_MS (none between)."""
