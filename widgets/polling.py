@@ -1,5 +1,5 @@
 """What every screen shares: polling a source in a worker thread on a timer, its status header
-and notice bar, and its help.
+and notice bar, recording it (``r``), and its help.
 
 A poll runs in a thread worker (one at a time: Textual's own worker list says
 whether one is under way) and its result comes back as a typed message,
