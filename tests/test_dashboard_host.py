@@ -9,9 +9,16 @@ import os
 import sys
 
 import pytest
-from helpers import KAFKA_PYTHON_CONSUMER, Child, kmon
-from test_dashboard_attach import table_rows, until
-from test_dashboard_watch import cells, help_rows, the_list_keys_work
+from helpers import (
+    KAFKA_PYTHON_CONSUMER,
+    Child,
+    cells,
+    help_rows,
+    kmon,
+    table_rows,
+    the_list_keys_work,
+    until,
+)
 
 from kmon.dashboard_settings import DashboardSettings
 from kmon.devtools.demo import Demo
@@ -24,7 +31,7 @@ from kmon.widgets.host_screen import HostScreen
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 
 
-def test_the_host_view_lists_every_kafka_client_by_cluster_and_attaches(spool_dir):
+def test_the_host_view_lists_every_kafka_client_by_cluster_and_attaches(spool_dir, tmp_path):
     pytest.importorskip("kafka", reason="kafka-python 2.0.x is in the test extra")
     with Demo() as demo:
         agentless = Child([sys.executable, "-c", KAFKA_PYTHON_CONSUMER, demo.bootstrap,
@@ -33,7 +40,7 @@ def test_the_host_view_lists_every_kafka_client_by_cluster_and_attaches(spool_di
             agentless.wait_line("READY")
             session = HostSession(SamplerSettings(require_kafka=False, wire="off"),
                                   discover_every_s=0.5)
-            screen = HostScreen(session, DashboardSettings(interval_s=0.5))
+            screen = HostScreen(session, DashboardSettings(interval_s=0.5, record_dir=tmp_path))
             app = KmonApp(screen)
             served_by = demo.children[0].pid  # the embedded cluster: it serves, it is no client
             wanted = {*demo.clients, agentless.pid}
