@@ -240,6 +240,20 @@ while True:
 """
 
 
+def request_to(server: socket.socket, client_id: str):
+    """(a client socket connected to ``server`` that sent one Metadata request, as a
+    TcpSocket, the server's end)."""
+    from kmon.sources import kafka_protocol as kp
+    from kmon.sources.sockets import Endpoint, TcpSocket
+
+    client = socket.create_connection(server.getsockname())
+    peer, _ = server.accept()
+    client.sendall(kp.metadata_request(1, client_id))
+    sock = TcpSocket(0, client.fileno(), Endpoint(*client.getsockname()),
+                     Endpoint(*server.getsockname()), "ESTABLISHED")
+    return client, sock, peer
+
+
 def produce(cluster: str, topic: str) -> None:
     from confluent_kafka import Producer
 

@@ -29,6 +29,7 @@ from helpers import (
     from_start,
     produce,
     python_as,
+    request_to,
     rows_until,
     wait_for,
 )
@@ -279,19 +280,6 @@ def test_repeated_request_headers_come_as_one_counted_segment(host):
     counts, last_seen = flow.apis(segments[1].ts_ms + 500)
     assert counts == "Produce×8 Metadata×1" and last_seen.startswith("Produce×8 (0.5 s ago) ")
     assert flow.close.first_by == "client" and flow.close.last_api == produce
-
-
-def request_to(server: socket.socket, client_id: str):
-    """(a client socket connected to ``server`` that sent one Metadata request, as a
-    TcpSocket, the server's end)."""
-    from kmon.sources.sockets import Endpoint, TcpSocket
-
-    client = socket.create_connection(server.getsockname())
-    peer, _ = server.accept()
-    client.sendall(kp.metadata_request(1, client_id))
-    sock = TcpSocket(0, client.fileno(), Endpoint(*client.getsockname()),
-                     Endpoint(*server.getsockname()), "ESTABLISHED")
-    return client, sock, peer
 
 
 def test_a_new_connection_is_seen_from_its_first_request():

@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
 from kmon.sources.host_sockets import HostClients
+from kmon.sources.host_wire import HostWire
 from kmon.sources.sockets import Endpoint, SocketReader
 
 
@@ -19,12 +20,15 @@ class ClientDiscovery:
     """Adds a sampler for each local process newly connected to the given brokers.
 
     ``update`` searches at most every ``every_s`` seconds; ``find`` is the
-    search (by default the host's sockets on the brokers' ports: HostClients).
+    search (by default the host's sockets on the brokers' ports: HostClients); ``wire``,
+    the host's one packet capture, if the samplers share one.
     """
 
     def __init__(self, reader: SocketReader, settings: SamplerSettings, every_s: float,
-                 find: Callable[[Collection[Endpoint]], set[int]] | None = None) -> None:
+                 find: Callable[[Collection[Endpoint]], set[int]] | None = None,
+                 wire: HostWire | None = None) -> None:
         self.reader, self.settings, self.every_s = reader, settings, every_s
+        self.wire = wire  # the host's one packet capture, shared by the samplers
         self.find = find or HostClients()
         self.next_search = 0.0  # monotonic
         self.notices: list[str] = []
@@ -46,13 +50,15 @@ class ClientDiscovery:
         """Watch ``pid`` too; a process that cannot be sampled is a notice (or, when
         ``quiet``, skipped: it went away since its socket was listed)."""
         try:
-            monitor.add(ProcessSampler(pid, self.reader, self.settings))
+            monitor.add(ProcessSampler(pid, self.reader, self.settings, host_wire=self.wire))
         except SampleError as err:
             if not quiet:
                 self.notices = [str(err)]
 
     def close(self) -> None:
-        """Release the search's netlink socket."""
+        """Release the search's netlink socket and the host's capture."""
+        if self.wire is not None:
+            self.wire.close()
         close = getattr(self.find, "close", None)
         if close is not None:
             close()

@@ -29,6 +29,7 @@ from kmon.engine.host_view import UNKNOWN_CLUSTER, KafkaProcesses, cluster_label
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
 from kmon.model import ChurnThresholds, Event, Snapshot
+from kmon.sources.host_wire import HostWire
 from kmon.sources.socket_readers import open_socket_reader
 from kmon.sources.sockets import Endpoint
 
@@ -142,14 +143,16 @@ def open_process(pid: int, settings: SamplerSettings, interval_ms: int = 1000) -
 
 class LocalClients(Recordable):
     """Many local client processes, found by ``find`` (see ClientDiscovery) and polled
-    together, and their recording; what the watch screen and the host view share."""
+    together, their wire read once for the host (one packet capture), and their recording;
+    what the watch screen and the host view share."""
 
     def __init__(self, settings: SamplerSettings, find: Callable | None,
                  discover_every_s: float, interval_ms: int,
                  churn: ChurnThresholds | None) -> None:
         self.settings, self.interval_ms = settings, interval_ms
         self.monitor = Monitor([], churn=churn)
-        self.discovery = ClientDiscovery(open_socket_reader(), settings, discover_every_s, find)
+        self.discovery = ClientDiscovery(open_socket_reader(), settings, discover_every_s, find,
+                                         HostWire() if settings.wire == "auto" else None)
         self._lock = threading.Lock()  # one poll at a time; close waits for it
         self._closed = False
         self._record_lock = threading.Lock()

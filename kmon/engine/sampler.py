@@ -24,6 +24,7 @@ from kmon.evidence.wire import WireEvidence
 from kmon.model import ClientInstance, Connection, ProcessView
 from kmon.sources import bounded
 from kmon.sources.cluster import ClusterMetadata, GroupInfo
+from kmon.sources.host_wire import HostWire
 from kmon.sources.jmx import is_jvm
 from kmon.sources.jvm_reading import JvmSource
 from kmon.sources.librdkafka_stats import ClientStats, read_client_stats, spool_dirs
@@ -102,12 +103,13 @@ class ProcessSampler:
     """Takes snapshots of one process. Raises SampleError subclasses for user problems.
 
     The gather step owns the sources of the process (its sockets, the agent's spool, a
-    JVM's JMX helper and client log, its packet tap and kmon's own broker query); the
+    JVM's JMX helper and client log, its packet tap, or its part of ``host_wire``, the
+    host's one capture, and kmon's own broker query); the
     producers are pure functions of what was gathered. ``close`` releases the sources.
     """
 
     def __init__(self, pid: int, reader: SocketReader, settings: SamplerSettings,
-                 client_log: Path | None = None) -> None:
+                 client_log: Path | None = None, host_wire: HostWire | None = None) -> None:
         if pid <= 0 or is_kernel_thread(pid):
             raise ProcessGone(f"no process with PID {pid}" + (
                 " (it is a kernel thread)" if pid > 0 else ""))
@@ -135,7 +137,7 @@ class ProcessSampler:
         jvm = is_jvm(pid)
         self.jvm_source = (JvmSource(pid, client_log, jmx=jvm, reader=reader)
                            if jvm or client_log else None)
-        self.wire_source = ProcessWire() if settings.wire == "auto" else None
+        self.wire_source = ProcessWire(host_wire) if settings.wire == "auto" else None
         args = shlex.split(self.cmdline)
         self.cadence = CadenceEvidence(lambda: directory.groups, args)
         self.jvm = JvmEvidence(pid, self.start_time) if self.jvm_source else None

@@ -65,11 +65,13 @@ class Segment(NamedTuple):
 class PacketCapture:
     """The filtered packet ring of one watched process."""
 
-    def __init__(self, local_ports: set[int], remote_ports: set[int]) -> None:
+    def __init__(self, local_ports: set[int], remote_ports: set[int],
+                 blocks: int = BLOCKS) -> None:
         self.local_ports: set[int] | None = None  # none yet: the first set_ports attaches it
         self.remote_ports: set[int] = set()
         self.responses = True
         self.drops = 0
+        self.blocks = blocks
         self.endpoints: dict[bytes, tuple[Address, Address]] = {}
         self.frames = FrameBoundaries()
         self.fast = _fast_layout(96, 0x80)  # as on x86-64 with TCP timestamps; read() learns it
@@ -78,10 +80,10 @@ class PacketCapture:
             self.loopback = socket.if_nametoindex("lo")
             self.set_ports(local_ports, remote_ports)
             self.sock.setsockopt(SOL_PACKET, PACKET_VERSION, TPACKET_V3)
-            request = struct.pack("=7I", BLOCK_SIZE, BLOCKS, FRAME_SIZE,
-                                  BLOCK_SIZE * BLOCKS // FRAME_SIZE, RETIRE_BLOCK_MS, 0, 0)
+            request = struct.pack("=7I", BLOCK_SIZE, blocks, FRAME_SIZE,
+                                  BLOCK_SIZE * blocks // FRAME_SIZE, RETIRE_BLOCK_MS, 0, 0)
             self.sock.setsockopt(SOL_PACKET, PACKET_RX_RING, request)
-            self.ring = mmap.mmap(self.sock.fileno(), BLOCK_SIZE * BLOCKS,
+            self.ring = mmap.mmap(self.sock.fileno(), BLOCK_SIZE * blocks,
                                   mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
             _bind_all(self.sock.fileno())  # from here on, the filter decides what is queued
             self.block = 0
@@ -116,7 +118,7 @@ class PacketCapture:
         follows, ntohl = self.frames.follows, socket.ntohl
         fast, fast_net, fast_offset, fast_snaplen, fast_payload = self.fast
         last_at = len(ring) - fast.size
-        for _ in range(BLOCKS):
+        for _ in range(self.blocks):
             base = self.block * BLOCK_SIZE
             _, _, status, count, first, _, _ = BLOCK_HEADER.unpack_from(ring, base)
             if not status & TP_STATUS_USER:
@@ -171,7 +173,7 @@ class PacketCapture:
                 run[0], run[1], run[5] = sec, nsec, run[5] + 1
                 runs[key] = run
             struct.pack_into("=I", ring, base + 8, 0)  # the block goes back to the kernel
-            self.block = (self.block + 1) % BLOCKS
+            self.block = (self.block + 1) % self.blocks
         self._count_drops()
         endpoints = self.endpoints
         return [Segment(_ms(sec, nsec), *(endpoints.get(raw) or _remember(raw, endpoints)),

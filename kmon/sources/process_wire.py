@@ -1,5 +1,6 @@
-"""The wire of one process as the sampler gathers it: its packet tap, opened at the first
-read, and kmon's own Metadata query to a broker the process talks Kafka to.
+"""The wire of one process as the sampler gathers it: its packet tap (its own, or its part of
+the host's one capture), opened at the first read, and kmon's own Metadata query to a broker
+the process talks Kafka to.
 
 ``read`` hands over what the tap saw since the last read (``WireReading``), with the brokers
 of a query that has answered taught to the tap first. ``ask`` starts one query, on a thread
@@ -13,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kmon.sources.broker_query import BrokerQuery
+from kmon.sources.host_wire import HostWire, SharedCapture
 from kmon.sources.sockets import Endpoint, TcpSocket
 from kmon.sources.wire import WireTap, WireView
 
@@ -32,7 +34,9 @@ class WireReading:
 class ProcessWire:
     """The wire source of one process: its tap and kmon's own broker query."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: HostWire | None = None) -> None:
+        self.host = host  # the host's one capture, else the process gets a tap of its own
+        self.shared: SharedCapture | None = None
         self.tap: WireTap | None = None
         self.problem: str | None = None
         self.asked: set[Endpoint] = set()  # peers kmon asked for the cluster's brokers
@@ -44,7 +48,11 @@ class ProcessWire:
             return WireReading(None, self.problem)
         try:
             if self.tap is None:
-                self.tap = WireTap(sockets, now_ms)
+                self.shared = None if self.host is None else self.host.share()
+                self.tap = WireTap(sockets, now_ms, self.shared)
+            if self.shared is not None:
+                self.shared.own([((s.local.ip, s.local.port), (s.remote.ip, s.remote.port))
+                                 for s in sockets], now_ms)
             answer = self._answer()
             if answer:
                 self.tap.learn(answer, now_ms)
@@ -72,6 +80,9 @@ class ProcessWire:
         if self.tap is not None:
             self.tap.close()
             self.tap = None
+        elif self.shared is not None:
+            self.shared.close()
+        self.shared = None
 
     def _answer(self) -> dict[int, tuple[str, int]] | None:
         """The brokers the query under way named, once it has come."""

@@ -3,7 +3,8 @@ and coordinators its responses name.
 
 ``WireTap`` owns a ``PacketCapture`` filtered to the process's local ports and
 to its brokers' ports (so that a connection opened between two polls is seen
-from its first request), and keeps one ``Flow`` per socket: the API key and
+from its first request), or reads its part of the host's one capture
+(``kmon.sources.host_wire``), and keeps one ``Flow`` per socket: the API key and
 client_id of every segment that starts with a request header (the kernel
 filter passes no other request bytes; a request that shares a segment with
 the one before it goes uncounted), and, while the brokers are not known yet,
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from kmon.model import WireClose
 from kmon.sources import bounded
 from kmon.sources import kafka_protocol as kp
+from kmon.sources.host_wire import SharedCapture
 from kmon.sources.packet_capture import Address, PacketCapture, Segment
 from kmon.sources.packet_filter import TCP_CLOSING, TCP_RST
 from kmon.sources.sockets import Endpoint, TcpSocket
@@ -84,7 +86,8 @@ def _address(endpoint: Endpoint) -> Address:
 class WireTap:
     """The wire source of one process."""
 
-    def __init__(self, sockets: list[TcpSocket], now_ms: int) -> None:
+    def __init__(self, sockets: list[TcpSocket], now_ms: int,
+                 capture: SharedCapture | None = None) -> None:
         self.flows: dict[tuple[Address, Address], Flow] = {}
         self.brokers: dict[int, tuple[str, int]] = {}
         self.coordinators: dict[tuple[str, int], int] = {}
@@ -92,7 +95,10 @@ class WireTap:
         self.started = {(_address(s.local), _address(s.remote)) for s in sockets}
         self.last_polled: set[tuple[Address, Address]] = set(self.started)
         self.remote_ports: dict[int, None] = {}  # insertion-ordered, the latest last
-        self.capture = PacketCapture(*self._ports(sockets))
+        ports = self._ports(sockets)
+        if capture is not None:  # the process's part of the host's one capture
+            capture.set_ports(*ports)
+        self.capture = capture or PacketCapture(*ports)
 
     def close(self) -> None:
         self.capture.close()

@@ -1,0 +1,121 @@
+"""One host, one capture: the host view reads the wire once for every watched process and
+hands each process the segments of its own sockets."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from helpers import Child, produce, request_to, wait_for
+
+from kmon.engine.facade import HostSession
+from kmon.engine.sampler import SamplerSettings
+from kmon.model import Role
+from kmon.sources import kafka_protocol as kp
+from kmon.sources.host_wire import HostWire
+from kmon.sources.process_wire import ProcessWire
+
+pytestmark = [pytest.mark.integration,  # real processes, a cluster, real packet capture
+              pytest.mark.skipif(os.geteuid() != 0, reason="the wire needs CAP_NET_RAW (root)")]
+
+
+def packet_sockets_held() -> int:
+    """The packet sockets this process holds, from /proc (its fds against /proc/net/packet)."""
+    lines = Path("/proc/net/packet").read_text().splitlines()[1:]
+    packet_inodes = {line.split()[-1] for line in lines}
+    held = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            held.add(target[len("socket:["):-1])
+        # another thread's fd may come and go meanwhile: skipped
+    return len(held & packet_inodes)
+
+
+def wired(view) -> list:
+    """The rows of a process's view named by the wire."""
+    return [c for c in view.connections if c.evidence.get("role") == "wire"]
+
+
+def test_the_host_view_opens_one_capture_and_names_each_processs_sockets(cluster):
+    """Three uninstrumented consumers started after the host view: one packet socket for all
+    of them, and each one's coordinator and fetching brokers named by its own wire at 1.0."""
+    topic = f"kmon-host-wire-{uuid.uuid4().hex[:8]}"
+    produce(cluster, topic)
+    session = HostSession(SamplerSettings(require_kafka=False), discover_every_s=0.0)
+    clients: list[Child] = []
+    try:
+        session.poll()
+        for _ in range(3):
+            client = Child([sys.executable, "-m", "kmon.devtools.workload", "consumer",
+                            cluster, "--topic", topic])
+            clients.append(client)
+        for client in clients:
+            client.wait_line("READY", timeout=60)
+        pids = {c.pid for c in clients}
+
+        def named() -> dict | None:
+            views = {v.pid: v for v in session.poll()[0].processes if v.pid in pids}
+            done = len(views) == len(pids) and all(
+                any(c.role == Role.COORDINATOR for c in wired(v))
+                and any(c.role == Role.BROKER and "Fetch" in c.evidence["wire"]
+                        for c in wired(v)) for v in views.values())
+            return views if done else None
+
+        views = wait_for(named, "every consumer's sockets named by the wire", every=0.3)
+        assert packet_sockets_held() == 1
+        wire = session.discovery.wire
+        assert wire is not None and wire.captures_opened == 1 and len(wire.shares) >= 3
+    finally:
+        session.close()
+        for client in clients:
+            client.stop()
+    for view in views.values():
+        assert sum(c.role == Role.COORDINATOR for c in wired(view)) == 1
+        assert all(c.confidence == 1.0 and c.broker_id is not None for c in wired(view))
+        # a socket silent since the process was found keeps the other evidence
+        assert all(c.confidence < 1.0 for c in view.connections if c not in wired(view))
+        others = {c.local for v in views.values() if v is not view for c in v.connections}
+        assert not {c.local for c in view.connections} & others  # its own sockets only
+    assert packet_sockets_held() == 0  # the capture closed with the session
+
+
+def test_each_process_reads_only_its_own_sockets_from_its_first_request():
+    """Two processes' wires on one capture: a connection each opens between two polls is
+    read from its first request (its segments wait until a poll shows the socket), and
+    never reaches the other process."""
+    host = HostWire()
+    first, second = ProcessWire(host), ProcessWire(host)
+    opened = []
+    with socket.create_server(("127.0.0.1", 0)) as broker:
+        try:
+            for wire in (first, second):
+                assert wire.read([], 0).view is not None
+            assert host.captures_opened == 1 and len(host.shares) == 2
+            opened = [request_to(broker, "first"), request_to(broker, "second")]
+            socks = [sock for _, sock, _ in opened]
+
+            def read_by(wire: ProcessWire, sock):
+                view = wire.read([sock], 1).view
+                return view.flows if view.flows else None
+
+            flows = [wait_for(lambda w=w, s=s: read_by(w, s), f"the {w} request")
+                     for w, s in ((first, socks[0]), (second, socks[1]))]
+        finally:
+            first.close()
+            second.close()
+            for client, _, peer in opened:
+                client.close()
+                peer.close()
+    assert [[(key[0].port, f.client_id, dict(f.api_counts), f.from_start)
+             for key, f in found.items()] for found in flows] == [
+        [(socks[0].local.port, "first", {kp.METADATA: 1}, True)],
+        [(socks[1].local.port, "second", {kp.METADATA: 1}, True)]]
+    assert host.capture is None and not host.shares  # closed with the last process
