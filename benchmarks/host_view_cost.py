@@ -1,0 +1,264 @@
+"""What the host view costs on a busy host: one packet capture for every process, in tmux.
+
+    python benchmarks/host_view_cost.py [--processes 50] [--connections 100] [--seconds 30]
+
+--processes helper processes (each with librdkafka mapped, so the host view takes them
+for Kafka clients) hold --connections connections each to a listener helper that answers
+like a broker; each process sends --rate Produce requests a second (a real request
+header with its client_id, then a body), on its connections in turn, and reads the
+answer. ``kmon`` (the host view, ``--wire auto``: as root, the wire of every process)
+runs in a 200 x 60 tmux session at the default 1 s; beside it, over the same seconds,
+the engine alone (a HostSession polled every second, no screen) in a helper process,
+and the engine with a packet tap per process (as before one capture served the host).
+Each share is user + system CPU seconds of that process (all its threads) over wall
+seconds. The engine helpers count the "wire missed" notices their polls made. Targets:
+the host view under 10% of one core, no packet missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import selectors
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if str(HERE.parent) not in sys.path:
+    sys.path.insert(0, str(HERE.parent))
+
+import psutil  # noqa: E402
+from dashboard_cost import FD_SLACK  # noqa: E402
+from helpers import (  # noqa: E402
+    Helpers,
+    cpu_seconds,
+    exit_when_parent_goes,
+    no_time_wait,
+    raise_fd_limit,
+)
+
+READY_TIMEOUT_S = 240.0
+WARM_UP_S = 10.0
+SIZE = (200, 60)
+TMUX_SOCKET = f"kmon-host-bench-{os.getpid()}"
+CPU_TARGET = 0.10
+MISSED = "the wire missed"
+PRODUCE = 0  # the Produce API key
+
+
+def produce_request(correlation: int, client_id: str) -> bytes:
+    """A Produce request frame (v9 header, client_id) with a small body after its header."""
+    header = (PRODUCE.to_bytes(2, "big") + (9).to_bytes(2, "big")
+              + correlation.to_bytes(4, "big") + len(client_id).to_bytes(2, "big")
+              + client_id.encode())
+    body = bytes(200)
+    return (len(header) + len(body)).to_bytes(4, "big") + header + body
+
+
+# -- helper roles -------------------------------------------------------------------------------
+
+
+def role_listener(count: int) -> None:
+    """Accept connections on 127.0.0.1 and answer each request with a short response frame
+    carrying its correlation id; print the port first."""
+    raise_fd_limit(count + FD_SLACK)
+    selector = selectors.DefaultSelector()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4096)
+    listener.setblocking(False)
+    selector.register(listener, selectors.EVENT_READ)
+    print("port", listener.getsockname()[1], flush=True)
+    while True:
+        for key, _ in selector.select():
+            sock = key.fileobj
+            if sock is listener:
+                try:
+                    while True:
+                        conn = no_time_wait(listener.accept()[0])
+                        conn.setblocking(False)
+                        selector.register(conn, selectors.EVENT_READ)
+                except BlockingIOError:
+                    pass
+                continue
+            try:
+                data = sock.recv(65536)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                selector.unregister(sock)
+                sock.close()
+                continue
+            if len(data) >= 12:
+                sock.send((8).to_bytes(4, "big") + data[8:12] + bytes(4))
+
+
+def role_client(port: int, count: int, rate: float) -> None:
+    """Hold ``count`` connections to the listener, with librdkafka mapped (as every
+    confluent-kafka program has), and send ``rate`` Produce requests a second on them in
+    turn."""
+    import confluent_kafka  # noqa: F401  (mapped: the host view's sign of a Kafka client)
+
+    raise_fd_limit(count + FD_SLACK)
+    conns = []
+    for _ in range(count):
+        conn = no_time_wait(socket.socket())
+        conn.settimeout(10)
+        conn.connect(("127.0.0.1", port))
+        conns.append(conn)
+    print("ready", len(conns), flush=True)
+    client_id = f"bench-producer-{os.getpid()}"
+    sent = 0
+    while True:
+        time.sleep(1.0 / rate)
+        conn = conns[sent % len(conns)]
+        sent += 1
+        try:
+            conn.sendall(produce_request(sent, client_id))
+            conn.recv(65536)
+        except OSError:
+            continue
+
+
+def role_engine(seconds: float, processes: int, per_process: bool) -> None:
+    """The engine alone: a HostSession polled every second, ready once it watches
+    ``processes``; prints its poll count and the "wire missed" notices its polls made.
+    ``per_process``: each process with a packet tap of its own, as before the host's one."""
+    from kmon.engine.facade import HostSession
+    from kmon.engine.sampler import SamplerSettings
+
+    session = HostSession(SamplerSettings(require_kafka=False), interval_ms=1000)
+    if per_process:
+        session.discovery.wire = None  # the samplers open their own taps
+    while len(session.poll()[0].processes) < processes:
+        time.sleep(1.0)
+    for _ in range(int(WARM_UP_S)):
+        session.poll()
+        time.sleep(1.0)
+    print("ready", flush=True)
+    ends, polls, missed = time.monotonic() + seconds, 0, 0
+    while time.monotonic() < ends:
+        began = time.monotonic()
+        snapshot, _ = session.poll()
+        polls += 1
+        missed += sum(any(MISSED in n for n in view.notices) for view in snapshot.processes)
+        time.sleep(max(0.0, began + 1.0 - time.monotonic()))
+    print("polls", polls, missed, flush=True)
+    session.close()
+
+
+# -- the run --------------------------------------------------------------------------------------
+
+
+def tmux(*args: str) -> str:
+    return subprocess.run(["tmux", "-L", TMUX_SOCKET, *args], check=True, text=True,
+                          capture_output=True).stdout
+
+
+def engine_share(helpers: Helpers, processes: int, seconds: float,
+                 per_process: bool) -> tuple[float, int]:
+    """(the engine helper's CPU share, rows with a "wire missed" notice) over ``seconds``."""
+    engine = helpers.start("--role", "engine", "--seconds", str(seconds), "--count",
+                           str(processes), *(["--per-process"] if per_process else []))
+    helpers.line(engine, "ready")
+    before, began = cpu_seconds(engine.pid), time.perf_counter()
+    _, missed = helpers.line(engine, "polls")
+    return (cpu_seconds(engine.pid) - before) / (time.perf_counter() - began), int(missed)
+
+
+def run(args: argparse.Namespace) -> int:
+    if shutil.which("tmux") is None:
+        print("host_view_cost: needs tmux (apt-get install tmux)", file=sys.stderr)
+        return 1
+    if os.geteuid() != 0:
+        print("host_view_cost: the wire needs CAP_NET_RAW: run as root", file=sys.stderr)
+        return 1
+    with Helpers(__file__, READY_TIMEOUT_S) as helpers:
+        print(f"opening {args.processes} x {args.connections} connections ...",
+              file=sys.stderr, flush=True)
+        listener = helpers.start("--role", "listener", "--count",
+                                 str(args.processes * args.connections))
+        port = helpers.line(listener, "port")[0]
+        clients = [helpers.start("--role", "client", "--port", port, "--count",
+                                 str(args.connections), "--rate", str(args.rate))
+                   for _ in range(args.processes)]
+        for client in clients:
+            helpers.line(client, "ready")
+        command = shlex.join([sys.executable, "-m", "kmon"])  # the host view, at 1 s
+        tmux("new-session", "-d", "-x", str(SIZE[0]), "-y", str(SIZE[1]), "-s", "kmon",
+             f"exec {command}")
+        try:
+            kmon = psutil.Process(int(tmux("list-panes", "-F", "#{pane_pid}").split()[0]))
+            deadline = time.monotonic() + READY_TIMEOUT_S
+            while str(clients[-1].pid) not in tmux("capture-pane", "-p"):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the host view never showed every client:\n"
+                                       + tmux("capture-pane", "-p"))
+                time.sleep(1.0)
+            print("host view and engine alone ...", file=sys.stderr, flush=True)
+            before, began = sum(kmon.cpu_times()[:2]), time.perf_counter()
+            engine, missed = engine_share(helpers, args.processes, args.seconds, False)
+            view = (sum(kmon.cpu_times()[:2]) - before) / (time.perf_counter() - began)
+            screen = tmux("capture-pane", "-p")
+            print("host view and engine with a tap per process ...", file=sys.stderr,
+                  flush=True)
+            before, began = sum(kmon.cpu_times()[:2]), time.perf_counter()
+            taps, taps_missed = engine_share(helpers, args.processes, args.seconds, True)
+            view_beside_taps = (sum(kmon.cpu_times()[:2]) - before) / (
+                time.perf_counter() - began)
+        finally:
+            subprocess.run(["tmux", "-L", TMUX_SOCKET, "kill-server"], capture_output=True)
+    print(f"host view of {args.processes} processes x {args.connections} connections, "
+          f"{args.rate:g} Produce requests/s each, 1 s interval, --wire auto, tmux "
+          f"{SIZE[0]}x{SIZE[1]}, {args.seconds:.0f} s each (user + system CPU / wall)")
+    print(f"  host view (one capture)        {view:7.2%}   engine alone beside it "
+          f"{engine:7.2%}   ratio {view / engine:.2f}x")
+    print(f"  host view, beside the taps run {view_beside_taps:7.2%}   engine, a tap per "
+          f"process {taps:7.2%}   one capture / taps {engine / taps:.2f}x")
+    print(f"  rows with '{MISSED}': one capture {missed} of {args.processes} x polls, "
+          f"a tap per process {taps_missed}; on the host view's screen: "
+          f"{'yes' if MISSED in screen else 'no'}")
+    met = view < CPU_TARGET and not missed and MISSED not in screen
+    print(f"target (<{CPU_TARGET:.0%} of a core, no packet missed) {'met' if met else 'NOT met'}")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--processes", type=int, default=50)
+    parser.add_argument("--connections", type=int, default=100, help="per process")
+    parser.add_argument("--rate", type=float, default=2.0, help="Produce requests/s a process")
+    parser.add_argument("--seconds", type=float, default=30.0, help="of each measurement")
+    parser.add_argument("--role", choices=("listener", "client", "engine"),
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--per-process", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.role:
+        exit_when_parent_goes()
+        if args.role == "listener":
+            role_listener(args.count)
+        elif args.role == "client":
+            role_client(args.port, args.count, args.rate)
+        else:
+            role_engine(args.seconds, args.count, args.per_process)
+        return 0
+    if args.processes < 1 or args.connections < 1 or args.seconds < 5 or args.rate <= 0:
+        parser.error("need --processes >= 1, --connections >= 1, --seconds >= 5, --rate > 0")
+    try:
+        return run(args)
+    except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+        print(f"host_view_cost: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
