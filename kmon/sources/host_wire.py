@@ -37,6 +37,7 @@ class SharedCapture:
         self.keys: set[Key] = set()  # the process's sockets at its last poll
         self.wanted: tuple[set[int], bool] = (set(), True)  # its remote ports, responses
         self.missed = 0  # segments dropped from a full queue
+        self.drops_before = host.capture.drops if host.capture else 0  # the ring's, until now
 
     @property
     def local_ports(self) -> set[int]:
@@ -48,9 +49,10 @@ class SharedCapture:
 
     @property
     def drops(self) -> int:
-        """The packets the host ring missed (whose they were, nobody knows), and this
-        process's own queue's."""
-        return self.missed + (self.host.capture.drops if self.host.capture else 0)
+        """The packets the host ring missed while the process was watched (whose they were,
+        nobody knows), and the segments its own full queue did."""
+        ring = self.host.capture.drops - self.drops_before if self.host.capture else 0
+        return self.missed + ring
 
     def own(self, sockets: Collection[Key], now_ms: int) -> None:
         """The process's sockets now: their segments are its own from here on."""
