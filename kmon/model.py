@@ -222,6 +222,8 @@ class CloseStory:
     bytes_received: int | None = None
     requests_sent: int | None = None
     requests_received: int | None = None
+    opened_ms: int | None = None  # exact, from the kernel's TCP events (UTC epoch ms)
+    closed_ms: int | None = None  # when it began to close (first FIN or RST), exact likewise
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Child, kmon, python_as
+from test_closes import closed_events
 from test_real_broker import IDLE_REASONS, attach_stream, read_until
 
 from kmon.engine.connection_lives import MAX_OPEN, ConnectionLives
@@ -158,6 +159,28 @@ def test_the_table_of_open_connections_is_bounded():
     assert len(lives.open) == MAX_OPEN and lives.forgotten == 10
 
 
+def test_a_close_is_read_against_the_limits_over_the_polls_gap_or_the_kernel_s_times():
+    from kmon.engine.closes import SocketLife, story
+    from kmon.engine.connection_lives import KernelLife
+    from kmon.model import Connection, Role
+
+    conn = Connection("sock:1", Role.BROKER, 1, 1, None, "127.0.0.1:50000", "127.0.0.1:9092",
+                      "ESTABLISHED", idle_ms=3000, idle_limits={"client": 5000})
+    life = SocketLife(10_000, 20_000, conn, {"ESTABLISHED", "FIN_WAIT2"})
+    # a 1 s poll of a 5 s limit: seen 3.0 s idle, gone 1 s later - it may have been 4 s
+    assert story(life, None, 21_000).reason == "client_idle_reap"
+    assert story(life, None, 20_100).reason == "client_closed"  # 3.1 s at most: not a reap
+    kernel = KernelLife(10, 9_990.0, BROKER, LOCAL, first_fin="client", closing_ms=22_000.0,
+                        closed_ms=22_001.0)
+    exact = story(life, None, 23_000, exact=kernel)  # idle from 17.0 s to its FIN at 22.0 s
+    assert (exact.closed_by, exact.reason, exact.idle_before_ms, exact.lifetime_ms) == (
+        "client", "client_idle_reap", 5000, 12_010)
+    assert (exact.opened_ms, exact.closed_ms) == (9990, 22_000)
+    reset = KernelLife(10, 9_990.0, BROKER, LOCAL, reset="broker", closing_ms=20_500.0)
+    assert (story(life, None, 21_000, exact=reset).closed_by,
+            story(life, None, 21_000, exact=reset).reason) == ("broker", "reset")
+
+
 # --- kmon attach, as root, on real clients -----------------------------------------------
 
 PER_MESSAGE = """
@@ -275,6 +298,33 @@ def test_a_producer_per_message_is_named_and_a_steady_consumer_beside_it_is_not(
 
 @as_root
 @pytest.mark.integration
+def test_a_producer_reaping_at_5_s_polled_every_second_reads_every_close_as_a_reap(
+        start_client):
+    producer = start_client("producer", idle_ms=5000)
+    streams = {mode: Child([sys.executable, "-m", "kmon", "attach", str(producer.pid),
+                            "--json", "--interval", "1s", *extra])
+               for mode, extra in (("kernel", ()), ("polls", ("--no-kernel-events",)))}
+    try:  # both watch the same closes, one timing them from the kernel, one from its polls
+        found = {mode: closed_events(stream, wanted=3, seconds=40)
+                 for mode, stream in streams.items()}
+    finally:
+        for stream in streams.values():
+            stream.stop()
+    for mode, closed in found.items():
+        assert len(closed) >= 3, (mode, closed)
+        assert {(e["closed_by"], e["reason"]) for e in closed} == {
+            ("client", "client_idle_reap")}, (mode, closed)
+    exact = [e for e in found["kernel"] if e["closed_ms"] is not None]
+    assert exact, found["kernel"]  # the connections opened while kmon watched
+    for event in exact:
+        # librdkafka checks each second, from stamps that can predate the connection
+        assert 3900 <= event["idle_before_ms"] <= 7000, event
+        assert abs(event["lifetime_ms"] - (event["closed_ms"] - event["opened_ms"])) <= 1
+    assert all(e["closed_ms"] is None for e in found["polls"])
+
+
+@as_root
+@pytest.mark.integration
 def test_kmon_leaves_no_tracefs_mount_of_its_own(start_client_at, cluster):
     client = start_client_at(cluster, "producer", instrument=False)
     before = kmon_tracefs_mounts()
@@ -336,8 +386,9 @@ def test_a_refusal_a_poll_saw_open_is_told_once_with_the_kernel_s_story():
     _, closed, told = watch.poll([gone])
     assert [life.ending for life in closed] == ["per_ip_rejected", "per_ip_rejected"]
     assert [e.remote for e in told] == ["127.0.0.1:9092"] and "127.0.0.1:50001>" in told[0].key
-    story = watch.known_ending((Endpoint("127.0.0.1", 50000), Endpoint("127.0.0.1", 9092)))
-    assert (story.closed_by, story.reason, story.lifetime_ms) == ("broker", "per_ip_rejected", 4)
+    life = watch.life_of((Endpoint("127.0.0.1", 50000), Endpoint("127.0.0.1", 9092)))
+    story = watch.story(life)  # lived from its connect to the broker's FIN
+    assert (story.closed_by, story.reason, story.lifetime_ms) == ("broker", "per_ip_rejected", 2)
     assert 9092 in watch.source.ports
 
 

@@ -32,6 +32,7 @@ class KernelLife:
     established_ms: float | None = None
     first_fin: str | None = None  # who closed first: client or broker
     reset: str | None = None  # who reset it: client or broker
+    closing_ms: float | None = None  # its first FIN or RST: when it began to close
     closed_ms: float | None = None
     never_established: bool = False  # it went from SYN_SENT straight to CLOSE
 
@@ -84,14 +85,14 @@ class ConnectionLives:
             life = self.open.get(event.skaddr)
             if life is None:
                 continue
-            if event.kind == "reset_in":
-                life.reset = life.reset or "broker"
-            elif event.kind == "reset_out":
-                life.reset = life.reset or "client"
+            if event.kind in ("reset_in", "reset_out"):
+                life.reset = life.reset or ("broker" if event.kind == "reset_in" else "client")
+                life.closing_ms = life.closing_ms or event.ts_ms
             else:
                 self._step(life, event)
                 if event.new_state == TCP_CLOSE:
                     life.closed_ms = event.ts_ms
+                    life.closing_ms = life.closing_ms or event.ts_ms
                     closed.append(self.open.pop(event.skaddr))
         return opened, closed
 
@@ -117,3 +118,5 @@ class ConnectionLives:
                 life.first_fin = "client"
             elif event.new_state == TCP_CLOSE_WAIT:
                 life.first_fin = "broker"
+            if life.first_fin is not None:
+                life.closing_ms = life.closing_ms or event.ts_ms

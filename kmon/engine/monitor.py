@@ -180,10 +180,10 @@ class Monitor:
         pairs = {(pid, key): pair for pid, key, life, _ in closed
                  if (pair := endpoints(life.last)) is not None}
         kernel = closing_states(set(pairs.values()))
-        exact = self.kernel.known_ending if self.kernel else lambda _: None
-        return {(pid, key): exact(pairs.get((pid, key))) or story(
-                    life, kernel.get(pairs.get((pid, key))), ts_ms,
-                    wire.get((life.last.local, life.last.remote)))
+        exact = self.kernel.life_of if self.kernel else lambda _: None
+        return {(pid, key): story(life, kernel.get(pairs.get((pid, key))), ts_ms,
+                                  wire.get((life.last.local, life.last.remote)),
+                                  exact(pairs.get((pid, key))))
                 for pid, key, life, wire in closed}
 
     def _remember(self, views: list[ProcessView], ts_ms: int) -> None:
