@@ -144,6 +144,10 @@ class ProcessView:
     connections: list[Connection] = field(default_factory=list)  # in display_order()
     notices: list[str] = field(default_factory=list)  # problems worth showing in place
     clients_created: int | None = None  # client instances made so far (the agent counts)
+    # connections opened and closed in the last minute, however short-lived (the kernel's
+    # TCP events count them; None where they do not run)
+    opened_1m: int | None = None
+    closed_1m: int | None = None
     # how the sockets gone since the last poll closed, as the wire saw them, by (local, remote)
     wire_closes: dict[tuple[str, str], WireClose] = field(default_factory=dict)
 
@@ -151,7 +155,8 @@ class ProcessView:
         return {"pid": self.pid, "name": self.name, "cmdline": self.cmdline,
                 "clients": [c.to_dict() for c in self.clients],
                 "connections": [c.to_dict() for c in self.connections],
-                "notices": list(self.notices), "clients_created": self.clients_created}
+                "notices": list(self.notices), "clients_created": self.clients_created,
+                "opened_1m": self.opened_1m, "closed_1m": self.closed_1m}
 
 
 @dataclass

@@ -4,6 +4,7 @@ broker's per-IP limit refused, and a client made per message, with no agent."""
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import os
@@ -321,6 +322,37 @@ def test_a_producer_reaping_at_5_s_polled_every_second_reads_every_close_as_a_re
         assert 3900 <= event["idle_before_ms"] <= 7000, event
         assert abs(event["lifetime_ms"] - (event["closed_ms"] - event["opened_ms"])) <= 1
     assert all(e["closed_ms"] is None for e in found["polls"])
+
+
+@as_root
+@pytest.mark.integration
+def test_the_watch_screen_counts_connections_no_poll_saw_and_names_a_client_per_message(
+        cluster):
+    from test_dashboard_attach import until
+    from test_dashboard_watch import cells, watch_app
+
+    maker = Child([sys.executable, "-c", PER_MESSAGE, cluster])  # no agent
+    try:
+        maker.wait_line("READY")
+        app, screen = watch_app(cluster, pids=[maker.pid])
+
+        def row() -> list[str]:
+            return next((r for r in cells(screen, "processes") if r[0] == str(maker.pid)), [])
+
+        async def drive() -> None:
+            async with app.run_test(size=(190, 40)) as pilot:
+                await until(pilot, lambda: "client per message" in "".join(row()[-2:-1]),
+                            "a client-per-message churn pattern", polls=600)
+                opened, closed = (int(n) for n in row()[-3].split("/"))
+                polled = [e for e in screen.session.events_of(maker.pid)
+                          if e.kind.value == "opened"]
+                assert opened > len(polled) and opened >= 10 and closed >= 5, (opened, polled)
+                assert [e for e in screen.session.events_of(maker.pid)
+                        if e.churn is not None and e.churn.pattern == "client_per_message"]
+
+        asyncio.run(drive())
+    finally:
+        maker.stop()
 
 
 @as_root

@@ -54,7 +54,7 @@ class ClusterRefreshed(Message):
 
 def process_cells(view: ProcessView, label: str, churn: ChurnBoard, now_ms: int) -> tuple:
     roles = Counter(c.role for c in view.connections)
-    opened, closed = churn.per_process(view.pid)
+    opened, closed = churn.per_process(view)
     pattern = churn.pattern(view.pid, now_ms)
     close_wait = sum(c.state == "CLOSE_WAIT" for c in view.connections)
     idles = [c.idle_ms for c in view.connections if c.idle_ms is not None]

@@ -95,18 +95,13 @@ def run(args: argparse.Namespace) -> int:
 def _kernel_watch(cluster, sampler):
     """The kernel's TCP events filtered by the brokers' ports, or None with a notice on
     ``sampler`` saying what kmon cannot see without them."""
-    from kmon.engine.kernel_watch import KernelWatch
-    from kmon.sources.kernel_events import KernelEvents, KernelEventsUnavailable
+    from kmon.engine.kernel_watch import open_kernel_watch
 
-    ports = {b.port for b in cluster.brokers} if cluster is not None else set()
-    try:
-        return KernelWatch(KernelEvents(ports), ports)
-    except (KernelEventsUnavailable, OSError) as err:
-        sampler.standing_notices.append(
-            f"kernel TCP events unavailable ({err}; they need root or CAP_PERFMON): "
-            "connections living between two polls, failed connects and connections the "
-            "broker refuses are not seen")
-        return None
+    watch, notice = open_kernel_watch(b.port for b in cluster.brokers) if cluster else (
+        open_kernel_watch())
+    if notice is not None:
+        sampler.standing_notices.append(notice)
+    return watch
 
 
 def _dashboard(args: argparse.Namespace, monitor, config, theme: str | None) -> int:

@@ -29,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from kmon.cli.text_view import print_snapshots
     from kmon.config import load_config
     from kmon.devtools.demo import Demo, DemoError
+    from kmon.engine.kernel_watch import open_kernel_watch
     from kmon.engine.monitor import Monitor
     from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
     from kmon.sources.sockets import open_socket_reader
@@ -44,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
             if interactive:
                 return _dashboard(demo, labels, config, args, theme)
             reader, settings = open_socket_reader(), SamplerSettings()
-            monitor = Monitor(ProcessSampler(pid, reader, settings) for pid in demo.clients)
+            kernel, _ = open_kernel_watch()  # without it, the polls' story alone
+            monitor = Monitor((ProcessSampler(pid, reader, settings) for pid in demo.clients),
+                              kernel=kernel)
             return print_snapshots(monitor, args.interval or 1.0, json_lines=args.json,
                                    duration=args.duration, labels=labels,
                                    live_screen=not args.headless,

@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from kmon.config import load_config
     from kmon.engine.discovery import ClientDiscovery
     from kmon.engine.heap import settle_heap
+    from kmon.engine.kernel_watch import open_kernel_watch
     from kmon.engine.monitor import Monitor
     from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
     from kmon.record.recorder import Recorder, new_session_id
@@ -78,10 +79,13 @@ def run(args: argparse.Namespace) -> int:
                                    require_kafka=cluster is None and not args.any_process,
                                    middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
                                    wire=args.wire)
+        kernel, unseen = open_kernel_watch(b.port for b in cluster.brokers) if cluster else (
+            open_kernel_watch())
         monitor = Monitor((ProcessSampler(pid, reader, settings)
                            for pid in dict.fromkeys(args.pid or ())),
                           max_events=1,  # events go to disk, not to a history
-                          near_reap_fraction=config.thresholds.idle_warning, churn=config.churn)
+                          near_reap_fraction=config.thresholds.idle_warning, churn=config.churn,
+                          kernel=kernel)
         session_id = new_session_id(monitor.host)
         recorder = Recorder(root, monitor.host, session_id, round(args.interval * 1000),
                             args.flush_every)  # writes nothing before its first add()
@@ -99,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
                 else "PID " + ", ".join(str(pid) for pid in monitor.samplers))
     print(f"kmon record: session {session_id}: {watching}, every {args.interval:g}s, "
           f"into {root}", file=sys.stderr, flush=True)
+    if unseen is not None:
+        print(f"kmon record: {unseen}", file=sys.stderr, flush=True)
     settle_heap()
     with StopSignals() as stop:
         try:

@@ -24,6 +24,7 @@ REOPEN_WITHIN_MS = 15 * 60_000  # a reaped broker opened again this soon is a re
 CYCLE_MEMORY_MS = 60 * 60_000  # reap cycles are counted over the last hour
 FD_SAMPLES = 64
 RATE_MIN_SPAN_MS = 5_000  # a rate of client creation needs this long a look
+MINUTE_MS = 60_000
 KERNEL_ENDINGS = {  # a kernel-seen ending -> how its churn event says it
     "per_ip_rejected": "closed by the broker within {ms} ms of connecting (a per-IP "
                        "connection limit refuses connections so)",
@@ -64,6 +65,17 @@ class ChurnWatch:
                 self.closed[life.pid].pop()
                 self.endings[(life.pid, life.ending)].append((int(life.closed_ms or 0),
                                                               life.where()))
+
+    def last_minute(self, pid: int, ts_ms: int) -> tuple[int, int] | None:
+        """(opened, closed) by ``pid`` in the last minute as the kernel counted them, failed
+        connects and refusals included; None when the kernel does not count its connections."""
+        if pid not in self.exact:
+            return None
+        endings = sum(ts_ms - t <= MINUTE_MS for key, times in self.endings.items()
+                      if key[0] == pid for t, _ in times)
+        opened = sum(ts_ms - t <= MINUTE_MS for t in self.opened.get(pid, ()))
+        closed = sum(ts_ms - t <= MINUTE_MS for t, _ in self.closed.get(pid, ()))
+        return opened + endings, closed + endings
 
     def observe(self, ts_ms: int, views: Iterable[ProcessView], events: Iterable[Event],
                 fd_counts: dict[int, int | None]) -> list[Event]:
@@ -213,7 +225,7 @@ class ChurnWatch:
 
     def _forget(self, ts_ms: int, live: set[int]) -> None:
         """Drop what fell out of every window, and processes no longer watched."""
-        keep = max(self.limits.window_ms, self.limits.storm_window_ms)
+        keep = max(self.limits.window_ms, self.limits.storm_window_ms, MINUTE_MS)
         for times in self.opened.values():
             while times and ts_ms - times[0] > keep:
                 times.popleft()

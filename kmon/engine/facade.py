@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
@@ -26,9 +26,11 @@ from kmon.engine.cluster_watch import (
 from kmon.engine.discovery import ClientDiscovery
 from kmon.engine.heap import settle_heap
 from kmon.engine.host_view import UNKNOWN_CLUSTER, KafkaProcesses, cluster_labels
+from kmon.engine.kernel_watch import open_kernel_watch
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
 from kmon.model import ChurnThresholds, Event, Snapshot
+from kmon.sources.resolve import split_host_port
 from kmon.sources.sockets import Endpoint, open_socket_reader
 
 __all__ = ["UNKNOWN_CLUSTER", "AttachFailed", "ClusterSession", "ClusterView", "GroupRow",
@@ -130,21 +132,24 @@ def open_process(pid: int, settings: SamplerSettings, interval_ms: int = 1000) -
 
 class LocalClients:
     """Many local client processes, found by ``find`` (see ClientDiscovery) and polled
-    together; what the watch screen and the host view share."""
+    together; what the watch screen and the host view share. The kernel's TCP events,
+    where kmon may read them, follow the brokers' ``ports`` and those the clients use."""
 
     def __init__(self, settings: SamplerSettings, find: Callable | None,
                  discover_every_s: float, interval_ms: int,
-                 churn: ChurnThresholds | None) -> None:
+                 churn: ChurnThresholds | None, kernel_events: bool = True,
+                 ports: Iterable[int] = ()) -> None:
         self.settings, self.interval_ms = settings, interval_ms
-        self.monitor = Monitor([], churn=churn)
+        kernel, self.kernel_notice = open_kernel_watch(ports) if kernel_events else (None, None)
+        self.monitor = Monitor([], churn=churn, kernel=kernel)
         self.discovery = ClientDiscovery(open_socket_reader(), settings, discover_every_s, find)
         self._lock = threading.Lock()  # one poll at a time; close waits for it
         self._closed = False
 
     @property
     def notices(self) -> list[str]:
-        """Problems finding or reading the local clients."""
-        return self.discovery.notices
+        """Problems finding or reading the local clients, and what kmon cannot see."""
+        return self.discovery.notices + ([self.kernel_notice] if self.kernel_notice else [])
 
     def events_of(self, pid: int) -> list[Event]:
         """The remembered events of one watched process."""
@@ -176,8 +181,12 @@ class ClusterSession(LocalClients):
 
     def __init__(self, watcher: ClusterWatcher, settings: SamplerSettings, pids: list[int],
                  discover_every_s: float = DISCOVER_EVERY_S, interval_ms: int = 1000,
-                 churn: ChurnThresholds | None = None, idle_from_cluster: bool = True) -> None:
-        super().__init__(settings, None, discover_every_s, interval_ms, churn)
+                 churn: ChurnThresholds | None = None, idle_from_cluster: bool = True,
+                 kernel_events: bool = True) -> None:
+        ports = {parts[1] for text in watcher.view.bootstrap.split(",")
+                 if (parts := split_host_port(text.strip())) is not None}
+        super().__init__(settings, None, discover_every_s, interval_ms, churn, kernel_events,
+                         ports)
         self.watcher = watcher
         self.idle_from_cluster = idle_from_cluster  # the brokers' idle limit as they say
         for pid in pids:
@@ -223,9 +232,11 @@ class HostSession(LocalClients):
     """
 
     def __init__(self, settings: SamplerSettings, discover_every_s: float = DISCOVER_EVERY_S,
-                 interval_ms: int = 1000, churn: ChurnThresholds | None = None) -> None:
+                 interval_ms: int = 1000, churn: ChurnThresholds | None = None,
+                 kernel_events: bool = True) -> None:
         self.search = KafkaProcesses()
-        super().__init__(settings, self.search, discover_every_s, interval_ms, churn)
+        super().__init__(settings, self.search, discover_every_s, interval_ms, churn,
+                         kernel_events)
         self._brokers: frozenset[Endpoint] = frozenset()
 
     @property

@@ -10,12 +10,25 @@ from collections.abc import Iterable
 
 from kmon.engine.connection_lives import ConnectionLives, KernelLife
 from kmon.model import CloseStory, Event, EventKind, ProcessView
-from kmon.sources.kernel_events import KernelEvents
+from kmon.sources.kernel_events import KernelEvents, KernelEventsUnavailable
 from kmon.sources.resolve import parse_endpoint
 from kmon.sources.sockets import Endpoint
 
 MAX_LEARNED_PORTS = 48  # remote ports learned from the watched processes' own sockets
+UNAVAILABLE = ("kernel TCP events unavailable ({}; they need root, CAP_PERFMON or "
+               "CAP_SYS_ADMIN): connections living between two polls, failed connects and "
+               "connections the broker refuses are not seen")
 MAX_ENDINGS = 4096  # recent closes remembered by 4-tuple, for the story of a poll's close
+
+
+def open_kernel_watch(ports: Iterable[int] = ()) -> tuple[KernelWatch | None, str | None]:
+    """The kernel's TCP events filtered by the brokers' ``ports``; or None and the notice
+    saying what kmon cannot see without them."""
+    ports = frozenset(ports)
+    try:
+        return KernelWatch(KernelEvents(ports), ports), None
+    except (KernelEventsUnavailable, OSError) as err:
+        return None, UNAVAILABLE.format(err)
 
 
 class KernelWatch:

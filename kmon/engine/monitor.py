@@ -151,6 +151,7 @@ class Monitor:
             views.append(view)
         if self.kernel is not None:
             opened, closed, told = self.kernel.poll(views)
+            self.churn.exact.update(view.pid for view in views)  # even those opening nothing
             self.churn.take_lives(opened, closed)
             events.extend(told)
         stories = self._close_stories(changes, ts_ms)
@@ -158,6 +159,9 @@ class Monitor:
             events.extend(diff(before, after, ts_ms, self.fraction, stories))
         self._remember(views, ts_ms)
         events.extend(self.churn.observe(ts_ms, views, events, self._fd_counts(ts_ms)))
+        for view in views:
+            view.opened_1m, view.closed_1m = self.churn.last_minute(view.pid, ts_ms) or (
+                None, None)
         snapshot = Snapshot(ts_ms=ts_ms, host=self.host, processes=views)
         self.events.extend(events)
         return snapshot, events

@@ -48,7 +48,8 @@ def snapshot_from_dict(record: dict) -> Snapshot:
                        for c in p["connections"]]
         connections.sort(key=Connection.display_order)  # as the engine orders them
         processes.append(ProcessView(p["pid"], p["name"], p["cmdline"], clients, connections,
-                                     list(p.get("notices", [])), p.get("clients_created")))
+                                     list(p.get("notices", [])), p.get("clients_created"),
+                                     p.get("opened_1m"), p.get("closed_1m")))
     return Snapshot(record["ts_ms"], record["host"], processes)
 
 
