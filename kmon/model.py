@@ -166,10 +166,14 @@ class Snapshot:
     ts_ms: int  # UTC epoch ms
     host: str
     processes: list[ProcessView] = field(default_factory=list)
+    # the host's connections to the brokers closed in the last minute by no watched process,
+    # where the kernel's TCP events cannot run (kmon.engine.host_churn); None elsewhere
+    host_closed_1m: int | None = None
 
     def to_dict(self) -> dict:
         return {"ts_ms": self.ts_ms, "host": self.host,
-                "processes": [p.to_dict() for p in self.processes]}
+                "processes": [p.to_dict() for p in self.processes],
+                "host_closed_1m": self.host_closed_1m}
 
 
 class EventKind(str, Enum):

@@ -372,18 +372,30 @@ def test_kmon_leaves_no_tracefs_mount_of_its_own(start_client_at, cluster):
 @pytest.mark.integration
 def test_without_privilege_one_notice_says_what_kmon_cannot_see(throwaway_user):
     prefix, env = python_as(throwaway_user.pw_name)
-    sleeper = Child([*prefix, "-c", "import os, time; print('READY', os.getpid(), flush=True); "
-                     "time.sleep(60)"], env=env)
-    try:
-        pid = sleeper.wait_line("READY").split()[1]  # the user's python, not runuser
-        attach = Child([*prefix, "-m", "kmon", "attach", pid, "--once", "--json",
-                        "--any-process"], env=env)
-        snapshot = json.loads(attach.wait_line("{", timeout=60))
-    finally:
-        sleeper.stop()
+    with socket.create_server(("127.0.0.1", 0)) as broker:  # a broker port the client uses
+        port = broker.getsockname()[1]
+        sleeper = Child([*prefix, "-c", "import os, socket, sys, time; "
+                         "held = socket.create_connection(('127.0.0.1', int(sys.argv[1]))); "
+                         "print('READY', os.getpid(), flush=True); time.sleep(60)", str(port)],
+                        env=env)
+        try:
+            pid = sleeper.wait_line("READY").split()[1]  # the user's python, not runuser
+            held, _ = broker.accept()
+            for _ in range(5):  # another program's connections, closed by their client first
+                socket.create_connection(("127.0.0.1", port)).close()
+                broker.accept()[0].close()
+            attach = Child([*prefix, "-m", "kmon", "attach", pid, "--once", "--json",
+                            "--any-process"], env=env)
+            snapshot = json.loads(attach.wait_line("{", timeout=60))
+        finally:
+            sleeper.stop()
+    held.close()
     (process,) = snapshot["processes"]
     notices = [n for n in process["notices"] if "kernel TCP events" in n]
     assert len(notices) == 1 and "not seen" in notices[0], process["notices"]
+    assert snapshot["host_closed_1m"] >= 5  # the host's, in TIME_WAIT
+    assert process["opened_1m"] is None and not any("host-level" in n
+                                                    for n in process["notices"])
     assert not any("Traceback" in line for line in attach.stderr)
 
 

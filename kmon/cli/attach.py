@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from kmon.cli.dashboard import checked_theme
     from kmon.cli.text_view import print_snapshots
     from kmon.config import load_config
+    from kmon.engine.host_churn import HostTimeWaits
     from kmon.engine.monitor import Monitor
     from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
     from kmon.sources.cluster import ClusterUnreachable, admin_client, fetch_cluster
@@ -78,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
         interactive = options.interactive(args)
         kernel = None if args.no_kernel_events else _kernel_watch(cluster, sampler)
         monitor = Monitor([sampler], near_reap_fraction=config.thresholds.idle_warning,
-                          churn=config.churn, kernel=kernel)
+                          churn=config.churn, kernel=kernel,
+                          host_closes=None if kernel or args.no_kernel_events
+                          else HostTimeWaits())
         try:
             if interactive:
                 return _dashboard(args, monitor, config, theme)

@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from kmon.config import load_config
     from kmon.engine.discovery import ClientDiscovery
     from kmon.engine.heap import settle_heap
+    from kmon.engine.host_churn import HostTimeWaits
     from kmon.engine.kernel_watch import open_kernel_watch
     from kmon.engine.monitor import Monitor
     from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
                            for pid in dict.fromkeys(args.pid or ())),
                           max_events=1,  # events go to disk, not to a history
                           near_reap_fraction=config.thresholds.idle_warning, churn=config.churn,
-                          kernel=kernel)
+                          kernel=kernel, host_closes=HostTimeWaits() if unseen else None)
         session_id = new_session_id(monitor.host)
         recorder = Recorder(root, monitor.host, session_id, round(args.interval * 1000),
                             args.flush_every)  # writes nothing before its first add()

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
+from kmon.engine import host_churn
 from kmon.engine.cluster_watch import (
     ClusterView,
     ClusterWatcher,
@@ -25,6 +26,7 @@ from kmon.engine.cluster_watch import (
 )
 from kmon.engine.discovery import ClientDiscovery
 from kmon.engine.heap import settle_heap
+from kmon.engine.host_churn import HostTimeWaits
 from kmon.engine.host_view import UNKNOWN_CLUSTER, KafkaProcesses, cluster_labels
 from kmon.engine.kernel_watch import open_kernel_watch
 from kmon.engine.monitor import Monitor
@@ -141,7 +143,8 @@ class LocalClients:
                  ports: Iterable[int] = ()) -> None:
         self.settings, self.interval_ms = settings, interval_ms
         kernel, self.kernel_notice = open_kernel_watch(ports) if kernel_events else (None, None)
-        self.monitor = Monitor([], churn=churn, kernel=kernel)
+        self.monitor = Monitor([], churn=churn, kernel=kernel, host_closes=HostTimeWaits()
+                               if self.kernel_notice else None)
         self.discovery = ClientDiscovery(open_socket_reader(), settings, discover_every_s, find)
         self._lock = threading.Lock()  # one poll at a time; close waits for it
         self._closed = False
@@ -149,7 +152,9 @@ class LocalClients:
     @property
     def notices(self) -> list[str]:
         """Problems finding or reading the local clients, and what kmon cannot see."""
-        return self.discovery.notices + ([self.kernel_notice] if self.kernel_notice else [])
+        closed = self.monitor.host_closed_1m
+        return self.discovery.notices + ([self.kernel_notice] if self.kernel_notice else []) + (
+            [host_churn.in_words(closed)] if closed is not None else [])
 
     def events_of(self, pid: int) -> list[Event]:
         """The remembered events of one watched process."""

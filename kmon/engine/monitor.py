@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from kmon.engine.churn import ChurnWatch
 from kmon.engine.closes import SocketLife, in_words, story
+from kmon.engine.host_churn import HostTimeWaits
 from kmon.engine.kernel_watch import KernelWatch
 from kmon.engine.sampler import ProcessGone, ProcessSampler, SampleError
 from kmon.model import (
@@ -94,7 +95,8 @@ class Monitor:
     def __init__(self, samplers: Iterable[ProcessSampler], max_events: int = 5000,
                  near_reap_fraction: float = NEAR_REAP_FRACTION,
                  churn: ChurnThresholds | None = None,
-                 kernel: KernelWatch | None = None) -> None:
+                 kernel: KernelWatch | None = None,
+                 host_closes: HostTimeWaits | None = None) -> None:
         self.samplers: dict[int, ProcessSampler] = {}
         self.host = socket.gethostname()
         self.events: deque[Event] = deque(maxlen=max_events)
@@ -105,6 +107,8 @@ class Monitor:
         self.churn = ChurnWatch(churn or ChurnThresholds())
         self._fds_counted_ms = 0
         self.kernel = kernel  # the kernel's TCP events, where kmon may read them
+        self.host_closes = host_closes  # without them: the host's unowned closes, counted
+        self.host_closed_1m: int | None = None  # as the last poll counted them
         for sampler in samplers:
             self.add(sampler)
 
@@ -162,7 +166,8 @@ class Monitor:
         for view in views:
             view.opened_1m, view.closed_1m = self.churn.last_minute(view.pid, ts_ms) or (
                 None, None)
-        snapshot = Snapshot(ts_ms=ts_ms, host=self.host, processes=views)
+        snapshot = Snapshot(ts_ms=ts_ms, host=self.host, processes=views,
+                            host_closed_1m=self._host_closes(views))
         self.events.extend(events)
         return snapshot, events
 
@@ -184,6 +189,8 @@ class Monitor:
         pairs = {(pid, key): pair for pid, key, life, _ in closed
                  if (pair := endpoints(life.last)) is not None}
         kernel = closing_states(set(pairs.values()))
+        if self.host_closes is not None:
+            self.host_closes.own(pairs.values())
         exact = self.kernel.life_of if self.kernel else lambda _: None
         return {(pid, key): story(life, kernel.get(pairs.get((pid, key))), ts_ms,
                                   wire.get((life.last.local, life.last.remote)),
@@ -199,6 +206,15 @@ class Monitor:
                 life.seen(conn, ts_ms)
                 lives[conn.key] = life
             self.lives[view.pid] = lives
+
+    def _host_closes(self, views: list[ProcessView]) -> int | None:
+        """The host's closes to the watched processes' brokers that none of them made."""
+        if self.host_closes is None:
+            return None
+        ports = {int(port) for view in views for conn in view.connections if conn.remote
+                 if (port := conn.remote.rpartition(":")[2]).isdigit()}
+        self.host_closed_1m = self.host_closes.unowned(ports)
+        return self.host_closed_1m
 
     def _fd_counts(self, ts_ms: int) -> dict[int, int | None]:
         """Each process's open fds, every FD_COUNT_EVERY_MS (none between)."""
