@@ -159,6 +159,19 @@ class ProcessView:
                 "opened_1m": self.opened_1m, "closed_1m": self.closed_1m}
 
 
+@dataclass(frozen=True)
+class ConnectionLife:
+    """One connection the kernel's TCP events followed from its connect to its close."""
+
+    pid: int  # the process whose connect() opened it
+    local: str | None
+    remote: str | None
+    opened_ms: int  # UTC epoch ms, exact
+    closed_ms: int  # its first FIN or RST
+    closed_by: str  # client, broker, unknown
+    ending: str | None  # connect_failed, per_ip_rejected, or None for an ordinary close
+
+
 @dataclass
 class Snapshot:
     """Everything seen in one poll."""
@@ -169,6 +182,7 @@ class Snapshot:
     # the host's connections to the brokers closed in the last minute by no watched process,
     # where the kernel's TCP events cannot run (kmon.engine.host_churn); None elsewhere
     host_closed_1m: int | None = None
+    lives: list[ConnectionLife] = field(default_factory=list)  # ended since the last poll
 
     def to_dict(self) -> dict:
         return {"ts_ms": self.ts_ms, "host": self.host,

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
+import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from conftest import kmon
+from conftest import Child, kmon
 from test_bad_input import assert_one_clear_line
 
 from kmon.devtools.fleet_model import FleetSpec
@@ -91,7 +93,7 @@ def test_the_simulator_is_deterministic_and_writes_schema_v1(tmp_path):
         a, b = read_rows(tmp_path / "a", table), read_rows(tmp_path / "b", table)
         assert a == b and len(a) == first["rows"][table]
     found = inputs.discover(tmp_path / "a")
-    assert not found.skipped and all(found.files.values())
+    assert not found.skipped and all(found.files[t] for t in ("snapshots", "events", "sessions"))
     assert simulate(FleetSpec(**{**spec.__dict__, "seed": 4}), tmp_path / "c") != first
 
 
@@ -291,21 +293,40 @@ def test_churn_and_leaks(fleet, results):
     assert all(r["suspect"] for r in rows_of(results["churn_and_leaks"])[:len(suspects)])
 
 
+def as_version(fleet_root: Path, target: Path, version: int) -> None:
+    """A copy of the fleet's recording as schema ``version`` wrote it (no lives table)."""
+    shutil.copytree(fleet_root, target)
+    shutil.rmtree(target / "lives", ignore_errors=True)
+    added = [*(schema.ADDED_IN_V2["events"] if version == 1 else ()),
+             *schema.ADDED_IN_V3["events"]]
+    for path in (target / "events").rglob("*.parquet"):
+        table = pq.read_table(path).drop_columns(added)
+        column = table.schema.get_field_index("schema_version")
+        pq.write_table(table.set_column(column, "schema_version",
+                                        pa.array([version] * table.num_rows, pa.int32())), path)
+
+
 def test_a_version_1_recording_is_still_read(fleet, spark_session, tmp_path):
     """Version 1 events lack the close and churn columns: read as nulls, counted unknown."""
-    shutil.copytree(fleet[0], tmp_path / "v1")
-    added = list(schema.ADDED_IN_V2["events"])
-    for path in (tmp_path / "v1" / "events").rglob("*.parquet"):
-        table = pq.read_table(path).drop_columns(added)
-        version = table.schema.get_field_index("schema_version")
-        pq.write_table(table.set_column(version, "schema_version",
-                                        pa.array([1] * table.num_rows, pa.int32())), path)
+    as_version(fleet[0], tmp_path / "v1", 1)
     found = inputs.discover(tmp_path / "v1")
     assert found.skipped == []
     frames = inputs.load(spark_session, found)
     closes = jobs.why_closed(frames.events).toArrow().to_pylist()
     assert {(r["closed_by"], r["reason"]) for r in closes} == {("unknown", "unknown")}
     assert sum(r["closes"] for r in closes) == sum(c["closes"] for c in fleet[1]["closes"])
+
+
+def test_a_version_2_recording_is_still_read(fleet, spark_session, tmp_path, results):
+    """Version 2 events lack the exact times and it has no lives: churn from the polls."""
+    as_version(fleet[0], tmp_path / "v2", 2)
+    found = inputs.discover(tmp_path / "v2")
+    assert found.skipped == [] and found.files["lives"] == []
+    frames = inputs.load(spark_session, found)
+    churn = jobs.churn_and_leaks(frames.events, frames.lives, jobs.Params()).toArrow()
+    assert {r["counted"] for r in churn.to_pylist()} == {"polls"}
+    keys = [(k, "ascending") for k in ("session_id", "host", "pid")]
+    assert churn.sort_by(keys).equals(results["churn_and_leaks"].sort_by(keys))
 
 
 # -- bad input ---------------------------------------------------------------------------------
@@ -443,3 +464,40 @@ def test_a_real_recording_of_a_consumer(start_client, spark_session, tmp_path):
     coordinators = rows_of(tables["coordinator_load"])
     assert [r["coordinator_connections"] for r in coordinators] == [1]
     assert coordinators[0]["groups"] == 1  # group.id from the session's clients_json
+
+
+PER_MESSAGE = """
+import sys, time
+from confluent_kafka import Producer
+print("READY", flush=True)
+while True:
+    producer = Producer({"bootstrap.servers": sys.argv[1]})
+    producer.produce("kmon-per-message", b"x")
+    producer.flush(10)
+    del producer
+    time.sleep(0.1)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the kernel's TCP events need root")
+def test_churn_is_ranked_from_the_kernel_s_exact_counts(cluster, start_client, spark_session,
+                                                        tmp_path):
+    steady = start_client("consumer")
+    maker = Child([sys.executable, "-c", PER_MESSAGE, cluster])  # no agent, no poll sees them
+    try:
+        maker.wait_line("READY")
+        recorded = kmon("record", "--pid", str(maker.pid), "--pid", str(steady.pid), "--out",
+                        str(tmp_path / "rec"), "--interval", "1s", "--duration", "6s")
+    finally:
+        maker.stop()
+    assert recorded.returncode == 0, recorded.stderr
+    found = inputs.discover(tmp_path / "rec")
+    assert not found.skipped and found.files["lives"]
+    lives = read_rows(tmp_path / "rec", "lives")
+    frames = inputs.load(spark_session, found)
+    rows = jobs.churn_and_leaks(frames.events, frames.lives, jobs.Params()).toArrow().to_pylist()
+    ranked = sorted(rows, key=lambda r: -r["opened_per_minute"])
+    assert ranked[0]["pid"] == maker.pid and ranked[0]["counted"] == "kernel"
+    assert ranked[0]["opened"] == sum(r["pid"] == maker.pid for r in lives) >= 10
+    assert all(r["schema_version"] == 3 and r["closed_ms"] >= r["opened_ms"] for r in lives)
+    assert not [r for r in rows if r["pid"] == steady.pid and r["opened"] > 3], rows

@@ -14,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kmon.model import ConnectionLife
 from kmon.sources.kernel_events import TCP_CLOSE, TCP_SYN_SENT, TcpEvent
+from kmon.sources.sockets import Endpoint
 
 MAX_OPEN = 8192  # connections followed at once; past it the oldest are forgotten
 REJECTED_WITHIN_MS = 250  # closed by the broker this soon after it was established: refused
@@ -41,6 +43,12 @@ class KernelLife:
         return None if self.closed_ms is None else round(self.closed_ms - self.opened_ms)
 
     @property
+    def end_ms(self) -> float:
+        """When it began to close (its first FIN or RST, else its CLOSE); its open if neither
+        was seen."""
+        return self.closing_ms or self.closed_ms or self.opened_ms
+
+    @property
     def closed_by(self) -> str:
         """client, broker or unknown: the first FIN's side, else the RST's."""
         return self.first_fin or self.reset or "unknown"
@@ -59,8 +67,18 @@ class KernelLife:
             return "per_ip_rejected"
         return None
 
+    def recorded(self) -> ConnectionLife:
+        """The life as a recording keeps it (once it has closed)."""
+        return ConnectionLife(self.pid, _text(self.local), _text(self.remote),
+                              round(self.opened_ms), round(self.end_ms), self.closed_by,
+                              self.ending)
+
     def where(self) -> str:
         return f"{self.remote[0]}:{self.remote[1]}" if self.remote else "?"
+
+
+def _text(address: tuple[str, int] | None) -> str | None:
+    return None if address is None else Endpoint(*address).text
 
 
 class ConnectionLives:

@@ -111,10 +111,9 @@ class KernelWatch:
     @staticmethod
     def story(life: KernelLife) -> CloseStory:
         """The close story of a life that ended badly, from its exact times."""
-        closing = life.closing_ms or life.closed_ms or life.opened_ms
         return CloseStory(life.closed_by, life.ending or "unknown", None,
-                          round(closing - life.opened_ms), opened_ms=round(life.opened_ms),
-                          closed_ms=round(closing))
+                          round(life.end_ms - life.opened_ms), opened_ms=round(life.opened_ms),
+                          closed_ms=round(life.end_ms))
 
     def life_of(self, pair: tuple[Endpoint, Endpoint] | None) -> KernelLife | None:
         """The kernel's life of a socket a poll saw close: ended, or closing (its first FIN

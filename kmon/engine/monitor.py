@@ -153,8 +153,10 @@ class Monitor:
                 changes.append((previous, view))
             self.last_views[pid] = view
             views.append(view)
+        lives = []
         if self.kernel is not None:
             opened, closed, told = self.kernel.poll(views)
+            lives = [life.recorded() for life in closed]
             self.churn.exact.update(view.pid for view in views)  # even those opening nothing
             self.churn.take_lives(opened, closed)
             events.extend(told)
@@ -167,7 +169,7 @@ class Monitor:
             view.opened_1m, view.closed_1m = self.churn.last_minute(view.pid, ts_ms) or (
                 None, None)
         snapshot = Snapshot(ts_ms=ts_ms, host=self.host, processes=views,
-                            host_closed_1m=self._host_closes(views))
+                            host_closed_1m=self._host_closes(views), lives=lives)
         self.events.extend(events)
         return snapshot, events
 
