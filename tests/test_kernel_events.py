@@ -12,6 +12,8 @@ import socket
 import struct
 import sys
 import tempfile
+import threading
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
@@ -306,13 +308,13 @@ def test_a_producer_reaping_at_5_s_polled_every_second_reads_every_close_as_a_re
                             "--json", "--interval", "1s", *extra])
                for mode, extra in (("kernel", ()), ("polls", ("--no-kernel-events",)))}
     try:  # both watch the same closes, one timing them from the kernel, one from its polls
-        found = {mode: closed_events(stream, wanted=3, seconds=40)
+        found = {mode: closed_events(stream, wanted=2, seconds=40)
                  for mode, stream in streams.items()}
     finally:
         for stream in streams.values():
             stream.stop()
     for mode, closed in found.items():
-        assert len(closed) >= 3, (mode, closed)
+        assert len(closed) >= 2, (mode, closed)
         assert {(e["closed_by"], e["reason"]) for e in closed} == {
             ("client", "client_idle_reap")}, (mode, closed)
     exact = [e for e in found["kernel"] if e["closed_ms"] is not None]
@@ -353,6 +355,99 @@ def test_the_watch_screen_counts_connections_no_poll_saw_and_names_a_client_per_
         asyncio.run(drive())
     finally:
         maker.stop()
+
+
+KAFKA_PYTHON_PER_MESSAGE = """
+import sys, time
+from kafka import KafkaProducer
+print("READY", flush=True)
+while True:
+    producer = KafkaProducer(bootstrap_servers=sys.argv[1].split(","), api_version=(2, 0, 0))
+    producer.send("kmon-per-message", b"x").get(timeout=10)
+    producer.close()
+    time.sleep(0.2)
+"""
+
+
+@as_root
+@pytest.mark.integration
+def test_a_kafka_python_producer_per_message_is_named_with_no_agent(cluster):
+    pytest.importorskip("kafka", reason="kafka-python 2.0.x is in the test extra")
+    maker = Child([sys.executable, "-c", KAFKA_PYTHON_PER_MESSAGE, cluster])
+    try:
+        maker.wait_line("READY")
+        events, _ = events_until_churn(maker.pid, "client_per_message", 20)
+    finally:
+        maker.stop()
+    (churn,) = churns(events, maker.pid, "client_per_message")
+    assert "connections opened a minute" in churn["detail"]  # counted, not the agent's
+
+
+RECONNECTING = """
+import socket, struct, sys, time
+port, resets = int(sys.argv[1]), sys.argv[2] == "client"
+print("READY", flush=True)
+while True:  # one connection at a time, held 1.5 s when it resets, else until the peer ends it
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.settimeout(1.5 if resets else 10)
+    try:
+        sock.recv(1)
+    except OSError:
+        pass
+    if resets:  # close with SO_LINGER 0: a RST instead of a FIN
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+    time.sleep(0.3)
+"""
+
+
+class ResettingPeer:
+    """A fake broker on 127.0.0.1 that ends each connection with a RST (SO_LINGER 0) after
+    1.5 s when ``resets``, else holds it 10 s; a fake because a real broker cannot be made
+    to reset a connection on demand."""
+
+    def __init__(self, resets: bool) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port, self.resets = self.server.getsockname()[1], resets
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        with suppress(OSError):
+            while True:
+                conn, _ = self.server.accept()
+                timer = threading.Timer(1.5 if self.resets else 10, self._end, (conn,))
+                timer.daemon = True
+                timer.start()
+
+    def _end(self, conn: socket.socket) -> None:
+        if self.resets:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()
+
+
+def timed_closes(events: list[dict]) -> list[dict]:
+    """The closed events the kernel timed: of connections opened while kmon watched."""
+    return [e for e in events if e["kind"] == "closed" and e["closed_ms"]]
+
+
+@as_root
+@pytest.mark.integration
+@pytest.mark.parametrize("side", ["broker", "client"])
+def test_a_reset_is_told_with_the_side_that_sent_it(side):
+    peer = ResettingPeer(resets=side == "broker")
+    client = Child([sys.executable, "-c", RECONNECTING, str(peer.port), side])
+    stream = None
+    try:
+        client.wait_line("READY")
+        stream = attach_stream(client.pid, "--any-process")
+        events, _ = read_until(stream, lambda found, _: timed_closes(found), 20)
+    finally:
+        if stream is not None:
+            stream.stop()
+        client.stop()
+        peer.server.close()
+    timed = timed_closes(events)
+    assert timed and all((e["closed_by"], e["reason"]) == (side, "reset") for e in timed), timed
 
 
 @as_root
@@ -455,13 +550,13 @@ def test_events_the_kernel_lost_become_a_standing_notice_with_their_total():
 
 @as_root
 def test_a_full_ring_is_counted_as_lost_events_by_the_kernel():
-    from kmon.sources.kernel_events import KernelEvents
+    from kmon.sources.kernel_events import RING_PAGES, KernelEvents
 
     with socket.create_server(("127.0.0.1", 0), backlog=4096) as server:
         port = server.getsockname()[1]
-        source = KernelEvents([port])
+        source = KernelEvents([port], {**RING_PAGES, "inet_sock_set_state": 16})
         try:
-            for _ in range(3000):  # ~10 records each, far past 256 KiB a CPU, none read
+            for _ in range(3000):  # ~4 records each, far past 64 KiB a CPU, none read
                 with socket.create_connection(("127.0.0.1", port)):
                     pass
                 server.accept()[0].close()
@@ -472,5 +567,5 @@ def test_a_full_ring_is_counted_as_lost_events_by_the_kernel():
             events += source.read()
         finally:
             source.close()
-    assert source.lost > 0 and len(events) < 3000 * 8, (source.lost, len(events))
+    assert source.lost > 0 and len(events) < 3000 * 4, (source.lost, len(events))
     assert {e.remote[1] for e in events if e.kind == "state" and e.new_state == 2} >= {port}

@@ -136,5 +136,7 @@ class ConnectionLives:
                 life.first_fin = "client"
             elif event.new_state == TCP_CLOSE_WAIT:
                 life.first_fin = "broker"
+            elif event.new_state == TCP_CLOSE and life.reset is None:
+                life.reset = "client"  # aborted with no FIN and no RST received: the client's
             if life.first_fin is not None:
                 life.closing_ms = life.closing_ms or event.ts_ms
