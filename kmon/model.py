@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
+from typing import NamedTuple
 
 
 class Role(str, Enum):
@@ -159,9 +160,9 @@ class ProcessView:
                 "opened_1m": self.opened_1m, "closed_1m": self.closed_1m}
 
 
-@dataclass(frozen=True)
-class ConnectionLife:
-    """One connection the kernel's TCP events followed from its connect to its close."""
+class ConnectionLife(NamedTuple):
+    """One connection the kernel's TCP events followed from its connect to its close (a
+    tuple: hundreds are made a second)."""
 
     pid: int  # the process whose connect() opened it
     local: str | None

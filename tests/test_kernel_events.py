@@ -133,10 +133,11 @@ def test_lives_name_the_opener_the_first_fin_and_how_each_ended():
     ], {10})
     assert [life.opened_ms for life in opened] == [0, 10, 20]
     rejected, failed, ordinary = closed
+    # each life ends at its first FIN, RST or abort: the steps after it tell nothing more
     assert (rejected.ending, rejected.closed_by, rejected.lifetime_ms) == ("per_ip_rejected",
-                                                                          "broker", 5)
+                                                                          "broker", 3)
     assert (failed.ending, failed.lifetime_ms) == ("connect_failed", 1)
-    assert (ordinary.ending, ordinary.closed_by, ordinary.lifetime_ms) == (None, "client", 8982)
+    assert (ordinary.ending, ordinary.closed_by, ordinary.lifetime_ms) == (None, "client", 8980)
     assert not lives.open
 
 
@@ -149,8 +150,9 @@ def test_a_reset_by_the_broker_long_after_the_open_is_no_rejection():
 
 
 def test_a_close_whose_earlier_steps_were_not_seen_is_no_failed_connect():
-    """The port filter passes every open and close, but a new port's other steps only once
-    kmon follows it: a connection seen open and then closed from FIN_WAIT2 was established."""
+    """The port filter passes every open and failed connect, but a new port's other steps
+    only once kmon follows it: a connection seen open and then closed from FIN_WAIT2 was
+    established."""
     lives = ConnectionLives()
     _, (unseen,) = lives.feed([state(0, 7, 2), state(9000, 5, 7)], {10})
     assert unseen.ending is None
@@ -173,13 +175,12 @@ def test_a_close_is_read_against_the_limits_over_the_polls_gap_or_the_kernel_s_t
     # a 1 s poll of a 5 s limit: seen 3.0 s idle, gone 1 s later - it may have been 4 s
     assert story(life, None, 21_000).reason == "client_idle_reap"
     assert story(life, None, 20_100).reason == "client_closed"  # 3.1 s at most: not a reap
-    kernel = KernelLife(10, 9_990.0, BROKER, LOCAL, first_fin="client", closing_ms=22_000.0,
-                        closed_ms=22_001.0)
+    kernel = KernelLife(10, 9_990.0, BROKER, LOCAL, first_fin="client", closed_ms=22_000.0)
     exact = story(life, None, 23_000, exact=kernel)  # idle from 17.0 s to its FIN at 22.0 s
     assert (exact.closed_by, exact.reason, exact.idle_before_ms, exact.lifetime_ms) == (
         "client", "client_idle_reap", 5000, 12_010)
     assert (exact.opened_ms, exact.closed_ms) == (9990, 22_000)
-    reset = KernelLife(10, 9_990.0, BROKER, LOCAL, reset="broker", closing_ms=20_500.0)
+    reset = KernelLife(10, 9_990.0, BROKER, LOCAL, reset="broker", closed_ms=20_500.0)
     assert (story(life, None, 21_000, exact=reset).closed_by,
             story(life, None, 21_000, exact=reset).reason) == ("broker", "reset")
 
@@ -528,6 +529,7 @@ def test_a_refusal_a_poll_saw_open_is_told_once_with_the_kernel_s_story():
     life = watch.life_of((Endpoint("127.0.0.1", 50000), Endpoint("127.0.0.1", 9092)))
     story = watch.story(life)  # lived from its connect to the broker's FIN
     assert (story.closed_by, story.reason, story.lifetime_ms) == ("broker", "per_ip_rejected", 2)
+    assert not watch.lives.open  # both ended at the broker's FIN
     assert 9092 in watch.source.ports
 
 

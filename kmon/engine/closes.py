@@ -116,7 +116,7 @@ def story(life: SocketLife, kernel_state: str | None, closed_ms: int,
     """The close of the connection ``life`` remembers; ``kernel_state`` is its 4-tuple's
     closing state now (None when the kernel no longer knows it); ``wire``, the first FIN or
     RST as the wire saw it; ``exact``, its life as the kernel's TCP events told it."""
-    if exact is not None and exact.closing_ms is not None:
+    if exact is not None and exact.closed_ms is not None:
         return exact_story(life, exact, wire)
     conn = life.last
     established = not life.states <= NOT_ESTABLISHED
@@ -141,7 +141,7 @@ def exact_story(life: SocketLife, kernel: KernelLife,
                 wire: WireClose | None = None) -> CloseStory:
     """The close of a connection whose first FIN or RST the kernel timed: idle from the last
     data the polls saw (the last poll's time less its idle age) to that moment."""
-    conn, closing = life.last, kernel.closing_ms or 0.0
+    conn, closing = life.last, kernel.closed_ms or 0.0
     idle = (None if conn.idle_ms is None
             else max(0, round(closing - (life.last_seen_ms - conn.idle_ms))))
     side = kernel.closed_by

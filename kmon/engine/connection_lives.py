@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from kmon.model import ConnectionLife
 from kmon.sources.kernel_events import TCP_CLOSE, TCP_SYN_SENT, TcpEvent
-from kmon.sources.sockets import Endpoint
 
 MAX_OPEN = 8192  # connections followed at once; past it the oldest are forgotten
 REJECTED_WITHIN_MS = 250  # closed by the broker this soon after it was established: refused
@@ -34,19 +33,12 @@ class KernelLife:
     established_ms: float | None = None
     first_fin: str | None = None  # who closed first: client or broker
     reset: str | None = None  # who reset it: client or broker
-    closing_ms: float | None = None  # its first FIN or RST: when it began to close
-    closed_ms: float | None = None
+    closed_ms: float | None = None  # its first FIN or RST (or CLOSE): when it began to close
     never_established: bool = False  # it went from SYN_SENT straight to CLOSE
 
     @property
     def lifetime_ms(self) -> int | None:
         return None if self.closed_ms is None else round(self.closed_ms - self.opened_ms)
-
-    @property
-    def end_ms(self) -> float:
-        """When it began to close (its first FIN or RST, else its CLOSE); its open if neither
-        was seen."""
-        return self.closing_ms or self.closed_ms or self.opened_ms
 
     @property
     def closed_by(self) -> str:
@@ -70,7 +62,8 @@ class KernelLife:
     def recorded(self) -> ConnectionLife:
         """The life as a recording keeps it (once it has closed)."""
         return ConnectionLife(self.pid, _text(self.local), _text(self.remote),
-                              round(self.opened_ms), round(self.end_ms), self.closed_by,
+                              round(self.opened_ms), round(self.closed_ms or self.opened_ms),
+                              self.closed_by,
                               self.ending)
 
     def where(self) -> str:
@@ -78,7 +71,11 @@ class KernelLife:
 
 
 def _text(address: tuple[str, int] | None) -> str | None:
-    return None if address is None else Endpoint(*address).text
+    """An address as kmon prints endpoints (kmon.sources.sockets.Endpoint)."""
+    if address is None:
+        return None
+    ip, port = address
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
 class ConnectionLives:
@@ -91,7 +88,7 @@ class ConnectionLives:
     def feed(self, events: Iterable[TcpEvent],
              watched: set[int]) -> tuple[list[KernelLife], list[KernelLife]]:
         """Fold in ``events`` (oldest first): the connections they opened and those they
-        closed."""
+        closed (at their first FIN or RST: what follows tells nothing more)."""
         opened, closed = [], []
         for event in events:
             if event.kind == "state" and event.new_state == TCP_SYN_SENT:
@@ -103,15 +100,12 @@ class ConnectionLives:
             life = self.open.get(event.skaddr)
             if life is None:
                 continue
-            if event.kind in ("reset_in", "reset_out"):
-                life.reset = life.reset or ("broker" if event.kind == "reset_in" else "client")
-                life.closing_ms = life.closing_ms or event.ts_ms
-            else:
-                self._step(life, event)
-                if event.new_state == TCP_CLOSE:
-                    life.closed_ms = event.ts_ms
-                    life.closing_ms = life.closing_ms or event.ts_ms
-                    closed.append(self.open.pop(event.skaddr))
+            if event.kind != "state":
+                life.reset = "broker" if event.kind == "reset_in" else "client"
+            elif not self._step(life, event):
+                continue
+            life.closed_ms = event.ts_ms
+            closed.append(self.open.pop(event.skaddr))
         return opened, closed
 
     def _start(self, event: TcpEvent) -> KernelLife:
@@ -124,19 +118,20 @@ class ConnectionLives:
         return life
 
     @staticmethod
-    def _step(life: KernelLife, event: TcpEvent) -> None:
+    def _step(life: KernelLife, event: TcpEvent) -> bool:
+        """Fold in one state change; True when it ends the life."""
         if event.local and event.local[1]:
             life.local = event.local
-        if event.old_state == TCP_SYN_SENT and event.new_state == TCP_CLOSE:
+        old, new = event.old_state, event.new_state
+        if new == TCP_ESTABLISHED:
+            life.established_ms = life.established_ms or event.ts_ms
+            return False
+        if old == TCP_SYN_SENT and new == TCP_CLOSE:
             life.never_established = True
-        if event.new_state == TCP_ESTABLISHED and life.established_ms is None:
-            life.established_ms = event.ts_ms
-        elif event.old_state == TCP_ESTABLISHED and life.first_fin is None:
-            if event.new_state == TCP_FIN_WAIT1:
-                life.first_fin = "client"
-            elif event.new_state == TCP_CLOSE_WAIT:
-                life.first_fin = "broker"
-            elif event.new_state == TCP_CLOSE and life.reset is None:
-                life.reset = "client"  # aborted with no FIN and no RST received: the client's
-            if life.first_fin is not None:
-                life.closing_ms = life.closing_ms or event.ts_ms
+        elif new == TCP_FIN_WAIT1:
+            life.first_fin = "client"
+        elif new == TCP_CLOSE_WAIT:
+            life.first_fin = "broker"
+        elif old == TCP_ESTABLISHED and new == TCP_CLOSE:
+            life.reset = "client"  # aborted with no FIN and no RST received: the client's
+        return new == TCP_CLOSE or old == TCP_ESTABLISHED

@@ -39,7 +39,9 @@ class KernelWatch:
         self.lives = ConnectionLives()
         self.broker_ports = frozenset(broker_ports)
         self.learned: OrderedDict[int, None] = OrderedDict()  # ports, latest last
-        self.endings: OrderedDict[tuple[Endpoint, Endpoint], KernelLife] = OrderedDict()
+        # by (local, remote) as the kernel gave them
+        self.endings: OrderedDict[tuple[tuple[str, int], tuple[str, int]], KernelLife] = (
+            OrderedDict())
         self.polled: frozenset[tuple[Endpoint | None, Endpoint]] = frozenset()  # last poll's
         self.polled_text: frozenset[tuple[str | None, str]] = frozenset()  # the same, as shown
         self.polled_ports: frozenset[int] = frozenset()
@@ -89,8 +91,8 @@ class KernelWatch:
 
     def _remember(self, life: KernelLife) -> None:
         if life.local and life.remote:
-            self.endings[(Endpoint(*life.local), Endpoint(*life.remote))] = life
-            while len(self.endings) > MAX_ENDINGS:
+            self.endings[(life.local, life.remote)] = life
+            if len(self.endings) > MAX_ENDINGS:
                 self.endings.popitem(last=False)
 
     def _closed_event(self, life: KernelLife,
@@ -112,20 +114,15 @@ class KernelWatch:
     def story(life: KernelLife) -> CloseStory:
         """The close story of a life that ended badly, from its exact times."""
         return CloseStory(life.closed_by, life.ending or "unknown", None,
-                          round(life.end_ms - life.opened_ms), opened_ms=round(life.opened_ms),
-                          closed_ms=round(life.end_ms))
+                          life.lifetime_ms, opened_ms=round(life.opened_ms),
+                          closed_ms=round(life.closed_ms or life.opened_ms))
 
     def life_of(self, pair: tuple[Endpoint, Endpoint] | None) -> KernelLife | None:
-        """The kernel's life of a socket a poll saw close: ended, or closing (its first FIN
-        or RST seen, its CLOSE not yet); None for one opened before the events ran."""
+        """The kernel's life of a socket a poll saw close (ended at its first FIN or RST);
+        None for one opened before the events ran."""
         if pair is None:
             return None
-        life = self.endings.get(pair)
-        if life is not None:
-            return life
-        local, remote = (pair[0].ip, pair[0].port), (pair[1].ip, pair[1].port)
-        return next((life for life in self.lives.open.values() if life.closing_ms is not None
-                     and life.local == local and life.remote == remote), None)
+        return self.endings.get(((pair[0].ip, pair[0].port), (pair[1].ip, pair[1].port)))
 
     def close(self) -> None:
         """Stop the kernel events."""

@@ -47,6 +47,7 @@ PERF_EVENT_IOC_SET_FILTER = 0x40082406
 PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}
 TCP_ESTABLISHED, TCP_SYN_SENT, TCP_CLOSE = 1, 2, 7
 MNT_DETACH = 2
+HEADER, SAMPLE = struct.Struct("<IHH"), struct.Struct("<IIQI")  # a record's, a sample's start
 FIELD_LINE = re.compile(r"field:(?P<decl>[^;]+);\s*offset:(?P<offset>\d+);\s*size:(?P<size>\d+);"
                         r"\s*signed:(?P<signed>\d);")
 
@@ -174,15 +175,14 @@ def decode(name: str, fields: dict[str, Field], pid: int, ts_ms: float,
 def port_filter(name: str, ports: Iterable[int]) -> str | None:
     """The kernel-side filter of one tracepoint: the client sockets to the brokers' ports
     (a broker on this host: its own sockets are not read) and, for state changes, only the
-    steps a life is told from (established, its first FIN either way, closed); every
+    steps a life is told from (established, then its first FIN either way or its abort); every
     connect and every failed connect too (a connection to a port not yet known still
     shows its opener and its failure). None: no filter."""
     by_port = " || ".join(f"dport == {p}" for p in sorted(ports))  # the clients' side only
     if name == "inet_sock_set_state":
         base = (f"newstate == {TCP_SYN_SENT} || "
                 f"(oldstate == {TCP_SYN_SENT} && newstate == {TCP_CLOSE})")
-        steps = (f"newstate == {TCP_ESTABLISHED} || newstate == {TCP_CLOSE} || "
-                 f"oldstate == {TCP_ESTABLISHED}")
+        steps = f"newstate == {TCP_ESTABLISHED} || oldstate == {TCP_ESTABLISHED}"
         return f"{base} || (({by_port}) && ({steps}))" if by_port else base
     if name == "tcp_receive_reset":
         return by_port or "dport == 0"  # no known port: nothing
@@ -321,34 +321,32 @@ class KernelEvents:
         return sorted(set(out) if overlap else out, key=lambda e: e.ts_ms)
 
     def _drain(self, ring: _Ring, out: list[TcpEvent]) -> None:
+        """The records between the ring's tail and head, copied out in one or two slices
+        (where they wrap), then read in place."""
         buf, size = ring.buffer, self.pages[ring.name] * self._page
         head, tail = struct.unpack_from("<QQ", buf, 1024)
-        layout = self.layouts[ring.name]
+        start, end = self._page + tail % size, self._page + tail % size + min(head - tail, size)
+        data = buf[start:min(end, self._page + size)]
+        if end > self._page + size:
+            data += buf[self._page:end - size]
+        decode = self.layouts[ring.name].decode
         epoch_ms = (time.time() - time.monotonic()) * 1000
-        while tail < head and len(out) < MAX_EVENTS_PER_READ:
-            header = self._bytes(buf, tail, 8, size)
-            kind, _, length = struct.unpack("<IHH", header)
-            if length < 8:
-                tail = head  # a corrupt ring: start again from the head
+        at, room = 0, MAX_EVENTS_PER_READ - len(out)
+        while at + 8 <= len(data) and room > 0:
+            kind, _, length = HEADER.unpack_from(data, at)
+            if length < 8 or at + length > len(data):
+                at = head - tail  # a corrupt ring: start again from the head
                 break
-            record = self._bytes(buf, tail, length, size)
-            tail += length
             if kind == PERF_RECORD_LOST and length >= 24:
-                self.lost += struct.unpack_from("<Q", record, 16)[0]
+                self.lost += struct.unpack_from("<Q", data, at + 16)[0]
             elif kind == PERF_RECORD_SAMPLE and length >= 28:
-                pid, _tid, ts_ns, raw_size = struct.unpack_from("<IIQI", record, 8)
-                raw = record[28:28 + raw_size]
-                event = layout.decode(pid, ts_ns / 1e6 + epoch_ms, raw)
+                pid, _tid, ts_ns, raw_size = SAMPLE.unpack_from(data, at + 8)
+                event = decode(pid, ts_ns / 1e6 + epoch_ms, data[at + 28:at + 28 + raw_size])
                 if event is not None:
                     out.append(event)
-        struct.pack_into("<Q", buf, 1032, tail)
-
-    def _bytes(self, buf: mmap.mmap, at: int, length: int, size: int) -> bytes:
-        start = self._page + at % size
-        end = start + length
-        if end <= self._page + size:
-            return buf[start:end]
-        return buf[start:self._page + size] + buf[self._page:end - size]
+                    room -= 1
+            at += length
+        struct.pack_into("<Q", buf, 1032, tail + at)
 
     def close(self) -> None:
         """Stop the events and free their rings."""
