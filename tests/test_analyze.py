@@ -333,20 +333,20 @@ def test_a_version_2_recording_is_still_read(fleet, spark_session, tmp_path, res
 
 
 def spoil(fleet_root: Path, target: Path) -> dict[str, Path]:
-    """A copy of the fleet with a truncated file, a schema-v3 file, a file of other
+    """A copy of the fleet with a truncated file, a schema-v4 file, a file of other
     columns, a stray file outside the layout, and a hidden writer leftover."""
     shutil.copytree(fleet_root, target)
     good = sorted((target / "snapshots").rglob("*.parquet"))[0]
     table = pq.read_table(good)
     bad = {"truncated": good.with_name("truncated-000001.parquet"),
-           "v3": good.with_name("future-000001.parquet"),
+           "future": good.with_name("future-000001.parquet"),
            "columns": good.with_name("other-000001.parquet"),
            "layout": target / "snapshots" / "stray.parquet"}
     data = good.read_bytes()
     bad["truncated"].write_bytes(data[: len(data) // 2])
     version = table.schema.get_field_index("schema_version")
     pq.write_table(table.set_column(version, "schema_version",
-                                    pc.add(table["schema_version"], 1)), bad["v3"])
+                                    pc.add(table["schema_version"], 1)), bad["future"])
     pq.write_table(table.drop_columns(["confidence"]), bad["columns"])
     pq.write_table(table, bad["layout"])
     good.with_name(".half-written.parquet.tmp").write_bytes(data[:100])
@@ -359,7 +359,7 @@ def test_bad_files_are_skipped_with_the_reason(fleet, tmp_path):
     reasons = {s.path: s.reason for s in found.skipped}
     assert set(reasons) == set(bad.values())
     assert "truncated or corrupt" in reasons[bad["truncated"]]
-    assert reasons[bad["v3"]] == "schema_version 3, expected 1 or 2"
+    assert reasons[bad["future"]] == "schema_version 4, expected 1 or 2 or 3"
     assert "missing confidence" in reasons[bad["columns"]]
     assert "layout" in reasons[bad["layout"]]
     assert found.files == {table: [tmp_path / "mixed" / p.relative_to(fleet[0]) for p in files]
@@ -466,22 +466,11 @@ def test_a_real_recording_of_a_consumer(start_client, spark_session, tmp_path):
     assert coordinators[0]["groups"] == 1  # group.id from the session's clients_json
 
 
-PER_MESSAGE = """
-import sys, time
-from confluent_kafka import Producer
-print("READY", flush=True)
-while True:
-    producer = Producer({"bootstrap.servers": sys.argv[1]})
-    producer.produce("kmon-per-message", b"x")
-    producer.flush(10)
-    del producer
-    time.sleep(0.1)
-"""
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="the kernel's TCP events need root")
 def test_churn_is_ranked_from_the_kernel_s_exact_counts(cluster, start_client, spark_session,
                                                         tmp_path):
+    from test_kernel_events import PER_MESSAGE
+
     steady = start_client("consumer")
     maker = Child([sys.executable, "-c", PER_MESSAGE, cluster])  # no agent, no poll sees them
     try:

@@ -123,13 +123,18 @@ class ProcessSession:
                 close()
 
 
-def open_process(pid: int, settings: SamplerSettings, interval_ms: int = 1000) -> ProcessSession:
-    """A session of one live process, with its own socket reader; AttachFailed if it can't."""
+def open_process(pid: int, settings: SamplerSettings, interval_ms: int = 1000,
+                 kernel_events: bool = True) -> ProcessSession:
+    """A session of one live process, with its own socket reader (and the kernel's TCP
+    events where kmon may read them); AttachFailed if it can't."""
     try:
         sampler = ProcessSampler(pid, open_socket_reader(), settings)
     except (SampleError, OSError) as err:
         raise AttachFailed(str(err)) from err
-    return ProcessSession(Monitor([sampler]), interval_ms)
+    kernel, notice = open_kernel_watch() if kernel_events else (None, None)
+    if notice is not None:
+        sampler.standing_notices.append(notice)
+    return ProcessSession(Monitor([sampler], kernel=kernel), interval_ms)
 
 
 class LocalClients:
@@ -141,7 +146,7 @@ class LocalClients:
                  discover_every_s: float, interval_ms: int,
                  churn: ChurnThresholds | None, kernel_events: bool = True,
                  ports: Iterable[int] = ()) -> None:
-        self.settings, self.interval_ms = settings, interval_ms
+        self.settings, self.interval_ms, self.kernel_events = settings, interval_ms, kernel_events
         kernel, self.kernel_notice = open_kernel_watch(ports) if kernel_events else (None, None)
         self.monitor = Monitor([], churn=churn, kernel=kernel, host_closes=HostTimeWaits()
                                if self.kernel_notice else None)
@@ -163,7 +168,7 @@ class LocalClients:
 
     def attach(self, pid: int) -> ProcessSession:
         """A session of one of the clients (its own sampler and socket reader)."""
-        return open_process(pid, self.settings, self.interval_ms)
+        return open_process(pid, self.settings, self.interval_ms, self.kernel_events)
 
     def close(self) -> None:
         """Stop every sampler (JMX helpers) and the search for clients, once the poll under
