@@ -3,14 +3,15 @@ closes connections fast, on a host carrying many unrelated connections.
 
 A churning process (plain sockets, a connection opened, a byte sent and closed
 ``--rate`` times a second to a local listener standing in for a broker) is
-attached to with ``kmon attach --any-process --json`` twice in one run: with the
-kernel events (``on``) and with ``--no-kernel-events`` (``off``, the baseline),
-while another process holds ``--host-connections`` unrelated loopback TCP
+attached to with two ``kmon attach --any-process --json`` side by side, over the
+same seconds (a shared host's load falls on both alike): with the kernel events
+(``on``) and with ``--no-kernel-events`` (``off``, the baseline), ``--repeat``
+times, while other processes hold ``--host-connections`` unrelated loopback TCP
 connections open. Prints kmon's CPU seconds for each, their ratio, the
 connections the kernel counted in its last minute, and the kernel's lost-event
 count (read from kmon's notice, which appears once the counter moves).
 
-    sudo python benchmarks/kernel_events_cost.py [--rate 200] [--seconds 20]
+    sudo python benchmarks/kernel_events_cost.py [--rate 200] [--seconds 20] [--repeat 3]
         [--host-connections 20000]
 """
 
@@ -80,27 +81,40 @@ def listener() -> int:
     return server.getsockname()[1]
 
 
-def attach_cpu(pid: int, seconds: float, *extra: str) -> tuple[float, list[dict]]:
-    """kmon attach's CPU seconds over ``seconds`` after its first snapshot, and its records."""
-    kmon = subprocess.Popen([sys.executable, "-m", "kmon", "attach", str(pid), "--json",
-                             "--any-process", "--interval", "1s", *extra],
-                            stdout=subprocess.PIPE, text=True)
-    records = [json.loads(kmon.stdout.readline())]
-    proc = psutil.Process(kmon.pid)
-    before = sum(proc.cpu_times()[:2])
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        records.append(json.loads(kmon.stdout.readline()))
-    used = sum(proc.cpu_times()[:2]) - before
-    kmon.terminate()
-    kmon.wait(10)
-    return used, records
+def attach_cpu(pid: int, seconds: float) -> tuple[float, float, list[dict]]:
+    """The CPU seconds of two ``kmon attach`` of ``pid`` run side by side over the same
+    ``seconds`` after their first snapshots, kernel events off and on (the host's load
+    falls on both alike), and the records of the one with them."""
+    runs = [subprocess.Popen([sys.executable, "-m", "kmon", "attach", str(pid), "--json",
+                              "--any-process", "--interval", "1s", *extra],
+                             stdout=subprocess.PIPE, text=True)
+            for extra in (("--no-kernel-events",), ())]
+    records: list[list[dict]] = [[], []]
+
+    def read(index: int) -> None:
+        for line in runs[index].stdout:
+            records[index].append(json.loads(line))
+
+    for index, run in enumerate(runs):
+        records[index].append(json.loads(run.stdout.readline()))
+        threading.Thread(target=read, args=(index,), daemon=True).start()
+    procs = [psutil.Process(run.pid) for run in runs]
+    before = [sum(proc.cpu_times()[:2]) for proc in procs]
+    time.sleep(seconds)
+    off, on = (sum(proc.cpu_times()[:2]) - start for proc, start in zip(procs, before,
+                                                                          strict=True))
+    for run in runs:
+        run.terminate()
+        run.wait(10)
+    return off, on, records[1]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=200.0, help="connections a second")
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="off/on pairs, each pair run side by side (their sums compared)")
     parser.add_argument("--host-connections", type=int, default=20_000,
                         help="unrelated loopback connections held open meanwhile")
     args = parser.parse_args()
@@ -119,8 +133,10 @@ def main() -> None:
             if load.stdout.readline().strip() != "READY":
                 sys.exit("the unrelated connections could not be opened")
         churner.stdout.readline()
-        off, _ = attach_cpu(churner.pid, args.seconds, "--no-kernel-events")
-        on, records = attach_cpu(churner.pid, args.seconds)
+        pairs = []
+        for _ in range(args.repeat):
+            off, on, records = attach_cpu(churner.pid, args.seconds)
+            pairs.append((off, on))
     finally:
         for child in (churner, *loads):
             child.terminate()
@@ -133,9 +149,11 @@ def main() -> None:
     counted = records[-1]["processes"][0]["opened_1m"]
     print(f"churning process: {args.rate:.0f} connections/s for {args.seconds:.0f} s each run, "
           f"beside {args.host_connections} unrelated loopback connections")
-    print(f"kmon attach CPU, kernel events off: {off:.2f} s")
-    print(f"kmon attach CPU, kernel events on:  {on:.2f} s")
-    print(f"ratio on/off: {on / max(off, 1e-3):.2f}x")
+    for off, on in pairs:
+        print(f"kmon attach CPU, kernel events off {off:.2f} s, on {on:.2f} s: "
+              f"{on / max(off, 1e-3):.2f}x")
+    off, on = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+    print(f"in all: off {off:.2f} s, on {on:.2f} s; ratio on/off: {on / max(off, 1e-3):.2f}x")
     print(f"connections the kernel counted in the last minute: {counted} "
           f"(opened: about {args.rate * min(args.seconds, 60):.0f})")
     print(f"churn events with the kernel events: {churn[:2]}")

@@ -18,7 +18,7 @@ from kmon.model import ConnectionLife
 from kmon.sources.kernel_events import TCP_CLOSE, TCP_SYN_SENT, TcpEvent
 
 MAX_OPEN = 8192  # connections followed at once; past it the oldest are forgotten
-REJECTED_WITHIN_MS = 250  # closed by the broker this soon after it was established: refused
+REJECTED_WITHIN_MS = 250  # closed by the broker this soon after its connect: refused
 TCP_ESTABLISHED, TCP_FIN_WAIT1, TCP_CLOSE_WAIT = 1, 4, 8
 
 
@@ -30,7 +30,6 @@ class KernelLife:
     opened_ms: float
     remote: tuple[str, int] | None
     local: tuple[str, int] | None = None
-    established_ms: float | None = None
     first_fin: str | None = None  # who closed first: client or broker
     reset: str | None = None  # who reset it: client or broker
     closed_ms: float | None = None  # its first FIN or RST (or CLOSE): when it began to close
@@ -48,14 +47,14 @@ class KernelLife:
     @property
     def ending(self) -> str | None:
         """connect_failed (never established), per_ip_rejected (closed or reset by the broker
-        within REJECTED_WITHIN_MS of being established) or None (an ordinary close, or one
+        within REJECTED_WITHIN_MS of its connect) or None (an ordinary close, or one
         whose steps the port filter did not yet pass: its port was learned from its open)."""
         if self.closed_ms is None:
             return None
         if self.never_established:
             return "connect_failed"
-        if (self.closed_by == "broker" and self.established_ms is not None
-                and self.closed_ms - self.established_ms <= REJECTED_WITHIN_MS):
+        if (self.closed_by == "broker"
+                and self.closed_ms - self.opened_ms <= REJECTED_WITHIN_MS):
             return "per_ip_rejected"
         return None
 
@@ -123,9 +122,6 @@ class ConnectionLives:
         if event.local and event.local[1]:
             life.local = event.local
         old, new = event.old_state, event.new_state
-        if new == TCP_ESTABLISHED:
-            life.established_ms = life.established_ms or event.ts_ms
-            return False
         if old == TCP_SYN_SENT and new == TCP_CLOSE:
             life.never_established = True
         elif new == TCP_FIN_WAIT1:

@@ -175,14 +175,14 @@ def decode(name: str, fields: dict[str, Field], pid: int, ts_ms: float,
 def port_filter(name: str, ports: Iterable[int]) -> str | None:
     """The kernel-side filter of one tracepoint: the client sockets to the brokers' ports
     (a broker on this host: its own sockets are not read) and, for state changes, only the
-    steps a life is told from (established, then its first FIN either way or its abort); every
+    step a life is told from (leaving ESTABLISHED: its first FIN either way, or its abort); every
     connect and every failed connect too (a connection to a port not yet known still
     shows its opener and its failure). None: no filter."""
     by_port = " || ".join(f"dport == {p}" for p in sorted(ports))  # the clients' side only
     if name == "inet_sock_set_state":
         base = (f"newstate == {TCP_SYN_SENT} || "
                 f"(oldstate == {TCP_SYN_SENT} && newstate == {TCP_CLOSE})")
-        steps = f"newstate == {TCP_ESTABLISHED} || oldstate == {TCP_ESTABLISHED}"
+        steps = f"oldstate == {TCP_ESTABLISHED}"
         return f"{base} || (({by_port}) && ({steps}))" if by_port else base
     if name == "tcp_receive_reset":
         return by_port or "dport == 0"  # no known port: nothing
