@@ -71,7 +71,7 @@ from kmon.model import (  # noqa: E402
     Role,
     Snapshot,
 )
-from kmon.sources.sockets import open_socket_reader  # noqa: E402
+from kmon.sources.socket_readers import open_socket_reader  # noqa: E402
 from kmon.widgets.app import KmonApp  # noqa: E402
 from kmon.widgets.attach_screen import AttachScreen  # noqa: E402
 from kmon.widgets.connection_table import ConnectionTable  # noqa: E402

@@ -79,6 +79,7 @@ class ClusterConfig:
     name: str
     bootstrap: str
     properties: dict[str, str] = field(default_factory=dict, repr=False)  # may hold secrets
+    broker_idle_ms: int | None = None  # the brokers' connections.max.idle.ms, if configured
 
     def shown_properties(self) -> dict[str, str]:
         """The client properties, fit to show: secret values masked."""
@@ -103,7 +104,8 @@ class Config:
         configured = None if looks_like_bootstrap(arg) else self.clusters.get(arg)
         if configured is not None:
             return ClusterConfig(configured.name, configured.bootstrap,
-                                 {**configured.properties, **extra_properties})
+                                 {**configured.properties, **extra_properties},
+                                 configured.broker_idle_ms)
         if looks_like_bootstrap(arg):
             return ClusterConfig(arg, arg.strip(), dict(extra_properties))
         names = ", ".join(sorted(self.clusters)) or "none"
@@ -237,7 +239,7 @@ class _ConfigReader:
         if looks_like_bootstrap(name):
             raise self.error(key, "is a cluster name that looks like a bootstrap string "
                              "(host:port); a name cannot be one")
-        entry = self.table(raw, key, ("bootstrap", "properties"))
+        entry = self.table(raw, key, ("bootstrap", "properties", "broker_idle"))
         bootstrap = entry.get("bootstrap")
         if not isinstance(bootstrap, str) or not looks_like_bootstrap(bootstrap):
             raise self.error(f"{key}.bootstrap", "must be a bootstrap string "
@@ -247,9 +249,11 @@ class _ConfigReader:
             if is_dangerous_property(prop):
                 raise self.error(f"{key}.properties.{prop}", "loads a library or runs a command: "
                                  "kmon takes it only on its command line (-X)")
+        idle = entry.get("broker_idle")
         return ClusterConfig(name, bootstrap.strip(), {
             prop: self.property_value(value, f"{key}.properties.{prop}")
-            for prop, value in properties.items()})
+            for prop, value in properties.items()},
+            None if idle is None else round(1000 * self.seconds(idle, f"{key}.broker_idle")))
 
     def property_value(self, value: object, key: str) -> str:
         if isinstance(value, bool):

@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import NamedTuple
 
+from kmon.short_command import short_command
+
 
 class Role(str, Enum):
     """What a connection is for, in the Java client's node-id convention."""
@@ -19,6 +21,30 @@ class Role(str, Enum):
     BROKER = "broker"
     UNKNOWN = "unknown"
 
+
+class TcpState(str, Enum):
+    """A socket's TCP state, in psutil's (and ``ss``'s upper-case) spelling. A ``str``: equal to
+    the plain names the sources read, so ``conn.state == TcpState.CLOSE_WAIT`` holds for them."""
+
+    ESTABLISHED = "ESTABLISHED"
+    SYN_SENT = "SYN_SENT"
+    SYN_RECV = "SYN_RECV"
+    FIN_WAIT1 = "FIN_WAIT1"
+    FIN_WAIT2 = "FIN_WAIT2"
+    TIME_WAIT = "TIME_WAIT"
+    CLOSE = "CLOSE"
+    CLOSE_WAIT = "CLOSE_WAIT"
+    LAST_ACK = "LAST_ACK"
+    LISTEN = "LISTEN"
+    CLOSING = "CLOSING"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# the states of a socket on its way out (either side closed it), CLOSE_WAIT aside
+CLOSING_STATES = frozenset({TcpState.FIN_WAIT1, TcpState.FIN_WAIT2, TcpState.TIME_WAIT,
+                            TcpState.CLOSE, TcpState.CLOSING, TcpState.LAST_ACK})
 
 ROLE_RANK = {Role.BOOTSTRAP: 0, Role.COORDINATOR: 1, Role.BROKER: 2, Role.UNKNOWN: 3}
 
@@ -77,7 +103,7 @@ class Connection:
     client: str | None  # ClientInstance.name that owns it
     local: str | None  # "ip:port"
     remote: str | None
-    state: str  # TCP state, or the client's own state when no socket is seen
+    state: str  # a TcpState, or the client's own state when no socket is seen
     idle_ms: int | None = None
     idle_limit_ms: int | None = None
     bytes_sent: int | None = None
@@ -151,6 +177,11 @@ class ProcessView:
     closed_1m: int | None = None
     # how the sockets gone since the last poll closed, as the wire saw them, by (local, remote)
     wire_closes: dict[tuple[str, str], WireClose] = field(default_factory=dict)
+
+    @property
+    def short_command(self) -> str:
+        """Its command in a word or two: the script, jar or main class it runs."""
+        return short_command(self.cmdline, self.name)
 
     def to_dict(self) -> dict:
         return {"pid": self.pid, "name": self.name, "cmdline": self.cmdline,

@@ -15,7 +15,7 @@ from enum import IntEnum
 from operator import attrgetter
 from typing import NamedTuple
 
-from kmon.model import Connection, ProcessView, Role
+from kmon.model import Connection, ProcessView, Role, TcpState
 
 
 class Mark(IntEnum):
@@ -28,18 +28,15 @@ class Mark(IntEnum):
     CLOSE_WAIT = 4
 
 
-CLOSING_STATES = ("FIN_WAIT1", "FIN_WAIT2", "TIME_WAIT", "CLOSE", "CLOSING", "LAST_ACK")
-
-
 _CLOSE_WAIT, _CONNECTING, _BUSY, _IDLE, _ABSENT = (
     int(Mark.CLOSE_WAIT), int(Mark.CONNECTING), int(Mark.BUSY), int(Mark.IDLE), int(Mark.ABSENT))
 
 
 def _mark_of(state: str, idle_ms: int | None, interval_ms: int, traffic: bool) -> int:
     """How a connection looked over the last refresh interval (a Mark's value)."""
-    if state == "CLOSE_WAIT":
+    if state == TcpState.CLOSE_WAIT:
         return _CLOSE_WAIT
-    if state == "SYN_SENT":
+    if state == TcpState.SYN_SENT:
         return _CONNECTING
     if traffic:
         return _BUSY
@@ -113,7 +110,8 @@ class History:
         self.tracks: dict[tuple[int, str], Track] = {}
         self.by_role: dict[str, deque[int]] = {r.value: deque(maxlen=window) for r in Role}
         self.by_state: dict[str, deque[int]] = {
-            s: deque(maxlen=window) for s in ("ESTABLISHED", "CLOSE_WAIT", "other")}
+            s: deque(maxlen=window)
+            for s in (TcpState.ESTABLISHED.value, TcpState.CLOSE_WAIT.value, "other")}
 
     def observe(self, ts_ms: int, views: list[ProcessView], interval_ms: int) -> None:
         """Record one refresh of ``views``; ``interval_ms`` counts until there is a last one."""

@@ -1,7 +1,8 @@
-"""Values as users type them on the command line.
+"""Values as users type them on the command line, and durations as kmon writes them.
 
-Durations (``500ms``, ``1s``, ``1.5``, ``10m``, ``2h``), PIDs, counts and
-``key=value`` client properties.
+Durations (``500ms``, ``1s``, ``1m30s``, ``10m``, ``2h``, ``7d``), PIDs, counts and
+``key=value`` client properties; ``format_duration`` is the one way every screen,
+table and event writes a duration.
 """
 
 from __future__ import annotations
@@ -11,19 +12,50 @@ import re
 
 from kmon.files import read_bounded
 
-_UNITS = {"ms": 0.001, "s": 1.0, "": 1.0, "m": 60.0, "h": 3600.0}
-_PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h|)\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?|\.[0-9]+)(ms|s|m|h|d)")
+_WHOLE = re.compile(rf"^(?:{_PART.pattern})+$")
+DURATION_FORMS = "500ms, 5s, 1m30s, 10m, 2h or 7d"
 
 
 def parse_duration(text: str) -> float:
-    """Seconds in ``text``; a bare number is seconds. Raises ValueError unless > 0."""
-    match = _PATTERN.match(text)
-    if not match:
-        raise ValueError(f"{text!r} is not a duration (e.g. 500ms, 1s, 10m)")
-    seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    """Seconds in ``text``: numbers each with a unit (``ms s m h d``), summed (``1m30s``).
+
+    A bare number is an error (it was once read as seconds); so is zero.
+    """
+    compact = text.strip()
+    if not _WHOLE.match(compact):
+        why = "has no unit" if re.fullmatch(r"[0-9]*\.?[0-9]+", compact) else "is not a duration"
+        raise ValueError(f"{text!r} {why}; write a duration such as {DURATION_FORMS}")
+    seconds = sum(float(number) * _UNITS[unit] for number, unit in _PART.findall(compact))
     if seconds <= 0:
         raise ValueError(f"{text!r} must be more than zero")
     return seconds
+
+
+_MINUTE_MS, _HOUR_MS, _DAY_MS = 60_000, 3_600_000, 86_400_000
+
+
+def format_duration(ms: int | float | None) -> str:
+    """``850 ms``, ``4.6 s``, ``44 s``, ``9 m 59 s``, ``10 m``, ``1 h 2 m``, ``3 d 4 h``;
+    ``?`` when unknown. Past ten seconds, whole units (rounded down: an idle age is never
+    said to be longer than it is) and at most two of them."""
+    if ms is None:
+        return "?"
+    if ms < 0:
+        return "-" + format_duration(-ms)
+    if ms < 999.5:  # else it would round to "1000 ms"
+        return f"{ms:.0f} ms"
+    if ms < 10_000:
+        return f"{ms / 1000:.1f}".removesuffix(".0") + " s"
+    whole = int(ms)
+    for unit_ms, unit, smaller_ms, smaller in ((_DAY_MS, "d", _HOUR_MS, "h"),
+                                               (_HOUR_MS, "h", _MINUTE_MS, "m"),
+                                               (_MINUTE_MS, "m", 1000, "s")):
+        if whole >= unit_ms:
+            rest = whole % unit_ms // smaller_ms
+            return f"{whole // unit_ms} {unit}" + (f" {rest} {smaller}" if rest else "")
+    return f"{whole // 1000} s"
 
 
 MAX_DURATION_S = 366 * 24 * 3600.0  # a year: beyond it, timers and sleeps overflow
@@ -40,6 +72,11 @@ def duration_arg(text: str) -> float:
     if seconds > MAX_DURATION_S:
         raise argparse.ArgumentTypeError(f"{text!r} is longer than a year")
     return seconds
+
+
+def duration_ms_arg(text: str) -> int:
+    """``duration_arg`` in whole milliseconds (at least 1)."""
+    return max(1, round(duration_arg(text) * 1000))
 
 
 def interval_arg(text: str) -> float:
@@ -93,3 +130,20 @@ def _value_file(key: str, path: str) -> str:
         return raw.decode("utf-8").rstrip("\r\n")
     except UnicodeDecodeError as err:
         raise argparse.ArgumentTypeError(f"{key}=@{path}: not UTF-8 text") from err
+
+
+_SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+               "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40}
+
+
+def size_arg(text: str) -> int:
+    """A size in bytes for argparse: '2GB', '500MiB', '1048576'."""
+    number = text.strip().rstrip("BbIiKkMmGgTt")
+    unit = text.strip()[len(number):].upper()
+    try:
+        value = float(number) * _SIZE_UNITS[unit]
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size, e.g. 2GB or 500MiB") from None
+    if not 0 < value < 1 << 60:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size between 1 byte and 1 EiB")
+    return int(value)

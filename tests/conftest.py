@@ -1,98 +1,35 @@
-"""Real parts for kmon's tests: a mock Kafka cluster, client processes, the kmon CLI."""
+"""Real parts for kmon's tests, as fixtures: a mock Kafka cluster, a real Apache Kafka cluster,
+client processes, a throwaway user (the helpers they share are in helpers.py)."""
 
 from __future__ import annotations
 
-import json
-import os
-import queue
-import shutil
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
+from helpers import TESTS, Child, KafkaClient, debug_log_options, require_java
 
-TESTS = Path(__file__).parent
-REPO = TESTS.parent
-
-
-class Child:
-    """A subprocess whose stdout lines are read in the background."""
-
-    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=env, bufsize=1)
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.stderr: list[str] = []
-        threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines.put),
-                         daemon=True).start()
-        threading.Thread(target=self._pump, args=(self.proc.stderr, self.stderr.append),
-                         daemon=True).start()
-
-    @staticmethod
-    def _pump(stream, sink) -> None:
-        for line in stream:
-            sink(line.rstrip("\n"))
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def wait_line(self, prefix: str, timeout: float = 40.0) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or (self.proc.poll() is not None and self.lines.empty()):
-                raise AssertionError(f"no {prefix!r} line from {self.proc.args}; "
-                                     f"stderr: {self.stderr[-5:]}")
-            try:
-                line = self.lines.get(timeout=min(remaining, 0.5))
-            except queue.Empty:
-                continue
-            if line.startswith(prefix):
-                return line
-
-    def send(self, command: str) -> None:
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-class KafkaClient(Child):
-    """kmon.devtools.workload: a real confluent-kafka client driven through stdin."""
-
-    def all_stats(self) -> dict[str, dict]:
-        """{instance name: statistics} as the clients' own stats_cb last saw them."""
-        self.send("stats")
-        return json.loads(self.wait_line("STATS ")[len("STATS "):])
-
-    def own_stats(self) -> dict:
-        """The statistics of a process's only client."""
-        (stats,) = self.all_stats().values()
-        return stats
-
-
-# Fixtures that start real processes, a cluster or Spark: a test using one is an integration
-# test (``python -m pytest -m "not integration"`` is the fast inner loop).
+# Fixtures that start real processes, a cluster or Spark. A test that starts one (or starts a
+# process itself) is an integration test, and says so where it is written: a module's
+# ``pytestmark``, or a decorator in a module that mixes both kinds. Every other test is marked
+# ``unit`` here (``python -m pytest -m unit`` is the fast inner loop).
 INTEGRATION_FIXTURES = {"cluster", "start_client", "start_client_at", "spool_dir",
                         "spark_session", "kafka", "start_kafka", "java_clients", "start_java"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test that uses a process-starting fixture as ``integration``."""
+    """Mark every test not marked ``integration`` as ``unit``; refuse the run when one of them
+    starts a process-starting fixture."""
+    unmarked = []
     for item in items:
-        if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.integration)
+        if item.get_closest_marker("integration") is None:
+            item.add_marker(pytest.mark.unit)
+            if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())):
+                unmarked.append(item.nodeid)
+    if unmarked:
+        raise pytest.UsageError("tests that start real processes must be marked integration "
+                                f"(pytestmark or @pytest.mark.integration): {unmarked}")
 
 
 @pytest.fixture(scope="session")
@@ -172,13 +109,6 @@ def java_clients() -> dict[str, str]:
         pytest.skip(str(err))
 
 
-def debug_log_options(log: Path) -> list[str]:
-    """slf4j-simple's system properties for a DEBUG log with ISO times in ``log``."""
-    prefix = "-Dorg.slf4j.simpleLogger."
-    return [f"{prefix}logFile={log}", f"{prefix}defaultLogLevel=debug",
-            f"{prefix}showDateTime=true", f"{prefix}dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSSXXX"]
-
-
 @pytest.fixture
 def start_java(kafka, java_clients):
     """Start tests/java/KafkaClientProgram.java (a real Java client) on the shared cluster:
@@ -198,11 +128,6 @@ def start_java(kafka, java_clients):
     yield start
     for child in started:
         child.stop()
-
-
-def require_java() -> None:
-    if shutil.which("java") is None:
-        pytest.skip("java (a JDK 17+) is not installed: a real Kafka cluster needs it")
 
 
 @pytest.fixture
@@ -238,33 +163,6 @@ def start_client_at(spool_dir):
         client.stop()
 
 
-def kmon(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    """Run the real kmon command line."""
-    return subprocess.run([sys.executable, "-m", "kmon", *args], capture_output=True,
-                          text=True, timeout=timeout)
-
-
-def attach_once(pid: int, *extra: str) -> dict:
-    """``kmon attach PID --once --json``, parsed; fails the test on a non-zero exit."""
-    result = kmon("attach", str(pid), "--once", "--json", *extra)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
-
-
-def connections_of(snapshot: dict) -> list[dict]:
-    (process,) = snapshot["processes"]
-    return process["connections"]
-
-
-def assert_one_clear_line(result: subprocess.CompletedProcess, code: int, *words: str) -> None:
-    assert result.returncode == code, (result.returncode, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
-
-
 @pytest.fixture
 def throwaway_user():
     """A user made for this test (home included) and removed after it, even on failure."""
@@ -281,34 +179,10 @@ def throwaway_user():
         subprocess.run(["userdel", "--remove", name], capture_output=True)
 
 
-def python_as(user: str) -> tuple[list[str], dict[str, str]]:
-    """(argv prefix, environment) running this test's Python code as ``user``.
-
-    The test's own interpreter may live where other users cannot read it (pyenv
-    under /root): the system's interpreter of the same minor version is used,
-    with this environment's site-packages added as a site directory (so that the
-    installed kmon, ``kmon.widgets`` included, imports as here). Skips the test
-    where there is none.
-    """
-    import sysconfig
-    import tempfile
-
-    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    system = Path("/usr/bin") / version
-    if not system.exists():
-        pytest.skip(f"no {system} that another user can run")
-    packages = sysconfig.get_paths()["purelib"]
-    boot = Path(tempfile.mkdtemp(prefix="kmon-site-"))
-    boot.chmod(0o755)
-    (boot / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({packages!r})\n")
-    (boot / "sitecustomize.py").chmod(0o644)
-    env = {k: v for k, v in os.environ.items() if k not in ("KMON_SPOOL_DIR", "PYTHONHOME")}
-    env["PYTHONPATH"] = str(boot)
-    return ["runuser", "-u", user, "--", str(system)], env
-
-
-def unused_pid() -> int:
-    pid = 4_000_000
-    while os.path.exists(f"/proc/{pid}"):
-        pid += 1
-    return pid
+@pytest.fixture(scope="module")
+def private_cache(tmp_path_factory):
+    """A fresh cache for kmon's JMX helper (XDG_CACHE_HOME, restored after the module), so the
+    compile path runs and the user's cache is untouched."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+        yield

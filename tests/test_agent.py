@@ -7,7 +7,7 @@ import stat
 import sys
 
 import pytest
-from conftest import attach_once, connections_of, kmon
+from helpers import attach_once, connections_of, kmon
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 
@@ -61,11 +61,15 @@ def test_kmon_run_instruments_an_unmodified_program(start_client, spool_dir):
     assert client.own_stats()["name"] == process["clients"][0]["name"]  # own stats_cb kept
 
 
-def test_kmon_run_without_a_program():
+def test_kmon_run_without_a_program_is_a_usage_error():
     result = kmon("run")
-    assert result.returncode == 1 and "needs a program" in result.stderr
+    assert result.returncode == 2 and "needs a program" in result.stderr
 
 
-def test_kmon_run_with_a_missing_program():
+def test_kmon_run_exits_as_env_does_for_a_program_it_cannot_run(tmp_path):
     result = kmon("run", "--", "/nonexistent/kmon-test-program")
-    assert result.returncode == 1 and "cannot run" in result.stderr
+    assert result.returncode == 127 and "cannot run" in result.stderr
+    unrunnable = tmp_path / "data.txt"
+    unrunnable.write_text("not a program\n")
+    result = kmon("run", "--", str(unrunnable))
+    assert result.returncode == 126 and "Permission denied" in result.stderr

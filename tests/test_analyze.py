@@ -19,8 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from conftest import Child, kmon
-from test_bad_input import assert_one_clear_line
+from helpers import Child, assert_one_clear_line, kmon
 
 from kmon.devtools.fleet_model import FleetSpec
 from kmon.devtools.fleet_writer import simulate

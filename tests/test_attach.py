@@ -7,7 +7,7 @@ import sys
 import time
 
 import pytest
-from conftest import Child, attach_once, connections_of
+from helpers import Child, attach_once, connections_of
 
 from kmon.sources.resolve import split_host_port
 

@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from conftest import Child
+from helpers import Child
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 

@@ -14,7 +14,7 @@ import threading
 import time
 
 import pytest
-from conftest import Child
+from helpers import PER_MESSAGE, Child
 
 from kmon.engine.closes import SocketLife, closed_by, in_words, reason, story
 from kmon.model import Connection, Role, WireClose
@@ -76,7 +76,9 @@ def test_a_story_carries_the_totals_and_is_told_in_words():
     assert (told.closed_by, told.reason, told.idle_before_ms) == ("broker", "broker_idle_reap",
                                                                   599_000)
     assert (told.bytes_sent, told.requests_sent, told.lifetime_ms) == (10, 2, 1_000)
-    assert in_words(told) == "closed by the broker after 9m 59s idle: broker idle reap"
+    assert in_words(told) == "broker idle reap · closed by the broker after 9 m 59 s idle"
+    assert in_words(told, {"client": 900_000, "broker": 600_000}) == (
+        "broker idle reap · closed by the broker after 9 m 59 s idle (limit 10 m)")
     never = story(life("SYN_SENT"), None, 3_000)
     assert (never.closed_by, never.reason) == ("unknown", "connect_failed")
 
@@ -86,9 +88,10 @@ def test_the_wire_s_first_fin_or_rst_decides_the_side_and_tells_a_reset_or_faile
     # the kernel would say broker (gone, no TIME_WAIT); the wire saw the client's FIN first
     told = story(busy, None, 5_000, WireClose("client", reset=False, last_api=1))
     assert (told.closed_by, told.reason) == ("client", "client_closed")
+    assert in_words(told) == "closed by the client after 200 ms idle"
     told = story(busy, None, 5_000, WireClose("broker", reset=True, last_api=1))
     assert (told.closed_by, told.reason) == ("broker", "reset")
-    assert in_words(told) == "closed by the broker after 0.2s idle: reset"
+    assert in_words(told, {"broker": 600_000}) == "reset · closed by the broker after 200 ms idle"
     told = story(busy, None, 5_000, WireClose("broker", reset=False, last_api=36))
     assert (told.closed_by, told.reason) == ("broker", "auth_failed")
     # librdkafka closes first once it reads the broker's error (a real broker's order)
@@ -291,17 +294,7 @@ def test_a_reset_and_a_failed_login_as_the_wire_sees_them(requests, reset, wire,
         broker.close()
 
 
-PER_MESSAGE = """
-import sys, time
-from confluent_kafka import Producer
-while True:
-    producer = Producer({"bootstrap.servers": sys.argv[1]})
-    producer.produce("kmon-churn", b"one message, one client")
-    producer.flush(5)
-    del producer
-    print("SENT", flush=True)
-    time.sleep(0.2)
-"""
+
 
 
 def churn_events(pid: int, seconds: float) -> list[dict]:

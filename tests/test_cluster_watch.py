@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from conftest import Child
+from helpers import Child
 
 from kmon.engine.cluster_watch import (
     SOURCE_CLUSTER,
@@ -28,7 +28,7 @@ from kmon.sources.cluster import GROUPS_UNSUPPORTED, GroupInfo, GroupMember
 from kmon.sources.host_sockets import client_pids
 from kmon.sources.librdkafka_stats import parse_record
 from kmon.sources.resolve import Resolver
-from kmon.sources.sockets import open_socket_reader
+from kmon.sources.socket_readers import open_socket_reader
 from kmon.sources.spool import SpoolError
 
 
@@ -42,6 +42,7 @@ class FakeClock:
         return self.now
 
 
+@pytest.mark.integration
 def test_refresh_reads_brokers_and_controller_and_groups_unavailable_is_no_error(cluster):
     clock = FakeClock()
     watcher = ClusterWatcher(cluster, {}, clock=clock)
@@ -79,6 +80,7 @@ def test_unreachable_cluster_backs_off_doubling_up_to_the_cap():
     assert (view.attempts, view.failures) == (5, 5)
 
 
+@pytest.mark.integration
 def test_a_failed_refresh_keeps_the_last_good_view_and_success_resets_backoff():
     cluster = Child([sys.executable, "-m", "kmon", "devcluster", "--brokers", "2"])
     try:
@@ -133,6 +135,7 @@ def coordinator_of(stats: dict) -> int:
     return learned[stats["brokers"]["GroupCoordinator"]["nodename"]]
 
 
+@pytest.mark.integration
 def test_groups_from_local_clients_when_the_cluster_cannot_list_them(cluster, consumer_snapshot):
     consumer, stats, snapshot = consumer_snapshot
     coordinator = coordinator_of(stats)
@@ -164,6 +167,7 @@ def test_groups_from_local_clients_when_the_cluster_cannot_list_them(cluster, co
     assert consumer.pid in client_pids(view.metadata.endpoints(Resolver()))
 
 
+@pytest.mark.integration
 def test_cluster_groups_are_merged_with_local_clients(consumer_snapshot):
     consumer, stats, snapshot = consumer_snapshot
     group_id = f"kmon-test-group-{consumer.pid}"

@@ -7,16 +7,20 @@ import threading
 
 import pyarrow.parquet as pq
 import pytest
+from helpers import GatedMonitor
+from textual.screen import Screen
 
 from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import ProcessSession
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
-from kmon.sources.sockets import open_socket_reader
+from kmon.sources.socket_readers import open_socket_reader
 from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.connection_table import ConnectionTable
 from kmon.widgets.detail import DetailScreen
+from kmon.widgets.help import HelpScreen
+from kmon.widgets.status import StatusHeader
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 
@@ -96,8 +100,17 @@ def test_consumer_coordinator_row_filter_sort_pause_details(start_client):
             await until(pilot, lambda: any(r[0] == "coordinator" for r in table_rows(screen)),
                         "a coordinator row")
             coordinator = next(r for r in table_rows(screen) if r[0] == "coordinator")
-            assert coordinator[1] == str(MAX_INT - broker)
-            assert coordinator[2] == str(broker)
+            assert coordinator[1] == f"{MAX_INT - broker} coord→{broker}"
+            assert coordinator[-1].startswith("stats conf ")  # the confidence, labelled
+            # idle / the limit that reaps it; a fetch's round trip is its long-poll wait
+            await until(pilot, lambda: any(r[0] == "broker" and r[-2].endswith(" poll")
+                                           for r in table_rows(screen)), "a fetch's rtt")
+            assert all(" / " in r[4] for r in table_rows(screen))
+            await pilot.press("question_mark")
+            await until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help")
+            assert [what for _, what in app.screen.rows] == [
+                b.tooltip for b in screen.BINDINGS if b.action != "back"] + ["quit"]
+            await pilot.press("escape")
 
             await pilot.press("f")
             await pilot.press(*"role:coordinator", "enter")
@@ -112,7 +125,8 @@ def test_consumer_coordinator_row_filter_sort_pause_details(start_client):
             for _ in range(4):  # role -> idle -> reaped in -> state -> broker
                 await pilot.press("s")
             assert "sort: broker" in str(screen.query_one(ConnectionTable).border_title)
-            brokers = [int(r[2]) for r in table_rows(screen) if r[2] != "?"]
+            brokers = [int(r[1].split("→")[-1]) for r in table_rows(screen)
+                       if "→" in r[1] or r[0] == "broker"]
             assert brokers == sorted(brokers)
 
             await pilot.press("p")
@@ -145,7 +159,8 @@ def test_a_poll_under_way_at_pause_is_held_until_resume(start_client):
             await pilot.press("space")  # a poll starts and waits at the gate
             await until(pilot, session.entered.is_set, "the poll under way")
             await pilot.press("p")
-            frozen, header = screen.last_ts_ms, screen.header_text.plain
+            header_of = screen.query_one(StatusHeader).render
+            frozen, header = screen.last_ts_ms, header_of().plain
             assert "PAUSED" in header
             polls = len(session.returned)
             session.release()
@@ -153,7 +168,7 @@ def test_a_poll_under_way_at_pause_is_held_until_resume(start_client):
                         "the poll's end")
             await pilot.pause()  # its result is handled
             assert screen.last_ts_ms == frozen
-            assert screen.header_text.plain == header
+            assert header_of().plain == header
             await pilot.press("p")  # resume: the held poll is drawn at once
             await until(pilot, lambda: screen.last_ts_ms == session.returned[polls],
                         "the held poll after resuming")
@@ -203,3 +218,44 @@ def test_r_records_the_session_to_parquet(start_client, tmp_path):
     assert any(row["role"] == "coordinator" for row in snapshots)
     sessions = pq.read_table(tmp_path / "sessions").to_pylist()
     assert any(row["stopped_ms"] is not None for row in sessions), "stopped cleanly"
+
+
+class ClosingSession:
+    """A real ProcessSession that says when its close begins (``closing``)."""
+
+    def __init__(self, session: ProcessSession) -> None:
+        self.session, self.closing = session, threading.Event()
+
+    def __getattr__(self, name: str):
+        return getattr(self.session, name)
+
+    def close(self) -> None:
+        self.closing.set()
+        self.session.close()
+
+
+def test_a_screen_closed_mid_poll_closes_its_session_after_the_poll(start_client):
+    """The attach screen is left while its poll is under way: its session closes the
+    samplers only once that poll has finished, and the dashboard runs on."""
+    client = start_client("consumer")
+    gated = GatedMonitor(Monitor([ProcessSampler(client.pid, open_socket_reader(),
+                                                 SamplerSettings())]))
+    session = ClosingSession(ProcessSession(gated))
+    screen = AttachScreen(client.pid, session, DashboardSettings(interval_s=3600),
+                          can_go_back=True)
+    app = KmonApp(Screen())
+    # the poll under way ends once the session's close has begun, not before
+    releaser = threading.Thread(target=lambda: session.closing.wait(60) and gated.gate.set())
+    releaser.start()
+
+    async def drive() -> None:
+        async with app.run_test(size=(160, 45)) as pilot:
+            base = app.screen
+            await app.push_screen(screen)
+            await until(pilot, gated.entered.is_set, "the poll under way")
+            await pilot.press("escape")
+            await until(pilot, lambda: gated.log == ["polled", "closed"], "the close")
+            assert app.is_running and app.screen is base
+
+    asyncio.run(drive())
+    releaser.join(60)

@@ -9,10 +9,9 @@ import os
 import sys
 
 import pytest
-from conftest import Child, kmon
+from helpers import KAFKA_PYTHON_CONSUMER, Child, kmon
 from test_dashboard_attach import table_rows, until
-from test_dashboard_watch import cells
-from test_wire import KAFKA_PYTHON_CONSUMER
+from test_dashboard_watch import cells, help_rows, the_list_keys_work
 
 from kmon.dashboard_settings import DashboardSettings
 from kmon.devtools.demo import Demo
@@ -40,31 +39,45 @@ def test_the_host_view_lists_every_kafka_client_by_cluster_and_attaches(spool_di
             wanted = {*demo.clients, agentless.pid}
 
             def rows() -> dict[int, list[str]]:
-                return {int(r[1]): r for r in cells(screen, "processes")}
+                """Each process's row, its cluster's heading (the row above its cluster's
+                rows, with no pid) first."""
+                found, heading = {}, ""
+                for row in cells(screen, "processes"):
+                    if row[0]:
+                        found[int(row[0])] = [heading, *row]
+                    else:
+                        heading = row[1]
+                return found
 
             async def drive() -> None:
                 async with app.run_test(size=(190, 50)) as pilot:
                     # the agentless consumer maps no Kafka library: it is found by its
-                    # sockets to the brokers the demo's clients name; the cluster's name
-                    # counts its brokers as the clients come to know them all
-                    every_broker = f"+{demo.brokers - 1}"
+                    # sockets to the brokers the demo's clients name; its cluster's heading
+                    # counts the brokers as the clients come to know them all
+                    every_broker = f"{demo.brokers} brokers: 127.0.0.1:"
                     await until(pilot, lambda: wanted <= rows().keys()
-                                and {rows()[pid][0][-len(every_broker):] for pid in wanted}
-                                == {every_broker}
-                                and len({rows()[pid][0] for pid in wanted}) == 1
+                                and {rows()[pid][0] for pid in wanted} == {
+                                    rows()[agentless.pid][0]}
+                                and rows()[agentless.pid][0].startswith(every_broker)
                                 and served_by not in rows(), "every client in one cluster",
                                 polls=600)
-                    label = rows()[agentless.pid][0]
-                    assert label.startswith("127.0.0.1:"), label
+                    assert {rows()[pid][2] for pid in demo.clients} == {"-m kmon.devtools.workload"}
                     assert os.getpid() not in rows()
+                    await the_list_keys_work(pilot, screen)
                     table = screen.query_one("#processes")
-                    table.move_cursor(row=list(rows()).index(agentless.pid))
+                    table.move_cursor(row=[r[0] for r in cells(screen, "processes")].index(
+                        str(agentless.pid)))
                     await pilot.press("enter")
                     await until(pilot, lambda: isinstance(app.screen, AttachScreen), "attach")
                     attached = app.screen
-                    assert attached.cluster == label
+                    assert attached.cluster == screen.cluster_of(agentless.pid)
                     await until(pilot, lambda: table_rows(attached), "its connections")
+                    await pilot.press("question_mark")  # back is one of its keys now
+                    await until(pilot, lambda: app.screen is not attached, "its help")
+                    assert [w for _, w in app.screen.rows] == help_rows(attached)
                     await pilot.press("escape")
+                    await until(pilot, lambda: app.screen is attached, "attached again")
+                    await pilot.press("q")  # back to the list, as escape
                     await until(pilot, lambda: app.screen is screen, "the host view again")
 
             asyncio.run(drive())

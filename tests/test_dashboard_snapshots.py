@@ -1,8 +1,9 @@
 """Snapshot tests of stable dashboard screens, from recordings of real client processes.
 
-``tests/data/*.jsonl`` were recorded with ``kmon attach PID --json`` on the
-demo's consumer and on its producer with ``connections.max.idle.ms=5000``.
-Played back (``kmon.engine.replay``), they draw the same screen every time. Update
+``tests/data/*.jsonl`` were recorded side by side with ``kmon attach PID --json`` on
+the demo's consumer and on its producer with ``connections.max.idle.ms=5000``.
+Played back (``kmon.engine.replay``), they draw the same screen every time: each alone
+in the attach screen, both together as the clients of the watch and host screens. Update
 the stored screens with ``python -m pytest tests/test_dashboard_snapshots.py
 --snapshot-update`` after a deliberate change, and look at them.
 """
@@ -13,13 +14,19 @@ import time
 from pathlib import Path
 
 import pytest
+from test_dashboard_attach import until
 
 from kmon.dashboard_settings import DashboardSettings
-from kmon.engine.facade import ProcessSession
+from kmon.engine.facade import AttachFailed, ClusterView, HostSession, ProcessSession
 from kmon.engine.replay import Replay, read_recording
+from kmon.model import Event, Role, Snapshot
+from kmon.sources.cluster import BrokerInfo
 from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.event_log import EventLog
+from kmon.widgets.host_screen import HostScreen
+from kmon.widgets.list_screen import ProcessListScreen
+from kmon.widgets.watch_screen import WatchScreen
 
 DATA = Path(__file__).parent / "data"
 SIZE = (170, 48)
@@ -45,8 +52,8 @@ def replayed(name: str) -> tuple[KmonApp, AttachScreen, Replay]:
 
 def play_all(screen: AttachScreen, replay: Replay):
     async def run_before(pilot) -> None:
-        while not screen.history.ticks:  # the first refresh, from the screen's own worker
-            await pilot.pause(0.05)
+        # the first refresh, from the screen's own worker
+        await until(pilot, lambda: screen.history.ticks, "the first refresh")
         while not replay.finished:
             screen.apply(*replay.poll())
         await pilot.pause()
@@ -87,3 +94,72 @@ def test_detail_pane(snap_compare):
         await pilot.press("enter")
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+class ReplayedClients:
+    """Both recordings played as one host's clients, for the watch and host screens: each
+    poll is a frame of each (recorded a few ms apart). The recordings hold no cluster
+    metadata: the watch screen's brokers are the ones the recorded clients name."""
+
+    host = "replay"
+    notices: list[str] = []
+    next_retry_in_s = None
+    cluster_labels = staticmethod(HostSession.cluster_labels)
+
+    def __init__(self) -> None:
+        self.replays = [Replay(read_recording(DATA / n))
+                        for n in ("consumer.jsonl", "idle-producer.jsonl")]
+        first = self.replays[0].recording.frame(0)[0]
+        brokers = {(c.broker_id, c.remote) for p in first.processes for c in p.connections
+                   if c.role in (Role.BROKER, Role.COORDINATOR)}
+        self.view = ClusterView(
+            "127.0.0.1:38773", tuple(BrokerInfo(b, *r.rsplit(":", 1)) for b, r in sorted(brokers)),
+            controller_id=1, fetched_at=first.ts_ms)
+
+    @property
+    def finished(self) -> bool:
+        return all(r.finished for r in self.replays)
+
+    def poll(self) -> tuple[Snapshot, list[Event]]:
+        frames = [r.poll() for r in self.replays]
+        events = sorted((e for _, es in frames for e in es), key=lambda e: e.ts_ms)
+        return Snapshot(frames[0][0].ts_ms, self.host,
+                        [p for snapshot, _ in frames for p in snapshot.processes]), events
+
+    def cluster_due(self) -> bool:
+        return False
+
+    def events_of(self, pid: int) -> list[Event]:
+        return []
+
+    def attach(self, pid: int) -> ProcessSession:
+        raise AttachFailed("a replay")
+
+    def close(self) -> None:
+        pass
+
+
+def play_listed(screen: ProcessListScreen, session: ReplayedClients):
+    async def run_before(pilot) -> None:
+        await until(pilot, lambda: screen.snapshot is not None, "the first refresh")
+        while not session.finished:
+            screen.apply(*session.poll())
+        await pilot.pause()
+        screen.query_one(EventLog).scroll_end(animate=False, immediate=True)
+        await pilot.pause()
+    return run_before
+
+
+def test_watch_screen(snap_compare):
+    session = ReplayedClients()
+    screen = WatchScreen("demo", session, DashboardSettings(interval_s=3600),
+                         labels={16172: "orders consumer"})
+    assert snap_compare(KmonApp(screen), terminal_size=SIZE,
+                        run_before=play_listed(screen, session))
+
+
+def test_host_screen(snap_compare):
+    session = ReplayedClients()
+    screen = HostScreen(session, DashboardSettings(interval_s=3600))
+    assert snap_compare(KmonApp(screen), terminal_size=SIZE,
+                        run_before=play_listed(screen, session))

@@ -7,8 +7,7 @@ import sys
 import time
 
 import pytest
-from conftest import Child
-from test_closes import PER_MESSAGE
+from helpers import PER_MESSAGE, Child
 from test_dashboard_attach import table_rows, until
 
 from kmon.dashboard_settings import DashboardSettings
@@ -19,6 +18,7 @@ from kmon.engine.sampler import SamplerSettings
 from kmon.model import Churn, Event, EventKind, Snapshot
 from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen
+from kmon.widgets.help import HelpScreen
 from kmon.widgets.watch_screen import WatchScreen
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
@@ -61,6 +61,7 @@ def test_watch_lists_brokers_groups_and_discovered_processes(spool_dir):
                 assert brokers[coordinator][4] == "1", "it coordinates the group"
                 assert brokers[coordinator][6] == "2", "both consumers' coordinator connections"
 
+                await the_list_keys_work(pilot, screen)
                 table = screen.query_one("#processes")
                 row = next(i for i, r in enumerate(cells(screen, "processes"))
                            if r[2] == "orders-reader-a")
@@ -74,6 +75,36 @@ def test_watch_lists_brokers_groups_and_discovered_processes(spool_dir):
                 await until(pilot, lambda: app.screen is screen, "the watch screen again")
 
         asyncio.run(drive())
+
+
+def help_rows(screen) -> list[str]:
+    """What the help of ``screen`` should say: its bindings' words, then the app's quit
+    unless the screen binds q itself."""
+    own = [b.tooltip for b in screen.BINDINGS
+           if screen.check_action(b.action, ()) is not False]
+    return own + ([] if any("q" in b.key.split(",") for b in screen.BINDINGS
+                            if screen.check_action(b.action, ()) is not False) else ["quit"])
+
+
+async def the_list_keys_work(pilot, screen) -> None:
+    """help, sort, filter, clear and hide idle on a screen listing processes."""
+    app = screen.app
+    await pilot.press("question_mark")
+    await until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help")
+    assert [what for _, what in app.screen.rows] == help_rows(screen)
+    await pilot.press("escape")
+    await until(pilot, lambda: app.screen is screen, "the list again")
+    table = screen.query_one("#processes")
+    pids = [r[0] for r in cells(screen, "processes") if r[0]]  # cluster headings: no pid
+    await pilot.press("s")
+    assert "sort: max idle" in str(table.border_title)
+    await pilot.press("f", *pids[-1], "enter")
+    await until(pilot, lambda: [r[0] for r in cells(screen, "processes") if r[0]]
+                == [pids[-1]], "only the process filtered for")
+    await pilot.press("c", "i")
+    assert "idle hidden" in str(table.border_title)
+    await pilot.press("i", "s", "s", "s")  # back to every process by pid
+    await until(pilot, lambda: len(cells(screen, "processes")) > 1, "every process again")
 
 
 def test_unreachable_cluster_shows_a_banner_and_keeps_running():

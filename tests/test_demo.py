@@ -16,17 +16,24 @@ import time
 
 import psutil
 import pytest
-from conftest import kmon
+from helpers import kmon
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 
 
-def test_headless_demo_watches_its_workload_and_cleans_up():
+def test_headless_demo_watches_its_workload_honours_the_config_and_cleans_up(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text('[thresholds]\nmiddlebox_idle = "2s"\nidle_warning = 0.05\n')
     result = kmon("demo", "--headless", "--json", "--duration", "4s", "--interval", "500ms",
-                  timeout=120)
+                  "--config", str(config), timeout=120)
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in result.stdout.splitlines()]
     last = records[-1]
+    # the config's thresholds: a load balancer's 2 s idle limit, a warning at 5 % of it
+    limits = {(c["idle_limit_by"], c["idle_limit_ms"]) for p in last["processes"]
+              for c in p["connections"]}
+    assert limits == {("middlebox", 2000)}, limits
+    assert any(e["kind"] == "near_reap" for r in records for e in r["events"])
     assert len(last["processes"]) == 5
     types = sorted(c["type"] for p in last["processes"] for c in p["clients"])
     assert types == ["consumer", "consumer", "producer", "producer"]  # one is uninstrumented

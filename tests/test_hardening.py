@@ -228,7 +228,7 @@ def test_a_squatted_spool_cannot_blind_root_to_another_users_client(cluster, thr
                                                                     tmp_path):
     import shutil
 
-    from conftest import Child, python_as
+    from helpers import Child, python_as
 
     victim = throwaway_user
     squatted = Path(f"/tmp/kmon-{victim.pw_uid}")

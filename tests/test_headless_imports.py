@@ -7,6 +7,10 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
+
 
 def imported_modules(importtime_stderr: str) -> set[str]:
     """Every module named in a ``-X importtime`` log ("import time: self | cumulative | name")."""

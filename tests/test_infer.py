@@ -11,7 +11,7 @@ import uuid
 from collections import deque
 
 import pytest
-from conftest import Child
+from helpers import Child
 
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
 from kmon.evidence.claims import Claim
@@ -29,7 +29,8 @@ from kmon.evidence.infer import (
 from kmon.evidence.resolve import kernel_limits, resolve_one, socket_row
 from kmon.model import Connection, Role
 from kmon.sources.cluster import GroupInfo, GroupMember, fetch_metadata
-from kmon.sources.sockets import Endpoint, TcpSocket, open_socket_reader
+from kmon.sources.socket_readers import open_socket_reader
+from kmon.sources.sockets import Endpoint, TcpSocket
 
 KCAT = "/usr/bin/kcat"
 POLLS = 60  # at most this many polls for the cadence rule to speak (2 cycles take ~12)
@@ -243,6 +244,7 @@ def _coordinators(connections: list[dict]) -> list[dict]:
     return [c for c in connections if c["role"] == "coordinator"]
 
 
+@pytest.mark.integration
 @needs_kcat
 def test_kcat_consumer_coordinator_by_cadence(kcat_consumer, cluster):
     kcat, broker = kcat_consumer
@@ -266,6 +268,7 @@ def test_kcat_consumer_coordinator_by_cadence(kcat_consumer, cluster):
         stream.stop()
 
 
+@pytest.mark.integration
 @needs_kcat
 def test_kcat_consumer_coordinator_from_group_description(kcat_consumer, cluster):
     """The sampler with a group description as a real cluster would give it (the mock cluster
@@ -303,6 +306,7 @@ def _assert_no_coordinator(pid: int, cluster: str, tick=lambda poll: None) -> No
         stream.stop()
 
 
+@pytest.mark.integration
 @needs_kcat
 def test_kcat_producer_gets_no_coordinator(cluster):
     """kcat -P producing a batch every 2 s: periodic traffic, but nothing fetches."""
@@ -332,6 +336,7 @@ sys.stdin.read()
 """
 
 
+@pytest.mark.integration
 def test_plain_sockets_to_a_broker_get_no_coordinator(cluster):
     child = Child([sys.executable, "-c", PLAIN_SOCKETS, cluster])
     try:

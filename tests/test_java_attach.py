@@ -14,18 +14,17 @@ import sys
 from pathlib import Path
 
 import pytest
-import test_jmx
-from conftest import Child, attach_once, connections_of
+from helpers import JAVA_VERSIONS, Child, attach_once, connections_of, log_table, unique
 
 from kmon.classify import MAX_INT
 from kmon.sources.java_log import LogFollower
 
-private_cache, unique, log_table = test_jmx.private_cache, test_jmx.unique, test_jmx.log_table
-VERSIONS = test_jmx.VERSIONS
+VERSIONS = JAVA_VERSIONS
 CONFIDENT = 0.9
 
-pytestmark = [pytest.mark.integration, pytest.mark.skipif(shutil.which("java") is None,
-                                reason="java (a JDK 11+) is not installed: the JMX path needs it")]
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("private_cache"),
+              pytest.mark.skipif(shutil.which("java") is None,
+                                 reason="java (a JDK 11+) is not installed: the JMX path needs it")]
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the wire needs CAP_NET_RAW (root)")
 
 

@@ -9,14 +9,9 @@ from pathlib import Path
 import pytest
 
 from kmon.classify import MAX_INT
+from kmon.evidence.java_log_nodes import NodeTable
 from kmon.model import Role
-from kmon.sources.java_log import (
-    JavaLogEvent,
-    LogFollower,
-    NodeTable,
-    parse_line,
-    parse_timestamp,
-)
+from kmon.sources.java_log import JavaLogEvent, LogFollower, parse_line, parse_timestamp
 
 NC = "(org.apache.kafka.clients.NetworkClient)"
 

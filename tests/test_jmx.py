@@ -6,66 +6,28 @@ The clients are tests/java/KafkaClientProgram.java on kafka-clients 4.4.0 and
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import time
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from conftest import TESTS, unused_pid
+from helpers import JAVA_VERSIONS, TESTS, log_table, unique, unused_pid
 
 from kmon.classify import MAX_INT
-from kmon.sources.java_log import LogFollower, NodeTable
+from kmon.sources.java_log import LogFollower
 from kmon.sources.jmx import JmxReading, JmxSource, JmxUnavailable, JvmClient, is_jvm
-from kmon.sources.sockets import open_socket_reader
+from kmon.sources.socket_readers import open_socket_reader
 
-pytestmark = [pytest.mark.integration, pytest.mark.skipif(shutil.which("java") is None,
-                                reason="java (a JDK 11+) is not installed: the JMX path needs it")]
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("private_cache"),
+              pytest.mark.skipif(shutil.which("java") is None,
+                                 reason="java (a JDK 11+) is not installed: the JMX path needs it")]
 
 HELPER = TESTS.parent / "kmon" / "java" / "KmonJmx.java"
-VERSIONS = ("4.4.0", "3.9.1")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def private_cache(tmp_path_factory) -> Iterator[None]:
-    """A fresh helper cache, so the compile path runs and the user's cache is untouched."""
-    old = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
-    yield
-    if old is None:
-        del os.environ["XDG_CACHE_HOME"]
-    else:
-        os.environ["XDG_CACHE_HOME"] = old
+VERSIONS = JAVA_VERSIONS
 
 
 def only_client(reading: JmxReading) -> JvmClient:
     (client,) = reading.clients
     return client
-
-
-def reading_after(source: JmxSource, ts_ms: int, timeout_s: float = 10) -> JmxReading:
-    """The first reading taken after ``ts_ms``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        reading = source.latest()
-        if reading is not None and reading.ts_ms > ts_ms:
-            return reading
-        time.sleep(0.05)
-    raise AssertionError(f"no JMX reading after {ts_ms}")
-
-
-def log_table(log: Path) -> NodeTable:
-    table = NodeTable()
-    for event in LogFollower(log, from_start=True).poll():
-        table.apply(event)
-    return table
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -94,7 +56,8 @@ def test_consumer_connections_seen_through_jmx(start_java, kafka, version, tmp_p
         assert client.metrics["connection-creation-total"] == sum(
             s.connects for s in state.nodes.values())
         assert client.metrics["assigned-partitions"] == 3
-        later = reading_after(source, first.ts_ms + 3500)  # a heartbeat interval (3 s)
+        later = source.wait_newer(first.ts_ms + 3500, 10)  # a heartbeat interval (3 s) on
+        assert later is not None and later.ts_ms > first.ts_ms + 3500
         moved = {n for n in client.nodes if only_client(later).nodes[n]["outgoing-byte-total"]
                  > client.nodes[n]["outgoing-byte-total"]}
         assert {coordinator, 1, 2, 3} <= moved  # heartbeats and fetches

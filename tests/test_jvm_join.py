@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from kmon.classify import MAX_INT
+from kmon.evidence.java_log_nodes import NodeTable
 from kmon.evidence.jvm_join import join_jvm
 from kmon.evidence.jvm_nodes import CounterHistory, JvmNode, jvm_clients
 from kmon.evidence.stats_join import JoinSettings
-from kmon.sources.java_log import NodeTable, parse_line
+from kmon.sources.java_log import parse_line
 from kmon.sources.jmx import parse_reading
 from kmon.sources.resolve import Resolver
 from kmon.sources.sockets import Endpoint, TcpSocket

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import Child, assert_one_clear_line, kmon, require_java
+from helpers import Child, assert_one_clear_line, kmon, require_java
 
 pytestmark = pytest.mark.integration
 

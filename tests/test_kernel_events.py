@@ -17,9 +17,8 @@ from contextlib import suppress
 from pathlib import Path
 
 import pytest
-from conftest import Child, kmon, python_as
+from helpers import IDLE_REASONS, Child, attach_stream, kmon, python_as, read_until
 from test_closes import closed_events
-from test_real_broker import IDLE_REASONS, attach_stream, read_until
 
 from kmon.engine.connection_lives import MAX_OPEN, ConnectionLives
 from kmon.sources.kernel_events import TcpEvent, decode, parse_format, read_formats

@@ -1,13 +1,27 @@
-"""The layering the import contracts cannot see: the screens import no I/O from the stdlib."""
+"""The layering the import contracts cannot see, read from the source with an AST walk: no
+import cycle anywhere in kmon (widgets/ read as kmon.widgets); no socket, subprocess, ctypes
+or /proc, /sys, /dev path outside kmon/sources/ (but the parts named in ``OUTSIDE_SOURCES``);
+the screens import no I/O at all."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
-WIDGETS = Path(__file__).parent.parent / "widgets"
+import pytest
+
+REPO = Path(__file__).parent.parent
+WIDGETS = REPO / "widgets"
 NO_IO = {"socket", "subprocess", "psutil", "pyarrow", "confluent_kafka", "kmon.sources",
          "kmon.record", "kmon.evidence"}
+# What reads or changes the world: its own module (the sources), or one of these
+IO_MODULES = {"socket", "subprocess", "ctypes"}
+SYSTEM_PATH = re.compile(r"/(proc|sys|dev)(/|$)")
+# The parts that do I/O of their own outside kmon/sources/ (the README names them): the
+# agent runs inside the user's process, the devtools start clusters and demo processes,
+# the analysis starts Spark
+OUTSIDE_SOURCES = ("kmon/agent/", "kmon/devtools/", "kmon/analysis/")
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -20,6 +34,96 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
+def module_files(root: Path) -> dict[str, Path]:
+    """Every module of kmon by its installed name (widgets/x.py is kmon.widgets.x)."""
+    found = {}
+    for folder, package in ((root / "kmon", ["kmon"]), (root / "widgets", ["kmon", "widgets"])):
+        for path in folder.rglob("*.py"):
+            parts = package + list(path.relative_to(folder).with_suffix("").parts)
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Each module's imports of other kmon modules (every import, at any depth of the code)."""
+    files = module_files(root)
+    graph = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets = []
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                targets += [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base
+                            for a in node.names]
+        deps = set()
+        for target in targets:
+            while target and target not in files:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                deps.add(target)
+        graph[name] = deps
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for dep in graph[module]:
+            if dep not in index:
+                visit(dep)
+                low[module] = min(low[module], low[dep])
+            elif dep in stack:
+                low[module] = min(low[module], index[dep])
+        if low[module] == index[module]:
+            group = stack[stack.index(module):]
+            del stack[stack.index(module):]
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    return found
+
+
+def io_outside_sources(root: Path) -> dict[str, list[str]]:
+    """Per file outside kmon/sources/ (and ``OUTSIDE_SOURCES``), the I/O modules it imports
+    and the system paths it names."""
+    offenders = {}
+    for path in sorted([*(root / "kmon").rglob("*.py"), *(root / "widgets").rglob("*.py")]):
+        relative = path.relative_to(root).as_posix()
+        if relative.startswith(("kmon/sources/", *OUTSIDE_SOURCES)):
+            continue
+        bad = {m for m in imported_modules(path) if m.split(".")[0] in IO_MODULES}
+        bad |= {node.value for node in ast.walk(ast.parse(path.read_text()))
+                if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                and SYSTEM_PATH.match(node.value)}
+        if bad:
+            offenders[relative] = sorted(bad)
+    return offenders
+
+
+def test_no_import_cycle():
+    assert cycles(import_graph(REPO)) == []
+
+
+def test_io_only_in_sources():
+    assert io_outside_sources(REPO) == {}
+
+
 def test_widgets_do_no_io_of_their_own():
     offenders = {}
     for path in sorted(WIDGETS.glob("*.py")):
@@ -30,7 +134,24 @@ def test_widgets_do_no_io_of_their_own():
     assert offenders == {}
 
 
-def test_the_check_sees_an_offender(tmp_path):
+@pytest.fixture
+def offending_tree(tmp_path: Path) -> Path:
+    """A small kmon with a cycle through widgets/ and I/O in the engine."""
+    for folder in ("kmon/sources", "kmon/engine", "widgets"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "kmon/__init__.py").write_text("")
+    (tmp_path / "kmon/sources/sockets.py").write_text("import socket\n")
+    (tmp_path / "kmon/engine/host.py").write_text(
+        "import os\nfrom subprocess import run\nfrom kmon.widgets import screen\n"
+        "def pids():\n    return os.listdir('/proc')\n")
+    (tmp_path / "widgets/screen.py").write_text("from ..engine import host\n")
+    return tmp_path
+
+
+def test_the_checks_see_an_offender(offending_tree: Path, tmp_path: Path):
+    assert cycles(import_graph(offending_tree)) == [["kmon.engine.host", "kmon.widgets.screen"]]
+    assert io_outside_sources(offending_tree) == {"kmon/engine/host.py": ["/proc", "subprocess"]}
     offender = tmp_path / "screen.py"
-    offender.write_text("import socket\nfrom kmon.sources.sockets import open_socket_reader\n")
+    offender.write_text("import socket\nfrom kmon.sources.sockets import TcpSocket\n")
     assert imported_modules(offender) == {"socket", "kmon.sources.sockets"}

@@ -6,14 +6,12 @@ polls."""
 
 from __future__ import annotations
 
-import json
 import socket
-import sys
 import threading
 import time
 
 import pytest
-from conftest import Child, attach_once, connections_of
+from helpers import IDLE_REASONS, attach_once, attach_stream, connections_of, read_until
 
 from kmon.classify import coordinator_node_id
 from kmon.engine.cluster_watch import ClusterWatcher
@@ -21,25 +19,6 @@ from kmon.engine.facade import ClusterSession, HostSession
 from kmon.engine.sampler import SamplerSettings
 from kmon.model import EventKind
 from kmon.sources.host_sockets import HostClients
-
-IDLE_REASONS = {"client_idle_reap", "broker_idle_reap", "middlebox_idle_drop"}
-
-
-def attach_stream(pid: int, *extra: str) -> Child:
-    """``kmon attach PID --json`` every 250 ms."""
-    return Child([sys.executable, "-m", "kmon", "attach", str(pid), "--json", "--interval",
-                  "250ms", *extra])
-
-
-def read_until(stream: Child, done, seconds: float) -> tuple[list[dict], dict]:
-    """Every event of the stream until ``done(events, record)`` or ``seconds`` after its first
-    record; and the last record."""
-    record = json.loads(stream.wait_line("{", timeout=60))
-    deadline, events = time.monotonic() + seconds, record["events"]
-    while time.monotonic() < deadline and not done(events, record):
-        record = json.loads(stream.wait_line("{", timeout=30))
-        events += record["events"]
-    return events, record
 
 
 def closes(events: list[dict], reason: str | None = None) -> list[dict]:

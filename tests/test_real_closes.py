@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import KafkaClient, kmon
-from test_record import read, record_child
+from helpers import KafkaClient, kmon, read, record_child
+
+pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 
 pytest.importorskip("pyspark")
 

@@ -10,11 +10,19 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-import pyarrow.dataset as ds
 import pytest
-from conftest import Child, assert_one_clear_line, kmon, unused_pid
+from helpers import (
+    Child,
+    assert_one_clear_line,
+    data_files,
+    kmon,
+    read,
+    record_child,
+    recorded_pids,
+    unused_pid,
+    wait_for,
+)
 
 from kmon.agent.client_hook import CONFIG_SUMMARY_KEYS
 from kmon.record.schema import SCHEMA_VERSION, SCHEMAS
@@ -23,27 +31,6 @@ pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 
 HOST = socket.gethostname()
 SECRET = "hunter2"
-
-
-def read(root: Path, table: str) -> list[dict]:
-    """Every row of one recorded table, as Spark would see it (hive partitions)."""
-    dataset = ds.dataset(root / table, format="parquet", partitioning="hive")
-    assert dataset.schema.names == SCHEMAS[table].names + ["date", "host"]
-    return dataset.to_table().to_pylist()
-
-
-def data_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file())
-
-
-def record_child(*args: str) -> Child:
-    """``kmon record`` in the background; returns once it has said it started."""
-    child = Child([sys.executable, "-m", "kmon", "record", *args])
-    deadline = time.monotonic() + 30
-    while not any("session" in line for line in child.stderr):
-        assert child.proc.poll() is None and time.monotonic() < deadline, child.stderr
-        time.sleep(0.05)
-    return child
 
 
 def latest_session(rows: list[dict]) -> dict:
@@ -95,10 +82,10 @@ def test_a_process_exit_is_an_event_and_the_last_one_ends_the_recording(start_cl
     recorder = record_child("--pid", str(stays.pid), "--pid", str(leaves.pid),
                             "--out", str(out), "--interval", "250ms")
     try:
-        time.sleep(1)
+        wait_for(lambda: {stays.pid, leaves.pid} <= recorded_pids(out), "both recorded")
         leaves.send("exit")
         leaves.proc.wait(10)
-        time.sleep(1)
+        time.sleep(1)  # a second of polls without it: the recorder must not stop
         assert recorder.proc.poll() is None, recorder.stderr  # one process is left
         stays.send("exit")
         stays.proc.wait(10)  # reaped: kmon counts a zombie as running
@@ -126,14 +113,14 @@ def test_cluster_mode_finds_the_clients_and_sigterm_stops_it_cleanly(spool_dir, 
         out = tmp_path / "rec"
         recorder = record_child("--cluster", bootstrap, "--out", str(out), "--interval",
                                 "500ms")
-        time.sleep(2)
+        wait_for(lambda: {consumer.pid, producer.pid} <= recorded_pids(out),
+                 "both clients recorded")
         recorder.proc.terminate()
-        assert recorder.proc.wait(15) == 0, recorder.stderr
+        assert recorder.wait_exit(15) == 0, recorder.stderr
     finally:
         for child in (recorder, *clients, cluster):
             if child is not None:
                 child.stop()
-    time.sleep(0.2)  # let the stderr pump catch up
     assert "stopped (SIGTERM)" in recorder.stderr[-1], recorder.stderr
     # the devcluster process (brokers, and its own client to them) is not a client
     assert {r["pid"] for r in read(out, "snapshots")} == {consumer.pid, producer.pid}
@@ -163,12 +150,11 @@ def test_sighup_stops_it_cleanly_as_sigterm_does(start_client, tmp_path):
     out = tmp_path / "rec"
     recorder = record_child("--pid", str(producer.pid), "--out", str(out), "--interval", "200ms")
     try:
-        time.sleep(1)
+        wait_for(lambda: producer.pid in recorded_pids(out), "the producer recorded")
         recorder.proc.send_signal(signal.SIGHUP)  # a closed terminal, su/ssh going away
-        assert recorder.proc.wait(15) == 0, recorder.stderr
+        assert recorder.wait_exit(15) == 0, recorder.stderr
     finally:
         recorder.stop()
-    time.sleep(0.2)  # let the stderr pump catch up
     assert "stopped (SIGHUP)" in recorder.stderr[-1], recorder.stderr
     assert latest_session(read(out, "sessions"))["stopped_ms"] is not None
 
@@ -208,9 +194,11 @@ def test_a_killed_recorder_leaves_readable_parts(start_client, tmp_path):
     producer = start_client("producer", idle_ms=3000)
     out = tmp_path / "rec"
     recorder = record_child("--pid", str(producer.pid), "--out", str(out),
-                            "--interval", "250ms", "--flush-every", "1")
+                            "--interval", "250ms", "--flush-every", "1s")
     try:
-        time.sleep(3)
+        # the idle reaper (3 s) closes the producer's connection and it opens another
+        wait_for(lambda: len(list(out.rglob("snapshots/**/*.parquet"))) >= 2
+                 and any(out.rglob("events/**/*.parquet")), "snapshots and events written")
         killed_ms = int(time.time() * 1000)
         os.kill(recorder.pid, signal.SIGKILL)
         recorder.proc.wait(10)
@@ -228,7 +216,6 @@ def test_a_killed_recorder_leaves_readable_parts(start_client, tmp_path):
     partition = next((out / "snapshots").rglob("*.parquet")).parent
     (partition / ".half-written.parquet.tmp").write_bytes(b"PAR1\x00garbage")
     assert len(read(out, "snapshots")) == len(snapshots)
-    # the idle reaper (3 s) closes the producer's connection and it opens another
     for event in read(out, "events"):
         if event["kind"] in ("opened", "closed"):
             assert event["pid"] == producer.pid and event["role"] == "broker"

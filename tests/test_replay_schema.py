@@ -11,7 +11,7 @@ import copy
 import json
 
 import pytest
-from conftest import assert_one_clear_line, kmon
+from helpers import assert_one_clear_line, kmon
 
 from kmon.engine.facade import ProcessSession
 from kmon.engine.replay import Replay, ReplayError, read_recording, recorded_interval_s
@@ -88,6 +88,7 @@ def test_a_field_of_the_wrong_type_is_named_when_the_recording_is_read(tmp_path,
         read_recording(path)
 
 
+@pytest.mark.integration  # the real command line, one process a case
 @pytest.mark.parametrize("case", CONFUSED[::6], ids=map(ids, CONFUSED[::6]))
 def test_kmon_replay_says_which_field_in_one_line(tmp_path, case):
     path = tmp_path / "r.jsonl"
@@ -96,6 +97,7 @@ def test_kmon_replay_says_which_field_in_one_line(tmp_path, case):
                           str(case[0][-1]))
 
 
+@pytest.mark.integration  # the real command line, one process a case
 @pytest.mark.parametrize("text", ['{"ts_ms": NaN, "host": "h", "processes": []}',
                                   "\xff\xfe{}", "[" * 100_000, '{"ts_ms": 1'])
 def test_json_that_is_no_snapshot_is_one_line(tmp_path, text):

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import Child, assert_one_clear_line
+from helpers import Child, assert_one_clear_line
 
 from kmon.config import ClusterConfig, Config, ConfigError, load_config
 from kmon.sources import jmx
@@ -154,7 +154,7 @@ def config_file(tmp_path: Path, text: str, mode: int = 0o644) -> Path:
 def record_with(config: Path, cluster: str, *extra: str):
     """``kmon record --cluster CLUSTER`` with the config file named by $KMON_CONFIG, as a
     user's environment kept by ``sudo -E`` would name it."""
-    return kmon("record", "--cluster", cluster, "--cluster-timeout", "2", "--duration", "1s",
+    return kmon("record", "--cluster", cluster, "--cluster-timeout", "2s", "--duration", "1s",
                 "--out", str(config.parent / "out"), *extra,
                 env={**os.environ, "KMON_CONFIG": str(config)})
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import assert_one_clear_line, kmon
+from helpers import assert_one_clear_line, kmon
 
 from kmon.analysis import report
 from kmon.files import OutputDir, UnsafeFile

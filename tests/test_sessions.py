@@ -8,39 +8,15 @@ import threading
 import time
 
 import pytest
+from helpers import GatedMonitor
 
 from kmon.engine.cluster_watch import ClusterWatcher
 from kmon.engine.facade import ClusterSession, ProcessSession, SessionClosed
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
-from kmon.sources.sockets import open_socket_reader
+from kmon.sources.socket_readers import open_socket_reader
 
-
-class GatedMonitor:
-    """A real Monitor whose poll waits for ``gate`` and which logs when it polled and closed.
-
-    A fake only of timing: it holds a real poll open while the test closes the session,
-    which a real poll (a few milliseconds) cannot be made to be on demand.
-    """
-
-    def __init__(self, monitor: Monitor) -> None:
-        self.monitor = monitor
-        self.gate, self.entered = threading.Event(), threading.Event()
-        self.log: list[str] = []
-
-    def __getattr__(self, name: str):
-        return getattr(self.monitor, name)
-
-    def poll(self):
-        self.entered.set()
-        self.gate.wait(60)
-        result = self.monitor.poll()
-        self.log.append("polled")
-        return result
-
-    def close(self) -> None:
-        self.log.append("closed")
-        self.monitor.close()
+pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 
 
 def process_session(pid: int) -> tuple[ProcessSession, GatedMonitor]:

@@ -16,7 +16,8 @@ import pytest
 
 from kmon.sources.psutil_sockets import PsutilSocketReader
 from kmon.sources.sockdiag import SockDiagReader, SockDiagUnavailable, _short_tcp_info
-from kmon.sources.sockets import Endpoint, TcpSocket, open_socket_reader
+from kmon.sources.socket_readers import open_socket_reader
+from kmon.sources.sockets import Endpoint, TcpSocket
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import Child, assert_one_clear_line, kmon
+from helpers import Child, assert_one_clear_line, kmon
 from rich.segment import ControlType, Segment
 from rich.style import Style
 from test_dashboard_attach import until
@@ -25,7 +25,7 @@ from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
 from kmon.json_lines import json_line
 from kmon.plain_text import WithoutControls, one_line, strip_controls
-from kmon.sources.sockets import open_socket_reader
+from kmon.sources.socket_readers import open_socket_reader
 from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen
 

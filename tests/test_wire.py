@@ -19,7 +19,17 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import Child, python_as
+from helpers import (
+    KAFKA_PYTHON_CONSUMER,
+    Child,
+    all_named,
+    apis,
+    attach_stream,
+    from_start,
+    produce,
+    python_as,
+    rows_until,
+)
 
 from kmon.classify import MAX_INT
 from kmon.sources import kafka_protocol as kp
@@ -27,7 +37,8 @@ from kmon.sources import packet_filter
 from kmon.sources.broker_query import ask_brokers
 from kmon.sources.sockets import Endpoint
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the wire needs CAP_NET_RAW (root)")
+pytestmark = [pytest.mark.integration,  # real processes, a cluster, real packet capture
+              pytest.mark.skipif(os.geteuid() != 0, reason="the wire needs CAP_NET_RAW (root)")]
 
 KCAT = "/usr/bin/kcat"
 NODE_MODULES = Path(__file__).parent / "node" / "node_modules"
@@ -43,85 +54,13 @@ const consumer = kafka.consumer({ groupId: process.argv[3] });
   console.log('READY');
 })();
 """
-KAFKA_PYTHON_CONSUMER = """
-import sys
-from kafka import KafkaConsumer
-consumer = KafkaConsumer(sys.argv[3], bootstrap_servers=sys.argv[1].split(","),
-                         group_id=sys.argv[2], client_id="kmon-kafka-python",
-                         api_version=(2, 0, 0))
-print("READY", flush=True)
-for _ in consumer:
-    pass
-"""
-
-
-def produce(cluster: str, topic: str) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": cluster})
-    for i in range(20):
-        producer.produce(topic, f"m{i}".encode())
-    producer.flush(10)
-
-
-def rows_until(stream: Child, wanted, seconds: float = 60) -> list[dict]:
-    """The connections a ``kmon attach --json`` stream shows at the first poll where
-    ``wanted(rows)`` holds; fails with the last rows after ``seconds`` (a hang guard)."""
-    rows: list[dict] = []
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        (process,) = json.loads(stream.wait_line("{", timeout=seconds))["processes"]
-        rows = process["connections"]
-        if rows and wanted(rows):
-            return rows
-    shown = [(r["role"], r["node_id"], r["broker_id"], r["remote"], r["idle_ms"],
-              r["evidence"].get("role"), r["evidence"].get("wire")) for r in rows]
-    raise AssertionError(f"the wire never named every socket: {shown}")
-
-
-def attach(pid: int) -> Child:
-    return Child([sys.executable, "-m", "kmon", "attach", str(pid), "--json", "--interval",
-                  "500ms", "--any-process"])
-
-
 def wire_rows(pid: int, wanted) -> list[dict]:
     """Attached to a running client: its rows once ``wanted``."""
-    stream = attach(pid)
+    stream = attach_stream(pid, "--any-process", interval="500ms")
     try:
         return rows_until(stream, wanted)
     finally:
         stream.stop()
-
-
-def from_start(argv: list[str], wanted, env: dict | None = None) -> tuple[Child, list[dict]]:
-    """A client attached before it opens a connection (a shell that execs it when told: the
-    same PID): the wire sees every connection from its first request. (client, its rows)"""
-    client = Child(["sh", "-c", 'read go; exec "$@"', "sh", *argv], env=env)
-    stream = attach(client.pid)
-    try:
-        stream.wait_line("{")  # the tap is open
-        client.send("go")
-        return client, rows_until(stream, wanted)
-    except BaseException:
-        client.stop()
-        raise
-    finally:
-        stream.stop()
-
-
-def apis(row: dict) -> set[str]:
-    """The API names the wire saw on a row's socket."""
-    return {part.split("×")[0] for part in row["evidence"].get("wire", "").split()}
-
-
-def all_named(rows: list[dict]) -> bool:
-    """Every socket named by the wire with its broker, a coordinator among them, and a
-    broker socket that fetched."""
-    kafka = [r for r in rows if r["evidence"].get("role") == "wire"]
-    return bool(kafka) and len(kafka) == len(rows) and all(
-        r["broker_id"] is not None for r in kafka) and any(
-        r["role"] == "coordinator" for r in kafka) and any(
-        r["role"] == "broker" and "Fetch" in apis(r) for r in kafka)
 
 
 def check_roles(rows: list[dict], brokers: dict[int, tuple[str, int]]) -> None:
@@ -431,7 +370,7 @@ def test_a_sasl_password_appears_in_no_capture_output_recording_or_log(cluster, 
                     "-X", "sasl.username=alice", "-X", "sasl.password=hunter2-secret", "-L"])
     stream = record = None
     try:
-        stream = attach(client.pid)
+        stream = attach_stream(client.pid, "--any-process", interval="500ms")
         record = Child([sys.executable, "-m", "kmon", "record", "--pid", str(client.pid),
                         "--out", str(tmp_path / "rec"), "--interval", "300ms", "--any-process"])
         stream.wait_line("{")

@@ -16,13 +16,14 @@ import uuid
 from pathlib import Path
 
 import pytest
-from test_wire import all_named, apis, from_start, produce
+from helpers import all_named, apis, from_start, produce
 
 from kmon.classify import MAX_INT
 from kmon.sources.broker_query import ask_brokers
 from kmon.sources.sockets import Endpoint
 
 pytestmark = [
+    pytest.mark.integration,
     pytest.mark.skipif(os.geteuid() != 0, reason="the wire needs CAP_NET_RAW (root)"),
     pytest.mark.skipif(shutil.which("go") is None, reason="go is not installed"),
 ]

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import Child
-from test_wire import produce
+from helpers import Child, produce
 
 from kmon.devtools.hostile_broker import (
     HostileBroker,
@@ -219,6 +218,7 @@ while True:
 """
 
 
+@pytest.mark.integration
 @as_root
 def test_a_forged_metadata_answer_names_neither_another_process_nor_hides_it(cluster):
     """The attacker (kmon.devtools.hostile_broker attack) gets Metadata answers over loopback

@@ -11,11 +11,12 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.reactive import var
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Footer, Input
 
 from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import ProcessSession
 from kmon.model import (
+    CLOSING_STATES,
     ClientInstance,
     Connection,
     Event,
@@ -24,12 +25,14 @@ from kmon.model import (
     Snapshot,
 )
 from kmon.plain_text import plain
-from kmon.timeline import CLOSING_STATES, History
+from kmon.timeline import History
 from kmon.widgets import format as fmt
 from kmon.widgets.connection_table import SORT_ORDERS, ConnectionTable, connection_cells
 from kmon.widgets.detail import DetailScreen
 from kmon.widgets.event_log import EventLog
+from kmon.widgets.filter_input import FilterInput
 from kmon.widgets.filtering import FilterError, RowFilter, parse_filter
+from kmon.widgets.help import CONNECTION_NOTES
 from kmon.widgets.polling import PollingScreen
 from kmon.widgets.sparklines import CountSparklines
 from kmon.widgets.timeline import Timeline, TimelineRows
@@ -65,23 +68,26 @@ class AttachScreen(PollingScreen):
     hide_idle: var[bool] = var(False, init=False)
     row_filter: var[RowFilter] = var(RowFilter, init=False, always_update=True)
     recording: var[Path | None] = var(None, init=False)  # where r records now
-    header_text: var[Text] = var(Text, init=False)
-    notice_text: var[str] = var("", init=False)
 
     BINDINGS = [
-        Binding("p", "pause", "pause"),
-        Binding("space", "refresh_now", "refresh"),
-        Binding("s", "sort", "sort"),
-        Binding("f,slash", "filter", "filter"),
-        Binding("c", "clear_filter", "clear filter"),
-        Binding("i", "hide_idle", "hide idle"),
-        Binding("enter", "details", "details"),
-        Binding("r", "record", "record"),
-        Binding("plus,equals_sign", "faster", "faster"),
-        Binding("minus", "slower", "slower"),
-        Binding("escape", "back", "back"),
-        Binding("question_mark", "help", "help"),
+        Binding("p", "pause", "pause", tooltip="pause / resume refreshing"),
+        Binding("space", "refresh_now", "refresh",
+                tooltip="refresh now (while paused: one step)"),
+        Binding("s", "sort", "sort", tooltip="next sort order (role, idle, reaped in, state, "
+                "broker, traffic, client)"),
+        Binding("f,slash", "filter", "filter", tooltip="filter the connections"),
+        Binding("c", "clear_filter", "clear filter", tooltip="clear the filter"),
+        Binding("i", "hide_idle", "hide idle",
+                tooltip="hide idle rows (no traffic for 10 s) and closing sockets"),
+        Binding("enter", "details", "details", tooltip="details of the selected connection"),
+        Binding("r", "record", "record",
+                tooltip="start / stop recording this session to Parquet"),
+        Binding("plus,equals_sign", "faster", "faster", tooltip="refresh more often"),
+        Binding("minus", "slower", "slower", tooltip="refresh less often"),
+        Binding("escape,q", "back", "back", tooltip="back to the list of processes"),
+        Binding("question_mark", "help", "help", tooltip="this help"),
     ]
+    HELP_NOTES = CONNECTION_NOTES
 
     def __init__(self, pid: int, session: ProcessSession, settings: DashboardSettings,
                  cluster: str = "", label: str = "", can_go_back: bool = False,
@@ -102,16 +108,15 @@ class AttachScreen(PollingScreen):
     # -- layout -----------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield Static(id="header")
-        yield Static(id="notice")
+        yield from self.status_bars()
         yield ConnectionTable(id="connections")
         with Horizontal(id="lower"):
             yield Timeline(id="timeline")
             with Vertical(id="side"):
                 yield CountSparklines(id="sparklines")
                 yield EventLog(id="events")
-        yield Input(placeholder="filter: role:coordinator state:CLOSE_WAIT broker:1 client:… "
-                                "(enter applies, escape closes)", id="filter")
+        yield FilterInput("filter: role:coordinator state:CLOSE_WAIT broker:1 client:… "
+                          "(enter applies, escape closes)", id="filter")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -178,11 +183,12 @@ class AttachScreen(PollingScreen):
     def redraw(self) -> None:
         """Draw every panel from the latest refresh."""
         rows = self.visible_connections()
-        client_ids, pid, now_ms = self.client_ids, self.pid, self.last_ts_ms
+        pid, now_ms = self.pid, self.last_ts_ms
+        clients = {c.name: c for c in self.view.clients} if self.view else {}
         history, thresholds = self.history, self.settings.thresholds
         table = self.query_one(ConnectionTable)
         table.show([(c.key, c) for c in rows],
-                   lambda c: connection_cells(c, history.track(pid, c.key), client_ids,
+                   lambda c: connection_cells(c, history.track(pid, c.key), clients,
                                               thresholds, now_ms))
         total = len(self.view.connections) if self.view else 0
         order = SORT_ORDERS[self.sort_index]
@@ -195,20 +201,11 @@ class AttachScreen(PollingScreen):
             table.border_title = plain(title)  # the filter's text is no markup
         self._draw_timeline(rows)
         self.query_one(CountSparklines).show(self.history)
-        self.header_text = self._header()
-        self.notice_text = self._notice()
+        self.heading, self.trailer = self._header()
+        self.ended = "EXITED" if self.exit_notice else ""
+        self.notices = self._notice()
         if isinstance(self.app.screen, DetailScreen):
             self.app.screen.update_view()
-
-    def watch_header_text(self, old: Text, new: Text) -> None:
-        # a new layout only when the header's height may change
-        layout = new.plain.count("\n") != old.plain.count("\n")
-        self.query_one("#header", Static).update(new, layout=layout)
-
-    def watch_notice_text(self, text: str) -> None:
-        notice = self.query_one("#notice", Static)
-        notice.update(plain(text))
-        notice.set_class(bool(text), "shown")
 
     def watch_sort_index(self) -> None:
         self.redraw()
@@ -231,13 +228,15 @@ class AttachScreen(PollingScreen):
             TimelineRows(history, self.pid, rows, [t for _, t in closed]), span,
             history.refreshes - 1, len(ticks))
 
-    def _header(self) -> Text:
+    def _header(self) -> tuple[Text, Text]:
+        """The header's text before and after its "every 1 s · LIVE"."""
         view = self.view
-        header = Text()
+        header, trailer = Text(), Text()
         name = f"{self.label} — " if self.label else ""
         if view is None:
-            header.append(f"{name}PID {self.pid}: waiting for the first refresh…", style="bold")
-            return header
+            header.append(f"{name}PID {self.pid}: waiting for the first refresh…\n",
+                          style="bold")
+            return header, trailer
         header.append(f"{name}PID {view.pid} {view.name}", style="bold")
         header.append(f"  {view.cmdline[:120]}\n", style="dim")
         clients = "; ".join(_client_line(c) for c in view.clients) or "no client metrics " \
@@ -245,25 +244,18 @@ class AttachScreen(PollingScreen):
         header.append(f"clients: {clients}\n")
         servers = {c.config.get("bootstrap.servers") for c in view.clients} - {None}
         cluster = self.cluster or ", ".join(sorted(servers)) or "unknown"
-        header.append(f"cluster: {cluster}  ·  every {fmt.duration(self.interval * 1000)}  ·  ")
-        if self.exit_notice:
-            header.append("■ EXITED", style="bold red")
-        elif self.paused:
-            header.append("❚❚ PAUSED", style="bold yellow")
-        else:
-            header.append("● LIVE", style="bold green")
-        header.append(f"  ·  updated {fmt.clock(self.last_ts_ms)}")
+        header.append(f"cluster: {cluster}  ·  ")
+        trailer.append(f"  ·  updated {fmt.clock(self.last_ts_ms)}")
         if self.recording is not None:
-            header.append(f"  ·  ● REC {self.recording}", style="bold red")
+            trailer.append(f"  ·  ● REC {self.recording}", style="bold red")
         elif self.recorded_dir is not None:
-            header.append(f"  ·  recorded to {self.recorded_dir}", style="dim")
-        return header
+            trailer.append(f"  ·  recorded to {self.recorded_dir}", style="dim")
+        return header, trailer
 
-    def _notice(self) -> str:
-        lines = ([self.exit_notice] if self.exit_notice else []) + (
-            [self.error_notice] if self.error_notice else []) + (
-            self.view.notices if self.view else [])
-        return "\n".join(f"! {line}" for line in lines)
+    def _notice(self) -> tuple[str, ...]:
+        return tuple(([self.exit_notice] if self.exit_notice else [])
+                     + ([self.error_notice] if self.error_notice else [])
+                     + (self.view.notices if self.view else []))
 
     # -- actions ----------------------------------------------------------------------------
 
@@ -276,10 +268,7 @@ class AttachScreen(PollingScreen):
         self.sort_index = (self.sort_index + 1) % len(SORT_ORDERS)
 
     def action_filter(self) -> None:
-        field = self.query_one("#filter", Input)
-        field.value = self.row_filter.text
-        field.add_class("shown")
-        field.focus()
+        self.query_one(FilterInput).open(self.row_filter.text, self.query_one(ConnectionTable))
 
     def on_input_submitted(self, message: Input.Submitted) -> None:
         try:
@@ -287,15 +276,7 @@ class AttachScreen(PollingScreen):
         except FilterError as err:
             self.notify(str(err), title="filter", severity="error", markup=False)
             return
-        message.input.remove_class("shown")
-        self.query_one(ConnectionTable).focus()
-
-    def on_key(self, event) -> None:
-        field = self.query_one("#filter", Input)
-        if event.key == "escape" and field.has_focus:
-            field.remove_class("shown")
-            self.query_one(ConnectionTable).focus()
-            event.stop()
+        self.query_one(FilterInput).action_close()
 
     def action_clear_filter(self) -> None:
         self.row_filter = RowFilter()

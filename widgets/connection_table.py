@@ -17,11 +17,12 @@ from rich.style import Style
 from rich.text import Span, Text
 from textual import events
 from textual.binding import Binding
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
+from textual.reactive import reactive
 from textual.strip import Strip
 
-from kmon.model import ROLE_RANK, Connection, Thresholds
+from kmon.model import ROLE_RANK, ClientInstance, Connection, Role, TcpState, Thresholds
 from kmon.timeline import Track
 from kmon.widgets import format as fmt
 from kmon.widgets.line_view import ChangedLinesView
@@ -29,11 +30,10 @@ from kmon.widgets.line_view import ChangedLinesView
 CLIENT_MIN, CLIENT_MAX = 14, 40  # the client column grows into a wide terminal's spare room
 # key, heading, width
 COLUMNS = (
-    ("role", "role", 11), ("node", "node id", 10), ("broker", "broker", 6),
-    ("remote", "address", 21), ("local", "lport", 5), ("state", "TCP state", 11),
-    ("idle", "idle / limit", 15), ("reap", "reaped in", 9), ("client", "client", CLIENT_MIN),
-    ("sent", "out/s", 7), ("recv", "in/s", 7), ("req", "req/s", 5), ("rtt", "rtt", 7),
-    ("evidence", "evidence", 10),
+    ("role", "role", 11), ("node", "node id → broker", 18), ("remote", "address", 21),
+    ("state", "TCP state", 11), ("idle", "idle / limit", 19), ("reap", "reaped in", 9),
+    ("client", "client", CLIENT_MIN), ("sent", "out/s", 7), ("recv", "in/s", 7),
+    ("rtt", "rtt", 11), ("evidence", "evidence", 15),
 )
 
 
@@ -62,36 +62,36 @@ SORT_ORDERS = (
     SortOrder("role", None),
     SortOrder("idle", lambda c, t: (-1 if c.idle_ms is None else c.idle_ms), descending=True),
     SortOrder("reaped in", lambda c, t: _missing_last(c.reap_in_ms)),
-    SortOrder("state", lambda c, t: (c.state != "CLOSE_WAIT", c.state, c.key)),
+    SortOrder("state", lambda c, t: (c.state != TcpState.CLOSE_WAIT, c.state, c.key)),
     SortOrder("broker", lambda c, t: (_missing_last(c.broker_id), ROLE_RANK[c.role])),
     SortOrder("traffic", lambda c, t: _rate_total(t), descending=True, uses_track=True),
     SortOrder("client", lambda c, t: (c.client or "~", ROLE_RANK[c.role])),
 )
 
 
-def connection_cells(conn: Connection, track: Track | None, client_ids: dict[str, str],
+def connection_cells(conn: Connection, track: Track | None, clients: dict[str, ClientInstance],
                      style: Thresholds, now_ms: int) -> tuple:
-    """The cells of one connection's row, in COLUMNS order."""
+    """The cells of one connection's row, in COLUMNS order; ``clients``: the process's client
+    instances by name."""
     rates = track.rates if track else None
     in_close_wait_ms = now_ms - track.state_since_ms if track else 0
-    alert = conn.state == "CLOSE_WAIT" and in_close_wait_ms >= style.close_wait_alert_ms
-    local_port = conn.local.rsplit(":", 1)[-1] if conn.local else "-"
-    evidence = f"{conn.evidence.get('role', '?')} {conn.confidence:.2f}"
+    alert = conn.state == TcpState.CLOSE_WAIT and in_close_wait_ms >= style.close_wait_alert_ms
+    evidence = f"{conn.evidence.get('role', '?')} conf {conn.confidence:.2f}"
+    client = clients.get(conn.client or "")
+    # a consumer's fetches wait at the broker for data (fetch.max.wait.ms): their round trip
+    # is that long-poll, not the network
+    long_poll = conn.role is Role.BROKER and client is not None and client.type == "consumer"
     return (
         fmt.role(conn.role.value),
-        fmt.node(conn.node_id),
-        fmt.node(conn.broker_id),
+        fmt.node_and_broker(conn.node_id, conn.broker_id, conn.role is Role.COORDINATOR),
         conn.remote or "-",
-        local_port,
         fmt.state(conn.state, alert),
         fmt.idle_bar(conn.idle_ms, conn.idle_limit_ms, style.idle_warning),
         fmt.duration(conn.reap_in_ms) if conn.reap_in_ms is not None else "never",
-        client_ids.get(conn.client or "", conn.client or "-"),
+        client.client_id if client is not None else conn.client or "-",
         fmt.rate(rates.sent if rates else None),
         fmt.rate(rates.received if rates else None),
-        "" if not rates or not rates.requests else f"{rates.requests:.0f}",
-        "?" if conn.rtt_ms is None and conn.tcp_rtt_ms is None
-        else f"{conn.rtt_ms if conn.rtt_ms is not None else conn.tcp_rtt_ms:.1f}ms",
+        fmt.round_trip(conn.rtt_ms, conn.tcp_rtt_ms, long_poll),
         fmt.styled(evidence, "dim" if conn.confidence >= 0.9 else "yellow"),
     )
 
@@ -119,8 +119,11 @@ class ConnectionTable(ChangedLinesView, can_focus=True):
     one of its cells changed, and a refresh draws again only the lines whose row,
     cells or look changed, so a refresh costs at most a screenful of rows however
     many connections there are. The cursor stays on its connection (by row key)
-    while rows come, go and move.
+    while rows come, go and move; a move of it draws again only the line it leaves
+    and the line it enters.
     """
+
+    cursor_row: reactive[int] = reactive(0, repaint=False, init=False)
 
     BINDINGS = [
         Binding("up", "cursor(-1)", show=False), Binding("down", "cursor(1)", show=False),
@@ -155,7 +158,6 @@ class ConnectionTable(ChangedLinesView, can_focus=True):
         # key -> (cells drawn, how (row style, scroll, width), the line)
         self._lines: dict[str, tuple] = {}
         self._row_styles: dict[str | int, Style] = {}
-        self.cursor_row = 0
         self._cursor_key: str | None = None
         self._widths = tuple(width for _, _, width in COLUMNS)
         self._width = 1 + sum(width + 2 for width in self._widths)
@@ -170,9 +172,8 @@ class ConnectionTable(ChangedLinesView, can_focus=True):
         self._row_styles.clear()
         for key in [k for k in self._lines if k not in self._rows]:
             del self._lines[key]
-        if self._cursor_key in self._rows:
-            self.cursor_row = self._keys.index(self._cursor_key)
-        self.cursor_row = max(0, min(self.cursor_row, len(self._keys) - 1))
+        self.cursor_row = (self._keys.index(self._cursor_key) if self._cursor_key in self._rows
+                           else self.cursor_row)  # validated: within the rows
         self._cursor_key = self._keys[self.cursor_row] if self._keys else None
         self.virtual_size = Size(self._width, len(self._keys) + 1)
         scroll_x, scroll_y = self.scroll_offset
@@ -287,17 +288,27 @@ class ConnectionTable(ChangedLinesView, can_focus=True):
 
     # -- keys and mouse ---------------------------------------------------------------------
 
+    def validate_cursor_row(self, row: int) -> int:
+        return max(0, min(row, len(self._keys) - 1))
+
+    def watch_cursor_row(self, left: int, entered: int) -> None:
+        """Draw again the line the cursor left and the one it entered, where visible."""
+        scroll_y, width, height = self.scroll_offset.y, self.size.width, self.size.height
+        for row in (left, entered):
+            y = row - scroll_y + 1  # below the header
+            if 1 <= y < height:
+                self.refresh(Region(0, y, width, 1))
+
     def _move_to(self, row: int) -> None:
         if not self._keys:
             return
-        self.cursor_row = max(0, min(row, len(self._keys) - 1))
+        self.cursor_row = row
         self._cursor_key = self._keys[self.cursor_row]
         visible = self.size.height - 1  # below the header
         if self.cursor_row < self.scroll_offset.y:
             self.scroll_to(y=self.cursor_row, animate=False)
         elif self.cursor_row >= self.scroll_offset.y + visible:
             self.scroll_to(y=self.cursor_row - visible + 1, animate=False)
-        self.refresh()
 
     def action_cursor(self, step: int) -> None:
         self._move_to(self.cursor_row + step)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from kmon.model import Connection
+from kmon.model import Connection, TcpState
 
 FIELDS = ("role", "state", "broker", "node", "client", "pid")
 
@@ -77,5 +77,5 @@ def parse_filter(text: str) -> RowFilter:
     return RowFilter(text.strip(), {k: tuple(v) for k, v in terms.items()}, tuple(words))
 
 
-_EXAMPLES = {"role": "coordinator", "state": "CLOSE_WAIT", "broker": "1", "node": "-1",
+_EXAMPLES = {"role": "coordinator", "state": TcpState.CLOSE_WAIT.value, "broker": "1", "node": "-1",
              "client": "orders", "pid": "1234"}

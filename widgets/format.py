@@ -7,23 +7,14 @@ from functools import lru_cache
 
 from rich.text import Text
 
+from kmon.model import TcpState
+from kmon.units import format_duration as duration  # the one format, for every screen
+
 ROLE_STYLE = {"bootstrap": "yellow", "coordinator": "magenta", "broker": "green",
               "unknown": "dim"}
-STATE_STYLE = {"ESTABLISHED": "", "CLOSE_WAIT": "bold white on red", "SYN_SENT": "bold yellow"}
-BAR_WIDTH = 8
-
-
-def duration(ms: int | float | None) -> str:
-    """``850ms``, ``12.3s``, ``4.5m``, ``2.0h``; ``?`` when unknown."""
-    if ms is None:
-        return "?"
-    if ms < 1000:
-        return f"{ms:.0f}ms"
-    if ms < 60_000:
-        return f"{ms / 1000:.1f}s"
-    if ms < 3_600_000:
-        return f"{ms / 60_000:.1f}m"
-    return f"{ms / 3_600_000:.1f}h"
+STATE_STYLE = {TcpState.ESTABLISHED: "", TcpState.CLOSE_WAIT: "bold white on red",
+               TcpState.SYN_SENT: "bold yellow"}
+BAR_WIDTH = 3
 
 
 def number(value: int | float | None) -> str:
@@ -32,6 +23,29 @@ def number(value: int | float | None) -> str:
 
 def node(value: int | None) -> str:
     return "?" if value is None else str(value)
+
+
+def node_and_broker(node_id: int | None, broker_id: int | None, is_coordinator: bool) -> Text:
+    """``2147483644 coord→3``: the node id, and the broker behind it where that is not the
+    node id itself (a coordinator's, a bootstrap address's)."""
+    if broker_id is None or broker_id == node_id:
+        return styled(node(node_id), "")
+    text = Text(f"{node(node_id)} ")
+    text.append(f"{'coord' if is_coordinator else ''}→{broker_id}",
+                style=ROLE_STYLE["coordinator"] if is_coordinator else "dim")
+    return text
+
+
+def round_trip(rtt_ms: float | None, tcp_rtt_ms: float | None, long_poll: bool) -> Text:
+    """The client's request round trip, marked ``poll`` where it is a fetch's long-poll wait
+    (not the network); else the kernel's TCP round trip, marked ``tcp``; ``?`` when neither."""
+    if rtt_ms is None and tcp_rtt_ms is None:
+        return styled("?", "dim")
+    value, source = ((rtt_ms, " poll" if long_poll else "") if rtt_ms is not None
+                     else (tcp_rtt_ms, " tcp"))
+    text = Text(f"{value:.1f} ms" if value < 100 else duration(value))
+    text.append(source, style="dim")
+    return text
 
 
 def clock(ts_ms: int) -> str:
@@ -70,20 +84,20 @@ def role(value: str) -> Text:
 
 
 def state(value: str, alert: bool = False) -> Text:
-    style = STATE_STYLE.get(value, "dim" if value != "ESTABLISHED" else "")
+    style = STATE_STYLE.get(value, "dim")
     return styled(value, "bold white on red blink" if alert else style)
 
 
 def idle_bar(idle_ms: int | None, limit_ms: int | None, warning: float) -> Text:
-    """Idle age with a bar filled to its share of the idle limit.
-
-    Green below ``warning`` of the limit, yellow above it, red in the last 5%.
+    """``▆▆·· 44 s / 10 m``: idle age and the limit that will reap it, with a bar filled to
+    its share of the limit: green below ``warning`` of it, yellow above, red in the last 5%.
     """
     if idle_ms is None:
-        return styled("?".rjust(BAR_WIDTH + 7), "dim")
-    label = duration(idle_ms).rjust(6)
+        return styled(f"{'·' * BAR_WIDTH} ?", "dim")
+    label = duration(idle_ms)
     if not limit_ms:
         return styled(f"{'·' * BAR_WIDTH} {label}", "dim")
+    label = f"{label} / {duration(limit_ms)}"
     share = min(1.0, idle_ms / limit_ms)
     style = "red" if share >= 0.95 else "yellow" if share >= warning else "green"
     return _bar(round(share * BAR_WIDTH), style, label)

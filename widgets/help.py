@@ -1,32 +1,16 @@
-"""The ``?`` screen: every key and the filter syntax."""
+"""The ``?`` screen: the keys the screen it was opened from binds, then that screen's notes."""
 
 from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Markdown
 
 from kmon.widgets.timeline import LEGEND
 
-HELP = f"""
-# kmon keys
-
-| key | what it does |
-|---|---|
-| `p` | pause / resume refreshing |
-| `space` | refresh now (while paused: one step) |
-| `s` | next sort order (role, idle, reaped in, state, broker, traffic, client) |
-| `f` or `/` | filter rows |
-| `c` | clear the filter |
-| `i` | hide idle rows (no traffic for 10 s) and closing sockets |
-| `enter` | details of the selected connection (watch: attach to the selected process) |
-| `r` | start / stop recording this session to Parquet |
-| `+` / `-` | refresh more / less often |
-| `escape` | back (from an attached process to the cluster) |
-| `q` | quit |
-
+CONNECTION_NOTES = f"""
 ## Filter
 
 `role:coordinator state:CLOSE_WAIT broker:1 node:-1 client:orders pid:1234`, and
@@ -35,22 +19,64 @@ field are alternatives (`role:boot role:coord`); different fields must all hold.
 
 ## Rows
 
-**role**: bootstrap (node id -1, -2, …), coordinator (node id 2147483647 - broker id),
-broker (node id = broker id), unknown (a socket kmon could not explain).
-**idle / limit**: time since the last byte either way, with a bar against the
-idle limit that will reap it (`connections.max.idle.ms` of the client, else of
-the broker); it turns yellow past the warning threshold. **evidence**: where the
-role came from (stats = the client's metrics, inferred = cluster metadata) and
-how sure kmon is of the socket pairing.
+**role**: bootstrap (node id -1, -2, …), coordinator (node id 2147483647 - broker id,
+shown as `coord→3` beside it), broker (node id = broker id), unknown (a socket kmon
+could not explain).
+**idle / limit**: time since the last byte either way, against the idle limit that
+will reap it (`connections.max.idle.ms` of the client, else of the broker), with a
+bar that turns yellow past the warning threshold. **rtt**: the client's request
+round trip; `poll` marks a fetch connection's, which is the broker's long-poll wait,
+not the network; `tcp` marks the kernel's smoothed TCP round trip.
+**evidence**: where the role came from (stats = the client's metrics, inferred =
+cluster metadata) and how sure kmon is of the socket pairing (`conf`).
 
 ## Timeline
 
 {LEGEND}
 """
 
+PROCESS_NOTES = """
+## Filter
+
+Words matched against each process's pid, command, client ids and cluster; every
+word must match.
+
+## Rows
+
+One row per Kafka client process: its connections by role, how many sit in
+CLOSE_WAIT, the longest idle one, connections opened/closed in the last minute and
+its churn pattern. `enter` attaches to it; `escape` or `q` there comes back here.
+"""
+
+
+def key_rows(screen: Screen) -> list[tuple[str, str]]:
+    """(keys, what they do) of every binding in ``screen``'s BINDINGS that it shows and may
+    use now, then the app's on keys the screen leaves free: one row per action, its keys
+    joined with " / "."""
+    rows: dict[tuple[int, str], tuple[list[str], str]] = {}
+    app, taken = screen.app, set()
+    for node in (screen, app):
+        bound = set()
+        for binding in Binding.make_bindings(type(node).BINDINGS):
+            if (not binding.show or binding.key in taken
+                    or node.check_action(binding.action, ()) is False):
+                continue
+            bound.add(binding.key)
+            keys, _ = rows.setdefault((id(node), binding.action),
+                                      ([], binding.tooltip or binding.description))
+            keys.append(app.get_key_display(binding))
+        taken |= bound
+    return [(" / ".join(keys), what) for keys, what in rows.values()]
+
+
+def help_markdown(rows: list[tuple[str, str]], notes: str) -> str:
+    """The help as Markdown: a table of ``rows`` (key_rows), then ``notes``."""
+    table = "\n".join(f"| `{keys}` | {what} |" for keys, what in rows)
+    return f"# kmon keys\n\n| key | what it does |\n|---|---|\n{table}\n\n{notes}"
+
 
 class HelpScreen(ModalScreen):
-    """Keys and filter syntax."""
+    """The keys of the screen it was opened from, and its notes."""
 
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "close")]
     DEFAULT_CSS = """
@@ -59,6 +85,10 @@ class HelpScreen(ModalScreen):
                                 background: $surface; }
     """
 
+    def __init__(self, rows: list[tuple[str, str]], notes: str = "") -> None:
+        super().__init__()
+        self.rows, self.notes = rows, notes
+
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Markdown(HELP)
+            yield Markdown(help_markdown(self.rows, self.notes))

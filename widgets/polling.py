@@ -1,10 +1,13 @@
-"""What the attach and watch screens share: polling a source in a worker thread on a timer.
+"""What every screen shares: polling a source in a worker thread on a timer, its status header
+and notice bar, and its help.
 
 A poll runs in a thread worker (one at a time: Textual's own worker list says
 whether one is under way) and its result comes back as a typed message,
 ``Polled`` or ``PollFailed``, handled on the UI thread by ``apply()`` or
-``show_failure()``. Pause and interval are reactive attributes; the help
-action lives here too.
+``show_failure()``. Pause, interval, the header's text and the notices are
+reactive attributes the ``StatusHeader`` and ``NoticeBar`` are bound to; ``?``
+shows the keys the screen binds (generated from its BINDINGS) and its
+``HELP_NOTES``.
 
 Paused means paused: a poll that lands while the screen is paused (one that was
 already under way when ``p`` was pressed) is held, not drawn, and applied in
@@ -14,6 +17,7 @@ drawn and the screen stays paused.
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual import on, work
 from textual.message import Message
 from textual.reactive import var
@@ -23,7 +27,8 @@ from textual.worker import WorkerState
 
 from kmon.engine.facade import SnapshotSource
 from kmon.model import Event, Snapshot
-from kmon.widgets.help import HelpScreen
+from kmon.widgets.help import HelpScreen, key_rows
+from kmon.widgets.status import NoticeBar, StatusHeader
 
 INTERVAL_STEPS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 POLL_GROUP = "poll"
@@ -59,8 +64,15 @@ class PollingScreen(Screen):
     stop polling for good by returning False from ``polling_wanted()``.
     """
 
+    HELP_NOTES = ""  # Markdown the help shows below the keys
+
     paused: var[bool] = var(False, init=False)
     interval: var[float] = var(1.0, init=False)
+    heading: var[Text] = var(Text, init=False)  # the header's text before "every ..."
+    trailer: var[Text] = var(Text, init=False)  # ... and after LIVE / PAUSED
+    ended: var[str] = var("", init=False)  # e.g. "EXITED": no longer live
+    notices: var[tuple[str, ...]] = var(tuple, init=False)
+    storm: var[bool] = var(False, init=False)  # a reconnect storm: the notices are loud
 
     def __init__(self, source: SnapshotSource, interval_s: float) -> None:
         super().__init__()
@@ -71,6 +83,13 @@ class PollingScreen(Screen):
         # pause, as the timer is paused with the screen
         self._held: list[Polled] = []
         self._step = False  # space while paused: draw the next poll to land
+
+    def status_bars(self) -> tuple[StatusHeader, NoticeBar]:
+        """The header and the notice bar, bound to this screen's state (yield from compose)."""
+        return (StatusHeader(id="header").data_bind(
+                    PollingScreen.heading, PollingScreen.trailer, PollingScreen.paused,
+                    PollingScreen.interval, PollingScreen.ended),
+                NoticeBar(id="notice").data_bind(PollingScreen.notices, PollingScreen.storm))
 
     def start_polling(self) -> None:
         """Start the timer and poll at once (call from ``on_mount``)."""
@@ -170,4 +189,4 @@ class PollingScreen(Screen):
         self.interval = next_interval(self.interval, faster=False)
 
     def action_help(self) -> None:
-        self.app.push_screen(HelpScreen())
+        self.app.push_screen(HelpScreen(key_rows(self), self.HELP_NOTES))

@@ -7,11 +7,13 @@ from textual.geometry import Size
 from textual.renderables.sparkline import Sparkline
 from textual.strip import Strip
 
+from kmon.model import TcpState
 from kmon.timeline import History
 from kmon.widgets.line_view import ChangedLinesView
 
 SERIES = (("role", "bootstrap"), ("role", "coordinator"), ("role", "broker"),
-          ("role", "unknown"), ("state", "ESTABLISHED"), ("state", "CLOSE_WAIT"),
+          ("role", "unknown"), ("state", TcpState.ESTABLISHED.value),
+          ("state", TcpState.CLOSE_WAIT.value),
           ("state", "other"))
 LABEL_WIDTH = 18
 FLAT = "flat"  # a flat line looks the same at any value and length

@@ -12,6 +12,8 @@ from kmon.errors import UserError
 
 # command -> (module under kmon.cli, help)
 COMMANDS = {
+    "ps": ("ps", "list every Kafka client process on this host, by cluster (no terminal "
+                 "needed)"),
     "attach": ("attach", "watch the connections of one client process"),
     "watch": ("watch", "a cluster's brokers, groups and local clients; with no CLUSTER "
                        "(or no command at all) every Kafka client on this host"),
@@ -20,6 +22,8 @@ COMMANDS = {
     "run": ("run", "run a confluent-kafka program with kmon's agent"),
     "demo": ("demo", "an embedded cluster and workload, watched by kmon"),
     "record": ("record", "record sessions to Parquet, headless"),
+    "serve": ("serve", "the host agent: every Kafka client on this host as Prometheus "
+                       "metrics on /metrics"),
     "analyze": ("analyze", "fleet analysis of recordings on Spark"),
     "simulate-fleet": ("simulate", "write a modelled fleet's sessions, for analysis"),
     "devcluster": ("devcluster", "run an embedded mock Kafka cluster, or with --kafka a real one"),
@@ -41,10 +45,25 @@ def build_parser() -> Parser:
     return parser
 
 
+def with_command(parser: Parser, argv: list[str]) -> list[str]:
+    """``argv`` with its command: none (``kmon``, ``kmon --interval 2s``) is the host view,
+    ``kmon watch``; options before a named command are a usage error that shows them after."""
+    if not argv or argv[0] in COMMANDS or not argv[0].startswith("-") or argv[0] in (
+            "-h", "--help", "--version"):
+        return argv or ["watch"]
+    named = next((i for i, word in enumerate(argv) if word in COMMANDS), None)
+    if named is None:
+        return ["watch", *argv]
+    moved = " ".join([argv[named], *argv[:named], *argv[named + 1:]])
+    parser.error(f"options go after the command: kmon {moved}")
+    raise AssertionError("not reached")  # parser.error exits
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one kmon command; user errors are one line on stderr and exit 1."""
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv or ["watch"])  # no command: the host view
+    parser = build_parser()
+    args = parser.parse_args(with_command(parser, argv))
     try:
         return _command(args.command).run(args)
     except KeyboardInterrupt:

@@ -14,14 +14,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``attach`` arguments to ``parser``."""
     parser.add_argument("pid", type=pid_arg, help="process id of the Kafka client")
     parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
-    parser.add_argument("--json", action="store_true",
-                        help="JSON: one object per snapshot, one per line")
+    options.output(parser)
     options.interval(parser)
-    parser.add_argument("--bootstrap-servers", "-b", metavar="HOST:PORT,...",
-                        help="the cluster, to name the brokers of unmatched sockets")
-    options.client_properties(parser, "for --bootstrap-servers (KEY=@FILE reads it from FILE)")
-    options.cluster_timeout(parser, 10.0)
-    options.broker_idle(parser)
+    options.cluster(parser)
     options.wire(parser)
     parser.add_argument("--socket-reader", choices=("auto", "sock_diag", "psutil"),
                         default="auto", help="how sockets are read (default: fastest)")
@@ -38,15 +33,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Attach to ``args.pid`` until the user quits, once, or the process exits."""
+    from kmon.cli import wiring
     from kmon.cli.dashboard import checked_theme
     from kmon.cli.text_view import print_snapshots
     from kmon.config import load_config
     from kmon.engine.host_churn import HostTimeWaits
-    from kmon.engine.monitor import Monitor
-    from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
-    from kmon.sources.cluster import ClusterUnreachable, admin_client, fetch_cluster
+    from kmon.engine.sampler import ProcessSampler, SampleError
     from kmon.sources.resolve import SETUP_WAIT_S
-    from kmon.sources.sockets import open_socket_reader
+    from kmon.sources.socket_readers import open_socket_reader
     from kmon.sources.spool import SpoolError
 
     if args.client_log is not None and args.client_log.exists() and not (
@@ -59,17 +53,15 @@ def run(args: argparse.Namespace) -> int:
         # the command line names it
         theme = (checked_theme(config, args.theme) if options.interactive(args) or args.theme
                  else None)
+        named = wiring.named_cluster(args, config)
+        wiring.require_processes([args.pid])
         cluster, groups = None, None
-        if args.bootstrap_servers:
-            state = fetch_cluster(admin_client(args.bootstrap_servers, dict(args.properties)),
-                                  args.bootstrap_servers, args.cluster_timeout)
+        if named is not None:
+            state = wiring.cluster_state(named, args.cluster_timeout, groups=True)
             cluster, groups = state.metadata, state.groups
-        settings = SamplerSettings(broker_idle_ms=options.broker_idle_ms(
-                                       args, cluster.broker_idle_ms if cluster else None),
-                                   cluster=cluster,
-                                   groups=groups, require_kafka=not args.any_process,
-                                   middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
-                                   wire=args.wire)
+        settings = wiring.sampler_settings(
+            args, config, named, cluster, groups, require_kafka=not args.any_process,
+            not_kafka_hint="name its cluster with -b, or pass --any-process")
         if cluster is not None:  # its brokers' names looked up before the first poll
             settings.resolver.look_up(b.address for b in cluster.brokers)
         if args.once:  # one snapshot: worth waiting a little for the names it meets
@@ -78,20 +70,19 @@ def run(args: argparse.Namespace) -> int:
                                  client_log=args.client_log)
         interactive = options.interactive(args)
         kernel = None if args.no_kernel_events else _kernel_watch(cluster, sampler)
-        monitor = Monitor([sampler], near_reap_fraction=config.thresholds.idle_warning,
-                          churn=config.churn, kernel=kernel,
-                          host_closes=None if kernel or args.no_kernel_events
-                          else HostTimeWaits())
+        monitor = wiring.monitor([sampler], config, kernel=kernel,
+                                 host_closes=None if kernel or args.no_kernel_events
+                                 else HostTimeWaits())
         try:
             if interactive:
                 return _dashboard(args, monitor, config, theme)
             interval = args.interval or config.dashboard.interval_s or 1.0
-            return print_snapshots(monitor, interval, json_lines=args.json, once=args.once)
+            return print_snapshots(monitor, interval, options.output_format(args), once=args.once)
         finally:
             monitor.close()
     except BrokenPipeError:
         raise
-    except (SampleError, SpoolError, ClusterUnreachable, OSError) as err:
+    except (SampleError, SpoolError, OSError) as err:
         raise UserError(str(err)) from err
 
 
@@ -114,4 +105,4 @@ def _dashboard(args: argparse.Namespace, monitor, config, theme: str | None) -> 
 
     settings = dashboard_settings(config, args.interval, args.record_dir)
     session = ProcessSession(monitor, round(settings.interval_s * 1000))
-    return run_attach(args.pid, session, settings, theme, cluster=args.bootstrap_servers or "")
+    return run_attach(args.pid, session, settings, theme, cluster=args.bootstrap or "")

@@ -12,8 +12,8 @@ from kmon.errors import UserError
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``demo`` arguments to ``parser``."""
     parser.add_argument("--headless", action="store_true",
-                        help="no live screen: print snapshots (with --json, as JSON lines)")
-    parser.add_argument("--json", action="store_true", help="JSON lines, one per snapshot")
+                        help="no live screen: print snapshots (as -o chooses)")
+    options.output(parser)
     parser.add_argument("--kafka", action="store_true",
                         help="on a real 3-node Apache Kafka cluster (Java 17+; its jars are "
                              "fetched with Maven once) instead of the embedded mock")
@@ -25,14 +25,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Start the cluster and the clients, watch them, and stop every child at the end."""
+    from kmon.cli import wiring
     from kmon.cli.dashboard import checked_theme
     from kmon.cli.text_view import print_snapshots
     from kmon.config import load_config
     from kmon.devtools.demo import Demo, DemoError
     from kmon.engine.kernel_watch import open_kernel_watch
-    from kmon.engine.monitor import Monitor
-    from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
-    from kmon.sources.sockets import open_socket_reader
+    from kmon.engine.sampler import ProcessSampler, SampleError
+    from kmon.sources.socket_readers import open_socket_reader
 
     config = load_config(args.config)
     interactive = options.interactive(args)
@@ -44,14 +44,18 @@ def run(args: argparse.Namespace) -> int:
             labels = {pid: client.label for pid, client in demo.clients.items()}
             if interactive:
                 return _dashboard(demo, labels, config, args, theme)
-            reader, settings = open_socket_reader(), SamplerSettings()
+            reader, settings = open_socket_reader(), wiring.sampler_settings(args, config)
             kernel, _ = open_kernel_watch()  # without it, the polls' story alone
-            monitor = Monitor((ProcessSampler(pid, reader, settings) for pid in demo.clients),
-                              kernel=kernel)
-            return print_snapshots(monitor, args.interval or 1.0, json_lines=args.json,
-                                   duration=args.duration, labels=labels,
-                                   live_screen=not args.headless,
-                                   title=f"kmon demo — cluster {demo.bootstrap} (Ctrl-C to stop)")
+            monitor = wiring.monitor((ProcessSampler(pid, reader, settings)
+                                      for pid in demo.clients), config, kernel=kernel)
+            try:
+                return print_snapshots(
+                    monitor, args.interval or config.dashboard.interval_s or 1.0,
+                    options.output_format(args), duration=args.duration, labels=labels,
+                    live_screen=not args.headless,
+                    title=f"kmon demo — cluster {demo.bootstrap} (Ctrl-C to stop)")
+            finally:
+                monitor.close()
     except BrokenPipeError:
         raise
     except (DemoError, SampleError, OSError) as err:
@@ -61,15 +65,16 @@ def run(args: argparse.Namespace) -> int:
 def _dashboard(demo, labels: dict[int, str], config, args: argparse.Namespace,
                theme: str | None) -> int:
     """``kmon watch`` on the demo's cluster, its clients listed from the start."""
+    from kmon.cli import wiring
     from kmon.cli.dashboard import dashboard_settings
     from kmon.engine.cluster_watch import ClusterWatcher
     from kmon.engine.facade import ClusterSession
-    from kmon.engine.sampler import SamplerSettings
     from kmon.widgets.launch import run_watch
 
     settings = dashboard_settings(config, args.interval, args.record_dir)
     session = ClusterSession(ClusterWatcher(demo.bootstrap, {}, refresh_s=10.0),
-                             SamplerSettings(require_kafka=False), list(demo.clients),
+                             wiring.sampler_settings(args, config, require_kafka=False),
+                             list(demo.clients), churn=config.churn,
                              interval_ms=round(settings.interval_s * 1000))
     return run_watch("demo", session, settings, theme, labels=labels,
                      exit_after_s=args.duration)

@@ -1,4 +1,7 @@
-"""``kmon replay FILE``: the attach dashboard over a recording made with ``attach --json``."""
+"""``kmon replay FILE``: the attach dashboard over a recording made with ``attach --json``.
+
+It reads JSON lines of snapshots (``kmon attach PID --json > FILE``); a
+``kmon record`` session (Parquet) is for ``kmon analyze``, and it says so."""
 
 from __future__ import annotations
 
@@ -12,11 +15,13 @@ from kmon.units import pid_arg
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``replay`` arguments to ``parser``."""
-    parser.add_argument("file", type=Path, metavar="FILE", help="JSON lines of kmon snapshots")
+    parser.add_argument("file", type=Path, metavar="FILE",
+                        help="JSON lines of kmon snapshots (kmon attach PID --json > FILE)")
     parser.add_argument("--pid", type=pid_arg, default=None,
                         help="the process to show (default: the first one recorded)")
     parser.add_argument("--interval", type=options.interval_arg, default=None,
-                        metavar="DURATION", help="time between frames (default: as recorded)")
+                        metavar="DURATION", help="time between frames, e.g. 500ms "
+                        "(default: as recorded)")
     options.dashboard(parser)
 
 
@@ -25,16 +30,26 @@ def run(args: argparse.Namespace) -> int:
     from kmon.cli.dashboard import checked_theme, dashboard_settings
     from kmon.config import load_config
     from kmon.engine.facade import ProcessSession
-    from kmon.engine.replay import Replay, read_recording, recorded_interval_s
+    from kmon.engine.replay import Replay, ReplayError, read_recording, recorded_interval_s
     from kmon.widgets.launch import run_attach
 
     config = load_config(args.config)
     theme = checked_theme(config, args.theme)
-    recording = read_recording(args.file)
-    pids = recording.pids
-    pid = args.pid if args.pid is not None else next(iter(pids), None)
+    if args.file.is_dir() or args.file.suffix == ".parquet":
+        raise UserError(f"{args.file} is a kmon record session (Parquet); replay reads JSON "
+                        "lines (kmon attach PID --json > FILE): look at a session with "
+                        f"kmon analyze {args.file}")
+    try:
+        recording = read_recording(args.file)
+    except ReplayError as err:
+        raise UserError(f"{err}; replay reads JSON lines (kmon attach PID --json > FILE)") from err
+    pids = list(recording.pids)
+    if not pids:
+        raise UserError(f"{args.file} holds snapshots of no process: nothing to replay")
+    pid = args.pid if args.pid is not None else pids[0]
     if pid not in pids:
-        raise UserError(f"{args.file} holds no snapshot of PID {pid}")
+        raise UserError(f"{args.file} holds no snapshot of PID {pid}; it holds PID "
+                        f"{', '.join(map(str, pids))}")
     if not options.interactive(args):
         raise UserError("kmon replay is a dashboard and needs a terminal")
     settings = dashboard_settings(config, args.interval or recorded_interval_s(recording),

@@ -1,12 +1,18 @@
-"""``kmon run -- PROGRAM``: run an unmodified confluent-kafka program with kmon's agent."""
+"""``kmon run -- PROGRAM``: run an unmodified confluent-kafka program with kmon's agent.
+
+Exit codes as env(1) has them: 2 with no program, 127 for one not found, 126 for one
+that cannot be run."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 
-from kmon.cli.options import EXIT_ERROR
-from kmon.errors import UserError
+from kmon.cli.options import EXIT_ERROR, EXIT_USAGE
+from kmon.plain_text import one_line
+
+EXIT_CANNOT_RUN, EXIT_NOT_FOUND = 126, 127  # as env(1) and the shell say them
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -20,9 +26,13 @@ def run(args: argparse.Namespace) -> int:
 
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not program:
-        raise UserError("kmon run needs a program: kmon run -- python app.py")
+        print("kmon: error: kmon run needs a program: kmon run -- python app.py",
+              file=sys.stderr)
+        return EXIT_USAGE
     try:
         os.execvpe(program[0], program, run_environment(dict(os.environ)))
     except OSError as err:
-        raise UserError(f"cannot run {program[0]}: {err.strerror}") from err
+        print(f"kmon: error: cannot run {one_line(program[0])}: {err.strerror}",
+              file=sys.stderr)
+        return EXIT_NOT_FOUND if isinstance(err, FileNotFoundError) else EXIT_CANNOT_RUN
     return EXIT_ERROR  # not reached: exec replaced this process

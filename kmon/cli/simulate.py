@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from kmon.errors import UserError
-from kmon.units import duration_arg
+from kmon.units import MAX_DURATION_S, duration_arg
 from kmon.units import positive_int_arg as count
 
 
@@ -24,13 +24,14 @@ def _rate(text: str) -> float:
 
 
 def _hours(text: str) -> float:
+    """``--hours``, the old spelling of ``--duration``: seconds in a number of hours."""
     try:
         value = float(text)
     except ValueError:
         value = 0.0
-    if value <= 0:
+    if not 0 < value <= MAX_DURATION_S / 3600:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of hours above zero")
-    return value
+    return value * 3600
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -40,7 +41,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hosts", type=count, default=3, help="hosts (one session each)")
     parser.add_argument("--clients", type=count, default=6, help="client processes per host")
     parser.add_argument("--brokers", type=count, default=6, help="brokers in the cluster")
-    parser.add_argument("--hours", type=_hours, default=1.0, help="recorded time (default 1)")
+    parser.add_argument("--duration", dest="duration_s", type=duration_arg, default=3600.0,
+                        metavar="DURATION", help="recorded time, e.g. 90m (default 1h)")
+    parser.add_argument("--hours", dest="duration_s", type=_hours, help=argparse.SUPPRESS)
     parser.add_argument("--interval", type=duration_arg, default=1.0, metavar="DURATION",
                         help="time between polls (default 1s)")
     parser.add_argument("--close-wait-rate", type=_rate, default=0.1, metavar="RATE",
@@ -61,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from kmon.record.schema import TABLES
 
     spec = FleetSpec(hosts=args.hosts, clients=args.clients, brokers=args.brokers,
-                     hours=args.hours, interval_ms=round(args.interval * 1000),
+                     hours=args.duration_s / 3600, interval_ms=round(args.interval * 1000),
                      close_wait_rate=args.close_wait_rate, churn_rate=args.churn_rate,
                      per_message_rate=args.per_message_rate, seed=args.seed)
     if spec.interval_ms < 1 or spec.interval_ms * 2 > spec.end_ms - spec.start_ms:

@@ -1,4 +1,5 @@
-"""Text output of a polled Monitor: JSON lines, or Rich tables (redrawn in place on a terminal)."""
+"""Text output of a polled Monitor: JSON lines, rows for pipes (``-o table|wide|tsv``), or
+Rich tables (redrawn in place on a terminal)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,19 @@ from kmon.engine.heap import settle_heap
 from kmon.engine.monitor import Monitor
 from kmon.errors import UserError
 from kmon.json_lines import json_line
+from kmon.model import EventKind
+from kmon.plain_text import one_line
 
 
-def print_snapshots(monitor: Monitor, interval: float, json_lines: bool, once: bool = False,
+def print_snapshots(monitor: Monitor, interval: float, output: str | None, once: bool = False,
                     duration: float | None = None, title: str = "",
                     labels: dict[int, str] | None = None, live_screen: bool = True) -> int:
     """Poll ``monitor`` every ``interval`` until ``once``, ``duration``, or every process exits.
 
-    Prints JSON lines, or a Rich view (redrawn in place on a terminal unless
-    ``live_screen`` is off). Exits with an error once no watched process is left.
+    ``output`` is ``json`` (JSON lines), ``table``, ``wide`` or ``tsv`` (one row per
+    connection; notices on stderr), or None: on a terminal a Rich view (redrawn in
+    place unless ``live_screen`` is off), else ``wide``. Exits with an error once no watched
+    process is left.
     """
     from rich.console import Console
     from rich.live import Live
@@ -25,8 +30,11 @@ def print_snapshots(monitor: Monitor, interval: float, json_lines: bool, once: b
     from kmon.cli.tables import snapshot_renderable
 
     console = Console()
+    if output is None and not console.is_terminal:
+        output = "wide"  # a pipe or a file: rows that keep every character, no box drawing
+    json_lines = output == "json"
     live = None
-    if live_screen and not json_lines and not once and console.is_terminal:
+    if live_screen and output is None and not once and console.is_terminal:
         live = Live(console=console, auto_refresh=False, transient=False)
         live.start()
     ends = time.monotonic() + duration if duration else None
@@ -39,20 +47,49 @@ def print_snapshots(monitor: Monitor, interval: float, json_lines: bool, once: b
             snapshot, events = monitor.poll()
             if monitor.all_exited and first:
                 raise UserError(monitor.last_loss)  # nothing was ever shown: just say why
-            first = False
+            first_frame, first = first, False
             if json_lines:
                 record = snapshot.to_dict()
                 record["events"] = [e.to_dict() for e in events]
                 sys.stdout.buffer.write(json_line(record))
                 sys.stdout.flush()
+            elif output is not None:
+                _print_rows(snapshot, output, first_frame)
             elif snapshot.processes:
                 view = snapshot_renderable(snapshot, monitor.events, title, labels)
                 live.update(view, refresh=True) if live else console.print(view)
             if monitor.all_exited:
-                raise UserError(monitor.last_loss)
+                return _ended(monitor, events)
             if once or (ends is not None and time.monotonic() >= ends):
                 return 0
             time.sleep(max(0.0, interval - (time.monotonic() - started)))
     finally:
         if live:
             live.stop()
+
+
+def _print_rows(snapshot, output: str, first_frame: bool) -> None:
+    """One row per connection of every process, in ``output``; its notices on stderr. A
+    tsv stream has one header; table and wide repeat theirs, a blank line between frames."""
+    from kmon.cli.text_table import render
+    from kmon.columns import CONNECTION_COLUMNS
+
+    rows = [{"pid": view.pid, **c.to_dict()} for view in snapshot.processes
+            for c in view.connections]
+    lines = render(rows, CONNECTION_COLUMNS, output, header=first_frame or output != "tsv")
+    if not first_frame and output != "tsv":
+        lines.insert(0, "")
+    sys.stdout.write("".join(f"{line}\n" for line in lines))
+    sys.stdout.flush()
+    for view in snapshot.processes:
+        for notice in view.notices:
+            print(f"kmon: pid {view.pid}: {one_line(notice)}", file=sys.stderr)
+
+
+def _ended(monitor: Monitor, events: list) -> int:
+    """Every watched process has gone: exit 0 when they exited (said on stderr), an error
+    when kmon lost sight of one."""
+    if any(e.kind is EventKind.PROCESS_ERROR for e in events):
+        raise UserError(monitor.last_loss)
+    print(f"kmon: {one_line(monitor.last_loss)}; nothing left to watch", file=sys.stderr)
+    return 0

@@ -14,64 +14,53 @@ from kmon.units import duration_arg
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``watch`` arguments to ``parser``."""
     parser.add_argument("cluster", metavar="CLUSTER", nargs="?",
-                        help="bootstrap servers host:port,... or a cluster named in the config "
-                             "(none: every Kafka client process on this host, by cluster)")
-    options.client_properties(parser, "for the cluster, e.g. security.protocol=SSL "
-                              "(KEY=@FILE reads the value from FILE)")
+                        help="shorthand for -b CLUSTER (none: every Kafka client process on "
+                             "this host, by cluster)")
+    options.cluster(parser)
     options.interval(parser, "refreshes of the local clients")
     parser.add_argument("--metadata-every", type=duration_arg, default=30.0, metavar="DURATION",
                         help="time between refreshes of the cluster's metadata (default 30s)")
-    options.cluster_timeout(parser, 5.0)
-    options.broker_idle(parser)
     options.wire(parser)
     options.dashboard(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     """The watch dashboard until the user quits."""
+    from kmon.cli import wiring
     from kmon.cli.dashboard import checked_theme, dashboard_settings
     from kmon.config import load_config
     from kmon.engine.cluster_watch import ClusterWatcher
     from kmon.engine.facade import ClusterSession
-    from kmon.engine.sampler import SamplerSettings
     from kmon.widgets.launch import run_watch
 
     config = load_config(args.config)
     theme = checked_theme(config, args.theme)
-    cluster = (config.resolve_cluster(args.cluster, dict(args.properties))
-               if args.cluster is not None else None)
+    cluster = wiring.named_cluster(args, config)
     if not options.interactive(args):
         raise UserError("kmon watch (and kmon with no command) is a dashboard and needs a "
-                        "terminal; for text output use kmon attach PID --json or "
-                        "kmon record --cluster")
+                        "terminal; for text use kmon ps [--json] (the host's clients), "
+                        "kmon attach PID --once [--json] or kmon record -b CLUSTER")
     if cluster is None:
         return _host_view(args, config, theme)
     watcher = ClusterWatcher(cluster.bootstrap, cluster.properties, timeout_s=args.cluster_timeout,
                              refresh_s=args.metadata_every)
     settings = dashboard_settings(config, args.interval, args.record_dir)
-    sampler_settings = SamplerSettings(broker_idle_ms=options.broker_idle_ms(args, None),
-                                       require_kafka=False,
-                                       middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
-                                       wire=args.wire)
-    session = ClusterSession(watcher, sampler_settings, [], churn=config.churn,
-                             interval_ms=round(settings.interval_s * 1000),
-                             idle_from_cluster=args.broker_idle_ms is None)
+    session = ClusterSession(watcher, wiring.sampler_settings(args, config, cluster,
+                                                              require_kafka=False),
+                             [], churn=config.churn, interval_ms=round(settings.interval_s * 1000),
+                             idle_from_cluster=wiring.configured_idle_ms(args, cluster) is None)
     shown = ", ".join(f"{k}={v}" for k, v in cluster.shown_properties().items())
     return run_watch(f"{cluster.name} ({shown})" if shown else cluster.name, session, settings,
                      theme)
 
 
 def _host_view(args: argparse.Namespace, config, theme: str | None) -> int:
+    from kmon.cli import wiring
     from kmon.cli.dashboard import dashboard_settings
     from kmon.engine.facade import HostSession
-    from kmon.engine.sampler import SamplerSettings
     from kmon.widgets.launch import run_host
 
     settings = dashboard_settings(config, args.interval, args.record_dir)
-    sampler_settings = SamplerSettings(broker_idle_ms=options.broker_idle_ms(args, None),
-                                       require_kafka=False,
-                                       middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
-                                       wire=args.wire)
-    session = HostSession(sampler_settings, churn=config.churn,
-                          interval_ms=round(settings.interval_s * 1000))
+    session = HostSession(wiring.sampler_settings(args, config, require_kafka=False),
+                          churn=config.churn, interval_ms=round(settings.interval_s * 1000))
     return run_host(session, settings, theme)

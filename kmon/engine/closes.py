@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from kmon.engine.connection_lives import KernelLife
 from kmon.model import CloseStory, Connection, WireClose
 from kmon.sources.kafka_protocol import SASL_APIS
+from kmon.units import format_duration
 
 # idle for this share of a limit when closed: that limit's reaper did it (librdkafka counts
 # idle from stamps that can predate the connection: seen closing one 4.0 s after its
@@ -158,16 +159,20 @@ def exact_story(life: SocketLife, kernel: KernelLife,
         opened_ms=round(kernel.opened_ms), closed_ms=round(closing))
 
 
-def in_words(close: CloseStory) -> str:
-    """'closed by the broker after 10m 0s idle: broker idle reap'."""
+REAPING_LIMIT = {"client_idle_reap": "client", "broker_idle_reap": "broker",
+                 "middlebox_idle_drop": "middlebox"}
+
+
+def in_words(close: CloseStory, limits: dict[str, int] | None = None) -> str:
+    """The answer first: 'broker idle reap · closed by the broker after 10 m idle (limit
+    10 m)'; ``limits`` (the connection's idle limits) name the limit of an idle reap."""
     who = {"client": "by the client", "broker": "by the broker"}.get(close.closed_by,
                                                                       "by either side")
-    idle = "" if close.idle_before_ms is None else f" after {_duration(close.idle_before_ms)} idle"
-    return f"closed {who}{idle}: {READABLE.get(close.reason, close.reason)}"
-
-
-def _duration(ms: int) -> str:
-    seconds = ms // 1000
-    if seconds < 60:
-        return f"{ms / 1000:.1f}s"
-    return f"{seconds // 60}m {seconds % 60}s"
+    idle = ("" if close.idle_before_ms is None
+            else f" after {format_duration(close.idle_before_ms)} idle")
+    limit_ms = (limits or {}).get(REAPING_LIMIT.get(close.reason, ""))
+    limit = f" (limit {format_duration(limit_ms)})" if limit_ms is not None and idle else ""
+    told = f"closed {who}{idle}{limit}"
+    if close.reason == "client_closed":  # the side is the whole answer
+        return told
+    return f"{READABLE.get(close.reason, close.reason)} · {told}"

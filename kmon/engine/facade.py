@@ -9,7 +9,7 @@ host) and call these methods from worker threads:
 
 from __future__ import annotations
 
-import socket
+import platform
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -33,7 +33,8 @@ from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
 from kmon.model import ChurnThresholds, Event, Snapshot
 from kmon.sources.resolve import split_host_port
-from kmon.sources.sockets import Endpoint, open_socket_reader
+from kmon.sources.socket_readers import open_socket_reader
+from kmon.sources.sockets import Endpoint
 
 __all__ = ["UNKNOWN_CLUSTER", "AttachFailed", "ClusterSession", "ClusterView", "GroupRow",
            "HostSession", "ProcessSession", "SessionClosed", "SnapshotSource",
@@ -95,7 +96,7 @@ class ProcessSession:
         """
         from kmon.record.recorder import Recorder, new_session_id
 
-        host = socket.gethostname()
+        host = platform.node()
         with self._record_lock:
             if self._recorder is None:
                 self._recorder = Recorder(root, host, new_session_id(host), self.interval_ms)

@@ -15,12 +15,11 @@ another process. Clusters are told apart by the brokers their clients use.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Collection
 
 from kmon.model import Role, Snapshot
 from kmon.sources.host_sockets import HostClients, client_pids
-from kmon.sources.process_info import is_kernel_thread, loads_kafka_library
+from kmon.sources.process_info import LibraryScan
 from kmon.sources.resolve import parse_endpoint
 from kmon.sources.sockdiag import SockDiagUnavailable
 from kmon.sources.sockets import Endpoint
@@ -31,40 +30,28 @@ UNKNOWN_CLUSTER = "(brokers not known yet)"
 class KafkaProcesses:
     """The search of ``ClientDiscovery`` for the host view (see the module's docstring).
 
-    A process found without a library is looked at again every ``recheck_s``
-    (a program may load its client library late); ``serving`` is the set of
-    processes the last search found serving the brokers.
+    The sources it asks: the sockets of the host (``HostClients``) and the processes with a
+    Kafka library mapped (``LibraryScan``, which looks again every ``recheck_s`` at a
+    process found without one); ``serving`` is the set of processes the last search found
+    serving the brokers.
     """
 
     def __init__(self, recheck_s: float = 60.0) -> None:
-        self.recheck_s = recheck_s
+        self.libraries = LibraryScan(recheck_s)
         self.sockets = HostClients()
         self.serving: set[int] = set()
         # the broker endpoints no client can forge (ConfirmedBrokers): who listens on one of
         # these serves the brokers; a listener on an endpoint a process merely named does not
         self.confirmed: frozenset[Endpoint] = frozenset()
-        self._mapped: dict[int, tuple[bool, float]] = {}  # pid -> (library mapped, checked at)
 
     def __call__(self, brokers: Collection[Endpoint]) -> set[int]:
         try:
             connected, self.serving = self.sockets.search(brokers, self.confirmed)
         except SockDiagUnavailable:  # psutil's scan: the clients, not who serves them
             connected, self.serving = client_pids(brokers, self.confirmed), set()
-        now = time.monotonic()
-        pids = {int(name) for name in os.listdir("/proc") if name.isdigit()}
-        for gone in self._mapped.keys() - pids:
-            del self._mapped[gone]
-        mapped = {pid for pid in pids - connected if self._has_library(pid, now)}
+        mapped = self.libraries(skip=connected)
         self.serving |= self.sockets.serving(connected | mapped)
         return (connected | mapped) - self.serving - {os.getpid()}
-
-    def _has_library(self, pid: int, now: float) -> bool:
-        known = self._mapped.get(pid)
-        if known is not None and (known[0] or now - known[1] < self.recheck_s):
-            return known[0]
-        found = not is_kernel_thread(pid) and loads_kafka_library(pid)
-        self._mapped[pid] = (found, now)
-        return found
 
     def close(self) -> None:
         """Release the netlink socket."""

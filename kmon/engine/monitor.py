@@ -7,7 +7,7 @@ caller's to keep or drop.
 
 from __future__ import annotations
 
-import socket
+import platform
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -33,6 +33,7 @@ from kmon.sources.proc_fds import open_fd_count
 from kmon.sources.resolve import parse_endpoint
 from kmon.sources.sockets import Endpoint
 from kmon.sources.spool import SpoolError
+from kmon.units import format_duration
 
 NEAR_REAP_FRACTION = Thresholds.idle_warning
 FD_COUNT_EVERY_MS = 5000  # open fds are counted this often: a leak takes minutes to show
@@ -73,12 +74,14 @@ def diff(before: ProcessView, after: ProcessView, ts_ms: int,
                   f"{prev.role.value}/{prev.node_id} -> {conn.role.value}/{conn.node_id}")
         if near_reap(conn, fraction) and not near_reap(prev, fraction):
             event(EventKind.NEAR_REAP, conn,
-                  f"idle {conn.idle_ms} ms of {conn.idle_limit_ms} ms limit")
+                  f"idle {format_duration(conn.idle_ms)} of its "
+                  f"{format_duration(conn.idle_limit_ms)} limit")
     for key, conn in old.items():
         if key not in new:
             close = (stories or {}).get((after.pid, key))
-            told = f"; {in_words(close)}" if close is not None else ""
-            event(EventKind.CLOSED, conn, f"{conn.role.value} after {conn.state}{told}", close)
+            told = (in_words(close, conn.idle_limits) if close is not None
+                    else f"{conn.role.value} after {conn.state}")
+            event(EventKind.CLOSED, conn, told, close)
     return events
 
 
@@ -98,7 +101,7 @@ class Monitor:
                  kernel: KernelWatch | None = None,
                  host_closes: HostTimeWaits | None = None) -> None:
         self.samplers: dict[int, ProcessSampler] = {}
-        self.host = socket.gethostname()
+        self.host = platform.node()
         self.events: deque[Event] = deque(maxlen=max_events)
         self.fraction = near_reap_fraction
         self.last_views: dict[int, ProcessView] = {}
@@ -208,6 +211,8 @@ class Monitor:
                 life.seen(conn, ts_ms)
                 lives[conn.key] = life
             self.lives[view.pid] = lives
+        for pid in self.lives.keys() - self.samplers.keys():  # gone: their closes are told
+            del self.lives[pid]
 
     def _host_closes(self, views: list[ProcessView]) -> int | None:
         """The host's closes to the watched processes' brokers that none of them made."""

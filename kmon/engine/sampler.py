@@ -3,6 +3,7 @@ resolve one row per socket."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 from dataclasses import InitVar, dataclass, field
@@ -24,6 +25,7 @@ from kmon.model import ClientInstance, Connection, ProcessView
 from kmon.sources import bounded
 from kmon.sources.cluster import ClusterMetadata, GroupInfo
 from kmon.sources.jmx import is_jvm
+from kmon.sources.jvm_reading import JvmSource
 from kmon.sources.librdkafka_stats import ClientStats, read_client_stats, spool_dirs
 from kmon.sources.process_info import (
     describe,
@@ -32,6 +34,7 @@ from kmon.sources.process_info import (
     is_zombie,
     loads_kafka_library,
 )
+from kmon.sources.process_wire import ProcessWire
 from kmon.sources.resolve import Resolver
 from kmon.sources.sockets import Endpoint, SocketReader
 
@@ -62,6 +65,7 @@ class SamplerSettings:
     resolver: Resolver = field(default_factory=Resolver)
     middlebox_idle_ms: int | None = None  # a load balancer's or NAT's idle timeout, if any
     wire: str = "auto"  # "auto": read the Kafka headers on the process's sockets where allowed
+    not_kafka_hint: str = "pass --any-process"  # the command's own way past NotAKafkaClient
     cluster: InitVar[ClusterMetadata | None] = None  # the cluster, when known at the start
     groups: InitVar[tuple[GroupInfo, ...] | None] = None  # and its groups
     directory: Directory = field(init=False)
@@ -83,14 +87,23 @@ def _describe(process: psutil.Process) -> tuple[str, str, float]:
         raise ProcessGone(f"no process with PID {process.pid}") from err
     except psutil.AccessDenied as err:
         raise NoPermission(f"no permission to inspect PID {process.pid}; "
-                           "run kmon as the process's user or as root") from err
+                           f"{permission_hint(process.pid)}") from err
+
+
+def permission_hint(pid: int) -> str:
+    """What to do when the OS keeps a process from kmon: as root, it is not root it lacks."""
+    if os.geteuid() != 0:
+        return "run kmon as the process's user or as root (sudo)"
+    return ("even root may not read it here (another user namespace or a security module "
+            f"denies it): run kmon inside its container, e.g. nsenter -t {pid} -a kmon ...")
 
 
 class ProcessSampler:
     """Takes snapshots of one process. Raises SampleError subclasses for user problems.
 
-    A JVM (or a process given a Java ``client_log``) is read through its JMX
-    metrics and that log (kmon.evidence.jvm); ``close`` stops the JMX helper.
+    The gather step owns the sources of the process (its sockets, the agent's spool, a
+    JVM's JMX helper and client log, its packet tap and kmon's own broker query); the
+    producers are pure functions of what was gathered. ``close`` releases the sources.
     """
 
     def __init__(self, pid: int, reader: SocketReader, settings: SamplerSettings,
@@ -120,35 +133,38 @@ class ProcessSampler:
                 f"PID {pid} is in another network namespace: its sockets are invisible from "
                 f"here; run kmon inside it (nsenter --net=/proc/{pid}/ns/net kmon attach {pid})")
         jvm = is_jvm(pid)
-        self.jvm = (JvmEvidence(pid, self.start_time, client_log, jmx=jvm, reader=reader)
-                    if jvm or client_log else None)
+        self.jvm_source = (JvmSource(pid, client_log, jmx=jvm, reader=reader)
+                           if jvm or client_log else None)
+        self.wire_source = ProcessWire() if settings.wire == "auto" else None
         args = shlex.split(self.cmdline)
         self.cadence = CadenceEvidence(lambda: directory.groups, args)
-        self.wire = WireEvidence(bootstrap_argument(args)) if settings.wire == "auto" else None
+        self.jvm = JvmEvidence(pid, self.start_time) if self.jvm_source else None
+        self.wire = WireEvidence(bootstrap_argument(args)) if self.wire_source else None
 
     def close(self) -> None:
-        """Release what the sampler holds (the JMX helper of a JVM, the packet socket);
-        idempotent."""
-        if self.jvm is not None:
-            self.jvm.close()
-        if self.wire is not None:
-            self.wire.close()
+        """Release what the sampler's sources hold (the JMX helper of a JVM, the packet
+        socket); idempotent."""
+        if self.jvm_source is not None:
+            self.jvm_source.close()
+        if self.wire_source is not None:
+            self.wire_source.close()
 
     def sample(self, now_ms: int) -> ProcessView:
         """The process as it is now."""
         if not self.process.is_running() or is_zombie(self.process):
             raise ProcessGone(f"PID {self.pid} ({self.name}) has exited")
-        if self.jvm is not None:
+        jvm = None
+        if self.jvm_source is not None:
             started = time.monotonic()
-            self.jvm.refresh()  # the first waits for JMX: the sockets' idle times are as of after
-            now_ms += int((time.monotonic() - started) * 1000)
+            jvm = self.jvm_source.read()  # the first waits for JMX: the sockets' idle times
+            now_ms += int((time.monotonic() - started) * 1000)  # are as of after it
         try:
             sockets = self.reader.sockets_of(self.pid)
         except psutil.NoSuchProcess as err:
             raise ProcessGone(f"PID {self.pid} ({self.name}) has exited") from err
         except psutil.AccessDenied as err:
             raise NoPermission(f"no permission to read the sockets of PID {self.pid} "
-                               f"({self.name}); run kmon as its user or as root") from err
+                               f"({self.name}); {permission_hint(self.pid)}") from err
         try:
             spooled = read_client_stats(self.process, self.start_time, self.uid,
                                         self.spool_dirs)
@@ -165,9 +181,12 @@ class ProcessSampler:
         cluster = directory.cluster
         if cluster is not None:
             known.update(cluster.endpoints(resolver))
+        wire = None if self.wire_source is None else self.wire_source.read(sockets, now_ms)
         gathered = Gathered(now_ms=now_ms, sockets=sockets, known=known, resolver=resolver,
-                            broker_idle_ms=idle_limit_ms, stats=fresh)
-        found, claims = self._claims(gathered, use_jvm=not fresh)
+                            broker_idle_ms=idle_limit_ms, stats=fresh, wire=wire, jvm=jvm)
+        found, claims = self._claims(gathered)
+        if self.wire_source is not None:  # peers no evidence named: kmon asks one itself
+            self.wire_source.ask(peer for e in found for peer in e.ask)
         hidden = set().union(*(e.hidden for e in found))
         if hidden:
             sockets = [s for s in sockets if socket_key(s) not in hidden]
@@ -191,20 +210,19 @@ class ProcessSampler:
                 + [n for e in found for n in e.notices] + disagreements,
         )
 
-    def producers(self, use_jvm: bool) -> list[Producer]:
+    def producers(self) -> list[Producer]:
         """The evidence producers of this process, in order: each sees the claims before it."""
         producers: list[Producer] = [stats_evidence]
-        if use_jvm and self.jvm is not None:
+        if self.jvm is not None:
             producers.append(self.jvm.evidence)
         if self.wire is not None:
             producers.append(self.wire.evidence)
         return [*producers, endpoint_evidence, self.cadence.evidence]
 
-    def _claims(self, gathered: Gathered,
-                use_jvm: bool) -> tuple[list[Evidence], dict[str, list[Claim]]]:
+    def _claims(self, gathered: Gathered) -> tuple[list[Evidence], dict[str, list[Claim]]]:
         """Every producer's findings, and the claims about each socket (by key)."""
         found, claims = [], {}
-        for producer in self.producers(use_jvm):
+        for producer in self.producers():
             evidence = producer(gathered, claims)
             gathered.known.update(evidence.learned)
             self._learn(evidence.learned)
@@ -227,7 +245,7 @@ class ProcessSampler:
         raise NotAKafkaClient(
             f"PID {self.pid} ({self.name}) shows no sign of being a Kafka client: no kmon "
             "statistics, no Kafka client library loaded, no socket to a known broker "
-            "(name the cluster with --bootstrap-servers, or pass --any-process)")
+            f"({self.settings.not_kafka_hint})")
 
 
 BOOTSTRAP_FLAGS = ("-b", "--bootstrap-server", "--bootstrap-servers", "--brokers")

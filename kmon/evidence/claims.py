@@ -14,7 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kmon.model import ClientInstance, Role, WireClose
+from kmon.sources.jvm_reading import JvmReading
 from kmon.sources.librdkafka_stats import ClientStats
+from kmon.sources.process_wire import WireReading
 from kmon.sources.resolve import Resolver
 from kmon.sources.sockets import Endpoint, TcpSocket
 
@@ -59,6 +61,8 @@ class Gathered:
     resolver: Resolver
     broker_idle_ms: int
     stats: list[ClientStats] = field(default_factory=list)  # fresh librdkafka statistics
+    wire: WireReading | None = None  # what the process's packet tap read, when it has one
+    jvm: JvmReading | None = None  # a JVM's JMX reading and client log events, when a JVM
 
 
 @dataclass
@@ -72,6 +76,7 @@ class Evidence:
     hidden: set[str] = field(default_factory=set)  # keys of kmon's own sockets, never shown
     # how sockets gone since the last poll closed, by (local, remote) (the wire)
     closes: dict[tuple[Endpoint, Endpoint], WireClose] = field(default_factory=dict)
+    ask: list[Endpoint] = field(default_factory=list)  # peers to ask for the brokers' ids
 
 
 # One kind of evidence: (what the sources read, the claims of the producers before it)

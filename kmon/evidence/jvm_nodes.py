@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kmon.classify import broker_of_node_id, role_of_node_id
+from kmon.evidence.java_log_nodes import ClientState, NodeState, NodeTable
 from kmon.model import ClientInstance, Role
-from kmon.sources.java_log import ClientState, NodeState, NodeTable
 from kmon.sources.jmx import JmxReading, JvmClient
 from kmon.sources.resolve import Resolver, normalize_ip
 from kmon.sources.sockets import Endpoint

@@ -14,9 +14,10 @@
 Broker ids come from the Metadata and FindCoordinator responses the process
 received, else from the endpoints kmon already knows, else from one Metadata
 request kmon sends itself to a broker the process talks Kafka to in plaintext
-(``kmon.sources.broker_query``; a client refreshes its own every few minutes), on a
-thread of its own whose answer a later poll takes: a slow peer delays no poll.
-Without CAP_NET_RAW the producer makes one notice and no claims.
+(the producer names those peers in ``Evidence.ask``; the sampler hands them to the
+wire source, ``kmon.sources.process_wire``, whose answer a later poll reads). A pure
+function of what was gathered: the tap is read by the source. Without CAP_NET_RAW
+the producer makes one notice and no claims.
 """
 
 from __future__ import annotations
@@ -29,60 +30,32 @@ from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
 from kmon.evidence.logical import bootstrap_position
 from kmon.model import Role
 from kmon.sources import kafka_protocol as kp
-from kmon.sources.broker_query import BrokerQuery
 from kmon.sources.resolve import CACHE_SECONDS, Resolver
 from kmon.sources.sockets import Endpoint
-from kmon.sources.wire import Flow, WireTap, WireView
-
-MAX_ASKED = 16  # peers kmon asks for the cluster's brokers, at most, per process
-NO_CAPTURE = ("roles from the wire need CAP_NET_RAW (run kmon as root); they come from the "
-              "other evidence")
+from kmon.sources.wire import Flow, WireView
 
 
 class WireEvidence:
-    """The wire producer of one process: opens its tap on the first poll."""
+    """The wire producer of one process: claims from what its tap read (``Gathered.wire``)."""
 
     def __init__(self, cmdline_bootstrap: str = "") -> None:
-        self.tap: WireTap | None = None
-        self.failed: str | None = None
         self.cmdline_bootstrap = cmdline_bootstrap
-        self.asked: set[Endpoint] = set()  # brokers kmon asked for the cluster's brokers
-        self.query: BrokerQuery | None = None  # the one under way
         # the broker names last worked out, until when, and their endpoints
         self.endpoints_of_names: tuple[object, float, dict[Endpoint, int]] = (None, 0.0, {})
 
-    def close(self) -> None:
-        if self.tap is not None:
-            self.tap.close()
-            self.tap = None
-
     def evidence(self, gathered: Gathered, earlier: Mapping[str, Sequence[Claim]]) -> Evidence:
-        """Claims for every socket whose traffic says what it is."""
-        if self.failed is not None:
-            return Evidence(notices=[self.failed])
-        try:
-            if self.tap is None:
-                self.tap = WireTap(gathered.sockets, gathered.now_ms)
-            view = self.tap.poll(gathered.sockets, gathered.now_ms)
-        except PermissionError:
-            self.failed = NO_CAPTURE
-            return Evidence(notices=[self.failed])
-        except OSError as err:
-            self.failed = f"the wire cannot be read ({err.strerror or err}); roles come from " \
-                          "the other evidence"
-            self.close()
-            return Evidence(notices=[self.failed])
+        """Claims for every socket whose traffic says what it is; the peers whose broker ids
+        nobody named, to be asked (``Evidence.ask``)."""
+        reading = gathered.wire
+        if reading is None:
+            return Evidence()
+        view = reading.view
+        if view is None:
+            return Evidence(notices=[reading.problem] if reading.problem else [])
         learned = self._broker_endpoints(view, gathered.resolver)
         known = {**gathered.known, **learned}
         unknown = [remote for (_, remote), f in view.flows.items()
                    if f.api_counts and not f.tls and remote not in known]
-        answer = self._ask(unknown)
-        if answer:
-            self.tap.learn(answer, gathered.now_ms)
-            view.brokers.update(answer)
-            view.cluster_learned_ms = view.cluster_learned_ms or gathered.now_ms
-            learned = self._broker_endpoints(view, gathered.resolver)
-            known = {**gathered.known, **learned}
         bootstrap = ",".join(c.config.get("bootstrap.servers", "") for c in gathered.stats) \
             or self.cmdline_bootstrap
         claims = {}
@@ -98,24 +71,8 @@ class WireEvidence:
                 claims[socket_key(sock)] = claim
         notices = [f"the wire missed {view.drops:,} packets (kmon's ring was full)"] \
             if view.drops else []
-        return Evidence(claims=claims, learned=learned, notices=notices, closes=view.closes)
-
-    def _ask(self, unknown: list[Endpoint]) -> dict[int, tuple[str, int]] | None:
-        """The answer of kmon's own Metadata query once it has come (it runs on a thread of
-        its own: no poll waits for a peer); starts one to the first broker of ``unknown`` not
-        asked yet when none runs."""
-        query = self.query
-        if query is not None:
-            if not query.done:
-                return None
-            self.query = None
-            if query.answer:
-                return query.answer
-        fresh = [remote for remote in unknown if remote not in self.asked]
-        if fresh and len(self.asked) < MAX_ASKED:
-            self.asked.add(fresh[0])
-            self.query = BrokerQuery(fresh[0])
-        return None
+        return Evidence(claims=claims, learned=learned, notices=notices, closes=view.closes,
+                        ask=unknown)
 
     def _broker_endpoints(self, view: WireView, resolver: Resolver) -> dict[Endpoint, int]:
         """The endpoints of the brokers the process's responses named: worked out again when

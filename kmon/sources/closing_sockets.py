@@ -25,8 +25,8 @@ from kmon.sources.sockdiag import (
     NLMSG_DONE,
     NLMSG_ERROR,
     SOCK_DIAG_BY_FAMILY,
-    _address,
-    _request,
+    diag_address,
+    diag_request,
 )
 from kmon.sources.sockets import Endpoint
 
@@ -68,7 +68,7 @@ def _by_netlink(states: int, keep, most: int = 1 << 62) -> dict[Pair, str]:
     found: dict[Pair, str] = {}
     with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG) as sock:
         for seq, family in enumerate((socket.AF_INET, socket.AF_INET6), start=1):
-            sock.sendto(_request(seq, NLM_F_REQUEST | NLM_F_DUMP, family, 0, states, None),
+            sock.sendto(diag_request(seq, NLM_F_REQUEST | NLM_F_DUMP, family, 0, states, None),
                         (0, 0))
             _read(sock, keep, found, most)
     return found
@@ -90,8 +90,8 @@ def _read(sock: socket.socket, keep, found: dict[Pair, str], most: int) -> None:
                 msg = data[off + _HEADER.size: off + length]
                 family, state = msg[0], msg[1]
                 sport, dport = struct.unpack_from(">HH", msg, 4)
-                pair = (Endpoint(_address(family, msg[8:24]), sport),
-                        Endpoint(_address(family, msg[24:40]), dport))
+                pair = (Endpoint(diag_address(family, msg[8:24]), sport),
+                        Endpoint(diag_address(family, msg[24:40]), dport))
                 if len(found) < most and keep(pair):
                     found[pair] = CLOSING.get(state, str(state))
             off += (length + 3) & ~3

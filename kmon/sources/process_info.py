@@ -1,10 +1,13 @@
-"""What /proc and psutil say about a process: its name and command line, its network
-namespace, the Kafka client libraries it has mapped, whether it is a zombie."""
+"""What /proc and psutil say about a process: its name and command line, its owner, its
+network namespace, the Kafka client libraries it has mapped, whether it is a zombie; and
+which processes of this host have such a library mapped."""
 
 from __future__ import annotations
 
 import os
 import shlex
+import time
+from collections.abc import Collection
 
 import psutil
 
@@ -18,6 +21,26 @@ def describe(process: psutil.Process) -> tuple[str, str, float]:
     with process.oneshot():
         return (process.name(), shlex.join(redact_args(process.cmdline())),
                 process.create_time())
+
+
+def exists(pid: int) -> bool:
+    """True while there is a process (or a kernel thread) with this id."""
+    return psutil.pid_exists(pid)
+
+
+def owner(pid: int) -> str:
+    """The user name of ``pid``'s real owner (its uid where the name is unknown), or '?'
+    once it has gone."""
+    try:
+        uid = psutil.Process(pid).uids().real
+    except psutil.Error:
+        return "?"
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def in_other_network_namespace(pid: int) -> bool:
@@ -58,3 +81,31 @@ def is_zombie(process: psutil.Process) -> bool:
         return True
     except psutil.AccessDenied:
         return False
+
+
+class LibraryScan:
+    """The processes of this host with a Kafka client library mapped, by a listing of /proc.
+
+    A process found without one is looked at again every ``recheck_s`` (a program may load
+    its client library late); one found with one is not read again.
+    """
+
+    def __init__(self, recheck_s: float = 60.0) -> None:
+        self.recheck_s = recheck_s
+        self._mapped: dict[int, tuple[bool, float]] = {}  # pid -> (library mapped, checked at)
+
+    def __call__(self, skip: Collection[int] = ()) -> set[int]:
+        """Every process but ``skip`` with a Kafka client library mapped."""
+        now = time.monotonic()
+        pids = {int(name) for name in os.listdir("/proc") if name.isdigit()}
+        for gone in self._mapped.keys() - pids:
+            del self._mapped[gone]
+        return {pid for pid in pids.difference(skip) if self._has_library(pid, now)}
+
+    def _has_library(self, pid: int, now: float) -> bool:
+        known = self._mapped.get(pid)
+        if known is not None and (known[0] or now - known[1] < self.recheck_s):
+            return known[0]
+        found = not is_kernel_thread(pid) and loads_kafka_library(pid)
+        self._mapped[pid] = (found, now)
+        return found

@@ -230,7 +230,7 @@ class SockDiagReader:
             self._reopen()
         self._dirty = True
         for seq, family in enumerate((socket.AF_INET, socket.AF_INET6), start=1):
-            self._send(_request(seq, NLM_F_REQUEST | NLM_F_DUMP, family, 0, states, None,
+            self._send(diag_request(seq, NLM_F_REQUEST | NLM_F_DUMP, family, 0, states, None,
                                 bytecode))
             try:
                 self._read_host_dump(found)
@@ -302,7 +302,7 @@ class SockDiagReader:
             if any(proto != other for proto in wanted.values())
         ]
         for seq, family in enumerate(families, start=1):
-            self._send(_request(seq, NLM_F_REQUEST | NLM_F_DUMP, family, 0, _DUMP_STATES, None))
+            self._send(diag_request(seq, NLM_F_REQUEST | NLM_F_DUMP, family, 0, _DUMP_STATES, None))
             if not self._read_dump(wanted.keys(), learned, listening):
                 self._reopen()  # all found: drop the rest of the dump with the socket
                 break
@@ -358,7 +358,7 @@ class SockDiagReader:
         ext = 1 << (INET_DIAG_INFO - 1)
         bytecode = _remote_port_filter(frozenset(cache.ports))
         for seq, family in enumerate(sorted(cache.families), start=1):
-            self._send(_request(seq, NLM_F_REQUEST | NLM_F_DUMP, family, ext, _DUMP_STATES,
+            self._send(diag_request(seq, NLM_F_REQUEST | NLM_F_DUMP, family, ext, _DUMP_STATES,
                                 None, bytecode))
             self._read_info_dump(known, inodes, found)
         if len(found) < len(known):
@@ -443,7 +443,7 @@ class SockDiagReader:
             _tune(sock)
             self._sock = sock
             # An empty dump (no states asked for) proves the kernel answers us.
-            self._send(_request(1, NLM_F_REQUEST | NLM_F_DUMP, socket.AF_INET, 0, 0, None))
+            self._send(diag_request(1, NLM_F_REQUEST | NLM_F_DUMP, socket.AF_INET, 0, 0, None))
             self._read_dump((), {}, set())
         except OSError as exc:
             sock.close()
@@ -470,7 +470,7 @@ def _tune(sock: socket.socket) -> None:
         sock.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)
 
 
-def _request(
+def diag_request(
     seq: int, flags: int, family: int, ext: int, states: int, sockid: bytes | None,
     bytecode: bytes = b"",
 ) -> bytes:
@@ -514,16 +514,17 @@ def _known_from_msg(msg: memoryview, inode: int) -> _Known:
     """Remember a dumped socket's id as a ready exact-lookup request (seq = inode)."""
     family = msg[0]
     sockid = bytes(msg[_SOCKID])
-    request = _request(
+    request = diag_request(
         inode, NLM_F_REQUEST, family, 1 << (INET_DIAG_INFO - 1), _DUMP_STATES, sockid
     )
     sport, dport = struct.unpack_from(">HH", sockid)
-    local = Endpoint(_address(family, sockid[4:20]), sport)
-    remote = Endpoint(_address(family, sockid[20:36]), dport)
+    local = Endpoint(diag_address(family, sockid[4:20]), sport)
+    remote = Endpoint(diag_address(family, sockid[20:36]), dport)
     return _Known(request, local, remote, family)
 
 
-def _address(family: int, raw: bytes) -> str:
+def diag_address(family: int, raw: bytes) -> str:
+    """The text of an address as inet_diag packs it (IPv4-mapped IPv6 addresses as IPv4)."""
     if family == socket.AF_INET:
         return socket.inet_ntop(socket.AF_INET, raw[:4])
     if raw[:12] == _MAPPED_V4:

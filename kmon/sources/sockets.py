@@ -1,8 +1,7 @@
 """The TCP sockets of one process, as the kernel sees them.
 
-`TcpSocket` is the record every socket reader returns; `open_socket_reader()`
-picks the fastest reader this host allows (netlink sock_diag on Linux, psutil
-elsewhere or when netlink is refused).
+`TcpSocket` is the record every socket reader returns and `SocketReader` what
+one offers (``kmon.sources.socket_readers`` picks the reader this host allows).
 """
 
 from __future__ import annotations
@@ -66,27 +65,3 @@ class SocketReader(Protocol):
         """Raise psutil.NoSuchProcess / psutil.AccessDenied like psutil does."""
         ...
 
-
-def open_socket_reader(prefer: str = "auto") -> SocketReader:
-    """The socket reader to use: "auto", "sock_diag" or "psutil".
-
-    "auto" picks netlink sock_diag on Linux and falls back to psutil when the
-    kernel refuses it; "sock_diag" raises SockDiagUnavailable (an OSError)
-    instead of falling back. Unknown names raise ValueError.
-    """
-    import sys
-
-    from kmon.sources.psutil_sockets import PsutilSocketReader
-
-    if prefer == "psutil" or (prefer == "auto" and not sys.platform.startswith("linux")):
-        return PsutilSocketReader()
-    if prefer not in ("auto", "sock_diag"):
-        raise ValueError(f"unknown socket reader {prefer!r} (auto, sock_diag, psutil)")
-    from kmon.sources.sockdiag import SockDiagReader, SockDiagUnavailable
-
-    try:
-        return SockDiagReader()
-    except SockDiagUnavailable:
-        if prefer == "sock_diag":
-            raise
-        return PsutilSocketReader()

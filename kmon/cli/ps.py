@@ -1,0 +1,125 @@
+"""``kmon ps``: every Kafka client process on this host, by cluster, as text or JSON (the host
+view's rows, with no terminal needed)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+
+from kmon.cli import options
+from kmon.errors import UserError
+from kmon.plain_text import one_line
+
+SEARCH_ROUNDS = 4  # polls at most: each finds the clients of the brokers the last one learned
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``ps`` arguments to ``parser``."""
+    options.cluster(parser)
+    options.config_file(parser)
+    options.output(parser, "one row per process")
+    parser.set_defaults(wire="off")  # one look: no packet capture to wait for
+
+
+def run(args: argparse.Namespace) -> int:
+    """Search the host, print the rows; exit 0, even with none."""
+    from kmon.cli import wiring
+    from kmon.config import load_config
+    from kmon.engine.facade import HostSession
+    from kmon.engine.sampler import SampleError
+    from kmon.json_lines import json_line
+
+    config = load_config(args.config)
+    named = wiring.named_cluster(args, config)
+    try:
+        metadata = wiring.cluster_state(named, args.cluster_timeout) if named else None
+        settings = wiring.sampler_settings(args, config, named, metadata, require_kafka=False)
+        session = HostSession(settings, churn=config.churn)
+        try:
+            snapshot, events = _look(session, settings)
+            labels = session.cluster_labels(snapshot)
+            notices = list(session.notices)
+        finally:
+            session.close()
+    except (SampleError, OSError) as err:
+        raise UserError(str(err)) from err
+    if named is not None:
+        labels = _of_cluster(snapshot, wiring.broker_endpoints(metadata, settings), named.name)
+    rows = process_rows(snapshot, labels, events)
+    for notice in notices:
+        print(f"kmon ps: {one_line(notice)}", file=sys.stderr)
+    fmt = options.output_format(args) or "table"
+    if fmt == "json":
+        sys.stdout.buffer.write(json_line({"ts_ms": snapshot.ts_ms, "host": snapshot.host,
+                                           "processes": rows}))
+    else:
+        sys.stdout.write("".join(f"{line}\n" for line in text_lines(rows, fmt)))
+    sys.stdout.flush()
+    return 0
+
+
+def text_lines(rows: list[dict], fmt: str) -> list[str]:
+    """``rows`` as text: wide and tsv with a cluster column; a table grouped under one line
+    per cluster (its name and how many processes), so that the name is never cut."""
+    from kmon.cli.text_table import render
+    from kmon.columns import PROCESS_COLUMNS
+
+    if fmt != "table":
+        return render(rows, PROCESS_COLUMNS, fmt)
+    header, *lines = render(rows, [c for c in PROCESS_COLUMNS if c.key != "cluster"], fmt)
+    out = [header]
+    for i, row in enumerate(rows):
+        if i == 0 or row["cluster"] != rows[i - 1]["cluster"]:
+            count = sum(r["cluster"] == row["cluster"] for r in rows)
+            out.append(one_line(f"{row['cluster']} · {count} process{'es' * (count != 1)}"))
+        out.append(lines[i])
+    return out
+
+
+def _look(session, settings):
+    """Poll until a poll learns no broker the last did not know (at most SEARCH_ROUNDS):
+    the snapshot, and every event on the way."""
+    events = []
+    for round_ in range(SEARCH_ROUNDS):
+        known = frozenset(settings.directory.learned)
+        snapshot, new = session.poll()
+        events += new
+        if round_ and frozenset(settings.directory.learned) == known:
+            break
+    return snapshot, events
+
+
+def _of_cluster(snapshot, brokers, name: str) -> dict[int, str]:
+    """``name`` for each process connected to one of ``brokers``; the rest left out."""
+    from kmon.sources.resolve import parse_endpoint
+
+    return {view.pid: name for view in snapshot.processes
+            if any(parse_endpoint(c.remote or "") in brokers for c in view.connections)}
+
+
+def process_rows(snapshot, labels: dict[int, str], events) -> list[dict]:
+    """One row per process in ``labels`` (kmon.columns.PROCESS_COLUMNS' keys), in cluster
+    order."""
+    from kmon.model import EventKind, Role
+    from kmon.short_command import short_command
+    from kmon.sources.process_info import owner
+
+    churn = {e.pid: f"{e.churn.pattern.replace('_', ' ')} {e.churn.rate:g}/min"
+             for e in events if e.kind is EventKind.CHURN and e.churn is not None}
+    rows = []
+    for view in snapshot.processes:
+        if view.pid not in labels:
+            continue
+        roles = Counter(c.role for c in view.connections)
+        idles = [c.idle_ms for c in view.connections if c.idle_ms is not None]
+        rows.append({
+            "cluster": labels[view.pid], "pid": view.pid, "user": owner(view.pid),
+            "command": short_command(view.cmdline, view.name),
+            "client_ids": sorted({c.client_id for c in view.clients if c.client_id}),
+            **{role.value: roles[role] for role in Role},
+            "close_wait": sum(c.state == "CLOSE_WAIT" for c in view.connections),
+            "max_idle_ms": max(idles) if idles else None,
+            "clients_created": view.clients_created, "churn": churn.get(view.pid, ""),
+            "cmdline": view.cmdline})
+    return sorted(rows, key=lambda row: (row["cluster"], row["pid"]))

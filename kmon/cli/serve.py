@@ -1,0 +1,166 @@
+"""``kmon serve``: the host agent — every Kafka client on this host as Prometheus metrics."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kmon.cli import options
+from kmon.errors import UserError
+
+if TYPE_CHECKING:  # imported when the command runs (see kmon.cli.record)
+    from kmon.config import Config
+    from kmon.engine.facade import HostSession
+    from kmon.export.metrics import HostMetrics
+    from kmon.record.rotation import RotatingRecorder
+
+DEFAULT_LISTEN = "127.0.0.1:9464"
+ROTATE_EVERY_S = 3600.0  # --record: a session an hour, so retention frees space as it goes
+STALE_POLLS = 3  # /healthz fails once the last good poll is this many intervals old
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``serve`` options to ``parser``."""
+    parser.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                        help=f"where /metrics and /healthz answer (default {DEFAULT_LISTEN}; "
+                             "only this address is bound)")
+    options.interval(parser, "polls of the host's clients", default=5.0)
+    parser.add_argument("--duration", type=options.duration_arg, default=None,
+                        metavar="DURATION", help="stop after this long (default: until "
+                        "SIGINT/SIGTERM; SIGHUP reloads the config file)")
+    options.config_file(parser)
+    options.broker_idle(parser)
+    options.wire(parser)
+    parser.add_argument("--record", type=Path, default=None, metavar="DIR",
+                        help="also record every poll to Parquet under DIR (as kmon record)")
+    options.rotation(parser, ROTATE_EVERY_S)
+
+
+class Agent:
+    """The host view polled for the metrics and, with --record, the recording (one engine,
+    two outputs); ``reload()`` rebuilds it from the config file."""
+
+    def __init__(self, args: argparse.Namespace, metrics: HostMetrics,
+                 recorder: RotatingRecorder | None) -> None:
+        from kmon.config import load_config
+
+        self.args, self.metrics, self.recorder = args, metrics, recorder
+        self.session = self._session(load_config(args.config))
+        self.last_error = ""
+
+    def _session(self, config: Config) -> HostSession:
+        from kmon.engine.facade import HostSession
+        from kmon.engine.sampler import SamplerSettings
+
+        settings = SamplerSettings(broker_idle_ms=options.broker_idle_ms(self.args, None),
+                                   require_kafka=False,
+                                   middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
+                                   wire=self.args.wire)
+        return HostSession(settings, churn=config.churn,
+                           interval_ms=round(self.args.interval * 1000))
+
+    def step(self) -> None:
+        """One poll into the metrics; a failed poll is counted and told once, not fatal."""
+        began = time.monotonic()
+        try:
+            snapshot, events = self.session.poll()
+        except Exception as err:  # noqa: BLE001 - an agent outlives a bad poll
+            self.metrics.poll_failed()
+            self._tell(f"kmon serve: poll failed: {err or type(err).__name__}")
+            return
+        self.metrics.update(snapshot, events, self.session.cluster_labels(snapshot),
+                            time.monotonic() - began)
+        if self.recorder is not None:
+            try:
+                self.recorder.add(snapshot, events)
+            except OSError as err:  # a full disk stops the recording, not the metrics
+                self._tell(f"kmon serve: recording stopped: {err}")
+                self.recorder = None
+
+    def reload(self) -> None:
+        """SIGHUP: read the config file again and start a new session from it; a bad file
+        is told and the running session kept."""
+        from kmon.config import load_config
+
+        try:
+            session = self._session(load_config(self.args.config))
+        except UserError as err:
+            self._tell(f"kmon serve: config not reloaded: {err}")
+            return
+        self.session, old = session, self.session
+        old.close()
+        print("kmon serve: config reloaded", file=sys.stderr, flush=True)
+
+    def _tell(self, message: str) -> None:
+        from kmon.plain_text import one_line
+
+        if message != self.last_error:  # the same failure every 5 s is told once
+            self.last_error = message
+            print(one_line(message), file=sys.stderr, flush=True)
+
+    def close(self) -> str:
+        """Release the engine and close the recording (its last part written); what it
+        left."""
+        self.session.close()
+        if self.recorder is None:
+            return ""
+        try:
+            summary = self.recorder.close()
+        except OSError as err:
+            return f"; the recording under {self.recorder.root} could not be closed: {err}"
+        return (f"; recorded {sum(summary.rows.values())} rows in {len(summary.files)} files "
+                f"under {self.recorder.root}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGINT/SIGTERM (or --duration); SIGHUP reloads the config file."""
+    from prometheus_client import CollectorRegistry
+
+    from kmon.export.collector import HostCollector
+    from kmon.export.http import Exposition, MetricsServer, fresh_within
+    from kmon.export.loop import Signals, run_loop
+    from kmon.export.metrics import HostMetrics
+
+    metrics = HostMetrics()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(HostCollector(metrics))
+    healthy = fresh_within(lambda: metrics.poll_stats().last_success_s,
+                           STALE_POLLS * args.interval + 10.0, time.time())
+    server = MetricsServer(args.listen, Exposition(registry, lambda: metrics.generation),
+                           healthy)  # a port in use fails first
+    try:
+        agent = Agent(args, metrics, _recorder(args))
+    except BaseException:
+        server.close()
+        raise
+    print(f"kmon serve: http://{server.address}/metrics, polling every {args.interval:g}s",
+          file=sys.stderr, flush=True)
+    try:
+        with Signals(reloads=True) as signals:
+            why = run_loop(agent.step, args.interval, signals, args.duration, agent.reload)
+    finally:
+        server.close()
+        left = agent.close()
+    print(f"kmon serve: stopped ({why}){left}", file=sys.stderr, flush=True)
+    return 0
+
+
+def _recorder(args: argparse.Namespace) -> RotatingRecorder | None:
+    """--record's recorder (nothing written before the first poll); UserError where kmon
+    must not write."""
+    if args.record is None:
+        return None
+    import socket
+
+    from kmon.cli.record import rotation_limits
+    from kmon.files import UnsafeFile
+    from kmon.record.rotation import RotatingRecorder
+
+    try:
+        return RotatingRecorder(args.record, socket.gethostname(), round(args.interval * 1000),
+                                rotation_limits(args))
+    except UnsafeFile as err:
+        raise UserError(f"--record: {err}") from err

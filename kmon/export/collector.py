@@ -1,0 +1,150 @@
+"""The Prometheus collector: HostMetrics' latest state as metric families (prometheus_client)."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Iterator
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from kmon import __version__
+from kmon.export.metrics import HostMetrics, ProcessMetrics
+
+PROCESS = ("pid", "process", "cluster")
+CONNECTION = (*PROCESS, "client_id", "role", "broker_id")
+
+# each per-process family's help, by its name after kmon_
+HELP = {
+    "connections": "Open connections of a client process, by role, broker and TCP state.",
+    "connections_opened": "Connections the process opened since kmon first saw it.",
+    "connections_closed": "Connections closed, by who closed them first and why.",
+    "connect_failures": "Connections that never became established.",
+    "connection_idle_at_close_seconds": "How long a connection had been idle when it closed.",
+    "connection_max_idle_seconds": "The longest current idle age among these connections.",
+    "connection_idle_limit_seconds": "The idle limit that will reap the idlest of these "
+                                     "connections, and whose limit it is (limit_by).",
+    "client_instances": "Kafka client instances in the process, by type.",
+    "client_instances_created": "Client instances the process has created (kmon's agent).",
+    "group_coordinator": "The broker coordinating a consumer group, as a member sees it.",
+    "group_coordinator_changes": "Times a member saw its group's coordinator move.",
+    "churn_events": "Connection patterns worth a look (kmon churn events), by pattern.",
+    "process_open_fds": "File descriptors the client process holds.",
+    "process_max_fds": "The process's soft limit on open file descriptors.",
+}
+
+
+OWN = ("kmon_build_info", "kmon_poll_duration_seconds", "kmon_poll_errors_total",
+       "kmon_last_poll_timestamp_seconds", "kmon_watched_processes")
+
+
+def family_names() -> list[str]:
+    """Every metric family kmon serve may expose, named as a scraper sees them."""
+    families = [*_Families().all(with_empty=True)]
+    return [*OWN, *(f.name + {"counter": "_total", "info": "_info"}.get(f.type, "")
+                    for f in families)]
+
+
+class HostCollector(Collector):
+    """Every family from one consistent read of ``metrics``; a process's series vanish with
+    it."""
+
+    def __init__(self, metrics: HostMetrics) -> None:
+        self.metrics = metrics
+
+    def describe(self) -> list[Metric]:
+        return []  # registration must not collect
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._own()
+        families = _Families()
+        for pid, proc in sorted(self.metrics.processes().items()):
+            families.add_process(str(pid), proc)
+        yield from families.all()
+
+    def _own(self) -> Iterator[Metric]:
+        build = InfoMetricFamily("kmon_build", "kmon's version and Python.")
+        build.add_metric([], {"version": __version__,
+                              "python": platform.python_version()})
+        yield build
+        stats = self.metrics.poll_stats()
+        duration = HistogramMetricFamily("kmon_poll_duration_seconds",
+                                         "How long each poll of the host's clients took.")
+        duration.add_metric([], stats.duration.buckets(), stats.duration.total)
+        yield duration
+        errors = CounterMetricFamily("kmon_poll_errors", "Polls that failed.")
+        errors.add_metric([], stats.errors)
+        yield errors
+        if stats.last_success_s is not None:
+            yield GaugeMetricFamily("kmon_last_poll_timestamp_seconds",
+                                    "When the last successful poll ran (UTC epoch).",
+                                    value=stats.last_success_s)
+        yield GaugeMetricFamily("kmon_watched_processes", "Kafka client processes kmon watches.",
+                                value=stats.processes)
+
+
+class _Families:
+    """Every per-process family, filled process by process."""
+
+    def __init__(self) -> None:
+        def family(kind, name: str, *extra: str, base=CONNECTION):
+            return kind(f"kmon_{name}", HELP[name], labels=[*base, *extra])
+
+        self.connections = family(GaugeMetricFamily, "connections", "state")
+        self.opened = family(CounterMetricFamily, "connections_opened")
+        self.closed = family(CounterMetricFamily, "connections_closed", "closed_by", "reason")
+        self.failures = family(CounterMetricFamily, "connect_failures")
+        self.idle_at_close = family(HistogramMetricFamily, "connection_idle_at_close_seconds",
+                                    "role", base=PROCESS)
+        self.max_idle = family(GaugeMetricFamily, "connection_max_idle_seconds")
+        self.idle_limit = family(GaugeMetricFamily, "connection_idle_limit_seconds",
+                                 "limit_by")
+        self.clients = family(GaugeMetricFamily, "client_instances", "type", base=PROCESS)
+        self.created = family(CounterMetricFamily, "client_instances_created", base=PROCESS)
+        self.coordinator = family(InfoMetricFamily, "group_coordinator", "client_id",
+                                  "group_id", base=PROCESS)
+        self.coordinator_changes = family(CounterMetricFamily, "group_coordinator_changes",
+                                          "client_id", "group_id", base=PROCESS)
+        self.churn = family(CounterMetricFamily, "churn_events", "pattern", base=PROCESS)
+        self.open_fds = family(GaugeMetricFamily, "process_open_fds", base=PROCESS)
+        self.max_fds = family(GaugeMetricFamily, "process_max_fds", base=PROCESS)
+
+    def add_process(self, pid: str, proc: ProcessMetrics) -> None:
+        who = [pid, proc.process, proc.cluster]
+        for (*labels, state), count in proc.connections.items():
+            self.connections.add_metric([*who, *labels, state], count)
+        for labels, count in proc.opened.items():
+            self.opened.add_metric([*who, *labels], count)
+        for (*labels, closed_by, reason), count in proc.closed.items():
+            self.closed.add_metric([*who, *labels, closed_by, reason], count)
+        for labels, count in proc.connect_failures.items():
+            self.failures.add_metric([*who, *labels], count)
+        for role, hist in proc.idle_at_close.items():
+            self.idle_at_close.add_metric([*who, role], hist.buckets(), hist.total)
+        for labels, (idle_s, limit_s, limit_by) in proc.idle.items():
+            self.max_idle.add_metric([*who, *labels], idle_s)
+            if limit_s is not None:
+                self.idle_limit.add_metric([*who, *labels, limit_by], limit_s)
+        for kind, count in proc.clients.items():
+            self.clients.add_metric([*who, kind], count)
+        if proc.clients_created is not None:
+            self.created.add_metric(who, proc.clients_created)
+        for (client_id, group_id), broker in proc.coordinators.items():
+            self.coordinator.add_metric([*who, client_id, group_id], {"broker_id": broker})
+        for (client_id, group_id), count in proc.coordinator_changes.items():
+            self.coordinator_changes.add_metric([*who, client_id, group_id], count)
+        for pattern, count in proc.churn.items():
+            self.churn.add_metric([*who, pattern], count)
+        if proc.open_fds is not None:
+            self.open_fds.add_metric(who, proc.open_fds)
+        if proc.max_fds is not None:
+            self.max_fds.add_metric(who, proc.max_fds)
+
+    def all(self, with_empty: bool = False) -> Iterator[Metric]:
+        yield from (family for family in vars(self).values() if with_empty or family.samples)

@@ -1,0 +1,123 @@
+"""The agent's HTTP endpoint: ``/metrics`` (Prometheus or OpenMetrics text) and ``/healthz``."""
+
+from __future__ import annotations
+
+import gzip
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder, gzip_accepted
+
+from kmon.errors import UserError
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    """One thread per request, so a slow scraper never holds up another."""
+
+    daemon_threads = True
+
+
+class _IPv6Server(_Server):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access log on stderr (a scrape every 15 s for weeks)."""
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """'127.0.0.1:9464', '[::1]:9464', 'localhost:9464' -> (host, port); UserError if not."""
+    host, sep, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise UserError(f"--listen {text!r}: expected HOST:PORT, e.g. 127.0.0.1:9464")
+    return host, int(port)
+
+
+class Exposition:
+    """/metrics: the registry rendered once per poll and format (text or OpenMetrics, gzip
+    or not) and shared by every scrape of that poll; ``generation()`` changes with each."""
+
+    def __init__(self, registry: CollectorRegistry, generation: Callable[[], int]) -> None:
+        self.registry, self.generation = registry, generation
+        self._lock = threading.Lock()  # concurrent scrapes of one poll wait for one render
+        self._rendered: dict[tuple, bytes] = {}
+
+    def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+        encoder, content_type = choose_encoder(environ.get("HTTP_ACCEPT", ""))
+        gzipped = gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", ""))
+        key = (self.generation(), content_type, gzipped)
+        with self._lock:
+            body = self._rendered.get(key)
+            if body is None:
+                body = encoder(self.registry)
+                body = gzip.compress(body) if gzipped else body
+                self._rendered = {k: v for k, v in self._rendered.items() if k[0] == key[0]}
+                self._rendered[key] = body
+        headers = [("Content-Type", content_type)]
+        start_response("200 OK", headers + ([("Content-Encoding", "gzip")] if gzipped else []))
+        return [body]
+
+
+class MetricsServer:
+    """Serves ``metrics`` on ``listen`` from a daemon thread until ``close()``;
+    ``healthy()`` decides what ``/healthz`` answers."""
+
+    def __init__(self, listen: str, metrics: Exposition,
+                 healthy: Callable[[], tuple[bool, str]]) -> None:
+        host, port = parse_listen(listen)
+        self.healthy = healthy
+        server_class = _IPv6Server if ":" in host else _Server
+        try:
+            self.server = make_server(host, port, self._app(metrics), server_class,
+                                      _QuietHandler)
+        except (OSError, UnicodeError) as err:  # in use, not an address of this host, ...
+            raise UserError(f"cannot listen on {listen}: "
+                            f"{getattr(err, 'strerror', None) or err}") from err
+        self.address = f"{host}:{self.server.server_port}"
+        self._thread = threading.Thread(target=self.server.serve_forever,
+                                        kwargs={"poll_interval": 0.2},
+                                        name="kmon-serve-http", daemon=True)
+        self._thread.start()
+
+    def _app(self, metrics: Callable) -> Callable:
+        def app(environ: dict, start_response: Callable) -> Iterable[bytes]:
+            path = environ.get("PATH_INFO", "")
+            if path == "/metrics":
+                return metrics(environ, start_response)
+            if path == "/healthz":
+                ok, why = self.healthy()
+                start_response("200 OK" if ok else "503 Service Unavailable",
+                               [("Content-Type", "text/plain; charset=utf-8")])
+                return [f"{why}\n".encode()]
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"kmon serves /metrics and /healthz\n"]
+        return app
+
+    def close(self) -> None:
+        """Stop answering and release the port."""
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join()
+
+
+def fresh_within(last_success_s: Callable[[], float | None], max_age_s: float,
+                 started_s: float) -> Callable[[], tuple[bool, str]]:
+    """/healthz: healthy while the last successful poll is at most ``max_age_s`` old (or,
+    before the first, while kmon started less than that long ago)."""
+    def healthy() -> tuple[bool, str]:
+        last, now = last_success_s(), time.time()
+        if last is None:
+            return now - started_s <= max_age_s, "starting: no poll has finished yet"
+        age = now - last
+        return (age <= max_age_s,
+                f"last poll {age:.1f}s ago" + ("" if age <= max_age_s else " (stalled)"))
+    return healthy

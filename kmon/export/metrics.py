@@ -1,0 +1,231 @@
+"""Each watched process's metrics, folded from the host view's snapshots and events.
+
+State is kept per live process only: a process gone from the snapshot takes
+its series with it, and nothing is kept per socket, so memory follows what is
+open now, not how long kmon has run. Labels never carry an address or a port.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left
+from collections import Counter
+from dataclasses import dataclass, field
+
+from kmon.model import Connection, Event, EventKind, ProcessView, Snapshot
+from kmon.short_command import short_command
+from kmon.sources.fd_limits import open_fd_count, open_fd_limit
+
+# idle age at close: a few small buckets, then the limits that matter (a cloud load
+# balancer's 4 min and 350 s, the Java client's 9 min, the broker's 10 min)
+IDLE_BUCKETS_S = (1.0, 10.0, 60.0, 240.0, 350.0, 540.0, 600.0, 900.0)
+POLL_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+ConnectionLabels = tuple[str, str, str]  # client_id, role, broker_id
+MAX_CLIENT_IDS = 100  # client_ids of one process with series of their own; more are "(other)"
+OTHER_CLIENTS = "(other)"
+
+
+class Histogram:
+    """Bucket counts over fixed bounds and the sum of the observed values."""
+
+    def __init__(self, bounds: tuple[float, ...] = IDLE_BUCKETS_S) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def copy(self) -> Histogram:
+        twin = Histogram(self.bounds)
+        twin.counts, twin.total = list(self.counts), self.total
+        return twin
+
+    def buckets(self) -> list[tuple[str, int]]:
+        """(le, cumulative count) pairs, +Inf last."""
+        out, running = [], 0
+        for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            running += count
+            out.append(("+Inf" if bound == float("inf") else f"{bound:g}", running))
+        return out
+
+
+@dataclass
+class ProcessMetrics:
+    """One process's current gauges and its counters since kmon first saw it."""
+
+    process: str
+    cluster: str
+    cmdline: str
+    connections: Counter = field(default_factory=Counter)  # (*ConnectionLabels, state)
+    idle: dict = field(default_factory=dict)  # ConnectionLabels -> (idle s, limit s, by)
+    clients: Counter = field(default_factory=Counter)  # client type -> instances
+    clients_created: int | None = None
+    coordinators: dict = field(default_factory=dict)  # (client_id, group_id) -> broker_id
+    coordinator_changes: Counter = field(default_factory=Counter)  # (client_id, group_id)
+    opened: Counter = field(default_factory=Counter)  # ConnectionLabels
+    closed: Counter = field(default_factory=Counter)  # (*ConnectionLabels, closed_by, reason)
+    connect_failures: Counter = field(default_factory=Counter)  # ConnectionLabels
+    idle_at_close: dict = field(default_factory=dict)  # role -> Histogram
+    churn: Counter = field(default_factory=Counter)  # pattern
+    open_fds: int | None = None
+    max_fds: int | None = None
+    client_ids: dict = field(default_factory=dict)  # instance name -> client_id, this poll
+    earlier_ids: dict = field(default_factory=dict)  # ... and the poll before (closes)
+    labelled_ids: set = field(default_factory=set)  # client_ids given series, MAX_CLIENT_IDS
+
+
+@dataclass
+class PollStats:
+    """kmon's own polls: how many, how long, how many failed."""
+
+    errors: int = 0
+    duration: Histogram = field(default_factory=lambda: Histogram(POLL_BUCKETS_S))
+    last_success_s: float | None = None  # UTC epoch seconds
+    processes: int = 0  # watched after the last poll
+
+
+def _broker_label(broker_id: int | None) -> str:
+    return "" if broker_id is None else str(broker_id)
+
+
+def _seconds(ms: int | None) -> float | None:
+    return None if ms is None else ms / 1000.0
+
+
+class HostMetrics:
+    """The latest metrics of every watched process; ``update()`` from the poll thread,
+    ``processes()`` from the scrape threads."""
+
+    def __init__(self, count_fds: bool = True) -> None:
+        self._lock = threading.Lock()
+        self._processes: dict[int, ProcessMetrics] = {}
+        self.polls = PollStats()
+        self.generation = 0  # changes with every poll, good or failed
+        self.count_fds = count_fds
+
+    def processes(self) -> dict[int, ProcessMetrics]:
+        """Every live process's metrics (a shallow copy: safe to read while polls go on)."""
+        with self._lock:
+            return dict(self._processes)
+
+    def poll_stats(self) -> PollStats:
+        """A copy of the poll statistics."""
+        with self._lock:
+            return PollStats(self.polls.errors, self.polls.duration.copy(),
+                             self.polls.last_success_s, len(self._processes))
+
+    def poll_failed(self) -> None:
+        with self._lock:
+            self.polls.errors += 1
+            self.generation += 1
+
+    def update(self, snapshot: Snapshot, events: list[Event], clusters: dict[int, str],
+               poll_s: float) -> None:
+        """Fold one poll in: gauges replaced, counters advanced, exited processes dropped."""
+        before = self.processes()
+        fresh = {view.pid: self._gauges(view, before.get(view.pid),
+                                        clusters.get(view.pid, ""))
+                 for view in snapshot.processes}
+        for event in events:
+            metrics = fresh.get(event.pid)
+            if metrics is not None:
+                _count(metrics, event)
+        with self._lock:
+            self._processes = fresh
+            self.polls.duration.observe(poll_s)
+            self.polls.last_success_s = snapshot.ts_ms / 1000.0
+            self.generation += 1
+
+    def _gauges(self, view: ProcessView, before: ProcessMetrics | None,
+                cluster: str) -> ProcessMetrics:
+        """This poll's gauges for ``view``, carrying the counters of ``before``."""
+        process = (before.process if before is not None and before.cmdline == view.cmdline
+                   else short_command(view.cmdline, view.name) or view.name)
+        metrics = ProcessMetrics(process=process, cluster=cluster, cmdline=view.cmdline)
+        if before is not None:  # copies: a scrape may be reading the old ones
+            for name in ("coordinator_changes", "opened", "closed", "connect_failures",
+                         "churn", "labelled_ids"):
+                setattr(metrics, name, type(getattr(before, name))(getattr(before, name)))
+            metrics.idle_at_close = {key: hist.copy()
+                                     for key, hist in before.idle_at_close.items()}
+            metrics.earlier_ids = before.client_ids
+        metrics.client_ids = {c.name: c.client_id for c in view.clients}
+        for conn in view.connections:
+            labels = _labels(metrics, conn.client, conn.role.value, conn.broker_id)
+            metrics.connections[(*labels, conn.state)] += 1
+            _keep_idlest(metrics.idle, labels, conn)
+        metrics.clients.update(c.type for c in view.clients)
+        metrics.clients_created = view.clients_created
+        metrics.coordinators = {(_client_label(metrics, client_id), group): broker
+                                for (client_id, group), broker in _coordinators(view).items()}
+        if before is not None:
+            for key, broker in metrics.coordinators.items():
+                if before.coordinators.get(key, broker) != broker:
+                    metrics.coordinator_changes[key] += 1
+        if self.count_fds:
+            metrics.open_fds, metrics.max_fds = open_fd_count(view.pid), open_fd_limit(view.pid)
+        return metrics
+
+
+def _labels(metrics: ProcessMetrics, client: str | None, role: str,
+            broker_id: int | None) -> ConnectionLabels:
+    """A connection's labels: its client's client.id (bounded per process), role, broker."""
+    client_id = (metrics.client_ids.get(client) or metrics.earlier_ids.get(client) or ""
+                 if client else "")
+    return _client_label(metrics, client_id), role, _broker_label(broker_id)
+
+
+def _client_label(metrics: ProcessMetrics, client_id: str) -> str:
+    """``client_id``, or "(other)" once the process has MAX_CLIENT_IDS others (a client.id
+    made per instance must not grow the series without end)."""
+    if client_id not in metrics.labelled_ids:
+        if len(metrics.labelled_ids) >= MAX_CLIENT_IDS:
+            return OTHER_CLIENTS
+        metrics.labelled_ids.add(client_id)
+    return client_id
+
+
+def _keep_idlest(idle: dict, labels: ConnectionLabels, conn: Connection) -> None:
+    """Keep, per label set, the idlest connection's age and the limit that will reap it."""
+    if conn.idle_ms is None:
+        return
+    seen = idle.get(labels)
+    if seen is None or conn.idle_ms / 1000.0 > seen[0]:
+        idle[labels] = (conn.idle_ms / 1000.0, _seconds(conn.idle_limit_ms),
+                        conn.idle_limit_by or "")
+
+
+def _coordinators(view: ProcessView) -> dict[tuple[str, str], str]:
+    """(client_id, group_id) -> the broker coordinating the group, for each group member:
+    the client's own word, else its coordinator connection's broker."""
+    by_client = {conn.client: conn.broker_id for conn in view.connections
+                 if conn.role.value == "coordinator" and conn.broker_id is not None}
+    out = {}
+    for client in view.clients:
+        broker = client.group_coordinator_id
+        if broker is None:
+            broker = by_client.get(client.name)
+        if client.group_id and broker is not None:
+            out[(client.client_id, client.group_id)] = str(broker)
+    return out
+
+
+def _count(metrics: ProcessMetrics, event: Event) -> None:
+    """Advance the counters one event moves."""
+    role = event.role.value if event.role else "unknown"
+    labels = _labels(metrics, event.client, role, event.broker_id)
+    if event.kind is EventKind.OPENED:
+        metrics.opened[labels] += 1
+    elif event.kind is EventKind.CLOSED and event.close is not None:
+        story = event.close
+        metrics.closed[(*labels, story.closed_by, story.reason)] += 1
+        if story.reason == "connect_failed":
+            metrics.connect_failures[labels] += 1
+        if story.idle_before_ms is not None:
+            metrics.idle_at_close.setdefault(role, Histogram()).observe(
+                story.idle_before_ms / 1000.0)
+    elif event.kind is EventKind.CHURN and event.churn is not None:
+        metrics.churn[event.churn.pattern] += 1

@@ -1,0 +1,442 @@
+"""The helpers kmon's tests share (the one module they import them from; fixtures live in
+conftest.py): client processes and their output, the kmon command line, streams of
+``kmon attach --json``, recordings, the wire's rows, waits on a condition with a hang guard."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from kmon.evidence.java_log_nodes import NodeTable
+from kmon.sources.java_log import LogFollower
+
+TESTS = Path(__file__).parent
+REPO = TESTS.parent
+JAVA_VERSIONS = ("4.4.0", "3.9.1")  # the kafka-clients releases tested (conftest's JAVA_CLIENTS)
+T = TypeVar("T")
+
+
+def wait_for(condition: Callable[[], T], what: str, seconds: float = 60,
+             every: float = 0.05) -> T:
+    """``condition()``'s first truthy value, asked every ``every`` s; fails the test naming
+    ``what`` after ``seconds`` (a hang guard, not a pace)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        found = condition()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never within {seconds:g} s: {what}")
+        time.sleep(every)
+
+
+def unique(prefix: str) -> str:
+    """A name no other test (or run) uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+class Child:
+    """A subprocess whose stdout lines are read in the background."""
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, env=env, bufsize=1)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.stderr: list[str] = []
+        self._pumps = [threading.Thread(target=self._pump, args=(stream, sink), daemon=True)
+                       for stream, sink in ((self.proc.stdout, self.lines.put),
+                                            (self.proc.stderr, self.stderr.append))]
+        for pump in self._pumps:
+            pump.start()
+
+    @staticmethod
+    def _pump(stream, sink) -> None:
+        for line in stream:
+            sink(line.rstrip("\n"))
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait_line(self, prefix: str, timeout: float = 40.0) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or (self.proc.poll() is not None and self.lines.empty()):
+                raise AssertionError(f"no {prefix!r} line from {self.proc.args}; "
+                                     f"stderr: {self.stderr[-5:]}")
+            try:
+                line = self.lines.get(timeout=min(remaining, 0.5))
+            except queue.Empty:
+                continue
+            if line.startswith(prefix):
+                return line
+
+    def wait_exit(self, timeout: float = 60.0) -> int:
+        """The exit code, once the process has exited and every line it wrote (stderr
+        included) has been read."""
+        code = self.proc.wait(timeout)
+        for pump in self._pumps:
+            pump.join(timeout)
+        return code
+
+    def wait_stderr(self, text: str, timeout: float = 40.0) -> str:
+        """The first stderr line containing ``text`` (the process may still run)."""
+        return wait_for(lambda: next((line for line in self.stderr if text in line), None),
+                        f"{text!r} on the stderr of {self.proc.args}", timeout)
+
+    def send(self, command: str) -> None:
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class KafkaClient(Child):
+    """kmon.devtools.workload: a real confluent-kafka client driven through stdin."""
+
+    def all_stats(self) -> dict[str, dict]:
+        """{instance name: statistics} as the clients' own stats_cb last saw them."""
+        self.send("stats")
+        return json.loads(self.wait_line("STATS ")[len("STATS "):])
+
+    def own_stats(self) -> dict:
+        """The statistics of a process's only client."""
+        (stats,) = self.all_stats().values()
+        return stats
+
+
+def kmon(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run the real kmon command line."""
+    return subprocess.run([sys.executable, "-m", "kmon", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def attach_once(pid: int, *extra: str) -> dict:
+    """``kmon attach PID --once --json``, parsed; fails the test on a non-zero exit."""
+    result = kmon("attach", str(pid), "--once", "--json", *extra)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def connections_of(snapshot: dict) -> list[dict]:
+    (process,) = snapshot["processes"]
+    return process["connections"]
+
+
+def assert_one_clear_line(result: subprocess.CompletedProcess, code: int, *words: str) -> None:
+    assert result.returncode == code, (result.returncode, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def python_as(user: str) -> tuple[list[str], dict[str, str]]:
+    """(argv prefix, environment) running this test's Python code as ``user``.
+
+    The test's own interpreter may live where other users cannot read it (pyenv
+    under /root): the system's interpreter of the same minor version is used,
+    with this environment's site-packages added as a site directory (so that the
+    installed kmon, ``kmon.widgets`` included, imports as here). Skips the test
+    where there is none.
+    """
+    import sysconfig
+    import tempfile
+
+    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    system = Path("/usr/bin") / version
+    if not system.exists():
+        pytest.skip(f"no {system} that another user can run")
+    packages = sysconfig.get_paths()["purelib"]
+    boot = Path(tempfile.mkdtemp(prefix="kmon-site-"))
+    boot.chmod(0o755)
+    (boot / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({packages!r})\n")
+    (boot / "sitecustomize.py").chmod(0o644)
+    env = {k: v for k, v in os.environ.items() if k not in ("KMON_SPOOL_DIR", "PYTHONHOME")}
+    env["PYTHONPATH"] = str(boot)
+    return ["runuser", "-u", user, "--", str(system)], env
+
+
+def unused_pid() -> int:
+    pid = 4_000_000
+    while os.path.exists(f"/proc/{pid}"):
+        pid += 1
+    return pid
+
+
+def require_java() -> None:
+    if shutil.which("java") is None:
+        pytest.skip("java (a JDK 17+) is not installed: a real Kafka cluster needs it")
+
+
+def debug_log_options(log: Path) -> list[str]:
+    """slf4j-simple's system properties for a DEBUG log with ISO times in ``log``."""
+    prefix = "-Dorg.slf4j.simpleLogger."
+    return [f"{prefix}logFile={log}", f"{prefix}defaultLogLevel=debug",
+            f"{prefix}showDateTime=true", f"{prefix}dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSSXXX"]
+
+
+# --- client programs and the streams kmon makes of them ------------------------------
+
+KAFKA_PYTHON_CONSUMER = """
+import sys
+from kafka import KafkaConsumer
+consumer = KafkaConsumer(sys.argv[3], bootstrap_servers=sys.argv[1].split(","),
+                         group_id=sys.argv[2], client_id="kmon-kafka-python",
+                         api_version=(2, 0, 0))
+print("READY", flush=True)
+for _ in consumer:
+    pass
+"""
+
+
+PER_MESSAGE = """
+import sys, time
+from confluent_kafka import Producer
+while True:
+    producer = Producer({"bootstrap.servers": sys.argv[1]})
+    producer.produce("kmon-churn", b"one message, one client")
+    producer.flush(5)
+    del producer
+    print("SENT", flush=True)
+    time.sleep(0.2)
+"""
+
+
+def produce(cluster: str, topic: str) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": cluster})
+    for i in range(20):
+        producer.produce(topic, f"m{i}".encode())
+    producer.flush(10)
+
+
+def rows_until(stream: Child, wanted, seconds: float = 60) -> list[dict]:
+    """The connections a ``kmon attach --json`` stream shows at the first poll where
+    ``wanted(rows)`` holds; fails with the last rows after ``seconds`` (a hang guard)."""
+    rows: list[dict] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        (process,) = json.loads(stream.wait_line("{", timeout=seconds))["processes"]
+        rows = process["connections"]
+        if rows and wanted(rows):
+            return rows
+    shown = [(r["role"], r["node_id"], r["broker_id"], r["remote"], r["idle_ms"],
+              r["evidence"].get("role"), r["evidence"].get("wire")) for r in rows]
+    raise AssertionError(f"the wire never named every socket: {shown}")
+
+
+def from_start(argv: list[str], wanted, env: dict | None = None) -> tuple[Child, list[dict]]:
+    """A client attached before it opens a connection (a shell that execs it when told: the
+    same PID): the wire sees every connection from its first request. (client, its rows)"""
+    client = Child(["sh", "-c", 'read go; exec "$@"', "sh", *argv], env=env)
+    stream = attach_stream(client.pid, "--any-process", interval="500ms")
+    try:
+        stream.wait_line("{")  # the tap is open
+        client.send("go")
+        return client, rows_until(stream, wanted)
+    except BaseException:
+        client.stop()
+        raise
+    finally:
+        stream.stop()
+
+
+def apis(row: dict) -> set[str]:
+    """The API names the wire saw on a row's socket."""
+    return {part.split("×")[0] for part in row["evidence"].get("wire", "").split()}
+
+
+def all_named(rows: list[dict]) -> bool:
+    """Every socket named by the wire with its broker, a coordinator among them, and a
+    broker socket that fetched."""
+    kafka = [r for r in rows if r["evidence"].get("role") == "wire"]
+    return bool(kafka) and len(kafka) == len(rows) and all(
+        r["broker_id"] is not None for r in kafka) and any(
+        r["role"] == "coordinator" for r in kafka) and any(
+        r["role"] == "broker" and "Fetch" in apis(r) for r in kafka)
+
+
+IDLE_REASONS = {"client_idle_reap", "broker_idle_reap", "middlebox_idle_drop"}
+
+
+def attach_stream(pid: int, *extra: str, interval: str = "250ms") -> Child:
+    """``kmon attach PID --json`` every ``interval``."""
+    return Child([sys.executable, "-m", "kmon", "attach", str(pid), "--json", "--interval",
+                  interval, *extra])
+
+
+def read_until(stream: Child, done, seconds: float) -> tuple[list[dict], dict]:
+    """Every event of the stream until ``done(events, record)`` or ``seconds`` after its first
+    record; and the last record."""
+    record = json.loads(stream.wait_line("{", timeout=60))
+    deadline, events = time.monotonic() + seconds, record["events"]
+    while time.monotonic() < deadline and not done(events, record):
+        record = json.loads(stream.wait_line("{", timeout=30))
+        events += record["events"]
+    return events, record
+
+
+# --- recordings and logs ------------------------------------------------------------
+
+def read(root: Path, table: str) -> list[dict]:
+    """Every row of one recorded table, as Spark would see it (hive partitions)."""
+    import pyarrow.dataset as ds
+
+    from kmon.record.schema import SCHEMAS
+
+    dataset = ds.dataset(root / table, format="parquet", partitioning="hive")
+    assert dataset.schema.names == SCHEMAS[table].names + ["date", "host"]
+    return dataset.to_table().to_pylist()
+
+
+def recorded_pids(root: Path) -> set[int]:
+    """The processes the snapshots written so far under ``root`` show (none before the first
+    part is written)."""
+    if not any((root / "snapshots").rglob("*.parquet")):
+        return set()
+    return {row["pid"] for row in read(root, "snapshots")}
+
+
+def data_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+def record_child(*args: str) -> Child:
+    """``kmon record`` in the background; returns once it has said it started."""
+    child = Child([sys.executable, "-m", "kmon", "record", *args])
+    child.wait_stderr("session", timeout=30)
+    return child
+
+
+def log_table(log: Path) -> NodeTable:
+    """A Java client's log file, read from its start and folded into its node table."""
+    table = NodeTable()
+    for event in LogFollower(log, from_start=True).poll():
+        table.apply(event)
+    return table
+
+
+class GatedMonitor:
+    """A real Monitor whose poll waits for ``gate`` and which logs when it polled and closed.
+
+    A fake only of timing: it holds a real poll open while the test closes the session,
+    which a real poll (a few milliseconds) cannot be made to be on demand.
+    """
+
+    def __init__(self, monitor) -> None:
+        self.monitor = monitor
+        self.gate, self.entered = threading.Event(), threading.Event()
+        self.log: list[str] = []
+
+    def __getattr__(self, name: str):
+        return getattr(self.monitor, name)
+
+    def poll(self):
+        self.entered.set()
+        self.gate.wait(60)
+        result = self.monitor.poll()
+        self.log.append("polled")
+        return result
+
+    def close(self) -> None:
+        self.log.append("closed")
+        self.monitor.close()
+
+
+# kmon serve: the agent itself, a real Prometheus server, promtool
+
+def require_prometheus() -> None:
+    if shutil.which("prometheus") is None or shutil.which("promtool") is None:
+        pytest.skip("prometheus and promtool are not installed (Debian: apt-get install "
+                    "prometheus)")
+
+
+def get(url: str, accept: str | None = None) -> tuple[int, str, str]:
+    """(status, content type, body) of a GET on loopback."""
+    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.status, answer.headers["Content-Type"], answer.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers["Content-Type"], err.read().decode()
+    except TimeoutError as err:
+        raise AssertionError(f"no answer from {url} within 60s") from err
+
+
+def start_serve(*args: str) -> tuple[Child, str]:
+    """``kmon serve --listen 127.0.0.1:0 ARGS`` and the address it listens on."""
+    child = Child([sys.executable, "-m", "kmon", "serve", "--listen", "127.0.0.1:0", *args])
+    line = wait_for(lambda: next((line for line in child.stderr if "/metrics" in line), None)
+                    or (child.proc.poll() is not None and
+                        pytest.fail(f"kmon serve did not start: {child.stderr}")),
+                    "kmon serve listening")
+    return child, line.split("http://", 1)[1].split("/metrics", 1)[0]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Prometheus:
+    """A real Prometheus server on loopback scraping ``target`` every second."""
+
+    def __init__(self, target: str, workdir: Path) -> None:
+        config = workdir / "prometheus.yml"
+        config.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                          "scrape_configs:\n  - job_name: kmon\n    static_configs:\n"
+                          f"      - targets: ['{target}']\n")
+        self.address = f"127.0.0.1:{free_port()}"
+        self.child = Child(["prometheus", f"--config.file={config}",
+                            f"--storage.tsdb.path={workdir / 'data'}",
+                            f"--web.listen-address={self.address}"])
+        wait_for(self._ready, "prometheus ready")
+
+    def _ready(self) -> bool:
+        try:
+            return get(f"http://{self.address}/-/ready")[0] == 200
+        except OSError:
+            return False
+
+    def query(self, expr: str) -> list[dict]:
+        """The instant vector ``expr`` evaluates to now."""
+        url = f"http://{self.address}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        answer = json.loads(get(url)[2])
+        assert answer["status"] == "success", answer
+        return answer["data"]["result"]
+
+    def stop(self) -> None:
+        self.child.stop()
+
+
+def promtool(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["promtool", *args], input=stdin, capture_output=True, text=True,
+                          timeout=120)

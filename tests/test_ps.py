@@ -1,0 +1,129 @@
+"""``kmon ps``: the host's Kafka client processes as text and JSON, with no terminal, against
+real client processes of the mock cluster; and text for pipes (``-o tsv|wide``) parsed
+back to what ``--json`` says."""
+
+from __future__ import annotations
+
+import csv
+import getpass
+import io
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from helpers import Child, kmon, python_as
+
+from kmon.columns import CONNECTION_COLUMNS, PROCESS_COLUMNS
+
+pytestmark = pytest.mark.integration
+
+
+def ps_json(*args: str) -> list[dict]:
+    result = kmon("ps", "--json", *args)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)["processes"]
+
+
+def tsv_rows(text: str) -> list[dict]:
+    return list(csv.DictReader(io.StringIO(text), delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+def wide_rows(text: str, columns) -> list[list[str]]:
+    """Wide text split back into cells: columns are two blanks apart and never truncated."""
+    header, *lines = text.splitlines()
+    assert re.split(r"\s{2,}", header.strip()) == [c.header for c in columns]
+    return [re.split(r"\s{2,}", line.strip()) for line in lines]
+
+
+@pytest.fixture
+def two_clients(start_client):
+    return start_client("producer"), start_client("consumer")
+
+
+def test_ps_lists_the_clients_by_cluster_with_who_runs_what(two_clients, cluster):
+    wanted = {client.pid for client in two_clients}
+    rows = {row["pid"]: row for row in ps_json() if row["pid"] in wanted}
+    assert rows.keys() == wanted
+    producer, consumer = (rows[client.pid] for client in two_clients)
+    assert producer["cluster"] == consumer["cluster"] != "(brokers not known yet)"
+    assert producer["cluster"].split(" ")[0] in cluster.split(",")
+    assert producer["user"] == consumer["user"] == getpass.getuser()
+    assert producer["command"] == consumer["command"] == "-m kmon.devtools.workload"
+    assert producer["client_ids"] == ["kmon-workload-producer"]
+    assert consumer["client_ids"] == ["kmon-workload-consumer"]
+    assert consumer["coordinator"] == 1 and consumer["broker"] >= 1
+    assert producer["max_idle_ms"] is not None
+
+    # -b names the cluster: its clients only, under that name; as text, with no terminal
+    text = kmon("ps", "-b", cluster, "-o", "wide")
+    assert text.returncode == 0, text.stderr
+    by_pid = {int(cells[1]): cells for cells in wide_rows(text.stdout, PROCESS_COLUMNS)
+              if cells[1].isdigit()}  # (another process's odd command line splits oddly)
+    assert wanted <= by_pid.keys() and {by_pid[pid][0] for pid in wanted} == {cluster}
+    # the table: grouped under one line per cluster, its name whole however narrow
+    table = kmon("ps", "-b", cluster).stdout.splitlines()
+    assert table[1] == f"{cluster} · {len(by_pid)} process{'es' * (len(by_pid) != 1)}", table
+    assert {int(line.split()[0]) for line in table[2:]} == set(by_pid)
+
+
+def test_ps_tsv_and_wide_parse_back_to_its_json(two_clients):
+    wanted = {client.pid for client in two_clients}
+    by_json = {row["pid"]: row for row in ps_json() if row["pid"] in wanted}
+    tsv = kmon("ps", "-o", "tsv")
+    assert tsv.returncode == 0 and "│" not in tsv.stdout  # no box drawing; nothing cut: below
+    rows = tsv_rows(tsv.stdout)
+    assert list(rows[0]) == [c.key for c in PROCESS_COLUMNS]  # the JSON keys, in order
+    for row in (r for r in rows if int(r["pid"]) in wanted):
+        expected = by_json[int(row["pid"])]
+        for key in ("cluster", "user", "command", "cmdline", "coordinator", "bootstrap"):
+            assert row[key] == str(expected[key]), key
+        assert row["client_ids"].split(",") == expected["client_ids"]
+    wide = kmon("ps", "-o", "wide")
+    cells = {int(c[1]): c for c in wide_rows(wide.stdout, PROCESS_COLUMNS) if c[1].isdigit()}
+    for pid in wanted:  # wide never truncates: the whole command line is there
+        assert cells[pid][-1] == by_json[pid]["cmdline"]
+        assert cells[pid][3] == by_json[pid]["command"]
+
+
+def test_attach_tsv_and_wide_parse_back_to_its_json(start_client):
+    client = start_client("consumer")
+    snapshot = json.loads(kmon("attach", str(client.pid), "--once", "--json").stdout)
+    connections = snapshot["processes"][0]["connections"]
+    keys = {c["key"] for c in connections}
+    tsv = kmon("attach", str(client.pid), "--once", "-o", "tsv")
+    assert tsv.returncode == 0, tsv.stderr
+    rows = tsv_rows(tsv.stdout)
+    assert list(rows[0]) == [c.key for c in CONNECTION_COLUMNS]
+    assert {r["role"] for r in rows} >= {"coordinator", "broker"}
+    assert len(rows) == len(keys) and {r["pid"] for r in rows} == {str(client.pid)}
+    assert all(r["idle_limit_ms"].isdigit() for r in rows)  # awk sums milliseconds
+    wide = kmon("attach", str(client.pid), "--once", "-o", "wide")
+    cells = wide_rows(wide.stdout, CONNECTION_COLUMNS)
+    assert len(cells) == len(keys) and all(len(c) == len(CONNECTION_COLUMNS) for c in cells)
+    assert {c[4] for c in cells} == {c["client"] for c in connections}  # never cut
+    table = kmon("attach", str(client.pid), "--once", "-o", "table", "--interval", "1s")
+    assert all(len(line) <= 80 for line in table.stdout.splitlines())  # $COLUMNS unset: 80
+
+
+def test_ps_of_a_cluster_with_no_clients_is_an_empty_list(spool_dir):
+    lonely = Child([sys.executable, "-m", "kmon", "devcluster", "--brokers", "1"])
+    try:
+        bootstrap = lonely.wait_line("127.0.0.1:", timeout=30)
+        assert ps_json("-b", bootstrap) == []
+        text = kmon("ps", "-b", bootstrap)
+        assert text.returncode == 0, text.stderr
+        (header,) = text.stdout.splitlines()  # a header alone
+        assert header.split()[:3] == ["pid", "user", "command"]
+    finally:
+        lonely.stop()
+
+
+def test_ps_as_a_user_with_no_clients_is_an_empty_list(throwaway_user, two_clients):
+    """Root's clients run beside it; a user who has none of their own sees an empty list."""
+    prefix, env = python_as(throwaway_user.pw_name)
+    result = subprocess.run([*prefix, "-m", "kmon", "ps", "--json"], capture_output=True,
+                            text=True, env=env, cwd="/")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["processes"] == []

@@ -1,0 +1,130 @@
+"""The process table of the watch and host screens: one row per client process, optionally
+under one heading row per cluster; sorted, filtered and idle-hidden by the screen."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from kmon.model import ProcessView, Role, TcpState
+from kmon.plain_text import plain
+from kmon.widgets import format as fmt
+from kmon.widgets.churn_board import ChurnBoard
+
+ROLES = (Role.BOOTSTRAP, Role.COORDINATOR, Role.BROKER, Role.UNKNOWN)
+COLUMNS = ("pid", "process", "client ids", *(r.value for r in ROLES), TcpState.CLOSE_WAIT.value,
+           "max idle", "opened/closed 1m", "churn", "notice")
+HIDE_IDLE_AFTER_MS = 10_000  # as the attach screen's ``i``: no traffic for this long
+HEADING = "cluster:"  # row keys of the heading rows start with it
+
+
+def _max_idle(view: ProcessView) -> int:
+    return max((c.idle_ms for c in view.connections if c.idle_ms is not None), default=-1)
+
+
+@dataclass(frozen=True)
+class ProcessOrder:
+    """One way to order the processes: its name, a key over a process, direction."""
+
+    name: str
+    key: Callable[[ProcessView], object]
+    descending: bool = False
+
+
+PROCESS_ORDERS = (
+    ProcessOrder("pid", lambda v: v.pid),
+    ProcessOrder("max idle", _max_idle, descending=True),
+    ProcessOrder("connections", lambda v: len(v.connections), descending=True),
+    ProcessOrder("process", lambda v: (v.short_command, v.pid)),
+)
+
+
+def is_idle(view: ProcessView) -> bool:
+    """True when none of its connections carried a byte for HIDE_IDLE_AFTER_MS."""
+    return all(c.idle_ms is not None and c.idle_ms >= HIDE_IDLE_AFTER_MS
+               for c in view.connections)
+
+
+def matches(view: ProcessView, words: list[str], cluster: str) -> bool:
+    """True when every word is in its pid, command, client ids or cluster."""
+    haystack = " ".join((str(view.pid), view.cmdline, view.name, cluster,
+                         *(c.client_id for c in view.clients))).lower()
+    return all(word in haystack for word in words)
+
+
+def process_cells(view: ProcessView, label: str, churn: ChurnBoard, now_ms: int) -> tuple:
+    """The cells of one process's row, in COLUMNS order."""
+    roles = Counter(c.role for c in view.connections)
+    opened, closed = churn.per_process(view)
+    pattern = churn.pattern(view.pid, now_ms)
+    close_wait = sum(c.state == TcpState.CLOSE_WAIT for c in view.connections)
+    idle = _max_idle(view)
+    clients = ", ".join(sorted({c.client_id for c in view.clients})) or "(no client metrics)"
+    return (str(view.pid), plain(label or view.short_command), plain(clients),
+            *(str(roles[r]) if roles[r] else "" for r in ROLES),
+            fmt.state(TcpState.CLOSE_WAIT) if close_wait else "",
+            fmt.duration(idle) if idle >= 0 else "?",
+            f"{opened}/{closed}" if opened or closed else "",
+            Text(pattern, style="bold red") if pattern else "",
+            Text(view.notices[0][:60], style="yellow") if view.notices else "")
+
+
+def cluster_heading(views: list[ProcessView]) -> str:
+    """'3 brokers: 127.0.0.1:33305, …': the brokers these processes are connected to."""
+    brokers = sorted({c.remote for v in views for c in v.connections
+                      if c.role is not Role.UNKNOWN and c.remote})
+    if not brokers:
+        return "brokers not known yet"
+    more = ", …" if len(brokers) > 1 else ""
+    return f"{len(brokers)} broker{'s' * (len(brokers) > 1)}: {brokers[0]}{more}"
+
+
+class ProcessTable(DataTable):
+    """Rows of processes, keyed by pid; with ``grouped``, each cluster's rows follow a
+    heading row naming its brokers (in the process column, the pid left blank). The cursor
+    stays on its process while rows move, and starts on the first process."""
+
+    def __init__(self, grouped: bool = False, **kwargs) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        self.grouped = grouped
+
+    def on_mount(self) -> None:
+        self.add_columns(*COLUMNS)
+
+    @property
+    def selected_pid(self) -> int | None:
+        """The pid of the row under the cursor (None on a heading row or an empty table)."""
+        if not self.row_count:
+            return None
+        key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        return None if key is None or key.startswith(HEADING) else int(key)
+
+    def show(self, groups: list[tuple[str, str, list[tuple]]]) -> None:
+        """Hold exactly ``groups``: (cluster, its heading, rows of cells with the pid first),
+        in order; the heading is drawn only when ``grouped``."""
+        wanted = []
+        for cluster, heading, rows in groups:
+            if self.grouped:
+                wanted.append((f"{HEADING}{cluster}",
+                               ("", Text(heading, style="bold"), *[""] * (len(COLUMNS) - 2))))
+            wanted += [(cells[0], cells) for cells in rows]
+        keys = [key for key, _ in wanted]
+        current = [row.key.value for row in self.ordered_rows]
+        if keys != current:  # rows came, went or moved: all again, the cursor kept
+            selected = (self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+                        if self.row_count else None)
+            self.clear()
+            for key, cells in wanted:
+                self.add_row(*cells, key=key)
+            if selected not in keys or selected.startswith(HEADING):
+                selected = next((k for k in keys if not k.startswith(HEADING)), None)
+            if selected is not None:
+                self.move_cursor(row=keys.index(selected), animate=False)
+            return
+        for key, cells in wanted:
+            for column, value in zip(self.columns, cells, strict=True):
+                self.update_cell(key, column, value)
