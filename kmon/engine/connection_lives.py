@@ -99,8 +99,10 @@ class ConnectionLives:
             life = self.open.get(event.skaddr)
             if life is None:
                 continue
-            if event.kind != "state":
-                life.reset = "broker" if event.kind == "reset_in" else "client"
+            if event.kind == "reset_in":  # from the socket's side: its local address too
+                life.reset, life.local = "broker", event.local or life.local
+            elif event.kind == "reset_out":
+                life.reset = "client"
             elif not self._step(life, event):
                 continue
             life.closed_ms = event.ts_ms
