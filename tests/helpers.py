@@ -283,6 +283,19 @@ def all_named(rows: list[dict]) -> bool:
         r["role"] == "broker" and "Fetch" in apis(r) for r in kafka)
 
 
+def captured(capture, wanted, seconds: float = 10) -> list:
+    """The segments a ``PacketCapture`` reads until ``wanted(segments)`` holds (the packet
+    ring hands a block over when it fills or times out)."""
+    segments: list = []
+
+    def enough() -> bool:
+        segments.extend(capture.read())
+        return wanted(segments)
+
+    wait_for(enough, "the segments wanted from the packet ring", seconds)
+    return segments
+
+
 IDLE_REASONS = {"client_idle_reap", "broker_idle_reap", "middlebox_idle_drop"}
 
 

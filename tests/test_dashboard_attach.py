@@ -122,7 +122,7 @@ def test_consumer_coordinator_row_filter_sort_pause_details(start_client):
             before = [r[0] for r in table_rows(screen)]
             assert before == sorted(before, key=["bootstrap", "coordinator", "broker",
                                                  "unknown"].index)
-            for _ in range(4):  # role -> idle -> reaped in -> state -> broker
+            for _ in range(4):  # role -> idle -> reap in -> state -> broker
                 await pilot.press("s")
             assert "sort: broker" in str(screen.query_one(ConnectionTable).border_title)
             brokers = [int(r[1].split("→")[-1]) for r in table_rows(screen)

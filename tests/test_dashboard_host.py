@@ -24,7 +24,7 @@ from kmon.widgets.host_screen import HostScreen
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 
 
-def test_the_host_view_lists_every_kafka_client_by_cluster_and_attaches(spool_dir):
+def test_the_host_view_lists_every_kafka_client_by_cluster_and_attaches(spool_dir, tmp_path):
     pytest.importorskip("kafka", reason="kafka-python 2.0.x is in the test extra")
     with Demo() as demo:
         agentless = Child([sys.executable, "-c", KAFKA_PYTHON_CONSUMER, demo.bootstrap,
@@ -33,7 +33,7 @@ def test_the_host_view_lists_every_kafka_client_by_cluster_and_attaches(spool_di
             agentless.wait_line("READY")
             session = HostSession(SamplerSettings(require_kafka=False, wire="off"),
                                   discover_every_s=0.5)
-            screen = HostScreen(session, DashboardSettings(interval_s=0.5))
+            screen = HostScreen(session, DashboardSettings(interval_s=0.5, record_dir=tmp_path))
             app = KmonApp(screen)
             served_by = demo.children[0].pid  # the embedded cluster: it serves, it is no client
             wanted = {*demo.clients, agentless.pid}

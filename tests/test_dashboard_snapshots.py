@@ -10,6 +10,7 @@ the stored screens with ``python -m pytest tests/test_dashboard_snapshots.py
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from kmon.model import Event, Role, Snapshot
 from kmon.sources.cluster import BrokerInfo
 from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen
+from kmon.widgets.connection_table import ConnectionTable
 from kmon.widgets.event_log import EventLog
 from kmon.widgets.host_screen import HostScreen
 from kmon.widgets.list_screen import ProcessListScreen
@@ -163,3 +165,28 @@ def test_host_screen(snap_compare):
     screen = HostScreen(session, DashboardSettings(interval_s=3600))
     assert snap_compare(KmonApp(screen), terminal_size=SIZE,
                         run_before=play_listed(screen, session))
+
+
+def test_a_cursor_move_draws_only_the_lines_it_leaves_and_enters():
+    """Not a snapshot: the connection table's cursor, kept within the rows, and a move of it
+    draws again only the line it leaves and the line it enters."""
+    app, screen, replay = replayed("consumer.jsonl")
+
+    async def drive() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await play_all(screen, replay)(pilot)
+            table = screen.query_one(ConnectionTable)
+            assert table.row_count == 3 and table.cursor_row == 0
+            drawn: list[int] = []
+            render_line = table.render_line
+            table.render_line = lambda y: drawn.append(y) or render_line(y)
+            await pilot.press("down")
+            await until(pilot, lambda: drawn, "a line drawn again")
+            await pilot.pause()
+            assert table.cursor_row == 1 and sorted(set(drawn)) == [1, 2]  # header is line 0
+            table.cursor_row = 10**9  # validated: the last row
+            assert table.cursor_row == table.row_count - 1
+            table.cursor_row = -5
+            assert table.cursor_row == 0
+
+    asyncio.run(drive())

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from helpers import PER_MESSAGE, Child
 from test_dashboard_attach import table_rows, until
@@ -25,11 +27,13 @@ pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 
 
 def watch_app(bootstrap: str, pids: list[int] | None = None, labels=None,
-              discover_every_s: float = 5.0) -> tuple[KmonApp, WatchScreen]:
+              discover_every_s: float = 5.0,
+              record_dir: Path = Path("kmon-sessions")) -> tuple[KmonApp, WatchScreen]:
     watcher = ClusterWatcher(bootstrap, {}, timeout_s=2.0, refresh_s=10.0)
     session = ClusterSession(watcher, SamplerSettings(require_kafka=False), pids or [],
                              discover_every_s=discover_every_s)
-    screen = WatchScreen("test", session, DashboardSettings(interval_s=0.5), labels)
+    screen = WatchScreen("test", session,
+                         DashboardSettings(interval_s=0.5, record_dir=record_dir), labels)
     return KmonApp(screen), screen
 
 
@@ -38,10 +42,10 @@ def cells(screen: WatchScreen, table_id: str) -> list[list[str]]:
     return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
 
 
-def test_watch_lists_brokers_groups_and_discovered_processes(spool_dir):
+def test_watch_lists_brokers_groups_and_discovered_processes(spool_dir, tmp_path):
     with Demo() as demo:
         # No PIDs given: every demo client must be found from the host's sockets.
-        app, screen = watch_app(demo.bootstrap, discover_every_s=0.5)
+        app, screen = watch_app(demo.bootstrap, discover_every_s=0.5, record_dir=tmp_path)
 
         async def drive() -> None:
             async with app.run_test(size=(170, 50)) as pilot:
@@ -87,7 +91,7 @@ def help_rows(screen) -> list[str]:
 
 
 async def the_list_keys_work(pilot, screen) -> None:
-    """help, sort, filter, clear and hide idle on a screen listing processes."""
+    """help, sort, filter, clear, hide idle and record on a screen listing processes."""
     app = screen.app
     await pilot.press("question_mark")
     await until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help")
@@ -105,6 +109,15 @@ async def the_list_keys_work(pilot, screen) -> None:
     assert "idle hidden" in str(table.border_title)
     await pilot.press("i", "s", "s", "s")  # back to every process by pid
     await until(pilot, lambda: len(cells(screen, "processes")) > 1, "every process again")
+    await pilot.press("r")
+    assert screen.recorder == screen.record_dir
+    started = screen.snapshot.ts_ms
+    await until(pilot, lambda: screen.snapshot.ts_ms > started, "a recorded refresh")
+    await pilot.press("r")
+    await app.workers.wait_for_complete()  # the recording closed (in a worker)
+    recorded = {row["pid"] for row in pq.read_table(screen.record_dir / "snapshots",
+                                                    columns=["pid"]).to_pylist()}
+    assert set(map(int, pids)) <= recorded
 
 
 def test_unreachable_cluster_shows_a_banner_and_keeps_running():

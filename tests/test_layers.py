@@ -1,7 +1,7 @@
 """The layering the import contracts cannot see, read from the source with an AST walk: no
 import cycle anywhere in kmon (widgets/ read as kmon.widgets); no socket, subprocess, ctypes
 or /proc, /sys, /dev path outside kmon/sources/ (but the parts named in ``OUTSIDE_SOURCES``);
-the screens import no I/O at all."""
+no module imports another's private names; the screens import no I/O at all."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ NO_IO = {"socket", "subprocess", "psutil", "pyarrow", "confluent_kafka", "kmon.s
 # What reads or changes the world: its own module (the sources), or one of these
 IO_MODULES = {"socket", "subprocess", "ctypes"}
 SYSTEM_PATH = re.compile(r"/(proc|sys|dev)(/|$)")
-# The parts that do I/O of their own outside kmon/sources/ (the README names them): the
+# The parts that do I/O of their own outside kmon/sources/ (the architecture names them): the
 # agent runs inside the user's process, the devtools start clusters and demo processes,
-# the analysis starts Spark
-OUTSIDE_SOURCES = ("kmon/agent/", "kmon/devtools/", "kmon/analysis/")
+# the analysis starts Spark, the export serves kmon serve's metrics over HTTP
+OUTSIDE_SOURCES = ("kmon/agent/", "kmon/devtools/", "kmon/analysis/", "kmon/export/")
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -124,6 +124,23 @@ def test_io_only_in_sources():
     assert io_outside_sources(REPO) == {}
 
 
+def private_imports(root: Path) -> dict[str, list[str]]:
+    """Per file of kmon, the private names (``_name``) it imports from another module."""
+    found = {}
+    for path in sorted([*(root / "kmon").rglob("*.py"), *(root / "widgets").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                names = [a.name for a in node.names
+                         if a.name.startswith("_") and not a.name.startswith("__")]
+                if names:
+                    found.setdefault(path.relative_to(root).as_posix(), []).extend(names)
+    return found
+
+
+def test_no_module_imports_another_s_private_names():
+    assert private_imports(REPO) == {}
+
+
 def test_widgets_do_no_io_of_their_own():
     offenders = {}
     for path in sorted(WIDGETS.glob("*.py")):
@@ -146,12 +163,14 @@ def offending_tree(tmp_path: Path) -> Path:
         "import os\nfrom subprocess import run\nfrom kmon.widgets import screen\n"
         "def pids():\n    return os.listdir('/proc')\n")
     (tmp_path / "widgets/screen.py").write_text("from ..engine import host\n")
+    (tmp_path / "kmon/sources/closing.py").write_text("from kmon.sources.sockets import _pack\n")
     return tmp_path
 
 
 def test_the_checks_see_an_offender(offending_tree: Path, tmp_path: Path):
     assert cycles(import_graph(offending_tree)) == [["kmon.engine.host", "kmon.widgets.screen"]]
     assert io_outside_sources(offending_tree) == {"kmon/engine/host.py": ["/proc", "subprocess"]}
+    assert private_imports(offending_tree) == {"kmon/sources/closing.py": ["_pack"]}
     offender = tmp_path / "screen.py"
     offender.write_text("import socket\nfrom kmon.sources.sockets import TcpSocket\n")
     assert imported_modules(offender) == {"socket", "kmon.sources.sockets"}

@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from helpers import IDLE_REASONS, attach_once, attach_stream, connections_of, read_until
+from helpers import IDLE_REASONS, attach_once, attach_stream, connections_of, read_until, wait_for
 
 from kmon.classify import coordinator_node_id
 from kmon.engine.cluster_watch import ClusterWatcher
@@ -301,10 +301,15 @@ def test_the_wire_follows_a_broker_with_no_socket_open_at_a_poll_and_reads_a_fai
             client.sendall(len(body).to_bytes(4, "big") + body)
             peer.recv(100)
             peer.sendall(len(error).to_bytes(4, "big") + error)
-            time.sleep(0.2)
-            assert tap.poll([sock], 2).flows[(sock.local, sock.remote)].last_api == 36
+
+            def flow():
+                return tap.poll([sock], 2).flows.get((sock.local, sock.remote))
+
+            read = wait_for(lambda: (f := flow()) and f.auth_failed and f,
+                            "the SaslAuthenticate error read by the tap")
+            assert read.last_api == 36
             client.close()
-            time.sleep(0.2)
+            wait_for(lambda: flow().close, "the client's FIN read by the tap")
             closes = tap.poll([], 3).closes
             peer.close()
         finally:

@@ -25,10 +25,12 @@ from helpers import (
     all_named,
     apis,
     attach_stream,
+    captured,
     from_start,
     produce,
     python_as,
     rows_until,
+    wait_for,
 )
 
 from kmon.classify import MAX_INT
@@ -304,14 +306,16 @@ def test_a_new_connection_is_seen_from_its_first_request():
         opened = []
         try:
             opened.append(request_to(first, "first"))
-            time.sleep(0.2)
-            tap.poll([], 1)  # its socket was not read yet: the poll saw its segments only
+            # its socket was not read yet: the polls see its segments only
+            wait_for(lambda: tap.poll([], 1) and tap.flows, "the first request in the tap")
             shown = [opened[0][1]]
             tap.poll(shown, 2)
             tap.learn({2: second.getsockname()}, 2)
             opened.append(request_to(second, "second"))
-            time.sleep(0.2)
-            view = tap.poll(shown + [opened[1][1]], 3)
+            both = shown + [opened[1][1]]
+            view = wait_for(lambda: (polled := tap.poll(both, 3)).flows.get(
+                (opened[1][1].local, opened[1][1].remote)) and polled,
+                "the second request in the tap")
         finally:
             tap.close()
             for client, _, peer in opened:
@@ -344,16 +348,15 @@ def test_a_forged_segment_with_no_tcp_header_length_is_read_without_harm():
         body = bytes(2) + (9).to_bytes(2, "big") + (2).to_bytes(4, "big") \
             + (4).to_bytes(2, "big") + b"kmon"
         client.sendall(len(body).to_bytes(4, "big") + body)
-        time.sleep(0.3)
         try:
-            segments = capture.read()
+            segments = captured(capture, lambda segments: any(
+                s.src[1] == port and kp.request_header(s.data) == (14, 0, 9, 2, "kmon")
+                for s in segments))
         finally:
             capture.close()
             client.close()
             peer.close()
     assert b"kmonkmonkm" not in b"".join(s.data for s in segments)  # no TCP segment
-    assert any(s.src[1] == port and kp.request_header(s.data) == (14, 0, 9, 2, "kmon")
-               for s in segments)
 
 
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")

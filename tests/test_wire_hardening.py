@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import Child, produce
+from helpers import Child, produce, wait_for
 
 from kmon.devtools.hostile_broker import (
     HostileBroker,
@@ -312,9 +312,14 @@ class _Tapped:
             received += len(self.peer.recv(1 << 20))
         time.sleep(0.02)
 
-    def counts(self) -> dict[int, int]:
-        time.sleep(0.2)  # the ring hands its block over
-        return dict(self.tap.poll([self.sock], 1).flows[(self.local, self.remote)].api_counts)
+    def counts(self, fetches: int) -> dict[int, int]:
+        """The connection's API counts once the tap has read its ``fetches`` Fetch requests
+        (a test sends a Fetch last; the ring hands its block over when it times out)."""
+        def fetched():
+            flow = self.tap.poll([self.sock], 1).flows.get((self.local, self.remote))
+            return flow if flow is not None and flow.api_counts[FETCH] >= fetches else None
+
+        return dict(wait_for(fetched, f"{fetches} Fetch requests read by the tap", 10).api_counts)
 
     def __exit__(self, *exc) -> None:
         self.tap.close()
@@ -334,7 +339,7 @@ def test_a_join_group_header_inside_a_produce_body_makes_no_coordinator():
         tapped.send(produce[:split])
         tapped.send(produce[split:])  # its second segment starts with the JoinGroup header
         tapped.send(_request(FETCH, 2))
-        counts = tapped.counts()
+        counts = tapped.counts(fetches=1)
     assert counts == {PRODUCE: 1, FETCH: 1}
     assert not counts.keys() & kp.GROUP_APIS
 
@@ -353,7 +358,7 @@ def test_a_spoofed_segment_with_a_bogus_sequence_number_makes_no_coordinator():
             raw.sendto(spoofed, ("127.0.0.1", 0))
         time.sleep(0.05)
         tapped.send(_request(FETCH, 2))
-        counts = tapped.counts()
+        counts = tapped.counts(fetches=2)
     assert counts == {FETCH: 2}
 
 

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rich.text import Text
-from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.message import Message
 from textual.reactive import var
 from textual.widgets import Footer, Input
 
@@ -53,28 +49,19 @@ def _client_line(client: ClientInstance) -> str:
     return f"{client.name} ({client.type}, client.id={client.client_id}{group})"
 
 
-class RecordingStopped(Message):
-    """The recording was closed (in a worker); ``text`` says what it wrote."""
-
-    def __init__(self, text: str, failed: bool = False) -> None:
-        super().__init__()
-        self.text, self.failed = text, failed
-
-
 class AttachScreen(PollingScreen):
     """Live dashboard of one Kafka client process."""
 
     sort_index: var[int] = var(0, init=False)
     hide_idle: var[bool] = var(False, init=False)
     row_filter: var[RowFilter] = var(RowFilter, init=False, always_update=True)
-    recording: var[Path | None] = var(None, init=False)  # where r records now
 
     BINDINGS = [
         Binding("p", "pause", "pause", tooltip="pause / resume refreshing"),
         Binding("space", "refresh_now", "refresh",
                 tooltip="refresh now (while paused: one step)"),
-        Binding("s", "sort", "sort", tooltip="next sort order (role, idle, reaped in, state, "
-                "broker, traffic, client)"),
+        Binding("s", "sort", "sort", tooltip="next sort order (" + ", ".join(
+            o.name for o in SORT_ORDERS) + ")"),
         Binding("f,slash", "filter", "filter", tooltip="filter the connections"),
         Binding("c", "clear_filter", "clear filter", tooltip="clear the filter"),
         Binding("i", "hide_idle", "hide idle",
@@ -92,7 +79,7 @@ class AttachScreen(PollingScreen):
     def __init__(self, pid: int, session: ProcessSession, settings: DashboardSettings,
                  cluster: str = "", label: str = "", can_go_back: bool = False,
                  past_events: list[Event] | None = None) -> None:
-        super().__init__(session, settings.interval_s)
+        super().__init__(session, settings.interval_s, settings.record_dir)
         self.session = session
         self.pid, self.settings = pid, settings
         self.cluster, self.label, self.can_go_back = cluster, label, can_go_back
@@ -102,7 +89,6 @@ class AttachScreen(PollingScreen):
         self.events: list[Event] = list(past_events or [])[-1000:]  # this process's, bounded
         self.exit_notice = ""
         self.error_notice = ""
-        self.recorded_dir: Path | None = None
         self.table_title = ""
 
     # -- layout -----------------------------------------------------------------------------
@@ -216,9 +202,6 @@ class AttachScreen(PollingScreen):
     def watch_row_filter(self) -> None:
         self.redraw()
 
-    def watch_recording(self) -> None:
-        self.redraw()
-
     def _draw_timeline(self, rows: list[Connection]) -> None:
         closed = sorted(self.history.closed(self.pid), key=lambda kt: kt[1].closed_ms or 0,
                         reverse=True)
@@ -246,10 +229,7 @@ class AttachScreen(PollingScreen):
         cluster = self.cluster or ", ".join(sorted(servers)) or "unknown"
         header.append(f"cluster: {cluster}  ·  ")
         trailer.append(f"  ·  updated {fmt.clock(self.last_ts_ms)}")
-        if self.recording is not None:
-            trailer.append(f"  ·  ● REC {self.recording}", style="bold red")
-        elif self.recorded_dir is not None:
-            trailer.append(f"  ·  recorded to {self.recorded_dir}", style="dim")
+        trailer.append_text(self.recording_words())
         return header, trailer
 
     def _notice(self) -> tuple[str, ...]:
@@ -262,7 +242,7 @@ class AttachScreen(PollingScreen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "back":
             return self.can_go_back
-        return True
+        return super().check_action(action, parameters)
 
     def action_sort(self) -> None:
         self.sort_index = (self.sort_index + 1) % len(SORT_ORDERS)
@@ -304,37 +284,6 @@ class AttachScreen(PollingScreen):
         client = next((c for c in self.view.clients if c.name == client_name), None) \
             if self.view else None
         return conn, track, [e for e in self.events if e.key == key], client
-
-    @property
-    def recorder(self) -> Path | None:
-        """Where the running recording writes (None when not recording)."""
-        return self.recording
-
-    def action_record(self) -> None:
-        if self.recording is None:
-            try:
-                self.session.start_recording(self.settings.record_dir)
-            except OSError as err:  # a directory kmon must not write into, said in one line
-                self.notify(str(err), title="not recording", severity="error", markup=False)
-                return
-            self.recording = self.settings.record_dir
-            self.notify(f"recording to {self.settings.record_dir}", title="record",
-                        markup=False)
-        else:
-            self.recorded_dir, self.recording = self.recording, None
-            self._stop_recording()
-
-    @work(thread=True, group="record", exit_on_error=False)
-    def _stop_recording(self) -> None:
-        try:
-            self.post_message(RecordingStopped(self.session.stop_recording()))
-        except OSError as err:
-            self.post_message(RecordingStopped(f"cannot write the recording: {err}", True))
-
-    @on(RecordingStopped)
-    def _recording_stopped(self, message: RecordingStopped) -> None:
-        self.notify(message.text, title="recording stopped",
-                    severity="error" if message.failed else "information", markup=False)
 
     def on_unmount(self) -> None:
         self.session.close()

@@ -22,18 +22,22 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.strip import Strip
 
+from kmon.columns import CONNECTION_COLUMNS
 from kmon.model import ROLE_RANK, ClientInstance, Connection, Role, TcpState, Thresholds
 from kmon.timeline import Track
 from kmon.widgets import format as fmt
 from kmon.widgets.line_view import ChangedLinesView
 
 CLIENT_MIN, CLIENT_MAX = 14, 40  # the client column grows into a wide terminal's spare room
+WORDS = {c.key: c.header for c in CONNECTION_COLUMNS}  # the headers of kmon's text output
 # key, heading, width
 COLUMNS = (
-    ("role", "role", 11), ("node", "node id → broker", 18), ("remote", "address", 21),
-    ("state", "TCP state", 11), ("idle", "idle / limit", 19), ("reap", "reaped in", 9),
-    ("client", "client", CLIENT_MIN), ("sent", "out/s", 7), ("recv", "in/s", 7),
-    ("rtt", "rtt", 11), ("evidence", "evidence", 15),
+    ("role", WORDS["role"], 11), ("node", f"{WORDS['node_id']} → {WORDS['broker_id']}", 18),
+    ("remote", WORDS["remote"], 21), ("state", WORDS["state"], 11),
+    ("idle", f"{WORDS['idle_ms']} / {WORDS['idle_limit_ms']}", 19),
+    ("reap", WORDS["reap_in_ms"], 9), ("client", WORDS["client"], CLIENT_MIN),
+    ("sent", "out/s", 7), ("recv", "in/s", 7), ("rtt", WORDS["rtt_ms"], 11),
+    ("evidence", "evidence", 15),
 )
 
 
@@ -61,7 +65,7 @@ def _missing_last(value: int | None) -> int:
 SORT_ORDERS = (
     SortOrder("role", None),
     SortOrder("idle", lambda c, t: (-1 if c.idle_ms is None else c.idle_ms), descending=True),
-    SortOrder("reaped in", lambda c, t: _missing_last(c.reap_in_ms)),
+    SortOrder(WORDS["reap_in_ms"], lambda c, t: _missing_last(c.reap_in_ms)),
     SortOrder("state", lambda c, t: (c.state != TcpState.CLOSE_WAIT, c.state, c.key)),
     SortOrder("broker", lambda c, t: (_missing_last(c.broker_id), ROLE_RANK[c.role])),
     SortOrder("traffic", lambda c, t: _rate_total(t), descending=True, uses_track=True),

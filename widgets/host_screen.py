@@ -49,5 +49,6 @@ class HostScreen(ProcessListScreen):
         heading.append(f"\n{processes} Kafka client process{'es' * (processes != 1)} · "
                        f"{clusters} cluster{'s' * (clusters != 1)} · ")
         self.heading = heading
+        self.trailer = self.recording_words()
         self.show_notices([])
         self.draw_processes()

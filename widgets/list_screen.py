@@ -62,6 +62,8 @@ class ProcessListScreen(PollingScreen):
         Binding("c", "clear_filter", "clear filter", tooltip="clear the filter"),
         Binding("i", "hide_idle", "hide idle",
                 tooltip="hide processes with no traffic on any connection for 10 s"),
+        Binding("r", "record", "record",
+                tooltip="start / stop recording every listed process to Parquet"),
         Binding("plus,equals_sign", "faster", "faster", tooltip="refresh more often"),
         Binding("minus", "slower", "slower", tooltip="refresh less often"),
         Binding("question_mark", "help", "help", tooltip="this help"),
@@ -71,7 +73,7 @@ class ProcessListScreen(PollingScreen):
 
     def __init__(self, name: str, session, settings: DashboardSettings,
                  labels: dict[int, str] | None = None) -> None:
-        super().__init__(session, settings.interval_s)
+        super().__init__(session, settings.interval_s, settings.record_dir)
         self.cluster_name, self.session, self.settings = name, session, settings
         self.labels = dict(labels or {})
         self.snapshot: Snapshot | None = None

@@ -1,5 +1,5 @@
 """What every screen shares: polling a source in a worker thread on a timer, its status header
-and notice bar, and its help.
+and notice bar, recording it (``r``), and its help.
 
 A poll runs in a thread worker (one at a time: Textual's own worker list says
 whether one is under way) and its result comes back as a typed message,
@@ -16,6 +16,8 @@ drawn and the screen stays paused.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from rich.text import Text
 from textual import on, work
@@ -49,6 +51,14 @@ class Polled(Message):
         self.snapshot, self.events = snapshot, events
 
 
+class RecordingStopped(Message):
+    """The recording was closed (in a worker); ``text`` says what it wrote."""
+
+    def __init__(self, text: str, failed: bool = False) -> None:
+        super().__init__()
+        self.text, self.failed = text, failed
+
+
 class PollFailed(Message):
     """A poll raised; ``text`` says why in one line."""
 
@@ -73,10 +83,14 @@ class PollingScreen(Screen):
     ended: var[str] = var("", init=False)  # e.g. "EXITED": no longer live
     notices: var[tuple[str, ...]] = var(tuple, init=False)
     storm: var[bool] = var(False, init=False)  # a reconnect storm: the notices are loud
+    recording: var[Path | None] = var(None, init=False)  # where r records now
 
-    def __init__(self, source: SnapshotSource, interval_s: float) -> None:
+    def __init__(self, source: SnapshotSource, interval_s: float,
+                 record_dir: Path | None = None) -> None:
         super().__init__()
         self.source = source
+        self.record_dir = record_dir  # where r records the session (None: r is not bound)
+        self.recorded_dir: Path | None = None  # where the last recording went
         self.set_reactive(PollingScreen.interval, interval_s)
         self._timer: Timer | None = None
         # polls that landed while paused, oldest first: at most the one under way at the
@@ -187,6 +201,54 @@ class PollingScreen(Screen):
 
     def action_slower(self) -> None:
         self.interval = next_interval(self.interval, faster=False)
+
+    # -- recording ------------------------------------------------------------------------
+
+    @property
+    def recorder(self) -> Path | None:
+        """Where the running recording writes (None when not recording)."""
+        return self.recording
+
+    def recording_words(self) -> Text:
+        """The header's words for the recording: running (where), or where the last went."""
+        if self.recording is not None:
+            return Text(f"  ·  ● REC {self.recording}", style="bold red")
+        if self.recorded_dir is not None:
+            return Text(f"  ·  recorded to {self.recorded_dir}", style="dim")
+        return Text()
+
+    def watch_recording(self) -> None:
+        self.redraw()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "record":
+            return self.record_dir is not None and hasattr(self.source, "start_recording")
+        return True
+
+    def action_record(self) -> None:
+        if self.recording is None:
+            try:
+                self.source.start_recording(self.record_dir)
+            except OSError as err:  # a directory kmon must not write into, said in one line
+                self.notify(str(err), title="not recording", severity="error", markup=False)
+                return
+            self.recording = self.record_dir
+            self.notify(f"recording to {self.record_dir}", title="record", markup=False)
+        else:
+            self.recorded_dir, self.recording = self.recording, None
+            self._stop_recording()
+
+    @work(thread=True, group="record", exit_on_error=False)
+    def _stop_recording(self) -> None:
+        try:
+            self.post_message(RecordingStopped(self.source.stop_recording()))
+        except OSError as err:
+            self.post_message(RecordingStopped(f"cannot write the recording: {err}", True))
+
+    @on(RecordingStopped)
+    def _recording_stopped(self, message: RecordingStopped) -> None:
+        self.notify(message.text, title="recording stopped",
+                    severity="error" if message.failed else "information", markup=False)
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen(key_rows(self), self.HELP_NOTES))

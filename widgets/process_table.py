@@ -10,14 +10,17 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.widgets import DataTable
 
+from kmon.columns import PROCESS_COLUMNS
 from kmon.model import ProcessView, Role, TcpState
 from kmon.plain_text import plain
 from kmon.widgets import format as fmt
 from kmon.widgets.churn_board import ChurnBoard
 
 ROLES = (Role.BOOTSTRAP, Role.COORDINATOR, Role.BROKER, Role.UNKNOWN)
-COLUMNS = ("pid", "process", "client ids", *(r.value for r in ROLES), TcpState.CLOSE_WAIT.value,
-           "max idle", "opened/closed 1m", "churn", "notice")
+WORDS = {c.key: c.header for c in PROCESS_COLUMNS}  # the headers of kmon ps
+COLUMNS = (*(WORDS[key] for key in ("pid", "command", "client_ids")),
+           *(WORDS[r.value] for r in ROLES), *(WORDS[key] for key in ("close_wait", "max_idle_ms")),
+           "opened/closed 1m", WORDS["churn"], "notice")
 HIDE_IDLE_AFTER_MS = 10_000  # as the attach screen's ``i``: no traffic for this long
 HEADING = "cluster:"  # row keys of the heading rows start with it
 
@@ -39,7 +42,7 @@ PROCESS_ORDERS = (
     ProcessOrder("pid", lambda v: v.pid),
     ProcessOrder("max idle", _max_idle, descending=True),
     ProcessOrder("connections", lambda v: len(v.connections), descending=True),
-    ProcessOrder("process", lambda v: (v.short_command, v.pid)),
+    ProcessOrder("command", lambda v: (v.short_command, v.pid)),
 )
 
 
@@ -85,7 +88,7 @@ def cluster_heading(views: list[ProcessView]) -> str:
 
 class ProcessTable(DataTable):
     """Rows of processes, keyed by pid; with ``grouped``, each cluster's rows follow a
-    heading row naming its brokers (in the process column, the pid left blank). The cursor
+    heading row naming its brokers (in the command column, the pid left blank). The cursor
     stays on its process while rows move, and starts on the first process."""
 
     def __init__(self, grouped: bool = False, **kwargs) -> None:

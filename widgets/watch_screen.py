@@ -82,6 +82,7 @@ class WatchScreen(ProcessListScreen):
     def redraw(self) -> None:
         view = self.session.view
         self.heading = self._heading(view)
+        self.trailer = self.recording_words()
         self.show_notices([self._unreachable(view)] if view.error else [])
         group_rows = groups_view(view, self.snapshot)
         self._draw_brokers(view, groups_coordinated(group_rows))

@@ -153,14 +153,14 @@ def _recorder(args: argparse.Namespace) -> RotatingRecorder | None:
     must not write."""
     if args.record is None:
         return None
-    import socket
+    import platform
 
     from kmon.cli.record import rotation_limits
     from kmon.files import UnsafeFile
     from kmon.record.rotation import RotatingRecorder
 
     try:
-        return RotatingRecorder(args.record, socket.gethostname(), round(args.interval * 1000),
+        return RotatingRecorder(args.record, platform.node(), round(args.interval * 1000),
                                 rotation_limits(args))
     except UnsafeFile as err:
         raise UserError(f"--record: {err}") from err

@@ -270,7 +270,7 @@ class _Model:
                 conn.closed += int(self.rng.integers(2 * spec.interval_ms, 300_000))
 
 
-class _Ticks:
+class Ticks:
     """The polls of one host's session, and which of them saw each connection."""
 
     def __init__(self, spec: FleetSpec, host: int, lifetimes: list[Lifetime]) -> None:
@@ -310,7 +310,7 @@ class Host:
         self.owners = [o for o, client in enumerate(self.clients) for _ in client.lifetimes]
         for number, conn in enumerate(self.lifetimes):
             conn.key = f"sock:{100_000 + number}"
-        self.ticks = _Ticks(spec, index, self.lifetimes)
+        self.ticks = Ticks(spec, index, self.lifetimes)
         self.seen = [int(f) < int(s) for f, s in zip(self.ticks.first, self.ticks.stop,
                                                       strict=True)]
         self.process_first = {}  # client index -> first tick that saw the process

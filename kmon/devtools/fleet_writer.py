@@ -26,7 +26,7 @@ from kmon.model import Role
 if TYPE_CHECKING:  # the heavy imports wait for a write: kmon's other commands start fast
     import pyarrow as pa
 
-    from kmon.devtools.fleet_model import _Ticks
+    from kmon.devtools.fleet_model import Ticks
 
 
 def _broker_name(conn: Lifetime, client: SimClient) -> str | None:
@@ -40,7 +40,7 @@ def _broker_name(conn: Lifetime, client: SimClient) -> str | None:
 
 
 def _snapshot_table(session_id: str, clients: list[SimClient], lifetimes: list[Lifetime],
-                    owners: list[int], ticks: _Ticks) -> pa.Table:
+                    owners: list[int], ticks: Ticks) -> pa.Table:
     """Every poll's row of every connection, built column by column."""
     import numpy as np
     import pyarrow as pa

@@ -62,31 +62,24 @@ def _check_open(closed: bool) -> None:
         raise SessionClosed("the session is closed")
 
 
-class ProcessSession:
-    """One process's refreshes, and the recording the user may start and stop.
+class Recordable:
+    """The recording the user may start and stop in a session (``kmon record``'s files).
 
-    Recording happens inside ``poll()`` (a worker thread), so Parquet flushes
-    never run on the UI thread; ``stop_recording()`` compacts the parts and
-    belongs in a worker too.
+    A session's ``poll()`` (a worker thread) hands each refresh to ``recorded()``, so
+    Parquet flushes never run on the UI thread; ``stop_recording()`` compacts the parts
+    and belongs in a worker too.
     """
 
-    def __init__(self, source: SnapshotSource, interval_ms: int = 1000) -> None:
-        self.source = source
-        self.interval_ms = interval_ms
-        self._recorder = None
-        self._poll_lock = threading.Lock()  # one poll at a time; close waits for it
-        self._closed = False
-        self._record_lock = threading.Lock()  # recording changes never wait for a slow poll
+    interval_ms: int
+    _record_lock: threading.Lock  # the session's own: recording changes never wait for a poll
+    _recorder = None
 
-    def poll(self) -> tuple[Snapshot, list[Event]]:
-        """The next snapshot and its events (recorded when a recording runs)."""
-        with self._poll_lock:
-            _check_open(self._closed)
-            snapshot, events = self.source.poll()
+    def recorded(self, polled: tuple[Snapshot, list[Event]]) -> tuple[Snapshot, list[Event]]:
+        """``polled``, added to the running recording, if any."""
         with self._record_lock:
             if self._recorder is not None:
-                self._recorder.add(snapshot, events)
-        return snapshot, events
+                self._recorder.add(*polled)
+        return polled
 
     def start_recording(self, root: Path) -> None:
         """Record every following refresh under ``root`` (as ``kmon record`` does).
@@ -110,6 +103,24 @@ class ProcessSession:
             summary = recorder.close()
         return (f"{sum(summary.rows.values())} rows in {len(summary.files)} files "
                 f"under {recorder.root}")
+
+
+class ProcessSession(Recordable):
+    """One process's refreshes, and the recording the user may start and stop."""
+
+    def __init__(self, source: SnapshotSource, interval_ms: int = 1000) -> None:
+        self.source = source
+        self.interval_ms = interval_ms
+        self._poll_lock = threading.Lock()  # one poll at a time; close waits for it
+        self._closed = False
+        self._record_lock = threading.Lock()
+
+    def poll(self) -> tuple[Snapshot, list[Event]]:
+        """The next snapshot and its events (recorded when a recording runs)."""
+        with self._poll_lock:
+            _check_open(self._closed)
+            polled = self.source.poll()
+        return self.recorded(polled)
 
     def close(self) -> None:
         """Stop any recording and release the source (JMX helpers, sockets), once the poll
@@ -138,10 +149,11 @@ def open_process(pid: int, settings: SamplerSettings, interval_ms: int = 1000,
     return ProcessSession(Monitor([sampler], kernel=kernel), interval_ms)
 
 
-class LocalClients:
+class LocalClients(Recordable):
     """Many local client processes, found by ``find`` (see ClientDiscovery) and polled
-    together; what the watch screen and the host view share. The kernel's TCP events,
-    where kmon may read them, follow the brokers' ``ports`` and those the clients use."""
+    together, and their recording; what the watch screen and the host view share. The
+    kernel's TCP events, where kmon may read them, follow the brokers' ``ports`` and those
+    the clients use."""
 
     def __init__(self, settings: SamplerSettings, find: Callable | None,
                  discover_every_s: float, interval_ms: int,
@@ -154,6 +166,7 @@ class LocalClients:
         self.discovery = ClientDiscovery(open_socket_reader(), settings, discover_every_s, find)
         self._lock = threading.Lock()  # one poll at a time; close waits for it
         self._closed = False
+        self._record_lock = threading.Lock()
 
     @property
     def notices(self) -> list[str]:
@@ -173,7 +186,8 @@ class LocalClients:
 
     def close(self) -> None:
         """Stop every sampler (JMX helpers) and the search for clients, once the poll under
-        way, if any, has finished; a later poll raises SessionClosed."""
+        way, if any, has finished, and any recording; a later poll raises SessionClosed."""
+        self.stop_recording()
         with self._lock:
             if self._closed:
                 return
@@ -231,7 +245,8 @@ class ClusterSession(LocalClients):
                     view.broker_idle_ms if self.idle_from_cluster else None)
                 self.discovery.update(self.monitor,
                                       set(view.metadata.endpoints(self.settings.resolver)))
-            return self.monitor.poll()
+            polled = self.monitor.poll()
+        return self.recorded(polled)
 
 
 class HostSession(LocalClients):
@@ -267,7 +282,8 @@ class HostSession(LocalClients):
             self.discovery.update(self.monitor, brokers)
             for pid in self.monitor.samplers.keys() & self.search.serving:
                 self.monitor.remove(pid)
-            return self.monitor.poll()
+            polled = self.monitor.poll()
+        return self.recorded(polled)
 
     @staticmethod
     def cluster_labels(snapshot: Snapshot) -> dict[int, str]:
