@@ -72,13 +72,17 @@ def role_kafka_client(port: int, count: int) -> None:
     role_client(port, count)
 
 
-def role_engine(seconds: float, wire: str) -> None:
-    """The engine alone: a HostSession polled every 5 s; prints its poll count at the end."""
+def role_engine(seconds: float, wire: str, processes: int) -> None:
+    """The engine alone: a HostSession polled every 5 s, ready once it watches ``processes``
+    (its start-up, as serve's, outside the measurement); prints its poll count at the end."""
     from kmon.engine.facade import HostSession
     from kmon.engine.sampler import SamplerSettings
 
     session = HostSession(SamplerSettings(require_kafka=False, wire=wire),
                           interval_ms=int(INTERVAL_S * 1000))
+    while len(session.poll()[0].processes) < processes:
+        time.sleep(1.0)
+    session.poll()  # one more: each process sampled once at least, as serve's
     print("ready", flush=True)
     ends, polls = time.monotonic() + seconds, 0
     while time.monotonic() < ends:
@@ -132,7 +136,8 @@ def cpu_and_scrapes(processes: int, connections: int, seconds: float, wire: str)
                     raise RuntimeError("kmon serve never found every client process")
                 time.sleep(1.0)
             time.sleep(INTERVAL_S)  # one more poll: each process sampled once at least
-            engine = helpers.start("--role", "engine", "--seconds", str(seconds), "--wire", wire)
+            engine = helpers.start("--role", "engine", "--seconds", str(seconds), "--wire", wire,
+                                   "--count", str(processes))
             helpers.line(engine, "ready")
             serve_before, engine_before = cpu_seconds(serve.pid), cpu_seconds(engine.pid)
             began, scrapes = time.perf_counter(), []
@@ -281,7 +286,7 @@ def main() -> int:
         elif args.role == "client":
             role_kafka_client(args.port, args.count)
         else:
-            role_engine(args.seconds, args.wire)
+            role_engine(args.seconds, args.wire, args.count)
         return 0
     if args.quick:
         args.processes, args.seconds, args.day_polls = 5, 20.0, 600

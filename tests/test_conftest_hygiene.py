@@ -20,9 +20,6 @@ TESTS = Path(__file__).parent
 STARTS_A_PROCESS = re.compile(r"\b(Child|KafkaClient|attach_once|record_child|attach_stream|"
                               r"from_start|kmon|subprocess\.(run|Popen|check_output|call)|"
                               r"pty\.fork)\(")
-# The dashboard tests' Textual helpers (until, table_rows, attach_app, cells, watch_app) are
-# still imported from their modules by the other dashboard and terminal-safety tests
-DASHBOARD_HELPER_MODULES = {"test_dashboard_attach", "test_dashboard_watch"}
 
 
 def run_with_the_conftest(pytester, **modules: str):
@@ -84,8 +81,7 @@ def test_helpers_come_from_helpers_py_only():
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module] if isinstance(node, ast.ImportFrom) and node.module
                      else [])
-            bad = [n for n in names if n.split(".")[0] in modules | {"tests"}
-                   and n not in DASHBOARD_HELPER_MODULES]
+            bad = [n for n in names if n.split(".")[0] in modules | {"tests"}]
             if bad:
                 offenders.setdefault(path.name, []).extend(bad)
     assert offenders == {}

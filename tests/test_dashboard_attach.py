@@ -7,7 +7,7 @@ import threading
 
 import pyarrow.parquet as pq
 import pytest
-from helpers import GatedMonitor
+from helpers import GatedMonitor, attach_app, process_session, table_rows, until
 from textual.screen import Screen
 
 from kmon.dashboard_settings import DashboardSettings
@@ -25,16 +25,6 @@ from kmon.widgets.status import StatusHeader
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 
 MAX_INT = 2147483647
-
-
-def process_session(pid: int) -> ProcessSession:
-    return ProcessSession(Monitor([ProcessSampler(pid, open_socket_reader(), SamplerSettings())]))
-
-
-def attach_app(pid: int, interval_s: float = 0.25, **settings) -> tuple[KmonApp, AttachScreen]:
-    screen = AttachScreen(pid, process_session(pid),
-                          DashboardSettings(interval_s=interval_s, **settings))
-    return KmonApp(screen), screen
 
 
 class GatedSession:
@@ -67,20 +57,6 @@ class GatedSession:
         snapshot, events = self.session.poll()
         self.returned.append(snapshot.ts_ms)
         return snapshot, events
-
-
-async def until(pilot, condition, what: str, polls: int = 400) -> None:
-    """Let the app run until ``condition()`` holds (fails after ``polls`` short pauses)."""
-    for _ in range(polls):
-        if condition():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError(f"the dashboard never showed {what}")
-
-
-def table_rows(screen: AttachScreen) -> list[list[str]]:
-    table = screen.query_one(ConnectionTable)
-    return [table.row_text(i) for i in range(table.row_count)]
 
 
 def coordinator_broker(consumer) -> int:

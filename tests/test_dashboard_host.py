@@ -9,9 +9,16 @@ import os
 import sys
 
 import pytest
-from helpers import KAFKA_PYTHON_CONSUMER, Child, kmon
-from test_dashboard_attach import table_rows, until
-from test_dashboard_watch import cells, help_rows, the_list_keys_work
+from helpers import (
+    KAFKA_PYTHON_CONSUMER,
+    Child,
+    cells,
+    help_rows,
+    kmon,
+    table_rows,
+    the_list_keys_work,
+    until,
+)
 
 from kmon.dashboard_settings import DashboardSettings
 from kmon.devtools.demo import Demo

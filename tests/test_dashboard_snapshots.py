@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_dashboard_attach import until
+from helpers import until
 
 from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import AttachFailed, ClusterView, HostSession, ProcessSession

@@ -5,41 +5,15 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
-from helpers import PER_MESSAGE, Child
-from test_dashboard_attach import table_rows, until
+from helpers import PER_MESSAGE, Child, cells, table_rows, the_list_keys_work, until, watch_app
 
-from kmon.dashboard_settings import DashboardSettings
 from kmon.devtools.demo import Demo
-from kmon.engine.cluster_watch import ClusterWatcher
-from kmon.engine.facade import ClusterSession
-from kmon.engine.sampler import SamplerSettings
 from kmon.model import Churn, Event, EventKind, Snapshot
-from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen
-from kmon.widgets.help import HelpScreen
-from kmon.widgets.watch_screen import WatchScreen
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
-
-
-def watch_app(bootstrap: str, pids: list[int] | None = None, labels=None,
-              discover_every_s: float = 5.0,
-              record_dir: Path = Path("kmon-sessions")) -> tuple[KmonApp, WatchScreen]:
-    watcher = ClusterWatcher(bootstrap, {}, timeout_s=2.0, refresh_s=10.0)
-    session = ClusterSession(watcher, SamplerSettings(require_kafka=False), pids or [],
-                             discover_every_s=discover_every_s)
-    screen = WatchScreen("test", session,
-                         DashboardSettings(interval_s=0.5, record_dir=record_dir), labels)
-    return KmonApp(screen), screen
-
-
-def cells(screen: WatchScreen, table_id: str) -> list[list[str]]:
-    table = screen.query_one(f"#{table_id}")
-    return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
 
 
 def test_watch_lists_brokers_groups_and_discovered_processes(spool_dir, tmp_path):
@@ -79,45 +53,6 @@ def test_watch_lists_brokers_groups_and_discovered_processes(spool_dir, tmp_path
                 await until(pilot, lambda: app.screen is screen, "the watch screen again")
 
         asyncio.run(drive())
-
-
-def help_rows(screen) -> list[str]:
-    """What the help of ``screen`` should say: its bindings' words, then the app's quit
-    unless the screen binds q itself."""
-    own = [b.tooltip for b in screen.BINDINGS
-           if screen.check_action(b.action, ()) is not False]
-    return own + ([] if any("q" in b.key.split(",") for b in screen.BINDINGS
-                            if screen.check_action(b.action, ()) is not False) else ["quit"])
-
-
-async def the_list_keys_work(pilot, screen) -> None:
-    """help, sort, filter, clear, hide idle and record on a screen listing processes."""
-    app = screen.app
-    await pilot.press("question_mark")
-    await until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help")
-    assert [what for _, what in app.screen.rows] == help_rows(screen)
-    await pilot.press("escape")
-    await until(pilot, lambda: app.screen is screen, "the list again")
-    table = screen.query_one("#processes")
-    pids = [r[0] for r in cells(screen, "processes") if r[0]]  # cluster headings: no pid
-    await pilot.press("s")
-    assert "sort: max idle" in str(table.border_title)
-    await pilot.press("f", *pids[-1], "enter")
-    await until(pilot, lambda: [r[0] for r in cells(screen, "processes") if r[0]]
-                == [pids[-1]], "only the process filtered for")
-    await pilot.press("c", "i")
-    assert "idle hidden" in str(table.border_title)
-    await pilot.press("i", "s", "s", "s")  # back to every process by pid
-    await until(pilot, lambda: len(cells(screen, "processes")) > 1, "every process again")
-    await pilot.press("r")
-    assert screen.recorder == screen.record_dir
-    started = screen.snapshot.ts_ms
-    await until(pilot, lambda: screen.snapshot.ts_ms > started, "a recorded refresh")
-    await pilot.press("r")
-    await app.workers.wait_for_complete()  # the recording closed (in a worker)
-    recorded = {row["pid"] for row in pq.read_table(screen.record_dir / "snapshots",
-                                                    columns=["pid"]).to_pylist()}
-    assert set(map(int, pids)) <= recorded
 
 
 def test_unreachable_cluster_shows_a_banner_and_keeps_running():

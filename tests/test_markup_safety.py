@@ -20,9 +20,8 @@ import sys
 
 import pyarrow as pa
 import pytest
-from helpers import Child
+from helpers import Child, until, watch_app
 from rich.console import Console
-from test_dashboard_attach import until
 
 from kmon.analysis import report
 from kmon.analysis.jobs import ANALYSES
@@ -272,7 +271,6 @@ def test_the_host_view_shows_clients_named_like_markup_and_keeps_running(start_c
 def test_the_watch_view_shows_a_group_and_client_named_like_markup(start_client, cluster):
     """The cluster view's brokers, groups and processes tables, with a consumer whose
     ``client.id`` and group are markup."""
-    from test_dashboard_watch import watch_app
 
     group = "[/x][link=//e.io]g"
     consumer = start_client("consumer", properties={"client.id": "svc[/prod]",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from helpers import assert_one_clear_line, kmon
+from helpers import assert_one_clear_line, attach_app, kmon, table_rows, until
 
 from kmon.analysis import report
 from kmon.files import OutputDir, UnsafeFile
@@ -143,7 +143,6 @@ def test_a_link_at_a_result_name_is_replaced_never_followed(tmp_path):
 @pytest.mark.integration
 def test_the_r_key_in_another_users_directory_is_a_notice(start_client, tmp_path,
                                                           throwaway_user):
-    from test_dashboard_attach import attach_app, table_rows, until
 
     target = victim(tmp_path)
     out = users_directory(tmp_path, throwaway_user, target)

@@ -118,7 +118,7 @@ def test_serve_records_beside_its_metrics_and_sigterm_writes_the_last_part(start
     assert producer.pid in set(rows["pid"].to_pylist())
 
 
-def test_serve_refuses_bad_listen_and_busy_ports_in_one_line():
+def test_serve_refuses_bad_listen_busy_ports_and_bad_sizes_in_one_line():
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
@@ -128,6 +128,12 @@ def test_serve_refuses_bad_listen_and_busy_ports_in_one_line():
             lines = result.stderr.strip().splitlines()
             assert result.returncode == 1 and len(lines) == 1, result.stderr
             assert all(word in lines[0] for word in words), lines
+    for size in ("2XB", "-1GB", "0"):  # a usage error, before anything is bound or polled
+        result = kmon("serve", "--record", "rec", "--max-disk", size, timeout=60)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and "--max-disk" in lines[0], lines
+    assert kmon("serve", "--max-disk", "2GB", "--rotate-size", "500MiB", "--retain", "7d",
+                "--duration", "10ms", "--listen", "127.0.0.1:0").returncode == 0
 
 
 def test_sighup_reloads_the_config_and_a_bad_one_keeps_the_running_session(tmp_path):

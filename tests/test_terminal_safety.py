@@ -14,10 +14,9 @@ import subprocess
 import sys
 
 import pytest
-from helpers import Child, assert_one_clear_line, kmon
+from helpers import Child, assert_one_clear_line, kmon, until
 from rich.segment import ControlType, Segment
 from rich.style import Style
-from test_dashboard_attach import until
 
 from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import ProcessSession

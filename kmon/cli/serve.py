@@ -52,15 +52,11 @@ class Agent:
         self.last_error = ""
 
     def _session(self, config: Config) -> HostSession:
+        from kmon.cli import wiring
         from kmon.engine.facade import HostSession
-        from kmon.engine.sampler import SamplerSettings
 
-        settings = SamplerSettings(broker_idle_ms=options.broker_idle_ms(self.args, None),
-                                   require_kafka=False,
-                                   middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
-                                   wire=self.args.wire)
-        return HostSession(settings, churn=config.churn,
-                           interval_ms=round(self.args.interval * 1000))
+        return HostSession(wiring.sampler_settings(self.args, config, require_kafka=False),
+                           churn=config.churn, interval_ms=round(self.args.interval * 1000))
 
     def step(self) -> None:
         """One poll into the metrics; a failed poll is counted and told once, not fatal."""
@@ -129,8 +125,13 @@ def run(args: argparse.Namespace) -> int:
     registry.register(HostCollector(metrics))
     healthy = fresh_within(lambda: metrics.poll_stats().last_success_s,
                            STALE_POLLS * args.interval + 10.0, time.time())
-    server = MetricsServer(args.listen, Exposition(registry, lambda: metrics.generation),
-                           healthy)  # a port in use fails first
+    exposition = Exposition(registry, lambda: metrics.generation)
+    server = MetricsServer(args.listen, exposition, healthy)  # a port in use fails first
+
+    def step() -> None:  # a poll, then /metrics rendered from it off the scrapers' path
+        agent.step()
+        exposition.prepare()
+
     try:
         agent = Agent(args, metrics, _recorder(args))
     except BaseException:
@@ -140,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
           file=sys.stderr, flush=True)
     try:
         with Signals(reloads=True) as signals:
-            why = run_loop(agent.step, args.interval, signals, args.duration, agent.reload)
+            why = run_loop(step, args.interval, signals, args.duration, agent.reload)
     finally:
         server.close()
         left = agent.close()

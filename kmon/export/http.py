@@ -44,16 +44,31 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 class Exposition:
     """/metrics: the registry rendered once per poll and format (text or OpenMetrics, gzip
-    or not) and shared by every scrape of that poll; ``generation()`` changes with each."""
+    or not) and shared by every scrape of that poll; ``generation()`` changes with each.
+    ``prepare()``, from the poll thread, renders a new poll in the format last asked for,
+    so that a scrape only sends bytes, however busy the poll thread is then."""
 
     def __init__(self, registry: CollectorRegistry, generation: Callable[[], int]) -> None:
         self.registry, self.generation = registry, generation
         self._lock = threading.Lock()  # concurrent scrapes of one poll wait for one render
         self._rendered: dict[tuple, bytes] = {}
+        self._last_asked: tuple[Callable, str, bool] | None = None
 
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
         encoder, content_type = choose_encoder(environ.get("HTTP_ACCEPT", ""))
         gzipped = gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", ""))
+        self._last_asked = (encoder, content_type, gzipped)
+        body = self._body(encoder, content_type, gzipped)
+        headers = [("Content-Type", content_type)]
+        start_response("200 OK", headers + ([("Content-Encoding", "gzip")] if gzipped else []))
+        return [body]
+
+    def prepare(self) -> None:
+        """Render the latest poll as the last scrape asked (nothing before a first scrape)."""
+        if self._last_asked is not None:
+            self._body(*self._last_asked)
+
+    def _body(self, encoder: Callable, content_type: str, gzipped: bool) -> bytes:
         key = (self.generation(), content_type, gzipped)
         with self._lock:
             body = self._rendered.get(key)
@@ -62,9 +77,7 @@ class Exposition:
                 body = gzip.compress(body) if gzipped else body
                 self._rendered = {k: v for k, v in self._rendered.items() if k[0] == key[0]}
                 self._rendered[key] = body
-        headers = [("Content-Type", content_type)]
-        start_response("200 OK", headers + ([("Content-Encoding", "gzip")] if gzipped else []))
-        return [body]
+        return body
 
 
 class MetricsServer:
