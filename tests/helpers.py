@@ -317,6 +317,15 @@ def attach_stream(pid: int, *extra: str, interval: str = "250ms") -> Child:
                   interval, *extra])
 
 
+def closed_events(stream: Child, wanted: int = 1, seconds: float = 30) -> list[dict]:
+    """The closed events of a streamed ``kmon attach --json`` until ``wanted`` arrived."""
+    deadline, found = time.monotonic() + seconds, []
+    while len(found) < wanted and time.monotonic() < deadline:
+        record = json.loads(stream.wait_line("{", timeout=seconds))
+        found += [e for e in record["events"] if e["kind"] == "closed"]
+    return found
+
+
 def read_until(stream: Child, done, seconds: float) -> tuple[list[dict], dict]:
     """Every event of the stream until ``done(events, record)`` or ``seconds`` after its first
     record; and the last record."""

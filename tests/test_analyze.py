@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from helpers import Child, assert_one_clear_line, kmon
+from helpers import PER_MESSAGE, Child, assert_one_clear_line, kmon
 
 from kmon.devtools.fleet_model import FleetSpec
 from kmon.devtools.fleet_writer import simulate
@@ -468,12 +468,10 @@ def test_a_real_recording_of_a_consumer(start_client, spark_session, tmp_path):
 @pytest.mark.skipif(os.geteuid() != 0, reason="the kernel's TCP events need root")
 def test_churn_is_ranked_from_the_kernel_s_exact_counts(cluster, start_client, spark_session,
                                                         tmp_path):
-    from test_kernel_events import PER_MESSAGE
-
     steady = start_client("consumer")
     maker = Child([sys.executable, "-c", PER_MESSAGE, cluster])  # no agent, no poll sees them
     try:
-        maker.wait_line("READY")
+        maker.wait_line("SENT")
         recorded = kmon("record", "--pid", str(maker.pid), "--pid", str(steady.pid), "--out",
                         str(tmp_path / "rec"), "--interval", "1s", "--duration", "6s")
     finally:

@@ -17,8 +17,19 @@ from contextlib import suppress
 from pathlib import Path
 
 import pytest
-from helpers import IDLE_REASONS, Child, attach_stream, kmon, python_as, read_until
-from test_closes import closed_events
+from helpers import (
+    IDLE_REASONS,
+    PER_MESSAGE,
+    Child,
+    attach_stream,
+    cells,
+    closed_events,
+    kmon,
+    python_as,
+    read_until,
+    until,
+    watch_app,
+)
 
 from kmon.engine.connection_lives import MAX_OPEN, ConnectionLives
 from kmon.sources.kernel_events import TcpEvent, decode, parse_format, read_formats
@@ -186,19 +197,6 @@ def test_a_close_is_read_against_the_limits_over_the_polls_gap_or_the_kernel_s_t
 
 # --- kmon attach, as root, on real clients -----------------------------------------------
 
-PER_MESSAGE = """
-import sys, time
-from confluent_kafka import Producer
-print("READY", flush=True)
-while True:
-    producer = Producer({"bootstrap.servers": sys.argv[1]})
-    producer.produce("kmon-per-message", b"x")
-    producer.flush(10)
-    del producer
-    time.sleep(0.2)
-"""
-
-
 def churns(events: list[dict], pid: int, pattern: str | None = None) -> list[dict]:
     return [e for e in events if e["kind"] == "churn" and e["pid"] == pid
             and pattern in (None, e["pattern"])]
@@ -286,7 +284,7 @@ def test_a_producer_per_message_is_named_and_a_steady_consumer_beside_it_is_not(
     maker = Child([sys.executable, "-c", PER_MESSAGE, kafka.bootstrap()])
     streams = []
     try:
-        maker.wait_line("READY")
+        maker.wait_line("SENT")
         streams = [attach_stream(maker.pid), attach_stream(steady.pid)]
         events, _ = read_until(
             streams[0], lambda found, _: churns(found, maker.pid, "client_per_message"), 20)
@@ -330,12 +328,9 @@ def test_a_producer_reaping_at_5_s_polled_every_second_reads_every_close_as_a_re
 @pytest.mark.integration
 def test_the_watch_screen_counts_connections_no_poll_saw_and_names_a_client_per_message(
         cluster):
-    from test_dashboard_attach import until
-    from test_dashboard_watch import cells, watch_app
-
     maker = Child([sys.executable, "-c", PER_MESSAGE, cluster])  # no agent
     try:
-        maker.wait_line("READY")
+        maker.wait_line("SENT")
         app, screen = watch_app(cluster, pids=[maker.pid])
 
         def row() -> list[str]:
