@@ -22,30 +22,6 @@ class Role(str, Enum):
     UNKNOWN = "unknown"
 
 
-class TcpState(str, Enum):
-    """A socket's TCP state, in psutil's (and ``ss``'s upper-case) spelling. A ``str``: equal to
-    the plain names the sources read, so ``conn.state == TcpState.CLOSE_WAIT`` holds for them."""
-
-    ESTABLISHED = "ESTABLISHED"
-    SYN_SENT = "SYN_SENT"
-    SYN_RECV = "SYN_RECV"
-    FIN_WAIT1 = "FIN_WAIT1"
-    FIN_WAIT2 = "FIN_WAIT2"
-    TIME_WAIT = "TIME_WAIT"
-    CLOSE = "CLOSE"
-    CLOSE_WAIT = "CLOSE_WAIT"
-    LAST_ACK = "LAST_ACK"
-    LISTEN = "LISTEN"
-    CLOSING = "CLOSING"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-# the states of a socket on its way out (either side closed it), CLOSE_WAIT aside
-CLOSING_STATES = frozenset({TcpState.FIN_WAIT1, TcpState.FIN_WAIT2, TcpState.TIME_WAIT,
-                            TcpState.CLOSE, TcpState.CLOSING, TcpState.LAST_ACK})
-
 ROLE_RANK = {Role.BOOTSTRAP: 0, Role.COORDINATOR: 1, Role.BROKER: 2, Role.UNKNOWN: 3}
 
 

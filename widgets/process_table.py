@@ -11,8 +11,9 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from kmon.columns import PROCESS_COLUMNS
-from kmon.model import ProcessView, Role, TcpState
+from kmon.model import ProcessView, Role
 from kmon.plain_text import plain
+from kmon.tcp_state import TcpState
 from kmon.widgets import format as fmt
 from kmon.widgets.churn_board import ChurnBoard
 

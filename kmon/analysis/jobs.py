@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 
 from kmon.analysis.inputs import Frames
 from kmon.classify import HANDSHAKE_REQUESTS, JAVA_CLIENT_IDLE_MS
+from kmon.tcp_state import TcpState
 
 PROCESS = ("session_id", "host", "pid")
 CONNECTION = (*PROCESS, "key")
@@ -270,7 +271,8 @@ def close_wait(stretches: DataFrame, lifetimes: DataFrame) -> DataFrame:
     """One row per connection seen in CLOSE_WAIT: who and which broker, the first and last
     poll that saw it so, their distance (close_wait_ms), and whether the client closed it
     while observed (resolved)."""
-    waiting = stretches.filter(F.col("state") == "CLOSE_WAIT").groupBy(*CONNECTION).agg(
+    close_wait = stretches.filter(F.col("state") == TcpState.CLOSE_WAIT.value)
+    waiting = close_wait.groupBy(*CONNECTION).agg(
         F.min("first_seen_ts").alias("first_close_wait_ts"),
         F.max("last_seen_ts").alias("last_close_wait_ts"),
         F.sum("polls").alias("polls_in_close_wait"))

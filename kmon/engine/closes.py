@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from kmon.engine.connection_lives import KernelLife
 from kmon.model import CloseStory, Connection, WireClose
 from kmon.sources.kafka_protocol import SASL_APIS
+from kmon.tcp_state import TcpState
 from kmon.units import format_duration
 
 # idle for this share of a limit when closed: that limit's reaper did it (librdkafka counts
@@ -37,9 +38,10 @@ from kmon.units import format_duration
 # connect under a 5 s limit)
 REAP_SHARE = 0.8
 TIME_WAIT_MS = 60_000  # how long Linux keeps the active closer's 4-tuple
-CLIENT_FIRST = frozenset({"FIN_WAIT1", "FIN_WAIT2", "CLOSING", "TIME_WAIT"})
-BROKER_FIRST = frozenset({"CLOSE_WAIT", "LAST_ACK"})
-NOT_ESTABLISHED = frozenset({"SYN_SENT", "SYN_RECV"})
+CLIENT_FIRST = frozenset({TcpState.FIN_WAIT1, TcpState.FIN_WAIT2, TcpState.CLOSING,
+                          TcpState.TIME_WAIT})
+BROKER_FIRST = frozenset({TcpState.CLOSE_WAIT, TcpState.LAST_ACK})
+NOT_ESTABLISHED = frozenset({TcpState.SYN_SENT, TcpState.SYN_RECV})
 READABLE = {
     "client_idle_reap": "client idle reap", "broker_idle_reap": "broker idle reap",
     "middlebox_idle_drop": "dropped by a middlebox after its idle timeout",

@@ -33,6 +33,7 @@ from kmon.sources.proc_fds import open_fd_count
 from kmon.sources.resolve import parse_endpoint
 from kmon.sources.sockets import Endpoint
 from kmon.sources.spool import SpoolError
+from kmon.tcp_state import TcpState
 from kmon.units import format_duration
 
 NEAR_REAP_FRACTION = Thresholds.idle_warning
@@ -63,11 +64,12 @@ def diff(before: ProcessView, after: ProcessView, ts_ms: int,
         prev = old.get(key)
         if prev is None:
             event(EventKind.OPENED, conn, f"{conn.role.value} {conn.state}")
-            if conn.state == "CLOSE_WAIT":
+            if conn.state == TcpState.CLOSE_WAIT:
                 event(EventKind.CLOSE_WAIT, conn, "peer closed; client has not")
             continue
         if conn.state != prev.state:
-            kind = EventKind.CLOSE_WAIT if conn.state == "CLOSE_WAIT" else EventKind.STATE_CHANGE
+            kind = (EventKind.CLOSE_WAIT if conn.state == TcpState.CLOSE_WAIT
+                    else EventKind.STATE_CHANGE)
             event(kind, conn, f"{prev.state} -> {conn.state}")
         if (conn.role, conn.node_id) != (prev.role, prev.node_id):
             event(EventKind.ROLE_CHANGE, conn,

@@ -29,12 +29,14 @@ from kmon.sources.sockdiag import (
     diag_request,
 )
 from kmon.sources.sockets import Endpoint
+from kmon.tcp_state import TcpState, kernel_number
 
 Pair = tuple[Endpoint, Endpoint]  # (local, remote)
-CLOSING = {4: "FIN_WAIT1", 5: "FIN_WAIT2", 6: "TIME_WAIT", 8: "CLOSE_WAIT", 9: "LAST_ACK",
-           11: "CLOSING"}
+CLOSING = {kernel_number(state): state.value
+           for state in (TcpState.FIN_WAIT1, TcpState.FIN_WAIT2, TcpState.TIME_WAIT,
+                         TcpState.CLOSE_WAIT, TcpState.LAST_ACK, TcpState.CLOSING)}
 _STATES = sum(1 << state for state in CLOSING)
-TIME_WAIT = 6
+TIME_WAIT = kernel_number(TcpState.TIME_WAIT)
 MAX_TIME_WAITS = 65_536  # pairs listed at most (a host drowning in TIME_WAIT is cut short)
 _HEADER = struct.Struct("=IHHII")
 _MAX_BYTES = 64 << 20  # a dump larger than this (a host drowning in TIME_WAIT) is cut short
