@@ -504,8 +504,10 @@ def help_rows(screen) -> list[str]:
                             if screen.check_action(b.action, ()) is not False) else ["quit"])
 
 
-async def the_list_keys_work(pilot, screen) -> None:
-    """help, sort, filter, clear, hide idle and record on a screen listing processes."""
+async def the_list_keys_work(pilot, screen, ours) -> None:
+    """help, sort, filter, clear, hide idle and record on a screen listing processes; the
+    test's own processes (``ours``) are among those recorded (others on this host may come
+    and go meanwhile)."""
     app = screen.app
     await pilot.press("question_mark")
     await until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help")
@@ -531,7 +533,7 @@ async def the_list_keys_work(pilot, screen) -> None:
     await app.workers.wait_for_complete()  # the recording closed (in a worker)
     recorded = {row["pid"] for row in pq.read_table(screen.record_dir / "snapshots",
                                                     columns=["pid"]).to_pylist()}
-    assert set(map(int, pids)) <= recorded
+    assert set(ours) <= recorded
 
 
 def process_session(pid: int) -> ProcessSession:
