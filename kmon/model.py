@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
+from typing import NamedTuple
 
 from kmon.short_command import short_command
 
@@ -20,30 +21,6 @@ class Role(str, Enum):
     BROKER = "broker"
     UNKNOWN = "unknown"
 
-
-class TcpState(str, Enum):
-    """A socket's TCP state, in psutil's (and ``ss``'s upper-case) spelling. A ``str``: equal to
-    the plain names the sources read, so ``conn.state == TcpState.CLOSE_WAIT`` holds for them."""
-
-    ESTABLISHED = "ESTABLISHED"
-    SYN_SENT = "SYN_SENT"
-    SYN_RECV = "SYN_RECV"
-    FIN_WAIT1 = "FIN_WAIT1"
-    FIN_WAIT2 = "FIN_WAIT2"
-    TIME_WAIT = "TIME_WAIT"
-    CLOSE = "CLOSE"
-    CLOSE_WAIT = "CLOSE_WAIT"
-    LAST_ACK = "LAST_ACK"
-    LISTEN = "LISTEN"
-    CLOSING = "CLOSING"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-# the states of a socket on its way out (either side closed it), CLOSE_WAIT aside
-CLOSING_STATES = frozenset({TcpState.FIN_WAIT1, TcpState.FIN_WAIT2, TcpState.TIME_WAIT,
-                            TcpState.CLOSE, TcpState.CLOSING, TcpState.LAST_ACK})
 
 ROLE_RANK = {Role.BOOTSTRAP: 0, Role.COORDINATOR: 1, Role.BROKER: 2, Role.UNKNOWN: 3}
 
@@ -170,6 +147,10 @@ class ProcessView:
     connections: list[Connection] = field(default_factory=list)  # in display_order()
     notices: list[str] = field(default_factory=list)  # problems worth showing in place
     clients_created: int | None = None  # client instances made so far (the agent counts)
+    # connections opened and closed in the last minute, however short-lived (the kernel's
+    # TCP events count them; None where they do not run)
+    opened_1m: int | None = None
+    closed_1m: int | None = None
     # how the sockets gone since the last poll closed, as the wire saw them, by (local, remote)
     wire_closes: dict[tuple[str, str], WireClose] = field(default_factory=dict)
 
@@ -182,7 +163,21 @@ class ProcessView:
         return {"pid": self.pid, "name": self.name, "cmdline": self.cmdline,
                 "clients": [c.to_dict() for c in self.clients],
                 "connections": [c.to_dict() for c in self.connections],
-                "notices": list(self.notices), "clients_created": self.clients_created}
+                "notices": list(self.notices), "clients_created": self.clients_created,
+                "opened_1m": self.opened_1m, "closed_1m": self.closed_1m}
+
+
+class ConnectionLife(NamedTuple):
+    """One connection the kernel's TCP events followed from its connect to its close (a
+    tuple: hundreds are made a second)."""
+
+    pid: int  # the process whose connect() opened it
+    local: str | None
+    remote: str | None
+    opened_ms: int  # UTC epoch ms, exact
+    closed_ms: int  # its first FIN or RST
+    closed_by: str  # client, broker, unknown
+    ending: str | None  # connect_failed, per_ip_rejected, or None for an ordinary close
 
 
 @dataclass
@@ -192,10 +187,15 @@ class Snapshot:
     ts_ms: int  # UTC epoch ms
     host: str
     processes: list[ProcessView] = field(default_factory=list)
+    # the host's connections to the brokers closed in the last minute by no watched process,
+    # where the kernel's TCP events cannot run (kmon.engine.host_churn); None elsewhere
+    host_closed_1m: int | None = None
+    lives: list[ConnectionLife] = field(default_factory=list)  # ended since the last poll
 
     def to_dict(self) -> dict:
         return {"ts_ms": self.ts_ms, "host": self.host,
-                "processes": [p.to_dict() for p in self.processes]}
+                "processes": [p.to_dict() for p in self.processes],
+                "host_closed_1m": self.host_closed_1m}
 
 
 class EventKind(str, Enum):
@@ -253,6 +253,8 @@ class CloseStory:
     bytes_received: int | None = None
     requests_sent: int | None = None
     requests_received: int | None = None
+    opened_ms: int | None = None  # exact, from the kernel's TCP events (UTC epoch ms)
+    closed_ms: int | None = None  # when it began to close (first FIN or RST), exact likewise
 
 
 @dataclass(frozen=True)

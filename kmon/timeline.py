@@ -15,7 +15,8 @@ from enum import IntEnum
 from operator import attrgetter
 from typing import NamedTuple
 
-from kmon.model import Connection, ProcessView, Role, TcpState
+from kmon.model import Connection, ProcessView, Role
+from kmon.tcp_state import TcpState
 
 
 class Mark(IntEnum):

@@ -331,6 +331,15 @@ def attach_stream(pid: int, *extra: str, interval: str = "250ms") -> Child:
                   interval, *extra])
 
 
+def closed_events(stream: Child, wanted: int = 1, seconds: float = 30) -> list[dict]:
+    """The closed events of a streamed ``kmon attach --json`` until ``wanted`` arrived."""
+    deadline, found = time.monotonic() + seconds, []
+    while len(found) < wanted and time.monotonic() < deadline:
+        record = json.loads(stream.wait_line("{", timeout=seconds))
+        found += [e for e in record["events"] if e["kind"] == "closed"]
+    return found
+
+
 def read_until(stream: Child, done, seconds: float) -> tuple[list[dict], dict]:
     """Every event of the stream until ``done(events, record)`` or ``seconds`` after its first
     record; and the last record."""
@@ -509,8 +518,10 @@ def help_rows(screen) -> list[str]:
                             if screen.check_action(b.action, ()) is not False) else ["quit"])
 
 
-async def the_list_keys_work(pilot, screen) -> None:
-    """help, sort, filter, clear, hide idle and record on a screen listing processes."""
+async def the_list_keys_work(pilot, screen, ours) -> None:
+    """help, sort, filter, clear, hide idle and record on a screen listing processes; the
+    test's own processes (``ours``) are among those recorded (others on this host may come
+    and go meanwhile)."""
     app = screen.app
     await pilot.press("question_mark")
     await until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help")
@@ -536,7 +547,7 @@ async def the_list_keys_work(pilot, screen) -> None:
     await app.workers.wait_for_complete()  # the recording closed (in a worker)
     recorded = {row["pid"] for row in pq.read_table(screen.record_dir / "snapshots",
                                                     columns=["pid"]).to_pylist()}
-    assert set(map(int, pids)) <= recorded
+    assert set(ours) <= recorded
 
 
 def process_session(pid: int) -> ProcessSession:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
+import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from helpers import assert_one_clear_line, kmon
+from helpers import PER_MESSAGE, Child, assert_one_clear_line, kmon
 
 from kmon.devtools.fleet_model import FleetSpec
 from kmon.devtools.fleet_writer import simulate
@@ -90,7 +92,7 @@ def test_the_simulator_is_deterministic_and_writes_schema_v1(tmp_path):
         a, b = read_rows(tmp_path / "a", table), read_rows(tmp_path / "b", table)
         assert a == b and len(a) == first["rows"][table]
     found = inputs.discover(tmp_path / "a")
-    assert not found.skipped and all(found.files.values())
+    assert not found.skipped and all(found.files[t] for t in ("snapshots", "events", "sessions"))
     assert simulate(FleetSpec(**{**spec.__dict__, "seed": 4}), tmp_path / "c") != first
 
 
@@ -290,15 +292,22 @@ def test_churn_and_leaks(fleet, results):
     assert all(r["suspect"] for r in rows_of(results["churn_and_leaks"])[:len(suspects)])
 
 
+def as_version(fleet_root: Path, target: Path, version: int) -> None:
+    """A copy of the fleet's recording as schema ``version`` wrote it (no lives table)."""
+    shutil.copytree(fleet_root, target)
+    shutil.rmtree(target / "lives", ignore_errors=True)
+    added = [*(schema.ADDED_IN_V2["events"] if version == 1 else ()),
+             *schema.ADDED_IN_V3["events"]]
+    for path in (target / "events").rglob("*.parquet"):
+        table = pq.read_table(path).drop_columns(added)
+        column = table.schema.get_field_index("schema_version")
+        pq.write_table(table.set_column(column, "schema_version",
+                                        pa.array([version] * table.num_rows, pa.int32())), path)
+
+
 def test_a_version_1_recording_is_still_read(fleet, spark_session, tmp_path):
     """Version 1 events lack the close and churn columns: read as nulls, counted unknown."""
-    shutil.copytree(fleet[0], tmp_path / "v1")
-    added = list(schema.ADDED_IN_V2["events"])
-    for path in (tmp_path / "v1" / "events").rglob("*.parquet"):
-        table = pq.read_table(path).drop_columns(added)
-        version = table.schema.get_field_index("schema_version")
-        pq.write_table(table.set_column(version, "schema_version",
-                                        pa.array([1] * table.num_rows, pa.int32())), path)
+    as_version(fleet[0], tmp_path / "v1", 1)
     found = inputs.discover(tmp_path / "v1")
     assert found.skipped == []
     frames = inputs.load(spark_session, found)
@@ -307,24 +316,36 @@ def test_a_version_1_recording_is_still_read(fleet, spark_session, tmp_path):
     assert sum(r["closes"] for r in closes) == sum(c["closes"] for c in fleet[1]["closes"])
 
 
+def test_a_version_2_recording_is_still_read(fleet, spark_session, tmp_path, results):
+    """Version 2 events lack the exact times and it has no lives: churn from the polls."""
+    as_version(fleet[0], tmp_path / "v2", 2)
+    found = inputs.discover(tmp_path / "v2")
+    assert found.skipped == [] and found.files["lives"] == []
+    frames = inputs.load(spark_session, found)
+    churn = jobs.churn_and_leaks(frames.events, frames.lives, jobs.Params()).toArrow()
+    assert {r["counted"] for r in churn.to_pylist()} == {"polls"}
+    keys = [(k, "ascending") for k in ("session_id", "host", "pid")]
+    assert churn.sort_by(keys).equals(results["churn_and_leaks"].sort_by(keys))
+
+
 # -- bad input ---------------------------------------------------------------------------------
 
 
 def spoil(fleet_root: Path, target: Path) -> dict[str, Path]:
-    """A copy of the fleet with a truncated file, a schema-v3 file, a file of other
+    """A copy of the fleet with a truncated file, a schema-v4 file, a file of other
     columns, a stray file outside the layout, and a hidden writer leftover."""
     shutil.copytree(fleet_root, target)
     good = sorted((target / "snapshots").rglob("*.parquet"))[0]
     table = pq.read_table(good)
     bad = {"truncated": good.with_name("truncated-000001.parquet"),
-           "v3": good.with_name("future-000001.parquet"),
+           "future": good.with_name("future-000001.parquet"),
            "columns": good.with_name("other-000001.parquet"),
            "layout": target / "snapshots" / "stray.parquet"}
     data = good.read_bytes()
     bad["truncated"].write_bytes(data[: len(data) // 2])
     version = table.schema.get_field_index("schema_version")
     pq.write_table(table.set_column(version, "schema_version",
-                                    pc.add(table["schema_version"], 1)), bad["v3"])
+                                    pc.add(table["schema_version"], 1)), bad["future"])
     pq.write_table(table.drop_columns(["confidence"]), bad["columns"])
     pq.write_table(table, bad["layout"])
     good.with_name(".half-written.parquet.tmp").write_bytes(data[:100])
@@ -337,7 +358,7 @@ def test_bad_files_are_skipped_with_the_reason(fleet, tmp_path):
     reasons = {s.path: s.reason for s in found.skipped}
     assert set(reasons) == set(bad.values())
     assert "truncated or corrupt" in reasons[bad["truncated"]]
-    assert reasons[bad["v3"]] == "schema_version 3, expected 1 or 2"
+    assert reasons[bad["future"]] == "schema_version 4, expected 1 or 2 or 3"
     assert "missing confidence" in reasons[bad["columns"]]
     assert "layout" in reasons[bad["layout"]]
     assert found.files == {table: [tmp_path / "mixed" / p.relative_to(fleet[0]) for p in files]
@@ -442,3 +463,27 @@ def test_a_real_recording_of_a_consumer(start_client, spark_session, tmp_path):
     coordinators = rows_of(tables["coordinator_load"])
     assert [r["coordinator_connections"] for r in coordinators] == [1]
     assert coordinators[0]["groups"] == 1  # group.id from the session's clients_json
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the kernel's TCP events need root")
+def test_churn_is_ranked_from_the_kernel_s_exact_counts(cluster, start_client, spark_session,
+                                                        tmp_path):
+    steady = start_client("consumer")
+    maker = Child([sys.executable, "-c", PER_MESSAGE, cluster])  # no agent, no poll sees them
+    try:
+        maker.wait_line("SENT")
+        recorded = kmon("record", "--pid", str(maker.pid), "--pid", str(steady.pid), "--out",
+                        str(tmp_path / "rec"), "--interval", "1s", "--duration", "6s")
+    finally:
+        maker.stop()
+    assert recorded.returncode == 0, recorded.stderr
+    found = inputs.discover(tmp_path / "rec")
+    assert not found.skipped and found.files["lives"]
+    lives = read_rows(tmp_path / "rec", "lives")
+    frames = inputs.load(spark_session, found)
+    rows = jobs.churn_and_leaks(frames.events, frames.lives, jobs.Params()).toArrow().to_pylist()
+    ranked = sorted(rows, key=lambda r: -r["opened_per_minute"])
+    assert ranked[0]["pid"] == maker.pid and ranked[0]["counted"] == "kernel"
+    assert ranked[0]["opened"] == sum(r["pid"] == maker.pid for r in lives) >= 10
+    assert all(r["schema_version"] == 3 and r["closed_ms"] >= r["opened_ms"] for r in lives)
+    assert not [r for r in rows if r["pid"] == steady.pid and r["opened"] > 3], rows

@@ -14,7 +14,7 @@ import threading
 import time
 
 import pytest
-from helpers import PER_MESSAGE, Child
+from helpers import PER_MESSAGE, Child, closed_events
 
 from kmon.engine.closes import SocketLife, closed_by, in_words, reason, story
 from kmon.model import Connection, Role, WireClose
@@ -107,15 +107,6 @@ def test_the_wire_s_first_fin_or_rst_decides_the_side_and_tells_a_reset_or_faile
 
 
 # --- real parts ---------------------------------------------------------------------------
-
-def closed_events(stream: Child, wanted: int = 1, seconds: float = 30) -> list[dict]:
-    """The closed events of a streamed ``kmon attach --json`` until ``wanted`` arrived."""
-    deadline, found = time.monotonic() + seconds, []
-    while len(found) < wanted and time.monotonic() < deadline:
-        record = json.loads(stream.wait_line("{", timeout=seconds))
-        found += [e for e in record["events"] if e["kind"] == "closed"]
-    return found
-
 
 @pytest.mark.integration
 def test_librdkafka_idle_reaping_is_the_client_s(start_client):

@@ -70,7 +70,7 @@ def test_the_host_view_lists_every_kafka_client_by_cluster_and_attaches(spool_di
                                 polls=600)
                     assert {rows()[pid][2] for pid in demo.clients} == {"-m kmon.devtools.workload"}
                     assert os.getpid() not in rows()
-                    await the_list_keys_work(pilot, screen)
+                    await the_list_keys_work(pilot, screen, demo.clients)
                     table = screen.query_one("#processes")
                     table.move_cursor(row=[r[0] for r in cells(screen, "processes")].index(
                         str(agentless.pid)))

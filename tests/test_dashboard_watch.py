@@ -39,7 +39,7 @@ def test_watch_lists_brokers_groups_and_discovered_processes(spool_dir, tmp_path
                 assert brokers[coordinator][4] == "1", "it coordinates the group"
                 assert brokers[coordinator][6] == "2", "both consumers' coordinator connections"
 
-                await the_list_keys_work(pilot, screen)
+                await the_list_keys_work(pilot, screen, demo.clients)
                 table = screen.query_one("#processes")
                 row = next(i for i, r in enumerate(cells(screen, "processes"))
                            if r[2] == "orders-reader-a")

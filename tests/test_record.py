@@ -25,7 +25,7 @@ from helpers import (
 )
 
 from kmon.agent.client_hook import CONFIG_SUMMARY_KEYS
-from kmon.record.schema import SCHEMAS
+from kmon.record.schema import SCHEMA_VERSION, SCHEMAS
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 
@@ -55,7 +55,7 @@ def test_record_pids(start_client, tmp_path):
             assert date.startswith("date=") and len(date) == len("date=YYYY-MM-DD")
             assert host == f"host={HOST}"
     snapshots, sessions = read(out, "snapshots"), read(out, "sessions")
-    assert {r["schema_version"] for r in snapshots + sessions} == {2}
+    assert {r["schema_version"] for r in snapshots + sessions} == {SCHEMA_VERSION}
     assert {r["pid"] for r in snapshots} == {consumer.pid, producer.pid}
     assert any(r["pid"] == consumer.pid and r["role"] == "coordinator"
                and r["client_type"] == "consumer" for r in snapshots)

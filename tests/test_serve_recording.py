@@ -18,6 +18,7 @@ from helpers import get, kmon, start_serve, wait_for
 from kmon.engine.facade import open_process
 from kmon.engine.sampler import SamplerSettings
 from kmon.record.rotation import Limits, RotatingRecorder
+from kmon.record.schema import SCHEMAS
 
 pytestmark = pytest.mark.integration  # real client processes
 HOST = socket.gethostname()
@@ -57,7 +58,7 @@ def test_kmon_record_rotates_and_keeps_only_what_retention_allows(start_client, 
     record(producer.pid, out, "--duration", "2500ms", "--rotate-every", "1s", "--retain", "7d")
     kept = sessions_on_disk(out)
     assert old not in kept and len(kept) >= 2, sorted(kept)  # rotated; the old one gone
-    assert all(len(files) == 3 and not any(PART.search(f.name) for f in files)
+    assert all(len(files) == len(SCHEMAS) and not any(PART.search(f.name) for f in files)
                for files in kept.values()), kept  # each finished: one compacted file a table
     assert (other / f"{old}.parquet").exists()
 
@@ -110,7 +111,7 @@ def test_serve_records_beside_its_metrics_and_sigterm_writes_the_last_part(start
         child.stop()
     assert "stopped (SIGTERM); recorded" in child.stderr[-1], child.stderr
     (files,) = sessions_on_disk(out).values()
-    assert len(files) == 3  # compacted: its last rows written, one file a table
+    assert len(files) == len(SCHEMAS)  # compacted: its last rows written, one file a table
     sessions = ds.dataset(out / "sessions", format="parquet", partitioning="hive").to_table()
     assert max(sessions["stopped_ms"].to_pylist(), key=lambda v: v or 0) is not None
     rows = ds.dataset(out / "snapshots", format="parquet", partitioning="hive").to_table()

@@ -11,16 +11,9 @@ from textual.widgets import Footer, Input
 
 from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import ProcessSession
-from kmon.model import (
-    CLOSING_STATES,
-    ClientInstance,
-    Connection,
-    Event,
-    EventKind,
-    ProcessView,
-    Snapshot,
-)
+from kmon.model import ClientInstance, Connection, Event, EventKind, ProcessView, Snapshot
 from kmon.plain_text import plain
+from kmon.tcp_state import CLOSING_STATES
 from kmon.timeline import History
 from kmon.widgets import format as fmt
 from kmon.widgets.connection_table import SORT_ORDERS, ConnectionTable, connection_cells

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 
-from kmon.model import Event, EventKind
+from kmon.model import Event, EventKind, ProcessView
 
 WINDOW_MS = 60_000  # the "last minute" of the columns
 STORM_SHOWN_MS = 60_000  # a storm's banner stays this long after its event
@@ -35,9 +35,12 @@ class ChurnBoard:
         while self.recent and now_ms - self.recent[0].ts_ms > WINDOW_MS:
             self.recent.popleft()
 
-    def per_process(self, pid: int) -> tuple[int, int]:
-        """(opened, closed) in the last minute by ``pid``."""
-        kinds = Counter(e.kind for e in self.recent if e.pid == pid)
+    def per_process(self, view: ProcessView) -> tuple[int, int]:
+        """(opened, closed) in the last minute by the process: the kernel's exact counts
+        where it counts them (connections no poll saw included), else the polls' events."""
+        if view.opened_1m is not None and view.closed_1m is not None:
+            return view.opened_1m, view.closed_1m
+        kinds = Counter(e.kind for e in self.recent if e.pid == view.pid)
         return kinds[EventKind.OPENED], kinds[EventKind.CLOSED]
 
     def per_broker(self) -> dict[int, tuple[int, int]]:

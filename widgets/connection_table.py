@@ -23,7 +23,8 @@ from textual.reactive import reactive
 from textual.strip import Strip
 
 from kmon.columns import CONNECTION_COLUMNS
-from kmon.model import ROLE_RANK, ClientInstance, Connection, Role, TcpState, Thresholds
+from kmon.model import ROLE_RANK, ClientInstance, Connection, Role, Thresholds
+from kmon.tcp_state import TcpState
 from kmon.timeline import Track
 from kmon.widgets import format as fmt
 from kmon.widgets.line_view import ChangedLinesView

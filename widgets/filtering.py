@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from kmon.model import Connection, TcpState
+from kmon.model import Connection
+from kmon.tcp_state import TcpState
 
 FIELDS = ("role", "state", "broker", "node", "client", "pid")
 

@@ -7,7 +7,7 @@ from functools import lru_cache
 
 from rich.text import Text
 
-from kmon.model import TcpState
+from kmon.tcp_state import TcpState
 from kmon.units import format_duration as duration  # the one format, for every screen
 
 ROLE_STYLE = {"bootstrap": "yellow", "coordinator": "magenta", "broker": "green",

@@ -11,8 +11,9 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from kmon.columns import PROCESS_COLUMNS
-from kmon.model import ProcessView, Role, TcpState
+from kmon.model import ProcessView, Role
 from kmon.plain_text import plain
+from kmon.tcp_state import TcpState
 from kmon.widgets import format as fmt
 from kmon.widgets.churn_board import ChurnBoard
 
@@ -62,7 +63,7 @@ def matches(view: ProcessView, words: list[str], cluster: str) -> bool:
 def process_cells(view: ProcessView, label: str, churn: ChurnBoard, now_ms: int) -> tuple:
     """The cells of one process's row, in COLUMNS order."""
     roles = Counter(c.role for c in view.connections)
-    opened, closed = churn.per_process(view.pid)
+    opened, closed = churn.per_process(view)
     pattern = churn.pattern(view.pid, now_ms)
     close_wait = sum(c.state == TcpState.CLOSE_WAIT for c in view.connections)
     idle = _max_idle(view)

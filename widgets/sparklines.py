@@ -7,7 +7,7 @@ from textual.geometry import Size
 from textual.renderables.sparkline import Sparkline
 from textual.strip import Strip
 
-from kmon.model import TcpState
+from kmon.tcp_state import TcpState
 from kmon.timeline import History
 from kmon.widgets.line_view import ChangedLinesView
 

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kmon.errors import UserError
-from kmon.record.schema import ADDED_IN_V2, READABLE_VERSIONS, SCHEMAS, TABLES
+from kmon.record.schema import ADDED_IN_V2, ADDED_IN_V3, READABLE_VERSIONS, SCHEMAS, TABLES
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -60,6 +60,7 @@ class Frames:
     snapshots: DataFrame
     events: DataFrame
     sessions: DataFrame
+    lives: DataFrame  # schema 3: empty for an older recording
 
 
 def _hidden(name: str) -> bool:
@@ -84,16 +85,20 @@ def check_file(path: Path, table: str, relative: Path) -> str | None:
         found = ", ".join(str(v) for v in sorted(others, key=str))
         readable = " or ".join(str(v) for v in READABLE_VERSIONS)
         return f"schema_version {found}, expected {readable}"
-    version = 1 if versions == {1} else 2
+    actual = parquet.schema_arrow
+    version = min(versions) if versions else next(  # no rows to tell: as its columns are
+        (v for v in (3, 2, 1) if _column_mismatch(actual, expected_schema(table, v), v) is None),
+        3)
     return _column_mismatch(parquet.schema_arrow, expected_schema(table, version), version)
 
 
 def expected_schema(table: str, version: int) -> pa.Schema:
     """The columns a file of ``table`` written by schema ``version`` holds."""
     schema = SCHEMAS[table]
-    if version == 1:
-        for name in ADDED_IN_V2.get(table, ()):
-            schema = schema.remove(schema.get_field_index(name))
+    added = ((*ADDED_IN_V2.get(table, ()), *ADDED_IN_V3.get(table, ())) if version == 1
+             else ADDED_IN_V3.get(table, ()) if version == 2 else ())
+    for name in added:
+        schema = schema.remove(schema.get_field_index(name))
     return schema
 
 

@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 
 from kmon.analysis.inputs import Frames
 from kmon.classify import HANDSHAKE_REQUESTS, JAVA_CLIENT_IDLE_MS
+from kmon.tcp_state import TcpState
 
 PROCESS = ("session_id", "host", "pid")
 CONNECTION = (*PROCESS, "key")
@@ -270,7 +271,8 @@ def close_wait(stretches: DataFrame, lifetimes: DataFrame) -> DataFrame:
     """One row per connection seen in CLOSE_WAIT: who and which broker, the first and last
     poll that saw it so, their distance (close_wait_ms), and whether the client closed it
     while observed (resolved)."""
-    waiting = stretches.filter(F.col("state") == "CLOSE_WAIT").groupBy(*CONNECTION).agg(
+    close_wait = stretches.filter(F.col("state") == TcpState.CLOSE_WAIT.value)
+    waiting = close_wait.groupBy(*CONNECTION).agg(
         F.min("first_seen_ts").alias("first_close_wait_ts"),
         F.max("last_seen_ts").alias("last_close_wait_ts"),
         F.sum("polls").alias("polls_in_close_wait"))
@@ -337,20 +339,41 @@ def why_closed(events: DataFrame) -> DataFrame:
         F.percentile_approx("lifetime_ms", 0.5).alias("median_lifetime_ms"))
 
 
-def churn_and_leaks(events: DataFrame, params: Params) -> DataFrame:
+def churn_and_leaks(events: DataFrame, lives: DataFrame, params: Params) -> DataFrame:
     """Per process: connections opened a minute over its recorded span, those closed within
     ``short_lived_ms``, and the churn events it raised by pattern (a storm counts for every
-    process of its host's session, pid 0), with the highest rate."""
-    span = events.groupBy("session_id", "host").agg(
-        ((F.max("ts_ms") - F.min("ts_ms")) / 60_000).alias("minutes"))
-    pattern = F.col("pattern")
-    per_process = events.groupBy(*PROCESS).agg(
-        _flag_count(F.col("kind") == "opened").alias("opened"),
+    process of its host's session, pid 0), with the highest rate. Where the kernel's TCP
+    events ran (schema 3 ``lives``), the counts are theirs, exact however short-lived the
+    connections (``counted`` says "kernel"), with the failed connects and refusals; else the
+    polls' ``opened`` and ``closed`` events ("polls")."""
+    times = (events.select("session_id", "host", F.col("ts_ms").alias("t"))
+             .unionByName(lives.select("session_id", "host", F.col("opened_ms").alias("t")))
+             .unionByName(lives.select("session_id", "host", F.col("closed_ms").alias("t"))))
+    span = times.groupBy("session_id", "host").agg(
+        ((F.max("t") - F.min("t")) / 60_000).alias("minutes"))
+    pattern, ending = F.col("pattern"), F.col("ending")
+    polled = events.groupBy(*PROCESS).agg(
+        _flag_count(F.col("kind") == "opened").alias("polled_opened"),
         _flag_count((F.col("kind") == "closed")
-                    & (F.col("lifetime_ms") <= params.short_lived_ms)).alias("short_lived"),
+                    & (F.col("lifetime_ms") <= params.short_lived_ms)).alias("polled_short"),
         *(_flag_count(pattern == p).alias(p) for p in CHURN_PATTERNS),
         F.max("rate").alias("max_churn_rate"))
-    return (per_process.join(span, ["session_id", "host"])
+    exact = lives.groupBy(*PROCESS).agg(
+        F.count("*").alias("exact_opened"),
+        _flag_count(F.col("closed_ms") - F.col("opened_ms")
+                    <= params.short_lived_ms).alias("exact_short"),
+        _flag_count(ending == "connect_failed").alias("failed_connects"),
+        _flag_count(ending == "per_ip_rejected").alias("refused"))
+    counts = (polled.join(exact, list(PROCESS), "full_outer")
+              .fillna(0, [*CHURN_PATTERNS, "polled_opened", "polled_short", "failed_connects",
+                          "refused"])
+              .withColumns({
+                  "counted": F.when(F.col("exact_opened").isNotNull(), F.lit("kernel"))
+                              .otherwise(F.lit("polls")),
+                  "opened": F.coalesce("exact_opened", "polled_opened"),
+                  "short_lived": F.coalesce("exact_short", "polled_short")})
+              .drop("exact_opened", "exact_short", "polled_opened", "polled_short"))
+    return (counts.join(span, ["session_id", "host"])
             .withColumn("opened_per_minute",
                         F.round(F.col("opened") / F.greatest("minutes", F.lit(1.0)), 2))
             .withColumn("suspect", F.col("client_per_message") > 0)
@@ -433,10 +456,10 @@ ANALYSES = (
              ("host", "broker_id", "closed_by", "reason", "closes", "processes",
               "median_idle_before_ms", "median_lifetime_ms")),
     Analysis("churn_and_leaks", "Churn and leaks per process",
-             lambda s: churn_and_leaks(s.frames.events, s.params),
+             lambda s: churn_and_leaks(s.frames.events, s.frames.lives, s.params),
              ("-suspect", "-opened_per_minute", "session_id", "host", "pid"),
-             ("host", "pid", "opened", "opened_per_minute", "short_lived", *CHURN_PATTERNS,
-              "max_churn_rate")),
+             ("host", "pid", "counted", "opened", "opened_per_minute", "short_lived",
+              *CHURN_PATTERNS, "failed_connects", "refused", "max_churn_rate")),
     Analysis("event_counts", "Recorded events",
              lambda s: event_counts(s.frames.events),
              ("host", "kind", "role"), ("host", "kind", "role", "events", "connections")),

@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from kmon.cli.dashboard import checked_theme
     from kmon.cli.text_view import print_snapshots
     from kmon.config import load_config
+    from kmon.engine.host_churn import HostTimeWaits
     from kmon.engine.sampler import ProcessSampler, SampleError
     from kmon.sources.resolve import SETUP_WAIT_S
     from kmon.sources.socket_readers import open_socket_reader
@@ -69,7 +70,9 @@ def run(args: argparse.Namespace) -> int:
                                  client_log=args.client_log)
         interactive = options.interactive(args)
         kernel = None if args.no_kernel_events else _kernel_watch(cluster, sampler)
-        monitor = wiring.monitor([sampler], config, kernel=kernel)
+        monitor = wiring.monitor([sampler], config, kernel=kernel,
+                                 host_closes=None if kernel or args.no_kernel_events
+                                 else HostTimeWaits())
         try:
             if interactive:
                 return _dashboard(args, monitor, config, theme)
@@ -86,18 +89,13 @@ def run(args: argparse.Namespace) -> int:
 def _kernel_watch(cluster, sampler):
     """The kernel's TCP events filtered by the brokers' ports, or None with a notice on
     ``sampler`` saying what kmon cannot see without them."""
-    from kmon.engine.kernel_watch import KernelWatch
-    from kmon.sources.kernel_events import KernelEvents, KernelEventsUnavailable
+    from kmon.engine.kernel_watch import open_kernel_watch
 
-    ports = {b.port for b in cluster.brokers} if cluster is not None else set()
-    try:
-        return KernelWatch(KernelEvents(ports), ports)
-    except (KernelEventsUnavailable, OSError) as err:
-        sampler.standing_notices.append(
-            f"kernel TCP events unavailable ({err}; they need root or CAP_PERFMON): "
-            "connections living between two polls, failed connects and connections the "
-            "broker refuses are not seen")
-        return None
+    watch, notice = open_kernel_watch(b.port for b in cluster.brokers) if cluster else (
+        open_kernel_watch())
+    if notice is not None:
+        sampler.standing_notices.append(notice)
+    return watch
 
 
 def _dashboard(args: argparse.Namespace, monitor, config, theme: str | None) -> int:

@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from kmon.cli.text_view import print_snapshots
     from kmon.config import load_config
     from kmon.devtools.demo import Demo, DemoError
+    from kmon.engine.kernel_watch import open_kernel_watch
     from kmon.engine.sampler import ProcessSampler, SampleError
     from kmon.sources.socket_readers import open_socket_reader
 
@@ -44,8 +45,9 @@ def run(args: argparse.Namespace) -> int:
             if interactive:
                 return _dashboard(demo, labels, config, args, theme)
             reader, settings = open_socket_reader(), wiring.sampler_settings(args, config)
+            kernel, _ = open_kernel_watch()  # without it, the polls' story alone
             monitor = wiring.monitor((ProcessSampler(pid, reader, settings)
-                                      for pid in demo.clients), config)
+                                      for pid in demo.clients), config, kernel=kernel)
             try:
                 return print_snapshots(
                     monitor, args.interval or config.dashboard.interval_s or 1.0,

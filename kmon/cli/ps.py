@@ -10,6 +10,7 @@ from collections import Counter
 from kmon.cli import options
 from kmon.errors import UserError
 from kmon.plain_text import one_line
+from kmon.tcp_state import TcpState
 
 SEARCH_ROUNDS = 4  # polls at most: each finds the clients of the brokers the last one learned
 
@@ -118,7 +119,7 @@ def process_rows(snapshot, labels: dict[int, str], events) -> list[dict]:
             "command": short_command(view.cmdline, view.name),
             "client_ids": sorted({c.client_id for c in view.clients if c.client_id}),
             **{role.value: roles[role] for role in Role},
-            "close_wait": sum(c.state == "CLOSE_WAIT" for c in view.connections),
+            "close_wait": sum(c.state == TcpState.CLOSE_WAIT for c in view.connections),
             "max_idle_ms": max(idles) if idles else None,
             "clients_created": view.clients_created, "churn": churn.get(view.pid, ""),
             "cmdline": view.cmdline})

@@ -53,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
     from kmon.config import load_config
     from kmon.engine.discovery import ClientDiscovery
     from kmon.engine.heap import settle_heap
+    from kmon.engine.host_churn import HostTimeWaits
+    from kmon.engine.kernel_watch import open_kernel_watch
     from kmon.engine.sampler import ProcessSampler, SampleError
     from kmon.export.loop import Signals, run_loop
     from kmon.record.rotation import RotatingRecorder
@@ -72,9 +74,12 @@ def run(args: argparse.Namespace) -> int:
             args, config, named, cluster, require_kafka=cluster is None and not args.any_process,
             not_kafka_hint="pass --any-process, or record its cluster's clients with -b CLUSTER "
                            "instead of --pid")
+        kernel, unseen = open_kernel_watch(b.port for b in cluster.brokers) if cluster else (
+            open_kernel_watch())
         monitor = wiring.monitor((ProcessSampler(pid, reader, settings)
                                   for pid in dict.fromkeys(args.pid or ())),
-                                 config, max_events=1)  # events go to disk, not to a history
+                                 config, max_events=1,  # events go to disk, not to a history
+                                 kernel=kernel, host_closes=HostTimeWaits() if unseen else None)
         recorder = RotatingRecorder(root, monitor.host, round(args.interval * 1000),
                                     rotation_limits(args), args.flush_every)
         session_id = recorder.current.session_id  # nothing written before the first add()
@@ -92,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
                 else "PID " + ", ".join(str(pid) for pid in monitor.samplers))
     print(f"kmon record: session {session_id}: {watching}, every {args.interval:g}s, "
           f"into {root}", file=sys.stderr, flush=True)
+    if unseen is not None:
+        print(f"kmon record: {unseen}", file=sys.stderr, flush=True)
     settle_heap()
     with Signals() as signals:
         try:

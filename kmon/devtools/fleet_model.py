@@ -43,6 +43,7 @@ from kmon.classify import (
     coordinator_node_id,
 )
 from kmon.model import Churn, CloseStory, Event, EventKind, Role
+from kmon.tcp_state import TcpState
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z: the default start of a simulated fleet
 METADATA_MAX_AGE_MS = 300_000
@@ -371,7 +372,7 @@ class Host:
                 event(close_wait, EventKind.CLOSE_WAIT, "ESTABLISHED -> CLOSE_WAIT")
             closed = self._closed_tick(i)
             if closed is not None:
-                state = "ESTABLISHED" if close_wait is None else "CLOSE_WAIT"
+                state = (TcpState.ESTABLISHED if close_wait is None else TcpState.CLOSE_WAIT).value
                 closed_by, reason = conn.close_cause(client.java)
                 idle = None if conn.active else conn.closed - conn.opened
                 out.append(Event(at(closed), EventKind.CLOSED, client.pid, conn.key, conn.role,

@@ -22,6 +22,7 @@ from kmon.devtools.fleet_model import (
     SimClient,
 )
 from kmon.model import Role
+from kmon.tcp_state import TcpState
 
 if TYPE_CHECKING:  # the heavy imports wait for a write: kmon's other commands start fast
     import pyarrow as pa
@@ -79,7 +80,8 @@ def _snapshot_table(session_id: str, clients: list[SimClient], lifetimes: list[L
                      np.int64)
     rtt = per_conn([1.0 + (c.node_id % 7) * 0.3 for c in lifetimes], np.float64)
     state = pa.DictionaryArray.from_arrays(pa.array((ts >= close_wait).astype(np.int8)),
-                                           pa.array(["ESTABLISHED", "CLOSE_WAIT"]))
+                                           pa.array([TcpState.ESTABLISHED.value,
+                                                     TcpState.CLOSE_WAIT.value]))
     columns = {
         "schema_version": constant(SCHEMA_VERSION, pa.int32()),
         "session_id": constant(session_id, pa.string()),

@@ -13,7 +13,7 @@ steady client never raises one.
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from contextlib import suppress
 
 from kmon.engine.connection_lives import REJECTED_WITHIN_MS, KernelLife
@@ -24,6 +24,7 @@ REOPEN_WITHIN_MS = 15 * 60_000  # a reaped broker opened again this soon is a re
 CYCLE_MEMORY_MS = 60 * 60_000  # reap cycles are counted over the last hour
 FD_SAMPLES = 64
 RATE_MIN_SPAN_MS = 5_000  # a rate of client creation needs this long a look
+MINUTE_MS = 60_000
 KERNEL_ENDINGS = {  # a kernel-seen ending -> how its churn event says it
     "per_ip_rejected": "closed by the broker within {ms} ms of connecting (a per-IP "
                        "connection limit refuses connections so)",
@@ -36,7 +37,8 @@ class ChurnWatch:
     def __init__(self, limits: ChurnThresholds) -> None:
         self.limits = limits
         self.opened: dict[int, deque[int]] = defaultdict(deque)  # pid -> open times
-        self.closed: dict[int, deque[tuple[int, int]]] = defaultdict(deque)  # (ts, lifetime)
+        self.closed: dict[int, deque[int]] = defaultdict(deque)  # pid -> close times
+        self.short: dict[int, deque[int]] = defaultdict(deque)  # those closed short-lived
         self.reaped: dict[tuple[int, int], int] = {}  # (pid, broker) -> last idle reap
         self.cycles: dict[tuple[int, int], deque[int]] = defaultdict(deque)
         self.broker_opens: dict[int, deque[tuple[int, int]]] = defaultdict(deque)  # (ts, pid)
@@ -57,13 +59,29 @@ class ChurnWatch:
             self.opened[life.pid].append(int(life.opened_ms))
         for life in closed:
             self.exact.add(life.pid)
-            self.closed[life.pid].append((int(life.closed_ms or 0), life.lifetime_ms or 0))
             if life.ending is not None:  # a failed connect is no client made per message
                 with suppress(ValueError):
                     self.opened[life.pid].remove(int(life.opened_ms))
-                self.closed[life.pid].pop()
                 self.endings[(life.pid, life.ending)].append((int(life.closed_ms or 0),
                                                               life.where()))
+            else:
+                self._closed(life.pid, int(life.closed_ms or 0), life.lifetime_ms or 0)
+
+    def _closed(self, pid: int, ts_ms: int, lifetime_ms: int) -> None:
+        self.closed[pid].append(ts_ms)
+        if lifetime_ms <= self.limits.short_lived_ms:
+            self.short[pid].append(ts_ms)
+
+    def last_minute(self, pid: int, ts_ms: int) -> tuple[int, int] | None:
+        """(opened, closed) by ``pid`` in the last minute as the kernel counted them, failed
+        connects and refusals included; None when the kernel does not count its connections."""
+        if pid not in self.exact:
+            return None
+        endings = sum(_recent([t for t, _ in self.endings.get((pid, pattern), ())], ts_ms,
+                              MINUTE_MS) for pattern in KERNEL_ENDINGS)
+        opened = _recent(self.opened.get(pid, ()), ts_ms, MINUTE_MS)
+        closed = _recent(self.closed.get(pid, ()), ts_ms, MINUTE_MS)
+        return opened + endings, closed + endings
 
     def observe(self, ts_ms: int, views: Iterable[ProcessView], events: Iterable[Event],
                 fd_counts: dict[int, int | None]) -> list[Event]:
@@ -98,8 +116,7 @@ class ChurnWatch:
         elif event.kind is EventKind.CLOSED and event.close is not None:
             lifetime = event.close.lifetime_ms
             if not counted:
-                self.closed[event.pid].append((event.ts_ms, 1 << 62 if lifetime is None
-                                               else lifetime))
+                self._closed(event.pid, event.ts_ms, 1 << 62 if lifetime is None else lifetime)
             if event.close.reason in IDLE_REAPS and event.broker_id is not None:
                 self.reaped[(event.pid, event.broker_id)] = event.ts_ms
             if event.close.closed_by == "broker" and event.broker_id is not None:
@@ -107,18 +124,18 @@ class ChurnWatch:
 
     def _client_per_message(self, ts_ms: int, pid: int) -> list[Event]:
         limits = self.limits
-        opened = [t for t in self.opened[pid] if ts_ms - t <= limits.window_ms]
-        closed = [life for t, life in self.closed[pid] if ts_ms - t <= limits.window_ms]
         watched_ms = ts_ms - self.first_seen.setdefault(pid, ts_ms)  # a window not yet full
         if watched_ms < RATE_MIN_SPAN_MS:
             return []
-        per_minute = len(opened) * 60_000 / min(limits.window_ms, watched_ms)
-        short = sum(life <= limits.short_lived_ms for life in closed)
-        if per_minute < limits.opened_per_minute or short * 2 < len(closed) or not closed:
+        opened = _recent(self.opened[pid], ts_ms, limits.window_ms)
+        closed = _recent(self.closed[pid], ts_ms, limits.window_ms)
+        short = _recent(self.short[pid], ts_ms, limits.window_ms)
+        per_minute = opened * 60_000 / min(limits.window_ms, watched_ms)
+        if per_minute < limits.opened_per_minute or short * 2 < closed or not closed:
             return []
         return self._report(ts_ms, pid, "client_per_message", per_minute,
                             f"{per_minute:.0f} connections opened a minute, {short} of "
-                            f"{len(closed)} closed within {limits.short_lived_ms // 1000}s")
+                            f"{closed} closed within {limits.short_lived_ms // 1000}s")
 
     def _clients_created(self, ts_ms: int, pid: int, count: int | None) -> list[Event]:
         """Client per message from the agent's count of client instances: exact, where the
@@ -213,16 +230,17 @@ class ChurnWatch:
 
     def _forget(self, ts_ms: int, live: set[int]) -> None:
         """Drop what fell out of every window, and processes no longer watched."""
-        keep = max(self.limits.window_ms, self.limits.storm_window_ms)
+        keep = max(self.limits.window_ms, self.limits.storm_window_ms, MINUTE_MS)
         for times in self.opened.values():
             while times and ts_ms - times[0] > keep:
                 times.popleft()
         for endings in self.endings.values():
             while endings and ts_ms - endings[0][0] > keep:
                 endings.popleft()
-        for closes in self.closed.values():
-            while closes and ts_ms - closes[0][0] > keep:
-                closes.popleft()
+        for table in (self.closed, self.short):
+            for closes in table.values():
+                while closes and ts_ms - closes[0] > keep:
+                    closes.popleft()
         for table in (self.broker_opens, self.broker_drops):
             for opens in table.values():
                 while opens and ts_ms - opens[0][0] > keep:
@@ -230,7 +248,8 @@ class ChurnWatch:
         for times in self.cycles.values():
             while times and ts_ms - times[0] > CYCLE_MEMORY_MS:
                 times.popleft()
-        for table in (self.opened, self.closed, self.fds, self.created, self.first_seen):
+        for table in (self.opened, self.closed, self.short, self.fds, self.created,
+                      self.first_seen):
             for pid in [p for p in table if p not in live]:
                 del table[pid]
         for key in [k for k in self.cycles if k[0] not in live or not self.cycles[k]]:
@@ -240,3 +259,14 @@ class ChurnWatch:
         self.exact &= live
         for key in [k for k in self.reaped if k[0] not in live]:
             del self.reaped[key]
+
+
+def _recent(times: Collection[int], ts_ms: int, span_ms: int) -> int:
+    """How many of ``times`` (oldest first, pruned to a little more than ``span_ms``) fall
+    within ``span_ms`` of ``ts_ms``: only the stale head is walked."""
+    stale = 0
+    for t in times:
+        if ts_ms - t <= span_ms:
+            break
+        stale += 1
+    return len(times) - stale

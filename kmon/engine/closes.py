@@ -8,6 +8,13 @@ process, looks its 4-tuple up among the kernel's closing sockets. The reason
 follows from the side and how long the connection had been idle against the
 client's, the brokers' and a middlebox's idle limits.
 
+Where the kernel's TCP events run (kmon.engine.connection_lives), the close is timed
+exactly: its side is the first FIN's (or the RST's), its idle time runs from the
+last data the polls saw to that first FIN, its lifetime from the ``connect()``.
+Without them the close happened somewhere between the last poll that saw the
+connection open and the one that saw it gone: a limit reached within that window
+is the limit that closed it.
+
 Where the wire source runs, it saw the first FIN or RST itself, and from which
 side: that decides the side, a RST makes the reason ``reset`` (unless a
 middlebox's idle timeout explains it), and a broker that closed right after a
@@ -20,15 +27,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kmon.engine.connection_lives import KernelLife
 from kmon.model import CloseStory, Connection, WireClose
 from kmon.sources.kafka_protocol import SASL_APIS
+from kmon.tcp_state import TcpState
 from kmon.units import format_duration
 
-REAP_SHARE = 0.9  # idle for this share of a limit when closed: that limit's reaper did it
+# idle for this share of a limit when closed: that limit's reaper did it (librdkafka counts
+# idle from stamps that can predate the connection: seen closing one 4.0 s after its
+# connect under a 5 s limit)
+REAP_SHARE = 0.8
 TIME_WAIT_MS = 60_000  # how long Linux keeps the active closer's 4-tuple
-CLIENT_FIRST = frozenset({"FIN_WAIT1", "FIN_WAIT2", "CLOSING", "TIME_WAIT"})
-BROKER_FIRST = frozenset({"CLOSE_WAIT", "LAST_ACK"})
-NOT_ESTABLISHED = frozenset({"SYN_SENT", "SYN_RECV"})
+CLIENT_FIRST = frozenset({TcpState.FIN_WAIT1, TcpState.FIN_WAIT2, TcpState.CLOSING,
+                          TcpState.TIME_WAIT})
+BROKER_FIRST = frozenset({TcpState.CLOSE_WAIT, TcpState.LAST_ACK})
+NOT_ESTABLISHED = frozenset({TcpState.SYN_SENT, TcpState.SYN_RECV})
 READABLE = {
     "client_idle_reap": "client idle reap", "broker_idle_reap": "broker idle reap",
     "middlebox_idle_drop": "dropped by a middlebox after its idle timeout",
@@ -65,13 +78,15 @@ def closed_by(life: SocketLife, kernel_state: str | None, closed_ms: int) -> str
 
 
 def reason(side: str, idle_ms: int | None, limits: dict[str, int],
-           established: bool) -> str:
-    """Why it closed, given who closed it and how idle it was against each limit."""
+           established: bool, window_ms: int = 0) -> str:
+    """Why it closed, given who closed it and how idle it was against each limit; the close
+    fell up to ``window_ms`` after ``idle_ms`` was seen (the polls' gap; 0 when exact)."""
     if not established:
         return "connect_failed"
 
     def reaped_by(limit: str) -> bool:
-        return idle_ms is not None and limit in limits and idle_ms >= REAP_SHARE * limits[limit]
+        return (idle_ms is not None and limit in limits
+                and idle_ms + window_ms >= REAP_SHARE * limits[limit])
 
     if side == "client":
         return "client_idle_reap" if reaped_by("client") else "client_closed"
@@ -100,10 +115,12 @@ def wire_reason(wire: WireClose, kernel_reason: str) -> str:
 
 
 def story(life: SocketLife, kernel_state: str | None, closed_ms: int,
-          wire: WireClose | None = None) -> CloseStory:
+          wire: WireClose | None = None, exact: KernelLife | None = None) -> CloseStory:
     """The close of the connection ``life`` remembers; ``kernel_state`` is its 4-tuple's
     closing state now (None when the kernel no longer knows it); ``wire``, the first FIN or
-    RST as the wire saw it."""
+    RST as the wire saw it; ``exact``, its life as the kernel's TCP events told it."""
+    if exact is not None and exact.closed_ms is not None:
+        return exact_story(life, exact, wire)
     conn = life.last
     established = not life.states <= NOT_ESTABLISHED
     if not established:
@@ -112,7 +129,8 @@ def story(life: SocketLife, kernel_state: str | None, closed_ms: int,
         side = wire.first_by
     else:
         side = closed_by(life, kernel_state, closed_ms)
-    why = reason(side, conn.idle_ms, conn.idle_limits, established)
+    why = reason(side, conn.idle_ms, conn.idle_limits, established,
+                 max(0, closed_ms - life.last_seen_ms))
     if wire is not None:
         why = wire_reason(wire, why)
     return CloseStory(
@@ -120,6 +138,27 @@ def story(life: SocketLife, kernel_state: str | None, closed_ms: int,
         idle_before_ms=conn.idle_ms, lifetime_ms=life.last_seen_ms - life.first_seen_ms,
         bytes_sent=conn.bytes_sent, bytes_received=conn.bytes_received,
         requests_sent=conn.requests_sent, requests_received=conn.requests_received)
+
+
+def exact_story(life: SocketLife, kernel: KernelLife,
+                wire: WireClose | None = None) -> CloseStory:
+    """The close of a connection whose first FIN or RST the kernel timed: idle from the last
+    data the polls saw (the last poll's time less its idle age) to that moment."""
+    conn, closing = life.last, kernel.closed_ms or 0.0
+    idle = (None if conn.idle_ms is None
+            else max(0, round(closing - (life.last_seen_ms - conn.idle_ms))))
+    side = kernel.closed_by
+    why = kernel.ending or reason(side, idle, conn.idle_limits, True)
+    if kernel.ending is None and kernel.reset is not None and why not in IDLE_REASONS:
+        why = "reset"
+    if wire is not None:
+        why = wire_reason(wire, why)
+    return CloseStory(
+        closed_by=side, reason=why, idle_before_ms=idle,
+        lifetime_ms=round(closing - kernel.opened_ms),
+        bytes_sent=conn.bytes_sent, bytes_received=conn.bytes_received,
+        requests_sent=conn.requests_sent, requests_received=conn.requests_received,
+        opened_ms=round(kernel.opened_ms), closed_ms=round(closing))
 
 
 REAPING_LIMIT = {"client_idle_reap": "client", "broker_idle_reap": "broker",

@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kmon.model import ConnectionLife
 from kmon.sources.kernel_events import TCP_CLOSE, TCP_SYN_SENT, TcpEvent
 
 MAX_OPEN = 8192  # connections followed at once; past it the oldest are forgotten
-REJECTED_WITHIN_MS = 250  # closed by the broker this soon after it was established: refused
+REJECTED_WITHIN_MS = 250  # closed by the broker this soon after its connect: refused
 TCP_ESTABLISHED, TCP_FIN_WAIT1, TCP_CLOSE_WAIT = 1, 4, 8
 
 
@@ -29,10 +30,9 @@ class KernelLife:
     opened_ms: float
     remote: tuple[str, int] | None
     local: tuple[str, int] | None = None
-    established_ms: float | None = None
     first_fin: str | None = None  # who closed first: client or broker
     reset: str | None = None  # who reset it: client or broker
-    closed_ms: float | None = None
+    closed_ms: float | None = None  # its first FIN or RST (or CLOSE): when it began to close
     never_established: bool = False  # it went from SYN_SENT straight to CLOSE
 
     @property
@@ -47,19 +47,34 @@ class KernelLife:
     @property
     def ending(self) -> str | None:
         """connect_failed (never established), per_ip_rejected (closed or reset by the broker
-        within REJECTED_WITHIN_MS of being established) or None (an ordinary close, or one
+        within REJECTED_WITHIN_MS of its connect) or None (an ordinary close, or one
         whose steps the port filter did not yet pass: its port was learned from its open)."""
         if self.closed_ms is None:
             return None
         if self.never_established:
             return "connect_failed"
-        if (self.closed_by == "broker" and self.established_ms is not None
-                and self.closed_ms - self.established_ms <= REJECTED_WITHIN_MS):
+        if (self.closed_by == "broker"
+                and self.closed_ms - self.opened_ms <= REJECTED_WITHIN_MS):
             return "per_ip_rejected"
         return None
 
+    def recorded(self) -> ConnectionLife:
+        """The life as a recording keeps it (once it has closed)."""
+        return ConnectionLife(self.pid, _text(self.local), _text(self.remote),
+                              round(self.opened_ms), round(self.closed_ms or self.opened_ms),
+                              self.closed_by,
+                              self.ending)
+
     def where(self) -> str:
         return f"{self.remote[0]}:{self.remote[1]}" if self.remote else "?"
+
+
+def _text(address: tuple[str, int] | None) -> str | None:
+    """An address as kmon prints endpoints (kmon.sources.sockets.Endpoint)."""
+    if address is None:
+        return None
+    ip, port = address
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
 class ConnectionLives:
@@ -72,7 +87,7 @@ class ConnectionLives:
     def feed(self, events: Iterable[TcpEvent],
              watched: set[int]) -> tuple[list[KernelLife], list[KernelLife]]:
         """Fold in ``events`` (oldest first): the connections they opened and those they
-        closed."""
+        closed (at their first FIN or RST: what follows tells nothing more)."""
         opened, closed = [], []
         for event in events:
             if event.kind == "state" and event.new_state == TCP_SYN_SENT:
@@ -84,15 +99,14 @@ class ConnectionLives:
             life = self.open.get(event.skaddr)
             if life is None:
                 continue
-            if event.kind == "reset_in":
-                life.reset = life.reset or "broker"
+            if event.kind == "reset_in":  # from the socket's side: its local address too
+                life.reset, life.local = "broker", event.local or life.local
             elif event.kind == "reset_out":
-                life.reset = life.reset or "client"
-            else:
-                self._step(life, event)
-                if event.new_state == TCP_CLOSE:
-                    life.closed_ms = event.ts_ms
-                    closed.append(self.open.pop(event.skaddr))
+                life.reset = "client"
+            elif not self._step(life, event):
+                continue
+            life.closed_ms = event.ts_ms
+            closed.append(self.open.pop(event.skaddr))
         return opened, closed
 
     def _start(self, event: TcpEvent) -> KernelLife:
@@ -105,15 +119,17 @@ class ConnectionLives:
         return life
 
     @staticmethod
-    def _step(life: KernelLife, event: TcpEvent) -> None:
+    def _step(life: KernelLife, event: TcpEvent) -> bool:
+        """Fold in one state change; True when it ends the life."""
         if event.local and event.local[1]:
             life.local = event.local
-        if event.old_state == TCP_SYN_SENT and event.new_state == TCP_CLOSE:
+        old, new = event.old_state, event.new_state
+        if old == TCP_SYN_SENT and new == TCP_CLOSE:
             life.never_established = True
-        if event.new_state == TCP_ESTABLISHED and life.established_ms is None:
-            life.established_ms = event.ts_ms
-        elif event.old_state == TCP_ESTABLISHED and life.first_fin is None:
-            if event.new_state == TCP_FIN_WAIT1:
-                life.first_fin = "client"
-            elif event.new_state == TCP_CLOSE_WAIT:
-                life.first_fin = "broker"
+        elif new == TCP_FIN_WAIT1:
+            life.first_fin = "client"
+        elif new == TCP_CLOSE_WAIT:
+            life.first_fin = "broker"
+        elif old == TCP_ESTABLISHED and new == TCP_CLOSE:
+            life.reset = "client"  # aborted with no FIN and no RST received: the client's
+        return new == TCP_CLOSE or old == TCP_ESTABLISHED

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import platform
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
+from kmon.engine import host_churn
 from kmon.engine.cluster_watch import (
     ClusterView,
     ClusterWatcher,
@@ -25,11 +26,14 @@ from kmon.engine.cluster_watch import (
 )
 from kmon.engine.discovery import ClientDiscovery
 from kmon.engine.heap import settle_heap
+from kmon.engine.host_churn import HostTimeWaits
 from kmon.engine.host_view import UNKNOWN_CLUSTER, KafkaProcesses, cluster_labels
+from kmon.engine.kernel_watch import open_kernel_watch
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
 from kmon.model import ChurnThresholds, Event, Snapshot
 from kmon.sources.host_wire import HostWire
+from kmon.sources.resolve import split_host_port
 from kmon.sources.socket_readers import open_socket_reader
 from kmon.sources.sockets import Endpoint
 
@@ -132,25 +136,34 @@ class ProcessSession(Recordable):
                 close()
 
 
-def open_process(pid: int, settings: SamplerSettings, interval_ms: int = 1000) -> ProcessSession:
-    """A session of one live process, with its own socket reader; AttachFailed if it can't."""
+def open_process(pid: int, settings: SamplerSettings, interval_ms: int = 1000,
+                 kernel_events: bool = True) -> ProcessSession:
+    """A session of one live process, with its own socket reader (and the kernel's TCP
+    events where kmon may read them); AttachFailed if it can't."""
     try:
         sampler = ProcessSampler(pid, open_socket_reader(), settings)
     except (SampleError, OSError) as err:
         raise AttachFailed(str(err)) from err
-    return ProcessSession(Monitor([sampler]), interval_ms)
+    kernel, notice = open_kernel_watch() if kernel_events else (None, None)
+    if notice is not None:
+        sampler.standing_notices.append(notice)
+    return ProcessSession(Monitor([sampler], kernel=kernel), interval_ms)
 
 
 class LocalClients(Recordable):
     """Many local client processes, found by ``find`` (see ClientDiscovery) and polled
     together, their wire read once for the host (one packet capture), and their recording;
-    what the watch screen and the host view share."""
+    what the watch screen and the host view share. The kernel's TCP events, where kmon may
+    read them, follow the brokers' ``ports`` and those the clients use."""
 
     def __init__(self, settings: SamplerSettings, find: Callable | None,
                  discover_every_s: float, interval_ms: int,
-                 churn: ChurnThresholds | None) -> None:
-        self.settings, self.interval_ms = settings, interval_ms
-        self.monitor = Monitor([], churn=churn)
+                 churn: ChurnThresholds | None, kernel_events: bool = True,
+                 ports: Iterable[int] = ()) -> None:
+        self.settings, self.interval_ms, self.kernel_events = settings, interval_ms, kernel_events
+        kernel, self.kernel_notice = open_kernel_watch(ports) if kernel_events else (None, None)
+        self.monitor = Monitor([], churn=churn, kernel=kernel, host_closes=HostTimeWaits()
+                               if self.kernel_notice else None)
         self.discovery = ClientDiscovery(open_socket_reader(), settings, discover_every_s, find,
                                          HostWire() if settings.wire == "auto" else None)
         self._lock = threading.Lock()  # one poll at a time; close waits for it
@@ -159,8 +172,10 @@ class LocalClients(Recordable):
 
     @property
     def notices(self) -> list[str]:
-        """Problems finding or reading the local clients."""
-        return self.discovery.notices
+        """Problems finding or reading the local clients, and what kmon cannot see."""
+        closed = self.monitor.host_closed_1m
+        return self.discovery.notices + ([self.kernel_notice] if self.kernel_notice else []) + (
+            [host_churn.in_words(closed)] if closed is not None else [])
 
     def events_of(self, pid: int) -> list[Event]:
         """The remembered events of one watched process."""
@@ -169,7 +184,7 @@ class LocalClients(Recordable):
 
     def attach(self, pid: int) -> ProcessSession:
         """A session of one of the clients (its own sampler and socket reader)."""
-        return open_process(pid, self.settings, self.interval_ms)
+        return open_process(pid, self.settings, self.interval_ms, self.kernel_events)
 
     def close(self) -> None:
         """Stop every sampler (JMX helpers) and the search for clients, once the poll under
@@ -193,8 +208,12 @@ class ClusterSession(LocalClients):
 
     def __init__(self, watcher: ClusterWatcher, settings: SamplerSettings, pids: list[int],
                  discover_every_s: float = DISCOVER_EVERY_S, interval_ms: int = 1000,
-                 churn: ChurnThresholds | None = None, idle_from_cluster: bool = True) -> None:
-        super().__init__(settings, None, discover_every_s, interval_ms, churn)
+                 churn: ChurnThresholds | None = None, idle_from_cluster: bool = True,
+                 kernel_events: bool = True) -> None:
+        ports = {parts[1] for text in watcher.view.bootstrap.split(",")
+                 if (parts := split_host_port(text.strip())) is not None}
+        super().__init__(settings, None, discover_every_s, interval_ms, churn, kernel_events,
+                         ports)
         self.watcher = watcher
         self.idle_from_cluster = idle_from_cluster  # the brokers' idle limit as they say
         for pid in pids:
@@ -241,9 +260,11 @@ class HostSession(LocalClients):
     """
 
     def __init__(self, settings: SamplerSettings, discover_every_s: float = DISCOVER_EVERY_S,
-                 interval_ms: int = 1000, churn: ChurnThresholds | None = None) -> None:
+                 interval_ms: int = 1000, churn: ChurnThresholds | None = None,
+                 kernel_events: bool = True) -> None:
         self.search = KafkaProcesses()
-        super().__init__(settings, self.search, discover_every_s, interval_ms, churn)
+        super().__init__(settings, self.search, discover_every_s, interval_ms, churn,
+                         kernel_events)
         self._brokers: frozenset[Endpoint] = frozenset()
 
     @property

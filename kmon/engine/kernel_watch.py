@@ -1,6 +1,6 @@
 """The kernel's TCP events for one Monitor: the brokers' ports kept in the kernel filter,
-each poll's events folded into connection lives, and the lives that ended badly told as
-``closed`` events with their exact story.
+each poll's events folded into connection lives, the lives that ended badly told as
+``closed`` events with their exact story, and the life of any socket a poll saw close.
 """
 
 from __future__ import annotations
@@ -10,12 +10,25 @@ from collections.abc import Iterable
 
 from kmon.engine.connection_lives import ConnectionLives, KernelLife
 from kmon.model import CloseStory, Event, EventKind, ProcessView
-from kmon.sources.kernel_events import KernelEvents
+from kmon.sources.kernel_events import KernelEvents, KernelEventsUnavailable
 from kmon.sources.resolve import parse_endpoint
 from kmon.sources.sockets import Endpoint
 
 MAX_LEARNED_PORTS = 48  # remote ports learned from the watched processes' own sockets
-MAX_ENDINGS = 4096  # recent bad endings remembered by 4-tuple, to correct a poll's story
+UNAVAILABLE = ("kernel TCP events unavailable ({}; they need root, CAP_PERFMON or "
+               "CAP_SYS_ADMIN): connections living between two polls, failed connects and "
+               "connections the broker refuses are not seen")
+MAX_ENDINGS = 4096  # recent closes remembered by 4-tuple, for the story of a poll's close
+
+
+def open_kernel_watch(ports: Iterable[int] = ()) -> tuple[KernelWatch | None, str | None]:
+    """The kernel's TCP events filtered by the brokers' ``ports``; or None and the notice
+    saying what kmon cannot see without them."""
+    ports = frozenset(ports)
+    try:
+        return KernelWatch(KernelEvents(ports), ports), None
+    except (KernelEventsUnavailable, OSError) as err:
+        return None, UNAVAILABLE.format(err)
 
 
 class KernelWatch:
@@ -26,7 +39,9 @@ class KernelWatch:
         self.lives = ConnectionLives()
         self.broker_ports = frozenset(broker_ports)
         self.learned: OrderedDict[int, None] = OrderedDict()  # ports, latest last
-        self.endings: OrderedDict[tuple[Endpoint, Endpoint], KernelLife] = OrderedDict()
+        # by (local, remote) as the kernel gave them
+        self.endings: OrderedDict[tuple[tuple[str, int], tuple[str, int]], KernelLife] = (
+            OrderedDict())
         self.polled: frozenset[tuple[Endpoint | None, Endpoint]] = frozenset()  # last poll's
         self.polled_text: frozenset[tuple[str | None, str]] = frozenset()  # the same, as shown
         self.polled_ports: frozenset[int] = frozenset()
@@ -46,6 +61,8 @@ class KernelWatch:
             if life.remote is not None:
                 self.learned[life.remote[1]] = None
         self._follow_ports()
+        for life in closed:
+            self._remember(life)
         events = [event for life in closed if life.ending is not None
                   if (event := self._closed_event(life, polled)) is not None]
         if self.source.lost:  # standing from the first loss on, with the total
@@ -72,18 +89,20 @@ class KernelWatch:
             self.learned.popitem(last=False)
         self.source.watch_ports(self.broker_ports | set(self.learned))
 
+    def _remember(self, life: KernelLife) -> None:
+        if life.local and life.remote:
+            self.endings[(life.local, life.remote)] = life
+            if len(self.endings) > MAX_ENDINGS:
+                self.endings.popitem(last=False)
+
     def _closed_event(self, life: KernelLife,
                       polled: set[tuple[Endpoint | None, Endpoint]]) -> Event | None:
         """The ``closed`` event of a life that ended badly; None for one a poll saw open (its
-        own ``closed`` event tells the kernel's story: ``known_ending``)."""
+        own ``closed`` event tells the kernel's story: ``life_of``)."""
         local = Endpoint(*life.local) if life.local else None
         remote = Endpoint(*life.remote) if life.remote else None
-        if local and remote:
-            self.endings[(local, remote)] = life
-            while len(self.endings) > MAX_ENDINGS:
-                self.endings.popitem(last=False)
-            if (local, remote) in polled:
-                return None
+        if (local, remote) in polled:
+            return None
         story = self.story(life)
         detail = (f"{life.where()}: {life.ending} after {story.lifetime_ms} ms (first FIN: "
                   f"{life.first_fin or 'none'}, RST: {life.reset or 'none'})")
@@ -93,13 +112,17 @@ class KernelWatch:
 
     @staticmethod
     def story(life: KernelLife) -> CloseStory:
-        """The close story of a life, from its exact times."""
-        return CloseStory(life.closed_by, life.ending or "unknown", None, life.lifetime_ms)
+        """The close story of a life that ended badly, from its exact times."""
+        return CloseStory(life.closed_by, life.ending or "unknown", None,
+                          life.lifetime_ms, opened_ms=round(life.opened_ms),
+                          closed_ms=round(life.closed_ms or life.opened_ms))
 
-    def known_ending(self, pair: tuple[Endpoint, Endpoint] | None) -> CloseStory | None:
-        """The kernel's story of a socket a poll saw close, where it ended badly."""
-        life = self.endings.get(pair) if pair is not None else None
-        return self.story(life) if life is not None else None
+    def life_of(self, pair: tuple[Endpoint, Endpoint] | None) -> KernelLife | None:
+        """The kernel's life of a socket a poll saw close (ended at its first FIN or RST);
+        None for one opened before the events ran."""
+        if pair is None:
+            return None
+        return self.endings.get(((pair[0].ip, pair[0].port), (pair[1].ip, pair[1].port)))
 
     def close(self) -> None:
         """Stop the kernel events."""

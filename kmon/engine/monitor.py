@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from kmon.engine.churn import ChurnWatch
 from kmon.engine.closes import SocketLife, in_words, story
+from kmon.engine.host_churn import HostTimeWaits
 from kmon.engine.kernel_watch import KernelWatch
 from kmon.engine.sampler import ProcessGone, ProcessSampler, SampleError
 from kmon.model import (
@@ -32,6 +33,7 @@ from kmon.sources.proc_fds import open_fd_count
 from kmon.sources.resolve import parse_endpoint
 from kmon.sources.sockets import Endpoint
 from kmon.sources.spool import SpoolError
+from kmon.tcp_state import TcpState
 from kmon.units import format_duration
 
 NEAR_REAP_FRACTION = Thresholds.idle_warning
@@ -62,11 +64,12 @@ def diff(before: ProcessView, after: ProcessView, ts_ms: int,
         prev = old.get(key)
         if prev is None:
             event(EventKind.OPENED, conn, f"{conn.role.value} {conn.state}")
-            if conn.state == "CLOSE_WAIT":
+            if conn.state == TcpState.CLOSE_WAIT:
                 event(EventKind.CLOSE_WAIT, conn, "peer closed; client has not")
             continue
         if conn.state != prev.state:
-            kind = EventKind.CLOSE_WAIT if conn.state == "CLOSE_WAIT" else EventKind.STATE_CHANGE
+            kind = (EventKind.CLOSE_WAIT if conn.state == TcpState.CLOSE_WAIT
+                    else EventKind.STATE_CHANGE)
             event(kind, conn, f"{prev.state} -> {conn.state}")
         if (conn.role, conn.node_id) != (prev.role, prev.node_id):
             event(EventKind.ROLE_CHANGE, conn,
@@ -97,7 +100,8 @@ class Monitor:
     def __init__(self, samplers: Iterable[ProcessSampler], max_events: int = 5000,
                  near_reap_fraction: float = NEAR_REAP_FRACTION,
                  churn: ChurnThresholds | None = None,
-                 kernel: KernelWatch | None = None) -> None:
+                 kernel: KernelWatch | None = None,
+                 host_closes: HostTimeWaits | None = None) -> None:
         self.samplers: dict[int, ProcessSampler] = {}
         self.host = platform.node()
         self.events: deque[Event] = deque(maxlen=max_events)
@@ -108,6 +112,8 @@ class Monitor:
         self.churn = ChurnWatch(churn or ChurnThresholds())
         self._fds_counted_ms = 0
         self.kernel = kernel  # the kernel's TCP events, where kmon may read them
+        self.host_closes = host_closes  # without them: the host's unowned closes, counted
+        self.host_closed_1m: int | None = None  # as the last poll counted them
         for sampler in samplers:
             self.add(sampler)
 
@@ -152,8 +158,11 @@ class Monitor:
                 changes.append((previous, view))
             self.last_views[pid] = view
             views.append(view)
+        lives = []
         if self.kernel is not None:
             opened, closed, told = self.kernel.poll(views)
+            lives = [life.recorded() for life in closed]
+            self.churn.exact.update(view.pid for view in views)  # even those opening nothing
             self.churn.take_lives(opened, closed)
             events.extend(told)
         stories = self._close_stories(changes, ts_ms)
@@ -161,7 +170,11 @@ class Monitor:
             events.extend(diff(before, after, ts_ms, self.fraction, stories))
         self._remember(views, ts_ms)
         events.extend(self.churn.observe(ts_ms, views, events, self._fd_counts(ts_ms)))
-        snapshot = Snapshot(ts_ms=ts_ms, host=self.host, processes=views)
+        for view in views:
+            view.opened_1m, view.closed_1m = self.churn.last_minute(view.pid, ts_ms) or (
+                None, None)
+        snapshot = Snapshot(ts_ms=ts_ms, host=self.host, processes=views,
+                            host_closed_1m=self._host_closes(views), lives=lives)
         self.events.extend(events)
         return snapshot, events
 
@@ -183,10 +196,12 @@ class Monitor:
         pairs = {(pid, key): pair for pid, key, life, _ in closed
                  if (pair := endpoints(life.last)) is not None}
         kernel = closing_states(set(pairs.values()))
-        exact = self.kernel.known_ending if self.kernel else lambda _: None
-        return {(pid, key): exact(pairs.get((pid, key))) or story(
-                    life, kernel.get(pairs.get((pid, key))), ts_ms,
-                    wire.get((life.last.local, life.last.remote)))
+        if self.host_closes is not None:
+            self.host_closes.own(pairs.values())
+        exact = self.kernel.life_of if self.kernel else lambda _: None
+        return {(pid, key): story(life, kernel.get(pairs.get((pid, key))), ts_ms,
+                                  wire.get((life.last.local, life.last.remote)),
+                                  exact(pairs.get((pid, key))))
                 for pid, key, life, wire in closed}
 
     def _remember(self, views: list[ProcessView], ts_ms: int) -> None:
@@ -200,6 +215,15 @@ class Monitor:
             self.lives[view.pid] = lives
         for pid in self.lives.keys() - self.samplers.keys():  # gone: their closes are told
             del self.lives[pid]
+
+    def _host_closes(self, views: list[ProcessView]) -> int | None:
+        """The host's closes to the watched processes' brokers that none of them made."""
+        if self.host_closes is None:
+            return None
+        ports = {int(port) for view in views for conn in view.connections if conn.remote
+                 if (port := conn.remote.rpartition(":")[2]).isdigit()}
+        self.host_closed_1m = self.host_closes.unowned(ports)
+        return self.host_closed_1m
 
     def _fd_counts(self, ts_ms: int) -> dict[int, int | None]:
         """Each process's open fds, every FD_COUNT_EVERY_MS (none between)."""

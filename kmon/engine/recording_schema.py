@@ -55,7 +55,8 @@ CLIENT = _shape(ClientInstance)
 CONNECTION = _shape(Connection, {"claims": list[CLAIM], "reap_in_ms": int | None})
 PROCESS = _shape(ProcessView, {"clients": list[CLIENT], "connections": list[CONNECTION]},
                  unwritten=("wire_closes",), required=("clients", "connections"))
-SNAPSHOT = _shape(Snapshot, {"processes": list[PROCESS]}, required=("processes",))
+SNAPSHOT = _shape(Snapshot, {"processes": list[PROCESS]}, unwritten=("lives",),
+                  required=("processes",))
 EVENT = _shape(Event, unwritten=("close", "churn"))
 CLOSE = _shape(CloseStory)
 CHURN = _shape(Churn)

@@ -48,8 +48,9 @@ def snapshot_from_dict(record: dict) -> Snapshot:
                        for c in p["connections"]]
         connections.sort(key=Connection.display_order)  # as the engine orders them
         processes.append(ProcessView(p["pid"], p["name"], p["cmdline"], clients, connections,
-                                     list(p.get("notices", [])), p.get("clients_created")))
-    return Snapshot(record["ts_ms"], record["host"], processes)
+                                     list(p.get("notices", [])), p.get("clients_created"),
+                                     p.get("opened_1m"), p.get("closed_1m")))
+    return Snapshot(record["ts_ms"], record["host"], processes, record.get("host_closed_1m"))
 
 
 def event_from_dict(record: dict) -> Event:

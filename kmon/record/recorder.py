@@ -1,4 +1,4 @@
-"""A recording session: snapshots and events into the three Parquet tables.
+"""A recording session: snapshots, events and connection lives into the Parquet tables.
 
 Rows are buffered and written as complete part files at least every
 ``flush_every_s`` seconds, so a killed recorder loses at most that window.
@@ -31,6 +31,7 @@ from kmon.record.schema import (
     SCHEMAS,
     clients_json,
     event_rows,
+    life_rows,
     partition_date,
     session_row,
     snapshot_rows,
@@ -100,6 +101,7 @@ class Recorder:
         with self._lock:
             self.writers["snapshots"].add(snapshot_rows(snapshot, self.session_id))
             self.writers["events"].add(event_rows(events, self.session_id))
+            self.writers["lives"].add(life_rows(snapshot, self.session_id))
             for client in clients_json(snapshot):
                 self.clients.setdefault((client["pid"], client["name"]), client)
             if time.monotonic() >= self.next_flush:

@@ -1,4 +1,11 @@
-"""The recorded tables, schema version 2. Documented in docs/recording.md.
+"""The recorded tables, schema version 3. Documented in docs/recording.md.
+
+Version 3 adds to ``events`` the exact open and close times of a close the
+kernel's TCP events timed (``opened_ms``, ``closed_ms``), and the ``lives``
+table: one row per connection those events followed from its connect to its
+close, however short-lived, failed connects (``connect_failed``) and
+connections the broker refused (``per_ip_rejected``) among them. Version 1 and
+2 files lack those columns and that table (read as nulls and no rows).
 
 Version 2 adds to ``events`` why each connection closed (``closed_by``,
 ``reason``, ``idle_before_ms``, ``lifetime_ms`` and its totals) and the
@@ -19,9 +26,9 @@ import pyarrow as pa
 
 from kmon.model import Event, Snapshot
 
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
-TABLES = ("snapshots", "events", "sessions")
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+TABLES = ("snapshots", "events", "sessions", "lives")
 
 SNAPSHOTS = pa.schema([
     ("schema_version", pa.int32()),
@@ -81,9 +88,27 @@ EVENTS = pa.schema([
     ("pattern", pa.string()),  # client_per_message, idle_reap_cycle, reconnect_storm, fd_leak
     ("rate", pa.float64()),  # per minute
     ("window_s", pa.int32()),
+    # schema 3: a close the kernel's TCP events timed (UTC epoch ms)
+    ("opened_ms", pa.int64()),
+    ("closed_ms", pa.int64()),  # its first FIN or RST
 ])
-# the columns schema 2 added, by table: a version 1 file lacks exactly these
-ADDED_IN_V2 = {"events": tuple(EVENTS.names[EVENTS.names.index("closed_by"):])}
+# the columns schema 3 added, by table: a version 1 or 2 file lacks these
+ADDED_IN_V3 = {"events": ("opened_ms", "closed_ms")}
+# the columns schema 2 added, by table: a version 1 file lacks these too
+ADDED_IN_V2 = {"events": tuple(EVENTS.names[EVENTS.names.index("closed_by"):
+                                            EVENTS.names.index("opened_ms")])}
+
+LIVES = pa.schema([  # schema 3
+    ("schema_version", pa.int32()),
+    ("session_id", pa.string()),
+    ("pid", pa.int32()),  # the process whose connect() opened it
+    ("local", pa.string()),
+    ("remote", pa.string()),
+    ("opened_ms", pa.int64()),  # its connect (UTC epoch ms, exact)
+    ("closed_ms", pa.int64()),  # its first FIN or RST
+    ("closed_by", pa.string()),  # client, broker, unknown
+    ("ending", pa.string()),  # connect_failed, per_ip_rejected, or null for an ordinary close
+])
 
 SESSIONS = pa.schema([
     ("schema_version", pa.int32()),
@@ -97,7 +122,7 @@ SESSIONS = pa.schema([
     ("clients_json", pa.string()),
 ])
 
-SCHEMAS = {"snapshots": SNAPSHOTS, "events": EVENTS, "sessions": SESSIONS}
+SCHEMAS = {"snapshots": SNAPSHOTS, "events": EVENTS, "sessions": SESSIONS, "lives": LIVES}
 
 
 def partition_date(ts_ms: int) -> str:
@@ -133,13 +158,21 @@ def snapshot_rows(snapshot: Snapshot, session_id: str) -> list[dict]:
 
 def event_rows(events: list[Event], session_id: str) -> list[dict]:
     """One row per event (the close and churn columns null where they don't apply)."""
-    added = dict.fromkeys(ADDED_IN_V2["events"])
+    added = dict.fromkeys(ADDED_IN_V2["events"] + ADDED_IN_V3["events"])
     return [{**added, **{k: v for k, v in e.to_dict().items() if k in added},
              "schema_version": SCHEMA_VERSION, "session_id": session_id, "ts_ms": e.ts_ms,
              "kind": e.kind.value, "pid": e.pid, "client": e.client, "key": e.key,
              "role": e.role.value if e.role else None, "node_id": e.node_id,
              "broker_id": e.broker_id, "remote": e.remote, "detail": e.detail}
             for e in events]
+
+
+def life_rows(snapshot: Snapshot, session_id: str) -> list[dict]:
+    """One row per connection the kernel's events followed to its close in this poll."""
+    return [{"schema_version": SCHEMA_VERSION, "session_id": session_id, "pid": life.pid,
+             "local": life.local, "remote": life.remote, "opened_ms": life.opened_ms,
+             "closed_ms": life.closed_ms, "closed_by": life.closed_by, "ending": life.ending}
+            for life in snapshot.lives]
 
 
 def clients_json(snapshot: Snapshot) -> list[dict]:

@@ -58,7 +58,7 @@ class PartWriter:
         if not tables:
             return []
         table = pa.concat_tables(tables)
-        time_column = "started_ms" if self.table == "sessions" else "ts_ms"
+        time_column = {"sessions": "started_ms", "lives": "closed_ms"}.get(self.table, "ts_ms")
         days = pc.strftime(pc.cast(table[time_column], pa.timestamp("ms", tz="UTC")),
                            format="%Y-%m-%d")
         return [self._write(day, table.filter(pc.equal(days, day)))

@@ -22,16 +22,18 @@ import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
+from typing import NamedTuple
 
 from kmon.sources.resolve import normalize_ip
 
 TRACEPOINTS = ("sock/inet_sock_set_state", "tcp/tcp_receive_reset", "tcp/tcp_send_reset")
 TRACEFS_PLACES = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 MAX_FORMAT_BYTES = 64 * 1024
-# data pages per CPU (a power of two): state changes, a second of a few thousand
-# transitions in 256 KiB; resets are rare
-RING_PAGES = {"inet_sock_set_state": 64, "tcp_receive_reset": 8, "tcp_send_reset": 8}
+# data pages per CPU (a power of two): state changes, about 10,000 records of ~100 bytes in
+# 1 MiB (several seconds of 200 connections a second, a late poll included); resets are rare
+RING_PAGES = {"inet_sock_set_state": 256, "tcp_receive_reset": 8, "tcp_send_reset": 8}
 MAX_EVENTS_PER_READ = 200_000  # a read stops here; the rest waits for the next
 MAX_PORTS = 64  # broker ports in the kernel filter
 
@@ -43,8 +45,9 @@ CLOCK_MONOTONIC = 1
 PERF_EVENT_IOC_ENABLE = 0x2400
 PERF_EVENT_IOC_SET_FILTER = 0x40082406
 PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}
-TCP_SYN_SENT, TCP_CLOSE = 2, 7
+TCP_ESTABLISHED, TCP_SYN_SENT, TCP_CLOSE = 1, 2, 7
 MNT_DETACH = 2
+HEADER, SAMPLE = struct.Struct("<IHH"), struct.Struct("<IIQI")  # a record's, a sample's start
 FIELD_LINE = re.compile(r"field:(?P<decl>[^;]+);\s*offset:(?P<offset>\d+);\s*size:(?P<size>\d+);"
                         r"\s*signed:(?P<signed>\d);")
 
@@ -62,9 +65,9 @@ class Field:
     signed: bool
 
 
-@dataclass(frozen=True)
-class TcpEvent:
-    """One state change (``kind`` "state") or reset ("reset_in", "reset_out") of one socket."""
+class TcpEvent(NamedTuple):
+    """One state change (``kind`` "state") or reset ("reset_in", "reset_out") of one socket
+    (a tuple: thousands are made a second)."""
 
     ts_ms: float  # UTC epoch ms (from the kernel's CLOCK_MONOTONIC stamp)
     kind: str
@@ -89,6 +92,7 @@ def parse_format(text: str) -> tuple[int, dict[str, Field]]:
 
 
 SCALARS = ("skaddr", "oldstate", "newstate", "sport", "dport", "family", "protocol")
+PICKED = ("skaddr", "family", "protocol", "sport", "dport", "oldstate", "newstate")
 CODES = {1: "b", 2: "h", 4: "i", 8: "q"}
 
 
@@ -107,35 +111,39 @@ class Layout:
             code = CODES[field.size]
             fmt += f"{offset - at}x" + (code if field.signed else code.upper())
             at = offset + field.size
-        self.names = [n for _, n, _ in wanted]
+        names = [n for _, n, _ in wanted]
         self.scalars = struct.Struct(fmt)
         self.size = max([self.scalars.size] + [f.offset + f.size for f in fields.values()])
+        # the unpacked values padded with the defaults of the fields a format lacks
+        defaults = {"protocol": len(names) + 1, "family": len(names) + 2}
+        self.pick = itemgetter(*(names.index(n) if n in names else defaults.get(n, len(names))
+                                 for n in PICKED))
+        self.spans = {family: tuple(self._span(f"{side}{suffix}") for side in ("saddr", "daddr"))
+                      for family, suffix in ((2, ""), (10, "_v6"))}
+
+    def _span(self, name: str) -> tuple[int, int] | None:
+        field = self.fields.get(name)
+        if field is None or field.size not in (4, 16):
+            return None
+        return field.offset, field.offset + field.size
 
     def decode(self, pid: int, ts_ms: float, raw: bytes) -> TcpEvent | None:
         """One raw record as a ``TcpEvent`` (None: short, or not TCP over IP)."""
         if len(raw) < self.size:
             return None
-        values = dict(zip(self.names, self.scalars.unpack_from(raw), strict=True))
-        skaddr = values.get("skaddr", 0)
+        skaddr, family, protocol, sport, dport, old, new = self.pick(
+            self.scalars.unpack_from(raw) + (0, 6, None))
         if self.name == "tcp_send_reset":
             return TcpEvent(ts_ms, "reset_out", pid, skaddr, self._sockaddr(raw, "saddr"),
                             self._sockaddr(raw, "daddr"))
-        family = values.get("family")
-        if family not in (2, 10) or values.get("protocol", 6) != 6:
+        if family not in (2, 10) or protocol != 6:
             return None
-        suffix = "_v6" if family == 10 else ""
-        local = self._address(raw, f"saddr{suffix}", values.get("sport", 0))
-        remote = self._address(raw, f"daddr{suffix}", values.get("dport", 0))
+        source, dest = self.spans[family]
+        local = None if source is None else (_ip(raw[source[0]:source[1]]), sport)
+        remote = None if dest is None else (_ip(raw[dest[0]:dest[1]]), dport)
         if self.name == "tcp_receive_reset":
             return TcpEvent(ts_ms, "reset_in", pid, skaddr, local, remote)
-        return TcpEvent(ts_ms, "state", pid, skaddr, local, remote,
-                        values.get("oldstate", 0), values.get("newstate", 0))
-
-    def _address(self, raw: bytes, name: str, port: int) -> tuple[str, int] | None:
-        field = self.fields.get(name)
-        if field is None or field.size not in (4, 16):
-            return None
-        return _ip(raw[field.offset:field.offset + field.size]), port
+        return TcpEvent(ts_ms, "state", pid, skaddr, local, remote, old, new)
 
     def _sockaddr(self, raw: bytes, name: str) -> tuple[str, int] | None:
         """A ``struct sockaddr_in``/``in6`` field (tcp_send_reset's saddr/daddr)."""
@@ -166,13 +174,16 @@ def decode(name: str, fields: dict[str, Field], pid: int, ts_ms: float,
 
 def port_filter(name: str, ports: Iterable[int]) -> str | None:
     """The kernel-side filter of one tracepoint: the client sockets to the brokers' ports
-    (a broker on this host: its own sockets are not read), and for state changes every
-    connect and every close too (a connection to a port not yet known still shows
-    its opener and its failure). None: no filter."""
+    (a broker on this host: its own sockets are not read) and, for state changes, only the
+    step a life is told from (leaving ESTABLISHED: its first FIN either way, or its abort); every
+    connect and every failed connect too (a connection to a port not yet known still
+    shows its opener and its failure). None: no filter."""
     by_port = " || ".join(f"dport == {p}" for p in sorted(ports))  # the clients' side only
     if name == "inet_sock_set_state":
-        base = f"newstate == {TCP_SYN_SENT} || newstate == {TCP_CLOSE}"
-        return f"{base} || {by_port}" if by_port else base
+        base = (f"newstate == {TCP_SYN_SENT} || "
+                f"(oldstate == {TCP_SYN_SENT} && newstate == {TCP_CLOSE})")
+        steps = f"oldstate == {TCP_ESTABLISHED}"
+        return f"{base} || (({by_port}) && ({steps}))" if by_port else base
     if name == "tcp_receive_reset":
         return by_port or "dport == 0"  # no known port: nothing
     return None  # tcp_send_reset names no ports; its events are joined by socket
@@ -241,7 +252,8 @@ def _formats_in(root: Path) -> dict[str, tuple[int, dict[str, Field]]]:
 class KernelEvents:
     """The three tracepoints on every CPU; ``read()`` drains what they recorded."""
 
-    def __init__(self, ports: Iterable[int] = ()) -> None:
+    def __init__(self, ports: Iterable[int] = (), pages: dict[str, int] | None = None) -> None:
+        self.pages = pages or RING_PAGES  # data pages of each tracepoint's ring, per CPU
         self.formats = read_formats()
         self.layouts = {name: Layout(name, fields) for name, (_, fields) in self.formats.items()}
         self.rings: list[_Ring] = []
@@ -281,7 +293,7 @@ class KernelEvents:
                 raise
             return None  # an offline CPU
         try:
-            buffer = mmap.mmap(fd, (RING_PAGES[name] + 1) * self._page, mmap.MAP_SHARED,
+            buffer = mmap.mmap(fd, (self.pages[name] + 1) * self._page, mmap.MAP_SHARED,
                                mmap.PROT_READ | mmap.PROT_WRITE)
         except OSError:
             os.close(fd)
@@ -309,34 +321,32 @@ class KernelEvents:
         return sorted(set(out) if overlap else out, key=lambda e: e.ts_ms)
 
     def _drain(self, ring: _Ring, out: list[TcpEvent]) -> None:
-        buf, size = ring.buffer, RING_PAGES[ring.name] * self._page
+        """The records between the ring's tail and head, copied out in one or two slices
+        (where they wrap), then read in place."""
+        buf, size = ring.buffer, self.pages[ring.name] * self._page
         head, tail = struct.unpack_from("<QQ", buf, 1024)
-        layout = self.layouts[ring.name]
+        start, end = self._page + tail % size, self._page + tail % size + min(head - tail, size)
+        data = buf[start:min(end, self._page + size)]
+        if end > self._page + size:
+            data += buf[self._page:end - size]
+        decode = self.layouts[ring.name].decode
         epoch_ms = (time.time() - time.monotonic()) * 1000
-        while tail < head and len(out) < MAX_EVENTS_PER_READ:
-            header = self._bytes(buf, tail, 8, size)
-            kind, _, length = struct.unpack("<IHH", header)
-            if length < 8:
-                tail = head  # a corrupt ring: start again from the head
+        at, room = 0, MAX_EVENTS_PER_READ - len(out)
+        while at + 8 <= len(data) and room > 0:
+            kind, _, length = HEADER.unpack_from(data, at)
+            if length < 8 or at + length > len(data):
+                at = head - tail  # a corrupt ring: start again from the head
                 break
-            record = self._bytes(buf, tail, length, size)
-            tail += length
             if kind == PERF_RECORD_LOST and length >= 24:
-                self.lost += struct.unpack_from("<Q", record, 16)[0]
+                self.lost += struct.unpack_from("<Q", data, at + 16)[0]
             elif kind == PERF_RECORD_SAMPLE and length >= 28:
-                pid, _tid, ts_ns, raw_size = struct.unpack_from("<IIQI", record, 8)
-                raw = record[28:28 + raw_size]
-                event = layout.decode(pid, ts_ns / 1e6 + epoch_ms, raw)
+                pid, _tid, ts_ns, raw_size = SAMPLE.unpack_from(data, at + 8)
+                event = decode(pid, ts_ns / 1e6 + epoch_ms, data[at + 28:at + 28 + raw_size])
                 if event is not None:
                     out.append(event)
-        struct.pack_into("<Q", buf, 1032, tail)
-
-    def _bytes(self, buf: mmap.mmap, at: int, length: int, size: int) -> bytes:
-        start = self._page + at % size
-        end = start + length
-        if end <= self._page + size:
-            return buf[start:end]
-        return buf[start:self._page + size] + buf[self._page:end - size]
+                    room -= 1
+            at += length
+        struct.pack_into("<Q", buf, 1032, tail + at)
 
     def close(self) -> None:
         """Stop the events and free their rings."""

@@ -27,6 +27,7 @@ from typing import NamedTuple
 from kmon.sources.proc_fds import FdTable, socket_protocol
 from kmon.sources.sockets import Endpoint, TcpSocket
 from kmon.sources.sockstat import tcp_sockets
+from kmon.tcp_state import TcpState, kernel_number
 
 NETLINK_SOCK_DIAG = 4
 SOCK_DIAG_BY_FAMILY = 20
@@ -45,25 +46,12 @@ INET_DIAG_BC_S_LE = 3
 INET_DIAG_BC_D_GE = 4
 INET_DIAG_BC_D_LE = 5
 
-# Linux TCP states (include/net/tcp_states.h), in psutil's spelling.
-_STATE_NAMES = (
-    "NONE",
-    "ESTABLISHED",
-    "SYN_SENT",
-    "SYN_RECV",
-    "FIN_WAIT1",
-    "FIN_WAIT2",
-    "TIME_WAIT",
-    "CLOSE",
-    "CLOSE_WAIT",
-    "LAST_ACK",
-    "LISTEN",
-    "CLOSING",
-    "SYN_RECV",  # TCP_NEW_SYN_RECV: a request socket
-    "BOUND_INACTIVE",
-)
-_STATE_NAME_OF = _STATE_NAMES + tuple(str(n) for n in range(len(_STATE_NAMES), 256))  # by byte
-_LISTEN = 10
+# Linux TCP states by number (TcpState is declared in the kernel's order), as plain strings
+STATE_NAMES = ("NONE", *(state.value for state in TcpState),
+               TcpState.SYN_RECV.value,  # TCP_NEW_SYN_RECV: a request socket
+               "BOUND_INACTIVE")
+_STATE_NAME_OF = STATE_NAMES + tuple(str(n) for n in range(len(STATE_NAMES), 256))  # by byte
+_LISTEN = kernel_number(TcpState.LISTEN)
 # TIME_WAIT and NEW_SYN_RECV are mini sockets without an inode, so no fd can
 # hold one: leaving them out keeps dumps small on busy hosts. LISTEN is kept
 # in dumps only to recognise (and then ignore) a process's listeners.
