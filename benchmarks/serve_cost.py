@@ -10,7 +10,7 @@ to a listener helper, a few of them carrying a little traffic
 (dashboard_cost.py's helper roles). ``kmon serve --interval 5s`` runs as its own
 process, scraped every 15 s over --seconds; beside it, over the same seconds, the
 engine alone (a HostSession polled every 5 s, no exporter) in a helper process of
-this script, both with --wire (auto: as root, a packet tap per process; off: none).
+this script, both with --wire (auto: as root, the host's one packet capture; off: none).
 Each share is user + system CPU seconds of that process (all its
 threads) over wall seconds; the ratio serve/engine is the exporter's own cost.
 Then 20 scrapes back to back: the time to a complete answer. Targets: serve under
@@ -271,7 +271,7 @@ def main() -> int:
                         help="polls of the memory run (17,280: a day at 5 s)")
     parser.add_argument("--wire", choices=("auto", "off"), default="auto",
                         help="kmon's --wire for serve and the engine alone (default auto: "
-                             "each process's packet tap, as root)")
+                             "the host's one packet capture, as root)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 5 processes, 20 s, 600 polls")
     parser.add_argument("--role", choices=("listener", "client", "engine"),
