@@ -4,10 +4,11 @@ that names one, against the real mock cluster."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_clear_line, kmon
+from helpers import Child, assert_one_clear_line, get, kmon, start_serve, wait_for
 
 from kmon.cli import build_parser
 from kmon.cli.wiring import named_cluster
@@ -136,3 +137,41 @@ def test_ps_takes_b_name_and_f_props(start_client, named):
     assert result.returncode == 0, result.stderr
     rows = {row["pid"]: row for row in json.loads(result.stdout)["processes"]}
     assert rows[client.pid]["cluster"] == "local"
+
+
+def test_serve_takes_b_name_and_f_props_and_serves_that_cluster_only(start_client, named,
+                                                                     spool_dir):
+    """``serve -b local`` serves the local cluster's client; a client of another cluster
+    running beside it is left out."""
+    config, props = named
+    client = start_client("producer")
+    other = Child([sys.executable, "-m", "kmon", "devcluster", "--brokers", "1"])
+    stranger = None
+    try:
+        bootstrap = other.wait_line("127.0.0.1:", timeout=30)
+        stranger = Child([sys.executable, "-c", PRODUCER_OF_ANOTHER_CLUSTER, bootstrap])
+        stranger.wait_line("READY", timeout=30)
+        serve, address = start_serve("-b", "local", "--config", str(config), "-F", str(props),
+                                     "--interval", "250ms", "--wire", "off")
+        try:
+            body = wait_for(lambda: (lambda text: f'pid="{client.pid}"' in text and text)(
+                get(f"http://{address}/metrics")[2]), "the local cluster's client served")
+            assert f'pid="{stranger.pid}"' not in body
+        finally:
+            serve.stop()
+    finally:
+        if stranger is not None:
+            stranger.stop()
+        other.stop()
+
+
+PRODUCER_OF_ANOTHER_CLUSTER = """
+import sys, time
+from confluent_kafka import Producer
+producer = Producer({"bootstrap.servers": sys.argv[1]})
+producer.produce("elsewhere", b"x")
+producer.flush(10)
+print("READY", flush=True)
+while True:
+    producer.poll(0.5)
+"""

@@ -46,7 +46,9 @@ def run(args: argparse.Namespace) -> int:
     except (SampleError, OSError) as err:
         raise UserError(str(err)) from err
     if named is not None:
-        labels = _of_cluster(snapshot, wiring.broker_endpoints(metadata, settings), named.name)
+        labels = dict.fromkeys(wiring.clients_of(snapshot, wiring.broker_endpoints(metadata,
+                                                                                 settings)),
+                               named.name)
     rows = process_rows(snapshot, labels, events)
     for notice in notices:
         print(f"kmon ps: {one_line(notice)}", file=sys.stderr)
@@ -90,13 +92,6 @@ def _look(session, settings):
             break
     return snapshot, events
 
-
-def _of_cluster(snapshot, brokers, name: str) -> dict[int, str]:
-    """``name`` for each process connected to one of ``brokers``; the rest left out."""
-    from kmon.sources.resolve import parse_endpoint
-
-    return {view.pid: name for view in snapshot.processes
-            if any(parse_endpoint(c.remote or "") in brokers for c in view.connections)}
 
 
 def process_rows(snapshot, labels: dict[int, str], events) -> list[dict]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ if TYPE_CHECKING:  # imported when the command runs (see kmon.cli.record)
     from kmon.config import Config
     from kmon.engine.facade import HostSession
     from kmon.export.metrics import HostMetrics
+    from kmon.model import Event, Snapshot
     from kmon.record.rotation import RotatingRecorder
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
@@ -32,7 +34,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         metavar="DURATION", help="stop after this long (default: until "
                         "SIGINT/SIGTERM; SIGHUP reloads the config file)")
     options.config_file(parser)
-    options.broker_idle(parser)
+    options.cluster(parser)  # -b: serve only that cluster's clients, with its brokers' limit
     options.wire(parser)
     parser.add_argument("--record", type=Path, default=None, metavar="DIR",
                         help="also record every poll to Parquet under DIR (as kmon record)")
@@ -48,6 +50,7 @@ class Agent:
         from kmon.config import load_config
 
         self.args, self.metrics, self.recorder = args, metrics, recorder
+        self.brokers: frozenset | None = None  # -b: the named cluster's, else every cluster
         self.session = self._session(load_config(args.config))
         self.last_error = ""
 
@@ -55,11 +58,18 @@ class Agent:
         from kmon.cli import wiring
         from kmon.engine.facade import HostSession
 
-        return HostSession(wiring.sampler_settings(self.args, config, require_kafka=False),
-                           churn=config.churn, interval_ms=round(self.args.interval * 1000))
+        named = wiring.named_cluster(self.args, config)
+        metadata = wiring.cluster_state(named, self.args.cluster_timeout) if named else None
+        settings = wiring.sampler_settings(self.args, config, named, metadata,
+                                           require_kafka=False)
+        self.brokers = wiring.broker_endpoints(metadata, settings) if metadata else None
+        return HostSession(settings, churn=config.churn,
+                           interval_ms=round(self.args.interval * 1000))
 
     def step(self) -> None:
         """One poll into the metrics; a failed poll is counted and told once, not fatal."""
+        from kmon.cli import wiring
+
         began = time.monotonic()
         try:
             snapshot, events = self.session.poll()
@@ -67,6 +77,8 @@ class Agent:
             self.metrics.poll_failed()
             self._tell(f"kmon serve: poll failed: {err or type(err).__name__}")
             return
+        if self.brokers is not None:
+            snapshot, events = _only(snapshot, events, wiring.clients_of(snapshot, self.brokers))
         self.metrics.update(snapshot, events, self.session.cluster_labels(snapshot),
                             time.monotonic() - began)
         if self.recorder is not None:
@@ -109,6 +121,13 @@ class Agent:
             return f"; the recording under {self.recorder.root} could not be closed: {err}"
         return (f"; recorded {sum(summary.rows.values())} rows in {len(summary.files)} files "
                 f"under {self.recorder.root}")
+
+
+def _only(snapshot: Snapshot, events: list[Event], pids: set[int]):
+    """``snapshot`` and ``events`` of the processes ``pids`` only."""
+    return (dataclasses.replace(snapshot, processes=[v for v in snapshot.processes
+                                                     if v.pid in pids]),
+            [e for e in events if e.pid in pids])
 
 
 def run(args: argparse.Namespace) -> int:

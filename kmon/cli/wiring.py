@@ -11,6 +11,7 @@ from kmon.config import ClusterConfig, Config
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
 from kmon.errors import UserError
+from kmon.model import Snapshot
 from kmon.sources.cluster import ClusterMetadata, GroupInfo
 from kmon.sources.sockets import Endpoint
 
@@ -74,6 +75,15 @@ def broker_endpoints(cluster: ClusterMetadata, settings: SamplerSettings) -> fro
     """Every endpoint of the cluster's brokers and of its bootstrap addresses."""
     return settings.resolver.look_up([b.address for b in cluster.brokers]
                                      + cluster.bootstrap.split(","))
+
+
+def clients_of(snapshot: Snapshot, brokers: frozenset[Endpoint]) -> set[int]:
+    """The processes of ``snapshot`` with a connection to one of ``brokers`` (a named
+    cluster's clients, for ``ps -b`` and ``serve -b``)."""
+    from kmon.sources.resolve import parse_endpoint
+
+    return {view.pid for view in snapshot.processes
+            if any(parse_endpoint(c.remote or "") in brokers for c in view.connections)}
 
 
 def cluster_state(named: ClusterConfig, timeout_s: float, groups: bool = False):
