@@ -109,7 +109,8 @@ def test_a_node_killed_then_restarted_under_three_consumers(start_kafka, start_c
         cluster.wait_ready()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not [
-                e for e in events if e.kind is EventKind.CHURN]:
+                e for e in events
+                if e.kind is EventKind.CHURN and e.churn.pattern == "reconnect_storm"]:
             time.sleep(0.5)
     finally:
         stop.set()
@@ -120,9 +121,16 @@ def test_a_node_killed_then_restarted_under_three_consumers(start_kafka, start_c
     assert {e.pid for e in dropped} == {c.pid for c in consumers}, dropped
     assert all(e.close.closed_by == "broker" for e in dropped), [e.close for e in dropped]
     assert all(e.close.reason in ("broker_closed", "reset") for e in dropped), dropped
-    storms = [e for e in events if e.kind is EventKind.CHURN]
+    churns = [e for e in events if e.kind is EventKind.CHURN]
+    storms = [e for e in churns if e.churn.pattern == "reconnect_storm"]
     assert [(e.churn.pattern, e.broker_id) for e in storms] == [
         ("reconnect_storm", victim.node_id)], storms
+    # A node starting up accepts and closes fresh connections within milliseconds, as a
+    # per-IP limit does: the kernel's events cannot tell the two apart (docs/real-clients.md).
+    # Whatever else is raised names the restarted node only.
+    others = [e for e in churns if e.churn.pattern != "reconnect_storm"]
+    assert all(e.churn.pattern in ("per_ip_rejected", "connect_failed")
+               and victim.address() in e.detail for e in others), [e.detail for e in others]
     assert storms[0].churn.rate == 3
 
 

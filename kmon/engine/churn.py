@@ -29,6 +29,9 @@ KERNEL_ENDINGS = {  # a kernel-seen ending -> how its churn event says it
     "per_ip_rejected": "closed by the broker within {ms} ms of connecting (a per-IP "
                        "connection limit refuses connections so)",
     "connect_failed": "connection attempts that never got established"}
+# how many in the window make a pattern: a per-IP limit refuses a client again and again,
+# where a broker starting up or going down closes one or two fresh connections so
+KERNEL_ENDINGS_AT_LEAST = {"per_ip_rejected": 3, "connect_failed": 1}
 
 
 class ChurnWatch:
@@ -162,7 +165,7 @@ class ChurnWatch:
         for pattern, wording in KERNEL_ENDINGS.items():
             recent = [(t, where) for t, where in self.endings.get((pid, pattern), ())
                       if ts_ms - t <= self.limits.window_ms]
-            if recent:
+            if len(recent) >= KERNEL_ENDINGS_AT_LEAST[pattern]:
                 rate = len(recent) * 60_000 / self.limits.window_ms
                 places = ", ".join(sorted({where for _, where in recent})[:3])
                 out += self._report(ts_ms, pid, pattern, rate,
