@@ -57,7 +57,13 @@ if str(REPO) not in sys.path:
 
 import psutil  # noqa: E402
 import textual  # noqa: E402
-from helpers import Helpers, exit_when_parent_goes, no_time_wait, raise_fd_limit  # noqa: E402
+from helpers import (  # noqa: E402
+    Helpers,
+    exit_when_parent_goes,
+    listening,
+    no_time_wait,
+    raise_fd_limit,
+)
 
 from kmon.dashboard_settings import DashboardSettings  # noqa: E402
 from kmon.engine.facade import ProcessSession, settle_heap  # noqa: E402
@@ -95,14 +101,7 @@ HISTORY_WINDOW_MIN = DashboardSettings().history / 60  # at a 1 s interval
 
 def role_listener(count: int) -> None:
     """Accept connections on 127.0.0.1 and echo what arrives; print the port first."""
-    raise_fd_limit(count + FD_SLACK)
-    selector = selectors.DefaultSelector()
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(4096)
-    listener.setblocking(False)
-    selector.register(listener, selectors.EVENT_READ)
-    print("port", listener.getsockname()[1], flush=True)
+    selector, listener = listening(count + FD_SLACK)
     while True:
         for key, _ in selector.select():
             sock = key.fileobj

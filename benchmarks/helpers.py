@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
+import selectors
 import signal
 import socket
 import struct
@@ -93,3 +94,17 @@ def cpu_seconds(pid: int) -> float:
         with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # a thread just ended
             total += int((task / "schedstat").read_text().split()[0])
     return total / 1e9
+
+
+def listening(fds: int) -> tuple[selectors.BaseSelector, socket.socket]:
+    """A non-blocking listener on 127.0.0.1 in a selector, with room for ``fds`` open files;
+    its port printed first ("port N") for the benchmark that started this helper."""
+    raise_fd_limit(fds)
+    selector = selectors.DefaultSelector()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4096)
+    listener.setblocking(False)
+    selector.register(listener, selectors.EVENT_READ)
+    print("port", listener.getsockname()[1], flush=True)
+    return selector, listener

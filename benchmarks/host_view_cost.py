@@ -38,6 +38,7 @@ from helpers import (  # noqa: E402
     Helpers,
     cpu_seconds,
     exit_when_parent_goes,
+    listening,
     no_time_wait,
     raise_fd_limit,
 )
@@ -66,14 +67,7 @@ def produce_request(correlation: int, client_id: str) -> bytes:
 def role_listener(count: int) -> None:
     """Accept connections on 127.0.0.1 and answer each request with a short response frame
     carrying its correlation id; print the port first."""
-    raise_fd_limit(count + FD_SLACK)
-    selector = selectors.DefaultSelector()
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(4096)
-    listener.setblocking(False)
-    selector.register(listener, selectors.EVENT_READ)
-    print("port", listener.getsockname()[1], flush=True)
+    selector, listener = listening(count + FD_SLACK)
     while True:
         for key, _ in selector.select():
             sock = key.fileobj
