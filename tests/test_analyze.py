@@ -26,7 +26,7 @@ from kmon.devtools.fleet_writer import simulate
 
 pytest.importorskip("pyspark")
 
-from kmon.analysis import inputs, jobs, spark  # noqa: E402
+from kmon.analysis import classes, inputs, jobs, spark  # noqa: E402
 from kmon.devtools import spark_cluster  # noqa: E402
 from kmon.record import schema  # noqa: E402
 
@@ -48,7 +48,13 @@ def fleet(tmp_path_factory) -> tuple[Path, dict]:
 
 @pytest.fixture(scope="session")
 def spark_session():
-    with spark.session("local[2]", {}) as session:
+    """One local session for the run. It maps the class archive a ``kmon analyze`` run
+    keeps, when there is one, but never writes one itself: its JVM would spend its last
+    ten seconds of the run dumping an archive that the first analyze run writes anyway."""
+    archive = classes.archive_path()
+    keep_none = {"spark.driver.extraJavaOptions":
+                 spark.SMALL_INPUT["spark.driver.extraJavaOptions"]}
+    with spark.session("local[2]", {} if archive and archive.exists() else keep_none) as session:
         yield session
 
 
@@ -386,24 +392,47 @@ def test_no_readable_snapshots_names_the_bad_file_then_stops(tmp_path):
     assert error == f"kmon: error: no readable snapshot files under {tmp_path}"
 
 
-def test_cli_end_to_end_skips_bad_files_and_writes_every_output(fleet, results, tmp_path):
-    bad = spoil(fleet[0], tmp_path / "mixed")
-    out = tmp_path / "out"
-    result = kmon("analyze", str(tmp_path / "mixed"), "--out", str(out), "--master", "local[2]",
-                  timeout=240)
+# -- the command line, once, on a Spark standalone cluster ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def standalone_run(fleet, tmp_path_factory):
+    """``kmon analyze`` of the fleet mixed with bad files, on a master with two one-core
+    workers on this machine (stopped after the run): (its result, its --out, the bad files).
+    Two executors and several shuffle partitions; one JVM launch serves the tests below."""
+    root = tmp_path_factory.mktemp("standalone")
+    bad = spoil(fleet[0], root / "mixed")
+    settings = {**spark_cluster.DRIVER_CONF, "spark.sql.shuffle.partitions": "3"}
+    conf = [arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}")]
+    with spark_cluster.standalone(workers=2, cores=1) as url:
+        result = kmon("analyze", str(root / "mixed"), "--out", str(root / "out"), "--master",
+                      url, *conf, timeout=240)
+    return result, root / "out", bad
+
+
+def test_cli_end_to_end_skips_bad_files_and_writes_every_output(standalone_run):
+    result, out, bad = standalone_run
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     for path in bad.values():
         assert f"kmon: warning: skipped {path}:" in result.stderr
     for analysis in jobs.ANALYSES:
         assert (out / f"{analysis.name}.csv").stat().st_size > 0
-        written = pq.read_table(out / f"{analysis.name}.parquet")
-        assert written.equals(results[analysis.name]), analysis.name  # bad files changed nothing
         assert analysis.title in result.stdout
     for chart in ("connections_over_time", "churn_per_broker", "idle_age", "why_closed",
                   "churn"):
         assert (out / f"{chart}.png").read_bytes().startswith(b"\x89PNG")
         assert b"<svg" in (out / f"{chart}.svg").read_bytes()[:1000]
+
+
+def test_a_standalone_cluster_finds_what_local_mode_finds(standalone_run, results):
+    """Every table equals local[2]'s over the good files alone: the bad files changed
+    nothing, and neither did two executors."""
+    result, out, _ = standalone_run
+    assert result.returncode == 0, result.stderr
+    for analysis in jobs.ANALYSES:
+        written = pq.read_table(out / f"{analysis.name}.parquet")
+        assert written.equals(results[analysis.name]), analysis.name
 
 
 def test_a_file_corrupt_past_its_footer_fails_in_one_line_naming_it(fleet, tmp_path):
@@ -415,29 +444,6 @@ def test_a_file_corrupt_past_its_footer_fails_in_one_line_naming_it(fleet, tmp_p
     assert not inputs.discover(tmp_path / "rec").skipped  # the cheap check can't see it
     result = kmon("analyze", str(tmp_path / "rec"), "--master", "local[2]", timeout=240)
     assert_one_clear_line(result, 1, "kmon: error: Spark failed", str(victim))
-
-
-# -- a Spark standalone cluster ----------------------------------------------------------------
-
-
-@pytest.fixture
-def standalone_master():
-    """A master and two one-core workers on this machine, stopped after the test."""
-    with spark_cluster.standalone(workers=2, cores=1) as url:
-        yield url
-
-
-def test_a_standalone_cluster_finds_what_local_mode_finds(fleet, results, standalone_master,
-                                                          tmp_path):
-    """Two executors and several shuffle partitions: every table equals local[2]'s."""
-    settings = {**spark_cluster.DRIVER_CONF, "spark.sql.shuffle.partitions": "3"}
-    conf = [arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}")]
-    result = kmon("analyze", str(fleet[0]), "--out", str(tmp_path), "--master",
-                  standalone_master, *conf, timeout=240)
-    assert result.returncode == 0, result.stderr
-    for analysis in jobs.ANALYSES:
-        written = pq.read_table(tmp_path / f"{analysis.name}.parquet")
-        assert written.equals(results[analysis.name]), analysis.name
 
 
 # -- a real recording --------------------------------------------------------------------------
