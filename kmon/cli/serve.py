@@ -21,7 +21,8 @@ if TYPE_CHECKING:  # imported when the command runs (see kmon.cli.record)
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
 ROTATE_EVERY_S = 3600.0  # --record: a session an hour, so retention frees space as it goes
-STALE_POLLS = 3  # /healthz fails once the last good poll is this many intervals old
+STALE_POLLS = 3  # /healthz fails once the last good poll is this many intervals old,
+STALE_GRACE_S = 10.0  # and this much older (the default of --stale-after)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -30,6 +31,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help=f"where /metrics and /healthz answer (default {DEFAULT_LISTEN}; "
                              "only this address is bound)")
     options.interval(parser, "polls of the host's clients", default=5.0)
+    parser.add_argument("--stale-after", type=options.interval_arg, default=None,
+                        metavar="DURATION", help="/healthz answers 503 once the last good "
+                        f"poll is this old (default {STALE_POLLS} intervals + "
+                        f"{STALE_GRACE_S:g}s)")
     parser.add_argument("--duration", type=options.duration_arg, default=None,
                         metavar="DURATION", help="stop after this long (default: until "
                         "SIGINT/SIGTERM; SIGHUP reloads the config file)")
@@ -142,8 +147,9 @@ def run(args: argparse.Namespace) -> int:
     metrics = HostMetrics()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(HostCollector(metrics))
-    healthy = fresh_within(lambda: metrics.poll_stats().last_success_s,
-                           STALE_POLLS * args.interval + 10.0, time.time())
+    stale_after = args.stale_after or STALE_POLLS * args.interval + STALE_GRACE_S
+    healthy = fresh_within(lambda: metrics.poll_stats().last_success_s, stale_after,
+                           time.time())
     exposition = Exposition(registry, lambda: metrics.generation)
     server = MetricsServer(args.listen, exposition, healthy)  # a port in use fails first
 

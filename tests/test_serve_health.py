@@ -1,0 +1,64 @@
+"""``kmon serve``'s /healthz: 200 while its polls succeed, 503 once the last good poll is
+older than ``--stale-after`` (default: three intervals and 10 s)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import threading
+import urllib.error
+
+from helpers import free_port, get, wait_for
+
+from kmon.cli import main
+from kmon.engine.facade import HostSession
+
+
+def test_healthz_answers_503_once_the_polls_stop_succeeding(monkeypatch, capsys):
+    """A real ``kmon serve`` in this process (its signal handlers need the main thread),
+    probed over HTTP from another thread, which stops it with SIGTERM."""
+    good_poll, failing = HostSession.poll, threading.Event()
+
+    def poll(session: HostSession):
+        """A fake failure, as the kernel's (a full socket buffer, say): a real host poll
+        cannot be made to fail on demand."""
+        if failing.is_set():
+            raise OSError(errno.ENOBUFS, "No buffer space available")
+        return good_poll(session)
+
+    monkeypatch.setattr(HostSession, "poll", poll)
+    address = f"http://127.0.0.1:{free_port()}"
+    answers: dict[str, tuple[int, str, str]] = {}
+
+    def health() -> tuple[int, str, str] | None:
+        try:
+            return get(f"{address}/healthz")
+        except urllib.error.URLError:  # not listening yet
+            return None
+
+    def probe() -> None:
+        answers["good"] = wait_for(lambda: (h := health()) and h[2].startswith("last poll")
+                                   and h, "an answer after a good poll")
+        try:  # from here kmon serve is in its loop, with its SIGTERM handler
+            failing.set()
+            answers["stalled"] = wait_for(lambda: (h := health()) and h[0] == 503 and h,
+                                          "503 once the last good poll is a second old")
+            answers["metrics"] = get(f"{address}/metrics")
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    prober = threading.Thread(target=probe, daemon=True)
+    prober.start()
+    code = main(["serve", "--listen", address.removeprefix("http://"), "--interval", "100ms",
+                 "--stale-after", "1s", "--wire", "off", "--duration", "120s"])
+    prober.join(10)
+    assert code == 0
+    assert answers["good"][0] == 200, answers
+    assert answers["stalled"][2].rstrip().endswith("ago (stalled)"), answers
+    errors = next(line for line in answers["metrics"][2].splitlines()
+                  if line.startswith("kmon_poll_errors_total "))
+    assert float(errors.split()[1]) >= 1, errors
+    stderr = capsys.readouterr().err
+    assert stderr.count("kmon serve: poll failed: ") == 1, stderr  # told once, not every poll
+    assert "kmon serve: stopped (SIGTERM)" in stderr, stderr
