@@ -1,7 +1,7 @@
 """``kmon record`` and ``kmon analyze`` on a real Apache Kafka cluster: broker idle reaps and a
 killed broker, as real confluent-kafka clients live them.
 
-A two-node cluster of its own reaps idle connections after 4 s
+A two-node cluster of its own reaps idle connections after 3 s
 (``connections.max.idle.ms``), while the clients' own limit is a minute: every close
 of an idle connection is the broker's. Mid-recording one node is SIGKILLed under a
 consumer fetching from it. The recording is then analysed by the real command line.
@@ -22,7 +22,9 @@ pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 
 pytest.importorskip("pyspark")
 
-BROKER_IDLE_MS = 4000
+BROKER_IDLE_MS = 3000
+REAPS_BEFORE_KILL = 3  # the producer's idle connections reaped, reopened, reaped
+AFTER_KILL_S = 5  # the killed node's closes, and the consumer's refused reconnects
 CLIENT_IDLE_MS = 60_000
 REAP_SHARE = 0.9  # kmon.engine.closes: idle this share of a limit when closed: reaped
 KILLED_REASONS = ("broker_closed", "reset")
@@ -53,7 +55,7 @@ def test_broker_reaps_and_a_killed_broker_recorded_and_analysed(start_kafka, spo
     recorder = None
     try:
         # the consumer's coordinator connection is never idle long enough to pass for reaped
-        # when its broker dies (heartbeats every second, not every 3 s of the 4)
+        # when its broker dies (heartbeats every second, not every 2.7 s of the 3)
         consumer = workload("consumer", cluster.bootstrap(), "-X", "heartbeat.interval.ms=1000")
         clients.append(consumer)
         producer = workload("producer", cluster.bootstrap())
@@ -61,8 +63,9 @@ def test_broker_reaps_and_a_killed_broker_recorded_and_analysed(start_kafka, spo
         recording = tmp_path / "rec"
         recorder = record_child("--pid", str(consumer.pid), "--pid", str(producer.pid),
                                 "--out", str(recording), "--interval", "250ms",
-                                "--broker-idle-ms", str(BROKER_IDLE_MS), "--duration", "24s")
-        time.sleep(12)  # the producer's idle connections reaped, reopened, reaped
+                                "--broker-idle-ms", str(BROKER_IDLE_MS), "--duration",
+                                f"{REAPS_BEFORE_KILL * BROKER_IDLE_MS // 1000 + AFTER_KILL_S}s")
+        time.sleep(REAPS_BEFORE_KILL * BROKER_IDLE_MS / 1000)
         killed_ms = int(time.time() * 1000)
         cluster.kill(victim)
         assert recorder.proc.wait(40) == 0, recorder.stderr
