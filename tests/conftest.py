@@ -15,7 +15,8 @@ from helpers import TESTS, Child, KafkaClient, debug_log_options, require_java
 # ``pytestmark``, or a decorator in a module that mixes both kinds. Every other test is marked
 # ``unit`` here (``python -m pytest -m unit`` is the fast inner loop).
 INTEGRATION_FIXTURES = {"cluster", "start_client", "start_client_at", "spool_dir",
-                        "spark_session", "kafka", "start_kafka", "java_clients", "start_java"}
+                        "spark_session", "kafka", "start_kafka", "java_clients", "java_program",
+                        "start_java"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -109,16 +110,29 @@ def java_clients() -> dict[str, str]:
         pytest.skip(str(err))
 
 
+@pytest.fixture(scope="session")
+def java_program(java_clients, tmp_path_factory) -> dict[str, str]:
+    """The classpath that runs KafkaClientProgram on each tested release: the program
+    compiled once a run (the source launcher would compile it again at every start)."""
+    classpaths = {}
+    for version, jars in java_clients.items():
+        classes = tmp_path_factory.mktemp(f"java-{version}")
+        subprocess.run(["javac", "-nowarn", "-cp", jars, "-d", str(classes), str(JAVA_PROGRAM)],
+                       check=True, capture_output=True, timeout=120)
+        classpaths[version] = f"{classes}:{jars}"
+    return classpaths
+
+
 @pytest.fixture
-def start_java(kafka, java_clients):
+def start_java(kafka, java_program):
     """Start tests/java/KafkaClientProgram.java (a real Java client) on the shared cluster:
     start_java("consumer", "--group", "g", version="3.9.1", log=path, jvm=[...])."""
     started: list[Child] = []
 
     def start(mode: str, *args: str, version: str = "4.4.0", log: Path | None = None,
               jvm: tuple[str, ...] = ()) -> Child:
-        argv = ["java", "-XX:TieredStopAtLevel=1", *jvm, "-cp", java_clients[version],
-                *(debug_log_options(log) if log else []), str(JAVA_PROGRAM), mode,
+        argv = ["java", "-XX:TieredStopAtLevel=1", *jvm, "-cp", java_program[version],
+                *(debug_log_options(log) if log else []), JAVA_PROGRAM.stem, mode,
                 kafka.bootstrap(), *args]
         child = Child(argv)
         started.append(child)
