@@ -306,6 +306,11 @@ def churn_events(pid: int, seconds: float) -> list[dict]:
 @pytest.mark.integration
 def test_a_producer_per_message_raises_churn_and_a_steady_consumer_none(cluster, spool_dir,
                                                                         start_client):
+    steady = start_client("consumer")
+    steady_churn: list[list[dict]] = []  # watched for 8 s beside the other one
+    watch_steady = threading.Thread(target=lambda: steady_churn.append(
+        churn_events(steady.pid, 8)), daemon=True)
+    watch_steady.start()
     # an unmodified program under kmon's agent: its clients live a few ms, too briefly for
     # any poll to see their sockets, but the agent counts each one made
     per_message = Child([sys.executable, "-m", "kmon", "run", "--", sys.executable, "-c",
@@ -317,8 +322,8 @@ def test_a_producer_per_message_raises_churn_and_a_steady_consumer_none(cluster,
         assert "client instances created a minute" in event["detail"]
     finally:
         per_message.stop()
-    steady = start_client("consumer")
-    assert churn_events(steady.pid, 8) == []
+        watch_steady.join(60)
+    assert steady_churn == [[]]
 
 
 @pytest.mark.integration
