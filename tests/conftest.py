@@ -16,7 +16,7 @@ from helpers import TESTS, Child, KafkaClient, debug_log_options, require_java
 # ``unit`` here (``python -m pytest -m unit`` is the fast inner loop).
 INTEGRATION_FIXTURES = {"cluster", "start_client", "start_client_at", "spool_dir",
                         "spark_session", "kafka", "start_kafka", "java_clients", "java_program",
-                        "start_java"}
+                        "start_java", "start_module_client"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -150,11 +150,8 @@ def start_client(start_client_at, cluster):
     return lambda kind, **options: start_client_at(cluster, kind, **options)
 
 
-@pytest.fixture
-def start_client_at(spool_dir):
-    """Start a client process of a given cluster: start_client_at(bootstrap, "consumer",
-    properties={"security.protocol": "SSL", ...}, ready=True); stopped when the test ends."""
-    started: list[KafkaClient] = []
+def client_starter(started: list[KafkaClient]):
+    """start(bootstrap, kind, ...): a client process, appended to ``started``."""
 
     def start(bootstrap: str, kind: str, instrument: bool = True, idle_ms: int | None = None,
               wrapper: list[str] | None = None, properties: dict[str, str] | None = None,
@@ -172,7 +169,26 @@ def start_client_at(spool_dir):
             client.wait_line("READY")
         return client
 
-    yield start
+    return start
+
+
+@pytest.fixture
+def start_client_at(spool_dir):
+    """Start a client process of a given cluster: start_client_at(bootstrap, "consumer",
+    properties={"security.protocol": "SSL", ...}, ready=True); stopped when the test ends."""
+    started: list[KafkaClient] = []
+    yield client_starter(started)
+    for client in started:
+        client.stop()
+
+
+@pytest.fixture(scope="module")
+def start_module_client(spool_dir, cluster):
+    """start_client for clients that a whole module's tests only look at: started once,
+    stopped when the module's tests are done."""
+    started: list[KafkaClient] = []
+    start = client_starter(started)
+    yield lambda kind, **options: start(cluster, kind, **options)
     for client in started:
         client.stop()
 

@@ -118,10 +118,11 @@ def test_a_failed_refresh_keeps_the_last_good_view_and_success_resets_backoff():
         cluster.stop()
 
 
-@pytest.fixture
-def consumer_snapshot(start_client):
-    """A real instrumented consumer in its group, its own statistics, and kmon's snapshot."""
-    consumer = start_client("consumer")
+@pytest.fixture(scope="module")
+def consumer_snapshot(start_module_client):
+    """A real instrumented consumer in its group, its own statistics, and kmon's snapshot
+    (the module's tests only read them)."""
+    consumer = start_module_client("consumer")
     stats = consumer.own_stats()
     sampler = ProcessSampler(consumer.pid, open_socket_reader(), SamplerSettings())
     snapshot, _ = Monitor([sampler]).poll()

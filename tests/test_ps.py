@@ -37,9 +37,9 @@ def wide_rows(text: str, columns) -> list[list[str]]:
     return [re.split(r"\s{2,}", line.strip()) for line in lines]
 
 
-@pytest.fixture
-def two_clients(start_client):
-    return start_client("producer"), start_client("consumer")
+@pytest.fixture(scope="module")
+def two_clients(start_module_client):
+    return start_module_client("producer"), start_module_client("consumer")
 
 
 def test_ps_lists_the_clients_by_cluster_with_who_runs_what(two_clients, cluster):
