@@ -205,9 +205,10 @@ def _wait_stderr(child: Child, pattern: re.Pattern, start: int = 0) -> re.Match:
     raise AssertionError(f"no {pattern.pattern!r} from {child.proc.args}: {child.stderr[-5:]}")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def kcat_consumer(cluster):
-    """kcat in consumer-group mode, in a fresh group, settled; and its coordinator broker.
+    """kcat in consumer-group mode, in a fresh group, settled; and its coordinator broker
+    (one for the module: its tests each watch it with an observer of their own).
 
     The coordinator's id comes from kcat's own ``-d cgrp`` debug lines on stderr
     ("Group "G" coordinator is HOST:PORT id N"); the group is settled at its
