@@ -32,10 +32,15 @@ def cluster_session(pid: int, bootstrap: str) -> tuple[ClusterSession, GatedMoni
     return session, gated
 
 
+@pytest.fixture(scope="module")
+def client(start_module_client):
+    """A consumer that the module's sessions watch (none of them changes it)."""
+    return start_module_client("consumer")
+
+
 @pytest.mark.parametrize("make", [lambda pid, _: process_session(pid), cluster_session],
                          ids=["process", "cluster"])
-def test_close_waits_for_the_poll_under_way(start_client, cluster, make):
-    client = start_client("consumer")
+def test_close_waits_for_the_poll_under_way(client, cluster, make):
     session, gated = make(client.pid, cluster)
     polled: list = []
     poller = threading.Thread(target=lambda: polled.append(session.poll()))
@@ -57,11 +62,10 @@ def test_close_waits_for_the_poll_under_way(start_client, cluster, make):
     assert gated.log == ["polled", "closed"]
 
 
-def test_settings_are_frozen_and_polls_share_one_directory(start_client):
+def test_settings_are_frozen_and_polls_share_one_directory(client):
     settings = SamplerSettings()
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.broker_idle_ms = 1  # type: ignore[misc]
-    client = start_client("consumer")
     samplers = [ProcessSampler(client.pid, open_socket_reader(), settings) for _ in range(2)]
     samplers[0].sample(int(time.time() * 1000))
     learned = settings.directory.learned
