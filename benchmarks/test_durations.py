@@ -41,10 +41,15 @@ def durations(root: Path, selection: list[str], report: Path) -> tuple[dict[str,
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly",
                              "-p", "no:cacheprovider", f"--junitxml={report}", *selection],
                             cwd=root, capture_output=True, text=True)
-    times = {f"{case.get('classname')}::{case.get('name')}": float(case.get("time", 0))
-             for case in ET.parse(report).iter("testcase")}
+    times, failed = {}, []
+    for case in ET.parse(report).iter("testcase"):
+        test = f"{case.get('classname')}::{case.get('name')}"
+        times[test] = float(case.get("time", 0))
+        if case.find("failure") is not None or case.find("error") is not None:
+            failed.append(test)
     lines = result.stdout.strip().splitlines()
-    return times, lines[-1] if lines else result.stderr.strip()[-300:]
+    summary = lines[-1] if lines else result.stderr.strip()[-300:]
+    return times, " ".join([summary, *(f"FAILED {test}" for test in failed)])
 
 
 def main() -> int:

@@ -54,8 +54,19 @@ def test_consumer_shows_its_coordinator_and_brokers(start_client):
     assert all(r["client"] == process["clients"][0]["name"] for r in coordinators + brokers)
 
 
-def test_producer_connections_are_all_brokers(start_client):
-    producer = start_client("producer")
+@pytest.fixture(scope="module")
+def producer(start_module_client):
+    """An instrumented producer that the module's tests only attach to."""
+    return start_module_client("producer")
+
+
+@pytest.fixture(scope="module")
+def plain_producer(start_module_client):
+    """A producer without kmon's agent that the module's tests only attach to."""
+    return start_module_client("producer", instrument=False)
+
+
+def test_producer_connections_are_all_brokers(producer):
     ids = broker_ids_by_port(producer.own_stats())
     rows = connections_of(attach_once(producer.pid))
     assert rows
@@ -66,8 +77,8 @@ def test_producer_connections_are_all_brokers(start_client):
         assert row["confidence"] >= 0.9
 
 
-def test_uninstrumented_client_shows_sockets_with_kernel_idle(start_client, cluster):
-    client = start_client("producer", instrument=False)
+def test_uninstrumented_client_shows_sockets_with_kernel_idle(plain_producer, cluster):
+    client = plain_producer
     snapshot = attach_once(client.pid)
     (process,) = snapshot["processes"]
     assert process["clients"] == []
@@ -147,14 +158,12 @@ def test_admin_client_connections(start_client):
     assert rows and all(r["role"] == "broker" and r["client"] for r in rows)
 
 
-def test_psutil_fallback_knows_no_kernel_idle_times(start_client):
+def test_psutil_fallback_knows_no_kernel_idle_times(producer, plain_producer):
     """Without sock_diag, idle ages come from the client's statistics, or stay unknown."""
-    instrumented = start_client("producer")
-    rows = connections_of(attach_once(instrumented.pid, "--socket-reader", "psutil"))
+    rows = connections_of(attach_once(producer.pid, "--socket-reader", "psutil"))
     assert rows and all(r["role"] == "broker" for r in rows)
     assert all(r["evidence"]["idle"] == "stats" and r["idle_ms"] is not None for r in rows)
 
-    plain = start_client("producer", instrument=False)
-    rows = connections_of(attach_once(plain.pid, "--socket-reader", "psutil"))
+    rows = connections_of(attach_once(plain_producer.pid, "--socket-reader", "psutil"))
     assert rows and all(r["idle_ms"] is None and r["evidence"]["idle"] == "unknown"
                         for r in rows)

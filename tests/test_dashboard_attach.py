@@ -66,8 +66,13 @@ def coordinator_broker(consumer) -> int:
                 if b["source"] == "learned" and b["nodename"] == nodename)
 
 
-def test_consumer_coordinator_row_filter_sort_pause_details(start_client):
-    consumer = start_client("consumer")
+@pytest.fixture(scope="module")
+def consumer(start_module_client):
+    """A consumer in its group that the module's dashboards only watch."""
+    return start_module_client("consumer")
+
+
+def test_consumer_coordinator_row_filter_sort_pause_details(consumer):
     broker = coordinator_broker(consumer)
     app, screen = attach_app(consumer.pid)
 
@@ -174,8 +179,8 @@ def test_process_exit_is_shown_in_place(start_client):
     asyncio.run(drive())
 
 
-def test_r_records_the_session_to_parquet(start_client, tmp_path):
-    client = start_client("consumer")
+def test_r_records_the_session_to_parquet(consumer, tmp_path):
+    client = consumer
     app, screen = attach_app(client.pid, record_dir=tmp_path)
 
     async def drive() -> None:
@@ -210,10 +215,10 @@ class ClosingSession:
         self.session.close()
 
 
-def test_a_screen_closed_mid_poll_closes_its_session_after_the_poll(start_client):
+def test_a_screen_closed_mid_poll_closes_its_session_after_the_poll(consumer):
     """The attach screen is left while its poll is under way: its session closes the
     samplers only once that poll has finished, and the dashboard runs on."""
-    client = start_client("consumer")
+    client = consumer
     gated = GatedMonitor(Monitor([ProcessSampler(client.pid, open_socket_reader(),
                                                  SamplerSettings())]))
     session = ClosingSession(ProcessSession(gated))
