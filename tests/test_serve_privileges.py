@@ -57,6 +57,14 @@ def kernel_events_enabled(address: str) -> float:
     return value
 
 
+def client_instances(address: str, pid: int) -> float:
+    """The client instances /metrics counts for ``pid`` (from its statistics spool)."""
+    return sum(sample.value
+               for family in text_string_to_metric_families(get(f"http://{address}/metrics")[2])
+               for sample in family.samples
+               if sample.name == "kmon_client_instances" and sample.labels["pid"] == str(pid))
+
+
 def connections_of(address: str, pid: int) -> dict[str, float]:
     """role -> open connections of ``pid``, as /metrics says."""
     roles: dict[str, float] = {}
@@ -73,6 +81,7 @@ def test_the_unit_s_capabilities_let_an_unprivileged_user_see_another_user_s_cli
     caps = unit_capabilities()
     assert caps and "sys_admin" not in caps and "perfmon" in caps
     consumer = start_client("consumer", instrument=False)  # root's process: another user's
+    instrumented = start_client("consumer")  # root's, with its statistics in root's spool
     child, address = serve_as(throwaway_user, caps)
     try:
         roles = wait_for(lambda: (found := connections_of(address, consumer.pid))
@@ -80,6 +89,8 @@ def test_the_unit_s_capabilities_let_an_unprivileged_user_see_another_user_s_cli
                          "root's consumer with its coordinator and broker roles")
         assert roles["coordinator"] >= 1 and roles["broker"] >= 1, roles
         assert kernel_events_enabled(address) == 1, child.stderr
+        wait_for(lambda: client_instances(address, instrumented.pid) >= 1,
+                 "root's instrumented consumer's client instance, from root's spool")
         owner = subprocess.run(["ps", "-o", "user=", "-p", str(child.pid)],
                                capture_output=True, text=True).stdout.strip()
         assert owner == throwaway_user.pw_name
@@ -91,6 +102,8 @@ def test_the_unit_s_capabilities_let_an_unprivileged_user_see_another_user_s_cli
         wait_for(lambda: "kmon_last_poll_timestamp_seconds" in get(f"http://{address}/metrics")[2],
                  "a first poll")
         assert not connections_of(address, consumer.pid)
+        assert not connections_of(address, instrumented.pid)
+        assert client_instances(address, instrumented.pid) == 0
         assert kernel_events_enabled(address) == 0
         assert any("kernel TCP events unavailable" in line for line in child.stderr)
     finally:
