@@ -85,6 +85,21 @@ def start_kafka():
         cluster.stop()
 
 
+@pytest.fixture(scope="session")
+def spark_session():
+    """One local Spark session (local[2]) for the run's in-process analyses. It maps the class
+    archive a ``kmon analyze`` run keeps, when there is one, but never writes one itself: its
+    JVM would spend its last ten seconds dumping one that the first analyze run writes."""
+    pytest.importorskip("pyspark")
+    from kmon.analysis import classes, spark
+
+    archive = classes.archive_path()
+    keep_none = {"spark.driver.extraJavaOptions":
+                 spark.SMALL_INPUT["spark.driver.extraJavaOptions"]}
+    with spark.session("local[2]", {} if archive and archive.exists() else keep_none) as session:
+        yield session
+
+
 # The real Java clients tested: kafka-clients from Maven Central with slf4j-simple for its log
 # (slf4j-api declared first, so that the binding's own slf4j version wins).
 JAVA_CLIENTS = {

@@ -26,7 +26,7 @@ from kmon.devtools.fleet_writer import simulate
 
 pytest.importorskip("pyspark")
 
-from kmon.analysis import classes, inputs, jobs, spark  # noqa: E402
+from kmon.analysis import inputs, jobs  # noqa: E402
 from kmon.devtools import spark_cluster  # noqa: E402
 from kmon.record import schema  # noqa: E402
 
@@ -44,18 +44,6 @@ def fleet(tmp_path_factory) -> tuple[Path, dict]:
     """A simulated fleet's recording and its ground truth."""
     root = tmp_path_factory.mktemp("fleet")
     return root, simulate(FLEET, root)
-
-
-@pytest.fixture(scope="session")
-def spark_session():
-    """One local session for the run. It maps the class archive a ``kmon analyze`` run
-    keeps, when there is one, but never writes one itself: its JVM would spend its last
-    ten seconds of the run dumping an archive that the first analyze run writes anyway."""
-    archive = classes.archive_path()
-    keep_none = {"spark.driver.extraJavaOptions":
-                 spark.SMALL_INPUT["spark.driver.extraJavaOptions"]}
-    with spark.session("local[2]", {} if archive and archive.exists() else keep_none) as session:
-        yield session
 
 
 @pytest.fixture(scope="session")

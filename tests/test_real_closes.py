@@ -4,7 +4,8 @@ killed broker, as real confluent-kafka clients live them.
 A two-node cluster of its own reaps idle connections after 3 s
 (``connections.max.idle.ms``), while the clients' own limit is a minute: every close
 of an idle connection is the broker's. Mid-recording one node is SIGKILLed under a
-consumer fetching from it. The recording is then analysed by the real command line.
+consumer fetching from it. The recording is then analysed by kmon analyze's jobs on the
+run's Spark session (test_analyze runs the command line itself).
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
-from helpers import KafkaClient, kmon, read, record_child
+from helpers import KafkaClient, read, record_child
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 
 pytest.importorskip("pyspark")
+
+from kmon.analysis import inputs, jobs  # noqa: E402
 
 BROKER_IDLE_MS = 3000
 REAPS_BEFORE_KILL = 3  # the producer's idle connections reaped, reopened, reaped
@@ -37,18 +39,17 @@ def workload(kind: str, bootstrap: str, *extra: str) -> KafkaClient:
     return client
 
 
-def analysed(recording: Path, out: Path) -> dict[str, list[dict]]:
-    """``kmon analyze`` on the recording: {analysis name: its rows}."""
-    result = kmon("analyze", str(recording), "--out", str(out), "--master", "local[2]",
-                  timeout=300)
-    assert result.returncode == 0, result.stderr
-    assert "Traceback" not in result.stderr
-    return {name: pq.read_table(out / f"{name}.parquet").to_pylist()
+def analysed(recording: Path, session) -> dict[str, list[dict]]:
+    """kmon analyze's analyses of the recording: {analysis name: its rows}."""
+    found = inputs.discover(recording)
+    assert not found.skipped, found.skipped
+    tables = jobs.run_all(inputs.load(session, found), jobs.Params())
+    return {name: tables[name].to_pylist()
             for name in ("why_closed", "idle_churn", "churn_and_leaks")}
 
 
 def test_broker_reaps_and_a_killed_broker_recorded_and_analysed(start_kafka, spool_dir,
-                                                                 tmp_path):
+                                                                 spark_session, tmp_path):
     cluster = start_kafka(brokers=2, **{"connections.max.idle.ms": str(BROKER_IDLE_MS)})
     victim = cluster.nodes[1]
     clients: list[KafkaClient] = []
@@ -93,7 +94,7 @@ def test_broker_reaps_and_a_killed_broker_recorded_and_analysed(start_kafka, spo
     # no idle connection is taken for the client's reap: the client's limit is a minute
     assert not [e for e in closes if e["reason"] == "client_idle_reap"], shown
 
-    tables = analysed(recording, tmp_path / "analysis")
+    tables = analysed(recording, spark_session)
     why = {(r["broker_id"], r["closed_by"], r["reason"]): r for r in tables["why_closed"]}
     expected = Counter((e["broker_id"], e["closed_by"] or "unknown", e["reason"] or "unknown")
                        for e in closes)
