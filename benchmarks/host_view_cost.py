@@ -22,6 +22,7 @@ import os
 import selectors
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -97,7 +98,7 @@ def role_listener(count: int) -> None:
 def role_client(port: int, count: int, rate: float) -> None:
     """Hold ``count`` connections to the listener, with librdkafka mapped (as every
     confluent-kafka program has), and send ``rate`` Produce requests a second on them in
-    turn."""
+    turn; on SIGUSR1, one on each connection (the steady state of a long run, at once)."""
     import confluent_kafka  # noqa: F401  (mapped: the host view's sign of a Kafka client)
 
     raise_fd_limit(count + FD_SLACK)
@@ -107,18 +108,24 @@ def role_client(port: int, count: int, rate: float) -> None:
         conn.settimeout(10)
         conn.connect(("127.0.0.1", port))
         conns.append(conn)
+    primed: list[int] = []
+    signal.signal(signal.SIGUSR1, lambda *_: primed.append(1))
     print("ready", len(conns), flush=True)
     client_id = f"bench-producer-{os.getpid()}"
     sent = 0
     while True:
         time.sleep(1.0 / rate)
-        conn = conns[sent % len(conns)]
-        sent += 1
-        try:
-            conn.sendall(produce_request(sent, client_id))
-            conn.recv(65536)
-        except OSError:
-            continue
+        turn = [conns[sent % len(conns)]]
+        if primed:
+            primed.clear()
+            turn = conns
+        for conn in turn:
+            sent += 1
+            try:
+                conn.sendall(produce_request(sent, client_id))
+                conn.recv(65536)
+            except OSError:
+                continue
 
 
 def role_engine(seconds: float, processes: int, per_process: bool) -> None:
