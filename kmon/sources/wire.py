@@ -55,16 +55,20 @@ class Flow:
     last_api: int | None = None  # the API key of the last request seen
     close: WireClose | None = None  # the first FIN or RST seen, and from which side
     auth_failed: bool = False  # a SASL request was answered with an error
+    requests: int = 0  # request segments taken: what the flow says changes with each only
 
-    def apis(self, now_ms: int) -> tuple[str, str]:
-        """The API keys seen, most frequent first: ``Fetch×12 Heartbeat×3``, and the same with
-        when each was last seen: ``Fetch×12 (0.4 s ago) Heartbeat×3 (2.1 s ago)``."""
-        counts, ages = [], []
-        for key, count in self.api_counts.most_common():
-            seen = f"{kp.api_name(key)}×{count}"
-            counts.append(seen)
-            ages.append(f"{seen} ({max(0, now_ms - self.api_last_ms[key]) / 1000:.1f} s ago)")
-        return " ".join(counts), " ".join(ages)
+    def seen(self) -> tuple[tuple[str, int], ...]:
+        """The API keys seen, most frequent first, each as ``Fetch×12`` and when it was last
+        seen (``last_seen`` says how long ago)."""
+        return tuple((f"{kp.api_name(key)}×{count}", self.api_last_ms[key])
+                     for key, count in self.api_counts.most_common())
+
+
+def last_seen(seen: tuple[tuple[str, int], ...], now_ms: int) -> str:
+    """``Flow.seen`` with how long ago each was last seen: ``Fetch×12 (0.4 s ago) Heartbeat×3
+    (2.1 s ago)``."""
+    return " ".join([f"{text} ({max(0, now_ms - last_ms) / 1000:.1f} s ago)"
+                     for text, last_ms in seen])
 
 
 @dataclass
@@ -173,6 +177,7 @@ class WireTap:
 
     def _request(self, flow: Flow, seg: Segment) -> None:
         header = kp.request_header(seg.data)
+        flow.requests += 1
         if header is None:
             flow.tls |= flow.first_request_ms is None and seg.data.startswith(TLS_RECORDS)
             return
