@@ -18,7 +18,7 @@ from kmon.evidence.endpoints import endpoint_evidence
 from kmon.evidence.infer import CadenceEvidence
 from kmon.evidence.jvm import JvmEvidence
 from kmon.evidence.logical import broker_ids_by_address, classify_broker_entry, learned_brokers
-from kmon.evidence.resolve import resolve
+from kmon.evidence.resolve import RowResolver
 from kmon.evidence.stats_join import stats_evidence
 from kmon.evidence.wire import WireEvidence
 from kmon.model import ClientInstance, Connection, ProcessView
@@ -142,6 +142,7 @@ class ProcessSampler:
         self.cadence = CadenceEvidence(lambda: directory.groups, args)
         self.jvm = JvmEvidence(pid, self.start_time) if self.jvm_source else None
         self.wire = WireEvidence(bootstrap_argument(args)) if self.wire_source else None
+        self.rows = RowResolver()
 
     def close(self) -> None:
         """Release what the sampler's sources hold (the JMX helper of a JVM, the packet
@@ -195,8 +196,8 @@ class ProcessSampler:
         clients = [c for e in found for c in e.clients]
         if not self._kafka_checked:
             self._check_kafka(bool(all_stats or clients), gathered.known, sockets)
-        connections, disagreements = resolve(sockets, claims, idle_limit_ms,
-                                             self.settings.middlebox_idle_ms)
+        connections, disagreements = self.rows.resolve(sockets, claims, idle_limit_ms,
+                                                       self.settings.middlebox_idle_ms)
         connections.sort(key=Connection.display_order)
         return ProcessView(
             pid=self.pid, name=self.name, cmdline=self.cmdline,

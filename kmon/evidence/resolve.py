@@ -13,7 +13,8 @@ Every claim stays on the row (``Connection.claims``), so the detail pane can sho
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from dataclasses import fields as dataclass_fields
 from functools import cache
 
 from kmon.evidence.claims import SOURCE_RANK, Claim, socket_key
@@ -42,13 +43,18 @@ def socket_row(sock: TcpSocket, key: str, limits: dict[str, int], by: str) -> Co
     """What the kernel alone says of a socket: no role, the ``kernel_limits``. Its
     ``idle_limits`` and ``evidence`` are shared between rows (nothing changes a row's dicts in
     place)."""
+    return Connection(*_kernel_fields(sock, key, limits, by))
+
+
+def _kernel_fields(sock: TcpSocket, key: str, limits: dict[str, int], by: str) -> list:
+    """``socket_row``'s fields, in Connection's order."""
     idle_ms, sent = sock.idle_ms, sock.bytes_sent
-    return Connection(  # by position, Connection's field order: 2,000 rows a poll
+    return [  # by position, Connection's field order: 2,000 rows a poll
         key, Role.UNKNOWN, None, None, None, sock.local.text, sock.remote.text, sock.state,
         idle_ms, limits[by], sent, sock.bytes_received, None, None, None, None, sock.rtt_ms,
         None, sock.fd, sock.inode or None,
         _kernel_evidence(sock.source, idle_ms is not None, sent is not None, by), 0.0, [],
-        limits, by)
+        limits, by]
 
 
 @cache
@@ -119,20 +125,87 @@ def resolve_one(base: Connection, claims: Sequence[Claim]) -> tuple[Connection, 
                    **changes), notice
 
 
-def resolve(sockets: Sequence[TcpSocket], claims: Mapping[str, Sequence[Claim]],
-            broker_idle_ms: int,
-            middlebox_idle_ms: int | None = None) -> tuple[list[Connection], list[str]]:
-    """Every socket's row (in socket order) and the notices their claims raise."""
-    rows, notices = [], []
-    limits, by = kernel_limits(broker_idle_ms, middlebox_idle_ms)
-    for sock in sockets:
-        key = socket_key(sock)
-        row = socket_row(sock, key, limits, by)
-        said = claims.get(key)
-        if said:
-            row, notice = resolve_one(row, said)
-            row = with_limits(row, middlebox_idle_ms)
-            if notice:
-                notices.append(notice)
-        rows.append(row)
-    return rows, notices
+class RowResolver:
+    """The rows of one process's sockets, poll after poll: what the claims make of a socket
+    (``resolve_one``, ``with_limits``) is worked out again only when they say something else
+    than at the last poll (their details aside: those only enter ``Connection.claims``), or
+    its fd, its peer or the limits changed; the kernel's fields are each poll's own."""
+
+    def __init__(self) -> None:
+        self.made: dict[str, _Made] = {}  # socket key -> its claims' part, the last poll's
+
+    def resolve(self, sockets: Sequence[TcpSocket], claims: Mapping[str, Sequence[Claim]],
+                broker_idle_ms: int,
+                middlebox_idle_ms: int | None = None) -> tuple[list[Connection], list[str]]:
+        """Every socket's row (in socket order) and the notices their claims raise."""
+        rows, notices, made, before = [], [], {}, self.made
+        limits, by = kernel_limits(broker_idle_ms, middlebox_idle_ms)
+        setting = (broker_idle_ms, middlebox_idle_ms)
+        for sock in sockets:
+            key = socket_key(sock)
+            fields = _kernel_fields(sock, key, limits, by)
+            said = claims.get(key)
+            if not said:
+                rows.append(Connection(*fields))
+                continue
+            last = before.get(key)
+            if last is None or not last.holds(said, fields, setting):
+                last = _Made.of(fields, said, setting, middlebox_idle_ms)
+            made[key] = last
+            for at, value in last.fields:
+                fields[at] = value
+            fields[_CLAIMS_AT] = [c.summary() for c in said]
+            rows.append(Connection(*fields))
+            if last.notice:
+                notices.append(last.notice)
+        self.made = made
+        return rows, notices
+
+
+_FIELD_AT = {f.name: at for at, f in enumerate(dataclass_fields(Connection))}
+_CLAIMS_AT, _REMOTE_AT, _FD_AT, _EVIDENCE_AT = (
+    _FIELD_AT[name] for name in ("claims", "remote", "fd", "evidence"))
+# what resolve_one and with_limits set, besides the claims' facts and Connection.claims
+_RESOLVED = ("role", "node_id", "broker_id", "confidence", "evidence", "idle_limits",
+             "idle_limit_ms", "idle_limit_by")
+
+
+@dataclass(frozen=True, slots=True)
+class _Made:
+    """What one socket's claims made of its row at one poll: the fields they set, by
+    position, and the notice they raised; with what they were made from."""
+
+    claims: tuple[Claim, ...]
+    remote: str
+    fd: int | None
+    kernel_evidence: dict[str, str]
+    setting: tuple[int, int | None]  # the brokers' and a middlebox's idle limits
+    fields: tuple[tuple[int, object], ...]
+    notice: str | None
+
+    @classmethod
+    def of(cls, fields: list, claims: Sequence[Claim], setting: tuple[int, int | None],
+           middlebox_idle_ms: int | None) -> _Made:
+        """Resolve the row whose kernel fields are ``fields``."""
+        row, notice = resolve_one(Connection(*fields), claims)
+        row = with_limits(row, middlebox_idle_ms)
+        names = {*_RESOLVED, *(name for c in claims for name in c.facts)}
+        return cls(tuple(claims), fields[_REMOTE_AT], fields[_FD_AT], fields[_EVIDENCE_AT],
+                   setting, tuple((_FIELD_AT[name], getattr(row, name)) for name in names),
+                   notice)
+
+    def holds(self, claims: Sequence[Claim], fields: list,
+              setting: tuple[int, int | None]) -> bool:
+        """Whether these claims, of a socket with these kernel fields, make the same row."""
+        return (len(claims) == len(self.claims) and setting == self.setting
+                and fields[_EVIDENCE_AT] is self.kernel_evidence
+                and fields[_FD_AT] == self.fd and fields[_REMOTE_AT] == self.remote
+                and all(map(_says_alike, claims, self.claims)))
+
+
+def _says_alike(a: Claim, b: Claim) -> bool:
+    """Whether two claims say the same of a row (their details aside)."""
+    return a is b or (a.role is b.role and a.node_id == b.node_id
+                      and a.broker_id == b.broker_id and a.confidence == b.confidence
+                      and a.source == b.source and a.facts == b.facts
+                      and a.evidence == b.evidence)
