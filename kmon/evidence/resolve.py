@@ -13,8 +13,7 @@ Every claim stays on the row (``Connection.claims``), so the detail pane can sho
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from dataclasses import fields as dataclass_fields
+from dataclasses import dataclass, field, replace
 from functools import cache
 
 from kmon.evidence.claims import SOURCE_RANK, Claim, socket_key
@@ -43,18 +42,13 @@ def socket_row(sock: TcpSocket, key: str, limits: dict[str, int], by: str) -> Co
     """What the kernel alone says of a socket: no role, the ``kernel_limits``. Its
     ``idle_limits`` and ``evidence`` are shared between rows (nothing changes a row's dicts in
     place)."""
-    return Connection(*_kernel_fields(sock, key, limits, by))
-
-
-def _kernel_fields(sock: TcpSocket, key: str, limits: dict[str, int], by: str) -> list:
-    """``socket_row``'s fields, in Connection's order."""
     idle_ms, sent = sock.idle_ms, sock.bytes_sent
-    return [  # by position, Connection's field order: 2,000 rows a poll
+    return Connection(  # by position, Connection's field order: 2,000 rows a poll
         key, Role.UNKNOWN, None, None, None, sock.local.text, sock.remote.text, sock.state,
         idle_ms, limits[by], sent, sock.bytes_received, None, None, None, None, sock.rtt_ms,
         None, sock.fd, sock.inode or None,
         _kernel_evidence(sock.source, idle_ms is not None, sent is not None, by), 0.0, [],
-        limits, by]
+        limits, by)
 
 
 @cache
@@ -143,64 +137,62 @@ class RowResolver:
         setting = (broker_idle_ms, middlebox_idle_ms)
         for sock in sockets:
             key = socket_key(sock)
-            fields = _kernel_fields(sock, key, limits, by)
             said = claims.get(key)
             if not said:
-                rows.append(Connection(*fields))
+                rows.append(socket_row(sock, key, limits, by))
                 continue
+            idle_ms, sent = sock.idle_ms, sock.bytes_sent
+            evidence = _kernel_evidence(sock.source, idle_ms is not None, sent is not None, by)
             last = before.get(key)
-            if last is None or not last.holds(said, fields, setting):
-                last = _Made.of(fields, said, setting, middlebox_idle_ms)
-            made[key] = last
-            for at, value in last.fields:
-                fields[at] = value
-            fields[_CLAIMS_AT] = [c.summary() for c in said]
-            rows.append(Connection(*fields))
+            if last is not None and last.holds(said, sock, evidence, setting):
+                was = last.row
+                row = Connection(  # by position, Connection's field order, as socket_row
+                    key, was.role, was.node_id, was.broker_id, was.client, sock.local.text,
+                    sock.remote.text, sock.state, idle_ms, was.idle_limit_ms, sent,
+                    sock.bytes_received, was.requests_sent, was.requests_received,
+                    was.in_flight, was.rtt_ms, sock.rtt_ms, was.broker_name, sock.fd,
+                    sock.inode or None, was.evidence, was.confidence,
+                    [c.summary() for c in said], was.idle_limits, was.idle_limit_by)
+            else:
+                row, notice = resolve_one(socket_row(sock, key, limits, by), said)
+                row = with_limits(row, middlebox_idle_ms)
+                last = _Made(tuple(said), evidence, setting, row, notice)
+            if last.lasting:
+                made[key] = last
+            rows.append(row)
             if last.notice:
                 notices.append(last.notice)
         self.made = made
         return rows, notices
 
 
-_FIELD_AT = {f.name: at for at, f in enumerate(dataclass_fields(Connection))}
-_CLAIMS_AT, _REMOTE_AT, _FD_AT, _EVIDENCE_AT = (
-    _FIELD_AT[name] for name in ("claims", "remote", "fd", "evidence"))
-# what resolve_one and with_limits set, besides the claims' facts and Connection.claims
-_RESOLVED = ("role", "node_id", "broker_id", "confidence", "evidence", "idle_limits",
-             "idle_limit_ms", "idle_limit_by")
+# the row's fields that are the kernel's: a claim with a fact for one is not remembered
+_KERNEL_FIELDS = frozenset({"local", "remote", "state", "idle_ms", "bytes_sent",
+                            "bytes_received", "tcp_rtt_ms", "fd", "inode"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Made:
-    """What one socket's claims made of its row at one poll: the fields they set, by
-    position, and the notice they raised; with what they were made from."""
+    """The row one socket's claims made at one poll, and the notice they raised; with what
+    they were made from."""
 
     claims: tuple[Claim, ...]
-    remote: str
-    fd: int | None
     kernel_evidence: dict[str, str]
     setting: tuple[int, int | None]  # the brokers' and a middlebox's idle limits
-    fields: tuple[tuple[int, object], ...]
+    row: Connection
     notice: str | None
+    lasting: bool = field(init=False)  # no claim has a fact in place of the kernel's
 
-    @classmethod
-    def of(cls, fields: list, claims: Sequence[Claim], setting: tuple[int, int | None],
-           middlebox_idle_ms: int | None) -> _Made:
-        """Resolve the row whose kernel fields are ``fields``."""
-        row, notice = resolve_one(Connection(*fields), claims)
-        row = with_limits(row, middlebox_idle_ms)
-        names = {*_RESOLVED, *(name for c in claims for name in c.facts)}
-        return cls(tuple(claims), fields[_REMOTE_AT], fields[_FD_AT], fields[_EVIDENCE_AT],
-                   setting, tuple((_FIELD_AT[name], getattr(row, name)) for name in names),
-                   notice)
+    def __post_init__(self) -> None:
+        self.lasting = not any(_KERNEL_FIELDS.intersection(c.facts) for c in self.claims)
 
-    def holds(self, claims: Sequence[Claim], fields: list,
+    def holds(self, claims: Sequence[Claim], sock: TcpSocket, kernel_evidence: dict[str, str],
               setting: tuple[int, int | None]) -> bool:
-        """Whether these claims, of a socket with these kernel fields, make the same row."""
-        return (len(claims) == len(self.claims) and setting == self.setting
-                and fields[_EVIDENCE_AT] is self.kernel_evidence
-                and fields[_FD_AT] == self.fd and fields[_REMOTE_AT] == self.remote
-                and all(map(_says_alike, claims, self.claims)))
+        """Whether these claims, of this socket, make the same row but the kernel's fields."""
+        row = self.row
+        return (len(claims) == len(self.claims) and kernel_evidence is self.kernel_evidence
+                and setting == self.setting and sock.fd == row.fd
+                and sock.remote.text == row.remote and all(map(_says_alike, claims, self.claims)))
 
 
 def _says_alike(a: Claim, b: Claim) -> bool:
