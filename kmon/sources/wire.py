@@ -49,7 +49,6 @@ class Flow:
     first_request_ms: int | None = None
     client_id: str | None = None
     tls: bool = False
-    owned: bool = False  # seen among the process's sockets
     from_start: bool = False  # opened after the tap started: its first requests were seen
     pending: dict[int, tuple[int, int]] = field(default_factory=dict)  # correlation -> api
     last_api: int | None = None  # the API key of the last request seen
@@ -123,27 +122,34 @@ class WireTap:
         mine = {(_address(s.local), _address(s.remote)): s for s in sockets}
         for seg in self.capture.read():
             self._take(seg, mine)
-        gone = self.last_polled - mine.keys()
-        closes = {}
-        for key in list(self.flows):
-            flow = self.flows[key]
-            flow.owned |= key in mine or key in gone
-            if key in gone and flow.close is not None:
-                closes[(Endpoint(*key[0]), Endpoint(*key[1]))] = flow.close
-            if (key not in mine and (flow.owned or now_ms - flow.first_ms > UNOWNED_FOR_MS)
-                    or len(self.flows) > MAX_FLOWS):
-                del self.flows[key]
+        flows, gone, closes = self.flows, self.last_polled - mine.keys(), {}
+        for key in [key for key in flows if key not in mine]:
+            flow = flows[key]
+            if key in gone:  # the process's socket, closed since the last poll
+                if flow.close is not None:
+                    closes[(Endpoint(*key[0]), Endpoint(*key[1]))] = flow.close
+                del flows[key]
+            elif now_ms - flow.first_ms > UNOWNED_FOR_MS:
+                del flows[key]
+        while len(flows) > MAX_FLOWS:
+            del flows[next(iter(flows))]
         self.last_polled = set(mine)
         self.capture.set_ports(*self._ports(sockets), responses=not self.brokers)
-        return WireView({(s.local, s.remote): self.flows[key] for key, s in mine.items()
-                         if key in self.flows}, dict(self.brokers), dict(self.coordinators),
+        found = {}
+        for key, sock in mine.items():
+            flow = flows.get(key)
+            if flow is not None:
+                found[sock.local, sock.remote] = flow
+        return WireView(found, dict(self.brokers), dict(self.coordinators),
                         self.cluster_learned_ms, self.capture.drops, closes)
 
     def _ports(self, sockets: list[TcpSocket]) -> tuple[set[int], set[int]]:
         """(local ports, remote ports) to capture: the process's, and its brokers' (those it
         had a socket to lately too: a client reconnecting every few ms, refused by the broker,
         may have none open at the instant of a poll)."""
-        for port in [s.remote.port for s in sockets] + [p for _, p in self.brokers.values()]:
+        ports = [s.remote.port for s in sockets] + [p for _, p in self.brokers.values()]
+        latest = dict.fromkeys(reversed(ports))  # each port once, where it was last named
+        for port in reversed(latest):
             bounded.put(self.remote_ports, port, None, MAX_REMOTE_PORTS)
         return {s.local.port for s in sockets}, set(self.remote_ports)
 
