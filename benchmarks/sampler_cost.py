@@ -6,11 +6,12 @@ The load of ``host_view_cost.py`` (--processes helper processes of --connections
 connections each to a listener that answers like a broker, --rate Produce requests a
 second each), in its steady state: once the samplers watch them, each helper sends a
 request on every connection (SIGUSR1), and the run starts when every socket has a wire
-flow with API counts (a broker row by the wire). In this process, one
-``ProcessSampler`` per helper, sharing one socket reader and the host's one capture as
-the host view's do, is sampled once a second (``--wire auto``: run as root). Each poll
-also reads every helper's sockets alone (``SocketReader.sockets_of``, the kernel read
-every sample starts with): the baseline measured in the same run. Shares are this
+flow with API counts (a broker row by the wire). In this process, one ``ProcessSampler``
+per helper, sharing one socket reader and the host's one capture as the host view's do
+(and with the garbage collector set as it sets it), is sampled once a second (``--wire
+auto``: run as root). Each poll also reads every helper's sockets alone
+(``SocketReader.sockets_of``, the kernel read every sample starts with): the baseline
+measured in the same run. Shares are this
 process's CPU seconds (all its threads) per poll.
 """
 
@@ -34,6 +35,7 @@ WARM_UP_POLLS = 30  # at most, until every row is a broker's by the wire
 
 
 def run(args: argparse.Namespace) -> int:
+    from kmon.engine.heap import settle_heap
     from kmon.engine.sampler import ProcessSampler, SamplerSettings
     from kmon.model import Role
     from kmon.sources.host_wire import HostWire
@@ -53,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
         reader, wire = open_socket_reader(), HostWire()
         settings = SamplerSettings(require_kafka=False)
         samplers = [ProcessSampler(c.pid, reader, settings, host_wire=wire) for c in clients]
+        settle_heap()  # as the host view does before its refreshes
         sample_s = read_s = 0.0
         rows = wired = measured = 0
         try:
