@@ -32,8 +32,8 @@ from kmon.sources.process_info import (
     describe,
     in_other_network_namespace,
     is_kernel_thread,
-    is_zombie,
     loads_kafka_library,
+    running_since,
 )
 from kmon.sources.process_wire import ProcessWire
 from kmon.sources.resolve import Resolver
@@ -119,6 +119,7 @@ class ProcessSampler:
             raise ProcessGone(f"no process with PID {pid}") from err
         self.pid = pid
         self.name, self.cmdline, self.start_time = _describe(self.process)
+        self.started = running_since(pid)  # the same process while this stays the same
         try:
             self.uid = self.process.uids().real
             self.spool_dirs = spool_dirs(self.process)
@@ -154,7 +155,7 @@ class ProcessSampler:
 
     def sample(self, now_ms: int) -> ProcessView:
         """The process as it is now."""
-        if not self.process.is_running() or is_zombie(self.process):
+        if self.started is None or running_since(self.pid) != self.started:
             raise ProcessGone(f"PID {self.pid} ({self.name}) has exited")
         jvm = None
         if self.jvm_source is not None:

@@ -43,6 +43,15 @@ class Claim:
     evidence: Mapping[str, str] = field(default_factory=dict)
     detail: str = ""  # what decided, in a few words (pairing, rule, API keys)
 
+    def with_detail(self, detail: str) -> Claim:
+        """The same claim with another ``detail`` (its fields copied as they are, not checked
+        again: thousands are made a poll)."""
+        claim = object.__new__(Claim)
+        fields = claim.__dict__
+        fields.update(self.__dict__)
+        fields["detail"] = detail
+        return claim
+
     def summary(self) -> dict:
         """The claim as the row keeps it (JSON-ready), for the detail pane and recordings."""
         return {"source": self.source, "role": self.role.value if self.role else None,

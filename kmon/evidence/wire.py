@@ -117,12 +117,21 @@ class FlowSays:
     seen: tuple[tuple[str, int], ...] = ()  # Flow.seen()
     facts: Mapping[str, object] = field(default_factory=dict)
     lasting: bool = True  # False: it looked a name up (which may resolve otherwise later)
+    made: Claim | None = field(default=None, init=False, compare=False, repr=False)
 
     def claim(self, now_ms: int) -> Claim:
         """The claim, its detail saying when each API was last seen as of ``now_ms``."""
-        return Claim("wire", self.role, self.node_id, self.broker_id, self.confidence,
-                     self.facts, self.evidence,
-                     self.before + last_seen(self.seen, now_ms) + self.after)
+        return self.undated.with_detail(self.before + last_seen(self.seen, now_ms) + self.after)
+
+    @property
+    def undated(self) -> Claim:
+        """The claim with the detail's text around the ages only (made once)."""
+        claim = self.made
+        if claim is None:
+            claim = Claim("wire", self.role, self.node_id, self.broker_id, self.confidence,
+                          self.facts, self.evidence, self.before + self.after)
+            object.__setattr__(self, "made", claim)
+        return claim
 
     def with_client(self, client_id: str | None) -> FlowSays:
         """Naming its client by the client_id it sent (where no other evidence names one)."""
