@@ -199,5 +199,5 @@ def _says_alike(a: Claim, b: Claim) -> bool:
     """Whether two claims say the same of a row (their details aside)."""
     return a is b or (a.role is b.role and a.node_id == b.node_id
                       and a.broker_id == b.broker_id and a.confidence == b.confidence
-                      and a.source == b.source and a.facts == b.facts
-                      and a.evidence == b.evidence)
+                      and a.source == b.source and (a.facts is b.facts or a.facts == b.facts)
+                      and (a.evidence is b.evidence or a.evidence == b.evidence))

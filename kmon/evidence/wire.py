@@ -73,7 +73,7 @@ class WireEvidence:
             if flow is None:
                 continue
             key = socket_key(sock)
-            named = _named_client(earlier.get(key))
+            named = bool(earlier) and _named_client(earlier.get(key))
             inputs = (flow, flow.requests, known.get(sock.remote), learned_at, bootstrap, named)
             memo = before.get(key)
             if memo is None or memo[0] != inputs or not (memo[1] is None or memo[1].lasting):
