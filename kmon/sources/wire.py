@@ -98,6 +98,10 @@ class WireTap:
         self.started = {(_address(s.local), _address(s.remote)) for s in sockets}
         self.last_polled: set[tuple[Address, Address]] = set(self.started)
         self.remote_ports: dict[int, None] = {}  # insertion-ordered, the latest last
+        # the last poll's sockets: their endpoints, by address, and the brokers then
+        self.pairs: list[tuple[Endpoint, Endpoint]] | None = None
+        self.mine: dict[tuple[Address, Address], TcpSocket] = {}
+        self.ported: dict[int, tuple[str, int]] = {}
         ports = self._ports(sockets)
         if capture is not None:  # the process's part of the host's one capture
             capture.set_ports(*ports)
@@ -119,10 +123,14 @@ class WireTap:
 
     def poll(self, sockets: list[TcpSocket], now_ms: int) -> WireView:
         """Take in the segments queued since the last poll; follow ``sockets`` from now on."""
-        mine = {(_address(s.local), _address(s.remote)): s for s in sockets}
+        pairs = [(s.local, s.remote) for s in sockets]
+        same = pairs == self.pairs  # the sockets of the last poll (the same endpoints)
+        mine = self.mine if same else {(_address(s.local), _address(s.remote)): s
+                                         for s in sockets}
         for seg in self.capture.read():
             self._take(seg, mine)
-        flows, gone, closes = self.flows, self.last_polled - mine.keys(), {}
+        flows, closes = self.flows, {}
+        gone = set() if same else self.last_polled - mine.keys()
         for key in [key for key in flows if key not in mine]:
             flow = flows[key]
             if key in gone:  # the process's socket, closed since the last poll
@@ -133,8 +141,11 @@ class WireTap:
                 del flows[key]
         while len(flows) > MAX_FLOWS:
             del flows[next(iter(flows))]
-        self.last_polled = set(mine)
-        self.capture.set_ports(*self._ports(sockets), responses=not self.brokers)
+        if not same or self.brokers != self.ported:
+            self.capture.set_ports(*self._ports(sockets), responses=not self.brokers)
+            self.ported = dict(self.brokers)
+        if not same:
+            self.pairs, self.mine, self.last_polled = pairs, mine, set(mine)
         found = {}
         for key, sock in mine.items():
             flow = flows.get(key)
