@@ -66,6 +66,9 @@ class Flow:
 def last_seen(seen: tuple[tuple[str, int], ...], now_ms: int) -> str:
     """``Flow.seen`` with how long ago each was last seen: ``Fetch×12 (0.4 s ago) Heartbeat×3
     (2.1 s ago)``."""
+    if len(seen) == 1:  # most sockets carry one API
+        ((text, last_ms),) = seen
+        return f"{text} ({max(0, now_ms - last_ms) / 1000:.1f} s ago)"
     return " ".join([f"{text} ({max(0, now_ms - last_ms) / 1000:.1f} s ago)"
                      for text, last_ms in seen])
 
