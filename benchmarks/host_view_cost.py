@@ -174,6 +174,20 @@ def engine_share(helpers: Helpers, processes: int, seconds: float,
     return (cpu_seconds(engine.pid) - before) / (time.perf_counter() - began), int(missed)
 
 
+def start_load(helpers: Helpers, processes: int, connections: int,
+               rate: float) -> list[subprocess.Popen[str]]:
+    """The listener, and ``processes`` clients of ``connections`` connections each sending
+    ``rate`` requests a second, ready (``helpers`` run this script)."""
+    print(f"opening {processes} x {connections} connections ...", file=sys.stderr, flush=True)
+    listener = helpers.start("--role", "listener", "--count", str(processes * connections))
+    port = helpers.line(listener, "port")[0]
+    clients = [helpers.start("--role", "client", "--port", port, "--count", str(connections),
+                             "--rate", str(rate)) for _ in range(processes)]
+    for client in clients:
+        helpers.line(client, "ready")
+    return clients
+
+
 def run(args: argparse.Namespace) -> int:
     if shutil.which("tmux") is None:
         print("host_view_cost: needs tmux (apt-get install tmux)", file=sys.stderr)
@@ -182,16 +196,7 @@ def run(args: argparse.Namespace) -> int:
         print("host_view_cost: the wire needs CAP_NET_RAW: run as root", file=sys.stderr)
         return 1
     with Helpers(__file__, READY_TIMEOUT_S) as helpers:
-        print(f"opening {args.processes} x {args.connections} connections ...",
-              file=sys.stderr, flush=True)
-        listener = helpers.start("--role", "listener", "--count",
-                                 str(args.processes * args.connections))
-        port = helpers.line(listener, "port")[0]
-        clients = [helpers.start("--role", "client", "--port", port, "--count",
-                                 str(args.connections), "--rate", str(args.rate))
-                   for _ in range(args.processes)]
-        for client in clients:
-            helpers.line(client, "ready")
+        clients = start_load(helpers, args.processes, args.connections, args.rate)
         command = shlex.join([sys.executable, "-m", "kmon"])  # the host view, at 1 s
         tmux("new-session", "-d", "-x", str(SIZE[0]), "-y", str(SIZE[1]), "-s", "kmon",
              f"exec {command}")

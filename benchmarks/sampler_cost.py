@@ -42,16 +42,8 @@ def run(args: argparse.Namespace) -> int:
     from kmon.sources.socket_readers import open_socket_reader
 
     with Helpers(host_view_cost.__file__, host_view_cost.READY_TIMEOUT_S) as helpers:
-        print(f"opening {args.processes} x {args.connections} connections ...",
-              file=sys.stderr, flush=True)
-        listener = helpers.start("--role", "listener", "--count",
-                                 str(args.processes * args.connections))
-        port = helpers.line(listener, "port")[0]
-        clients = [helpers.start("--role", "client", "--port", port, "--count",
-                                 str(args.connections), "--rate", str(args.rate))
-                   for _ in range(args.processes)]
-        for client in clients:
-            helpers.line(client, "ready")
+        clients = host_view_cost.start_load(helpers, args.processes, args.connections,
+                                            args.rate)
         reader, wire = open_socket_reader(), HostWire()
         settings = SamplerSettings(require_kafka=False)
         samplers = [ProcessSampler(c.pid, reader, settings, host_wire=wire) for c in clients]
