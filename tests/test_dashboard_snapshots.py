@@ -224,7 +224,8 @@ def test_a_process_table_draws_anew_only_the_cells_that_changed():
             await pilot.pause()
             lines(updated)  # drawn: every cell's drawing cached
             cache, count = updated._cell_render_cache, updated._update_count
-            drawings = {key[:2]: cache.get(key) for key in cache.keys() if key[6] == count}
+            current = [key for key in list(cache.keys()) if key[6] == count]  # Textual's key
+            drawings = {key[:2]: cache.get(key) for key in current}
             later = [row(11, "3.0 s"), row(12, "5.0 s"),
                      row(13, "1.0 s", "a-much-longer-command.py")]
             updated.show([("c", "1 broker", later)])
@@ -234,8 +235,27 @@ def test_a_process_table_draws_anew_only_the_cells_that_changed():
             assert "3.0 s" in lines(updated)[2] and "a-much-longer-command.py" in lines(fresh)[4]
             columns = list(updated.columns)
             assert updated._update_count == count  # no cell's drawing made stale
-            redrawn = {(key[0].value, COLUMNS[columns.index(key[1])]) for key in cache.keys()
+            redrawn = {(key[0].value, COLUMNS[columns.index(key[1])])
+                       for key in list(cache.keys())
                        if key[6] == count and cache.get(key) is not drawings.get(key[:2])}
             assert redrawn == {("11", "max idle")}
 
     asyncio.run(drive())
+
+
+def test_the_churn_board_counts_each_process_s_last_minute_without_the_kernel_s_counts():
+    """Not a snapshot: the polls' opened and closed events, counted per process over the
+    window, and forgotten with it (the kernel's exact counts win where they run)."""
+    from kmon.model import EventKind, ProcessView
+    from kmon.widgets.churn_board import ChurnBoard
+
+    board = ChurnBoard()
+    board.add([Event(0, EventKind.OPENED, 1, "a"), Event(0, EventKind.CLOSED, 1, "a"),
+               Event(0, EventKind.ROLE_CHANGE, 1, "b"), Event(30_000, EventKind.OPENED, 2, "c"),
+               Event(30_000, EventKind.OPENED, 1, "d")])
+    assert board.per_process(ProcessView(1, "p", "p")) == (2, 1)
+    board.forget(61_000)
+    assert board.per_process(ProcessView(1, "p", "p")) == (1, 0)
+    assert board.per_process(ProcessView(2, "p", "p", opened_1m=7, closed_1m=5)) == (7, 5)
+    board.forget(100_000)
+    assert not board.recent and not board.counts

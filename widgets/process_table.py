@@ -57,6 +57,8 @@ def is_idle(view: ProcessView) -> bool:
 
 def matches(view: ProcessView, words: list[str], cluster: str) -> bool:
     """True when every word is in its pid, command, client ids or cluster."""
+    if not words:
+        return True
     haystack = " ".join((str(view.pid), view.cmdline, view.name, cluster,
                          *(c.client_id for c in view.clients))).lower()
     return all(word in haystack for word in words)
