@@ -194,8 +194,8 @@ def test_a_cursor_move_draws_only_the_lines_it_leaves_and_enters():
 
 def test_a_process_table_draws_anew_only_the_cells_that_changed():
     """Not a snapshot: a refresh that changes one process's cells draws those again (and
-    their rows), keeps every other cell's drawing, and the table then reads as one built
-    from scratch with the new rows (a column widened by a new row included)."""
+    only their rows' lines), keeps every other cell's drawing, and the table then reads as
+    one built from scratch with the new rows (a column widened by a new row included)."""
     from textual.app import App
 
     from kmon.widgets.process_table import COLUMNS, ProcessTable
@@ -228,9 +228,14 @@ def test_a_process_table_draws_anew_only_the_cells_that_changed():
             drawings = {key[:2]: cache.get(key) for key in current}
             later = [row(11, "3.0 s"), row(12, "5.0 s"),
                      row(13, "1.0 s", "a-much-longer-command.py")]
+            drawn: list[int] = []
+            render_line = updated.render_line
+            updated.render_line = lambda y: drawn.append(y) or render_line(y)
             updated.show([("c", "1 broker", later)])
             fresh.show([("c", "1 broker", later)])
+            await until(pilot, lambda: drawn, "the changed row drawn")
             await pilot.pause()
+            assert set(drawn) == {2}  # the header, the heading, then pid 11's row
             assert lines(updated) == lines(fresh)
             assert "3.0 s" in lines(updated)[2] and "a-much-longer-command.py" in lines(fresh)[4]
             columns = list(updated.columns)

@@ -139,7 +139,7 @@ class ProcessTable(DataTable):
         """Set the ``changed`` cells and draw only them and their rows again: after
         ``update_cell`` a refresh draws every cell anew (its caches are keyed by an update
         count), and a process's idle age changes each second. Relies on how DataTable keeps
-        its caches in Textual 8 (tests/test_dashboard_host.py checks the table drawn)."""
+        its caches in Textual 8 (tests/test_dashboard_snapshots.py checks the table drawn)."""
         if not changed:
             return
         for row, column, value in changed:
@@ -153,7 +153,8 @@ class ProcessTable(DataTable):
             for key in list(filter(stale, cache.keys())):
                 cache.discard(key)
         self._line_cache.clear()
-        self.refresh()
+        for index in indices:
+            self.refresh_row(index)
 
     def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
         """New rows measured: every cell drawn before a column widened is stale (``_put``
