@@ -572,3 +572,19 @@ async def until(pilot, condition, what: str, polls: int = 400) -> None:
 def table_rows(screen: AttachScreen) -> list[list[str]]:
     table = screen.query_one(ConnectionTable)
     return [table.row_text(i) for i in range(table.row_count)]
+
+
+def packet_sockets_held(pid: int | str = "self") -> int:
+    """The packet sockets a process holds, from /proc (its fds against /proc/net/packet)."""
+    lines = Path("/proc/net/packet").read_text().splitlines()[1:]
+    packet_inodes = {line.split()[-1] for line in lines}
+    held = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            held.add(target[len("socket:["):-1])
+        # another thread's fd may come and go meanwhile: skipped
+    return len(held & packet_inodes)

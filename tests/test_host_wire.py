@@ -7,10 +7,9 @@ import os
 import socket
 import sys
 import uuid
-from pathlib import Path
 
 import pytest
-from helpers import Child, produce, request_to, wait_for
+from helpers import Child, packet_sockets_held, produce, request_to, wait_for
 
 from kmon.engine.facade import HostSession
 from kmon.engine.sampler import SamplerSettings
@@ -21,22 +20,6 @@ from kmon.sources.process_wire import ProcessWire
 
 pytestmark = [pytest.mark.integration,  # real processes, a cluster, real packet capture
               pytest.mark.skipif(os.geteuid() != 0, reason="the wire needs CAP_NET_RAW (root)")]
-
-
-def packet_sockets_held() -> int:
-    """The packet sockets this process holds, from /proc (its fds against /proc/net/packet)."""
-    lines = Path("/proc/net/packet").read_text().splitlines()[1:]
-    packet_inodes = {line.split()[-1] for line in lines}
-    held = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            held.add(target[len("socket:["):-1])
-        # another thread's fd may come and go meanwhile: skipped
-    return len(held & packet_inodes)
 
 
 def wired(view) -> list:

@@ -4,12 +4,27 @@ from __future__ import annotations
 
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 from helpers import REPO, Child, get, python_as, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 UNIT = REPO / "contrib" / "systemd" / "kmon-serve.service"
+TRACEFS = Path("/sys/kernel/tracing")
+
+
+@pytest.fixture
+def tracefs_mounted():
+    """tracefs on /sys/kernel/tracing, as systemd mounts it on every host (the unit wants
+    it): mounted here for the test where the machine has not, and unmounted after."""
+    mounted = any(line.split()[1:3] == [str(TRACEFS), "tracefs"]
+                  for line in Path("/proc/mounts").read_text().splitlines())
+    if not mounted:
+        subprocess.run(["mount", "-t", "tracefs", "tracefs", str(TRACEFS)], check=True)
+    yield
+    if not mounted:
+        subprocess.run(["umount", str(TRACEFS)], check=True)
 
 
 def unit_capabilities() -> list[str]:
@@ -34,6 +49,22 @@ def serve_as(user, caps: list[str]) -> tuple[Child, str]:
     return child, line.split("http://", 1)[1].split("/metrics", 1)[0]
 
 
+def kernel_events_enabled(address: str) -> float:
+    """The kmon_kernel_events_enabled gauge /metrics shows."""
+    (value,) = [sample.value
+                for family in text_string_to_metric_families(get(f"http://{address}/metrics")[2])
+                for sample in family.samples if sample.name == "kmon_kernel_events_enabled"]
+    return value
+
+
+def client_instances(address: str, pid: int) -> float:
+    """The client instances /metrics counts for ``pid`` (from its statistics spool)."""
+    return sum(sample.value
+               for family in text_string_to_metric_families(get(f"http://{address}/metrics")[2])
+               for sample in family.samples
+               if sample.name == "kmon_client_instances" and sample.labels["pid"] == str(pid))
+
+
 def connections_of(address: str, pid: int) -> dict[str, float]:
     """role -> open connections of ``pid``, as /metrics says."""
     roles: dict[str, float] = {}
@@ -46,16 +77,20 @@ def connections_of(address: str, pid: int) -> dict[str, float]:
 
 @pytest.mark.integration
 def test_the_unit_s_capabilities_let_an_unprivileged_user_see_another_user_s_client(
-        start_client, throwaway_user):
+        start_client, throwaway_user, tracefs_mounted):
     caps = unit_capabilities()
-    assert caps and "sys_admin" not in caps
+    assert caps and "sys_admin" not in caps and "perfmon" in caps
     consumer = start_client("consumer", instrument=False)  # root's process: another user's
+    instrumented = start_client("consumer")  # root's, with its statistics in root's spool
     child, address = serve_as(throwaway_user, caps)
     try:
         roles = wait_for(lambda: (found := connections_of(address, consumer.pid))
                          and {"coordinator", "broker"} <= found.keys() and found,
                          "root's consumer with its coordinator and broker roles")
         assert roles["coordinator"] >= 1 and roles["broker"] >= 1, roles
+        assert kernel_events_enabled(address) == 1, child.stderr
+        wait_for(lambda: client_instances(address, instrumented.pid) >= 1,
+                 "root's instrumented consumer's client instance, from root's spool")
         owner = subprocess.run(["ps", "-o", "user=", "-p", str(child.pid)],
                                capture_output=True, text=True).stdout.strip()
         assert owner == throwaway_user.pw_name
@@ -67,5 +102,9 @@ def test_the_unit_s_capabilities_let_an_unprivileged_user_see_another_user_s_cli
         wait_for(lambda: "kmon_last_poll_timestamp_seconds" in get(f"http://{address}/metrics")[2],
                  "a first poll")
         assert not connections_of(address, consumer.pid)
+        assert not connections_of(address, instrumented.pid)
+        assert client_instances(address, instrumented.pid) == 0
+        assert kernel_events_enabled(address) == 0
+        assert any("kernel TCP events unavailable" in line for line in child.stderr)
     finally:
         child.stop()

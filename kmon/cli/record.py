@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from kmon.engine.sampler import ProcessSampler, SampleError
     from kmon.export.loop import Signals, run_loop
     from kmon.record.rotation import RotatingRecorder
+    from kmon.sources.host_wire import HostWire
     from kmon.sources.socket_readers import open_socket_reader
     from kmon.sources.spool import SpoolError
 
@@ -76,14 +77,16 @@ def run(args: argparse.Namespace) -> int:
                            "instead of --pid")
         kernel, unseen = open_kernel_watch(b.port for b in cluster.brokers) if cluster else (
             open_kernel_watch())
-        monitor = wiring.monitor((ProcessSampler(pid, reader, settings)
+        wire = HostWire() if settings.wire == "auto" else None  # one capture for them all
+        monitor = wiring.monitor((ProcessSampler(pid, reader, settings, host_wire=wire)
                                   for pid in dict.fromkeys(args.pid or ())),
                                  config, max_events=1,  # events go to disk, not to a history
                                  kernel=kernel, host_closes=HostTimeWaits() if unseen else None)
         recorder = RotatingRecorder(root, monitor.host, round(args.interval * 1000),
                                     rotation_limits(args), args.flush_every)
         session_id = recorder.current.session_id  # nothing written before the first add()
-        discovery = ClientDiscovery(reader, settings, DISCOVER_EVERY_S) if cluster else None
+        discovery = ClientDiscovery(reader, settings, DISCOVER_EVERY_S,
+                                    wire=wire) if cluster else None
         brokers = wiring.broker_endpoints(cluster, settings) if cluster else frozenset()
         if discovery:
             discovery.update(monitor, brokers)

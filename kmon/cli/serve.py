@@ -63,8 +63,12 @@ class Agent:
         settings = wiring.sampler_settings(self.args, config, named, metadata,
                                            require_kafka=False)
         self.brokers = wiring.broker_endpoints(metadata, settings) if metadata else None
-        return HostSession(settings, churn=config.churn,
-                           interval_ms=round(self.args.interval * 1000))
+        session = HostSession(settings, churn=config.churn,
+                              interval_ms=round(self.args.interval * 1000))
+        self.metrics.kernel_events = session.kernel_notice is None
+        if session.kernel_notice:  # what the journal should say once: a missing capability
+            print(f"kmon serve: {session.kernel_notice}", file=sys.stderr, flush=True)
+        return session
 
     def step(self) -> None:
         """One poll into the metrics; a failed poll is counted and told once, not fatal."""

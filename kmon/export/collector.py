@@ -41,7 +41,8 @@ HELP = {
 
 
 OWN = ("kmon_build_info", "kmon_poll_duration_seconds", "kmon_poll_errors_total",
-       "kmon_last_poll_timestamp_seconds", "kmon_watched_processes")
+       "kmon_last_poll_timestamp_seconds", "kmon_watched_processes",
+       "kmon_kernel_events_enabled")
 
 
 def family_names() -> list[str]:
@@ -87,6 +88,9 @@ class HostCollector(Collector):
                                     value=stats.last_success_s)
         yield GaugeMetricFamily("kmon_watched_processes", "Kafka client processes kmon watches.",
                                 value=stats.processes)
+        yield GaugeMetricFamily("kmon_kernel_events_enabled",
+                                "1 when kmon reads the kernel's TCP events (CAP_PERFMON), else 0.",
+                                value=int(stats.kernel_events))
 
 
 class _Families:

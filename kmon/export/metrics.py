@@ -85,6 +85,7 @@ class PollStats:
     duration: Histogram = field(default_factory=lambda: Histogram(POLL_BUCKETS_S))
     last_success_s: float | None = None  # UTC epoch seconds
     processes: int = 0  # watched after the last poll
+    kernel_events: bool = False  # the kernel's TCP events are read
 
 
 def _broker_label(broker_id: int | None) -> str:
@@ -105,6 +106,7 @@ class HostMetrics:
         self.polls = PollStats()
         self.generation = 0  # changes with every poll, good or failed
         self.count_fds = count_fds
+        self.kernel_events = False  # the session reads the kernel's TCP events
 
     def processes(self) -> dict[int, ProcessMetrics]:
         """Every live process's metrics (a shallow copy: safe to read while polls go on)."""
@@ -115,7 +117,8 @@ class HostMetrics:
         """A copy of the poll statistics."""
         with self._lock:
             return PollStats(self.polls.errors, self.polls.duration.copy(),
-                             self.polls.last_success_s, len(self._processes))
+                             self.polls.last_success_s, len(self._processes),
+                             self.kernel_events)
 
     def poll_failed(self) -> None:
         with self._lock:
