@@ -8,8 +8,11 @@ like a broker; each process sends --rate Produce requests a second (a real reque
 header with its client_id, then a body), on its connections in turn, and reads the
 answer. ``kmon`` (the host view, ``--wire auto``: as root, the wire of every process)
 runs in a 200 x 60 tmux session at the default 1 s; beside it, over the same seconds,
-the engine alone (a HostSession polled every second, no screen) in a helper process,
-and the engine with a packet tap per process (as before one capture served the host).
+the engine alone (a HostSession polled every second, no screen, the collector set as
+the host view sets it) in a helper process, and the engine with a packet tap per process
+(as before one capture served the host). Once each engine helper watches every client,
+the clients send a request on every connection, so what is measured is the steady state
+of a long run: every socket has a wire flow.
 Each share is user + system CPU seconds of that process (all its threads) over wall
 seconds. The engine helpers count the "wire missed" notices their polls made. Targets:
 the host view under 10% of one core, no packet missed.
@@ -22,6 +25,7 @@ import os
 import selectors
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -97,7 +101,7 @@ def role_listener(count: int) -> None:
 def role_client(port: int, count: int, rate: float) -> None:
     """Hold ``count`` connections to the listener, with librdkafka mapped (as every
     confluent-kafka program has), and send ``rate`` Produce requests a second on them in
-    turn."""
+    turn; on SIGUSR1, one on each connection (the steady state of a long run, at once)."""
     import confluent_kafka  # noqa: F401  (mapped: the host view's sign of a Kafka client)
 
     raise_fd_limit(count + FD_SLACK)
@@ -107,25 +111,31 @@ def role_client(port: int, count: int, rate: float) -> None:
         conn.settimeout(10)
         conn.connect(("127.0.0.1", port))
         conns.append(conn)
+    primed: list[int] = []
+    signal.signal(signal.SIGUSR1, lambda *_: primed.append(1))
     print("ready", len(conns), flush=True)
     client_id = f"bench-producer-{os.getpid()}"
     sent = 0
     while True:
         time.sleep(1.0 / rate)
-        conn = conns[sent % len(conns)]
-        sent += 1
-        try:
-            conn.sendall(produce_request(sent, client_id))
-            conn.recv(65536)
-        except OSError:
-            continue
+        turn = [conns[sent % len(conns)]]
+        if primed:
+            primed.clear()
+            turn = conns
+        for conn in turn:
+            sent += 1
+            try:
+                conn.sendall(produce_request(sent, client_id))
+                conn.recv(65536)
+            except OSError:
+                continue
 
 
 def role_engine(seconds: float, processes: int, per_process: bool) -> None:
     """The engine alone: a HostSession polled every second, ready once it watches
     ``processes``; prints its poll count and the "wire missed" notices its polls made.
     ``per_process``: each process with a packet tap of its own, as before the host's one."""
-    from kmon.engine.facade import HostSession
+    from kmon.engine.facade import HostSession, settle_heap
     from kmon.engine.sampler import SamplerSettings
 
     session = HostSession(SamplerSettings(require_kafka=False), interval_ms=1000)
@@ -133,6 +143,8 @@ def role_engine(seconds: float, processes: int, per_process: bool) -> None:
         session.discovery.wire = None  # the samplers open their own taps
     while len(session.poll()[0].processes) < processes:
         time.sleep(1.0)
+    settle_heap()  # the collector as the host view sets it
+    print("watching", flush=True)
     for _ in range(int(WARM_UP_S)):
         session.poll()
         time.sleep(1.0)
@@ -156,15 +168,35 @@ def tmux(*args: str) -> str:
                           capture_output=True).stdout
 
 
-def engine_share(helpers: Helpers, processes: int, seconds: float,
+def engine_share(helpers: Helpers, clients: list[subprocess.Popen[str]], seconds: float,
                  per_process: bool) -> tuple[float, int]:
-    """(the engine helper's CPU share, rows with a "wire missed" notice) over ``seconds``."""
+    """(the engine helper's CPU share, rows with a "wire missed" notice) over ``seconds``;
+    once it watches every client, each sends a request on every connection (SIGUSR1), so
+    both the engine and the host view measure the steady state of a long run: every
+    socket with a wire flow."""
     engine = helpers.start("--role", "engine", "--seconds", str(seconds), "--count",
-                           str(processes), *(["--per-process"] if per_process else []))
+                           str(len(clients)), *(["--per-process"] if per_process else []))
+    helpers.line(engine, "watching")
+    for client in clients:
+        os.kill(client.pid, signal.SIGUSR1)
     helpers.line(engine, "ready")
     before, began = cpu_seconds(engine.pid), time.perf_counter()
     _, missed = helpers.line(engine, "polls")
     return (cpu_seconds(engine.pid) - before) / (time.perf_counter() - began), int(missed)
+
+
+def start_load(helpers: Helpers, processes: int, connections: int,
+               rate: float) -> list[subprocess.Popen[str]]:
+    """The listener, and ``processes`` clients of ``connections`` connections each sending
+    ``rate`` requests a second, ready (``helpers`` run this script)."""
+    print(f"opening {processes} x {connections} connections ...", file=sys.stderr, flush=True)
+    listener = helpers.start("--role", "listener", "--count", str(processes * connections))
+    port = helpers.line(listener, "port")[0]
+    clients = [helpers.start("--role", "client", "--port", port, "--count", str(connections),
+                             "--rate", str(rate)) for _ in range(processes)]
+    for client in clients:
+        helpers.line(client, "ready")
+    return clients
 
 
 def run(args: argparse.Namespace) -> int:
@@ -175,16 +207,7 @@ def run(args: argparse.Namespace) -> int:
         print("host_view_cost: the wire needs CAP_NET_RAW: run as root", file=sys.stderr)
         return 1
     with Helpers(__file__, READY_TIMEOUT_S) as helpers:
-        print(f"opening {args.processes} x {args.connections} connections ...",
-              file=sys.stderr, flush=True)
-        listener = helpers.start("--role", "listener", "--count",
-                                 str(args.processes * args.connections))
-        port = helpers.line(listener, "port")[0]
-        clients = [helpers.start("--role", "client", "--port", port, "--count",
-                                 str(args.connections), "--rate", str(args.rate))
-                   for _ in range(args.processes)]
-        for client in clients:
-            helpers.line(client, "ready")
+        clients = start_load(helpers, args.processes, args.connections, args.rate)
         command = shlex.join([sys.executable, "-m", "kmon"])  # the host view, at 1 s
         tmux("new-session", "-d", "-x", str(SIZE[0]), "-y", str(SIZE[1]), "-s", "kmon",
              f"exec {command}")
@@ -198,13 +221,13 @@ def run(args: argparse.Namespace) -> int:
                 time.sleep(1.0)
             print("host view and engine alone ...", file=sys.stderr, flush=True)
             before, began = sum(kmon.cpu_times()[:2]), time.perf_counter()
-            engine, missed = engine_share(helpers, args.processes, args.seconds, False)
+            engine, missed = engine_share(helpers, clients, args.seconds, False)
             view = (sum(kmon.cpu_times()[:2]) - before) / (time.perf_counter() - began)
             screen = tmux("capture-pane", "-p")
             print("host view and engine with a tap per process ...", file=sys.stderr,
                   flush=True)
             before, began = sum(kmon.cpu_times()[:2]), time.perf_counter()
-            taps, taps_missed = engine_share(helpers, args.processes, args.seconds, True)
+            taps, taps_missed = engine_share(helpers, clients, args.seconds, True)
             view_beside_taps = (sum(kmon.cpu_times()[:2]) - before) / (
                 time.perf_counter() - began)
         finally:

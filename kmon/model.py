@@ -6,11 +6,14 @@ show is built from these records.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
+from functools import cached_property
 from typing import NamedTuple
 
 from kmon.short_command import short_command
+from kmon.tcp_state import TcpState
 
 
 class Role(str, Enum):
@@ -136,6 +139,33 @@ class WireClose:
     auth_failed: bool = False  # the broker answered a SASL request with an error
 
 
+@dataclass(frozen=True)
+class ConnectionSummary:
+    """What the process lists, cluster labels and port filters read of a process's
+    connections, counted in one go."""
+
+    count: int
+    roles: Counter[Role]
+    close_wait: int  # connections in CLOSE_WAIT
+    max_idle_ms: int | None  # the longest idle age known
+    min_idle_ms: int | None  # the shortest, None when one is unknown
+    remotes: frozenset[str]  # the remote endpoints, as shown
+    brokers: frozenset[str]  # those of the connections with a known role
+
+
+def summarize(connections: list[Connection]) -> ConnectionSummary:
+    """The summary of ``connections``."""
+    idles = [c.idle_ms for c in connections if c.idle_ms is not None]
+    roles = Counter(c.role for c in connections)
+    remotes = frozenset(c.remote for c in connections if c.remote)
+    brokers = remotes if not roles[Role.UNKNOWN] else frozenset(
+        c.remote for c in connections if c.remote and c.role is not Role.UNKNOWN)
+    return ConnectionSummary(
+        len(connections), roles, sum(c.state == TcpState.CLOSE_WAIT for c in connections),
+        max(idles, default=None),
+        min(idles, default=None) if len(idles) == len(connections) else None, remotes, brokers)
+
+
 @dataclass
 class ProcessView:
     """A watched process and its connections at one instant."""
@@ -158,6 +188,11 @@ class ProcessView:
     def short_command(self) -> str:
         """Its command in a word or two: the script, jar or main class it runs."""
         return short_command(self.cmdline, self.name)
+
+    @cached_property
+    def summary(self) -> ConnectionSummary:
+        """Its connections summed up, once: a view's connections never change once made."""
+        return summarize(self.connections)
 
     def to_dict(self) -> dict:
         return {"pid": self.pid, "name": self.name, "cmdline": self.cmdline,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from functools import lru_cache
 
 # launcher options that take the next argument as their value
 _JAVA_VALUED = {"-cp", "-classpath", "--class-path", "-p", "--module-path", "--add-modules",
@@ -11,8 +12,12 @@ _JAVA_VALUED = {"-cp", "-classpath", "--class-path", "-p", "--module-path", "--a
                 "--upgrade-module-path", "--patch-module", "-splash"}
 _PYTHON_VALUED = {"-W", "-X", "-c", "--check-hash-based-pycs"}
 _NODE_VALUED = {"-r", "--require", "--import", "--loader", "--env-file", "--title"}
+# command lines told: the screens ask for every process each refresh, and shlex is slow (the
+# cache holds the strings the watched processes' views hold anyway, and those of a few gone)
+MAX_TOLD = 256
 
 
+@lru_cache(maxsize=MAX_TOLD)
 def short_command(cmdline: str, name: str = "") -> str:
     """'python producer.py' -> 'producer.py'; 'java -cp … com.acme.Main' -> 'com.acme.Main'."""
     try:

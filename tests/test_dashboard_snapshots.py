@@ -190,3 +190,77 @@ def test_a_cursor_move_draws_only_the_lines_it_leaves_and_enters():
             assert table.cursor_row == 0
 
     asyncio.run(drive())
+
+
+def test_a_process_table_draws_anew_only_the_cells_that_changed():
+    """Not a snapshot: a refresh that changes one process's cells draws those again (and
+    only their rows' lines), keeps every other cell's drawing, and the table then reads as
+    one built from scratch with the new rows (a column widened by a new row included)."""
+    from textual.app import App
+
+    from kmon.widgets.process_table import COLUMNS, ProcessTable
+
+    def row(pid: int, idle: str, command: str = "producer.py") -> tuple:
+        return (str(pid), command, "orders", "", "", "3", "", "", idle, "", "", "")
+
+    assert len(row(1, "")) == len(COLUMNS)
+
+    class Tables(App):
+        def compose(self):
+            yield ProcessTable(grouped=True, id="updated")
+            yield ProcessTable(grouped=True, id="fresh")
+
+    def lines(table: ProcessTable) -> list[str]:
+        return [table.render_line(y).text for y in range(table.size.height)]
+
+    async def drive() -> None:
+        async with Tables().run_test(size=(150, 20)) as pilot:
+            updated, fresh = pilot.app.query(ProcessTable)
+            updated.show([("c", "1 broker", [row(11, "2.0 s"), row(12, "5.0 s")])])
+            await pilot.pause()
+            lines(updated)
+            updated.show([("c", "1 broker", [row(11, "2.0 s"), row(12, "5.0 s"),
+                                             row(13, "1.0 s", "a-much-longer-command.py")])])
+            await pilot.pause()
+            lines(updated)  # drawn: every cell's drawing cached
+            cache, count = updated._cell_render_cache, updated._update_count
+            current = [key for key in list(cache.keys()) if key[6] == count]  # Textual's key
+            drawings = {key[:2]: cache.get(key) for key in current}
+            later = [row(11, "3.0 s"), row(12, "5.0 s"),
+                     row(13, "1.0 s", "a-much-longer-command.py")]
+            drawn: list[int] = []
+            render_line = updated.render_line
+            updated.render_line = lambda y: drawn.append(y) or render_line(y)
+            updated.show([("c", "1 broker", later)])
+            fresh.show([("c", "1 broker", later)])
+            await until(pilot, lambda: drawn, "the changed row drawn")
+            await pilot.pause()
+            assert set(drawn) == {2}  # the header, the heading, then pid 11's row
+            assert lines(updated) == lines(fresh)
+            assert "3.0 s" in lines(updated)[2] and "a-much-longer-command.py" in lines(fresh)[4]
+            columns = list(updated.columns)
+            assert updated._update_count == count  # no cell's drawing made stale
+            redrawn = {(key[0].value, COLUMNS[columns.index(key[1])])
+                       for key in list(cache.keys())
+                       if key[6] == count and cache.get(key) is not drawings.get(key[:2])}
+            assert redrawn == {("11", "max idle")}
+
+    asyncio.run(drive())
+
+
+def test_the_churn_board_counts_each_process_s_last_minute_without_the_kernel_s_counts():
+    """Not a snapshot: the polls' opened and closed events, counted per process over the
+    window, and forgotten with it (the kernel's exact counts win where they run)."""
+    from kmon.model import EventKind, ProcessView
+    from kmon.widgets.churn_board import ChurnBoard
+
+    board = ChurnBoard()
+    board.add([Event(0, EventKind.OPENED, 1, "a"), Event(0, EventKind.CLOSED, 1, "a"),
+               Event(0, EventKind.ROLE_CHANGE, 1, "b"), Event(30_000, EventKind.OPENED, 2, "c"),
+               Event(30_000, EventKind.OPENED, 1, "d")])
+    assert board.per_process(ProcessView(1, "p", "p")) == (2, 1)
+    board.forget(61_000)
+    assert board.per_process(ProcessView(1, "p", "p")) == (1, 0)
+    assert board.per_process(ProcessView(2, "p", "p", opened_1m=7, closed_1m=5)) == (7, 5)
+    board.forget(100_000)
+    assert not board.recent and not board.counts

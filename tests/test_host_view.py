@@ -29,3 +29,24 @@ def test_processes_sharing_a_broker_share_a_cluster_named_by_its_first_broker():
     assert cluster_labels(snapshot) == {
         1: "127.0.0.1:9092 +2", 2: "127.0.0.1:9092 +2", 3: "127.0.0.1:9092 +2",
         4: "10.0.0.1:9092", 5: UNKNOWN_CLUSTER}
+
+
+def test_a_process_whose_brokers_change_is_labelled_by_its_new_brokers():
+    first = process(1, "127.0.0.1:9092")
+    assert cluster_labels(Snapshot(0, "h", [first])) == {1: "127.0.0.1:9092"}
+    moved = process(1, "10.0.0.2:9092", "10.0.0.1:9092")  # the next poll's view of it
+    assert cluster_labels(Snapshot(1, "h", [moved])) == {1: "10.0.0.1:9092 +1"}
+    assert cluster_labels(Snapshot(2, "h", [process(1)])) == {1: UNKNOWN_CLUSTER}
+
+
+def test_a_view_s_summary_counts_its_connections():
+    view = process(1, "127.0.0.1:9092", "127.0.0.1:9092", "127.0.0.1:9093")
+    view.connections[0].idle_ms, view.connections[1].idle_ms = 12_000, 3_000
+    view.connections[2].role, view.connections[2].state = Role.UNKNOWN, "CLOSE_WAIT"
+    summary = view.summary
+    assert (summary.count, summary.roles, summary.close_wait) == (
+        3, {Role.BROKER: 2, Role.UNKNOWN: 1}, 1)
+    assert (summary.max_idle_ms, summary.min_idle_ms) == (12_000, None)  # one not known
+    assert summary.remotes == {"127.0.0.1:9092", "127.0.0.1:9093"}
+    assert summary.brokers == {"127.0.0.1:9092"}  # of the connections with a known role
+    assert process(2).summary.max_idle_ms is None and not process(2).summary.remotes

@@ -49,7 +49,10 @@ def test_the_host_view_opens_one_capture_and_names_each_processs_sockets(cluster
             done = len(views) == len(pids) and all(
                 any(c.role == Role.COORDINATOR for c in wired(v))
                 and any(c.role == Role.BROKER and "Fetch" in c.evidence["wire"]
-                        for c in wired(v)) for v in views.values())
+                        for c in wired(v))
+                # the wire may name roles a poll before the broker ids are known (from the
+                # process's Metadata answers or kmon's own query)
+                and all(c.broker_id is not None for c in wired(v)) for v in views.values())
             return views if done else None
 
         views = wait_for(named, "every consumer's sockets named by the wire", every=0.3)

@@ -236,7 +236,7 @@ def test_repeated_request_headers_come_as_one_counted_segment(host):
     IPv6 frames read differently)."""
     from kmon.sources.packet_capture import PacketCapture
     from kmon.sources.sockets import Endpoint, TcpSocket
-    from kmon.sources.wire import WireTap
+    from kmon.sources.wire import WireTap, last_seen
 
     produce = 0
 
@@ -277,8 +277,9 @@ def test_repeated_request_headers_come_as_one_counted_segment(host):
     assert segments[1].first_ms <= segments[0].ts_ms <= segments[1].ts_ms
     assert segments[2].flags & packet_filter.TCP_FIN
     assert flow.api_counts == {produce: 8, kp.METADATA: 1}
-    counts, last_seen = flow.apis(segments[1].ts_ms + 500)
-    assert counts == "Produce×8 Metadata×1" and last_seen.startswith("Produce×8 (0.5 s ago) ")
+    seen = flow.seen()
+    assert [text for text, _ in seen] == ["Produce×8", "Metadata×1"]
+    assert last_seen(seen, segments[1].ts_ms + 500).startswith("Produce×8 (0.5 s ago) ")
     assert flow.close.first_by == "client" and flow.close.last_api == produce
 
 

@@ -17,6 +17,7 @@ class ChurnBoard:
 
     def __init__(self) -> None:
         self.recent: deque[Event] = deque()  # opened and closed events of the last minute
+        self.counts: Counter[tuple[int, EventKind]] = Counter()  # the same, by (pid, kind)
         self.patterns: dict[int, Event] = {}  # pid -> its latest churn event
         self.storm: Event | None = None
 
@@ -24,6 +25,7 @@ class ChurnBoard:
         for event in events:
             if event.kind in (EventKind.OPENED, EventKind.CLOSED):
                 self.recent.append(event)
+                self.counts[event.pid, event.kind] += 1
             elif event.kind is EventKind.CHURN and event.churn is not None:
                 if event.churn.pattern == "reconnect_storm":
                     self.storm = event
@@ -33,15 +35,17 @@ class ChurnBoard:
     def forget(self, now_ms: int) -> None:
         """Drop what fell out of the window."""
         while self.recent and now_ms - self.recent[0].ts_ms > WINDOW_MS:
-            self.recent.popleft()
+            event = self.recent.popleft()
+            self.counts[event.pid, event.kind] -= 1
+            if not self.counts[event.pid, event.kind]:
+                del self.counts[event.pid, event.kind]
 
     def per_process(self, view: ProcessView) -> tuple[int, int]:
         """(opened, closed) in the last minute by the process: the kernel's exact counts
         where it counts them (connections no poll saw included), else the polls' events."""
         if view.opened_1m is not None and view.closed_1m is not None:
             return view.opened_1m, view.closed_1m
-        kinds = Counter(e.kind for e in self.recent if e.pid == view.pid)
-        return kinds[EventKind.OPENED], kinds[EventKind.CLOSED]
+        return self.counts[view.pid, EventKind.OPENED], self.counts[view.pid, EventKind.CLOSED]
 
     def per_broker(self) -> dict[int, tuple[int, int]]:
         """broker id -> (opened, closed by the broker) in the last minute."""

@@ -44,6 +44,9 @@ class EventLog(RichLog):
         self.show_pid = show_pid
 
     def add(self, events: list[Event]) -> None:
+        """Append ``events``' lines, in one write: each write re-slices and scrolls the log."""
+        if not events:
+            return
         width = self.scrollable_content_region.width  # 0 before the first layout
-        for event in events:
-            self.write(event_line(event, self.show_pid), width=width or None)
+        lines = Text("\n").join(event_line(event, self.show_pid) for event in events)
+        self.write(lines, width=width or None)

@@ -3,12 +3,12 @@ under one heading row per cluster; sorted, filtered and idle-hidden by the scree
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from rich.text import Text
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey, RowKey
 
 from kmon.columns import PROCESS_COLUMNS
 from kmon.model import ProcessView, Role
@@ -27,7 +27,8 @@ HEADING = "cluster:"  # row keys of the heading rows start with it
 
 
 def _max_idle(view: ProcessView) -> int:
-    return max((c.idle_ms for c in view.connections if c.idle_ms is not None), default=-1)
+    idle = view.summary.max_idle_ms
+    return -1 if idle is None else idle
 
 
 @dataclass(frozen=True)
@@ -49,12 +50,15 @@ PROCESS_ORDERS = (
 
 def is_idle(view: ProcessView) -> bool:
     """True when none of its connections carried a byte for HIDE_IDLE_AFTER_MS."""
-    return all(c.idle_ms is not None and c.idle_ms >= HIDE_IDLE_AFTER_MS
-               for c in view.connections)
+    summary = view.summary
+    return not summary.count or (summary.min_idle_ms is not None
+                                 and summary.min_idle_ms >= HIDE_IDLE_AFTER_MS)
 
 
 def matches(view: ProcessView, words: list[str], cluster: str) -> bool:
     """True when every word is in its pid, command, client ids or cluster."""
+    if not words:
+        return True
     haystack = " ".join((str(view.pid), view.cmdline, view.name, cluster,
                          *(c.client_id for c in view.clients))).lower()
     return all(word in haystack for word in words)
@@ -62,15 +66,14 @@ def matches(view: ProcessView, words: list[str], cluster: str) -> bool:
 
 def process_cells(view: ProcessView, label: str, churn: ChurnBoard, now_ms: int) -> tuple:
     """The cells of one process's row, in COLUMNS order."""
-    roles = Counter(c.role for c in view.connections)
+    roles = view.summary.roles
     opened, closed = churn.per_process(view)
     pattern = churn.pattern(view.pid, now_ms)
-    close_wait = sum(c.state == TcpState.CLOSE_WAIT for c in view.connections)
     idle = _max_idle(view)
     clients = ", ".join(sorted({c.client_id for c in view.clients})) or "(no client metrics)"
     return (str(view.pid), plain(label or view.short_command), plain(clients),
             *(str(roles[r]) if roles[r] else "" for r in ROLES),
-            fmt.state(TcpState.CLOSE_WAIT) if close_wait else "",
+            fmt.state(TcpState.CLOSE_WAIT) if view.summary.close_wait else "",
             fmt.duration(idle) if idle >= 0 else "?",
             f"{opened}/{closed}" if opened or closed else "",
             Text(pattern, style="bold red") if pattern else "",
@@ -79,8 +82,7 @@ def process_cells(view: ProcessView, label: str, churn: ChurnBoard, now_ms: int)
 
 def cluster_heading(views: list[ProcessView]) -> str:
     """'3 brokers: 127.0.0.1:33305, …': the brokers these processes are connected to."""
-    brokers = sorted({c.remote for v in views for c in v.connections
-                      if c.role is not Role.UNKNOWN and c.remote})
+    brokers = sorted(set().union(*(v.summary.brokers for v in views)))
     if not brokers:
         return "brokers not known yet"
     more = ", …" if len(brokers) > 1 else ""
@@ -129,6 +131,42 @@ class ProcessTable(DataTable):
             if selected is not None:
                 self.move_cursor(row=keys.index(selected), animate=False)
             return
-        for key, cells in wanted:
-            for column, value in zip(self.columns, cells, strict=True):
-                self.update_cell(key, column, value)
+        self._put([(RowKey(key), column, value) for key, cells in wanted
+                   for column, shown, value in zip(self.columns, self.get_row(key), cells,
+                                                   strict=True) if not _same(shown, value)])
+
+    def _put(self, changed: list[tuple[RowKey, ColumnKey, object]]) -> None:
+        """Set the ``changed`` cells and draw only them and their rows again: after
+        ``update_cell`` a refresh draws every cell anew (its caches are keyed by an update
+        count), and a process's idle age changes each second. Relies on how DataTable keeps
+        its caches in Textual 8 (tests/test_dashboard_snapshots.py checks the table drawn)."""
+        if not changed:
+            return
+        for row, column, value in changed:
+            self._data[row][column] = value
+        cells = {(row, column) for row, column, _ in changed}
+        rows = {row for row, _ in cells}
+        indices = {self._row_locations.get(row) for row in rows}
+        for cache, stale in ((self._cell_render_cache, lambda key: key[:2] in cells),
+                             (self._row_render_cache, lambda key: key[0] in rows),
+                             (self._row_renderable_cache, lambda key: key[1] in indices)):
+            for key in list(filter(stale, cache.keys())):
+                cache.discard(key)
+        self._line_cache.clear()
+        for index in indices:
+            self.refresh_row(index)
+
+    def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
+        """New rows measured: every cell drawn before a column widened is stale (``_put``
+        keeps the others' renders)."""
+        widths = [column.content_width for column in self.columns.values()]
+        super()._update_dimensions(new_rows)
+        if widths != [column.content_width for column in self.columns.values()]:
+            self._update_count += 1
+            self.refresh()
+
+
+def _same(shown: object, value: object) -> bool:
+    """True when a cell shows ``value`` already (rich's Text compares no style: this does)."""
+    return (type(shown) is type(value) and shown == value
+            and getattr(shown, "style", None) == getattr(value, "style", None))

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import Counter
 
 from kmon.cli import options
 from kmon.errors import UserError
 from kmon.plain_text import one_line
-from kmon.tcp_state import TcpState
 
 SEARCH_ROUNDS = 4  # polls at most: each finds the clients of the brokers the last one learned
 
@@ -107,15 +105,13 @@ def process_rows(snapshot, labels: dict[int, str], events) -> list[dict]:
     for view in snapshot.processes:
         if view.pid not in labels:
             continue
-        roles = Counter(c.role for c in view.connections)
-        idles = [c.idle_ms for c in view.connections if c.idle_ms is not None]
+        summary = view.summary
         rows.append({
             "cluster": labels[view.pid], "pid": view.pid, "user": owner(view.pid),
             "command": short_command(view.cmdline, view.name),
             "client_ids": sorted({c.client_id for c in view.clients if c.client_id}),
-            **{role.value: roles[role] for role in Role},
-            "close_wait": sum(c.state == TcpState.CLOSE_WAIT for c in view.connections),
-            "max_idle_ms": max(idles) if idles else None,
+            **{role.value: summary.roles[role] for role in Role},
+            "close_wait": summary.close_wait, "max_idle_ms": summary.max_idle_ms,
             "clients_created": view.clients_created, "churn": churn.get(view.pid, ""),
             "cmdline": view.cmdline})
     return sorted(rows, key=lambda row: (row["cluster"], row["pid"]))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Collection
 
-from kmon.model import Role, Snapshot
+from kmon.model import Snapshot
 from kmon.sources.host_sockets import HostClients, client_pids
 from kmon.sources.process_info import LibraryScan
 from kmon.sources.resolve import parse_endpoint
@@ -62,10 +62,9 @@ def cluster_labels(snapshot: Snapshot) -> dict[int, str]:
     """Each process's cluster, named by the brokers it is connected to (the first, and how
     many more); processes that share a broker share a cluster."""
     brokers_of: dict[int, set[Endpoint]] = {}
-    for view in snapshot.processes:
-        brokers_of[view.pid] = {
-            endpoint for c in view.connections
-            if c.role is not Role.UNKNOWN and (endpoint := parse_endpoint(c.remote or ""))}
+    for view in snapshot.processes:  # a few distinct remotes among a process's connections
+        brokers_of[view.pid] = {endpoint for remote in view.summary.brokers
+                                if (endpoint := parse_endpoint(remote))}
     parent: dict[Endpoint, Endpoint] = {}
 
     def root(endpoint: Endpoint) -> Endpoint:

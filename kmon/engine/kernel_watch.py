@@ -42,17 +42,14 @@ class KernelWatch:
         # by (local, remote) as the kernel gave them
         self.endings: OrderedDict[tuple[tuple[str, int], tuple[str, int]], KernelLife] = (
             OrderedDict())
-        self.polled: frozenset[tuple[Endpoint | None, Endpoint]] = frozenset()  # last poll's
-        self.polled_text: frozenset[tuple[str | None, str]] = frozenset()  # the same, as shown
-        self.polled_ports: frozenset[int] = frozenset()
+        self.polled: list[ProcessView] = []  # the last poll's views
 
     def poll(self, views: list[ProcessView]) -> tuple[list[KernelLife], list[KernelLife],
                                                       list[Event]]:
         """The lives opened and closed since the last poll, and the ``closed`` events of
         those that ended badly (connect failures, refused connections)."""
-        polled = self.polled
-        self._note_sockets(views)
-        for port in self.polled_ports:
+        polled, self.polled = self.polled, views
+        for port in remote_ports(views):
             self.learned[port] = None
             self.learned.move_to_end(port)
         self._follow_ports()
@@ -63,26 +60,15 @@ class KernelWatch:
         self._follow_ports()
         for life in closed:
             self._remember(life)
-        events = [event for life in closed if life.ending is not None
-                  if (event := self._closed_event(life, polled)) is not None]
+        bad = [life for life in closed if life.ending is not None]
+        seen = seen_pairs(polled, {remote for life in bad if (remote := life.remote)})
+        events = [event for life in bad if (event := self._closed_event(life, seen)) is not None]
         if self.source.lost:  # standing from the first loss on, with the total
             note = (f"the kernel dropped {self.source.lost} TCP events (a ring buffer was "
                     "full): connection counts may be short")
             for view in views:
                 view.notices.append(note)
         return opened, closed, events
-
-    def _note_sockets(self, views: list[ProcessView]) -> None:
-        """The poll's sockets as endpoint pairs and remote ports, parsed again only when the
-        sockets changed (most polls of a steady client)."""
-        text = frozenset((conn.local, conn.remote) for view in views
-                         for conn in view.connections if conn.remote)
-        if text == self.polled_text:
-            return
-        pairs = ((parse_endpoint(local or ""), parse_endpoint(remote)) for local, remote in text)
-        self.polled = frozenset(pair for pair in pairs if pair[1] is not None)
-        self.polled_text = text
-        self.polled_ports = frozenset(remote.port for _, remote in self.polled)
 
     def _follow_ports(self) -> None:
         while len(self.learned) > MAX_LEARNED_PORTS:
@@ -96,12 +82,12 @@ class KernelWatch:
                 self.endings.popitem(last=False)
 
     def _closed_event(self, life: KernelLife,
-                      polled: set[tuple[Endpoint | None, Endpoint]]) -> Event | None:
-        """The ``closed`` event of a life that ended badly; None for one a poll saw open (its
-        own ``closed`` event tells the kernel's story: ``life_of``)."""
+                      seen: set[tuple[Endpoint | None, Endpoint]]) -> Event | None:
+        """The ``closed`` event of a life that ended badly; None for one the last poll saw
+        open (in ``seen``: its own ``closed`` event tells the kernel's story: ``life_of``)."""
         local = Endpoint(*life.local) if life.local else None
         remote = Endpoint(*life.remote) if life.remote else None
-        if (local, remote) in polled:
+        if (local, remote) in seen:
             return None
         story = self.story(life)
         detail = (f"{life.where()}: {life.ending} after {story.lifetime_ms} ms (first FIN: "
@@ -127,3 +113,21 @@ class KernelWatch:
     def close(self) -> None:
         """Stop the kernel events."""
         self.source.close()
+
+
+def remote_ports(views: list[ProcessView]) -> set[int]:
+    """The ports the processes' connections reach (their few distinct remotes parsed)."""
+    remotes = set().union(*(view.summary.remotes for view in views))
+    return {endpoint.port for remote in remotes if (endpoint := parse_endpoint(remote))}
+
+
+def seen_pairs(views: list[ProcessView], remotes: set[tuple[str, int]]
+               ) -> set[tuple[Endpoint | None, Endpoint]]:
+    """The (local, remote) endpoints of the connections ``views`` held to ``remotes`` (the
+    kernel's (ip, port) pairs): the polls' sockets parsed only when a life ended badly."""
+    if not remotes:
+        return set()
+    wanted = {text for view in views for text in view.summary.remotes
+              if (endpoint := parse_endpoint(text)) and (endpoint.ip, endpoint.port) in remotes}
+    return {(parse_endpoint(conn.local or ""), parse_endpoint(conn.remote))
+            for view in views for conn in view.connections if conn.remote in wanted}

@@ -51,8 +51,7 @@ def diff(before: ProcessView, after: ProcessView, ts_ms: int,
          stories: dict[tuple[int, str], CloseStory] | None = None) -> list[Event]:
     """The events that turn ``before`` into ``after`` (the same process); ``stories`` tell
     who closed each closed connection and why, by (pid, key)."""
-    old = {c.key: c for c in before.connections}
-    new = {c.key: c for c in after.connections}
+    old = {c.key: c for c in before.connections}  # what is left of it closed
     events: list[Event] = []
 
     def event(kind: EventKind, conn: Connection, detail: str,
@@ -60,8 +59,8 @@ def diff(before: ProcessView, after: ProcessView, ts_ms: int,
         events.append(Event(ts_ms, kind, after.pid, conn.key, conn.role, conn.node_id,
                             conn.remote, detail, conn.client, conn.broker_id, close=close))
 
-    for key, conn in new.items():
-        prev = old.get(key)
+    for conn in after.connections:  # their keys are unique within the process
+        prev = old.pop(conn.key, None)
         if prev is None:
             event(EventKind.OPENED, conn, f"{conn.role.value} {conn.state}")
             if conn.state == TcpState.CLOSE_WAIT:
@@ -79,11 +78,10 @@ def diff(before: ProcessView, after: ProcessView, ts_ms: int,
                   f"idle {format_duration(conn.idle_ms)} of its "
                   f"{format_duration(conn.idle_limit_ms)} limit")
     for key, conn in old.items():
-        if key not in new:
-            close = (stories or {}).get((after.pid, key))
-            told = (in_words(close, conn.idle_limits) if close is not None
-                    else f"{conn.role.value} after {conn.state}")
-            event(EventKind.CLOSED, conn, told, close)
+        close = (stories or {}).get((after.pid, key))
+        told = (in_words(close, conn.idle_limits) if close is not None
+                else f"{conn.role.value} after {conn.state}")
+        event(EventKind.CLOSED, conn, told, close)
     return events
 
 
@@ -220,8 +218,8 @@ class Monitor:
         """The host's closes to the watched processes' brokers that none of them made."""
         if self.host_closes is None:
             return None
-        ports = {int(port) for view in views for conn in view.connections if conn.remote
-                 if (port := conn.remote.rpartition(":")[2]).isdigit()}
+        ports = {int(port) for view in views for remote in view.summary.remotes
+                 if (port := remote.rpartition(":")[2]).isdigit()}
         self.host_closed_1m = self.host_closes.unowned(ports)
         return self.host_closed_1m
 

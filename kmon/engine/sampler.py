@@ -18,7 +18,7 @@ from kmon.evidence.endpoints import endpoint_evidence
 from kmon.evidence.infer import CadenceEvidence
 from kmon.evidence.jvm import JvmEvidence
 from kmon.evidence.logical import broker_ids_by_address, classify_broker_entry, learned_brokers
-from kmon.evidence.resolve import resolve
+from kmon.evidence.resolve import RowResolver
 from kmon.evidence.stats_join import stats_evidence
 from kmon.evidence.wire import WireEvidence
 from kmon.model import ClientInstance, Connection, ProcessView
@@ -32,8 +32,8 @@ from kmon.sources.process_info import (
     describe,
     in_other_network_namespace,
     is_kernel_thread,
-    is_zombie,
     loads_kafka_library,
+    running_since,
 )
 from kmon.sources.process_wire import ProcessWire
 from kmon.sources.resolve import Resolver
@@ -119,6 +119,7 @@ class ProcessSampler:
             raise ProcessGone(f"no process with PID {pid}") from err
         self.pid = pid
         self.name, self.cmdline, self.start_time = _describe(self.process)
+        self.started = running_since(pid)  # the same process while this stays the same
         try:
             self.uid = self.process.uids().real
             self.spool_dirs = spool_dirs(self.process)
@@ -142,6 +143,7 @@ class ProcessSampler:
         self.cadence = CadenceEvidence(lambda: directory.groups, args)
         self.jvm = JvmEvidence(pid, self.start_time) if self.jvm_source else None
         self.wire = WireEvidence(bootstrap_argument(args)) if self.wire_source else None
+        self.rows = RowResolver()
 
     def close(self) -> None:
         """Release what the sampler's sources hold (the JMX helper of a JVM, the packet
@@ -153,7 +155,7 @@ class ProcessSampler:
 
     def sample(self, now_ms: int) -> ProcessView:
         """The process as it is now."""
-        if not self.process.is_running() or is_zombie(self.process):
+        if self.started is None or running_since(self.pid) != self.started:
             raise ProcessGone(f"PID {self.pid} ({self.name}) has exited")
         jvm = None
         if self.jvm_source is not None:
@@ -195,8 +197,8 @@ class ProcessSampler:
         clients = [c for e in found for c in e.clients]
         if not self._kafka_checked:
             self._check_kafka(bool(all_stats or clients), gathered.known, sockets)
-        connections, disagreements = resolve(sockets, claims, idle_limit_ms,
-                                             self.settings.middlebox_idle_ms)
+        connections, disagreements = self.rows.resolve(sockets, claims, idle_limit_ms,
+                                                       self.settings.middlebox_idle_ms)
         connections.sort(key=Connection.display_order)
         return ProcessView(
             pid=self.pid, name=self.name, cmdline=self.cmdline,

@@ -13,7 +13,7 @@ Every claim stays on the row (``Connection.claims``), so the detail pane can sho
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from functools import cache
 
 from kmon.evidence.claims import SOURCE_RANK, Claim, socket_key
@@ -119,20 +119,85 @@ def resolve_one(base: Connection, claims: Sequence[Claim]) -> tuple[Connection, 
                    **changes), notice
 
 
-def resolve(sockets: Sequence[TcpSocket], claims: Mapping[str, Sequence[Claim]],
-            broker_idle_ms: int,
-            middlebox_idle_ms: int | None = None) -> tuple[list[Connection], list[str]]:
-    """Every socket's row (in socket order) and the notices their claims raise."""
-    rows, notices = [], []
-    limits, by = kernel_limits(broker_idle_ms, middlebox_idle_ms)
-    for sock in sockets:
-        key = socket_key(sock)
-        row = socket_row(sock, key, limits, by)
-        said = claims.get(key)
-        if said:
-            row, notice = resolve_one(row, said)
-            row = with_limits(row, middlebox_idle_ms)
-            if notice:
-                notices.append(notice)
-        rows.append(row)
-    return rows, notices
+class RowResolver:
+    """The rows of one process's sockets, poll after poll: what the claims make of a socket
+    (``resolve_one``, ``with_limits``) is worked out again only when they say something else
+    than at the last poll (their details aside: those only enter ``Connection.claims``), or
+    its fd, its peer or the limits changed; the kernel's fields are each poll's own."""
+
+    def __init__(self) -> None:
+        self.made: dict[str, _Made] = {}  # socket key -> its claims' part, the last poll's
+
+    def resolve(self, sockets: Sequence[TcpSocket], claims: Mapping[str, Sequence[Claim]],
+                broker_idle_ms: int,
+                middlebox_idle_ms: int | None = None) -> tuple[list[Connection], list[str]]:
+        """Every socket's row (in socket order) and the notices their claims raise."""
+        rows, notices, made, before = [], [], {}, self.made
+        limits, by = kernel_limits(broker_idle_ms, middlebox_idle_ms)
+        setting = (broker_idle_ms, middlebox_idle_ms)
+        for sock in sockets:
+            key = socket_key(sock)
+            said = claims.get(key)
+            if not said:
+                rows.append(socket_row(sock, key, limits, by))
+                continue
+            idle_ms, sent = sock.idle_ms, sock.bytes_sent
+            evidence = _kernel_evidence(sock.source, idle_ms is not None, sent is not None, by)
+            last = before.get(key)
+            if last is not None and last.holds(said, sock, evidence, setting):
+                was = last.row
+                row = Connection(  # by position, Connection's field order, as socket_row
+                    key, was.role, was.node_id, was.broker_id, was.client, sock.local.text,
+                    sock.remote.text, sock.state, idle_ms, was.idle_limit_ms, sent,
+                    sock.bytes_received, was.requests_sent, was.requests_received,
+                    was.in_flight, was.rtt_ms, sock.rtt_ms, was.broker_name, sock.fd,
+                    sock.inode or None, was.evidence, was.confidence,
+                    [c.summary() for c in said], was.idle_limits, was.idle_limit_by)
+            else:
+                row, notice = resolve_one(socket_row(sock, key, limits, by), said)
+                row = with_limits(row, middlebox_idle_ms)
+                last = _Made(tuple(said), evidence, setting, row, notice)
+            if last.lasting:
+                made[key] = last
+            rows.append(row)
+            if last.notice:
+                notices.append(last.notice)
+        self.made = made
+        return rows, notices
+
+
+# the row's fields that are the kernel's: a claim with a fact for one is not remembered
+_KERNEL_FIELDS = frozenset({"local", "remote", "state", "idle_ms", "bytes_sent",
+                            "bytes_received", "tcp_rtt_ms", "fd", "inode"})
+
+
+@dataclass(slots=True)
+class _Made:
+    """The row one socket's claims made at one poll, and the notice they raised; with what
+    they were made from."""
+
+    claims: tuple[Claim, ...]
+    kernel_evidence: dict[str, str]
+    setting: tuple[int, int | None]  # the brokers' and a middlebox's idle limits
+    row: Connection
+    notice: str | None
+    lasting: bool = field(init=False)  # no claim has a fact in place of the kernel's
+
+    def __post_init__(self) -> None:
+        self.lasting = not any(_KERNEL_FIELDS.intersection(c.facts) for c in self.claims)
+
+    def holds(self, claims: Sequence[Claim], sock: TcpSocket, kernel_evidence: dict[str, str],
+              setting: tuple[int, int | None]) -> bool:
+        """Whether these claims, of this socket, make the same row but the kernel's fields."""
+        row = self.row
+        return (len(claims) == len(self.claims) and kernel_evidence is self.kernel_evidence
+                and setting == self.setting and sock.fd == row.fd
+                and sock.remote.text == row.remote and all(map(_says_alike, claims, self.claims)))
+
+
+def _says_alike(a: Claim, b: Claim) -> bool:
+    """Whether two claims say the same of a row (their details aside)."""
+    return a is b or (a.role is b.role and a.node_id == b.node_id
+                      and a.broker_id == b.broker_id and a.confidence == b.confidence
+                      and a.source == b.source and (a.facts is b.facts or a.facts == b.facts)
+                      and (a.evidence is b.evidence or a.evidence == b.evidence))

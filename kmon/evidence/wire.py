@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from kmon.classify import bootstrap_node_id, coordinator_node_id
 from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
@@ -32,16 +33,23 @@ from kmon.model import Role
 from kmon.sources import kafka_protocol as kp
 from kmon.sources.resolve import CACHE_SECONDS, Resolver
 from kmon.sources.sockets import Endpoint
-from kmon.sources.wire import Flow, WireView
+from kmon.sources.wire import Flow, WireView, last_seen
 
 
 class WireEvidence:
-    """The wire producer of one process: claims from what its tap read (``Gathered.wire``)."""
+    """The wire producer of one process: claims from what its tap read (``Gathered.wire``).
+
+    What a socket's flow says is worked out again only when something it depends on changed
+    (a request taken, the broker id of its peer, when the cluster was learned, the bootstrap
+    servers, another claim naming its client); each poll only says again how long ago each
+    API was last seen."""
 
     def __init__(self, cmdline_bootstrap: str = "") -> None:
         self.cmdline_bootstrap = cmdline_bootstrap
         # the broker names last worked out, until when, and their endpoints
         self.endpoints_of_names: tuple[object, float, dict[Endpoint, int]] = (None, 0.0, {})
+        # socket key -> (what FlowSays was worked out from, it): the sockets of the last poll
+        self.said: dict[str, tuple[tuple, FlowSays | None]] = {}
 
     def evidence(self, gathered: Gathered, earlier: Mapping[str, Sequence[Claim]]) -> Evidence:
         """Claims for every socket whose traffic says what it is; the peers whose broker ids
@@ -58,17 +66,25 @@ class WireEvidence:
                    if f.api_counts and not f.tls and remote not in known]
         bootstrap = ",".join(c.config.get("bootstrap.servers", "") for c in gathered.stats) \
             or self.cmdline_bootstrap
-        claims = {}
+        claims, said, before = {}, {}, self.said
+        flows, learned_at, now_ms = view.flows, view.cluster_learned_ms, gathered.now_ms
         for sock in gathered.sockets:
-            flow = view.flows.get((sock.local, sock.remote))
+            flow = flows.get((sock.local, sock.remote))
             if flow is None:
                 continue
-            claim = flow_claim(flow, sock.remote, view, known, bootstrap, gathered.resolver,
-                               gathered.now_ms)
-            if claim is not None:
-                if claim.role is not None and not _named_client(earlier.get(socket_key(sock))):
-                    claim = _with_client(claim, flow)
-                claims[socket_key(sock)] = claim
+            key = socket_key(sock)
+            named = bool(earlier) and _named_client(earlier.get(key))
+            inputs = (flow, flow.requests, known.get(sock.remote), learned_at, bootstrap, named)
+            memo = before.get(key)
+            if memo is None or memo[0] != inputs or not (memo[1] is None or memo[1].lasting):
+                says = flow_says(flow, sock.remote, view, known, bootstrap, gathered.resolver)
+                if says is not None and says.role is not None and not named:
+                    says = says.with_client(flow.client_id)
+                memo = (inputs, says)
+            said[key] = memo
+            if memo[1] is not None:
+                claims[key] = memo[1].claim(now_ms)
+        self.said = said
         notices = [f"the wire missed {view.drops:,} packets (kmon's ring was full)"] \
             if view.drops else []
         return Evidence(claims=claims, learned=learned, notices=notices, closes=view.closes,
@@ -86,42 +102,87 @@ class WireEvidence:
         return endpoints
 
 
+@dataclass(frozen=True, slots=True)
+class FlowSays:
+    """What the traffic of a socket says, all but how long ago each API was last seen: the
+    claim's fields, and its detail's text around those ages."""
+
+    role: Role | None
+    node_id: int | None
+    broker_id: int | None
+    confidence: float
+    evidence: Mapping[str, str]
+    before: str = ""  # the detail: this, the ages of what was ``seen``, then ``after``
+    after: str = ""
+    seen: tuple[tuple[str, int], ...] = ()  # Flow.seen()
+    facts: Mapping[str, object] = field(default_factory=dict)
+    lasting: bool = True  # False: it looked a name up (which may resolve otherwise later)
+    made: Claim | None = field(default=None, init=False, compare=False, repr=False)
+
+    def claim(self, now_ms: int) -> Claim:
+        """The claim, its detail saying when each API was last seen as of ``now_ms``."""
+        return self.undated.with_detail(self.before + last_seen(self.seen, now_ms) + self.after)
+
+    @property
+    def undated(self) -> Claim:
+        """The claim with the detail's text around the ages only (made once)."""
+        claim = self.made
+        if claim is None:
+            claim = Claim("wire", self.role, self.node_id, self.broker_id, self.confidence,
+                          self.facts, self.evidence, self.before + self.after)
+            object.__setattr__(self, "made", claim)
+        return claim
+
+    def with_client(self, client_id: str | None) -> FlowSays:
+        """Naming its client by the client_id it sent (where no other evidence names one)."""
+        return self if not client_id else replace(self, facts={"client": client_id})
+
+
 def flow_claim(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endpoint, int],
                bootstrap: str, resolver: Resolver, now_ms: int) -> Claim | None:
     """The claim the traffic of a socket to ``remote`` makes, if it says enough (its detail
     says when each API was last seen)."""
+    says = flow_says(flow, remote, view, known, bootstrap, resolver)
+    return None if says is None else says.claim(now_ms)
+
+
+def flow_says(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endpoint, int],
+              bootstrap: str, resolver: Resolver) -> FlowSays | None:
+    """What the traffic of a socket to ``remote`` says (``flow_claim``'s claim, but when)."""
     if flow.tls:
-        return Claim(source="wire", role=None, node_id=None, broker_id=None, confidence=0.0,
-                     evidence={"wire": "tls"}, detail="TLS: the Kafka headers are encrypted")
+        return FlowSays(None, None, None, 0.0, {"wire": "tls"},
+                        "TLS: the Kafka headers are encrypted")
     keys = flow.api_counts.keys()
     if not keys:
         return None
     broker_id = known.get(remote)
-    apis, last_seen = flow.apis(now_ms)
+    seen = flow.seen()
+    apis = " ".join(text for text, _ in seen)
     evidence = {"role": "wire", "wire": apis}
-    detail = last_seen + (f" · client_id {flow.client_id}" if flow.client_id else "")
+    client = f" · client_id {flow.client_id}" if flow.client_id else ""
     if keys & (kp.GROUP_APIS | kp.TXN_APIS):
         node_id = None if broker_id is None else coordinator_node_id(broker_id)
         which = "group" if keys & kp.GROUP_APIS else "transaction"
-        return Claim("wire", Role.COORDINATOR, node_id, broker_id, 1.0, evidence=evidence,
-                     detail=f"{which} coordinator: {detail}")
+        return FlowSays(Role.COORDINATOR, node_id, broker_id, 1.0, evidence,
+                        f"{which} coordinator: ", client, seen)
     if keys & kp.BROKER_APIS:
-        return Claim("wire", Role.BROKER, broker_id, broker_id, 1.0, evidence=evidence,
-                     detail=detail)
+        return FlowSays(Role.BROKER, broker_id, broker_id, 1.0, evidence, "", client, seen)
     learned_at = view.cluster_learned_ms
     if flow.from_start and kp.METADATA in keys and flow.first_request_ms is not None and (
             learned_at is None or flow.first_request_ms <= learned_at):
         position = bootstrap_position(str(remote), bootstrap) if bootstrap else None
-        if position is None and bootstrap:
+        looked_up = position is None and bool(bootstrap)
+        if looked_up:
             position = next((i for i, entry in enumerate(bootstrap.split(","))
                              if remote in resolver.endpoints(entry.strip())), None)
-        return Claim("wire", Role.BOOTSTRAP, bootstrap_node_id(position or 0), None, 1.0,
-                     evidence=evidence, detail=f"before the cluster was known: {detail}")
+        return FlowSays(Role.BOOTSTRAP, bootstrap_node_id(position or 0), None, 1.0, evidence,
+                        "before the cluster was known: ", client, seen, lasting=not looked_up)
     if flow.from_start and broker_id is not None and learned_at is not None:
-        return Claim("wire", Role.BROKER, broker_id, broker_id, 1.0, evidence=evidence,
-                     detail=f"opened to broker {broker_id} once the cluster was known: {detail}")
-    return Claim("wire", None, None, None, 0.0, evidence={"wire": apis},
-                 detail=f"only {detail}: no role from the wire yet")
+        return FlowSays(Role.BROKER, broker_id, broker_id, 1.0, evidence,
+                        f"opened to broker {broker_id} once the cluster was known: ", client,
+                        seen)
+    return FlowSays(None, None, None, 0.0, {"wire": apis}, "only ",
+                    f"{client}: no role from the wire yet", seen)
 
 
 def _broker_endpoints(view: WireView, resolver: Resolver) -> dict[Endpoint, int]:
@@ -134,11 +195,3 @@ def _broker_endpoints(view: WireView, resolver: Resolver) -> dict[Endpoint, int]
 
 def _named_client(claims: Sequence[Claim] | None) -> bool:
     return any(c.facts.get("client") for c in claims or ())
-
-
-def _with_client(claim: Claim, flow: Flow) -> Claim:
-    """The claim naming its client by the client_id it sent (no other evidence names one)."""
-    if not flow.client_id:
-        return claim
-    return Claim(claim.source, claim.role, claim.node_id, claim.broker_id, claim.confidence,
-                 facts={"client": flow.client_id}, evidence=claim.evidence, detail=claim.detail)

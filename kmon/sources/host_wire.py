@@ -60,10 +60,13 @@ class SharedCapture:
 
     def set_ports(self, local_ports: set[int], remote_ports: set[int],
                   responses: bool = True) -> None:
-        """The remote ports the process's tap follows, and whether it needs responses."""
+        """The remote ports the process's tap follows, and whether it needs responses (the
+        filter made again when they change)."""
         del local_ports  # every segment of a Kafka connection has a broker's port
-        self.wanted = (set(remote_ports), responses)
-        self.host.refilter()
+        wanted = (set(remote_ports), responses)
+        if wanted != self.wanted:
+            self.wanted = wanted
+            self.host.refilter()
 
     def read(self) -> list[Segment]:
         """The process's segments since its last read."""
@@ -98,6 +101,7 @@ class HostWire:
             self.captures_opened += 1
         share = SharedCapture(self)
         self.shares.append(share)
+        self.refilter()  # its responses wanted, until its tap says otherwise
         return share
 
     def own(self, share: SharedCapture, keys: set[Key], now_ms: int) -> None:

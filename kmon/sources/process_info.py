@@ -1,5 +1,5 @@
 """What /proc and psutil say about a process: its name and command line, its owner, its
-network namespace, the Kafka client libraries it has mapped, whether it is a zombie; and
+network namespace, the Kafka client libraries it has mapped, whether it still runs; and
 which processes of this host have such a library mapped."""
 
 from __future__ import annotations
@@ -73,14 +73,15 @@ def is_kernel_thread(pid: int) -> bool:
         return False
 
 
-def is_zombie(process: psutil.Process) -> bool:
-    """True for a process that has exited but not been reaped (or is gone already)."""
+def running_since(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (/proc/PID/stat), while it runs: None
+    once it has exited or is a zombie. One read: a poll asks it of every process it watches."""
     try:
-        return process.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-    except psutil.AccessDenied:
-        return False
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            fields = stat_file.read(4096).rsplit(b")", 1)[1].split()
+        return None if fields[0] in (b"Z", b"X") else int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 class LibraryScan:

@@ -17,11 +17,20 @@ class Endpoint:
     ip: str
     port: int
     text: str = field(init=False, repr=False, compare=False)  # str(), made once
+    # hash(), made once: endpoints key the tables every poll looks each socket up in
+    hashed: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         ip = self.ip
         object.__setattr__(self, "text",
                            f"[{ip}]:{self.port}" if ":" in ip else f"{ip}:{self.port}")
+        object.__setattr__(self, "hashed", hash((ip, self.port)))
+
+    def __hash__(self) -> int:
+        return self.hashed
+
+    def __reduce__(self) -> tuple:
+        return Endpoint, (self.ip, self.port)  # made again: another process hashes otherwise
 
     def __str__(self) -> str:
         return self.text

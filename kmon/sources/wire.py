@@ -49,22 +49,28 @@ class Flow:
     first_request_ms: int | None = None
     client_id: str | None = None
     tls: bool = False
-    owned: bool = False  # seen among the process's sockets
     from_start: bool = False  # opened after the tap started: its first requests were seen
     pending: dict[int, tuple[int, int]] = field(default_factory=dict)  # correlation -> api
     last_api: int | None = None  # the API key of the last request seen
     close: WireClose | None = None  # the first FIN or RST seen, and from which side
     auth_failed: bool = False  # a SASL request was answered with an error
+    requests: int = 0  # request segments taken: what the flow says changes with each only
 
-    def apis(self, now_ms: int) -> tuple[str, str]:
-        """The API keys seen, most frequent first: ``Fetch×12 Heartbeat×3``, and the same with
-        when each was last seen: ``Fetch×12 (0.4 s ago) Heartbeat×3 (2.1 s ago)``."""
-        counts, ages = [], []
-        for key, count in self.api_counts.most_common():
-            seen = f"{kp.api_name(key)}×{count}"
-            counts.append(seen)
-            ages.append(f"{seen} ({max(0, now_ms - self.api_last_ms[key]) / 1000:.1f} s ago)")
-        return " ".join(counts), " ".join(ages)
+    def seen(self) -> tuple[tuple[str, int], ...]:
+        """The API keys seen, most frequent first, each as ``Fetch×12`` and when it was last
+        seen (``last_seen`` says how long ago)."""
+        return tuple((f"{kp.api_name(key)}×{count}", self.api_last_ms[key])
+                     for key, count in self.api_counts.most_common())
+
+
+def last_seen(seen: tuple[tuple[str, int], ...], now_ms: int) -> str:
+    """``Flow.seen`` with how long ago each was last seen: ``Fetch×12 (0.4 s ago) Heartbeat×3
+    (2.1 s ago)``."""
+    if len(seen) == 1:  # most sockets carry one API
+        ((text, last_ms),) = seen
+        return f"{text} ({max(0, now_ms - last_ms) / 1000:.1f} s ago)"
+    return " ".join([f"{text} ({max(0, now_ms - last_ms) / 1000:.1f} s ago)"
+                     for text, last_ms in seen])
 
 
 @dataclass
@@ -95,6 +101,10 @@ class WireTap:
         self.started = {(_address(s.local), _address(s.remote)) for s in sockets}
         self.last_polled: set[tuple[Address, Address]] = set(self.started)
         self.remote_ports: dict[int, None] = {}  # insertion-ordered, the latest last
+        # the last poll's sockets: their endpoints, by address, and the brokers then
+        self.pairs: list[tuple[Endpoint, Endpoint]] | None = None
+        self.mine: dict[tuple[Address, Address], TcpSocket] = {}
+        self.ported: dict[int, tuple[str, int]] = {}
         ports = self._ports(sockets)
         if capture is not None:  # the process's part of the host's one capture
             capture.set_ports(*ports)
@@ -116,30 +126,44 @@ class WireTap:
 
     def poll(self, sockets: list[TcpSocket], now_ms: int) -> WireView:
         """Take in the segments queued since the last poll; follow ``sockets`` from now on."""
-        mine = {(_address(s.local), _address(s.remote)): s for s in sockets}
+        pairs = [(s.local, s.remote) for s in sockets]
+        same = pairs == self.pairs  # the sockets of the last poll (the same endpoints)
+        mine = self.mine if same else {(_address(s.local), _address(s.remote)): s
+                                         for s in sockets}
         for seg in self.capture.read():
             self._take(seg, mine)
-        gone = self.last_polled - mine.keys()
-        closes = {}
-        for key in list(self.flows):
-            flow = self.flows[key]
-            flow.owned |= key in mine or key in gone
-            if key in gone and flow.close is not None:
-                closes[(Endpoint(*key[0]), Endpoint(*key[1]))] = flow.close
-            if (key not in mine and (flow.owned or now_ms - flow.first_ms > UNOWNED_FOR_MS)
-                    or len(self.flows) > MAX_FLOWS):
-                del self.flows[key]
-        self.last_polled = set(mine)
-        self.capture.set_ports(*self._ports(sockets), responses=not self.brokers)
-        return WireView({(s.local, s.remote): self.flows[key] for key, s in mine.items()
-                         if key in self.flows}, dict(self.brokers), dict(self.coordinators),
+        flows, closes = self.flows, {}
+        gone = set() if same else self.last_polled - mine.keys()
+        for key in [key for key in flows if key not in mine]:
+            flow = flows[key]
+            if key in gone:  # the process's socket, closed since the last poll
+                if flow.close is not None:
+                    closes[(Endpoint(*key[0]), Endpoint(*key[1]))] = flow.close
+                del flows[key]
+            elif now_ms - flow.first_ms > UNOWNED_FOR_MS:
+                del flows[key]
+        while len(flows) > MAX_FLOWS:
+            del flows[next(iter(flows))]
+        if not same or self.brokers != self.ported:
+            self.capture.set_ports(*self._ports(sockets), responses=not self.brokers)
+            self.ported = dict(self.brokers)
+        if not same:
+            self.pairs, self.mine, self.last_polled = pairs, mine, set(mine)
+        found = {}
+        for key, sock in mine.items():
+            flow = flows.get(key)
+            if flow is not None:
+                found[sock.local, sock.remote] = flow
+        return WireView(found, dict(self.brokers), dict(self.coordinators),
                         self.cluster_learned_ms, self.capture.drops, closes)
 
     def _ports(self, sockets: list[TcpSocket]) -> tuple[set[int], set[int]]:
         """(local ports, remote ports) to capture: the process's, and its brokers' (those it
         had a socket to lately too: a client reconnecting every few ms, refused by the broker,
         may have none open at the instant of a poll)."""
-        for port in [s.remote.port for s in sockets] + [p for _, p in self.brokers.values()]:
+        ports = [s.remote.port for s in sockets] + [p for _, p in self.brokers.values()]
+        latest = dict.fromkeys(reversed(ports))  # each port once, where it was last named
+        for port in reversed(latest):
             bounded.put(self.remote_ports, port, None, MAX_REMOTE_PORTS)
         return {s.local.port for s in sockets}, set(self.remote_ports)
 
@@ -173,6 +197,7 @@ class WireTap:
 
     def _request(self, flow: Flow, seg: Segment) -> None:
         header = kp.request_header(seg.data)
+        flow.requests += 1
         if header is None:
             flow.tls |= flow.first_request_ms is None and seg.data.startswith(TLS_RECORDS)
             return

@@ -1,0 +1,114 @@
+"""What the per-process sample costs on a busy host, against the kernel read it starts with.
+
+    python benchmarks/sampler_cost.py [--processes 50] [--connections 100] [--polls 30]
+
+The load of ``host_view_cost.py`` (--processes helper processes of --connections
+connections each to a listener that answers like a broker, --rate Produce requests a
+second each), in its steady state: once the samplers watch them, each helper sends a
+request on every connection (SIGUSR1), and the run starts when every socket has a wire
+flow with API counts (a broker row by the wire). In this process, one ``ProcessSampler``
+per helper, sharing one socket reader and the host's one capture as the host view's do
+(and with the garbage collector set as it sets it), is sampled once a second (``--wire
+auto``: run as root). Each poll also reads every helper's sockets alone
+(``SocketReader.sockets_of``, the kernel read every sample starts with): the baseline
+measured in the same run. Shares are this
+process's CPU seconds (all its threads) per poll.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if str(HERE.parent) not in sys.path:
+    sys.path.insert(0, str(HERE.parent))
+
+import host_view_cost  # noqa: E402
+from helpers import Helpers  # noqa: E402
+
+WARM_UP_POLLS = 30  # at most, until every row is a broker's by the wire
+
+
+def run(args: argparse.Namespace) -> int:
+    from kmon.engine.heap import settle_heap
+    from kmon.engine.sampler import ProcessSampler, SamplerSettings
+    from kmon.model import Role
+    from kmon.sources.host_wire import HostWire
+    from kmon.sources.socket_readers import open_socket_reader
+
+    with Helpers(host_view_cost.__file__, host_view_cost.READY_TIMEOUT_S) as helpers:
+        clients = host_view_cost.start_load(helpers, args.processes, args.connections,
+                                            args.rate)
+        reader, wire = open_socket_reader(), HostWire()
+        settings = SamplerSettings(require_kafka=False)
+        samplers = [ProcessSampler(c.pid, reader, settings, host_wire=wire) for c in clients]
+        settle_heap()  # as the host view does before its refreshes
+        sample_s = read_s = 0.0
+        rows = wired = measured = 0
+        try:
+            for poll in range(WARM_UP_POLLS + args.polls):
+                began = time.monotonic()
+                cpu = time.process_time()
+                views = [s.sample(int(time.time() * 1000)) for s in samplers]
+                sampled = time.process_time()
+                for client in clients:
+                    reader.sockets_of(client.pid)
+                read = time.process_time()
+                if poll == 0:
+                    for client in clients:
+                        client.send_signal(signal.SIGUSR1)
+                broker = sum(c.role is Role.BROKER for v in views for c in v.connections)
+                if measured or broker == args.processes * args.connections:
+                    sample_s += sampled - cpu
+                    read_s += read - sampled
+                    rows += sum(len(v.connections) for v in views)
+                    wired += broker
+                    measured += 1
+                    if measured == args.polls:
+                        break
+                time.sleep(max(0.0, began + 1.0 - time.monotonic()))
+        finally:
+            for sampler in samplers:
+                sampler.close()
+    if not measured:
+        print("sampler_cost: the wire never named every connection's role", file=sys.stderr)
+        return 1
+    polls = measured
+    print(f"the sample of {args.processes} processes x {args.connections} connections, "
+          f"{args.rate:g} Produce requests/s each, --wire auto, {polls} polls a second apart "
+          f"(CPU seconds of this process per poll)")
+    print(f"  rows a poll {rows / polls:,.0f}, of them broker by the wire "
+          f"{wired / polls:,.0f}")
+    print(f"  sample every process  {sample_s / polls * 1000:7.1f} ms a poll "
+          f"({sample_s / rows * 1e6:.1f} us a row)")
+    print(f"  their sockets alone   {read_s / polls * 1000:7.1f} ms a poll   "
+          f"ratio {sample_s / read_s:.2f}x")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--processes", type=int, default=50)
+    parser.add_argument("--connections", type=int, default=100, help="per process")
+    parser.add_argument("--rate", type=float, default=2.0, help="Produce requests/s a process")
+    parser.add_argument("--polls", type=int, default=30)
+    args = parser.parse_args()
+    if args.processes < 1 or args.connections < 1 or args.polls < 1 or args.rate <= 0:
+        parser.error("need --processes >= 1, --connections >= 1, --polls >= 1, --rate > 0")
+    if os.geteuid() != 0:
+        print("sampler_cost: the wire needs CAP_NET_RAW: run as root", file=sys.stderr)
+        return 1
+    try:
+        return run(args)
+    except (OSError, RuntimeError) as exc:
+        print(f"sampler_cost: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""What a poll keeps of the last one (the wire's claim of each socket, the row each socket's
+claims make, whether a process still runs) is made again whenever what it came from changed:
+each poll's claims and rows are the ones a fresh producer and the resolver's own functions
+make from scratch, through a request taken on a real socket, a peer's broker id learned, a
+client named by other evidence, a new socket, an inode reused for another peer, another
+idle limit, a fact in place of the kernel's, and a process that exits."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+
+from helpers import request_to, wait_for
+
+from kmon.evidence.claims import Claim, Gathered, socket_key
+from kmon.evidence.resolve import (
+    RowResolver,
+    kernel_limits,
+    resolve_one,
+    socket_row,
+    with_limits,
+)
+from kmon.evidence.wire import WireEvidence
+from kmon.model import Connection, Role
+from kmon.sources.process_info import running_since
+from kmon.sources.process_wire import WireReading
+from kmon.sources.resolve import Resolver
+from kmon.sources.sockets import Endpoint, TcpSocket
+from kmon.sources.wire import WireTap
+
+BROKER = Endpoint("127.0.0.1", 9092)
+OTHER = Endpoint("127.0.0.1", 9093)
+PRODUCE = 0  # the Produce API key
+
+
+def produce_request(correlation: int) -> bytes:
+    body = (PRODUCE.to_bytes(2, "big") + (9).to_bytes(2, "big")
+            + correlation.to_bytes(4, "big") + (4).to_bytes(2, "big") + b"memo" + bytes(40))
+    return len(body).to_bytes(4, "big") + body
+
+
+def test_a_sockets_wire_claim_follows_what_it_carries_and_what_is_known_of_its_peer():
+    producer = WireEvidence()
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        tap = WireTap([], 0)
+        client, sock, peer = request_to(server, "memo")  # Metadata, before any poll
+        try:
+            def claim_at(now_ms: int, known: dict, earlier: dict | None = None) -> Claim:
+                gathered = Gathered(now_ms=now_ms, sockets=[sock], known=known,
+                                    resolver=Resolver(), broker_idle_ms=600_000,
+                                    wire=WireReading(tap.poll([sock], now_ms)))
+                claims = producer.evidence(gathered, earlier or {}).claims
+                assert claims == WireEvidence().evidence(gathered, earlier or {}).claims
+                return claims.get(socket_key(sock))
+
+            now = int(time.time() * 1000)
+            first = wait_for(lambda: claim_at(now, {}), "the Metadata request's claim")
+            assert first.role is Role.BOOTSTRAP and first.facts == {"client": "memo"}
+            later = claim_at(now + 1_500, {})  # nothing carried since: its ages only
+            assert later.detail != first.detail and later.evidence is first.evidence
+            client.sendall(produce_request(2))
+            produced = wait_for(lambda: (c := claim_at(now + 2_000, {})).role is Role.BROKER
+                                and c, "the Produce request's claim")
+            assert produced.evidence["wire"] in ("Metadata×1 Produce×1", "Produce×1 Metadata×1")
+            assert produced.broker_id is None
+            learned = claim_at(now + 3_000, {sock.remote: 3})
+            assert (learned.node_id, learned.broker_id) == (3, 3)
+            named = {socket_key(sock): [Claim("stats", Role.BROKER, 3, 3, 0.9,
+                                              facts={"client": "rdkafka#producer-1"})]}
+            assert claim_at(now + 4_000, {sock.remote: 3}, named).facts == {}
+            assert claim_at(now + 5_000, {sock.remote: 3}).facts == {"client": "memo"}
+        finally:
+            tap.close()
+            client.close()
+            peer.close()
+
+
+def from_scratch(sockets: list[TcpSocket], claims: dict, middlebox_idle_ms: int | None = None,
+                 ) -> tuple[list[Connection], list[str]]:
+    """The rows as ``resolve_one`` and ``with_limits`` make them, nothing remembered."""
+    limits, by = kernel_limits(600_000, middlebox_idle_ms)
+    rows, notices = [], []
+    for sock in sockets:
+        row = socket_row(sock, socket_key(sock), limits, by)
+        if claims.get(socket_key(sock)):
+            row, notice = resolve_one(row, claims[socket_key(sock)])
+            row = with_limits(row, middlebox_idle_ms)
+            notices += [notice] if notice else []
+        rows.append(row)
+    return rows, notices
+
+
+def tcp(inode: int, fd: int, remote: Endpoint, idle_ms: int) -> TcpSocket:
+    return TcpSocket(inode, fd, Endpoint("127.0.0.1", 50_000 + fd), remote, "ESTABLISHED",
+                     idle_ms, idle_ms, 1_000 + idle_ms, 2_000, 0.3)
+
+
+def wire(broker_id: int | None, detail: str) -> Claim:
+    return Claim("wire", Role.BROKER, broker_id, broker_id, 1.0, facts={"client": "p"},
+                 evidence={"role": "wire", "wire": "Produce×1"}, detail=detail)
+
+
+def test_each_row_is_the_one_its_claims_make_from_scratch():
+    rows = RowResolver()
+
+    def resolved(sockets: list[TcpSocket], claims: dict, middlebox_idle_ms: int | None = None,
+                 ) -> tuple[list[Connection], list[str]]:
+        made = rows.resolve(sockets, claims, 600_000, middlebox_idle_ms)
+        assert made == from_scratch(sockets, claims, middlebox_idle_ms)
+        return made
+
+    first = tcp(11, 5, BROKER, 100)
+    (row,), _ = resolved([first], {"sock:11": [wire(None, "Produce×1 (0.1 s ago)")]})
+    assert row.broker_id is None and row.client == "p"
+    (row,), _ = resolved([tcp(11, 5, BROKER, 1_100)],
+                         {"sock:11": [wire(None, "Produce×1 (1.1 s ago)")]})
+    assert row.idle_ms == 1_100 and row.claims[0]["detail"] == "Produce×1 (1.1 s ago)"
+    (row,), _ = resolved([tcp(11, 5, BROKER, 2_100)], {"sock:11": [wire(2, "")]})
+    assert (row.node_id, row.broker_id) == (2, 2)
+    endpoint = Claim("endpoint", Role.BROKER, 1, 1, 0.6, evidence={"role": "inferred"})
+    new = tcp(12, 6, OTHER, 50)
+    (_, row), _ = resolved([tcp(11, 5, BROKER, 3_100), new], {"sock:11": [wire(2, "")],
+                                                               "sock:12": [endpoint]})
+    assert (row.role, row.broker_id, row.confidence) == (Role.BROKER, 1, 0.6)
+    inferred = Claim("inferred", Role.COORDINATOR, 2147483646, 1, 0.7)
+    reused = tcp(11, 9, OTHER, 10)  # the inode of a socket gone, now another's
+    (row, _), notices = resolved([reused, new], {"sock:11": [inferred, wire(1, "")],
+                                                 "sock:12": [endpoint]})
+    assert row.remote == str(OTHER) and notices == [
+        f"{OTHER} (fd 9): the wire says broker 1, inferred said coordinator 2147483646; "
+        "the wire decides"]
+    moved = tcp(11, 10, OTHER, 10)  # the same socket under another fd (dup2)
+    _, notices = resolved([moved, new], {"sock:11": [inferred, wire(1, "")],
+                                         "sock:12": [endpoint]})
+    assert notices[0].startswith(f"{OTHER} (fd 10): ")
+    (row, _), _ = resolved([reused, new], {"sock:11": [inferred, wire(1, "")],
+                                           "sock:12": [endpoint]}, middlebox_idle_ms=300_000)
+    assert (row.idle_limit_ms, row.idle_limit_by) == (300_000, "middlebox")
+    stats = Claim("stats", Role.BROKER, 1, 1, 0.9, facts={"idle_ms": 7, "client": "c"})
+    for idle in (20, 30):  # the client's idle time in place of the kernel's, poll after poll
+        (row, _), _ = resolved([tcp(11, 9, OTHER, idle), new],
+                               {"sock:11": [stats], "sock:12": [endpoint]})
+        assert row.idle_ms == 7
+
+
+def test_a_process_runs_until_it_exits_even_unreaped():
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        started = running_since(child.pid)
+        assert started is not None and running_since(child.pid) == started
+        child.kill()
+        wait_for(lambda: running_since(child.pid) is None, "the zombie")  # not reaped yet
+    finally:
+        child.kill()
+        child.wait()
+    assert running_since(child.pid) is None
