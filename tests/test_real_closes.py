@@ -1,7 +1,7 @@
 """``kmon record`` and ``kmon analyze`` on a real Apache Kafka cluster: broker idle reaps and a
 killed broker, as real confluent-kafka clients live them.
 
-A two-node cluster of its own reaps idle connections after 3 s
+A two-node cluster of its own reaps idle connections after 4 s
 (``connections.max.idle.ms``), while the clients' own limit is a minute: every close
 of an idle connection is the broker's. Mid-recording one node is SIGKILLed under a
 consumer fetching from it. The recording is then analysed by kmon analyze's jobs on the
@@ -24,9 +24,9 @@ pytest.importorskip("pyspark")
 
 from kmon.analysis import inputs, jobs  # noqa: E402
 
-BROKER_IDLE_MS = 3000
+BROKER_IDLE_MS = 4000
 REAPS_BEFORE_KILL = 3  # the producer's idle connections reaped, reopened, reaped
-AFTER_KILL_S = 5  # the killed node's closes, and the consumer's refused reconnects
+AFTER_KILL_S = 12  # the killed node's closes, and the producer's reaps go on (cycles)
 CLIENT_IDLE_MS = 60_000
 REAP_SHARE = 0.9  # kmon.engine.closes: idle this share of a limit when closed: reaped
 KILLED_REASONS = ("broker_closed", "reset")
@@ -56,7 +56,7 @@ def test_broker_reaps_and_a_killed_broker_recorded_and_analysed(start_kafka, spo
     recorder = None
     try:
         # the consumer's coordinator connection is never idle long enough to pass for reaped
-        # when its broker dies (heartbeats every second, not every 2.7 s of the 3)
+        # when its broker dies (heartbeats every second, not every 3.6 s of the 4)
         consumer = workload("consumer", cluster.bootstrap(), "-X", "heartbeat.interval.ms=1000")
         clients.append(consumer)
         producer = workload("producer", cluster.bootstrap())
