@@ -7,10 +7,12 @@ idle limit, a fact in place of the kernel's, and a process that exits."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
 
+import pytest
 from helpers import request_to, wait_for
 
 from kmon.evidence.claims import Claim, Gathered, socket_key
@@ -33,6 +35,8 @@ BROKER = Endpoint("127.0.0.1", 9092)
 OTHER = Endpoint("127.0.0.1", 9093)
 PRODUCE = 0  # the Produce API key
 
+pytestmark = pytest.mark.integration  # a real packet tap, a real child process
+
 
 def produce_request(correlation: int) -> bytes:
     body = (PRODUCE.to_bytes(2, "big") + (9).to_bytes(2, "big")
@@ -40,6 +44,7 @@ def produce_request(correlation: int) -> bytes:
     return len(body).to_bytes(4, "big") + body
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="the wire needs CAP_NET_RAW (root)")
 def test_a_sockets_wire_claim_follows_what_it_carries_and_what_is_known_of_its_peer():
     producer = WireEvidence()
     with socket.create_server(("127.0.0.1", 0)) as server:
