@@ -247,11 +247,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def load_arguments(parser: argparse.ArgumentParser) -> None:
+    """The load's options: --processes, --connections, --rate (``start_load``'s)."""
     parser.add_argument("--processes", type=int, default=50)
     parser.add_argument("--connections", type=int, default=100, help="per process")
     parser.add_argument("--rate", type=float, default=2.0, help="Produce requests/s a process")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    load_arguments(parser)
     parser.add_argument("--seconds", type=float, default=30.0, help="of each measurement")
     parser.add_argument("--role", choices=("listener", "client", "engine"),
                         help=argparse.SUPPRESS)

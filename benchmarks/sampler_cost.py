@@ -93,9 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--processes", type=int, default=50)
-    parser.add_argument("--connections", type=int, default=100, help="per process")
-    parser.add_argument("--rate", type=float, default=2.0, help="Produce requests/s a process")
+    host_view_cost.load_arguments(parser)
     parser.add_argument("--polls", type=int, default=30)
     args = parser.parse_args()
     if args.processes < 1 or args.connections < 1 or args.polls < 1 or args.rate <= 0:
