@@ -135,13 +135,21 @@ def test_a_killed_cluster_closes_as_the_broker_never_the_client(spool_dir):
         consumer.wait_line("READY")
         stream = Child([sys.executable, "-m", "kmon", "attach", str(consumer.pid), "--json",
                         "--interval", "200ms"])
-        for _ in range(10):  # let the start-up settle (librdkafka drops its bootstrap)
-            stream.wait_line("{")
+        for _ in range(150):  # the start-up settled: the group steady, every socket named
+            views = json.loads(stream.wait_line("{"))["processes"]
+            roles = {c["role"] for view in views for c in view["connections"]}
+            if any(c.get("group_join_state") == "steady" and c.get("group_assignment_size")
+                   for view in views for c in view["clients"]) and not (
+                    roles & {"bootstrap", "unknown"}):
+                break
+        else:
+            pytest.fail("the consumer's group never settled")
         killed_ms = int(time.time() * 1000)
         cluster.proc.send_signal(signal.SIGKILL)
         closed = [e for e in closed_events(stream, wanted=3) if e["ts_ms"] >= killed_ms]
         sides = {e["closed_by"] for e in closed}
-        assert "broker" in sides and "client" not in sides, closed
+        assert "broker" in sides and "client" not in sides, [
+            (e["closed_by"], e["reason"], e["role"], e["remote"], e["detail"]) for e in closed]
     finally:
         for child in (stream, consumer, cluster):
             if child is not None:
