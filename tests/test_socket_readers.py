@@ -244,6 +244,72 @@ def test_many_sockets_come_from_one_filtered_dump_as_from_exact_lookups(
     assert _find(reader.sockets_of(PID), other) is not None
 
 
+def test_read_ahead_reads_many_processes_in_one_dump_as_each_alone(
+        reader, stack, listener_process, monkeypatch):
+    """``read_ahead`` of several processes: their sockets from one filtered dump, as exact
+    lookups of each process find them (a socket two processes share under its fd in each);
+    a process gone raises as ``sockets_of`` would; a stale read-ahead is read again."""
+    from kmon.sources import sockdiag
+
+    mine = [stack.enter_context(socket.create_connection(("127.0.0.1", listener_process)))
+            for _ in range(sockdiag._DUMP_FROM)]
+    shared = mine[0].fileno()
+    code = ("import os, socket, sys\n"
+            f"os.dup2({shared}, 200); os.close({shared})\n"
+            f"held = [socket.create_connection(('127.0.0.1', {listener_process})) "
+            "for _ in range(30)]\n"
+            "for i, s in enumerate(held): s.sendall(b'k' * (i + 1))\n"
+            "print('ready', flush=True)\n"
+            "sys.stdin.read()\n")
+    children = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True, pass_fds=(shared,))
+                for _ in range(2)]
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    try:
+        assert all(child.stdout.readline() == "ready\n" for child in children)
+        pids = [PID, *(child.pid for child in children)]
+        # the kernel's TCP socket count, set: what this host holds besides is not the test's
+        monkeypatch.setattr(sockdiag, "tcp_sockets", lambda: 2 * len(mine))
+
+        def facts(found: list[TcpSocket]) -> set[tuple]:
+            return {(s.inode, s.fd, s.local, s.remote, s.state, s.bytes_sent,
+                     s.bytes_received) for s in found}
+
+        dumps = []
+        real_dump = reader._dump_known
+        monkeypatch.setattr(reader, "_dump_known",
+                            lambda *args: dumps.append(args) or real_dump(*args))
+        for pid in pids:
+            reader.sockets_of(pid)  # learned: known sockets, as after a first poll
+        dumps.clear()
+        reader.read_ahead([*pids, gone.pid])
+        ahead = {pid: reader.sockets_of(pid) for pid in pids}
+        assert len(dumps) == 1 and len(dumps[0][0]) >= len(mine) + 60  # one family, together
+        with pytest.raises(psutil.NoSuchProcess):
+            reader.sockets_of(gone.pid)
+
+        monkeypatch.setattr(sockdiag, "tcp_sockets", lambda: 1 << 40)  # exact lookups
+        alone = {pid: reader.sockets_of(pid) for pid in pids}
+        assert len(dumps) == 1
+        assert {pid: facts(found) for pid, found in ahead.items()} == {
+            pid: facts(found) for pid, found in alone.items()}
+        inode = os.stat(shared).st_ino
+        assert [s.fd for pid in pids for s in ahead[pid] if s.inode == inode] == [
+            shared, 200, 200]
+        assert all(found == sorted(found, key=lambda s: s.fd) for found in ahead.values())
+
+        monkeypatch.setattr(sockdiag, "tcp_sockets", lambda: 2 * len(mine))
+        reader.read_ahead(pids)
+        monkeypatch.setattr(sockdiag, "_AHEAD_FRESH_S", -1.0)  # stale: read again, alone
+        assert facts(reader.sockets_of(PID)) == facts(alone[PID])
+        assert len(dumps) == 3  # the read-ahead's, then PID's own filtered dump
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+
+
 def test_host_clients_from_a_filtered_dump_agree_with_psutils_scan(stack, listener_process):
     """Discovery: the processes connected to the "brokers" (a listener in a child process,
     and one here), not the processes serving them, not kmon; as psutil's scan says."""

@@ -17,7 +17,7 @@ from kmon.engine.churn import ChurnWatch
 from kmon.engine.closes import SocketLife, in_words, story
 from kmon.engine.host_churn import HostTimeWaits
 from kmon.engine.kernel_watch import KernelWatch
-from kmon.engine.sampler import ProcessGone, ProcessSampler, SampleError
+from kmon.engine.sampler import ProcessGone, ProcessSampler, SampleError, read_ahead
 from kmon.model import (
     ChurnThresholds,
     CloseStory,
@@ -137,6 +137,7 @@ class Monitor:
         ts_ms = int(time.time() * 1000)
         views, events = [], []
         changes: list[tuple[ProcessView, ProcessView]] = []  # (before, after) to diff
+        read_ahead(self.samplers.values())
         for pid, sampler in list(self.samplers.items()):
             previous = self.last_views.get(pid)
             try:

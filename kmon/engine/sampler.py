@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 import time
+from collections.abc import Iterable
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 
@@ -253,6 +254,17 @@ class ProcessSampler:
 
 
 BOOTSTRAP_FLAGS = ("-b", "--bootstrap-server", "--bootstrap-servers", "--brokers")
+
+
+def read_ahead(samplers: Iterable[ProcessSampler]) -> None:
+    """Let each socket reader that samplers share read its processes' sockets together,
+    before the samplers ask for them in turn."""
+    pids_of: dict[int, tuple[SocketReader, list[int]]] = {}
+    for sampler in samplers:
+        pids_of.setdefault(id(sampler.reader), (sampler.reader, []))[1].append(sampler.pid)
+    for reader, pids in pids_of.values():
+        if len(pids) > 1:
+            reader.read_ahead(pids)
 
 
 def bootstrap_argument(args: list[str]) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import psutil
 
 from kmon.sources.proc_fds import socket_inodes
@@ -39,6 +41,10 @@ class PsutilSocketReader:
         ]
         found.sort(key=lambda s: s.fd if s.fd is not None else -1)
         return found
+
+
+    def read_ahead(self, pids: Collection[int]) -> None:
+        """Nothing: psutil reads one process at a time."""
 
 
 def _inodes_by_fd(pid: int) -> dict[int, int]:

@@ -6,6 +6,7 @@ one offers (``kmon.sources.socket_readers`` picks the reader this host allows).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
@@ -72,5 +73,10 @@ class SocketReader(Protocol):
 
     def sockets_of(self, pid: int) -> list[TcpSocket]:
         """Raise psutil.NoSuchProcess / psutil.AccessDenied like psutil does."""
+        ...
+
+    def read_ahead(self, pids: Collection[int]) -> None:
+        """``pids`` are about to be read in turn: read them together now where that is
+        cheaper (sockets_of then answers from it for a moment), or do nothing."""
         ...
 
