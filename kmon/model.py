@@ -97,7 +97,7 @@ class Connection:
     inode: int | None = None
     evidence: dict[str, str] = field(default_factory=dict)  # fact -> stats|kernel|inferred|...
     confidence: float = 1.0
-    claims: list[dict] = field(default_factory=list)  # every source's claim (Claim.summary())
+    claims: list[dict] = field(default_factory=list)  # every source's claim (Claim.summary)
     # every idle limit that may close it (client, broker, middlebox); idle_limit_ms is the least
     idle_limits: dict[str, int] = field(default_factory=dict)
     idle_limit_by: str | None = None  # which of idle_limits will reap it first

@@ -62,8 +62,8 @@ def test_a_sockets_wire_claim_follows_what_it_carries_and_what_is_known_of_its_p
             now = int(time.time() * 1000)
             first = wait_for(lambda: claim_at(now, {}), "the Metadata request's claim")
             assert first.role is Role.BOOTSTRAP and first.facts == {"client": "memo"}
-            later = claim_at(now + 1_500, {})  # nothing carried since: its ages only
-            assert later.detail != first.detail and later.evidence is first.evidence
+            later = claim_at(now + 1_500, {})  # nothing carried since: the same claim
+            assert later is first
             client.sendall(produce_request(2))
             produced = wait_for(lambda: (c := claim_at(now + 2_000, {})).role is Role.BROKER
                                 and c, "the Produce request's claim")
@@ -116,11 +116,14 @@ def test_each_row_is_the_one_its_claims_make_from_scratch():
         return made
 
     first = tcp(11, 5, BROKER, 100)
-    (row,), _ = resolved([first], {"sock:11": [wire(None, "Produce×1 (0.1 s ago)")]})
+    said = wire(None, "Produce×1 (last 12:00:00.1)")
+    (row,), _ = resolved([first], {"sock:11": [said]})
     assert row.broker_id is None and row.client == "p"
+    (again,), _ = resolved([tcp(11, 5, BROKER, 600)], {"sock:11": [said]})
+    assert again.idle_ms == 600 and again.claims is row.claims  # the same claim: shared
     (row,), _ = resolved([tcp(11, 5, BROKER, 1_100)],
-                         {"sock:11": [wire(None, "Produce×1 (1.1 s ago)")]})
-    assert row.idle_ms == 1_100 and row.claims[0]["detail"] == "Produce×1 (1.1 s ago)"
+                         {"sock:11": [wire(None, "Produce×1 (last 12:00:01.1)")]})
+    assert row.idle_ms == 1_100 and row.claims[0]["detail"] == "Produce×1 (last 12:00:01.1)"
     (row,), _ = resolved([tcp(11, 5, BROKER, 2_100)], {"sock:11": [wire(2, "")]})
     assert (row.node_id, row.broker_id) == (2, 2)
     endpoint = Claim("endpoint", Role.BROKER, 1, 1, 0.6, evidence={"role": "inferred"})

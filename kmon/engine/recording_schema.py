@@ -4,7 +4,7 @@ A recording (``kmon attach --json``) is a file anyone may hand to ``kmon replay`
 of the wrong type (``"state": 5``, ``"ts_ms": 1e300``, ``"claims": [{}]``) would be taken
 in as it is and fail later, in the middle of drawing a screen. Here each record is held
 against the types of the model's own dataclasses (``kmon.model``; claims as
-``Claim.summary()`` writes them), integers within 64 bits and times within years 1970-9999,
+``Claim.summary`` writes them), integers within 64 bits and times within years 1970-9999,
 floats finite; a mismatch is a ``SchemaError`` naming the field.
 """
 

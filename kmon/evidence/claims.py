@@ -44,25 +44,13 @@ class Claim:
     evidence: Mapping[str, str] = field(default_factory=dict)
     detail: str = ""  # what decided, in a few words (pairing, rule, API keys)
 
-    def with_detail(self, detail: str) -> Claim:
-        """The same claim with another ``detail`` (its fields copied as they are, not checked
-        again: thousands are made a poll)."""
-        claim = object.__new__(Claim)
-        fields = claim.__dict__
-        fields.update(self.__dict__)
-        fields["detail"], fields["said"] = detail, self.said  # the summary's part, shared
-        return claim
-
-    def summary(self) -> dict:
-        """The claim as the row keeps it (JSON-ready), for the detail pane and recordings."""
-        return {**self.said, "detail": self.detail}
-
     @cached_property
-    def said(self) -> dict:
-        """``summary`` but its detail (made once: ``with_detail``'s copies share it)."""
+    def summary(self) -> dict:
+        """The claim as the row keeps it (JSON-ready), for the detail pane and recordings:
+        made once, the rows of every poll that hold this claim share it (never changed)."""
         return {"source": self.source, "role": self.role.value if self.role else None,
                 "node_id": self.node_id, "broker_id": self.broker_id,
-                "confidence": self.confidence}
+                "confidence": self.confidence, "detail": self.detail}
 
 
 @dataclass

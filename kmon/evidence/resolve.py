@@ -12,6 +12,7 @@ Every claim stays on the row (``Connection.claims``), so the detail pane can sho
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
@@ -115,7 +116,7 @@ def resolve_one(base: Connection, claims: Sequence[Claim]) -> tuple[Connection, 
         if wire.broker_id is not None:
             changes["broker_id"] = wire.broker_id
         evidence.update(wire.evidence)
-    return replace(base, evidence=evidence, claims=[c.summary() for c in claims],
+    return replace(base, evidence=evidence, claims=[c.summary for c in claims],
                    **changes), notice
 
 
@@ -146,13 +147,15 @@ class RowResolver:
             last = before.get(key)
             if last is not None and last.holds(said, sock, evidence, setting):
                 was = last.row
+                if not all(map(operator.is_, said, last.claims)):  # details told anew
+                    last.claims, last.summaries = tuple(said), [c.summary for c in said]
                 row = Connection(  # by position, Connection's field order, as socket_row
                     key, was.role, was.node_id, was.broker_id, was.client, sock.local.text,
                     sock.remote.text, sock.state, idle_ms, was.idle_limit_ms, sent,
                     sock.bytes_received, was.requests_sent, was.requests_received,
                     was.in_flight, was.rtt_ms, sock.rtt_ms, was.broker_name, sock.fd,
                     sock.inode or None, was.evidence, was.confidence,
-                    [c.summary() for c in said], was.idle_limits, was.idle_limit_by)
+                    last.summaries, was.idle_limits, was.idle_limit_by)
             else:
                 row, notice = resolve_one(socket_row(sock, key, limits, by), said)
                 row = with_limits(row, middlebox_idle_ms)
@@ -182,9 +185,11 @@ class _Made:
     row: Connection
     notice: str | None
     lasting: bool = field(init=False)  # no claim has a fact in place of the kernel's
+    summaries: list[dict] = field(init=False)  # the claims as rows keep them, shared
 
     def __post_init__(self) -> None:
         self.lasting = not any(_KERNEL_FIELDS.intersection(c.facts) for c in self.claims)
+        self.summaries = self.row.claims
 
     def holds(self, claims: Sequence[Claim], sock: TcpSocket, kernel_evidence: dict[str, str],
               setting: tuple[int, int | None]) -> bool:

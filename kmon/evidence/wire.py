@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from kmon.classify import bootstrap_node_id, coordinator_node_id
 from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
@@ -41,8 +42,8 @@ class WireEvidence:
 
     What a socket's flow says is worked out again only when something it depends on changed
     (a request taken, the broker id of its peer, when the cluster was learned, the bootstrap
-    servers, another claim naming its client); each poll only says again how long ago each
-    API was last seen."""
+    servers, another claim naming its client): a socket whose traffic said nothing new keeps
+    its claim, poll after poll."""
 
     def __init__(self, cmdline_bootstrap: str = "") -> None:
         self.cmdline_bootstrap = cmdline_bootstrap
@@ -67,7 +68,7 @@ class WireEvidence:
         bootstrap = ",".join(c.config.get("bootstrap.servers", "") for c in gathered.stats) \
             or self.cmdline_bootstrap
         claims, said, before = {}, {}, self.said
-        flows, learned_at, now_ms = view.flows, view.cluster_learned_ms, gathered.now_ms
+        flows, learned_at = view.flows, view.cluster_learned_ms
         for sock in gathered.sockets:
             flow = flows.get((sock.local, sock.remote))
             if flow is None:
@@ -83,7 +84,7 @@ class WireEvidence:
                 memo = (inputs, says)
             said[key] = memo
             if memo[1] is not None:
-                claims[key] = memo[1].claim(now_ms)
+                claims[key] = memo[1].claim
         self.said = said
         notices = [f"the wire missed {view.drops:,} packets (kmon's ring was full)"] \
             if view.drops else []
@@ -102,36 +103,27 @@ class WireEvidence:
         return endpoints
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class FlowSays:
-    """What the traffic of a socket says, all but how long ago each API was last seen: the
-    claim's fields, and its detail's text around those ages."""
+    """What the traffic of a socket says: the claim's fields, and its detail's text around
+    when each API was last seen."""
 
     role: Role | None
     node_id: int | None
     broker_id: int | None
     confidence: float
     evidence: Mapping[str, str]
-    before: str = ""  # the detail: this, the ages of what was ``seen``, then ``after``
+    before: str = ""  # the detail: this, when each of ``seen`` was last seen, then ``after``
     after: str = ""
     seen: tuple[tuple[str, int], ...] = ()  # Flow.seen()
     facts: Mapping[str, object] = field(default_factory=dict)
     lasting: bool = True  # False: it looked a name up (which may resolve otherwise later)
-    made: Claim | None = field(default=None, init=False, compare=False, repr=False)
 
-    def claim(self, now_ms: int) -> Claim:
-        """The claim, its detail saying when each API was last seen as of ``now_ms``."""
-        return self.undated.with_detail(self.before + last_seen(self.seen, now_ms) + self.after)
-
-    @property
-    def undated(self) -> Claim:
-        """The claim with the detail's text around the ages only (made once)."""
-        claim = self.made
-        if claim is None:
-            claim = Claim("wire", self.role, self.node_id, self.broker_id, self.confidence,
-                          self.facts, self.evidence, self.before + self.after)
-            object.__setattr__(self, "made", claim)
-        return claim
+    @cached_property
+    def claim(self) -> Claim:
+        """The claim (made once: a socket's claim stays the same object while it holds)."""
+        return Claim("wire", self.role, self.node_id, self.broker_id, self.confidence,
+                     self.facts, self.evidence, self.before + last_seen(self.seen) + self.after)
 
     def with_client(self, client_id: str | None) -> FlowSays:
         """Naming its client by the client_id it sent (where no other evidence names one)."""
@@ -139,16 +131,16 @@ class FlowSays:
 
 
 def flow_claim(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endpoint, int],
-               bootstrap: str, resolver: Resolver, now_ms: int) -> Claim | None:
+               bootstrap: str, resolver: Resolver) -> Claim | None:
     """The claim the traffic of a socket to ``remote`` makes, if it says enough (its detail
     says when each API was last seen)."""
     says = flow_says(flow, remote, view, known, bootstrap, resolver)
-    return None if says is None else says.claim(now_ms)
+    return None if says is None else says.claim
 
 
 def flow_says(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endpoint, int],
               bootstrap: str, resolver: Resolver) -> FlowSays | None:
-    """What the traffic of a socket to ``remote`` says (``flow_claim``'s claim, but when)."""
+    """What the traffic of a socket to ``remote`` says (``flow_claim``'s claim)."""
     if flow.tls:
         return FlowSays(None, None, None, 0.0, {"wire": "tls"},
                         "TLS: the Kafka headers are encrypted")

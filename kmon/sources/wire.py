@@ -17,6 +17,7 @@ answers with endless names costs a bounded table.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -58,19 +59,21 @@ class Flow:
 
     def seen(self) -> tuple[tuple[str, int], ...]:
         """The API keys seen, most frequent first, each as ``Fetch×12`` and when it was last
-        seen (``last_seen`` says how long ago)."""
+        seen (``last_seen`` says when)."""
         return tuple((f"{kp.api_name(key)}×{count}", self.api_last_ms[key])
                      for key, count in self.api_counts.most_common())
 
 
-def last_seen(seen: tuple[tuple[str, int], ...], now_ms: int) -> str:
-    """``Flow.seen`` with how long ago each was last seen: ``Fetch×12 (0.4 s ago) Heartbeat×3
-    (2.1 s ago)``."""
-    if len(seen) == 1:  # most sockets carry one API
-        ((text, last_ms),) = seen
-        return f"{text} ({max(0, now_ms - last_ms) / 1000:.1f} s ago)"
-    return " ".join([f"{text} ({max(0, now_ms - last_ms) / 1000:.1f} s ago)"
-                     for text, last_ms in seen])
+def last_seen(seen: tuple[tuple[str, int], ...]) -> str:
+    """``Flow.seen`` with the local time each was last seen: ``Fetch×12 (last 14:02:07.4)
+    Heartbeat×3 (last 14:02:05.1)``; the same text poll after poll while nothing new is
+    seen."""
+    return " ".join([f"{text} (last {_clock(last_ms)})" for text, last_ms in seen])
+
+
+def _clock(ts_ms: int) -> str:
+    """``14:02:07.4``: the local time of ``ts_ms`` to a tenth of a second."""
+    return time.strftime("%H:%M:%S", time.localtime(ts_ms // 1000)) + f".{ts_ms % 1000 // 100}"
 
 
 @dataclass
