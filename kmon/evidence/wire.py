@@ -51,10 +51,14 @@ class WireEvidence:
         self.endpoints_of_names: tuple[object, float, dict[Endpoint, int]] = (None, 0.0, {})
         # socket key -> (what FlowSays was worked out from, it): the sockets of the last poll
         self.said: dict[str, tuple[tuple, FlowSays | None]] = {}
+        # what the last poll's claims were made from (Steady), while they may be kept
+        self.steady: Steady | None = None
 
     def evidence(self, gathered: Gathered, earlier: Mapping[str, Sequence[Claim]]) -> Evidence:
         """Claims for every socket whose traffic says what it is; the peers whose broker ids
-        nobody named, to be asked (``Evidence.ask``)."""
+        nobody named, to be asked (``Evidence.ask``). When the sockets, what is known of
+        their peers and the process are the last poll's, only the sockets whose flows took a
+        segment since are looked at again."""
         reading = gathered.wire
         if reading is None:
             return Evidence()
@@ -63,33 +67,60 @@ class WireEvidence:
             return Evidence(notices=[reading.problem] if reading.problem else [])
         learned = self._broker_endpoints(view, gathered.resolver)
         known = {**gathered.known, **learned}
-        unknown = [remote for (_, remote), f in view.flows.items()
-                   if f.api_counts and not f.tls and remote not in known]
         bootstrap = ",".join(c.config.get("bootstrap.servers", "") for c in gathered.stats) \
             or self.cmdline_bootstrap
-        claims, said, before = {}, {}, self.said
-        flows, learned_at = view.flows, view.cluster_learned_ms
-        for sock in gathered.sockets:
-            flow = flows.get((sock.local, sock.remote))
-            if flow is None:
-                continue
-            key = socket_key(sock)
-            named = bool(earlier) and _named_client(earlier.get(key))
-            inputs = (flow, flow.requests, known.get(sock.remote), learned_at, bootstrap, named)
-            memo = before.get(key)
-            if memo is None or memo[0] != inputs or not (memo[1] is None or memo[1].lasting):
-                says = flow_says(flow, sock.remote, view, known, bootstrap, gathered.resolver)
-                if says is not None and says.role is not None and not named:
-                    says = says.with_client(flow.client_id)
-                memo = (inputs, says)
-            said[key] = memo
-            if memo[1] is not None:
-                claims[key] = memo[1].claim
-        self.said = said
+        named = frozenset(key for key, claims in earlier.items() if _named_client(claims))
+        context = ([s.inode for s in gathered.sockets], known, view.cluster_learned_ms,
+                   bootstrap, named)
+        steady = self.steady
+        if (view.changed is not None and steady is not None and view.polls == steady.polls + 1
+                and steady.context == context and view.changed <= steady.keys.keys()):
+            claims, lasting = dict(steady.claims), True  # the claims kept all last
+            for pair in view.changed:
+                lasting &= self._say(steady.keys[pair], view.flows[pair], pair[1], view, known,
+                                     bootstrap, named, gathered.resolver, claims)
+                flow = view.flows[pair]  # a flow's APIs only grow: it may join the unknown
+                if (flow.api_counts and not flow.tls and pair[1] not in known
+                        and pair[1] not in steady.unknown):
+                    steady.unknown = [*steady.unknown, pair[1]]
+        else:
+            claims, keys, lasting = {}, {}, True
+            for sock in gathered.sockets:
+                pair = (sock.local, sock.remote)
+                keys[pair] = key = socket_key(sock)
+                flow = view.flows.get(pair)
+                if flow is not None:
+                    lasting &= self._say(key, flow, sock.remote, view, known, bootstrap, named,
+                                         gathered.resolver, claims)
+            self.said = {key: self.said[key] for key in keys.values() if key in self.said}
+            steady = Steady(context, keys, {}, _unknown(view, known))
+        steady.claims, steady.polls = claims, view.polls
+        self.steady = steady if lasting else None
         notices = [f"the wire missed {view.drops:,} packets (kmon's ring was full)"] \
             if view.drops else []
-        return Evidence(claims=claims, learned=learned, notices=notices, closes=view.closes,
-                        ask=unknown)
+        return Evidence(claims=claims, learned=learned, notices=notices,
+                        closes=view.closes, ask=steady.unknown)
+
+    def _say(self, key: str, flow: Flow, remote: Endpoint, view: WireView,
+             known: Mapping[Endpoint, int], bootstrap: str, named: frozenset[str],
+             resolver: Resolver, claims: dict[str, Claim]) -> bool:
+        """What the flow of the socket ``key`` says now, into ``claims`` and ``self.said``:
+        worked out again only when something it depends on changed. False if it may say
+        otherwise next time with nothing changed (it looked a name up)."""
+        is_named = key in named
+        inputs = (flow, flow.requests, known.get(remote), view.cluster_learned_ms, bootstrap,
+                  is_named)
+        memo = self.said.get(key)
+        if memo is None or memo[0] != inputs or not (memo[1] is None or memo[1].lasting):
+            says = flow_says(flow, remote, view, known, bootstrap, resolver)
+            if says is not None and says.role is not None and not is_named:
+                says = says.with_client(flow.client_id)
+            memo = self.said[key] = (inputs, says)
+        if memo[1] is None:
+            claims.pop(key, None)
+            return True
+        claims[key] = memo[1].claim
+        return memo[1].lasting
 
     def _broker_endpoints(self, view: WireView, resolver: Resolver) -> dict[Endpoint, int]:
         """The endpoints of the brokers the process's responses named: worked out again when
@@ -101,6 +132,24 @@ class WireEvidence:
             self.endpoints_of_names = ((view.brokers, view.coordinators), now + CACHE_SECONDS,
                                        endpoints)
         return endpoints
+
+
+@dataclass(slots=True)
+class Steady:
+    """What one poll's wire claims were made from, while every claim lasts: the next poll
+    with the same ``context`` keeps them, but for the sockets whose flows changed."""
+
+    context: tuple  # the sockets' inodes, the brokers known, the cluster learned, ...
+    keys: dict[tuple[Endpoint, Endpoint], str]  # every socket's key, by its endpoints
+    claims: dict[str, Claim]  # kept as they are: each poll's are a copy
+    unknown: list[Endpoint]  # the peers to ask for their broker ids
+    polls: int = 0  # the tap's poll they were made at (WireView.polls)
+
+
+def _unknown(view: WireView, known: Mapping[Endpoint, int]) -> list[Endpoint]:
+    """The peers the process talks Kafka to in plaintext whose broker ids nobody named."""
+    return list(dict.fromkeys(remote for (_, remote), f in view.flows.items()
+                              if f.api_counts and not f.tls and remote not in known))
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,10 @@ class WireView:
     cluster_learned_ms: int | None  # the first Metadata response naming brokers
     drops: int  # packets the kernel could not queue
     closes: dict[tuple[Endpoint, Endpoint], WireClose]  # sockets gone since the last poll
+    # the sockets whose flows took a segment since the last poll, when the sockets are the
+    # last poll's (None: any flow may have changed)
+    changed: set[tuple[Endpoint, Endpoint]] | None = None
+    polls: int = 0  # the tap's polls so far, this one included
 
 
 def _address(endpoint: Endpoint) -> Address:
@@ -108,6 +112,9 @@ class WireTap:
         self.pairs: list[tuple[Endpoint, Endpoint]] | None = None
         self.mine: dict[tuple[Address, Address], TcpSocket] = {}
         self.ported: dict[int, tuple[str, int]] = {}
+        self.found: dict[tuple[Endpoint, Endpoint], Flow] = {}  # the last poll's flows
+        self.taken: set[tuple[Address, Address]] = set()  # the flows a segment went to
+        self.polls = 0
         ports = self._ports(sockets)
         if capture is not None:  # the process's part of the host's one capture
             capture.set_ports(*ports)
@@ -133,6 +140,7 @@ class WireTap:
         same = pairs == self.pairs  # the sockets of the last poll (the same endpoints)
         mine = self.mine if same else {(_address(s.local), _address(s.remote)): s
                                          for s in sockets}
+        self.taken = taken = set()
         for seg in self.capture.read():
             self._take(seg, mine)
         flows, closes = self.flows, {}
@@ -145,6 +153,7 @@ class WireTap:
                 del flows[key]
             elif now_ms - flow.first_ms > UNOWNED_FOR_MS:
                 del flows[key]
+        trimmed = len(flows) > MAX_FLOWS
         while len(flows) > MAX_FLOWS:
             del flows[next(iter(flows))]
         if not same or self.brokers != self.ported:
@@ -152,13 +161,24 @@ class WireTap:
             self.ported = dict(self.brokers)
         if not same:
             self.pairs, self.mine, self.last_polled = pairs, mine, set(mine)
-        found = {}
-        for key, sock in mine.items():
-            flow = flows.get(key)
-            if flow is not None:
-                found[sock.local, sock.remote] = flow
-        return WireView(found, dict(self.brokers), dict(self.coordinators),
-                        self.cluster_learned_ms, self.capture.drops, closes)
+        changed: set[tuple[Endpoint, Endpoint]] | None = None
+        if same and not trimmed:  # the last poll's flows, and those a segment went to
+            found, changed = self.found, set()
+            for key in taken:
+                sock, flow = mine.get(key), flows.get(key)
+                if sock is not None and flow is not None:
+                    found[sock.local, sock.remote] = flow
+                    changed.add((sock.local, sock.remote))
+        else:
+            found = {}
+            for key, sock in mine.items():
+                flow = flows.get(key)
+                if flow is not None:
+                    found[sock.local, sock.remote] = flow
+        self.found = found
+        self.polls += 1
+        return WireView(dict(found), dict(self.brokers), dict(self.coordinators),
+                        self.cluster_learned_ms, self.capture.drops, closes, changed, self.polls)
 
     def _ports(self, sockets: list[TcpSocket]) -> tuple[set[int], set[int]]:
         """(local ports, remote ports) to capture: the process's, and its brokers' (those it
@@ -188,6 +208,7 @@ class WireTap:
                                                                  or capture.remote_ports)
             key = forward if request else (seg.dst, seg.src)
         flow = self.flows.get(key) or self._flow(key, seg.first_ms)
+        self.taken.add(key)
         if seg.flags & TCP_CLOSING:
             if flow.close is None:
                 flow.close = WireClose("client" if request else "broker",
