@@ -117,7 +117,7 @@ class HostWire:
             waited = self.unowned.pop(key, []) + self.unowned.pop((key[1], key[0]), [])
             share.take(sorted(waited, key=lambda seg: seg.ts_ms))
         share.keys = keys
-        self._expire(now_ms)
+        self.expire(now_ms)
 
     def refilter(self) -> None:
         """Rebuild the kernel filter for the ports every share follows (only if changed)."""
@@ -170,7 +170,7 @@ class HostWire:
         self.owners.clear()
         self.unowned.clear()
 
-    def _expire(self, now_ms: int) -> None:
+    def expire(self, now_ms: int) -> None:
         """Forget the oldest waiting segments once no poll has claimed them for long."""
         unowned = self.unowned
         while unowned:

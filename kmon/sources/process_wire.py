@@ -38,6 +38,7 @@ class ProcessWire:
         self.host = host  # the host's one capture, else the process gets a tap of its own
         self.shared: SharedCapture | None = None
         self.tap: WireTap | None = None
+        self.owned: list[tuple[Endpoint, Endpoint]] = []  # the sockets the share owns
         self.problem: str | None = None
         self.asked: set[Endpoint] = set()  # peers kmon asked for the cluster's brokers
         self.query: BrokerQuery | None = None  # the one under way
@@ -50,9 +51,13 @@ class ProcessWire:
             if self.tap is None:
                 self.shared = None if self.host is None else self.host.share()
                 self.tap = WireTap(sockets, now_ms, self.shared)
-            if self.shared is not None:
-                self.shared.own([((s.local.ip, s.local.port), (s.remote.ip, s.remote.port))
-                                 for s in sockets], now_ms)
+            pairs = [(s.local, s.remote) for s in sockets]
+            if self.shared is not None and pairs != self.owned:
+                self.shared.own([((local.ip, local.port), (remote.ip, remote.port))
+                                 for local, remote in pairs], now_ms)
+                self.owned = pairs
+            elif self.shared is not None:  # the same sockets as the last poll's
+                self.shared.host.expire(now_ms)
             answer = self._answer()
             if answer:
                 self.tap.learn(answer, now_ms)
