@@ -118,6 +118,7 @@ class PacketCapture:
         follows, ntohl = self.frames.follows, socket.ntohl
         fast, fast_net, fast_offset, fast_snaplen, fast_payload = self.fast
         last_at = len(ring) - fast.size
+        taken = 0  # blocks read
         for _ in range(self.blocks):
             base = self.block * BLOCK_SIZE
             _, _, status, count, first, _, _ = BLOCK_HEADER.unpack_from(ring, base)
@@ -174,7 +175,9 @@ class PacketCapture:
                 runs[key] = run
             struct.pack_into("=I", ring, base + 8, 0)  # the block goes back to the kernel
             self.block = (self.block + 1) % self.blocks
-        self._count_drops()
+            taken += 1
+        if taken:  # the kernel drops only while the ring is full: then blocks were ready
+            self._count_drops()
         endpoints = self.endpoints
         return [Segment(_ms(sec, nsec), *(endpoints.get(raw) or _remember(raw, endpoints)),
                         data, flags, repeats, first_ms)
