@@ -147,8 +147,6 @@ class RowResolver:
             last = before.get(key)
             if last is not None and last.holds(said, sock, evidence, setting):
                 was = last.row
-                if not all(map(operator.is_, said, last.claims)):  # details told anew
-                    last.claims, last.summaries = tuple(said), [c.summary for c in said]
                 row = Connection(  # by position, Connection's field order, as socket_row
                     key, was.role, was.node_id, was.broker_id, was.client, sock.local.text,
                     sock.remote.text, sock.state, idle_ms, was.idle_limit_ms, sent,
@@ -193,11 +191,19 @@ class _Made:
 
     def holds(self, claims: Sequence[Claim], sock: TcpSocket, kernel_evidence: dict[str, str],
               setting: tuple[int, int | None]) -> bool:
-        """Whether these claims, of this socket, make the same row but the kernel's fields."""
+        """Whether these claims, of this socket, make the same row but the kernel's fields
+        (then the claims are this poll's, their summaries too where a detail changed)."""
         row = self.row
-        return (len(claims) == len(self.claims) and kernel_evidence is self.kernel_evidence
+        if not (len(claims) == len(self.claims) and kernel_evidence is self.kernel_evidence
                 and setting == self.setting and sock.fd == row.fd
-                and sock.remote.text == row.remote and all(map(_says_alike, claims, self.claims)))
+                and sock.remote.text == row.remote):
+            return False
+        if all(map(operator.is_, claims, self.claims)):  # the same claims: the same row
+            return True
+        if not all(map(_says_alike, claims, self.claims)):
+            return False
+        self.claims, self.summaries = tuple(claims), [c.summary for c in claims]
+        return True
 
 
 def _says_alike(a: Claim, b: Claim) -> bool:

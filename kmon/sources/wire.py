@@ -145,7 +145,9 @@ class WireTap:
             self._take(seg, mine)
         flows, closes = self.flows, {}
         gone = set() if same else self.last_polled - mine.keys()
-        for key in [key for key in flows if key not in mine]:
+        # every flow a socket's of the last poll, and no segment of another: none to drop
+        kept = same and len(flows) == len(self.found) and taken <= mine.keys()
+        for key in [] if kept else [key for key in flows if key not in mine]:
             flow = flows[key]
             if key in gone:  # the process's socket, closed since the last poll
                 if flow.close is not None:
