@@ -126,6 +126,30 @@ def test_a_huge_spool_file_is_refused_before_it_is_read(tmp_path):
         spool.read_records(tmp_path, os.getpid(), os.getuid())
 
 
+def test_a_spool_listing_kept_for_the_next_process_still_sees_every_write(tmp_path):
+    """The spool's listing is kept while the directory is unchanged (a poll reads it for
+    each process); a file the agent renames into it, or one removed, shows at once."""
+    tmp_path.chmod(0o700)
+    first = tmp_path / f"{os.getpid()}-rdkafka_producer-1.json"
+    first.write_text(json.dumps(spool_record()))
+    settled = time.time() - 1  # the directory unchanged long before it is listed
+    os.utime(tmp_path, (settled, settled))
+
+    def names() -> list[str]:
+        return [path.name for path, _ in spool.read_records(tmp_path, os.getpid(),
+                                                             os.getuid()).records]
+
+    assert names() == [first.name]
+    assert tmp_path in spool._LISTINGS and names() == [first.name]  # kept, and right
+    second = tmp_path / f"{os.getpid()}-rdkafka_producer-2.json"
+    written = tmp_path / "tmp-write"
+    written.write_text(json.dumps(spool_record()))
+    written.rename(second)  # as the agent writes
+    assert sorted(names()) == sorted([first.name, second.name])
+    first.unlink()
+    assert names() == [second.name]
+
+
 def test_a_spool_file_with_a_second_link_is_refused(tmp_path):
     tmp_path.chmod(0o700)
     path = tmp_path / f"{os.getpid()}-rdkafka_producer-1.json"

@@ -24,9 +24,12 @@ import os
 import pwd
 import stat
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from kmon.sources import bounded
 
 FORMAT = 1
 MAX_RECORD_BYTES = 1024 * 1024  # a client's statistics without partitions: a few KiB
@@ -36,6 +39,9 @@ ENV_DIR = "KMON_SPOOL_DIR"
 # the instance name of a process's client-count record (<pid>-clients.json); no librdkafka
 # instance is named so (theirs end in "#producer-1", "#consumer-2", ...)
 CLIENTS_INSTANCE = "clients"
+_LISTINGS: dict[Path, tuple[tuple, list[tuple[int, str, int]]]] = {}  # _listing's, kept
+_MAX_LISTINGS = 64
+_SETTLED_NS = 50_000_000  # a directory unchanged this long before it was listed: kept
 
 
 class SpoolError(Exception):
@@ -89,7 +95,7 @@ def read_records(directory: Path, pid: int, owner_uid: int) -> SpoolRecords:
                 or info.st_mode & 0o022):
             raise SpoolUntrusted(f"spool {directory} is not a private directory of uid "
                                  f"{owner_uid}; its statistics are not read")
-        found = _newest_first(directory, f"{pid}-")
+        found = _newest_first(directory, info, f"{pid}-")
     except FileNotFoundError:
         return SpoolRecords()
     except OSError as err:
@@ -111,20 +117,37 @@ def read_records(directory: Path, pid: int, owner_uid: int) -> SpoolRecords:
     return taken
 
 
-def _newest_first(directory: Path, prefix: str) -> list[tuple[int, Path]]:
-    """(size, path) of the ``prefix*.json`` files in ``directory``, newest first (as they
-    are listed: links and other odd entries are refused when read)."""
+def _newest_first(directory: Path, info: os.stat_result, prefix: str
+                  ) -> list[tuple[int, Path]]:
+    """(size, path) of the ``prefix*.json`` files in ``directory`` (``info``: its lstat),
+    newest first (as they are listed: links and other odd entries are refused when read)."""
+    return [(size, directory / name) for _, name, size in _listing(directory, info)
+            if name.startswith(prefix)]
+
+
+def _listing(directory: Path, info: os.stat_result) -> list[tuple[int, str, int]]:
+    """(-mtime, name, size) of every ``*.json`` file in ``directory``, newest first: listed
+    again only when the directory changed (every write of the agent renames a file into
+    it), not for each of the many processes a poll reads."""
+    stamp = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
+    kept = _LISTINGS.get(directory)
+    if kept is not None and kept[0] == stamp:
+        return kept[1]
+    listed_ns = time.time_ns()
     found = []
     with os.scandir(directory) as entries:
         for entry in entries:
-            if entry.name.startswith(prefix) and entry.name.endswith(".json"):
+            if entry.name.endswith(".json"):
                 try:
-                    info = entry.stat(follow_symlinks=False)
+                    stats = entry.stat(follow_symlinks=False)
                 except FileNotFoundError:
                     continue  # its client exited while the directory was listed
-                found.append((-info.st_mtime_ns, entry.name, info.st_size))
+                found.append((-stats.st_mtime_ns, entry.name, stats.st_size))
     found.sort()
-    return [(size, directory / name) for _, name, size in found]
+    # a change in the clock tick of the directory's last one may leave its time unchanged
+    if listed_ns - info.st_mtime_ns > _SETTLED_NS:
+        bounded.put(_LISTINGS, directory, (stamp, found), _MAX_LISTINGS)
+    return found
 
 
 def _read_one(path: Path, owner_uid: int) -> dict | None:
