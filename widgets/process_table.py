@@ -72,10 +72,10 @@ def process_cells(view: ProcessView, label: str, churn: ChurnBoard, now_ms: int)
     idle = _max_idle(view)
     clients = ", ".join(sorted({c.client_id for c in view.clients})) or "(no client metrics)"
     return (str(view.pid), plain(label or view.short_command), plain(clients),
-            *(str(roles[r]) if roles[r] else "" for r in ROLES),
+            *(plain(roles[r]) if roles[r] else "" for r in ROLES),  # Text: drawn, not parsed
             fmt.state(TcpState.CLOSE_WAIT) if view.summary.close_wait else "",
-            fmt.duration(idle) if idle >= 0 else "?",
-            f"{opened}/{closed}" if opened or closed else "",
+            plain(fmt.duration(idle) if idle >= 0 else "?"),
+            plain(f"{opened}/{closed}") if opened or closed else "",
             Text(pattern, style="bold red") if pattern else "",
             Text(view.notices[0][:60], style="yellow") if view.notices else "")
 
