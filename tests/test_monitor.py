@@ -48,6 +48,7 @@ class FakeSampler:
     """Stands in for a process sampler: ten thousand polls of a real process take too long."""
 
     pid = 42
+    reader = None  # a socket reader is asked to read ahead only when samplers share it
 
     def __init__(self) -> None:
         self.n = 0
