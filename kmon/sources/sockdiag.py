@@ -62,7 +62,6 @@ _LISTEN = kernel_number(TcpState.LISTEN)
 _DUMP_STATES = 0x3FFF & ~((1 << 6) | (1 << 12) | 1)
 
 _NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
-_LEN_TYPE = struct.Struct("=IH")  # the header's first fields
 _REQ_V2 = struct.Struct("=BBBBI")  # family, protocol, ext, pad, states; then the sockid
 _U32 = struct.Struct("=I")
 _I32 = struct.Struct("=i")
@@ -444,40 +443,12 @@ class SockDiagReader:
 
     def _read_info_dump(self, known: dict[int, _Known], inodes: dict[int, int],
                         found: list[TcpSocket]) -> None:
-        """Read one dump with tcp_info to its end, keeping the ``known`` sockets: the
-        ``_dump_messages`` and ``_MessageReader`` loop, inlined (5,000 messages a poll)."""
-        reader = _MessageReader()
-        buf, view, recv_into = self._buf, self._view, self._sock.recv_into
-        unpack_head, get, state_name = _LEN_TYPE.unpack_from, known.get, _STATE_NAME_OF
-        layout = None
-        while True:
-            size, off = recv_into(buf), 0
-            while off + _HDR <= size:
-                length, kind = unpack_head(buf, off)
-                if kind == SOCK_DIAG_BY_FAMILY:
-                    at = off + _HDR
-                    if layout is not None and length - _HDR >= layout.size:
-                        (state, inode, info_len, info_type, sent, recv, rtt, received,
-                         bytes_sent) = layout.unpack_from(buf, at)
-                        if (info_type == INET_DIAG_INFO and info_len >= 4 + _TCPI_FULL_LEN
-                                and reader.info_at + info_len <= length - _HDR):
-                            ours = get(inode)
-                            if ours is not None:
-                                found.append(TcpSocket(  # as _socket_from_msg makes it
-                                    inode, inodes[inode], ours.local, ours.remote,
-                                    state_name[state], sent, recv, bytes_sent, received,
-                                    rtt / 1000))
-                            off += (length + 3) & ~3
-                            continue
-                    sock = reader.read(view, at, length - _HDR, known, inodes)
-                    layout = reader.layout
-                    if sock is not None:
-                        found.append(sock)
-                elif kind == NLMSG_DONE:
-                    return
-                elif kind == NLMSG_ERROR:
-                    _raise_error(buf, off)
-                off += (length + 3) & ~3
+        """Read one dump with tcp_info to its end, keeping the ``known`` sockets."""
+        read, view = _MessageReader().read, self._view
+        for off, length in self._dump_messages():
+            sock = read(view, off + _HDR, length - _HDR, known, inodes)
+            if sock is not None:
+                found.append(sock)
 
     def _dump_messages(self) -> Iterator[tuple[int, int]]:
         """(offset, length) in the receive buffer of each socket message of one dump, to its
