@@ -38,7 +38,6 @@ class ProcessWire:
         self.host = host  # the host's one capture, else the process gets a tap of its own
         self.shared: SharedCapture | None = None
         self.tap: WireTap | None = None
-        self.owned: list[tuple[Endpoint, Endpoint]] = []  # the sockets the share owns
         self.problem: str | None = None
         self.asked: set[Endpoint] = set()  # peers kmon asked for the cluster's brokers
         self.query: BrokerQuery | None = None  # the one under way
@@ -52,11 +51,10 @@ class ProcessWire:
                 self.shared = None if self.host is None else self.host.share()
                 self.tap = WireTap(sockets, now_ms, self.shared)
             pairs = [(s.local, s.remote) for s in sockets]
-            if self.shared is not None and pairs != self.owned:
+            if self.shared is not None and pairs != self.tap.pairs:  # the last poll's: owned
                 self.shared.own([((local.ip, local.port), (remote.ip, remote.port))
                                  for local, remote in pairs], now_ms)
-                self.owned = pairs
-            elif self.shared is not None:  # the same sockets as the last poll's
+            elif self.shared is not None:
                 self.shared.host.expire(now_ms)
             answer = self._answer()
             if answer:
