@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from helpers import until
+from rich.text import Text
 
 from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import AttachFailed, ClusterView, HostSession, ProcessSession
@@ -194,14 +195,16 @@ def test_a_cursor_move_draws_only_the_lines_it_leaves_and_enters():
 
 def test_a_process_table_draws_anew_only_the_cells_that_changed():
     """Not a snapshot: a refresh that changes one process's cells draws those again (and
-    only their rows' lines), keeps every other cell's drawing, and the table then reads as
-    one built from scratch with the new rows (a column widened by a new row included)."""
+    only their rows' lines, into the row's kept drawing), keeps every other cell's drawing,
+    and the table then draws as one built from scratch with the new rows, styles and all
+    (a column widened by a new row included)."""
     from textual.app import App
 
     from kmon.widgets.process_table import COLUMNS, ProcessTable
 
-    def row(pid: int, idle: str, command: str = "producer.py") -> tuple:
-        return (str(pid), command, "orders", "", "", "3", "", "", idle, "", "", "")
+    def row(pid: int, idle: str, command: str = "producer.py") -> tuple:  # as process_cells
+        return tuple(map(Text, (str(pid), command, "orders", "", "", "3", "", "", idle, "", "",
+                                "")))
 
     assert len(row(1, "")) == len(COLUMNS)
 
@@ -213,9 +216,13 @@ def test_a_process_table_draws_anew_only_the_cells_that_changed():
     def lines(table: ProcessTable) -> list[str]:
         return [table.render_line(y).text for y in range(table.size.height)]
 
+    def styled(table: ProcessTable) -> list[list]:
+        return [list(table.render_line(y)) for y in range(table.size.height)]
+
     async def drive() -> None:
         async with Tables().run_test(size=(150, 20)) as pilot:
             updated, fresh = pilot.app.query(ProcessTable)
+            pilot.app.set_focus(None)  # both drawn alike: neither has the focus
             updated.show([("c", "1 broker", [row(11, "2.0 s"), row(12, "5.0 s")])])
             await pilot.pause()
             lines(updated)
@@ -229,14 +236,24 @@ def test_a_process_table_draws_anew_only_the_cells_that_changed():
             later = [row(11, "3.0 s"), row(12, "5.0 s"),
                      row(13, "1.0 s", "a-much-longer-command.py")]
             drawn: list[int] = []
-            render_line = updated.render_line
+            render_line, render_cell = updated.render_line, updated._render_cell
             updated.render_line = lambda y: drawn.append(y) or render_line(y)
+            cells_drawn: list[tuple[int, int]] = []
+            updated._render_cell = lambda row, column, *rest, **flags: (
+                cells_drawn.append((row, column)) or render_cell(row, column, *rest, **flags))
+            rows_formatted: list[int] = []
+            compute = updated._compute_row_renderables
+            updated._compute_row_renderables = lambda row: rows_formatted.append(row) or compute(
+                row)
             updated.show([("c", "1 broker", later)])
             fresh.show([("c", "1 broker", later)])
             await until(pilot, lambda: drawn, "the changed row drawn")
             await pilot.pause()
             assert set(drawn) == {2}  # the header, the heading, then pid 11's row
+            assert cells_drawn == [(1, COLUMNS.index("max idle"))]  # no other cell looked at
+            assert rows_formatted == []  # the row's other cells not formatted again
             assert lines(updated) == lines(fresh)
+            assert styled(updated) == styled(fresh)
             assert "3.0 s" in lines(updated)[2] and "a-much-longer-command.py" in lines(fresh)[4]
             columns = list(updated.columns)
             assert updated._update_count == count  # no cell's drawing made stale

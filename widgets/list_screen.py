@@ -12,6 +12,7 @@ from textual.widgets import Input
 from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import AttachFailed, ProcessSession
 from kmon.model import Event, ProcessView, Snapshot
+from kmon.plain_text import plain
 from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.churn_board import ChurnBoard
 from kmon.widgets.event_log import EventLog
@@ -79,6 +80,7 @@ class ProcessListScreen(PollingScreen):
         self.snapshot: Snapshot | None = None
         self.failure = ""
         self.churn = ChurnBoard()
+        self.shown_title = ""  # the process table's title as last set
 
     def process_panels(self, grouped: bool):
         """The process table, the event log and the filter line (yield from compose)."""
@@ -89,7 +91,7 @@ class ProcessListScreen(PollingScreen):
 
     def on_mount(self) -> None:
         table = self.query_one(ProcessTable)
-        table.border_title = self.table_title()
+        self.title_table()
         self.query_one("#watch-events").border_title = "events"
         table.focus()
         self.start_polling()
@@ -144,7 +146,15 @@ class ProcessListScreen(PollingScreen):
         table.show([(cluster, self.group_heading(cluster, members),
                      [process_cells(v, self.labels.get(v.pid, ""), self.churn, now_ms)
                       for v in members]) for cluster, members in clusters.items()])
-        table.border_title = self.table_title()
+        self.title_table()
+
+    def title_table(self) -> None:
+        """Set the process table's title where it changed (setting one draws the whole
+        table again)."""
+        title = self.table_title()
+        if title != self.shown_title:
+            self.shown_title = title
+            self.query_one(ProcessTable).border_title = plain(title)  # the filter: no markup
 
     def group_heading(self, cluster: str, members: list[ProcessView]) -> str:
         """The heading of a cluster's rows (drawn by a grouped table only)."""

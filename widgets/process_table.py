@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from rich.text import Text
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
 
@@ -65,19 +66,20 @@ def matches(view: ProcessView, words: list[str], cluster: str) -> bool:
 
 
 def process_cells(view: ProcessView, label: str, churn: ChurnBoard, now_ms: int) -> tuple:
-    """The cells of one process's row, in COLUMNS order."""
+    """The cells of one process's row, in COLUMNS order: each a Text, drawn as it is (a
+    string cell is parsed as markup each time its row is drawn)."""
     roles = view.summary.roles
     opened, closed = churn.per_process(view)
     pattern = churn.pattern(view.pid, now_ms)
     idle = _max_idle(view)
     clients = ", ".join(sorted({c.client_id for c in view.clients})) or "(no client metrics)"
-    return (str(view.pid), plain(label or view.short_command), plain(clients),
-            *(plain(roles[r]) if roles[r] else "" for r in ROLES),  # Text: drawn, not parsed
-            fmt.state(TcpState.CLOSE_WAIT) if view.summary.close_wait else "",
+    return (plain(view.pid), plain(label or view.short_command), plain(clients),
+            *(plain(roles[r]) if roles[r] else Text() for r in ROLES),
+            fmt.state(TcpState.CLOSE_WAIT) if view.summary.close_wait else Text(),
             plain(fmt.duration(idle) if idle >= 0 else "?"),
-            plain(f"{opened}/{closed}") if opened or closed else "",
-            Text(pattern, style="bold red") if pattern else "",
-            Text(view.notices[0][:60], style="yellow") if view.notices else "")
+            plain(f"{opened}/{closed}") if opened or closed else Text(),
+            Text(pattern, style="bold red") if pattern else Text(),
+            Text(view.notices[0][:60], style="yellow") if view.notices else Text())
 
 
 def cluster_heading(views: list[ProcessView]) -> str:
@@ -115,9 +117,10 @@ class ProcessTable(DataTable):
         wanted = []
         for cluster, heading, rows in groups:
             if self.grouped:
+                blanks = (Text() for _ in COLUMNS[2:])
                 wanted.append((f"{HEADING}{cluster}",
-                               ("", Text(heading, style="bold"), *[""] * (len(COLUMNS) - 2))))
-            wanted += [(cells[0], cells) for cells in rows]
+                               (Text(), Text(heading, style="bold"), *blanks)))
+            wanted += [(str(cells[0]), cells) for cells in rows]
         keys = [key for key, _ in wanted]
         current = [row.key.value for row in self.ordered_rows]
         if keys != current:  # rows came, went or moved: all again, the cursor kept
@@ -136,25 +139,71 @@ class ProcessTable(DataTable):
                                                    strict=True) if not _same(shown, value)])
 
     def _put(self, changed: list[tuple[RowKey, ColumnKey, object]]) -> None:
-        """Set the ``changed`` cells and draw only them and their rows again: after
-        ``update_cell`` a refresh draws every cell anew (its caches are keyed by an update
-        count), and a process's idle age changes each second. Relies on how DataTable keeps
-        its caches in Textual 8 (tests/test_dashboard_snapshots.py checks the table drawn)."""
+        """Set the ``changed`` cells and draw only them again, into their rows' drawings:
+        after ``update_cell`` a refresh draws every cell anew (its caches are keyed by an
+        update count), and a process's idle age changes each second. Relies on how DataTable
+        keeps its caches in Textual 8 (tests/test_dashboard_snapshots.py checks the table
+        drawn, styles included)."""
         if not changed:
             return
+        columns: dict[RowKey, list[ColumnKey]] = {}
         for row, column, value in changed:
             self._data[row][column] = value
+            columns.setdefault(row, []).append(column)
         cells = {(row, column) for row, column, _ in changed}
-        rows = {row for row, _ in cells}
-        indices = {self._row_locations.get(row) for row in rows}
+        indices = {self._row_locations.get(row) for row in columns}
         for cache, stale in ((self._cell_render_cache, lambda key: key[:2] in cells),
-                             (self._row_render_cache, lambda key: key[0] in rows),
-                             (self._row_renderable_cache, lambda key: key[1] in indices)):
+                             (self._line_cache, lambda key: self._row_at(key[0]) in columns)):
             for key in list(filter(stale, cache.keys())):
                 cache.discard(key)
-        self._line_cache.clear()
+        self._put_renderables(changed)
+        rows = self._row_render_cache
+        for key in [key for key in list(rows.keys()) if key[0] in columns]:
+            if key[5:] == self._row_state(key[5]):
+                self._redraw_cells(key, rows.get(key)[1], columns[key[0]])
+            else:  # drawn in another state (focus, cursor shown): drawn whole when asked
+                rows.discard(key)
         for index in indices:
             self.refresh_row(index)
+
+    def _put_renderables(self, changed: list[tuple[RowKey, ColumnKey, object]]) -> None:
+        """Put the changed cells into their rows' kept renderables (DataTable keeps a Text
+        cell as it is), or drop a row's where a cell is anything else."""
+        cache, count = self._row_renderable_cache, self._update_count
+        for row, column, value in changed:
+            key = (count, self._row_locations.get(row))
+            kept = cache.get(key)
+            if kept is not None and isinstance(value, Text) and value:
+                kept.cells[self._column_locations.get(column)] = value
+            elif kept is not None:
+                cache.discard(key)
+
+    def _row_state(self, cursor_type: str) -> tuple:
+        """The end of a row drawing's cache key in DataTable now: what its cells' drawings
+        are keyed by besides their place."""
+        return (cursor_type, self.show_cursor, self._show_hover_cursor, self._update_count,
+                self._pseudo_class_state)
+
+    def _redraw_cells(self, key: tuple, drawn: list, columns: list[ColumnKey]) -> None:
+        """Put the ``columns`` cells' new drawing into one line of a row's cached drawing,
+        as DataTable._render_line_in_row draws each (no fixed columns or row labels here)."""
+        row_key, line_no, base_style, cursor, hover, cursor_type = key[:6]
+        row_index = self._row_locations.get(row_key)
+        row_style = self._get_row_style(row_index, base_style)
+        for column_key in columns:
+            index = self._column_locations.get(column_key)
+            place = Coordinate(row_index, index)
+            drawn[index] = self._render_cell(
+                row_index, index, row_style, self.columns[column_key].get_render_width(self),
+                cursor=self._should_highlight(cursor, place, cursor_type),
+                hover=self._should_highlight(hover, place, cursor_type))[line_no]
+
+    def _row_at(self, y: int) -> RowKey | None:
+        """The row drawn on line ``y`` of the table (None on the header)."""
+        try:
+            return self._get_offsets(y)[0]
+        except LookupError:
+            return None
 
     def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
         """New rows measured: every cell drawn before a column widened is stale (``_put``
