@@ -12,10 +12,11 @@ the engine alone (a HostSession polled every second, no screen, the collector se
 the host view sets it) in a helper process, and the engine with a packet tap per process
 (as before one capture served the host). Once each engine helper watches every client,
 the clients send a request on every connection, so what is measured is the steady state
-of a long run: every socket has a wire flow.
-Each share is user + system CPU seconds of that process (all its threads) over wall
-seconds. The engine helpers count the "wire missed" notices their polls made. Targets:
-the host view under 10% of one core, no packet missed.
+of a long run: every socket has a wire flow. Both shares are taken over the same seconds,
+the helper's measured ones, after its warm-up (the helper's start and the burst of new
+flows are in neither). Each share is user + system CPU seconds of that process (all its
+threads) over wall seconds. The engine helpers count the "wire missed" notices their
+polls made. Targets: the host view under 10% of one core, no packet missed.
 """
 
 from __future__ import annotations
@@ -169,20 +170,23 @@ def tmux(*args: str) -> str:
 
 
 def engine_share(helpers: Helpers, clients: list[subprocess.Popen[str]], seconds: float,
-                 per_process: bool) -> tuple[float, int]:
-    """(the engine helper's CPU share, rows with a "wire missed" notice) over ``seconds``;
-    once it watches every client, each sends a request on every connection (SIGUSR1), so
-    both the engine and the host view measure the steady state of a long run: every
-    socket with a wire flow."""
+                 per_process: bool, view: int) -> tuple[float, float, int]:
+    """(the engine helper's CPU share, the host view's (pid ``view``) over the same seconds,
+    rows with a "wire missed" notice); once the helper watches every client, each sends a
+    request on every connection (SIGUSR1), and both shares are taken from the helper's
+    "ready" on, so both measure the steady state of a long run: every socket with a wire
+    flow (not the helper's start, nor the burst of new flows)."""
     engine = helpers.start("--role", "engine", "--seconds", str(seconds), "--count",
                            str(len(clients)), *(["--per-process"] if per_process else []))
     helpers.line(engine, "watching")
     for client in clients:
         os.kill(client.pid, signal.SIGUSR1)
     helpers.line(engine, "ready")
-    before, began = cpu_seconds(engine.pid), time.perf_counter()
+    before, view_before, began = cpu_seconds(engine.pid), cpu_seconds(view), time.perf_counter()
     _, missed = helpers.line(engine, "polls")
-    return (cpu_seconds(engine.pid) - before) / (time.perf_counter() - began), int(missed)
+    wall = time.perf_counter() - began
+    return ((cpu_seconds(engine.pid) - before) / wall, (cpu_seconds(view) - view_before) / wall,
+            int(missed))
 
 
 def start_load(helpers: Helpers, processes: int, connections: int,
@@ -220,16 +224,12 @@ def run(args: argparse.Namespace) -> int:
                                        + tmux("capture-pane", "-p"))
                 time.sleep(1.0)
             print("host view and engine alone ...", file=sys.stderr, flush=True)
-            before, began = sum(kmon.cpu_times()[:2]), time.perf_counter()
-            engine, missed = engine_share(helpers, clients, args.seconds, False)
-            view = (sum(kmon.cpu_times()[:2]) - before) / (time.perf_counter() - began)
+            engine, view, missed = engine_share(helpers, clients, args.seconds, False, kmon.pid)
             screen = tmux("capture-pane", "-p")
             print("host view and engine with a tap per process ...", file=sys.stderr,
                   flush=True)
-            before, began = sum(kmon.cpu_times()[:2]), time.perf_counter()
-            taps, taps_missed = engine_share(helpers, clients, args.seconds, True)
-            view_beside_taps = (sum(kmon.cpu_times()[:2]) - before) / (
-                time.perf_counter() - began)
+            taps, view_beside_taps, taps_missed = engine_share(helpers, clients, args.seconds,
+                                                               True, kmon.pid)
         finally:
             subprocess.run(["tmux", "-L", TMUX_SOCKET, "kill-server"], capture_output=True)
     print(f"host view of {args.processes} processes x {args.connections} connections, "

@@ -196,9 +196,10 @@ def test_a_cursor_move_draws_only_the_lines_it_leaves_and_enters():
 def test_a_process_table_draws_anew_only_the_cells_that_changed():
     """Not a snapshot: a refresh that changes one process's cells draws those again (and
     only their rows' lines, into the row's kept drawing), keeps every other cell's drawing,
-    and the table then draws as one built from scratch with the new rows, styles and all
-    (a column widened by a new row included)."""
+    and the table then reads as one built from scratch with the new rows (a column widened
+    by a new row included) and draws as itself drawn from scratch, styles and all."""
     from textual.app import App
+    from textual.widgets.data_table import RowKey
 
     from kmon.widgets.process_table import COLUMNS, ProcessTable
 
@@ -222,7 +223,7 @@ def test_a_process_table_draws_anew_only_the_cells_that_changed():
     async def drive() -> None:
         async with Tables().run_test(size=(150, 20)) as pilot:
             updated, fresh = pilot.app.query(ProcessTable)
-            pilot.app.set_focus(None)  # both drawn alike: neither has the focus
+            pilot.app.set_focus(updated)  # as on a screen: the cursor drawn as focused
             updated.show([("c", "1 broker", [row(11, "2.0 s"), row(12, "5.0 s")])])
             await pilot.pause()
             lines(updated)
@@ -230,10 +231,16 @@ def test_a_process_table_draws_anew_only_the_cells_that_changed():
                                              row(13, "1.0 s", "a-much-longer-command.py")])])
             await pilot.pause()
             lines(updated)  # drawn: every cell's drawing cached
+            pilot.app.set_focus(None)
+            await pilot.pause()
+            lines(updated)  # drawn unfocused too: rows drawn in a state not the current one
+            pilot.app.set_focus(updated)
+            await pilot.pause()
+            lines(updated)
             cache, count = updated._cell_render_cache, updated._update_count
             current = [key for key in list(cache.keys()) if key[6] == count]  # Textual's key
             drawings = {key[:2]: cache.get(key) for key in current}
-            later = [row(11, "3.0 s"), row(12, "5.0 s"),
+            later = [row(11, "3.0 s"), row(12, "6.0 s"),  # the cursor's row and another
                      row(13, "1.0 s", "a-much-longer-command.py")]
             drawn: list[int] = []
             render_line, render_cell = updated.render_line, updated._render_cell
@@ -249,18 +256,29 @@ def test_a_process_table_draws_anew_only_the_cells_that_changed():
             fresh.show([("c", "1 broker", later)])
             await until(pilot, lambda: drawn, "the changed row drawn")
             await pilot.pause()
-            assert set(drawn) == {2}  # the header, the heading, then pid 11's row
-            assert cells_drawn == [(1, COLUMNS.index("max idle"))]  # no other cell looked at
+            assert set(drawn) == {2, 3}  # the header, the heading, then pids 11 and 12
+            assert cells_drawn == []  # plain text: drawn without Rich, no other cell looked at
             assert rows_formatted == []  # the row's other cells not formatted again
             assert lines(updated) == lines(fresh)
-            assert styled(updated) == styled(fresh)
-            assert "3.0 s" in lines(updated)[2] and "a-much-longer-command.py" in lines(fresh)[4]
+            kept_drawing = styled(updated)
+            assert "3.0 s" in lines(updated)[2] and "6.0 s" in lines(updated)[3]
+            assert "a-much-longer-command.py" in lines(fresh)[4]
             columns = list(updated.columns)
             assert updated._update_count == count  # no cell's drawing made stale
-            redrawn = {(key[0].value, COLUMNS[columns.index(key[1])])
-                       for key in list(cache.keys())
-                       if key[6] == count and cache.get(key) is not drawings.get(key[:2])}
-            assert redrawn == {("11", "max idle")}
+            kept = {(key[0].value, COLUMNS[columns.index(key[1])]):
+                    cache.get(key) is drawings[key[:2]]
+                    for key in list(cache.keys()) if key[6] == count}
+            assert all(kept.values())  # every other cell's drawing kept; the two old ones gone
+            assert set(drawings) - {key[:2] for key in list(cache.keys())} == {
+                (RowKey("11"), columns[COLUMNS.index("max idle")]),
+                (RowKey("12"), columns[COLUMNS.index("max idle")])}
+            updated._clear_caches()  # every line drawn from scratch
+            assert styled(updated) == kept_drawing
+            pilot.app.set_focus(None)  # the rows drawn unfocused before: not kept as they were
+            await pilot.pause()
+            unfocused = styled(updated)
+            updated._clear_caches()
+            assert styled(updated) == unfocused
 
     asyncio.run(drive())
 

@@ -3,9 +3,12 @@ under one heading row per cluster; sorted, filtered and idle-hidden by the scree
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
@@ -25,6 +28,7 @@ COLUMNS = (*(WORDS[key] for key in ("pid", "command", "client_ids")),
            "opened/closed 1m", WORDS["churn"], "notice")
 HIDE_IDLE_AFTER_MS = 10_000  # as the attach screen's ``i``: no traffic for this long
 HEADING = "cluster:"  # row keys of the heading rows start with it
+CELL_DRAWINGS_KEPT = 2_000  # DataTable keeps 10,000
 
 
 def _max_idle(view: ProcessView) -> int:
@@ -99,6 +103,8 @@ class ProcessTable(DataTable):
     def __init__(self, grouped: bool = False, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self.grouped = grouped
+        # what a screen of rows draws, in a few states: ``_put`` looks through it each refresh
+        self._cell_render_cache.maxsize = CELL_DRAWINGS_KEPT
 
     def on_mount(self) -> None:
         self.add_columns(*COLUMNS)
@@ -152,8 +158,9 @@ class ProcessTable(DataTable):
             columns.setdefault(row, []).append(column)
         cells = {(row, column) for row, column, _ in changed}
         indices = {self._row_locations.get(row) for row in columns}
+        lines = self._lines_of(columns)
         for cache, stale in ((self._cell_render_cache, lambda key: key[:2] in cells),
-                             (self._line_cache, lambda key: self._row_at(key[0]) in columns)):
+                             (self._line_cache, lambda key: key[0] in lines)):
             for key in list(filter(stale, cache.keys())):
                 cache.discard(key)
         self._put_renderables(changed)
@@ -193,17 +200,40 @@ class ProcessTable(DataTable):
         for column_key in columns:
             index = self._column_locations.get(column_key)
             place = Coordinate(row_index, index)
-            drawn[index] = self._render_cell(
-                row_index, index, row_style, self.columns[column_key].get_render_width(self),
-                cursor=self._should_highlight(cursor, place, cursor_type),
-                hover=self._should_highlight(hover, place, cursor_type))[line_no]
+            width = self.columns[column_key].get_render_width(self)
+            flags = {"cursor": self._should_highlight(cursor, place, cursor_type),
+                     "hover": self._should_highlight(hover, place, cursor_type)}
+            line = self._plain_line(self._data[row_key][column_key], row_index, index,
+                                    row_style, width, **flags) if line_no == 0 else None
+            drawn[index] = line if line is not None else self._render_cell(
+                row_index, index, row_style, width, **flags)[line_no]
 
-    def _row_at(self, y: int) -> RowKey | None:
-        """The row drawn on line ``y`` of the table (None on the header)."""
-        try:
-            return self._get_offsets(y)[0]
-        except LookupError:
+    def _plain_line(self, cell: object, row_index: int, index: int, row_style: Style,
+                    width: int, cursor: bool, hover: bool) -> list[Segment] | None:
+        """The line of a cell of unstyled text that fits on one line, as ``_render_cell``
+        draws it (the text padded, over the row's style, the cursor's and the cell's place
+        as meta) without Rich's render pipeline, which costs ten times as much; None for
+        any other cell."""
+        pad = self.cell_padding
+        if not (isinstance(cell, Text) and not cell.style and not cell.spans
+                and cell.justify is None and self.rows[self._row_locations.get_key(row_index)]
+                .height == 1):
             return None
+        text = cell.plain
+        length = cell_len(text)
+        if "\n" in text or length > width - 2 * pad:
+            return None
+        component, post = self._get_styles_to_render_cell(
+            False, False, False, hover, cursor, self.show_cursor, self._show_hover_cursor,
+            self.cursor_foreground_priority == "css", self.cursor_background_priority == "css")
+        style = row_style + Style.from_meta({"row": row_index, "column": index}) + component
+        return [Segment(" " * pad + text + " " * (width - pad - length), style + post)]
+
+    def _lines_of(self, rows: Collection[RowKey]) -> set[int]:
+        """The lines of the table (as DataTable counts them: the header first) that draw
+        ``rows``."""
+        first = self.header_height if self.show_header else 0
+        return {first + y for y, (row, _) in enumerate(self._y_offsets) if row in rows}
 
     def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
         """New rows measured: every cell drawn before a column widened is stale (``_put``
