@@ -168,6 +168,42 @@ def test_host_screen(snap_compare):
                         run_before=play_listed(screen, session))
 
 
+def test_a_refresh_sets_the_process_table_s_title_only_when_it_changes(monkeypatch):
+    """Not a snapshot: setting a widget's border title draws all of it again, so a refresh
+    that leaves the process table's title as it was does not set it; a new sort order
+    does."""
+    from textual.widget import Widget
+
+    from kmon.widgets.process_table import ProcessTable
+
+    titles: list[str] = []
+    inner = Widget.__dict__["border_title"]
+
+    class Counted:
+        def __get__(self, obj, owner=None):
+            return inner.__get__(obj, owner)
+
+        def __set__(self, obj, value):
+            if isinstance(obj, ProcessTable):
+                titles.append(str(value))
+            inner.__set__(obj, value)
+
+    monkeypatch.setattr(Widget, "border_title", Counted())
+    session = ReplayedClients()
+    screen = HostScreen(session, DashboardSettings(interval_s=3600))
+
+    async def drive() -> None:
+        async with KmonApp(screen).run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: screen.snapshot is not None, "the first refresh")
+            assert len(titles) == 1 and "sort: pid" in titles[0]
+            for _ in range(3):
+                screen.apply(*session.poll())
+            await pilot.press("s")
+            assert len(titles) == 2 and "sort: max idle" in titles[1]
+
+    asyncio.run(drive())
+
+
 def test_a_cursor_move_draws_only_the_lines_it_leaves_and_enters():
     """Not a snapshot: the connection table's cursor, kept within the rows, and a move of it
     draws again only the line it leaves and the line it enters."""
