@@ -12,7 +12,6 @@ Every claim stays on the row (``Connection.claims``), so the detail pane can sho
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
@@ -136,6 +135,7 @@ class RowResolver:
         rows, notices, made, before = [], [], {}, self.made
         limits, by = kernel_limits(broker_idle_ms, middlebox_idle_ms)
         setting = (broker_idle_ms, middlebox_idle_ms)
+        known = _kernel_evidence("kernel", True, True, by)  # most sockets' kernel evidence
         for sock in sockets:
             key = socket_key(sock)
             said = claims.get(key)
@@ -143,7 +143,10 @@ class RowResolver:
                 rows.append(socket_row(sock, key, limits, by))
                 continue
             idle_ms, sent = sock.idle_ms, sock.bytes_sent
-            evidence = _kernel_evidence(sock.source, idle_ms is not None, sent is not None, by)
+            evidence = (known if idle_ms is not None and sent is not None
+                        and sock.source == "kernel"
+                        else _kernel_evidence(sock.source, idle_ms is not None,
+                                              sent is not None, by))
             last = before.get(key)
             if last is not None and last.holds(said, sock, evidence, setting):
                 was = last.row
@@ -157,7 +160,7 @@ class RowResolver:
             else:
                 row, notice = resolve_one(socket_row(sock, key, limits, by), said)
                 row = with_limits(row, middlebox_idle_ms)
-                last = _Made(tuple(said), evidence, setting, row, notice)
+                last = _Made(list(said), evidence, setting, row, notice)
             if last.lasting:
                 made[key] = last
             rows.append(row)
@@ -177,7 +180,7 @@ class _Made:
     """The row one socket's claims made at one poll, and the notice they raised; with what
     they were made from."""
 
-    claims: tuple[Claim, ...]
+    claims: list[Claim]
     kernel_evidence: dict[str, str]
     setting: tuple[int, int | None]  # the brokers' and a middlebox's idle limits
     row: Connection
@@ -194,15 +197,15 @@ class _Made:
         """Whether these claims, of this socket, make the same row but the kernel's fields
         (then the claims are this poll's, their summaries too where a detail changed)."""
         row = self.row
-        if not (len(claims) == len(self.claims) and kernel_evidence is self.kernel_evidence
-                and setting == self.setting and sock.fd == row.fd
-                and sock.remote.text == row.remote):
+        if not (kernel_evidence is self.kernel_evidence and sock.fd == row.fd
+                and sock.remote.text == row.remote and setting == self.setting
+                and len(claims) == len(self.claims)):
             return False
-        if all(map(operator.is_, claims, self.claims)):  # the same claims: the same row
+        if claims == self.claims:  # the same claims (each the same one, or equal): the same row
             return True
         if not all(map(_says_alike, claims, self.claims)):
             return False
-        self.claims, self.summaries = tuple(claims), [c.summary for c in claims]
+        self.claims, self.summaries = list(claims), [c.summary for c in claims]
         return True
 
 
