@@ -24,7 +24,9 @@ pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 def test_headless_demo_watches_its_workload_honours_the_config_and_cleans_up(tmp_path):
     config = tmp_path / "config.toml"
     config.write_text('[thresholds]\nmiddlebox_idle = "2s"\nidle_warning = 0.05\n')
-    result = kmon("demo", "--headless", "--json", "--duration", "4s", "--interval", "500ms",
+    # polled every 250 ms: a near-reap event needs a connection seen under 100 ms idle, then
+    # over it; at 500 ms, about one run in fifteen saw none in its 4 s
+    result = kmon("demo", "--headless", "--json", "--duration", "4s", "--interval", "250ms",
                   "--config", str(config), timeout=120)
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in result.stdout.splitlines()]
