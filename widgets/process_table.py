@@ -175,7 +175,7 @@ class ProcessTable(DataTable):
 
     def _put_renderables(self, changed: list[tuple[RowKey, ColumnKey, object]]) -> None:
         """Put the changed cells into their rows' kept renderables (DataTable keeps a Text
-        cell as it is), or drop a row's where a cell is anything else."""
+        cell as it is, an empty one aside), or drop a row's where a cell is anything else."""
         cache, count = self._row_renderable_cache, self._update_count
         for row, column, value in changed:
             key = (count, self._row_locations.get(row))
@@ -203,21 +203,21 @@ class ProcessTable(DataTable):
             width = self.columns[column_key].get_render_width(self)
             flags = {"cursor": self._should_highlight(cursor, place, cursor_type),
                      "hover": self._should_highlight(hover, place, cursor_type)}
+            one_line = line_no == 0 and self.rows[row_key].height == 1
             line = self._plain_line(self._data[row_key][column_key], row_index, index,
-                                    row_style, width, **flags) if line_no == 0 else None
+                                    row_style, width, **flags) if one_line else None
             drawn[index] = line if line is not None else self._render_cell(
                 row_index, index, row_style, width, **flags)[line_no]
 
     def _plain_line(self, cell: object, row_index: int, index: int, row_style: Style,
                     width: int, cursor: bool, hover: bool) -> list[Segment] | None:
-        """The line of a cell of unstyled text that fits on one line, as ``_render_cell``
-        draws it (the text padded, over the row's style, the cursor's and the cell's place
-        as meta) without Rich's render pipeline, which costs ten times as much; None for
-        any other cell."""
+        """The line of a cell of unstyled text that fits on one line (of a one-line row), as
+        ``_render_cell`` draws it (the text padded, over the row's style, the cursor's and
+        the cell's place as meta) without Rich's render pipeline, which costs ten times as
+        much; None for any other cell."""
         pad = self.cell_padding
         if not (isinstance(cell, Text) and not cell.style and not cell.spans
-                and cell.justify is None and self.rows[self._row_locations.get_key(row_index)]
-                .height == 1):
+                and cell.justify is None):
             return None
         text = cell.plain
         length = cell_len(text)

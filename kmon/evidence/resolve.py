@@ -135,7 +135,7 @@ class RowResolver:
         rows, notices, made, before = [], [], {}, self.made
         limits, by = kernel_limits(broker_idle_ms, middlebox_idle_ms)
         setting = (broker_idle_ms, middlebox_idle_ms)
-        known = _kernel_evidence("kernel", True, True, by)  # most sockets' kernel evidence
+        usual = _kernel_evidence("kernel", True, True, by)  # most sockets' kernel evidence
         for sock in sockets:
             key = socket_key(sock)
             said = claims.get(key)
@@ -143,7 +143,7 @@ class RowResolver:
                 rows.append(socket_row(sock, key, limits, by))
                 continue
             idle_ms, sent = sock.idle_ms, sock.bytes_sent
-            evidence = (known if idle_ms is not None and sent is not None
+            evidence = (usual if idle_ms is not None and sent is not None
                         and sock.source == "kernel"
                         else _kernel_evidence(sock.source, idle_ms is not None,
                                               sent is not None, by))
