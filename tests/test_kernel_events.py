@@ -159,6 +159,32 @@ def test_a_reset_by_the_broker_long_after_the_open_is_no_rejection():
     assert (late.closed_by, late.reset, late.ending) == ("broker", "broker", None)
 
 
+def test_a_connect_answered_by_a_reset_is_refused_never_a_per_ip_rejection():
+    """A stopped broker: the kernel times the RST before the SYN_SENT -> CLOSE it causes.
+    A per-IP limit accepts first (ESTABLISHED), then closes."""
+    lives = ConnectionLives()
+    _, (refused, limited) = lives.feed([
+        state(0, 7, 2), TcpEvent(1, "reset_in", 0, 1, LOCAL, BROKER), state(1, 2, 7, pid=0),
+        state(10, 7, 2, sk=2), state(11, 2, 1, sk=2),
+        TcpEvent(12, "reset_in", 0, 2, LOCAL, BROKER), state(12, 1, 7, pid=0, sk=2),
+    ], {10})
+    assert (refused.ending, refused.refused, refused.closed_by, refused.lifetime_ms) == (
+        "connect_failed", True, "broker", 1)
+    assert (limited.ending, limited.refused, limited.reset) == ("per_ip_rejected", False,
+                                                                "broker")
+    assert not lives.open
+
+
+def test_a_reset_read_apart_from_its_close_still_ends_the_life_once():
+    """The RST and the state change it causes fall in two reads: the life waits, then ends
+    at the RST's time."""
+    lives = ConnectionLives()
+    lives.feed([state(0, 7, 2), TcpEvent(3, "reset_in", 0, 1, LOCAL, BROKER)], {10})
+    assert len(lives.open) == 1
+    _, (refused,) = lives.feed([state(4, 2, 7, pid=0)], {10})
+    assert (refused.ending, refused.closed_ms) == ("connect_failed", 3)
+
+
 def test_a_close_whose_earlier_steps_were_not_seen_is_no_failed_connect():
     """The port filter passes every open and failed connect, but a new port's other steps
     only once kmon follows it: a connection seen open and then closed from FIN_WAIT2 was

@@ -45,6 +45,11 @@ class KernelLife:
         return self.first_fin or self.reset or "unknown"
 
     @property
+    def refused(self) -> bool:
+        """A connect answered by a RST: nothing listens there (a per-IP limit accepts first)."""
+        return self.never_established and self.reset == "broker"
+
+    @property
     def ending(self) -> str | None:
         """connect_failed (never established), per_ip_rejected (closed or reset by the broker
         within REJECTED_WITHIN_MS of its connect) or None (an ordinary close, or one
@@ -87,7 +92,9 @@ class ConnectionLives:
     def feed(self, events: Iterable[TcpEvent],
              watched: set[int]) -> tuple[list[KernelLife], list[KernelLife]]:
         """Fold in ``events`` (oldest first): the connections they opened and those they
-        closed (at their first FIN or RST: what follows tells nothing more)."""
+        closed (at their first FIN or RST: what follows tells nothing more). A received RST
+        is timed but ends the life only at the state change it causes, which tells a
+        refused connect (``SYN_SENT`` to ``CLOSE``) from a reset connection."""
         opened, closed = [], []
         for event in events:
             if event.kind == "state" and event.new_state == TCP_SYN_SENT:
@@ -101,11 +108,14 @@ class ConnectionLives:
                 continue
             if event.kind == "reset_in":  # from the socket's side: its local address too
                 life.reset, life.local = "broker", event.local or life.local
-            elif event.kind == "reset_out":
+                life.closed_ms = event.ts_ms
+                continue
+            if event.kind == "reset_out":
                 life.reset = "client"
             elif not self._step(life, event):
                 continue
-            life.closed_ms = event.ts_ms
+            if life.closed_ms is None:
+                life.closed_ms = event.ts_ms
             closed.append(self.open.pop(event.skaddr))
         return opened, closed
 
@@ -131,5 +141,5 @@ class ConnectionLives:
         elif new == TCP_CLOSE_WAIT:
             life.first_fin = "broker"
         elif old == TCP_ESTABLISHED and new == TCP_CLOSE:
-            life.reset = "client"  # aborted with no FIN and no RST received: the client's
+            life.reset = life.reset or "client"  # aborted, no FIN and no RST received: client
         return new == TCP_CLOSE or old == TCP_ESTABLISHED

@@ -90,8 +90,12 @@ class KernelWatch:
         if (local, remote) in seen:
             return None
         story = self.story(life)
-        detail = (f"{life.where()}: {life.ending} after {story.lifetime_ms} ms (first FIN: "
-                  f"{life.first_fin or 'none'}, RST: {life.reset or 'none'})")
+        if life.refused:
+            detail = (f"{life.where()}: connect_failed, refused in {story.lifetime_ms} ms (a "
+                      "RST answered its SYN: nothing listens there)")
+        else:
+            detail = (f"{life.where()}: {life.ending} after {story.lifetime_ms} ms (first "
+                      f"FIN: {life.first_fin or 'none'}, RST: {life.reset or 'none'})")
         return Event(int(life.closed_ms or 0), EventKind.CLOSED, life.pid,
                      f"kernel:{local}>{remote}", remote=str(remote) if remote else None,
                      detail=detail, close=story)
