@@ -103,16 +103,19 @@ def test_describe_groups_rule_on_constructed_groups():
     """The rule over group descriptions, on constructed GroupInfo values: librdkafka's
     mock cluster, the only cluster the tests can run, does not answer DescribeGroups."""
     local = {"127.0.0.1"}
-    one = {"s2": 2, "s1": 1}
+    one, beats = {"s2": 2, "s1": 1}, {"s2": 3}
     group = _group(2, ("rdkafka", "/127.0.0.1"))
-    found = by_groups([group], local, set(), one, {})
+    found = by_groups([group], local, set(), one, beats)
     assert list(found) == ["s2"] and found["s2"].confidence == 0.7
     assert found["s2"].rule == "describe_groups"
-    assert by_groups([group], local, {"rdkafka"}, one, {})["s2"].confidence == 0.8
-    assert by_groups([group], local, {"billing"}, one, {}) == {}  # another client's member
-    assert by_groups([group], {"10.0.0.9"}, set(), one, {}) == {}  # a member on another host
-    assert by_groups([_group(None, ("rdkafka", "127.0.0.1"))], local, set(), one, {}) == {}
-    assert by_groups([GroupInfo("g", None, 2, None)], local, set(), one, {}) == {}
+    assert by_groups([group], local, {"rdkafka"}, one, beats)["s2"].confidence == 0.8
+    assert by_groups([group], local, {"billing"}, one, beats) == {}  # another client's member
+    assert by_groups([group], {"10.0.0.9"}, set(), one, beats) == {}  # on another host
+    assert by_groups([_group(None, ("rdkafka", "127.0.0.1"))], local, set(), one, beats) == {}
+    assert by_groups([GroupInfo("g", None, 2, None)], local, set(), one, beats) == {}
+    # a member with this process's host and client id, but its socket there never heartbeats:
+    # another process's member (an idle kcat producer beside a consumer, both "rdkafka")
+    assert by_groups([group], local, {"rdkafka"}, one, {}) == {}
     two = {"a": 2, "b": 2}
     assert by_groups([group], local, set(), two, {}) == {}  # which of the two is not known
     assert list(by_groups([group], local, set(), two, {"a": 3})) == ["a"]

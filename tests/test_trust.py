@@ -7,11 +7,14 @@ with no group has no coordinator whatever another process's client id is.
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import sys
 import time
 
 import pytest
-from helpers import KafkaClient, attach_stream, read_until
+from helpers import KafkaClient, attach_stream, kmon, read_until, wait_for
 
 pytestmark = pytest.mark.integration  # a real cluster, real clients, kmon as root
 
@@ -29,7 +32,6 @@ def test_a_stopped_cluster_is_refused_connects_never_a_per_ip_limit(start_kafka)
     """Every node stopped under a plain consumer: its reconnects are answered by a RST (the
     client's own log says "Connection refused"): connect_failed, refused, never
     per_ip_rejected (a per-IP limit accepts, then closes)."""
-    import os
     if os.geteuid() != 0:
         pytest.skip("the kernel's TCP events need root")
     cluster = start_kafka(brokers=1)
@@ -58,3 +60,42 @@ def test_a_stopped_cluster_is_refused_connects_never_a_per_ip_limit(start_kafka)
     assert len(refused) >= 3 and all("refused" in e["detail"] for e in refused), shown
     churn = [e for e in events if e["kind"] == "churn" and e["ts_ms"] >= stopped_ms]
     assert not [e for e in churn if e.get("pattern") == "per_ip_rejected"], churn
+
+
+KCAT = "/usr/bin/kcat"
+
+
+@pytest.mark.skipif(not os.access(KCAT, os.X_OK), reason="kcat is not installed (.ci/run does)")
+def test_an_idle_kcat_producer_has_no_coordinator_beside_a_member_sharing_its_client_id(
+        start_kafka):
+    """An idle kcat producer (client.id rdkafka, librdkafka's default) beside a group member
+    whose client.id is also rdkafka: the cluster's group description matches both by host
+    and client id, but only the member heartbeats. kcat's own debug log names no
+    GroupCoordinator; kmon must name none either, in the stream and in --once. One node:
+    kcat's one socket is to the group's coordinator."""
+    bootstrap = start_kafka(brokers=1).bootstrap()
+    member = started("consumer", bootstrap, "--client-id", "rdkafka")
+    kcat = KafkaClient([KCAT, "-P", "-b", bootstrap, "-t", "kmon-trust-idle", "-d", "broker"])
+    stream = None
+    try:
+        wait_for(lambda: any(re.search(r"NodeId changed from -1|with NodeId \d", line)
+                             for line in kcat.stderr), "kcat learning the brokers", 30)
+        stream = attach_stream(kcat.pid, "-b", bootstrap)
+        rows: list[dict] = []
+
+        def seen(events, record):
+            rows.extend(c for view in record["processes"] for c in view["connections"])
+            return False
+
+        read_until(stream, seen, 14)  # more than four heartbeat intervals
+        once = json.loads(kmon("attach", str(kcat.pid), "-b", bootstrap, "--once",
+                               "--json").stdout)
+    finally:
+        for child in (stream, kcat, member):
+            if child is not None:
+                child.stop()
+    assert not [line for line in kcat.stderr if "[thrd:GroupCoordinator" in line]  # oracle
+    assert rows and not [r for r in rows if r["role"] == "coordinator"], {
+        (r["key"], r["role"], str(r["evidence"])) for r in rows}
+    assert not [c for view in once["processes"] for c in view["connections"]
+                if c["role"] == "coordinator"]

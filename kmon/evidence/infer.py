@@ -6,7 +6,9 @@ connection (node id ``2147483647 - broker``, evidence ``inferred``):
 * ``describe_groups`` — the cluster describes a group whose coordinator is
   broker X and which has a member on one of the process's local addresses (and
   with one of its ``client.id``s, where its command line names them); the
-  process's one socket to X, or the one of several that heartbeats, is it.
+  process's one socket to X that heartbeats is it. A member's host and client id
+  can be another process's (every librdkafka client defaults to ``rdkafka``), so
+  the process's own traffic must show the heartbeats: a process with no group has none.
 * ``cadence`` — a consumer keeps a connection that carries only heartbeats
   (``heartbeat.interval.ms``, 3 s by default) beside fetch connections that
   long-poll (``fetch.wait.max.ms``, 500 ms): the one socket to a broker whose
@@ -138,9 +140,10 @@ def by_groups(groups: Sequence[GroupInfo], local_ips: set[str], ids: set[str],
     """Socket key -> coordinator inference from the cluster's group descriptions.
 
     A group counts when one of its members sits on one of ``local_ips`` and,
-    where ``ids`` is not empty, carries one of those client ids. Among several
-    sockets to its coordinator, the one heartbeating (``cycles``) is chosen;
-    without one, none is. Confidence: 0.8 with a client id match, 0.7 by host.
+    where ``ids`` is not empty, carries one of those client ids. The one socket to
+    its coordinator that heartbeats (``cycles``) is chosen; without one, none is:
+    the member may be another process with the same host and client id.
+    Confidence: 0.8 with a client id match, 0.7 by host.
     """
     out = {}
     for group in groups:
@@ -149,9 +152,8 @@ def by_groups(groups: Sequence[GroupInfo], local_ips: set[str], ids: set[str],
                    and (not ids or m.client_id in ids)]
         if broker is None or not members:
             continue
-        socks = [k for k, b in broker_of.items() if b == broker]
-        if len(socks) > 1:
-            socks = [k for k in socks if cycles.get(k, 0) >= MIN_CYCLES]
+        socks = [k for k, b in broker_of.items()
+                 if b == broker and cycles.get(k, 0) >= MIN_CYCLES]
         if len(socks) == 1:
             out[socks[0]] = Inference(broker, 0.8 if ids else 0.7, "describe_groups")
     return out
