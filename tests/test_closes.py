@@ -55,6 +55,27 @@ def test_the_reason_follows_the_side_and_the_idle_time_against_each_limit():
     assert reason("broker", 1_000, limits, True) == "broker_closed"
     assert reason("unknown", 1_000, limits, True) == "unknown"
     assert reason("client", 0, limits, False) == "connect_failed"
+    # librdkafka reaps from 80% of its limit; kmon's idle can trail its stamps by a few ms
+    assert reason("client", 3997, {"client": 5000}, True) == "client_idle_reap"
+    assert reason("client", 3500, {"client": 5000}, True) == "client_closed"
+
+
+def test_a_close_is_never_idle_longer_than_it_lived():
+    """A client's idle stamps can predate its connection (exact open: idle clamped to life);
+    a connection opened before kmon saw it lived at least as long as it was idle."""
+    from kmon.engine.closes import SocketLife, story
+    from kmon.engine.connection_lives import KernelLife
+    from kmon.model import Connection, Role
+
+    conn = Connection("sock:1", Role.BROKER, 1, 1, None, "127.0.0.1:50000", "127.0.0.1:9092",
+                      "ESTABLISHED", idle_ms=3320, idle_limits={"client": 8000})
+    life = SocketLife(10_000, 13_000, conn, {"ESTABLISHED", "FIN_WAIT2"})
+    seen = story(life, None, 13_100)
+    assert (seen.idle_before_ms, seen.lifetime_ms) == (3320, 3320)
+    kernel = KernelLife(10, 5_500.0, ("127.0.0.1", 9092), ("127.0.0.1", 50000),
+                        first_fin="client", closed_ms=13_003.0)
+    exact = story(life, None, 13_100, exact=kernel)  # idle from 9.68 s, opened at 5.5 s
+    assert exact.idle_before_ms <= exact.lifetime_ms == 7503
 
 
 def test_the_error_code_of_a_sasl_response_is_read_in_either_header_layout():
@@ -75,7 +96,8 @@ def test_a_story_carries_the_totals_and_is_told_in_words():
     told = story(life("ESTABLISHED", idle=599_000), "LAST_ACK", 10_000)
     assert (told.closed_by, told.reason, told.idle_before_ms) == ("broker", "broker_idle_reap",
                                                                   599_000)
-    assert (told.bytes_sent, told.requests_sent, told.lifetime_ms) == (10, 2, 1_000)
+    # seen open for 1 s, but idle 599 s: it lived at least that long
+    assert (told.bytes_sent, told.requests_sent, told.lifetime_ms) == (10, 2, 599_000)
     assert in_words(told) == "broker idle reap · closed by the broker after 9 m 59 s idle"
     assert in_words(told, {"client": 900_000, "broker": 600_000}) == (
         "broker idle reap · closed by the broker after 9 m 59 s idle (limit 10 m)")

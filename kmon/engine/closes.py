@@ -37,6 +37,9 @@ from kmon.units import format_duration
 # idle from stamps that can predate the connection: seen closing one 4.0 s after its
 # connect under a 5 s limit)
 REAP_SHARE = 0.8
+# the client's reaper reads idle from its own stamps, kmon from the kernel's (jiffies) and
+# its polls' clock: seen 3 ms short of 80% at a 5 s limit; this share of the limit is slack
+REAP_SLACK_SHARE = 0.02
 TIME_WAIT_MS = 60_000  # how long Linux keeps the active closer's 4-tuple
 CLIENT_FIRST = frozenset({TcpState.FIN_WAIT1, TcpState.FIN_WAIT2, TcpState.CLOSING,
                           TcpState.TIME_WAIT})
@@ -86,7 +89,7 @@ def reason(side: str, idle_ms: int | None, limits: dict[str, int],
 
     def reaped_by(limit: str) -> bool:
         return (idle_ms is not None and limit in limits
-                and idle_ms + window_ms >= REAP_SHARE * limits[limit])
+                and idle_ms + window_ms >= (REAP_SHARE - REAP_SLACK_SHARE) * limits[limit])
 
     if side == "client":
         return "client_idle_reap" if reaped_by("client") else "client_closed"
@@ -133,9 +136,11 @@ def story(life: SocketLife, kernel_state: str | None, closed_ms: int,
                  max(0, closed_ms - life.last_seen_ms))
     if wire is not None:
         why = wire_reason(wire, why)
+    # opened before kmon saw it: it lived at least as long as it was idle
+    seen_for = life.last_seen_ms - life.first_seen_ms
     return CloseStory(
-        closed_by=side, reason=why,
-        idle_before_ms=conn.idle_ms, lifetime_ms=life.last_seen_ms - life.first_seen_ms,
+        closed_by=side, reason=why, idle_before_ms=conn.idle_ms,
+        lifetime_ms=max(seen_for, conn.idle_ms or 0),
         bytes_sent=conn.bytes_sent, bytes_received=conn.bytes_received,
         requests_sent=conn.requests_sent, requests_received=conn.requests_received)
 
@@ -145,8 +150,10 @@ def exact_story(life: SocketLife, kernel: KernelLife,
     """The close of a connection whose first FIN or RST the kernel timed: idle from the last
     data the polls saw (the last poll's time less its idle age) to that moment."""
     conn, closing = life.last, kernel.closed_ms or 0.0
+    lifetime = round(closing - kernel.opened_ms)
+    # never idle longer than it lived (a client's idle stamps can predate its connection)
     idle = (None if conn.idle_ms is None
-            else max(0, round(closing - (life.last_seen_ms - conn.idle_ms))))
+            else min(lifetime, max(0, round(closing - (life.last_seen_ms - conn.idle_ms)))))
     side = kernel.closed_by
     why = kernel.ending or reason(side, idle, conn.idle_limits, True)
     if kernel.ending is None and kernel.reset is not None and why not in IDLE_REASONS:
@@ -154,8 +161,7 @@ def exact_story(life: SocketLife, kernel: KernelLife,
     if wire is not None:
         why = wire_reason(wire, why)
     return CloseStory(
-        closed_by=side, reason=why, idle_before_ms=idle,
-        lifetime_ms=round(closing - kernel.opened_ms),
+        closed_by=side, reason=why, idle_before_ms=idle, lifetime_ms=lifetime,
         bytes_sent=conn.bytes_sent, bytes_received=conn.bytes_received,
         requests_sent=conn.requests_sent, requests_received=conn.requests_received,
         opened_ms=round(kernel.opened_ms), closed_ms=round(closing))
