@@ -117,7 +117,7 @@ class ReplayedClients:
                    if c.role in (Role.BROKER, Role.COORDINATOR)}
         self.view = ClusterView(
             "127.0.0.1:38773", tuple(BrokerInfo(b, *r.rsplit(":", 1)) for b, r in sorted(brokers)),
-            controller_id=1, fetched_at=first.ts_ms)
+            fetched_at=first.ts_ms)
 
     @property
     def finished(self) -> bool:

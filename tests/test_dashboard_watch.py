@@ -36,8 +36,8 @@ def test_watch_lists_brokers_groups_and_discovered_processes(spool_dir, tmp_path
                 assert group[5] == "2", "two local members"
                 coordinator = int(group[3])
                 brokers = {int(r[0]): r for r in cells(screen, "brokers")}
-                assert brokers[coordinator][4] == "1", "it coordinates the group"
-                assert brokers[coordinator][6] == "2", "both consumers' coordinator connections"
+                assert brokers[coordinator][3] == "1", "it coordinates the group"
+                assert brokers[coordinator][5] == "2", "both consumers' coordinator connections"
 
                 await the_list_keys_work(pilot, screen, demo.clients)
                 table = screen.query_one("#processes")

@@ -51,7 +51,7 @@ class WatchScreen(ProcessListScreen):
         """Name the cluster's tables and their columns."""
         brokers = self.query_one("#brokers", DataTable)
         brokers.border_title = "brokers (cluster metadata)"
-        brokers.add_columns("id", "address", "rack", "controller", "groups coordinated",
+        brokers.add_columns("id", "address", "rack", "groups coordinated",
                             "local bootstrap", "local coordinator", "local broker",
                             "opened 1m", "broker closed 1m")
         groups = self.query_one("#groups", DataTable)
@@ -102,10 +102,7 @@ class WatchScreen(ProcessListScreen):
         header = Text(f"kmon watch {self.cluster_name}", style="bold")
         if self.cluster_name != view.bootstrap:
             header.append(f"  ({view.bootstrap})", style="dim")
-        ids = {b.broker_id for b in view.brokers}
-        controller = (fmt.node(view.controller_id) if view.controller_id in ids
-                      else "not named by the cluster")
-        header.append(f"\n{len(view.brokers)} brokers · controller {controller} · ")
+        header.append(f"\n{len(view.brokers)} brokers · ")
         header.append("metadata " + (f"from {fmt.clock(view.fetched_at)}" if view.fetched_at
                                      else "not yet fetched"))
         watched = len(self.snapshot.processes) if self.snapshot else 0
@@ -127,7 +124,6 @@ class WatchScreen(ProcessListScreen):
             local = counts.get(b.broker_id, Counter())
             opened, dropped = churn.get(b.broker_id, (0, 0))
             table.add_row(str(b.broker_id), plain(b.address), plain(b.rack or "-"),
-                          "★" if b.broker_id == view.controller_id else "",
                           str(coordinated[b.broker_id]),
                           *(str(local[r]) for r in (Role.BOOTSTRAP, Role.COORDINATOR,
                                                     Role.BROKER)),

@@ -1,6 +1,6 @@
 """The cluster behind ``kmon watch``: periodic metadata with backoff, and the panels' numbers.
 
-``ClusterWatcher`` refreshes brokers, controller and consumer groups; a failed
+``ClusterWatcher`` refreshes brokers and consumer groups; a failed
 refresh keeps the last good view and retries after 1 s, 2 s, 4 s, ... The pure
 functions below merge that view with a snapshot of the local clients.
 """
@@ -33,7 +33,6 @@ class ClusterView:
 
     bootstrap: str
     brokers: tuple[BrokerInfo, ...] = ()
-    controller_id: int | None = None
     broker_idle_ms: int | None = None  # the brokers' connections.max.idle.ms, as described
     groups: tuple[GroupInfo, ...] | None = None  # None: not (yet) listed by the cluster
     groups_error: str | None = None  # why groups are missing, in whole or in part
@@ -45,8 +44,7 @@ class ClusterView:
     @property
     def metadata(self) -> ClusterMetadata:
         """The brokers as ClusterMetadata, e.g. for their endpoints."""
-        return ClusterMetadata(self.bootstrap, self.brokers, self.controller_id,
-                               self.broker_idle_ms)
+        return ClusterMetadata(self.bootstrap, self.brokers, None, self.broker_idle_ms)
 
 
 class ClusterWatcher:
@@ -99,8 +97,7 @@ class ClusterWatcher:
             self._failed_in_row = 0
             self._next_at = self.clock() + self.refresh_s
             self.view = replace(
-                view, brokers=state.metadata.brokers, controller_id=state.metadata.controller_id,
-                broker_idle_ms=state.metadata.broker_idle_ms,
+                view, brokers=state.metadata.brokers, broker_idle_ms=state.metadata.broker_idle_ms,
                 groups=state.groups, groups_error=state.groups_error, error=None,
                 fetched_at=int(time.time() * 1000), attempts=view.attempts + 1)
             return self.view

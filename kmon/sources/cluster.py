@@ -40,6 +40,8 @@ class ClusterMetadata:
 
     bootstrap: str
     brokers: tuple[BrokerInfo, ...]
+    # any live broker in KRaft (clients cannot reach the quorum): tells only that a real
+    # cluster answered, never which node is the active controller
     controller_id: int | None
     broker_idle_ms: int | None = None  # connections.max.idle.ms, as a broker describes it
 
