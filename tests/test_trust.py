@@ -99,3 +99,48 @@ def test_an_idle_kcat_producer_has_no_coordinator_beside_a_member_sharing_its_cl
         (r["key"], r["role"], str(r["evidence"])) for r in rows}
     assert not [c for view in once["processes"] for c in view["connections"]
                 if c["role"] == "coordinator"]
+
+
+def stats_coordinator(stats: dict) -> int:
+    """The group coordinator's broker id, as the consumer's own statistics name it."""
+    learned = {b["nodename"]: b["nodeid"] for b in stats["brokers"].values()
+               if b["source"] == "learned"}
+    return learned[stats["brokers"]["GroupCoordinator"]["nodename"]]
+
+
+def test_one_shot_views_name_a_plain_consumer_s_coordinator_or_say_they_are_unsure(kafka):
+    """An uninstrumented consumer in a group (kmon reads no statistics of it): its own
+    statistics name the coordinator. ``attach --once`` and ``ps`` settle for a moment (a
+    heartbeat on the wire) and name that coordinator; any socket still unsure is shown below
+    0.9, never as a different confident answer."""
+    bootstrap = kafka.bootstrap()
+    consumer = started("consumer", bootstrap)
+    try:
+        truth = stats_coordinator(consumer.own_stats())  # the oracle
+        once = json.loads(kmon("attach", str(consumer.pid), "-b", bootstrap, "--once",
+                               "--json").stdout)
+        ps = json.loads(kmon("ps", "-b", bootstrap, "-o", "json").stdout)
+        # settled long enough for two heartbeats: named, in both views
+        patient = json.loads(kmon("attach", str(consumer.pid), "-b", bootstrap, "--once",
+                                  "--json", "--settle", "7s").stdout)
+        patient_ps = json.loads(kmon("ps", "-b", bootstrap, "-o", "json", "--settle",
+                                     "7s").stdout)
+    finally:
+        consumer.stop()
+    (view,) = once["processes"]
+    rows = view["connections"]
+    named = [r for r in rows if r["role"] == "coordinator"]
+    sure_wrong = [r for r in rows if r["confidence"] >= 0.9 and r["role"] == "coordinator"
+                  and r["broker_id"] != truth]
+    assert not sure_wrong, rows
+    if named:
+        assert [r["broker_id"] for r in named] == [truth], rows
+    else:  # unsettled: the socket to the coordinator is not confidently anything else
+        assert all(r["confidence"] < 0.9 for r in rows if r["broker_id"] == truth), rows
+    (row,) = [p for p in ps["processes"] if p["pid"] == consumer.pid]
+    assert row["coordinator"] == len(named), (row, named)
+    (view,) = patient["processes"]
+    assert [(r["broker_id"], r["confidence"]) for r in view["connections"]
+            if r["role"] == "coordinator"] == [(truth, 1.0)], view["connections"]
+    (row,) = [p for p in patient_ps["processes"] if p["pid"] == consumer.pid]
+    assert row["coordinator"] == 1, row

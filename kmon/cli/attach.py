@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kmon.cli import options
+from kmon.cli import options, settle
 from kmon.errors import UserError
 from kmon.units import pid_arg
 
@@ -14,6 +14,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``attach`` arguments to ``parser``."""
     parser.add_argument("pid", type=pid_arg, help="process id of the Kafka client")
     parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    settle.option(parser)
     options.output(parser)
     options.interval(parser)
     options.cluster(parser)
@@ -77,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
             if interactive:
                 return _dashboard(args, monitor, config, theme)
             interval = args.interval or config.dashboard.interval_s or 1.0
-            return print_snapshots(monitor, interval, options.output_format(args), once=args.once)
+            return print_snapshots(monitor, interval, options.output_format(args),
+                                   once=args.settle if args.once else None)
         finally:
             monitor.close()
     except BrokenPipeError:

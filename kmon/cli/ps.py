@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kmon.cli import options
+from kmon.cli import options, settle
 from kmon.errors import UserError
 from kmon.plain_text import one_line
 
@@ -18,7 +18,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     options.cluster(parser)
     options.config_file(parser)
     options.output(parser, "one row per process")
-    parser.set_defaults(wire="off")  # one look: no packet capture to wait for
+    options.wire(parser)
+    settle.option(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
         settings = wiring.sampler_settings(args, config, named, metadata, require_kafka=False)
         session = HostSession(settings, churn=config.churn)
         try:
-            snapshot, events = _look(session, settings)
+            snapshot, events = settle.settled_look(session.poll, args.settle,
+                                                   _search(session, settings))
             labels = session.cluster_labels(snapshot)
             notices = list(session.notices)
         finally:
@@ -78,17 +80,16 @@ def text_lines(rows: list[dict], fmt: str) -> list[str]:
     return out
 
 
-def _look(session, settings):
+def _search(session, settings) -> list:
     """Poll until a poll learns no broker the last did not know (at most SEARCH_ROUNDS):
-    the snapshot, and every event on the way."""
+    every event on the way (the settled look that follows polls again)."""
     events = []
     for round_ in range(SEARCH_ROUNDS):
         known = frozenset(settings.directory.learned)
-        snapshot, new = session.poll()
-        events += new
+        events += session.poll()[1]
         if round_ and frozenset(settings.directory.learned) == known:
             break
-    return snapshot, events
+    return events
 
 
 

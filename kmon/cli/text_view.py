@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import time
 
+from kmon.cli.settle import settled_look
 from kmon.engine.heap import settle_heap
 from kmon.engine.monitor import Monitor
 from kmon.errors import UserError
@@ -14,10 +15,12 @@ from kmon.model import EventKind
 from kmon.plain_text import one_line
 
 
-def print_snapshots(monitor: Monitor, interval: float, output: str | None, once: bool = False,
+def print_snapshots(monitor: Monitor, interval: float, output: str | None,
+                    once: float | None = None,
                     duration: float | None = None, title: str = "",
                     labels: dict[int, str] | None = None, live_screen: bool = True) -> int:
-    """Poll ``monitor`` every ``interval`` until ``once``, ``duration``, or every process exits.
+    """Poll ``monitor`` every ``interval`` until ``duration`` or every process exits; or,
+    with ``once`` (seconds to settle), print one settled snapshot (kmon.cli.settle).
 
     ``output`` is ``json`` (JSON lines), ``table``, ``wide`` or ``tsv`` (one row per
     connection; notices on stderr), or None: on a terminal a Rich view (redrawn in
@@ -34,17 +37,18 @@ def print_snapshots(monitor: Monitor, interval: float, output: str | None, once:
         output = "wide"  # a pipe or a file: rows that keep every character, no box drawing
     json_lines = output == "json"
     live = None
-    if live_screen and output is None and not once and console.is_terminal:
+    if live_screen and output is None and once is None and console.is_terminal:
         live = Live(console=console, auto_refresh=False, transient=False)
         live.start()
     ends = time.monotonic() + duration if duration else None
     first = True
-    if not once:
+    if once is None:
         settle_heap()
     try:
         while True:
             started = time.monotonic()
-            snapshot, events = monitor.poll()
+            snapshot, events = (monitor.poll() if once is None
+                                else settled_look(monitor.poll, once))
             if monitor.all_exited and first:
                 raise UserError(monitor.last_loss)  # nothing was ever shown: just say why
             first_frame, first = first, False
@@ -60,7 +64,7 @@ def print_snapshots(monitor: Monitor, interval: float, output: str | None, once:
                 live.update(view, refresh=True) if live else console.print(view)
             if monitor.all_exited:
                 return _ended(monitor, events)
-            if once or (ends is not None and time.monotonic() >= ends):
+            if once is not None or (ends is not None and time.monotonic() >= ends):
                 return 0
             time.sleep(max(0.0, interval - (time.monotonic() - started)))
     finally:
