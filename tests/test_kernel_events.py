@@ -553,6 +553,23 @@ def test_a_refusal_a_poll_saw_open_is_told_once_with_the_kernel_s_story():
     assert 9092 in watch.source.ports
 
 
+def test_a_refusal_this_poll_saw_is_left_to_its_row_s_close_one_verdict():
+    """A connection refused between two polls but still in this poll's rows (the gauge
+    counts it as a broker connection): the monitor's closed event tells it, with that role
+    and the kernel's story; a role-less kernel event beside it would count it twice."""
+    from kmon.engine.kernel_watch import KernelWatch
+    from kmon.model import Connection, ProcessView, Role
+    from kmon.sources.sockets import Endpoint
+
+    conn = Connection("sock:1", Role.BROKER, 1, 1, None, "127.0.0.1:50000", "127.0.0.1:9092",
+                      "CLOSE_WAIT")
+    refused = [state(0, 7, 2), state(1, 2, 1), state(2, 1, 8, pid=0)]
+    watch = KernelWatch(RecordedEvents([refused]), {9092})
+    _, closed, told = watch.poll([ProcessView(10, "p", "p", connections=[conn])])
+    assert [life.ending for life in closed] == ["per_ip_rejected"] and told == []
+    assert watch.life_of((Endpoint("127.0.0.1", 50000), Endpoint("127.0.0.1", 9092)))
+
+
 def test_events_the_kernel_lost_become_a_standing_notice_with_their_total():
     from kmon.engine.kernel_watch import KernelWatch
     from kmon.model import ProcessView

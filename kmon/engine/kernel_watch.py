@@ -61,7 +61,9 @@ class KernelWatch:
         for life in closed:
             self._remember(life)
         bad = [life for life in closed if life.ending is not None]
-        seen = seen_pairs(polled, {remote for life in bad if (remote := life.remote)})
+        # a socket a poll saw (the last, or this one) has a row: its close is the monitor's
+        # to tell, with the row's role, so that every view counts it under one verdict
+        seen = seen_pairs(polled + views, {remote for life in bad if (remote := life.remote)})
         events = [event for life in bad if (event := self._closed_event(life, seen)) is not None]
         if self.source.lost:  # standing from the first loss on, with the total
             note = (f"the kernel dropped {self.source.lost} TCP events (a ring buffer was "
@@ -83,8 +85,8 @@ class KernelWatch:
 
     def _closed_event(self, life: KernelLife,
                       seen: set[tuple[Endpoint | None, Endpoint]]) -> Event | None:
-        """The ``closed`` event of a life that ended badly; None for one the last poll saw
-        open (in ``seen``: its own ``closed`` event tells the kernel's story: ``life_of``)."""
+        """The ``closed`` event of a life that ended badly; None for one a poll saw open (in
+        ``seen``: its own ``closed`` event tells the kernel's story: ``life_of``)."""
         local = Endpoint(*life.local) if life.local else None
         remote = Endpoint(*life.remote) if life.remote else None
         if (local, remote) in seen:
