@@ -144,3 +144,17 @@ def test_one_shot_views_name_a_plain_consumer_s_coordinator_or_say_they_are_unsu
             if r["role"] == "coordinator"] == [(truth, 1.0)], view["connections"]
     (row,) = [p for p in patient_ps["processes"] if p["pid"] == consumer.pid]
     assert row["coordinator"] == 1, row
+
+
+def test_a_wrong_password_is_a_failed_login_said_at_once(kafka):
+    """The SASL listener answers and refuses the login (the broker's own word, which
+    librdkafka reports): kmon says so, instead of waiting out its timeout to say the port
+    gave no Kafka answer."""
+    result = kmon("ps", "-b", kafka.bootstrap("SASL_PLAINTEXT"), "-X",
+                  "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanism=PLAIN", "-X",
+                  "sasl.username=kmon", "-X", "sasl.password=wrong", "--cluster-timeout", "1m")
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert "refused kmon's login" in result.stderr, result.stderr
+    assert "Invalid username or password" in result.stderr, result.stderr
+    assert "wrong" not in result.stderr  # the password given is never echoed
+    assert "sasl.password=" not in result.stderr and "gave no Kafka answer" not in result.stderr

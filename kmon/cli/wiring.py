@@ -99,15 +99,15 @@ def cluster_state(named: ClusterConfig, timeout_s: float, groups: bool = False):
     except ClusterUnreachable as err:
         if "did not answer" not in str(err):  # a configuration librdkafka refused
             raise UserError(str(err)) from err
-        raise UserError(unreachable_because(named, timeout_s)) from err
+        raise UserError(unreachable_because(named, timeout_s, str(err))) from err
 
 
 PROBE_TIMEOUT_S = 2.0  # the diagnosis's own connect, after the cluster's timeout ran out
 
 
-def unreachable_because(named: ClusterConfig, timeout_s: float) -> str:
+def unreachable_because(named: ClusterConfig, timeout_s: float, told: str = "") -> str:
     """Which of refused / no such host / timeout happened at the named cluster's bootstrap
-    addresses, with the next step for it."""
+    addresses, with the next step for it; ``told``, what the metadata request said."""
     from kmon.sources.reachability import reach
 
     reached = reach(named.bootstrap, min(timeout_s, PROBE_TIMEOUT_S))
@@ -128,4 +128,5 @@ def unreachable_because(named: ClusterConfig, timeout_s: float) -> str:
         step = "nothing listens on that port: check the port of the broker's listener"
     else:
         step = "the name does not resolve here: check it, or give the broker's IP address"
-    return (f"cluster {named.name} did not answer within {timeout_s:g}s ({said}); {step}")
+    when = "at once" if "every broker down" in told else f"within {timeout_s:g}s"
+    return f"cluster {named.name} did not answer {when} ({said}); {step}"

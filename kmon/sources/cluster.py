@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,8 @@ if TYPE_CHECKING:
 
 GROUPS_UNSUPPORTED = "the cluster does not answer ListGroups/DescribeGroups"
 IDLE_LIMIT = "connections.max.idle.ms"
+ASK_STEP_S = 0.5  # the metadata asked in steps: a refused or failed login ends the wait
+AUTHENTICATION, ALL_BROKERS_DOWN = -169, -187  # librdkafka's local error codes
 
 
 class ClusterUnreachable(Exception):
@@ -87,14 +90,18 @@ def admin_client(bootstrap: str, extra_conf: dict[str, str] | None = None) -> Ad
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    conf = {"bootstrap.servers": bootstrap, "client.id": "kmon", **(extra_conf or {})}
+    errors: list[KafkaError] = []  # what librdkafka reports while kmon waits (error_cb)
+    conf = {"bootstrap.servers": bootstrap, "client.id": "kmon", **(extra_conf or {}),
+            "error_cb": errors.append}
     conf.setdefault("log_level", 0)  # failures are reported once, by the caller
     try:
-        return AdminClient(conf)
+        admin = AdminClient(conf)
     except (KafkaException, ValueError, TypeError) as err:
         reason = err.args[0].str() if isinstance(err, KafkaException) else err
         raise ClusterUnreachable(
             f"invalid client configuration for {bootstrap}: {reason}") from err
+    admin.kmon_errors = errors
+    return admin
 
 
 def fetch_metadata(bootstrap: str, extra_conf: dict[str, str] | None = None,
@@ -120,12 +127,26 @@ def fetch_cluster(admin: AdminClient, bootstrap: str, timeout_s: float = 10.0) -
 def _list_brokers(admin: AdminClient, bootstrap: str, timeout_s: float) -> ClusterMetadata:
     from confluent_kafka import KafkaException
 
-    try:
-        metadata = admin.list_topics(timeout=timeout_s)
-    except KafkaException as err:
-        raise ClusterUnreachable(
-            f"cluster {bootstrap} did not answer within {timeout_s:g}s ({err.args[0].str()})"
-        ) from err
+    errors: list[KafkaError] = getattr(admin, "kmon_errors", [])
+    started = time.monotonic()
+    while True:
+        left = timeout_s - (time.monotonic() - started)
+        try:
+            metadata = admin.list_topics(timeout=max(0.05, min(ASK_STEP_S, left)))
+            break
+        except KafkaException as err:
+            admin.poll(0)  # serves error_cb
+            failed = next((e for e in errors if e.code() == AUTHENTICATION), None)
+            if failed is not None:
+                raise ClusterUnreachable(
+                    f"cluster {bootstrap} refused kmon's login: {failed.str()}; check "
+                    "sasl.mechanism, sasl.username and sasl.password (-X or -F FILE)") from err
+            down = any(e.code() == ALL_BROKERS_DOWN for e in errors)
+            if down or left <= ASK_STEP_S:
+                waited = time.monotonic() - started
+                raise ClusterUnreachable(
+                    f"cluster {bootstrap} did not answer within {waited:.1f}s "
+                    f"({'every broker down' if down else err.args[0].str()})") from err
     brokers = tuple(sorted((BrokerInfo(b.id, b.host, b.port) for b in metadata.brokers.values()),
                            key=lambda b: b.broker_id))
     controller = metadata.controller_id if metadata.controller_id >= 0 else None
