@@ -158,3 +158,25 @@ def test_a_wrong_password_is_a_failed_login_said_at_once(kafka):
     assert "Invalid username or password" in result.stderr, result.stderr
     assert "wrong" not in result.stderr  # the password given is never echoed
     assert "sasl.password=" not in result.stderr and "gave no Kafka answer" not in result.stderr
+
+
+def test_watch_counts_an_uninstrumented_local_consumer_as_a_local_member(kafka):
+    """A group whose only member is a plain consumer here (kmon reads no statistics of it):
+    its own statistics say it is in the group; watch's groups panel counts it, 1 local."""
+    from helpers import process_session
+
+    from kmon.engine.cluster_watch import ClusterWatcher, groups_view
+
+    consumer = started("consumer", kafka.bootstrap())
+    session = process_session(consumer.pid)
+    try:
+        own = consumer.own_stats()["cgrp"]  # the oracle: the member's own word
+        view = ClusterWatcher(kafka.bootstrap(), {}).refresh()
+        snapshot, _ = session.poll()
+    finally:
+        session.close()
+        consumer.stop()
+    assert own["state"] == "up" and own["join_state"] == "steady", own
+    rows = {r.group_id: r for r in groups_view(view, snapshot)}
+    row = rows[f"kmon-test-group-{consumer.pid}"]
+    assert (row.members, row.local_members) == (1, 1), row

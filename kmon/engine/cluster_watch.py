@@ -112,26 +112,34 @@ class GroupRow:
     join_state: str | None  # the local clients' join state (cgrp join_state)
     coordinator_id: int | None
     members: int | None  # as the cluster counts them; None when it does not say
-    local_members: int  # client instances in the watched local processes
+    local_members: int  # members on this host: described there, or instrumented here
     source: str  # SOURCE_CLUSTER or SOURCE_LOCAL
 
 
 def groups_view(cluster_view: ClusterView, snapshot: Snapshot | None) -> list[GroupRow]:
-    """One row per consumer group: the cluster's groups, and those of the local clients."""
+    """One row per consumer group: the cluster's groups, and those of the local clients.
+
+    A group's local members are those the cluster describes on one of this host's
+    addresses (its clients' own ends), or, where more, the instrumented clients in it: an
+    uninstrumented consumer is a member all the same."""
     local: dict[str, list[ClientInstance]] = {}
+    here: set[str] = set()
     for process in snapshot.processes if snapshot is not None else ():
+        here.update(conn.local.rpartition(":")[0].strip("[]") for conn in process.connections
+                    if conn.local)
         for client in process.clients:
             if client.group_id:
                 local.setdefault(client.group_id, []).append(client)
     rows = {}
     for group in cluster_view.groups or ():
         members = local.get(group.group_id, [])
+        described = sum(m.host.lstrip("/") in here for m in group.members or ())
         rows[group.group_id] = GroupRow(
             group_id=group.group_id, state=group.state,
             join_state=_agreed(c.group_join_state for c in members),
             coordinator_id=group.coordinator_id,
             members=None if group.members is None else len(group.members),
-            local_members=len(members), source=SOURCE_CLUSTER)
+            local_members=max(len(members), described), source=SOURCE_CLUSTER)
     for group_id, members in local.items():
         if group_id not in rows:
             coordinators = Counter(c.group_coordinator_id for c in members
