@@ -180,3 +180,35 @@ def test_watch_counts_an_uninstrumented_local_consumer_as_a_local_member(kafka):
     rows = {r.group_id: r for r in groups_view(view, snapshot)}
     row = rows[f"kmon-test-group-{consumer.pid}"]
     assert (row.members, row.local_members) == (1, 1), row
+
+
+def test_librdkafka_s_rebootstrap_connection_is_a_bootstrap_never_broker_1(start_kafka):
+    """One node reaping idle connections after 4 s: an instrumented producer loses its only
+    broker, re-bootstraps (its debug log: ``/bootstrap: Connected``, then ``Sending
+    TERMINATE to …/bootstrap`` about a second later) and connects to broker 1 again, both to
+    the same address. The short connection it closes itself is the bootstrap; kmon may be
+    unsure of it (the wire alone cannot tell), never sure it is broker 1."""
+    cluster = start_kafka(brokers=1, **{"connections.max.idle.ms": "4000"})
+    producer = started("producer", cluster.bootstrap(), "--instrument", "-X", "debug=broker")
+    stream = attach_stream(producer.pid, "-b", cluster.bootstrap())
+    last_rows: dict[str, dict] = {}  # socket key -> its last row
+    try:
+        def rebootstrapped(events, record):
+            last_rows.update((c["key"], c) for view in record["processes"]
+                             for c in view["connections"])
+            return sum(e["kind"] == "closed" and e["closed_by"] == "client"
+                       for e in events) >= 3 and any("Sending TERMINATE to" in line
+                                                and "/bootstrap" in line
+                                                for line in producer.stderr)
+
+        events, _ = read_until(stream, rebootstrapped, 45)  # three reap cycles
+    finally:
+        stream.stop()
+        producer.stop()
+    # the oracle: the client's own log says it re-bootstrapped and closed that connection
+    assert [line for line in producer.stderr if "re-bootstrap" in line], producer.stderr[-5:]
+    short = [e for e in events if e["kind"] == "closed" and e["closed_by"] == "client"]
+    assert short, [(e["kind"], e.get("role"), e.get("closed_by")) for e in events]
+    for close in short:
+        row = last_rows.get(close["key"])
+        assert close["role"] == "bootstrap" or (row and row["confidence"] < 0.9), (close, row)

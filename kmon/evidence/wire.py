@@ -8,7 +8,9 @@
   sent before the process had learned the cluster: **bootstrap** (its position in
   ``bootstrap.servers`` when the client's configuration gives it);
 * only those, opened after the cluster was known, to a known broker: a **broker**
-  connection (clients connect to brokers by node id once they know them);
+  connection (clients connect to brokers by node id once they know them), at 0.7: a
+  client that lost every broker re-bootstraps (KIP-899, librdkafka >= 2.10) with the same
+  requests, to a bootstrap address that may be that broker's;
 * a TLS socket: a note (``tls``); its role comes from the other evidence.
 
 Broker ids come from the Metadata and FindCoordinator responses the process
@@ -35,6 +37,8 @@ from kmon.sources import kafka_protocol as kp
 from kmon.sources.resolve import CACHE_SECONDS, Resolver
 from kmon.sources.sockets import Endpoint
 from kmon.sources.wire import Flow, WireView, last_seen
+
+AFTER_LEARNED = 0.7  # metadata only, once the cluster was known: a broker, or a re-bootstrap
 
 
 class WireEvidence:
@@ -219,9 +223,9 @@ def flow_says(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endpo
         return FlowSays(Role.BOOTSTRAP, bootstrap_node_id(position or 0), None, 1.0, evidence,
                         "before the cluster was known: ", client, seen, lasting=not looked_up)
     if flow.from_start and broker_id is not None and learned_at is not None:
-        return FlowSays(Role.BROKER, broker_id, broker_id, 1.0, evidence,
-                        f"opened to broker {broker_id} once the cluster was known: ", client,
-                        seen)
+        return FlowSays(Role.BROKER, broker_id, broker_id, AFTER_LEARNED, evidence,
+                        f"opened to broker {broker_id} once the cluster was known (or a "
+                        "re-bootstrap): ", client, seen)
     return FlowSays(None, None, None, 0.0, {"wire": apis}, "only ",
                     f"{client}: no role from the wire yet", seen)
 
