@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
-from helpers import require_java
+from helpers import Child, require_java
 
 from kmon.devtools import maven_jars
 from kmon.devtools.kafka_cluster import KafkaCluster
@@ -103,3 +105,26 @@ def test_root_fetches_jars_with_its_own_maven_java_and_environment(tmp_path, mon
     finally:
         shutil.rmtree(ROOT_CACHE / "jars" / name, ignore_errors=True)
         (ROOT_CACHE / "jars" / f".{name}.lock").unlink(missing_ok=True)
+
+
+def test_root_kmon_devcluster_kafka_runs_none_of_a_users_code(tmp_path, monkeypatch):
+    """The real ``kmon devcluster --kafka`` as root under the hostile environment: its node
+    answers, no marker is written (by the start, keytool, the formatting or the node's
+    JVM), and the node runs the system's java with none of the user's variables."""
+    from confluent_kafka.admin import AdminClient
+
+    require_java()
+    markers = hostile_environment(tmp_path, monkeypatch, maven_jars.BROKER_JARS[0])
+    child = Child([sys.executable, "-m", "kmon", "devcluster", "--kafka"], env=dict(os.environ))
+    try:
+        bootstrap = child.wait_line("127.0.0.1:", timeout=180)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        assert len(admin.list_topics(timeout=20).brokers) == 1
+        (jvm,) = [p for p in psutil.Process(child.pid).children(recursive=True)
+                  if "kafka.Kafka" in p.cmdline()]
+        assert root_only(Path(jvm.exe())) and not jvm.cmdline()[0].startswith(str(tmp_path))
+        assert not {"JAVA_TOOL_OPTIONS", "MAVEN_OPTS", "JAVA_HOME"} & set(jvm.environ())
+        assert not [j for j in jvm.cmdline() if str(tmp_path) in j or "planted" in j]
+        assert sorted(p.name for p in markers.iterdir()) == []
+    finally:
+        child.stop()
