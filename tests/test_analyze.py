@@ -322,6 +322,43 @@ def test_a_version_2_recording_is_still_read(fleet, spark_session, tmp_path, res
     assert churn.sort_by(keys).equals(results["churn_and_leaks"].sort_by(keys))
 
 
+@pytest.mark.parametrize("name", ["rec", "rec[1]{a,b}"])
+def test_spark_reads_exactly_the_checked_files_whatever_their_names(fleet, spark_session,
+                                                                   tmp_path, name):
+    """A checked file named ``sim*.parquet`` beside a skipped ``simBAD.parquet`` (of a
+    schema version kmon does not read), in a recording whose own directory may have glob
+    characters too: Spark reads the checked file's rows and none of the skipped one's."""
+    root = tmp_path / name
+    shutil.copytree(fleet[0], root)
+    good = sorted((root / "snapshots").rglob("*.parquet"))[0]
+    good.rename(good.with_name("sim*.parquet"))
+    table = pq.read_table(good.with_name("sim*.parquet"))
+    version = table.schema.get_field_index("schema_version")
+    pq.write_table(table.set_column(version, "schema_version", pc.add(table["schema_version"], 3)),
+                   good.with_name("simBAD.parquet"))
+    found = inputs.discover(root)
+    assert [s.path.name for s in found.skipped] == ["simBAD.parquet"]
+    checked = sum(pq.read_metadata(f).num_rows for f in found.files["snapshots"])
+    assert inputs.load(spark_session, found).snapshots.count() == checked
+
+
+def test_only_the_top_rows_of_each_result_reach_the_driver(fleet, spark_session, results):
+    """``max_rows`` 3: each result holds its first 3 rows of the whole sorted result, says
+    how many the whole had, and the terminal's caption says so."""
+    from kmon.analysis import report
+
+    kept = jobs.run_all(inputs.load(spark_session, inputs.discover(fleet[0])), jobs.Params(), 3)
+    cut = [name for name, table in results.items() if table.num_rows > 3]
+    assert len(cut) >= 5
+    for analysis in jobs.ANALYSES:
+        table, whole = kept[analysis.name], results[analysis.name]
+        assert table.num_rows == min(3, whole.num_rows)
+        assert jobs.total_rows(table) == whole.num_rows
+        assert all(row in rows_of(whole) for row in rows_of(table))
+        caption = report.renderable(analysis, table, 10).caption
+        assert f"of {whole.num_rows:,} rows" in str(caption) or whole.num_rows <= 3
+
+
 # -- bad input ---------------------------------------------------------------------------------
 
 

@@ -23,6 +23,7 @@ from kmon.model import Connection, ProcessView, Role, Snapshot
 from kmon.record.recorder import Recorder
 from kmon.record.schema import SCHEMAS
 from kmon.sources import jmx, spool
+from kmon.sources.child_env import trusted_program
 from kmon.sources.librdkafka_stats import parse_record, read_client_stats
 
 NOBODY = 65534  # a uid that is not root and not us: the "other user" of these tests
@@ -61,7 +62,7 @@ def test_root_ignores_a_java_home_or_path_another_user_can_write(tmp_path, monke
     monkeypatch.setenv("JAVA_HOME", str(fake.parent))
     monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
     for tool in ("java", "javac"):
-        found = jmx._java(tool)
+        found = trusted_program(tool, home="JAVA_HOME")
         assert found is None or not found.startswith(str(tmp_path)), found
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import Child, assert_one_clear_line, kmon, require_java
+from helpers import Child, assert_one_clear_line, kmon, python_as, require_java
 
 pytestmark = pytest.mark.integration
 
@@ -83,41 +83,52 @@ def test_the_nodes_die_with_a_killed_kmon() -> None:
         child.stop()
 
 
-def test_no_java_is_one_clear_line(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "kmon", "devcluster", "--kafka"],
-                            capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "PATH": str(tmp_path)})
-    assert_one_clear_line(result, 1, "Java 17")
+def devcluster_as(user, home_files: dict[str, str] | None = None, timeout: float = 60,
+                  **env: str) -> subprocess.CompletedProcess:
+    """``kmon devcluster --kafka`` run by ``user`` (a throwaway user: root takes its
+    programs from the system whatever PATH says), with ``env`` over its environment and
+    ``home_files`` written into its home first."""
+    home = Path(user.pw_dir)
+    for name, text in (home_files or {}).items():
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / name).write_text(text)
+    for path in (home, *home.rglob("*")):
+        os.chown(path, user.pw_uid, user.pw_gid, follow_symlinks=False)
+    (runuser, *prefix), base = python_as(user.pw_name)
+    return subprocess.run([shutil.which(runuser), *prefix, "-m", "kmon", "devcluster", "--kafka"],
+                          capture_output=True, text=True, timeout=timeout, cwd=home,
+                          env={**base, "HOME": str(home), "XDG_CACHE_HOME": str(home / "cache"),
+                               **env})
 
 
-def test_no_maven_and_no_cached_jars_is_one_clear_line(tmp_path: Path) -> None:
+def test_no_java_is_one_clear_line(throwaway_user) -> None:
+    assert_one_clear_line(devcluster_as(throwaway_user, PATH="/nonexistent"), 1, "Java 17")
+
+
+def test_no_maven_and_no_cached_jars_is_one_clear_line(throwaway_user) -> None:
     require_java()
-    bin_dir = tmp_path / "bin"
+    bin_dir = Path(throwaway_user.pw_dir, "bin")
     bin_dir.mkdir()
     (bin_dir / "java").symlink_to(shutil.which("java"))
-    result = subprocess.run([sys.executable, "-m", "kmon", "devcluster", "--kafka"],
-                            capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "PATH": str(bin_dir),
-                                 "XDG_CACHE_HOME": str(tmp_path / "cache")})
-    assert_one_clear_line(result, 1, "Maven (mvn)")
+    assert_one_clear_line(devcluster_as(throwaway_user, PATH=str(bin_dir)), 1, "Maven (mvn)")
 
 
-def test_maven_that_cannot_reach_a_repository_is_one_clear_line(tmp_path: Path) -> None:
-    """Real Maven with an empty local repository, its only mirror a loopback port where
-    nothing listens (Maven reads its settings from Java's user.home)."""
+def test_maven_that_cannot_reach_a_repository_is_one_clear_line(throwaway_user) -> None:
+    """Real Maven run by a user with an empty local repository, its only mirror a loopback
+    port where nothing listens, named by the user's own MAVEN_OPTS (Maven reads its
+    settings from Java's user.home): kept for a user's own Maven."""
     require_java()
     if shutil.which("mvn") is None:
         pytest.skip("Maven is not installed")
-    (tmp_path / ".m2").mkdir()
-    (tmp_path / ".m2" / "settings.xml").write_text(
-        "<settings><offline>false</offline><mirrors><mirror><id>nowhere</id>"
-        "<mirrorOf>*</mirrorOf><url>http://127.0.0.1:9/</url></mirror></mirrors></settings>")
-    result = subprocess.run([sys.executable, "-m", "kmon", "devcluster", "--kafka"],
-                            capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "MAVEN_OPTS": f"-Duser.home={tmp_path}",
-                                 "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    settings = Path(throwaway_user.pw_dir, "elsewhere")
+    result = devcluster_as(
+        throwaway_user, {"elsewhere/.m2/settings.xml":
+                         "<settings><offline>false</offline><mirrors><mirror><id>nowhere</id>"
+                         "<mirrorOf>*</mirrorOf><url>http://127.0.0.1:9/</url></mirror>"
+                         "</mirrors></settings>"},
+        timeout=120, MAVEN_OPTS=f"-Duser.home={settings}")
     assert_one_clear_line(result, 1, "could not fetch", "org.apache.kafka:kafka_2.13")
-    assert not list((tmp_path / "cache").glob("kmon/jars/*/complete"))
+    assert not list(Path(throwaway_user.pw_dir, "cache").glob("kmon/jars/*/complete"))
 
 
 def test_broker_config_needs_kafka() -> None:

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from helpers import Child, assert_one_clear_line
 
+from kmon.command_config import read_command_config
 from kmon.config import ClusterConfig, Config, ConfigError, load_config
+from kmon.files import root_only
 from kmon.sources import jmx
 from kmon.sources.child_env import (
     JVM_INJECTION,
@@ -95,7 +97,9 @@ def test_root_launches_spark_without_the_users_spark_java_or_shell_settings(tmp_
         "PYSPARK_PYTHON": "/home/eve/py", "BASH_ENV": "/home/eve/.bashrc", "HOME": "/root",
         "PATH": f"{users_bin}:/usr/bin", "JAVA_HOME": str(users_bin / "java")}
     as_root = spark_launch_environment(env, as_root=True)
-    assert set(as_root) == {"HOME", "PATH", "PYSPARK_PYTHON"}
+    assert set(as_root) - {"JAVA_HOME"} == {"HOME", "PATH", "PYSPARK_PYTHON"}
+    assert root_only(Path(as_root.get("JAVA_HOME", "/"), "bin", "java")) or (
+        "JAVA_HOME" not in as_root)
     assert sorted(as_root["PATH"].split(os.pathsep)) == sorted(SYSTEM_PATH)
     assert as_root["PYSPARK_PYTHON"] == sys.executable
     as_user = spark_launch_environment(env, as_root=False)
@@ -207,6 +211,40 @@ def test_a_property_that_loads_code_or_runs_a_command_is_refused_from_a_file(tmp
     prod = load_config(config_file(tmp_path, "[clusters.prod]\nbootstrap = '127.0.0.1:1'\n")
                        ).resolve_cluster("prod", {name: "x"})
     assert prod.properties == {name: "x"}
+
+
+@as_root
+def test_f_props_follow_no_users_link_and_never_show_the_files_content(tmp_path,
+                                                                       throwaway_user):
+    """A user links ``~/client.properties`` to a root-only file holding a secret and has
+    root's kmon read it with ``-F``: refused as a link; named directly, the file's first
+    line is named by its number, its content never shown."""
+    secret = tmp_path / "token"
+    secret.write_text("TopSecretToken123\n")
+    secret.chmod(0o600)
+    link = Path(throwaway_user.pw_dir, "client.properties")
+    subprocess.run(["runuser", "-u", throwaway_user.pw_name, "--", "ln", "-s", str(secret),
+                    str(link)], check=True)
+    for props, words in ((link, ("symbolic link",)), (secret, ("line 1", "not a client"))):
+        result = kmon("attach", "1", "--once", "-b", "127.0.0.1:9", "-F", str(props),
+                      env=dict(os.environ))
+        assert_one_clear_line(result, 1, "--command-config", str(props), *words)
+        assert "TopSecret" not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("# a comment\nTopSecretToken123\n", ("line 2 is not a client property",)),
+    ("socket.timeout.ms=TopSecretToken123\n", ("line 1", "value of socket.timeout.ms")),
+    ("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=TopSecretToken123\n", ("together",)),
+    ("my_TopSecretToken123_cb=x\n", ("line 1", "a callback", "-X")),
+])
+def test_f_props_errors_name_lines_and_known_keys_only(tmp_path, text, words):
+    props = tmp_path / "p.properties"
+    props.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        read_command_config(props)
+    assert all(word in str(err.value) for word in words), str(err.value)
+    assert "TopSecret" not in str(err.value)
 
 
 def test_a_bootstrap_string_is_never_shadowed_by_a_configured_name(tmp_path):

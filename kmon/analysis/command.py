@@ -57,6 +57,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "(default 30s)")
     parser.add_argument("--top", type=_whole, default=10, metavar="N",
                         help="rows shown per table in the terminal, 0 for all (default 10)")
+    parser.add_argument("--max-rows", type=_whole, default=10_000, metavar="N",
+                        help="rows of each result brought from Spark, shown and written: the "
+                             "top ones; 0 for all, as many as the driver's memory holds "
+                             "(default 10000)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,8 +94,12 @@ def run(args: argparse.Namespace) -> int:
         loading = pool.submit(importlib.import_module, "kmon.analysis.report")
         with spark.session(spark.resolve_master(args.master), dict(args.conf),
                            inputs.size) as session:
-            tables = jobs.run_all(load(session, inputs), params)
+            tables = jobs.run_all(load(session, inputs), params, args.max_rows)
         report = loading.result()
+    for name, table in tables.items():
+        if jobs.total_rows(table) > table.num_rows:
+            print(f"kmon: note: {name}: kept the top {table.num_rows:,} of "
+                  f"{jobs.total_rows(table):,} rows (--max-rows)", file=sys.stderr)
     console = Console() if sys.stdout.isatty() else Console(width=160)
     report.show(console, jobs.ANALYSES, tables, args.top)
     if args.out is not None:

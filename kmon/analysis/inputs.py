@@ -7,7 +7,9 @@ does not read, a file whose columns differ from its version's, or one outside th
 ``<table>/date=YYYY-MM-DD/host=NAME/`` layout is skipped with the reason, so
 it can neither fail the job nor skew its numbers. Version 1 files are read
 with the columns version 2 added as nulls. Hidden files and
-directories (``.`` or ``_``) are ignored, as Spark does.
+directories (``.`` or ``_``) are ignored, as Spark does. Spark is handed exactly
+the checked files: a path Spark would read as a glob (``sim*.parquet`` naming a
+skipped ``simBAD.parquet`` too) has its glob characters escaped.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 PARTITIONS = ("date", "host")
+_GLOB = re.compile(r"([\\*?\[\]{}])")  # what Hadoop's glob reads specially: escaped
 _PARTITION = {"date": re.compile(r"^date=\d{4}-\d{2}-\d{2}$"), "host": re.compile(r"^host=.+$")}
 
 
@@ -169,6 +172,12 @@ def discover(root: Path) -> Inputs:
     return inputs
 
 
+def exact_uri(path: Path) -> str:
+    """A URI Spark reads as the file ``path`` and nothing else: Hadoop globs every path it
+    is given, so ``\\ * ? [ ] { }`` in it are escaped."""
+    return "file://" + _GLOB.sub(r"\\\1", str(path.resolve()))
+
+
 def spark_schema(table: str) -> StructType:
     """The Spark schema of ``table``: its columns, then ``date`` and ``host``."""
     from pyspark.sql.types import (
@@ -196,6 +205,6 @@ def load(spark: SparkSession, inputs: Inputs) -> Frames:
             return spark.createDataFrame([], schema)
         base = f"file://{(inputs.root / table).resolve()}"
         return (spark.read.schema(schema).option("basePath", base)
-                .parquet(*(f"file://{f.resolve()}" for f in files)))
+                .parquet(*(exact_uri(f) for f in files)))
 
     return Frames(**{table: frame(table) for table in TABLES})

@@ -39,6 +39,8 @@ HANDSHAKE_BYTES = 2048
 CONCURRENT_JOBS = 4
 CLIENTS_JSON = "array<struct<pid:bigint,name:string,config:map<string,string>>>"
 CHURN_PATTERNS = ("client_per_message", "idle_reap_cycle", "reconnect_storm", "fd_leak")
+MAX_ROWS = 10_000  # rows of one result brought to the driver unless asked for more
+TOTAL_ROWS = b"kmon.total_rows"  # a kept table's schema metadata: the rows the result had
 
 
 @dataclass(frozen=True)
@@ -471,8 +473,28 @@ def _sorted(frame: DataFrame, order: tuple[str, ...]) -> DataFrame:
                            for c in order))
 
 
-def run_all(frames: Frames, params: Params) -> dict[str, pa.Table]:
-    """Every analysis, sorted and collected to the driver as Arrow tables.
+def total_rows(table: pa.Table) -> int:
+    """The rows of the analysis ``table`` came from: more than it holds when only its top
+    rows were kept (see ``run_all``)."""
+    return int((table.schema.metadata or {}).get(TOTAL_ROWS, table.num_rows))
+
+
+def _top(frame: DataFrame, rows: int) -> pa.Table:
+    """The first ``rows`` rows of the sorted ``frame`` (all of them for 0) on the driver, the
+    count of all of them recorded where some were left out; Spark keeps only the top
+    ``rows`` per partition, so neither it nor the driver ever holds the whole result."""
+    if not rows:
+        return frame.toArrow()
+    table = frame.limit(rows + 1).toArrow()
+    if table.num_rows <= rows:
+        return table
+    return table.slice(0, rows).replace_schema_metadata(
+        {**(table.schema.metadata or {}), TOTAL_ROWS: str(frame.count()).encode()})
+
+
+def run_all(frames: Frames, params: Params, max_rows: int = MAX_ROWS) -> dict[str, pa.Table]:
+    """Every analysis, sorted, its top ``max_rows`` rows (0: all) collected to the driver
+    as Arrow tables (``total_rows`` tells how many it had).
 
     One pass over the snapshot rows builds the connection stretches, cached with the
     lifetimes and client configurations built on them; the job that finds the
@@ -485,7 +507,7 @@ def run_all(frames: Frames, params: Params) -> dict[str, pa.Table]:
     shared = Shared(frames, stretches, lifetimes, configs, recording_span(lifetimes), params)
 
     def collect(analysis: Analysis) -> pa.Table:
-        return _sorted(analysis.compute(shared), analysis.order).toArrow()
+        return _top(_sorted(analysis.compute(shared), analysis.order), max_rows)
 
     try:
         with ThreadPoolExecutor(CONCURRENT_JOBS) as pool:

@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kmon.analysis.csv_cells import spreadsheet_safe
+from kmon.analysis.jobs import total_rows
 from kmon.files import OutputDir
 from kmon.plain_text import WithoutControls, plain
 
@@ -74,9 +75,9 @@ CAPTIONS: dict[str, Callable[[pa.Table], str]] = {"close_wait": _close_wait_summ
 def renderable(analysis: Analysis, table: pa.Table, top: int) -> Table:
     """The first ``top`` rows of one analysis, with the columns worth a terminal."""
     shown = table.num_rows if top <= 0 else min(top, table.num_rows)
+    total = total_rows(table)
     caption = [CAPTIONS[analysis.name](table)] if analysis.name in CAPTIONS else []
-    caption.append(f"{shown} of {table.num_rows} rows" if shown < table.num_rows
-                   else f"{table.num_rows} rows")
+    caption.append(f"{shown:,} of {total:,} rows" if shown < total else f"{total:,} rows")
     view = Table(title=analysis.title, caption=plain("; ".join(caption)), title_justify="left")
     for column in analysis.show:
         kind = table.schema.field(column).type

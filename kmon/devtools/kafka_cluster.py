@@ -28,7 +28,7 @@ from pathlib import Path
 
 from kmon.devtools import maven_jars
 from kmon.devtools.children import die_with_parent
-from kmon.sources.child_env import jvm_environment
+from kmon.sources.child_env import jvm_environment, trusted_program
 
 LISTENERS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "CONTROLLER")
 SASL_USER = "kmon"
@@ -270,7 +270,8 @@ def describe(cluster: KafkaCluster) -> list[str]:
 
 
 def _java() -> str:
-    java = shutil.which("java")
+    """The JDK's ``java`` (see ``trusted_program``: as root, one only root can change)."""
+    java = trusted_program("java", home="JAVA_HOME")
     if java is None:
         raise ClusterError("a real Kafka cluster needs Java 17 or newer: install a JDK "
                            "(apt-get install openjdk-17-jdk-headless)")
@@ -311,7 +312,9 @@ def _free_ports(count: int) -> list[int]:
 
 def _make_key_pair(java: str, workdir: Path, password: str) -> None:
     """The brokers' TLS key pair (``broker.p12``) and its certificate as the CA (``ca.pem``)."""
-    keytool = str(Path(java).resolve().parent / "keytool")
+    keytool = trusted_program("keytool", {"PATH": str(Path(java).resolve().parent)})
+    if keytool is None:
+        raise ClusterError(f"no keytool beside {java}: a JDK (not a JRE) is needed")
     store = ["-keystore", str(workdir / "broker.p12"), "-storetype", "PKCS12",
              "-storepass", password]
     for argv in (["-genkeypair", "-alias", "kmon", "-keyalg", "RSA", "-keysize", "2048",

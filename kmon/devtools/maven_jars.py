@@ -2,9 +2,11 @@
 
 A set of artifacts (``group:artifact:version``) is resolved with its runtime
 dependencies by ``mvn dependency:copy-dependencies`` into
-``$XDG_CACHE_HOME/kmon/jars/NAME`` (``~/.cache/kmon/jars/NAME``); a later call
-finds them there and asks nothing of the network. A lock keeps two kmon
-processes from resolving the same set at once.
+``$XDG_CACHE_HOME/kmon/jars/NAME`` (``~/.cache/kmon/jars/NAME``; as root
+``/var/cache/kmon/jars/NAME``, see ``kmon.files.private_cache_dir``: the jars run as
+root); a later call finds them there and asks nothing of the network. A lock keeps
+two kmon processes from resolving the same set at once. Maven and its Java are
+found, and run, as ``kmon.sources.child_env`` says.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import tempfile
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from kmon.sources.child_env import without_jvm_injection
+from kmon.files import UnsafeFile, private_cache_dir
+from kmon.sources.child_env import maven_environment, trusted_program
 
 KAFKA_VERSION = "4.4.0"
 BROKER_JARS = ("broker-" + KAFKA_VERSION, (
@@ -32,17 +35,13 @@ class JarsUnavailable(Exception):
     """The jars are not cached and Maven could not fetch them."""
 
 
-def cache_root() -> Path:
-    """kmon's cache: ``$XDG_CACHE_HOME/kmon`` or ``~/.cache/kmon``."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kmon"
-
-
-def resolved_jars(name: str, artifacts: tuple[str, ...], root: Path | None = None) -> list[Path]:
+def resolved_jars(name: str, artifacts: tuple[str, ...]) -> list[Path]:
     """The jars of ``artifacts`` and their runtime dependencies, fetched the first time."""
-    folder = (root or cache_root()) / "jars" / name
+    try:
+        folder = private_cache_dir("jars") / name
+    except UnsafeFile as err:
+        raise JarsUnavailable(f"refusing to use the jar cache: {err}") from None
     if not (folder / COMPLETE).is_file():
-        folder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with open(folder.parent / f".{name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not (folder / COMPLETE).is_file():
@@ -55,10 +54,13 @@ def classpath(jars: list[Path]) -> str:
 
 
 def _fetch(folder: Path, artifacts: tuple[str, ...]) -> None:
-    mvn = shutil.which("mvn")
+    mvn = trusted_program("mvn")
     if mvn is None:
         raise JarsUnavailable("Maven (mvn) is needed once to fetch Apache Kafka's jars "
                               "from Maven Central: install it (apt-get install maven)")
+    java = trusted_program("java", home="JAVA_HOME")
+    if java is None:
+        raise JarsUnavailable("Maven needs Java to fetch Apache Kafka's jars: install a JDK")
     with tempfile.TemporaryDirectory(prefix="kmon-jars-", dir=folder.parent) as work:
         pom = Path(work) / "pom.xml"
         pom.write_text(_pom(artifacts))
@@ -66,8 +68,8 @@ def _fetch(folder: Path, artifacts: tuple[str, ...]) -> None:
         result = subprocess.run(
             [mvn, "-B", "-q", "-f", str(pom), DEPENDENCY_PLUGIN + ":copy-dependencies",
              "-DincludeScope=runtime", f"-DoutputDirectory={lib}"],
-            capture_output=True, text=True, stdin=subprocess.DEVNULL,
-            env=without_jvm_injection(os.environ))  # MAVEN_OPTS kept: a proxy is set there
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=work,
+            env=maven_environment(java))
         if result.returncode != 0 or not any(lib.glob("*.jar")):
             raise JarsUnavailable(f"could not fetch {', '.join(artifacts)} with Maven: "
                                   f"{_last_error(result.stdout + result.stderr)}")

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from kmon.sources.child_env import without_jvm_injection
+from kmon.sources.child_env import spark_launch_environment
 
 HOST = "127.0.0.1"
 MASTER_STARTED = re.compile(r"Starting Spark master at (spark://\S+)")
@@ -62,7 +62,8 @@ def standalone(workers: int = 2, cores: int = 1, memory: str = "1g",
                timeout: float = 90) -> Iterator[str]:
     """The ``spark://`` URL of a running master with ``workers`` registered workers of
     ``cores`` cores and ``memory`` each."""
-    env = {**without_jvm_injection(os.environ), "SPARK_LOCAL_IP": HOST}
+    env = {**spark_launch_environment(os.environ, as_root=os.geteuid() == 0),
+           "SPARK_LOCAL_IP": HOST}
     procs: list[subprocess.Popen] = []
     with tempfile.TemporaryDirectory(prefix="kmon-spark-cluster-") as tmp:
 

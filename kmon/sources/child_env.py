@@ -1,11 +1,14 @@
-"""What kmon and the JVMs it starts take from an inherited environment: nothing that runs code.
+"""What kmon and the programs it starts take from an inherited environment: nothing that runs code.
 
-A JVM reads options from ``JAVA_TOOL_OPTIONS``, ``_JAVA_OPTIONS`` and
+Every program kmon starts (java, javac, keytool, mvn) is found by ``trusted_program``:
+as root, only a file that root alone can change, in a directory root alone can change,
+named by its real path. A JVM reads options from ``JAVA_TOOL_OPTIONS``, ``_JAVA_OPTIONS`` and
 ``JDK_JAVA_OPTIONS`` (``JDK_JAVAC_OPTIONS`` for javac) and classes from
 ``CLASSPATH``: one ``-javaagent:/home/eve/a.jar`` there runs eve's code in every
 JVM kmon starts, as root when root kept eve's environment (``sudo -E``, ``su``
 without ``-``). kmon's own JVMs (the JMX helper, javac) get ``jvm_environment``, a
-minimal one built from nothing; a JVM that needs the caller's settings (Spark's
+minimal one built from nothing (Maven gets ``maven_environment``, the same with root's
+own home); a JVM that needs the caller's settings (Spark's
 driver) gets ``spark_launch_environment``, the caller's minus those variables.
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -26,12 +30,55 @@ SHELL_STARTUP = ("BASH_ENV", "ENV")  # files a non-interactive shell runs first
 SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 
+def trusted_dirs(dirs: list[str]) -> list[str]:
+    """The absolute directories of ``dirs`` that root alone can change (links followed,
+    every directory above them checked), in order, each once."""
+    return [d for d in dict.fromkeys(dirs) if os.path.isabs(d) and root_only(Path(d))]
+
+
+def trusted_program(name: str, env: Mapping[str, str] = os.environ,
+                    home: str | None = None) -> str | None:
+    """The program ``name`` kmon may run, or None: from ``$HOME_VARIABLE/bin`` (``home``
+    names the variable, e.g. JAVA_HOME) when set, else from ``PATH``.
+
+    As root, the environment may be another user's (``sudo -E``, ``su`` without ``-``):
+    only a directory root alone can change is searched (the system's directories after
+    ``PATH``'s), only a file root alone can change is taken, and its real path is given,
+    so what runs is what was checked. Otherwise the user's own directories are theirs.
+    """
+    dirs = [str(Path(env[home], "bin"))] if home and env.get(home) else []
+    dirs += [d for d in env.get("PATH", "").split(os.pathsep) if d]
+    as_root = os.geteuid() == 0
+    if as_root:
+        dirs = trusted_dirs([*dirs, *SYSTEM_PATH])
+    for directory in dirs:
+        candidate = Path(directory, name)
+        if not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
+            continue
+        if not as_root:
+            return str(candidate)
+        if root_only(candidate):
+            return os.path.realpath(candidate)
+    return None
+
+
 def jvm_environment(java: str) -> dict[str, str]:
     """The whole environment of a JVM tool kmon runs: the directory of ``java`` (a path
     kmon resolved and checked, links followed) first on PATH, the system's directories
     after it, a UTF-8 locale; nothing from kmon's own environment."""
     bin_dir = Path(os.path.realpath(java)).parent
     return {"PATH": os.pathsep.join((str(bin_dir), *SYSTEM_PATH)), "LANG": "C.UTF-8"}
+
+
+def maven_environment(java: str) -> dict[str, str]:
+    """The environment ``mvn`` runs in. As root: ``jvm_environment`` with ``JAVA_HOME``
+    the checked JDK's and ``HOME`` root's own (Maven's settings and repository are
+    root's; no ``MAVEN_OPTS``, no ``~/.mavenrc`` of another user). Otherwise the user's
+    own minus the JVM's injection variables (``MAVEN_OPTS`` may set their proxy)."""
+    if os.geteuid() != 0:
+        return without_jvm_injection(os.environ)
+    return {**jvm_environment(java), "JAVA_HOME": str(Path(os.path.realpath(java)).parents[1]),
+            "HOME": pwd.getpwuid(0).pw_dir}
 
 
 def without_jvm_injection(env: Mapping[str, str]) -> dict[str, str]:
@@ -51,10 +98,12 @@ def spark_launch_environment(env: Mapping[str, str], as_root: bool) -> dict[str,
         return clean
     clean = {name: value for name, value in clean.items()
              if not name.startswith(("SPARK_", "PYSPARK_")) and name not in SHELL_STARTUP}
-    path = [d for d in env.get("PATH", "").split(os.pathsep) if d and root_only(Path(d))]
+    path = trusted_dirs(env.get("PATH", "").split(os.pathsep))
     clean["PATH"] = os.pathsep.join(dict.fromkeys([*path, *SYSTEM_PATH]))
-    if "JAVA_HOME" in clean and not root_only(Path(clean["JAVA_HOME"], "bin", "java")):
-        del clean["JAVA_HOME"]
+    java = trusted_program("java", env, home="JAVA_HOME")
+    clean.pop("JAVA_HOME", None)
+    if java is not None:
+        clean["JAVA_HOME"] = str(Path(java).parents[1])
     clean["PYSPARK_PYTHON"] = sys.executable
     return clean
 

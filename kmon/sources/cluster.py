@@ -104,6 +104,23 @@ def admin_client(bootstrap: str, extra_conf: dict[str, str] | None = None) -> Ad
     return admin
 
 
+def refused_property(properties: dict[str, str]) -> tuple[str | None, bool] | None:
+    """Whether librdkafka takes ``properties``: a client is made with them, no broker
+    named, and dropped. None if it does; else the key it refused (None: no one key, the
+    set) and whether it knows that key's name (then only the value is wrong). Its message
+    is not given: it may quote what the properties hold."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        AdminClient({**properties, "log_level": 0})
+    except (KafkaException, ValueError, TypeError) as err:
+        said = err.args[0].str() if isinstance(err, KafkaException) else str(err)
+        key = next((k for k in properties if f'"{k}"' in said), None)
+        return key, key is not None and not said.startswith("No such configuration property")
+    return None
+
+
 def fetch_metadata(bootstrap: str, extra_conf: dict[str, str] | None = None,
                    timeout_s: float = 10.0) -> ClusterMetadata:
     """Ask the cluster at ``bootstrap`` for its brokers and their idle limit; ClusterUnreachable

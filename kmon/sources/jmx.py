@@ -25,8 +25,8 @@ from pathlib import Path
 import psutil
 
 from kmon.classify import java_node_id
-from kmon.files import UnsafeFile, private_cache_dir, root_only
-from kmon.sources.child_env import SYSTEM_PATH, jvm_environment
+from kmon.files import UnsafeFile, private_cache_dir
+from kmon.sources.child_env import jvm_environment, trusted_program
 
 HELPER = "KmonJmx"
 # The helper is tiny: a small serial-GC heap, the quick JIT tier, no perf-data file of its own.
@@ -117,7 +117,7 @@ class JmxSource:
 
     def __init__(self, pid: int, interval_ms: int = 1000) -> None:
         self.pid = pid
-        java = _java("java")
+        java = trusted_program("java", home="JAVA_HOME")
         if java is None:
             raise JmxUnavailable("java not found: JMX needs a JDK 11+ on PATH or in JAVA_HOME")
         _check_target(pid)
@@ -212,26 +212,6 @@ class JmxSource:
             self._changed.notify_all()
 
 
-def _java(tool: str) -> str | None:
-    """``tool`` (java, javac) from JAVA_HOME, else from PATH.
-
-    As root, only a binary that root alone can change is taken: a JAVA_HOME or
-    PATH entry another user can write (``sudo -E``, ``su`` without ``-``) is
-    ignored, and the system's own directories are searched as well.
-    """
-    home = os.environ.get("JAVA_HOME")
-    candidates = [Path(home, "bin", tool)] if home else []
-    path = os.environ.get("PATH", "").split(os.pathsep)
-    if os.geteuid() == 0:
-        path = [*path, *SYSTEM_PATH]
-    candidates += [Path(d, tool) for d in path if d]
-    for candidate in candidates:
-        if candidate.is_file() and os.access(candidate, os.X_OK) and (
-                os.geteuid() != 0 or root_only(candidate)):
-            return str(candidate)
-    return None
-
-
 def _check_target(pid: int) -> None:
     """Refuse what attach cannot do; attach signals its target, which kills a non-JVM."""
     try:
@@ -254,7 +234,7 @@ def _helper_entry(java: str) -> list[str]:
     cache = _cache_dir() / hashlib.sha256(source).hexdigest()
     if (cache / f"{HELPER}.class").exists():
         return ["-cp", str(cache), HELPER]
-    javac = _java("javac")
+    javac = trusted_program("javac", home="JAVA_HOME")
     if javac is None:  # the single-file source launcher compiles it in memory, every start
         cache.mkdir(mode=0o700, exist_ok=True)
         path = cache / f"{HELPER}.java"
