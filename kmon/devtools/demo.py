@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from dataclasses import dataclass
 
-from kmon.devtools.children import spawn, stop_all
+from kmon.devtools.children import python_module, spawn, stderr_tail, stop_all
 
 SHORT_IDLE_MS = 5000
 
@@ -25,7 +24,7 @@ class DemoClient:
     client_id: str | None = None
 
     def argv(self, bootstrap: str) -> list[str]:
-        argv = [sys.executable, "-m", "kmon.devtools.workload", self.kind, bootstrap]
+        argv = python_module("kmon.devtools.workload", self.kind, bootstrap)
         if self.instrument:
             argv.append("--instrument")
         if self.idle_ms is not None:
@@ -66,8 +65,9 @@ class Demo:
         self.clients: dict[int, DemoClient] = {}
 
     def start(self) -> None:
-        cluster = self._spawn([sys.executable, "-m", "kmon", "devcluster", "--brokers",
-                               str(self.brokers), *(["--kafka"] if self.kafka else [])])
+        cluster = self._spawn(python_module("kmon", "devcluster", "--brokers",
+                                            str(self.brokers),
+                                            *(["--kafka"] if self.kafka else [])))
         self.bootstrap = _first_line(cluster, "the Kafka cluster" if self.kafka
                                      else "the embedded cluster")
         started = [(client, self._spawn(client.argv(self.bootstrap))) for client in WORKLOAD]
@@ -99,5 +99,8 @@ def _first_line(child: subprocess.Popen, what: str) -> str:
     """The child's first line of output (it exits by itself if it cannot start)."""
     line = child.stdout.readline().strip()
     if not line:
-        raise DemoError(f"{what} did not start (exit code {child.wait()})")
+        code = child.wait()
+        said = stderr_tail(child)
+        raise DemoError(f"{what} did not start (exit code {code})"
+                        + (f"; it said:\n{said}" if said else ""))
     return line
