@@ -79,7 +79,7 @@ def test_producer_connections_are_all_brokers(producer):
 
 def test_uninstrumented_client_shows_sockets_with_kernel_idle(plain_producer, cluster):
     client = plain_producer
-    snapshot = attach_once(client.pid)
+    snapshot = attach_once(client.pid, "--wire", "off")  # the kernel's view alone
     (process,) = snapshot["processes"]
     assert process["clients"] == []
     rows = process["connections"]
@@ -89,7 +89,8 @@ def test_uninstrumented_client_shows_sockets_with_kernel_idle(plain_producer, cl
         assert row["idle_ms"] is not None and row["evidence"]["idle"] == "kernel"
         assert row["bytes_sent"] > 0
 
-    named = connections_of(attach_once(client.pid, "--bootstrap-servers", cluster))
+    named = connections_of(attach_once(client.pid, "--bootstrap-servers", cluster, "--wire",
+                                       "off"))
     cluster_ports = {port_of(a) for a in cluster.split(",")}
     for row in named:
         assert row["role"] == "broker" and row["evidence"]["role"] == "inferred"
