@@ -148,8 +148,10 @@ def kmon(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 
 
 def attach_once(pid: int, *extra: str) -> dict:
-    """``kmon attach PID --once --json``, parsed; fails the test on a non-zero exit."""
-    result = kmon("attach", str(pid), "--once", "--json", *extra)
+    """``kmon attach PID --once --json``, parsed; fails the test on a non-zero exit. One look
+    (``--settle 0``) unless ``extra`` asks to settle: test_trust checks the settled view."""
+    settle = () if "--settle" in extra else ("--settle", "0")
+    result = kmon("attach", str(pid), "--once", "--json", *settle, *extra)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
