@@ -15,6 +15,8 @@ import functools
 import struct
 from typing import NamedTuple
 
+from kmon.sources.text import decoded
+
 API_NAMES = {
     0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit",
     9: "OffsetFetch", 10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat",
@@ -112,7 +114,7 @@ class _Reader:
 
     def string(self) -> str | None:
         length = self.uvarint() - 1 if self.flexible else self.int16()
-        return None if length < 0 else self._take(length).decode("utf-8", "replace")
+        return None if length < 0 else decoded(self._take(length))
 
     def array_length(self) -> int:
         return self.uvarint() - 1 if self.flexible else self.int32()
