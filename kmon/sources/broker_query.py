@@ -111,6 +111,14 @@ class ConfirmedBrokers:
         with self._lock:
             return dict(self._brokers)
 
+    def clusters(self) -> dict[Endpoint, tuple[str, ...]]:
+        """Each confirmed endpoint's cluster as kmon's own query to it answered: its
+        brokers' host:port, sorted (the same from every broker of one cluster)."""
+        with self._lock:
+            return {endpoint: tuple(sorted({f"{host}:{port}" for host, port
+                                            in self._answers[endpoint].values()}))
+                    for endpoint in self._brokers if endpoint in self._answers}
+
     def check(self, endpoints: Iterable[Endpoint]) -> None:
         """Take the answer of the query under way, if it has come, and ask the first of
         ``endpoints`` (brokers a watched process talks to) not asked yet when none runs."""
