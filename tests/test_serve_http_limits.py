@@ -107,6 +107,7 @@ def test_metrics_answer_within_5s_while_a_user_holds_1100_idle_connections(
             print(f"{path} answered in {took:.3f} s beside the held connections")
             assert status == 200 and took < 5.0, (path, status, took)
         status = _status(child.pid)
+        print(f"kmon serve threads: {status['Threads'].strip()}")
         assert int(status["Threads"]) <= 16, status["Threads"]
         assert child.proc.poll() is None, child.stderr
     finally:

@@ -2,7 +2,7 @@
 
 State is kept per live process only: a process gone from the snapshot takes
 its series with it, and nothing is kept per socket, so memory follows what is
-open now, not how long kmon has run. Labels never carry an address or a port.
+open now, not how long kmon has run. Labels carry no connection's address or port.
 """
 
 from __future__ import annotations
