@@ -21,6 +21,8 @@ import psutil
 import pytest
 from helpers import get, kmon, python_as, start_serve, wait_for
 
+from kmon.engine.recording_schema import SchemaError
+from kmon.engine.replay import frame_from_line
 from kmon.sources.text import decoded, json_value, valid
 
 pytestmark = pytest.mark.integration  # a throwaway user's process, the real kmon commands
@@ -131,3 +133,12 @@ def test_a_spool_json_with_a_lone_surrogate_escape_is_refused():
     assert json.loads('"\\udcff"') == "\udcff"  # what the standard library would take
     with pytest.raises(ValueError):
         json_value(b'{"client_id": "\\udcff"}')
+
+
+def test_a_recording_with_a_lone_surrogate_escape_is_refused_by_replay():
+    line = (Path(__file__).parent / "data" / "consumer.jsonl").read_bytes().splitlines()[0]
+    forged = line.replace(b'"name": "python"', b'"name": "py\\udcffthon"', 1)
+    assert forged != line
+    frame_from_line(line)
+    with pytest.raises(SchemaError, match=r"processes\[0\]\.name is no valid text"):
+        frame_from_line(forged)
