@@ -125,9 +125,10 @@ class ReplayedClients:
         return all(r.finished for r in self.replays)
 
     def cluster_labels(self, snapshot: Snapshot) -> dict[int, str]:
-        """As kmon's own query to each recorded broker would have answered: its list."""
+        """As kmon's own query to each recorded broker would have answered: its list (the
+        recordings keep no cluster id)."""
         answer = tuple(sorted(f"{b.host}:{b.port}" for b in self.view.brokers))
-        return cluster_labels(snapshot, {Endpoint(b.host, int(b.port)): answer
+        return cluster_labels(snapshot, {Endpoint(b.host, int(b.port)): (None, answer)
                                          for b in self.view.brokers})
 
     def poll(self) -> tuple[Snapshot, list[Event]]:

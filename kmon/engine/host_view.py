@@ -26,6 +26,7 @@ from kmon.sources.sockdiag import SockDiagUnavailable
 from kmon.sources.sockets import Endpoint
 
 UNKNOWN_CLUSTER = "(brokers not known yet)"
+MAX_CLUSTER_ID = 64  # longer is no Kafka cluster id (22 characters): the brokers name it
 
 
 class KafkaProcesses:
@@ -59,19 +60,27 @@ class KafkaProcesses:
         self.sockets.close()
 
 
-def cluster_labels(snapshot: Snapshot, clusters: Mapping[Endpoint, tuple[str, ...]]
+def cluster_labels(snapshot: Snapshot,
+                   clusters: Mapping[Endpoint, tuple[str | None, tuple[str, ...]]]
                    ) -> dict[int, str]:
-    """Each process's cluster: as kmon's own Metadata query answered (``clusters``: each
-    confirmed endpoint's brokers, sorted, from ``ConfirmedBrokers.clusters``) for a broker
-    the process is connected to, named by its first broker and how many more, the same
-    whichever broker was asked; where none is confirmed, by the process's own brokers
-    alone. What a process says of brokers (its spool, its wire) never joins it, or anyone
-    else, to another process's cluster."""
+    """Each process's cluster, as kmon's own Metadata query to a broker the process is
+    connected to answered (``clusters``, from ``ConfirmedBrokers.clusters``): its cluster
+    id, or where it sent none, its first broker and how many more (the same whichever
+    broker was asked); where none is confirmed, the process's own brokers alone. What a
+    process says of brokers (its spool, its wire) never joins it, or anyone else, to
+    another process's cluster."""
     labels = {}
     for view in snapshot.processes:
-        answered = {clusters[endpoint] for conn in view.connections
+        answered = {_named(*clusters[endpoint]) for conn in view.connections
                     if (endpoint := parse_endpoint(conn.remote)) in clusters}
-        brokers = min(answered) if answered else sorted(view.summary.brokers)
-        more = f" +{len(brokers) - 1}" if len(brokers) > 1 else ""
-        labels[view.pid] = f"{brokers[0]}{more}" if brokers else UNKNOWN_CLUSTER
+        own = sorted(view.summary.brokers)
+        labels[view.pid] = (min(answered) if answered else _named(None, tuple(own)) if own
+                            else UNKNOWN_CLUSTER)
     return labels
+
+
+def _named(cluster_id: str | None, brokers: tuple[str, ...]) -> str:
+    """A cluster's label: its id, else its first broker and how many more."""
+    if cluster_id and len(cluster_id) <= MAX_CLUSTER_ID:
+        return cluster_id
+    return f"{brokers[0]} +{len(brokers) - 1}" if len(brokers) > 1 else brokers[0]
