@@ -74,7 +74,8 @@ class MetricsServer:
         except (OSError, UnicodeError) as err:  # in use, not an address of this host, ...
             raise UserError(f"cannot listen on {listen}: "
                             f"{getattr(err, 'strerror', None) or err}") from err
-        self.address = f"{host}:{self.server.port}"
+        shown = f"[{host}]" if ":" in host else host  # an IPv6 address in brackets
+        self.address = f"{shown}:{self.server.port}"
 
     def _app(self, metrics: Callable) -> Callable:
         def app(environ: dict, start_response: Callable) -> Iterable[bytes]:
