@@ -124,6 +124,11 @@ class ConfirmedBrokers:
                     for endpoint in self._brokers
                     if (answer := self._answers.get(endpoint)) is not None}
 
+    def unanswered(self, endpoints: Iterable[Endpoint]) -> bool:
+        """True while a query is under way or one of ``endpoints`` has not been asked."""
+        with self._lock:
+            return self._query is not None or any(e not in self._asked for e in endpoints)
+
     def check(self, endpoints: Iterable[Endpoint]) -> None:
         """Take the answer of the query under way, if it has come, and ask the first of
         ``endpoints`` (brokers a watched process talks to) not asked yet when none runs."""
