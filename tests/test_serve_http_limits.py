@@ -121,7 +121,8 @@ def test_header_hogs_leave_kmon_serve_small(throwaway_user, serve_1024_fds):
     attacker = _as_user(throwaway_user, HEADERS, host, port, "90")
     try:
         assert attacker.stdout.readline().strip() == "sent"
-        status = _status(child.pid)  # while every hog is held
+        time.sleep(2)  # the hogs held (3 s): what kmon has read of them by now
+        status = _status(child.pid)
         assert attacker.stdout.readline().strip() == "done"
     finally:
         attacker.kill()
