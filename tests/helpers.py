@@ -450,6 +450,13 @@ def start_serve(*args: str) -> tuple[Child, str]:
     return child, line.split("http://", 1)[1].split("/metrics", 1)[0]
 
 
+def cluster_id(bootstrap: str) -> str:
+    """The cluster's id, as a real client's Metadata answer gives it (not kmon's query)."""
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).cluster_id
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

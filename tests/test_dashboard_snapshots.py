@@ -19,10 +19,12 @@ from helpers import until
 from rich.text import Text
 
 from kmon.dashboard_settings import DashboardSettings
-from kmon.engine.facade import AttachFailed, ClusterView, HostSession, ProcessSession
+from kmon.engine.facade import AttachFailed, ClusterView, ProcessSession
+from kmon.engine.host_view import cluster_labels
 from kmon.engine.replay import Replay, read_recording
 from kmon.model import Event, Role, Snapshot
 from kmon.sources.cluster import BrokerInfo
+from kmon.sources.sockets import Endpoint
 from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.connection_table import ConnectionTable
@@ -107,7 +109,6 @@ class ReplayedClients:
     host = "replay"
     notices: list[str] = []
     next_retry_in_s = None
-    cluster_labels = staticmethod(HostSession.cluster_labels)
 
     def __init__(self) -> None:
         self.replays = [Replay(read_recording(DATA / n))
@@ -122,6 +123,13 @@ class ReplayedClients:
     @property
     def finished(self) -> bool:
         return all(r.finished for r in self.replays)
+
+    def cluster_labels(self, snapshot: Snapshot) -> dict[int, str]:
+        """As kmon's own query to each recorded broker would have answered: its list (the
+        recordings keep no cluster id)."""
+        answer = tuple(sorted(f"{b.host}:{b.port}" for b in self.view.brokers))
+        return cluster_labels(snapshot, {Endpoint(b.host, int(b.port)): (None, answer)
+                                         for b in self.view.brokers})
 
     def poll(self) -> tuple[Snapshot, list[Event]]:
         frames = [r.poll() for r in self.replays]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kmon.engine.host_view import UNKNOWN_CLUSTER, cluster_labels
 from kmon.model import Connection, ProcessView, Role, Snapshot
+from kmon.sources.sockets import Endpoint
 
 
 def process(pid: int, *remotes: str, role: Role = Role.BROKER) -> ProcessView:
@@ -14,29 +15,40 @@ def process(pid: int, *remotes: str, role: Role = Role.BROKER) -> ProcessView:
 
 
 def test_a_process_alone_with_one_broker_is_its_own_cluster():
-    labels = cluster_labels(Snapshot(0, "h", [process(1, "127.0.0.1:9092")]))
+    labels = cluster_labels(Snapshot(0, "h", [process(1, "127.0.0.1:9092")]), {})
     assert labels == {1: "127.0.0.1:9092"}
 
 
-def test_processes_sharing_a_broker_share_a_cluster_named_by_its_first_broker():
+def test_only_kmon_s_own_answers_join_processes_into_a_cluster():
+    """Processes 1-3 reach brokers of one cluster whose answers to kmon's queries carry no
+    cluster id (the same list from each broker); 4 claims 9093 and a broker of its own:
+    its claim joins nobody; 7 reaches a broker that sent its cluster id."""
+    cluster = ("127.0.0.1:9092", "127.0.0.1:9093", "127.0.0.1:9094")
+    answers = {Endpoint("127.0.0.1", port): (None, cluster) for port in (9093, 9094)}
+    answers[Endpoint("10.0.0.9", 9092)] = ("MkU3OEVBNTcwNTJENDM2Qg", ("10.0.0.9:9092",))
+    answers[Endpoint("10.0.0.8", 9092)] = ("x" * 65, ("10.0.0.8:9092",))  # no cluster id
     snapshot = Snapshot(0, "h", [
-        process(1, "127.0.0.1:9092"),
-        process(2, "127.0.0.1:9093", "127.0.0.1:9092"),
+        process(1, "127.0.0.1:9094"),
+        process(2, "127.0.0.1:9093"),
         process(3, "127.0.0.1:9094", "127.0.0.1:9093"),
-        process(4, "10.0.0.1:9092"),
-        process(5, "10.0.0.2:9092", role=Role.UNKNOWN),
+        process(4, "127.0.0.1:9093", "10.0.0.1:9092"),
+        process(5, "10.0.0.1:9092", "10.0.0.2:9092"),
+        process(6, "10.0.0.3:9092", role=Role.UNKNOWN),
+        process(7, "10.0.0.9:9092", role=Role.UNKNOWN),
+        process(8, "10.0.0.8:9092"),
     ])
-    assert cluster_labels(snapshot) == {
+    assert cluster_labels(snapshot, answers) == {
         1: "127.0.0.1:9092 +2", 2: "127.0.0.1:9092 +2", 3: "127.0.0.1:9092 +2",
-        4: "10.0.0.1:9092", 5: UNKNOWN_CLUSTER}
+        4: "127.0.0.1:9092 +2", 5: "10.0.0.1:9092 +1", 6: UNKNOWN_CLUSTER,
+        7: "MkU3OEVBNTcwNTJENDM2Qg", 8: "10.0.0.8:9092"}
 
 
 def test_a_process_whose_brokers_change_is_labelled_by_its_new_brokers():
     first = process(1, "127.0.0.1:9092")
-    assert cluster_labels(Snapshot(0, "h", [first])) == {1: "127.0.0.1:9092"}
+    assert cluster_labels(Snapshot(0, "h", [first]), {}) == {1: "127.0.0.1:9092"}
     moved = process(1, "10.0.0.2:9092", "10.0.0.1:9092")  # the next poll's view of it
-    assert cluster_labels(Snapshot(1, "h", [moved])) == {1: "10.0.0.1:9092 +1"}
-    assert cluster_labels(Snapshot(2, "h", [process(1)])) == {1: UNKNOWN_CLUSTER}
+    assert cluster_labels(Snapshot(1, "h", [moved]), {}) == {1: "10.0.0.1:9092 +1"}
+    assert cluster_labels(Snapshot(2, "h", [process(1)]), {}) == {1: UNKNOWN_CLUSTER}
 
 
 def test_a_view_s_summary_counts_its_connections():

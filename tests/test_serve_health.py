@@ -1,5 +1,6 @@
 """``kmon serve``'s /healthz: 200 while its polls succeed, 503 once the last good poll is
-older than ``--stale-after`` (default: three intervals and 10 s)."""
+older than ``--stale-after`` (default: three intervals and 10 s); a failed poll, fold or
+render is counted and told, never the end of serve."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from helpers import free_port, get, wait_for
 
 from kmon.cli import main
 from kmon.engine.facade import HostSession
+from kmon.export.http import Exposition
+from kmon.export.metrics import HostMetrics
 
 
 def test_healthz_answers_503_once_the_polls_stop_succeeding(monkeypatch, capsys):
@@ -62,4 +65,63 @@ def test_healthz_answers_503_once_the_polls_stop_succeeding(monkeypatch, capsys)
     assert float(errors.split()[1]) >= 1, errors
     stderr = capsys.readouterr().err
     assert stderr.count("kmon serve: poll failed: ") == 1, stderr  # told once, not every poll
+    assert "kmon serve: stopped (SIGTERM)" in stderr, stderr
+
+
+def test_a_poll_that_cannot_be_folded_or_rendered_is_counted_and_serve_goes_on(
+        monkeypatch, capsys):
+    """One poll's fold into the metrics and one render fail (fakes: since kmon's text door,
+    no real process makes them fail, and the defence must hold for the next surprise);
+    serve counts both, says each once and keeps polling and answering."""
+    good_update, good_prepare = HostMetrics.update, Exposition.prepare
+    failed: set[str] = set()
+
+    def update(metrics, *args, **kwargs):
+        if "update" not in failed:
+            failed.add("update")
+            raise UnicodeEncodeError("utf-8", "\udcff", 0, 1, "surrogates not allowed")
+        return good_update(metrics, *args, **kwargs)
+
+    def prepare(exposition):
+        if "prepare" not in failed and exposition._last_asked is not None:
+            failed.add("prepare")
+            raise ValueError("a render that failed")
+        return good_prepare(exposition)
+
+    monkeypatch.setattr(HostMetrics, "update", update)
+    monkeypatch.setattr(Exposition, "prepare", prepare)
+    address = f"http://127.0.0.1:{free_port()}"
+    answers: dict[str, str] = {}
+    ended = threading.Event()  # main returned (or raised): no SIGTERM for pytest itself
+
+    def errors() -> float | None:
+        try:
+            text = get(f"{address}/metrics")[2]
+        except urllib.error.URLError:  # not listening yet
+            return None
+        return float(next(line.split()[1] for line in text.splitlines()
+                          if line.startswith("kmon_poll_errors_total ")))
+
+    def probe() -> None:
+        try:
+            wait_for(lambda: (errors() or 0) >= 2, "both failures counted")
+            answers["health"] = wait_for(lambda: (h := get(f"{address}/healthz"))[0] == 200
+                                         and h[2].startswith("last poll") and h[2],
+                                         "healthy again after them")
+        finally:
+            if not ended.is_set():
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    prober = threading.Thread(target=probe, daemon=True)
+    prober.start()
+    try:
+        code = main(["serve", "--listen", address.removeprefix("http://"), "--interval",
+                     "100ms", "--wire", "off", "--duration", "120s"])
+    finally:
+        ended.set()
+    prober.join(10)
+    assert code == 0
+    assert answers["health"].startswith("last poll"), answers
+    stderr = capsys.readouterr().err
+    assert "kmon serve: poll failed: " in stderr and "metrics not rendered: " in stderr, stderr
     assert "kmon serve: stopped (SIGTERM)" in stderr, stderr

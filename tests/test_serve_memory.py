@@ -11,7 +11,7 @@ from helpers import Child, wait_for
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
 from kmon.export.collector import HostCollector
-from kmon.export.metrics import MAX_CLIENT_IDS, OTHER_CLIENTS, HostMetrics
+from kmon.export.metrics import MAX_CLIENT_IDS, OTHER, HostMetrics
 from kmon.sources.socket_readers import open_socket_reader
 
 
@@ -75,16 +75,16 @@ def test_a_process_s_client_ids_beyond_the_first_100_share_the_other_label(clust
         found = [(s.labels["client_id"], s.value) for s in family.samples
                  if s.labels["pid"] == str(child.pid)]
         assert sum(value for _, value in found) == len(view.connections)  # none left out
-        labelled.update(client_id for client_id, _ in found if client_id != OTHER_CLIENTS)
+        labelled.update(client_id for client_id, _ in found if client_id != OTHER)
         return found
 
     try:
         child.wait_line("READY", timeout=120)
-        found = wait_for(lambda: (now := dict(series())).get(OTHER_CLIENTS) and now,
+        found = wait_for(lambda: (now := dict(series())).get(OTHER) and now,
                          "connections under the (other) client_id", every=0.2)
     finally:
         child.stop()
         monitor.close()
     assert len(labelled) <= MAX_CLIENT_IDS, sorted(labelled)
     assert sum(client_id.startswith("kmon-cap-") for client_id in labelled) >= 90
-    assert found[OTHER_CLIENTS] >= 1
+    assert found[OTHER] >= 1

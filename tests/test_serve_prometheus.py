@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from helpers import Prometheus, get, promtool, require_prometheus, start_serve, wait_for
+from helpers import (
+    Prometheus,
+    cluster_id,
+    get,
+    promtool,
+    require_prometheus,
+    start_serve,
+    wait_for,
+)
 
 
 @pytest.fixture
@@ -20,7 +28,7 @@ def values(prometheus: Prometheus, expr: str) -> list[tuple[dict, float]]:
 
 @pytest.mark.integration
 def test_prometheus_sees_roles_idle_reaps_and_forgets_killed_clients(start_client, serve,
-                                                                      tmp_path):
+                                                                      tmp_path, cluster):
     require_prometheus()
     consumer = start_client("consumer")
     start_client("producer")
@@ -33,7 +41,7 @@ def test_prometheus_sees_roles_idle_reaps_and_forgets_killed_clients(start_clien
         ((labels, count),) = coordinator
         assert labels["broker_id"] in {"1", "2", "3"} and count == 1, labels
         assert labels["state"] == "ESTABLISHED" and labels["client_id"], labels
-        assert labels["cluster"].startswith("127.0.0.1:"), labels
+        assert labels["cluster"] == cluster_id(cluster), labels  # kmon's own query's answer
         (info,) = wait_for(lambda: values(prometheus, f'kmon_group_coordinator_info{{pid='
                                                       f'"{consumer.pid}"}}'),
                            "the group's coordinator as an _info series")

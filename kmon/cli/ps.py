@@ -11,6 +11,8 @@ from kmon.errors import UserError
 from kmon.plain_text import one_line
 
 SEARCH_ROUNDS = 4  # polls at most: each finds the clients of the brokers the last one learned
+CONFIRM_WAIT_S = 2.5  # and then polls while kmon's own queries (2 s each) name the clusters
+CONFIRM_EVERY_S = 0.05
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -81,14 +83,27 @@ def text_lines(rows: list[dict], fmt: str) -> list[str]:
 
 
 def _search(session, settings) -> list:
-    """Poll until a poll learns no broker the last did not know (at most SEARCH_ROUNDS):
-    every event on the way (the settled look that follows polls again)."""
+    """Poll until a poll learns no broker the last did not know (at most SEARCH_ROUNDS),
+    then while kmon's own Metadata queries to the processes' brokers are under way (at
+    most CONFIRM_WAIT_S): every event on the way (the settled look that follows polls
+    again)."""
+    import time
+
+    from kmon.sources.resolve import parse_endpoint
+
     events = []
     for round_ in range(SEARCH_ROUNDS):
         known = frozenset(settings.directory.learned)
-        events += session.poll()[1]
+        snapshot, new = session.poll()
+        events += new
         if round_ and frozenset(settings.directory.learned) == known:
             break
+    until = time.monotonic() + CONFIRM_WAIT_S  # the cluster labels: from kmon's own queries
+    while time.monotonic() < until and settings.directory.confirmed.unanswered(
+            settings.directory.learned.keys() & {parse_endpoint(c.remote) for view in
+                                                 snapshot.processes for c in view.connections}):
+        time.sleep(CONFIRM_EVERY_S)
+        events += session.poll()[1]
     return events
 
 

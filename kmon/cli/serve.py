@@ -76,16 +76,23 @@ class Agent:
         return session
 
     def step(self) -> None:
-        """One poll into the metrics; a failed poll is counted and told once, not fatal."""
+        """One poll into the metrics; a failed poll (or a failure in folding it in) is
+        counted and told once, not fatal."""
+        try:
+            self._poll()
+        except Exception as err:  # noqa: BLE001 - an agent outlives a bad poll
+            self.failed("poll failed", err)
+
+    def failed(self, what: str, err: Exception) -> None:
+        """Count a failed step in kmon_poll_errors_total and tell it once."""
+        self.metrics.poll_failed()
+        self._tell(f"kmon serve: {what}: {err or type(err).__name__}")
+
+    def _poll(self) -> None:
         from kmon.cli import wiring
 
         began = time.monotonic()
-        try:
-            snapshot, events = self.session.poll()
-        except Exception as err:  # noqa: BLE001 - an agent outlives a bad poll
-            self.metrics.poll_failed()
-            self._tell(f"kmon serve: poll failed: {err or type(err).__name__}")
-            return
+        snapshot, events = self.session.poll()
         if self.brokers is not None:
             snapshot, events = _only(snapshot, events, wiring.clients_of(snapshot, self.brokers))
         self.metrics.update(snapshot, events, self.session.cluster_labels(snapshot),
@@ -159,7 +166,10 @@ def run(args: argparse.Namespace) -> int:
 
     def step() -> None:  # a poll, then /metrics rendered from it off the scrapers' path
         agent.step()
-        exposition.prepare()
+        try:
+            exposition.prepare()
+        except Exception as err:  # noqa: BLE001 - a bad render must not end the agent
+            agent.failed("metrics not rendered", err)
 
     try:
         agent = Agent(args, metrics, _recorder(args))

@@ -287,7 +287,7 @@ class HostSession(LocalClients):
             polled = self.monitor.poll()
         return self.recorded(polled)
 
-    @staticmethod
-    def cluster_labels(snapshot: Snapshot) -> dict[int, str]:
-        """Each process's cluster (see kmon.engine.host_view.cluster_labels)."""
-        return cluster_labels(snapshot)
+    def cluster_labels(self, snapshot: Snapshot) -> dict[int, str]:
+        """Each process's cluster, from kmon's own confirmed queries where there are any
+        (see kmon.engine.host_view.cluster_labels)."""
+        return cluster_labels(snapshot, self.settings.directory.confirmed.clusters())

@@ -9,13 +9,14 @@ answered naming it) serves them (a broker, the embedded cluster) and is left
 out, as is one whose listening socket another such process's connection (or its
 own) reaches (a broker JVM carries the client classes: it is left out before any
 client has named the brokers too), and kmon: what a client names cannot hide
-another process. Clusters are told apart by the brokers their clients use.
+another process. Clusters are told apart by kmon's own Metadata queries to the brokers
+their clients use.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from kmon.model import Snapshot
 from kmon.sources.host_sockets import HostClients, client_pids
@@ -25,6 +26,7 @@ from kmon.sources.sockdiag import SockDiagUnavailable
 from kmon.sources.sockets import Endpoint
 
 UNKNOWN_CLUSTER = "(brokers not known yet)"
+MAX_CLUSTER_ID = 64  # longer is no Kafka cluster id (22 characters): the brokers name it
 
 
 class KafkaProcesses:
@@ -58,33 +60,27 @@ class KafkaProcesses:
         self.sockets.close()
 
 
-def cluster_labels(snapshot: Snapshot) -> dict[int, str]:
-    """Each process's cluster, named by the brokers it is connected to (the first, and how
-    many more); processes that share a broker share a cluster."""
-    brokers_of: dict[int, set[Endpoint]] = {}
-    for view in snapshot.processes:  # a few distinct remotes among a process's connections
-        brokers_of[view.pid] = {endpoint for remote in view.summary.brokers
-                                if (endpoint := parse_endpoint(remote))}
-    parent: dict[Endpoint, Endpoint] = {}
-
-    def root(endpoint: Endpoint) -> Endpoint:
-        while parent.setdefault(endpoint, endpoint) != endpoint:
-            endpoint = parent[endpoint]
-        return endpoint
-
-    for endpoints in brokers_of.values():
-        ordered = sorted(endpoints, key=str)
-        for endpoint in ordered:  # the first is its own root, even when it is alone
-            parent[root(endpoint)] = root(ordered[0])
-    members: dict[Endpoint, set[Endpoint]] = {}
-    for endpoint in list(parent):
-        members.setdefault(root(endpoint), set()).add(endpoint)
+def cluster_labels(snapshot: Snapshot,
+                   clusters: Mapping[Endpoint, tuple[str | None, tuple[str, ...]]]
+                   ) -> dict[int, str]:
+    """Each process's cluster, as kmon's own Metadata query to a broker the process is
+    connected to answered (``clusters``, from ``ConfirmedBrokers.clusters``): its cluster
+    id, or where it sent none, its first broker and how many more (the same whichever
+    broker was asked); where none is confirmed, the process's own brokers alone. What a
+    process says of brokers (its spool, its wire) never joins it, or anyone else, to
+    another process's cluster."""
     labels = {}
-    for pid, endpoints in brokers_of.items():
-        if not endpoints:
-            labels[pid] = UNKNOWN_CLUSTER
-            continue
-        cluster = sorted(members[root(next(iter(endpoints)))], key=str)
-        more = f" +{len(cluster) - 1}" if len(cluster) > 1 else ""
-        labels[pid] = f"{cluster[0]}{more}"
+    for view in snapshot.processes:
+        answered = {_named(*clusters[endpoint]) for conn in view.connections
+                    if (endpoint := parse_endpoint(conn.remote)) in clusters}
+        own = sorted(view.summary.brokers)
+        labels[view.pid] = (min(answered) if answered else _named(None, tuple(own)) if own
+                            else UNKNOWN_CLUSTER)
     return labels
+
+
+def _named(cluster_id: str | None, brokers: tuple[str, ...]) -> str:
+    """A cluster's label: its id, else its first broker and how many more."""
+    if cluster_id and len(cluster_id) <= MAX_CLUSTER_ID:
+        return cluster_id
+    return f"{brokers[0]} +{len(brokers) - 1}" if len(brokers) > 1 else brokers[0]

@@ -17,6 +17,7 @@ from enum import Enum
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from kmon.model import Churn, ClientInstance, CloseStory, Connection, Event, ProcessView, Snapshot
+from kmon.sources.text import valid
 
 _INT64 = range(-(2 ** 63), 2 ** 63)
 _TIMES = range(0, 253_402_300_800_000)  # epoch ms up to the end of the year 9999
@@ -78,8 +79,8 @@ def _fits(value: Any, kind: Any, name: str) -> bool:
     if kind is float:
         return (isinstance(value, (int, float)) and not isinstance(value, bool)
                 and math.isfinite(value))
-    if kind is str:
-        return isinstance(value, str)
+    if kind is str:  # valid text: a "\udcff" escape would reach a screen and break it
+        return isinstance(value, str) and valid(value) == value
     if isinstance(kind, type) and issubclass(kind, Enum):
         return isinstance(value, str) and value in kind._value2member_map_
     if isinstance(kind, Shape):
@@ -106,7 +107,10 @@ def check(record: Any, shape: Shape, where: str) -> None:
         raise SchemaError(f"{where} has no {', '.join(sorted(missing))}")
     for name, kind in shape.types.items():
         if name in record and not _fits(record[name], kind, f"{where}.{name}"):
-            raise SchemaError(f"{where}.{name} is {_kind(record[name])}, not {_name(kind)}")
+            value = record[name]
+            if isinstance(value, str) and valid(value) != value:
+                raise SchemaError(f"{where}.{name} is no valid text (a lone surrogate)")
+            raise SchemaError(f"{where}.{name} is {_kind(value)}, not {_name(kind)}")
 
 
 def check_event(record: Any, where: str) -> None:

@@ -39,6 +39,7 @@ from kmon.sources.process_info import (
 from kmon.sources.process_wire import ProcessWire
 from kmon.sources.resolve import Resolver
 from kmon.sources.sockets import Endpoint, SocketReader
+from kmon.sources.text import valid
 
 
 class SampleError(Exception):
@@ -208,11 +209,12 @@ class ProcessSampler:
             clients_created=spooled.clients_created,
             wire_closes={(local.text, remote.text): close for e in found
                          for (local, remote), close in e.closes.items()},
-            notices=self.standing_notices + spooled.notices + [
-                f"client {c.instance}: statistics {c.age_ms(now_ms) // 1000}s old (closed, or "
-                "not serving its callbacks); its sockets show unpaired"
-                for c in all_stats if c.is_stale(now_ms)]
-                + [n for e in found for n in e.notices] + disagreements,
+            notices=[valid(notice) for notice in (  # they may name a path of the process's
+                self.standing_notices + spooled.notices + [
+                    f"client {c.instance}: statistics {c.age_ms(now_ms) // 1000}s old "
+                    "(closed, or not serving its callbacks); its sockets show unpaired"
+                    for c in all_stats if c.is_stale(now_ms)]
+                + [n for e in found for n in e.notices] + disagreements)],
         )
 
     def producers(self) -> list[Producer]:

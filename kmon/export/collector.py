@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+import threading
 from collections.abc import Iterator
 
 from prometheus_client.core import (
@@ -15,8 +16,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from kmon import __version__
-from kmon.export.metrics import HostMetrics, ProcessMetrics
+from kmon.export.metrics import OTHER, HostMetrics, ProcessMetrics
 
+MAX_LABEL_VALUES = 200  # distinct values of one label in one family; more are "(other)"
 PROCESS = ("pid", "process", "cluster")
 CONNECTION = (*PROCESS, "client_id", "role", "broker_id")
 
@@ -42,7 +44,7 @@ HELP = {
 
 OWN = ("kmon_build_info", "kmon_poll_duration_seconds", "kmon_poll_errors_total",
        "kmon_last_poll_timestamp_seconds", "kmon_watched_processes",
-       "kmon_kernel_events_enabled")
+       "kmon_kernel_events_enabled", "kmon_label_values_folded")
 
 
 def family_names() -> list[str]:
@@ -58,16 +60,32 @@ class HostCollector(Collector):
 
     def __init__(self, metrics: HostMetrics) -> None:
         self.metrics = metrics
+        self._cap = LabelCap()
+        self._lock = threading.Lock()  # one scrape at a time moves the cap's places
 
     def describe(self) -> list[Metric]:
         return []  # registration must not collect
 
     def collect(self) -> Iterator[Metric]:
         yield from self._own()
-        families = _Families()
-        for pid, proc in sorted(self.metrics.processes().items()):
-            families.add_process(str(pid), proc)
-        yield from families.all()
+        processes = self.metrics.processes()
+        with self._lock:
+            self._cap.begin()
+            families = _Families(self._cap)
+            for pid, proc in sorted(processes.items()):
+                families.add_process(str(pid), proc)
+            out = list(families.all())
+            self._cap.end()
+            folded = {label: len(values) for label, values in self._cap.folded.items()}
+        for proc in processes.values():
+            for label, values in proc.folded.items():
+                folded[label] = folded.get(label, 0) + len(values)
+        gauge = GaugeMetricFamily("kmon_label_values_folded", "Distinct label values shown "
+                                  'as "(other)" in this scrape, by label.', labels=["label"])
+        for label, count in sorted(folded.items()):
+            gauge.add_metric([label], count)
+        yield gauge
+        yield from out
 
     def _own(self) -> Iterator[Metric]:
         build = InfoMetricFamily("kmon_build", "kmon's version and Python.")
@@ -93,11 +111,47 @@ class HostCollector(Collector):
                                 value=int(stats.kernel_events))
 
 
-class _Families:
-    """Every per-process family, filled process by process."""
+class LabelCap:
+    """At most MAX_LABEL_VALUES distinct values of each label in each family; the rest are
+    "(other)". A value keeps its place while some series carries it (from scrape to
+    scrape, so a counter does not jump between series); one gone frees its place."""
 
     def __init__(self) -> None:
+        self._kept: dict[tuple[str, str], set[str]] = {}  # (family, label) -> values
+        self._seen: dict[tuple[str, str], set[str]] = {}  # ... in this scrape
+        self.folded: dict[str, set[str]] = {}  # label -> values folded in this scrape
+
+    def begin(self) -> None:
+        self._seen, self.folded = {}, {}
+
+    def __call__(self, family: str, label: str, value: str) -> str:
+        key = (family, label)
+        kept = self._kept.setdefault(key, set())
+        if value not in kept:
+            if len(kept) >= MAX_LABEL_VALUES:
+                self.folded.setdefault(label, set()).add(value)
+                return OTHER
+            kept.add(value)
+        self._seen.setdefault(key, set()).add(value)
+        return value
+
+    def end(self) -> None:
+        """Free the places of values no series carried in this scrape."""
+        self._kept = {key: kept & self._seen.get(key, set())
+                      for key, kept in self._kept.items() if key in self._seen}
+
+
+class _Families:
+    """Every per-process family, filled process by process through ``cap``; series that
+    fold into the same labels are added up (an info keeps its first)."""
+
+    def __init__(self, cap: LabelCap | None = None) -> None:
+        self.cap = cap or LabelCap()
+        self._rows: dict[str, dict[tuple, object]] = {}
+        self._label_names: dict[str, tuple[str, ...]] = {}
+
         def family(kind, name: str, *extra: str, base=CONNECTION):
+            self._label_names[f"kmon_{name}"] = (*base, *extra)
             return kind(f"kmon_{name}", HELP[name], labels=[*base, *extra])
 
         self.connections = family(GaugeMetricFamily, "connections", "state")
@@ -119,36 +173,63 @@ class _Families:
         self.open_fds = family(GaugeMetricFamily, "process_open_fds", base=PROCESS)
         self.max_fds = family(GaugeMetricFamily, "process_max_fds", base=PROCESS)
 
+    def _add(self, family: Metric, labels: list[str], value) -> None:
+        """One series' value (a number, a (buckets, sum) pair or an info dict) under its
+        capped labels, added to what the same labels hold."""
+        names = self._label_names[family.name]
+        key = tuple(self.cap(family.name, name, value_) for name, value_ in
+                    zip(names, labels, strict=True))
+        rows = self._rows.setdefault(family.name, {})
+        held = rows.get(key)
+        if held is None:
+            rows[key] = value
+        elif isinstance(value, tuple):  # a histogram: bucket by bucket
+            rows[key] = ([(le, a + b) for (le, a), (_, b) in zip(held[0], value[0],
+                                                                   strict=True)],
+                         held[1] + value[1])
+        elif not isinstance(value, dict):  # an info keeps its first
+            rows[key] = held + value
+
     def add_process(self, pid: str, proc: ProcessMetrics) -> None:
         who = [pid, proc.process, proc.cluster]
         for (*labels, state), count in proc.connections.items():
-            self.connections.add_metric([*who, *labels, state], count)
+            self._add(self.connections, [*who, *labels, state], count)
         for labels, count in proc.opened.items():
-            self.opened.add_metric([*who, *labels], count)
+            self._add(self.opened, [*who, *labels], count)
         for (*labels, closed_by, reason), count in proc.closed.items():
-            self.closed.add_metric([*who, *labels, closed_by, reason], count)
+            self._add(self.closed, [*who, *labels, closed_by, reason], count)
         for labels, count in proc.connect_failures.items():
-            self.failures.add_metric([*who, *labels], count)
+            self._add(self.failures, [*who, *labels], count)
         for role, hist in proc.idle_at_close.items():
-            self.idle_at_close.add_metric([*who, role], hist.buckets(), hist.total)
+            self._add(self.idle_at_close, [*who, role], (hist.buckets(), hist.total))
         for labels, (idle_s, limit_s, limit_by) in proc.idle.items():
-            self.max_idle.add_metric([*who, *labels], idle_s)
+            self._add(self.max_idle, [*who, *labels], idle_s)
             if limit_s is not None:
-                self.idle_limit.add_metric([*who, *labels, limit_by], limit_s)
+                self._add(self.idle_limit, [*who, *labels, limit_by], limit_s)
         for kind, count in proc.clients.items():
-            self.clients.add_metric([*who, kind], count)
+            self._add(self.clients, [*who, kind], count)
         if proc.clients_created is not None:
-            self.created.add_metric(who, proc.clients_created)
+            self._add(self.created, who, proc.clients_created)
         for (client_id, group_id), broker in proc.coordinators.items():
-            self.coordinator.add_metric([*who, client_id, group_id], {"broker_id": broker})
+            self._add(self.coordinator, [*who, client_id, group_id], {"broker_id": broker})
         for (client_id, group_id), count in proc.coordinator_changes.items():
-            self.coordinator_changes.add_metric([*who, client_id, group_id], count)
+            self._add(self.coordinator_changes, [*who, client_id, group_id], count)
         for pattern, count in proc.churn.items():
-            self.churn.add_metric([*who, pattern], count)
+            self._add(self.churn, [*who, pattern], count)
         if proc.open_fds is not None:
-            self.open_fds.add_metric(who, proc.open_fds)
+            self._add(self.open_fds, who, proc.open_fds)
         if proc.max_fds is not None:
-            self.max_fds.add_metric(who, proc.max_fds)
+            self._add(self.max_fds, who, proc.max_fds)
 
     def all(self, with_empty: bool = False) -> Iterator[Metric]:
-        yield from (family for family in vars(self).values() if with_empty or family.samples)
+        for family in self._families():
+            for labels, value in self._rows.get(family.name, {}).items():
+                if isinstance(value, tuple):
+                    family.add_metric(list(labels), *value)
+                else:
+                    family.add_metric(list(labels), value)
+            if with_empty or family.samples:
+                yield family
+
+    def _families(self) -> list[Metric]:
+        return [value for value in vars(self).values() if isinstance(value, Metric)]

@@ -3,34 +3,15 @@
 from __future__ import annotations
 
 import gzip
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
-from socketserver import ThreadingMixIn
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 from kmon.errors import UserError
-
-
-class _Server(ThreadingMixIn, WSGIServer):
-    """One thread per request, so a slow scraper never holds up another."""
-
-    daemon_threads = True
-
-
-class _IPv6Server(_Server):
-    address_family = socket.AF_INET6
-
-
-class _QuietHandler(WSGIRequestHandler):
-    """No access log on stderr (a scrape every 15 s for weeks)."""
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        pass
+from kmon.export.http_server import BoundedHTTPServer
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -88,18 +69,13 @@ class MetricsServer:
                  healthy: Callable[[], tuple[bool, str]]) -> None:
         host, port = parse_listen(listen)
         self.healthy = healthy
-        server_class = _IPv6Server if ":" in host else _Server
         try:
-            self.server = make_server(host, port, self._app(metrics), server_class,
-                                      _QuietHandler)
+            self.server = BoundedHTTPServer(host, port, self._app(metrics))
         except (OSError, UnicodeError) as err:  # in use, not an address of this host, ...
             raise UserError(f"cannot listen on {listen}: "
                             f"{getattr(err, 'strerror', None) or err}") from err
-        self.address = f"{host}:{self.server.server_port}"
-        self._thread = threading.Thread(target=self.server.serve_forever,
-                                        kwargs={"poll_interval": 0.2},
-                                        name="kmon-serve-http", daemon=True)
-        self._thread.start()
+        shown = f"[{host}]" if ":" in host else host  # an IPv6 address in brackets
+        self.address = f"{shown}:{self.server.port}"
 
     def _app(self, metrics: Callable) -> Callable:
         def app(environ: dict, start_response: Callable) -> Iterable[bytes]:
@@ -117,9 +93,7 @@ class MetricsServer:
 
     def close(self) -> None:
         """Stop answering and release the port."""
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join()
+        self.server.close()
 
 
 def fresh_within(last_success_s: Callable[[], float | None], max_age_s: float,

@@ -2,7 +2,7 @@
 
 State is kept per live process only: a process gone from the snapshot takes
 its series with it, and nothing is kept per socket, so memory follows what is
-open now, not how long kmon has run. Labels never carry an address or a port.
+open now, not how long kmon has run. Labels carry no connection's address or port.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ POLL_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 ConnectionLabels = tuple[str, str, str]  # client_id, role, broker_id
 MAX_CLIENT_IDS = 100  # client_ids of one process with series of their own; more are "(other)"
-OTHER_CLIENTS = "(other)"
+MAX_GROUP_IDS = 100  # and group_ids
+OTHER = "(other)"
+CAPS = {"client_id": MAX_CLIENT_IDS, "group_id": MAX_GROUP_IDS}
 
 
 class Histogram:
@@ -64,6 +66,7 @@ class ProcessMetrics:
     clients: Counter = field(default_factory=Counter)  # client type -> instances
     clients_created: int | None = None
     coordinators: dict = field(default_factory=dict)  # (client_id, group_id) -> broker_id
+    members: dict = field(default_factory=dict)  # the same, uncapped: this poll's only
     coordinator_changes: Counter = field(default_factory=Counter)  # (client_id, group_id)
     opened: Counter = field(default_factory=Counter)  # ConnectionLabels
     closed: Counter = field(default_factory=Counter)  # (*ConnectionLabels, closed_by, reason)
@@ -74,7 +77,8 @@ class ProcessMetrics:
     max_fds: int | None = None
     client_ids: dict = field(default_factory=dict)  # instance name -> client_id, this poll
     earlier_ids: dict = field(default_factory=dict)  # ... and the poll before (closes)
-    labelled_ids: set = field(default_factory=set)  # client_ids given series, MAX_CLIENT_IDS
+    labelled: dict = field(default_factory=lambda: {label: set() for label in CAPS})
+    folded: dict = field(default_factory=lambda: {label: set() for label in CAPS})  # this poll
 
 
 @dataclass
@@ -150,8 +154,9 @@ class HostMetrics:
         metrics = ProcessMetrics(process=process, cluster=cluster, cmdline=view.cmdline)
         if before is not None:  # copies: a scrape may be reading the old ones
             for name in ("coordinator_changes", "opened", "closed", "connect_failures",
-                         "churn", "labelled_ids"):
+                         "churn"):
                 setattr(metrics, name, type(getattr(before, name))(getattr(before, name)))
+            metrics.labelled = {label: set(kept) for label, kept in before.labelled.items()}
             metrics.idle_at_close = {key: hist.copy()
                                      for key, hist in before.idle_at_close.items()}
             metrics.earlier_ids = before.client_ids
@@ -162,12 +167,13 @@ class HostMetrics:
             _keep_idlest(metrics.idle, labels, conn)
         metrics.clients.update(c.type for c in view.clients)
         metrics.clients_created = view.clients_created
-        metrics.coordinators = {(_client_label(metrics, client_id), group): broker
-                                for (client_id, group), broker in _coordinators(view).items()}
+        metrics.members = _coordinators(view)
+        metrics.coordinators = {_member_labels(metrics, member): broker
+                                for member, broker in metrics.members.items()}
         if before is not None:
-            for key, broker in metrics.coordinators.items():
-                if before.coordinators.get(key, broker) != broker:
-                    metrics.coordinator_changes[key] += 1
+            for member, broker in metrics.members.items():
+                if before.members.get(member, broker) != broker:
+                    metrics.coordinator_changes[_member_labels(metrics, member)] += 1
         if self.count_fds:
             metrics.open_fds, metrics.max_fds = open_fd_count(view.pid), open_fd_limit(view.pid)
         return metrics
@@ -178,17 +184,25 @@ def _labels(metrics: ProcessMetrics, client: str | None, role: str,
     """A connection's labels: its client's client.id (bounded per process), role, broker."""
     client_id = (metrics.client_ids.get(client) or metrics.earlier_ids.get(client) or ""
                  if client else "")
-    return _client_label(metrics, client_id), role, _broker_label(broker_id)
+    return _capped(metrics, "client_id", client_id), role, _broker_label(broker_id)
 
 
-def _client_label(metrics: ProcessMetrics, client_id: str) -> str:
-    """``client_id``, or "(other)" once the process has MAX_CLIENT_IDS others (a client.id
-    made per instance must not grow the series without end)."""
-    if client_id not in metrics.labelled_ids:
-        if len(metrics.labelled_ids) >= MAX_CLIENT_IDS:
-            return OTHER_CLIENTS
-        metrics.labelled_ids.add(client_id)
-    return client_id
+def _member_labels(metrics: ProcessMetrics, member: tuple[str, str]) -> tuple[str, str]:
+    """A group member's (client_id, group_id) labels, each capped."""
+    return _capped(metrics, "client_id", member[0]), _capped(metrics, "group_id", member[1])
+
+
+def _capped(metrics: ProcessMetrics, label: str, value: str) -> str:
+    """``value``, or "(other)" once the process has CAPS[label] others of that label (a
+    client.id made per instance, a group per run, must not grow the series without end);
+    the first values keep their series for the process's life."""
+    kept = metrics.labelled[label]
+    if value not in kept:
+        if len(kept) >= CAPS[label]:
+            metrics.folded[label].add(value)
+            return OTHER
+        kept.add(value)
+    return value
 
 
 def _keep_idlest(idle: dict, labels: ConnectionLabels, conn: Connection) -> None:

@@ -26,17 +26,19 @@ DEADLINE_S = 2.0  # connect, ask and read the whole answer in this long, or give
 MAX_RESPONSE = 64 * 1024  # a Metadata answer without topics: some 40 bytes a broker
 CORRELATION_ID = 0x6B6D6F6E  # "kmon"
 MAX_ASKED = 256  # endpoints ConfirmedBrokers remembers asking (and confirming)
+METADATA_VERSION = 2  # the first whose answer carries the cluster id
 
 
 def ask_brokers(broker: Endpoint, deadline_s: float = DEADLINE_S
-                ) -> dict[int, tuple[str, int]] | None:
-    """broker id -> (host, port) as ``broker`` answers; None when it does not (TLS, SASL,
+                ) -> kp.MetadataAnswer | None:
+    """broker id -> (host, port) as ``broker`` answers, with the cluster id it sends (a
+    Metadata v2 answer); None when it does not (TLS, SASL,
     not a broker, an answer too large, or not whole within ``deadline_s``). Blocks up to
     ``deadline_s``: see ``BrokerQuery`` for the poll's use."""
     until = time.monotonic() + deadline_s
     try:
         with socket.create_connection((broker.ip, broker.port), timeout=deadline_s) as conn:
-            conn.sendall(kp.metadata_request(CORRELATION_ID))
+            conn.sendall(kp.metadata_request(CORRELATION_ID, version=METADATA_VERSION))
             head = _read(conn, 4, until)
             size = int.from_bytes(head, "big", signed=True)
             if not 4 <= size <= MAX_RESPONSE:
@@ -46,7 +48,7 @@ def ask_brokers(broker: Endpoint, deadline_s: float = DEADLINE_S
         return None
     if kp.response_correlation(answer) != CORRELATION_ID:
         return None
-    return kp.metadata_brokers(answer, 1)
+    return kp.metadata_brokers(answer, METADATA_VERSION)
 
 
 def _read(conn: socket.socket, n: int, until: float) -> bytes:
@@ -110,6 +112,22 @@ class ConfirmedBrokers:
         """A copy of the confirmed endpoints and their broker ids."""
         with self._lock:
             return dict(self._brokers)
+
+    def clusters(self) -> dict[Endpoint, tuple[str | None, tuple[str, ...]]]:
+        """Each confirmed endpoint's cluster as kmon's own query to it answered: the
+        cluster id it sent (None if none) and its brokers' host:port, sorted (the same
+        from every broker of one cluster)."""
+        with self._lock:
+            return {endpoint: (getattr(answer, "cluster_id", None),
+                               tuple(sorted({f"{host}:{port}" for host, port
+                                             in answer.values()})))
+                    for endpoint in self._brokers
+                    if (answer := self._answers.get(endpoint)) is not None}
+
+    def unanswered(self, endpoints: Iterable[Endpoint]) -> bool:
+        """True while a query is under way or one of ``endpoints`` has not been asked."""
+        with self._lock:
+            return self._query is not None or any(e not in self._asked for e in endpoints)
 
     def check(self, endpoints: Iterable[Endpoint]) -> None:
         """Take the answer of the query under way, if it has come, and ask the first of

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import BinaryIO, Literal
 
 from kmon.classify import MAX_INT, java_node_id
+from kmon.sources.text import decoded
 
 LogEventKind = Literal["connecting", "connected", "disconnected", "connect_failed", "idle_close",
                     "coordinator", "coordinator_lost", "metadata_request", "io"]
@@ -356,7 +357,7 @@ class LogFollower:
             self._partial = b""
 
     def _take(self, line: bytes, read_ms: int, events: list[JavaLogEvent]) -> None:
-        text = line.decode("utf-8", errors="replace").rstrip("\r")
+        text = decoded(line).rstrip("\r")
         event, recognised = _match(text)
         if event is not None:
             self.parsed += 1

@@ -11,9 +11,12 @@ where the prefix ends before the fact.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import struct
 from typing import NamedTuple
+
+from kmon.sources.text import decoded
 
 API_NAMES = {
     0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit",
@@ -112,7 +115,7 @@ class _Reader:
 
     def string(self) -> str | None:
         length = self.uvarint() - 1 if self.flexible else self.int16()
-        return None if length < 0 else self._take(length).decode("utf-8", "replace")
+        return None if length < 0 else decoded(self._take(length))
 
     def array_length(self) -> int:
         return self.uvarint() - 1 if self.flexible else self.int32()
@@ -141,15 +144,22 @@ def error_code(data: bytes, api: int, version: int) -> int | None:
         return None
 
 
-def metadata_brokers(data: bytes, version: int) -> dict[int, tuple[str, int]] | None:
-    """broker id -> (host, port) from a Metadata response (``data`` from its size field)."""
+class MetadataAnswer(dict):
+    """broker id -> (host, port), as a Metadata response lists them, and the cluster id it
+    carries (versions 2 and later; None before, or when the broker sends none)."""
+
+    cluster_id: str | None = None
+
+
+def metadata_brokers(data: bytes, version: int) -> MetadataAnswer | None:
+    """The brokers (and cluster id) of a Metadata response (``data`` from its size field)."""
     flexible = version >= FLEXIBLE_FROM[METADATA]
     read = _Reader(data, 8, flexible)
     try:
         read.tags()  # the response header's tagged fields (flexible versions)
         if version >= 3:
             read.int32()  # throttle_time_ms
-        brokers = {}
+        brokers = MetadataAnswer()
         for _ in range(read.array_length()):
             node_id, host, port = read.int32(), read.string(), read.int32()
             if version >= 1:
@@ -157,9 +167,12 @@ def metadata_brokers(data: bytes, version: int) -> dict[int, tuple[str, int]] | 
             read.tags()
             if host:
                 brokers[node_id] = (host, port)
-        return brokers
     except (EOFError, UnicodeDecodeError):
         return None
+    if version >= 2:  # a captured prefix may end before it: the brokers stand without it
+        with contextlib.suppress(EOFError):
+            brokers.cluster_id = read.string() or None
+    return brokers
 
 
 def coordinator_answer(data: bytes, version: int) -> tuple[int, str, int] | None:
@@ -185,10 +198,11 @@ def coordinator_answer(data: bytes, version: int) -> tuple[int, str, int] | None
         return None
 
 
-def metadata_request(correlation_id: int, client_id: str = "kmon") -> bytes:
-    """A Metadata v1 request for no topics: the answer lists the brokers only."""
+def metadata_request(correlation_id: int, client_id: str = "kmon", version: int = 1) -> bytes:
+    """A Metadata request (v1 or v2: the same body) for no topics: the answer lists the
+    brokers only (and from v2 the cluster id)."""
     name = client_id.encode()
-    body = (METADATA.to_bytes(2, "big") + (1).to_bytes(2, "big")
+    body = (METADATA.to_bytes(2, "big") + version.to_bytes(2, "big")
             + correlation_id.to_bytes(4, "big") + len(name).to_bytes(2, "big") + name
             + (0).to_bytes(4, "big"))
     return len(body).to_bytes(4, "big") + body

@@ -12,14 +12,17 @@ from collections.abc import Collection
 import psutil
 
 from kmon.redact import redact_args
+from kmon.sources.text import valid
 
 KAFKA_LIBRARIES = ("librdkafka", "kafka-clients", "kafka_2.", "kafka-streams")
 
 
 def describe(process: psutil.Process) -> tuple[str, str, float]:
-    """(name, command line with secrets masked, start time); psutil's errors pass through."""
+    """(name, command line with secrets masked, start time), as valid text (an
+    undecodable byte as ``\\xNN``); psutil's errors pass through."""
     with process.oneshot():
-        return (process.name(), shlex.join(redact_args(process.cmdline())),
+        return (valid(process.name()), shlex.join(redact_args([valid(arg) for arg in
+                                                               process.cmdline()])),
                 process.create_time())
 
 

@@ -19,7 +19,6 @@ not blind kmon to the user's processes.
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import stat
@@ -30,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kmon.sources import bounded
+from kmon.sources.text import json_value, valid
 
 FORMAT = 1
 MAX_RECORD_BYTES = 1024 * 1024  # a client's statistics without partitions: a few KiB
@@ -45,7 +45,11 @@ _SETTLED_NS = 50_000_000  # a directory unchanged this long before it was listed
 
 
 class SpoolError(Exception):
-    """A spool directory or file that kmon must not or cannot use."""
+    """A spool directory or file that kmon must not or cannot use; its message is valid
+    text, whatever bytes the paths it names hold."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(valid(message))
 
 
 class SpoolUntrusted(SpoolError):
@@ -105,10 +109,11 @@ def read_records(directory: Path, pid: int, owner_uid: int) -> SpoolRecords:
     for at, (size, path) in enumerate(found):
         if at == MAX_FILES_PER_READ or size > budget:
             left = found[at:]
-            taken.skipped = (f"spool {directory}: {len(left)} older statistics files of PID "
-                             f"{pid} ({sum(s for s, _ in left):,} bytes) not read; kmon reads "
-                             f"at most {MAX_FILES_PER_READ} files and "
-                             f"{MAX_BYTES_PER_READ:,} bytes of a process per poll")
+            taken.skipped = valid(
+                f"spool {directory}: {len(left)} older statistics files of PID {pid} "
+                f"({sum(s for s, _ in left):,} bytes) not read; kmon reads at most "
+                f"{MAX_FILES_PER_READ} files and {MAX_BYTES_PER_READ:,} bytes of a process "
+                "per poll")
             break
         budget -= size
         record = _read_one(path, owner_uid)
@@ -171,7 +176,7 @@ def _read_one(path: Path, owner_uid: int) -> dict | None:
     if len(raw) > MAX_RECORD_BYTES:
         raise SpoolError(f"spool file {path} is too large (over {MAX_RECORD_BYTES:,} bytes)")
     try:
-        record = json.loads(raw)
+        record = json_value(raw)
     except (ValueError, RecursionError) as err:
         raise SpoolError(f"spool file {path} is corrupt (not JSON: {err})") from err
     if not (isinstance(record, dict) and (isinstance(record.get("stats"), dict)

@@ -1,0 +1,80 @@
+"""Every label family of kmon serve's metrics is capped: the values past a cap share the
+label "(other)", their series added up, and kmon_label_values_folded says how many.
+
+Once, one process rotating its consumer groups added 8 series a second to
+kmon_group_coordinator_changes_total, without end.
+"""
+
+from __future__ import annotations
+
+import pytest
+from helpers import promtool, require_prometheus
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from kmon.export.collector import MAX_LABEL_VALUES, HostCollector
+from kmon.export.metrics import MAX_GROUP_IDS, OTHER, HostMetrics
+from kmon.model import ClientInstance, ProcessView, Snapshot
+
+pytestmark = pytest.mark.integration  # promtool, a process
+
+
+def _consumer(group: str, coordinator: int) -> ClientInstance:
+    return ClientInstance(name="rdkafka#consumer-1", client_id="rotator", type="consumer",
+                          group_id=group, group_coordinator_id=coordinator)
+
+
+def _render(metrics: HostMetrics, collector: HostCollector | None = None
+            ) -> tuple[str, dict[str, list]]:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector or HostCollector(metrics))
+    text = generate_latest(registry).decode()
+    return text, {family.name: family.samples for family in text_string_to_metric_families(text)}
+
+
+def _folded(samples: dict[str, list], label: str) -> float:
+    return next((s.value for s in samples["kmon_label_values_folded"]
+                 if s.labels["label"] == label), 0.0)
+
+
+def test_a_process_rotating_its_groups_keeps_the_series_bounded():
+    """600 polls of one process through the real HostMetrics and collector, a new group
+    every second poll and its coordinator moving in between."""
+    require_prometheus()
+    metrics = HostMetrics(count_fds=False)
+    collector = HostCollector(metrics)
+    for poll in range(600):
+        view = ProcessView(4242, "python", "python rotate.py",
+                           clients=[_consumer(f"group-{poll // 2}", poll % 2 + 1)])
+        metrics.update(Snapshot(ts_ms=1_700_000_000_000 + poll, host="h", processes=[view]),
+                       [], {}, 0.0)
+        text, samples = _render(metrics, collector)
+    changes = samples["kmon_group_coordinator_changes"]
+    groups = {s.labels["group_id"] for s in changes}
+    assert len(groups) <= MAX_GROUP_IDS + 1 and OTHER in groups, len(groups)
+    assert sum(s.value for s in changes) == 300  # every change still counted
+    assert len(samples["kmon_group_coordinator_info"]) <= MAX_GROUP_IDS + 1
+    assert _folded(samples, "group_id") >= 1
+    checked = promtool("check", "metrics", stdin=text)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_each_label_keeps_at_most_its_cap_of_values_in_a_family():
+    """250 processes, each in a group of its own: pid, process and group_id values past
+    the cap fold into "(other)", and no count is lost."""
+    require_prometheus()
+    metrics = HostMetrics(count_fds=False)
+    count = MAX_LABEL_VALUES + 50
+    views = [ProcessView(1000 + i, "python", f"python app-{i}.py",
+                         clients=[_consumer(f"g-{i}", 1)], clients_created=1)
+             for i in range(count)]
+    metrics.update(Snapshot(ts_ms=1_700_000_000_000, host="h", processes=views), [], {}, 0.0)
+    text, samples = _render(metrics)
+    created = samples["kmon_client_instances_created"]
+    assert len({s.labels["pid"] for s in created}) == MAX_LABEL_VALUES + 1
+    assert sum(s.value for s in created) == count
+    assert len({s.labels["group_id"] for s in samples["kmon_group_coordinator_info"]}) \
+        == MAX_LABEL_VALUES + 1
+    assert _folded(samples, "pid") == count - MAX_LABEL_VALUES
+    checked = promtool("check", "metrics", stdin=text)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
