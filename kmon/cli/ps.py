@@ -103,7 +103,8 @@ def _search(session, settings) -> list:
             settings.directory.learned.keys() & {parse_endpoint(c.remote) for view in
                                                  snapshot.processes for c in view.connections}):
         time.sleep(CONFIRM_EVERY_S)
-        events += session.poll()[1]
+        snapshot, new = session.poll()
+        events += new
     return events
 
 
