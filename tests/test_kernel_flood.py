@@ -11,11 +11,11 @@ import threading
 import time
 
 import pytest
-from helpers import Child, get, python_as, start_serve, wait_for
+from helpers import Child, free_port, get, python_as, start_serve, wait_for
 
 from kmon.engine.kernel_watch import KernelWatch
 from kmon.model import ProcessView
-from kmon.sources.kernel_events import KernelEvents
+from kmon.sources.kernel_events import RING_PAGES, KernelEvents
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(os.geteuid() != 0, reason="the kernel's TCP events need root")]
@@ -103,6 +103,28 @@ def test_a_connect_flood_to_another_port_costs_a_watched_process_none_of_its_clo
     assert sum(flooded) > 50_000, flooded  # a flood, however fast this machine is
     assert closes == made == 600, (closes, made, watch.lost, watch.source.lost_connects)
     assert watch.lost == 0  # the flood filled only the rings of other ports' connects
+
+
+def test_a_ring_replaced_by_a_new_filter_still_gives_its_count_of_lost_records():
+    """500 connections (about 1,000 records) into a 4 KiB ring no one reads, then a new
+    port to follow: the kernel writes the old ring's count at its next record, which kmon
+    still reads once (before: the ring was closed and the loss never known); no record
+    is counted twice."""
+    listener = Listener()
+    source = KernelEvents([listener.port], {**RING_PAGES, "inet_sock_set_state": 1})
+    try:
+        for _ in range(500):
+            socket.create_connection(("127.0.0.1", listener.port)).close()
+        time.sleep(0.2)
+        source.watch_ports([listener.port, free_port()])
+        source.read()
+        socket.create_connection(("127.0.0.1", listener.port)).close()
+        time.sleep(0.2)
+        source.read()
+    finally:
+        source.close()
+        listener.close()
+    assert 0 < source.lost <= 1_002, source.lost
 
 
 BURSTER = """

@@ -45,7 +45,7 @@ MAX_FORMAT_BYTES = 64 * 1024
 RING_PAGES = {"inet_sock_set_state": 256, "tcp_receive_reset": 8, "tcp_send_reset": 8,
               "connects": 32}
 MAX_EVENTS_PER_READ = 200_000  # a read stops here; the rest waits for the next
-RETIRING_READS = 2  # reads of a replaced ring before it is closed
+RETIRING_READS = 2  # reads of a replaced ring, at most, for its count of lost records
 
 PERF_TYPE_TRACEPOINT = 2
 PERF_SAMPLE_TID, PERF_SAMPLE_TIME, PERF_SAMPLE_RAW = 1 << 1, 1 << 2, 1 << 10
@@ -255,8 +255,8 @@ class KernelEvents:
         self.lost_connects = 0  # ... and the connect rings (connects to other ports)
         self._page = mmap.PAGESIZE
         self._pending: list[TcpEvent] = []  # drained from rings replaced by a new filter
-        # rings replaced by a new filter, read RETIRING_READS more times then closed: the
-        # kernel writes a full ring's count of lost records only at its next record
+        # rings replaced by a new filter, read until a record comes (RETIRING_READS at most),
+        # then closed: the kernel writes a full ring's count of lost records at its next one
         self._retiring: list[tuple[_Ring, int]] = []
         self.ports = bounded_ports(ports)
         self.rings = self._open_all(self.ports)
@@ -299,8 +299,8 @@ class KernelEvents:
 
     def watch_ports(self, ports: Iterable[int]) -> None:
         """Filter in the kernel by these ports, the most wanted first (a no-op when they are
-        the same): the new events start before the old ones are drained (and read twice
-        more, then closed), so nothing falls between them."""
+        the same): the new events start before the old ones are drained, so nothing falls
+        between them; the old rings are read once more for their losses, then closed."""
         ports = bounded_ports(ports)
         if ports == self.ports:
             return
@@ -312,21 +312,22 @@ class KernelEvents:
     def read(self) -> list[TcpEvent]:
         """The events recorded since the last read, oldest first."""
         out, self._pending = self._pending, []
-        overlap = bool(out or self._retiring)  # old rings recorded alongside the new ones
+        overlap = bool(out)  # rings replaced by a new filter recorded alongside the new ones
         for ring in self.rings:
             self._drain(ring, out)
         retiring, self._retiring = self._retiring, []
         for ring, reads in retiring:
-            self._drain(ring, out)
-            if reads > 1:
-                self._retiring.append((ring, reads - 1))
-            else:
+            if self._drain(ring, out, retiring=True) or reads <= 1:
                 _close([ring])
+            else:
+                self._retiring.append((ring, reads - 1))
         return sorted(set(out) if overlap else out, key=lambda e: e.ts_ms)
 
-    def _drain(self, ring: _Ring, out: list[TcpEvent]) -> None:
+    def _drain(self, ring: _Ring, out: list[TcpEvent], retiring: bool = False) -> bool:
         """The records between the ring's tail and head, copied out in one or two slices
-        (where they wrap), then read in place."""
+        (where they wrap), then read in place; True when there were any. A ring replaced by
+        a new filter (``retiring``) gives only the count of records it lost before: the
+        record the kernel writes first once it has room (what follows is the new rings')."""
         buf, size = ring.buffer, ring.pages * self._page
         head, tail = struct.unpack_from("<QQ", buf, 1024)
         start, end = self._page + tail % size, self._page + tail % size + min(head - tail, size)
@@ -341,13 +342,13 @@ class KernelEvents:
             if length < 8 or at + length > len(data):
                 at = head - tail  # a corrupt ring: start again from the head
                 break
-            if kind == PERF_RECORD_LOST and length >= 24:
+            if kind == PERF_RECORD_LOST and length >= 24 and not (retiring and at):
                 lost = struct.unpack_from("<Q", data, at + 16)[0]
                 if ring.followed:
                     self.lost += lost
                 else:
                     self.lost_connects += lost
-            elif kind == PERF_RECORD_SAMPLE and length >= 28:
+            elif kind == PERF_RECORD_SAMPLE and length >= 28 and not retiring:
                 pid, _tid, ts_ns, raw_size = SAMPLE.unpack_from(data, at + 8)
                 event = decode(pid, ts_ns / 1e6 + epoch_ms, data[at + 28:at + 28 + raw_size])
                 if event is not None:
@@ -355,6 +356,7 @@ class KernelEvents:
                     room -= 1
             at += length
         struct.pack_into("<Q", buf, 1032, tail + at)
+        return at > 0
 
     def close(self) -> None:
         """Stop the events and free their rings."""
