@@ -389,6 +389,23 @@ def test_an_endpoint_is_confirmed_only_by_its_own_answer():
     assert confirmed.brokers == {asked: 7}
 
 
+def test_an_answer_naming_its_endpoint_by_a_name_confirms_it_once_the_name_is_looked_up():
+    """A broker names itself by host name (as advertised.listeners often does): its entry
+    waits for the resolver's lookup, the checks meanwhile never waiting for it."""
+    liar = HostileBroker("liar")
+    asked = Endpoint("127.0.0.1", liar.port)
+    liar.lies.update({3: ("localhost", liar.port), 4: ("localhost", 9)})
+    confirmed = ConfirmedBrokers(Resolver())
+    try:
+        deadline = time.monotonic() + 30
+        while not confirmed.brokers and time.monotonic() < deadline:
+            confirmed.check([asked])
+            time.sleep(0.05)
+    finally:
+        liar.close()
+    assert confirmed.brokers == {asked: 3}
+
+
 HOSTILE_ENDPOINTS, HOSTILE_ENTRIES = 60, 2_600
 
 
