@@ -20,13 +20,14 @@ from helpers import Child, produce, wait_for
 from kmon.devtools.hostile_broker import (
     HostileBroker,
     coordinator_response,
+    crowd,
     find_coordinator_request,
 )
 from kmon.engine.facade import HostSession
 from kmon.engine.sampler import SamplerSettings
 from kmon.sources import kafka_protocol as kp
 from kmon.sources import spool
-from kmon.sources.broker_query import ConfirmedBrokers, ask_brokers
+from kmon.sources.broker_query import MAX_ENTRIES, MAX_WALKED, ConfirmedBrokers, ask_brokers
 from kmon.sources.librdkafka_stats import read_client_stats
 from kmon.sources.resolve import Resolver
 from kmon.sources.sockets import Endpoint, TcpSocket
@@ -386,3 +387,55 @@ def test_an_endpoint_is_confirmed_only_by_its_own_answer():
     finally:
         liar.close()
     assert confirmed.brokers == {asked: 7}
+
+
+def test_an_answer_naming_its_endpoint_by_a_name_confirms_it_once_the_name_is_looked_up():
+    """A broker names itself by host name (as advertised.listeners often does): its entry
+    waits for the resolver's lookup, the checks meanwhile never waiting for it."""
+    liar = HostileBroker("liar")
+    asked = Endpoint("127.0.0.1", liar.port)
+    liar.lies.update({3: ("localhost", liar.port), 4: ("localhost", 9)})
+    confirmed = ConfirmedBrokers(Resolver())
+    try:
+        deadline = time.monotonic() + 30
+        while not confirmed.brokers and time.monotonic() < deadline:
+            confirmed.check([asked])
+            time.sleep(0.05)
+    finally:
+        liar.close()
+    assert confirmed.brokers == {asked: 3}
+
+
+HOSTILE_ENDPOINTS, HOSTILE_ENTRIES = 60, 2_600
+
+
+def test_hostile_metadata_answers_cost_each_check_a_bounded_walk():
+    """60 fake brokers (real sockets; a real broker cannot be made to lie) each answer
+    kmon's own query with 2,600 brokers on their own port, none of them itself. Each check
+    looks at no more than MAX_WALKED entries, every kept entry once in all, and takes under
+    the issue's 100 ms a poll (its acceptance is a time bound; the old walk took 1-2 s), in
+    the CPU time of the polling thread: waits for the GIL and the CPU on a busy machine are
+    not the check's."""
+    liars = [HostileBroker("liar") for _ in range(HOSTILE_ENDPOINTS)]
+    for liar in liars:
+        liar.lies.update(crowd(liar.port, HOSTILE_ENTRIES))
+    asked = [Endpoint("127.0.0.1", liar.port) for liar in liars]
+    confirmed = ConfirmedBrokers(Resolver())
+    walked, slowest = [], 0.0
+    try:
+        assert len(ask_brokers(asked[0])) == HOSTILE_ENTRIES  # the answer is taken whole
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (
+                all(liar.asked_by_kmon.is_set() for liar in liars) and walked[-20:] == [0] * 20):
+            started = time.thread_time()
+            confirmed.check(asked)
+            slowest = max(slowest, time.thread_time() - started)
+            walked.append(confirmed.walked)
+            time.sleep(0.01)
+    finally:
+        for liar in liars:
+            liar.close()
+    assert max(walked) <= MAX_WALKED
+    assert sum(walked) == HOSTILE_ENDPOINTS * MAX_ENTRIES
+    assert confirmed.brokers == {}
+    assert slowest < 0.1, f"a check took {slowest * 1000:.0f} ms"

@@ -56,6 +56,7 @@ class Agent:
 
         self.args, self.metrics, self.recorder = args, metrics, recorder
         self.brokers: frozenset | None = None  # -b: the named cluster's, else every cluster
+        self.lost_before = 0  # kernel events dropped under the sessions a reload replaced
         self.session = self._session(load_config(args.config))
         self.last_error = ""
 
@@ -95,6 +96,7 @@ class Agent:
         snapshot, events = self.session.poll()
         if self.brokers is not None:
             snapshot, events = _only(snapshot, events, wiring.clients_of(snapshot, self.brokers))
+        self.metrics.kernel_lost = self.lost_before + self.session.kernel_lost
         self.metrics.update(snapshot, events, self.session.cluster_labels(snapshot),
                             time.monotonic() - began)
         if self.recorder is not None:
@@ -115,6 +117,7 @@ class Agent:
             self._tell(f"kmon serve: config not reloaded: {err}")
             return
         self.session, old = session, self.session
+        self.lost_before += old.kernel_lost
         old.close()
         print("kmon serve: config reloaded", file=sys.stderr, flush=True)
 

@@ -11,7 +11,7 @@ server on 127.0.0.1 run by threads of the calling process:
   closes on kmon's own query;
 * ``quiet``: the same, every answer naming the same coordinator;
 * ``liar``: answers every Metadata request, kmon's own too, with a broker list of its
-  choosing (``lies``: broker id -> (host, port)).
+  choosing (``lies``: broker id -> (host, port); ``crowd`` makes a long one).
 
 Each notes whether kmon's own Metadata request (correlation id "kmon") reached it.
 ``python -m kmon.devtools.hostile_broker PORT API`` is the client: it connects to
@@ -51,13 +51,20 @@ def coordinator_response(correlation: int, host: str, node_id: int, port: int = 
 
 def metadata_response(correlation: int, brokers: dict[int, tuple[str, int]]) -> bytes:
     """A Metadata v1 response listing ``brokers`` (no topics)."""
-    body = correlation.to_bytes(4, "big") + len(brokers).to_bytes(4, "big")
+    parts = [correlation.to_bytes(4, "big"), len(brokers).to_bytes(4, "big")]
     for node_id, (host, port) in brokers.items():
         name = host.encode()
-        body += (node_id.to_bytes(4, "big") + len(name).to_bytes(2, "big") + name
-                 + port.to_bytes(4, "big") + (-1).to_bytes(2, "big", signed=True))
-    body += (-1).to_bytes(4, "big", signed=True) + bytes(4)  # controller, topics
+        parts += (node_id.to_bytes(4, "big"), len(name).to_bytes(2, "big"), name,
+                  port.to_bytes(4, "big"), (-1).to_bytes(2, "big", signed=True))
+    parts.append((-1).to_bytes(4, "big", signed=True) + bytes(4))  # controller, topics
+    body = b"".join(parts)
     return len(body).to_bytes(4, "big") + body
+
+
+def crowd(port: int, count: int) -> dict[int, tuple[str, int]]:
+    """A broker list of ``count`` brokers on ``port``, at addresses (10.x.y.z) no broker
+    serves: what a liar answers to make kmon look at every entry."""
+    return {n: (f"10.{n >> 16 & 255}.{n >> 8 & 255}.{n & 255}", port) for n in range(count)}
 
 
 def _read_frame(conn: socket.socket) -> bytes | None:

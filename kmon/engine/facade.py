@@ -177,6 +177,12 @@ class LocalClients(Recordable):
         return self.discovery.notices + ([self.kernel_notice] if self.kernel_notice else []) + (
             [host_churn.in_words(closed)] if closed is not None else [])
 
+    @property
+    def kernel_lost(self) -> int:
+        """The kernel's TCP events dropped since the session began (a ring buffer was full)."""
+        kernel = self.monitor.kernel
+        return 0 if kernel is None else kernel.lost
+
     def events_of(self, pid: int) -> list[Event]:
         """The remembered events of one watched process."""
         with self._lock:

@@ -65,17 +65,24 @@ class KernelWatch:
         # to tell, with the row's role, so that every view counts it under one verdict
         seen = seen_pairs(polled + views, {remote for life in bad if (remote := life.remote)})
         events = [event for life in bad if (event := self._closed_event(life, seen)) is not None]
-        if self.source.lost:  # standing from the first loss on, with the total
-            note = (f"the kernel dropped {self.source.lost} TCP events (a ring buffer was "
+        if self.lost:  # standing from the first loss on, with the total
+            note = (f"the kernel dropped {self.lost} TCP events (a ring buffer was "
                     "full): connection counts may be short")
             for view in views:
                 view.notices.append(note)
         return opened, closed, events
 
+    @property
+    def lost(self) -> int:
+        """The events of the followed ports the kernel dropped since the watch began (a ring
+        buffer was full)."""
+        return self.source.lost
+
     def _follow_ports(self) -> None:
         while len(self.learned) > MAX_LEARNED_PORTS:
             self.learned.popitem(last=False)
-        self.source.watch_ports(self.broker_ports | set(self.learned))
+        # the brokers' ports first, then the latest learned: the filter keeps the first ones
+        self.source.watch_ports([*sorted(self.broker_ports), *reversed(self.learned)])
 
     def _remember(self, life: KernelLife) -> None:
         if life.local and life.remote:

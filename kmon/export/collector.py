@@ -44,7 +44,8 @@ HELP = {
 
 OWN = ("kmon_build_info", "kmon_poll_duration_seconds", "kmon_poll_errors_total",
        "kmon_last_poll_timestamp_seconds", "kmon_watched_processes",
-       "kmon_kernel_events_enabled", "kmon_label_values_folded")
+       "kmon_kernel_events_enabled", "kmon_label_values_folded",
+       "kmon_kernel_events_lost_total")
 
 
 def family_names() -> list[str]:
@@ -109,6 +110,10 @@ class HostCollector(Collector):
         yield GaugeMetricFamily("kmon_kernel_events_enabled",
                                 "1 when kmon reads the kernel's TCP events (CAP_PERFMON), else 0.",
                                 value=int(stats.kernel_events))
+        lost = CounterMetricFamily("kmon_kernel_events_lost", "Kernel TCP events dropped "
+                                   "because a ring buffer was full: counts may be short.")
+        lost.add_metric([], stats.kernel_lost)
+        yield lost
 
 
 class LabelCap:

@@ -90,6 +90,7 @@ class PollStats:
     last_success_s: float | None = None  # UTC epoch seconds
     processes: int = 0  # watched after the last poll
     kernel_events: bool = False  # the kernel's TCP events are read
+    kernel_lost: int = 0  # ... and those the kernel dropped (a ring buffer was full)
 
 
 def _broker_label(broker_id: int | None) -> str:
@@ -111,6 +112,7 @@ class HostMetrics:
         self.generation = 0  # changes with every poll, good or failed
         self.count_fds = count_fds
         self.kernel_events = False  # the session reads the kernel's TCP events
+        self.kernel_lost = 0  # the kernel's TCP events dropped, every session's
 
     def processes(self) -> dict[int, ProcessMetrics]:
         """Every live process's metrics (a shallow copy: safe to read while polls go on)."""
@@ -122,7 +124,7 @@ class HostMetrics:
         with self._lock:
             return PollStats(self.polls.errors, self.polls.duration.copy(),
                              self.polls.last_success_s, len(self._processes),
-                             self.kernel_events)
+                             self.kernel_events, self.kernel_lost)
 
     def poll_failed(self) -> None:
         with self._lock:

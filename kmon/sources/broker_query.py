@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterable
+from itertools import islice
 
 from kmon.sources import bounded
 from kmon.sources import kafka_protocol as kp
@@ -27,6 +28,9 @@ MAX_RESPONSE = 64 * 1024  # a Metadata answer without topics: some 40 bytes a br
 CORRELATION_ID = 0x6B6D6F6E  # "kmon"
 MAX_ASKED = 256  # endpoints ConfirmedBrokers remembers asking (and confirming)
 METADATA_VERSION = 2  # the first whose answer carries the cluster id
+MAX_ENTRIES = 1024  # entries of one answer kept (a cluster has a few dozen brokers)
+MAX_PENDING = 64  # answers kept until what their entries name is known
+MAX_WALKED = 256  # entries of the kept answers one check looks at
 
 
 def ask_brokers(broker: Endpoint, deadline_s: float = DEADLINE_S
@@ -97,15 +101,25 @@ class ConfirmedBrokers:
     with a broker list naming that very endpoint N, which nobody but whoever serves the
     endpoint can forge. ``check`` runs one query at a time, on its own thread
     (``BrokerQuery``); each endpoint is asked once (of the latest ``MAX_ASKED``).
+
+    The peer is not trusted with kmon's time either: of an answer only its first
+    ``MAX_ENTRIES`` entries on the asked endpoint's port are kept, at most ``MAX_PENDING``
+    answers wait for their names to be looked up, and one ``check`` looks at no more than
+    ``MAX_WALKED`` of their entries, however many and large the answers.
     """
 
     def __init__(self, resolver: Resolver) -> None:
         self.resolver = resolver
         self._brokers: dict[Endpoint, int] = {}  # confirmed endpoint -> broker id
-        self._answers: dict[Endpoint, dict[int, tuple[str, int]]] = {}  # asked -> its answer
+        # asked endpoint -> its answer's entries that may still name it: (id, "host:port")
+        self._pending: dict[Endpoint, list[tuple[int, str]]] = {}
         self._asked: dict[Endpoint, None] = {}
+        # asked endpoint -> the cluster its answer named: (cluster id, its first MAX_ENTRIES
+        # brokers' host:port, sorted)
+        self._clusters: dict[Endpoint, tuple[str | None, tuple[str, ...]]] = {}
         self._query: BrokerQuery | None = None
         self._lock = threading.Lock()
+        self.walked = 0  # answer entries the latest check looked at
 
     @property
     def brokers(self) -> dict[Endpoint, int]:
@@ -118,11 +132,8 @@ class ConfirmedBrokers:
         cluster id it sent (None if none) and its brokers' host:port, sorted (the same
         from every broker of one cluster)."""
         with self._lock:
-            return {endpoint: (getattr(answer, "cluster_id", None),
-                               tuple(sorted({f"{host}:{port}" for host, port
-                                             in answer.values()})))
-                    for endpoint in self._brokers
-                    if (answer := self._answers.get(endpoint)) is not None}
+            return {endpoint: self._clusters[endpoint] for endpoint in self._brokers
+                    if endpoint in self._clusters}
 
     def unanswered(self, endpoints: Iterable[Endpoint]) -> bool:
         """True while a query is under way or one of ``endpoints`` has not been asked."""
@@ -130,27 +141,61 @@ class ConfirmedBrokers:
             return self._query is not None or any(e not in self._asked for e in endpoints)
 
     def check(self, endpoints: Iterable[Endpoint]) -> None:
-        """Take the answer of the query under way, if it has come, and ask the first of
-        ``endpoints`` (brokers a watched process talks to) not asked yet when none runs."""
+        """Take the answer of the query under way, if it has come, look at some of the
+        answers' entries, and ask the first of ``endpoints`` (brokers a watched process
+        talks to) not asked yet when no query runs."""
         with self._lock:
             query = self._query
             if query is not None and query.done:
                 self._query = None
                 if query.answer:
-                    bounded.put(self._answers, query.broker, query.answer, MAX_ASKED)
-            for endpoint, answer in self._answers.items():  # names resolve in the background
-                if endpoint not in self._brokers:
-                    broker_id = self._self_named(endpoint, answer)
-                    if broker_id is not None:
-                        bounded.put(self._brokers, endpoint, broker_id, MAX_ASKED)
+                    bounded.put(self._pending, query.broker,
+                                _candidates(query.broker, query.answer), MAX_PENDING)
+                    bounded.put(self._clusters, query.broker, _cluster(query.answer),
+                                MAX_ASKED)
+            self.walked = self._walk()
             if self._query is None:
                 endpoint = next((e for e in endpoints if e not in self._asked), None)
                 if endpoint is not None:
                     bounded.put(self._asked, endpoint, None, MAX_ASKED)
                     self._query = BrokerQuery(endpoint)
 
-    def _self_named(self, endpoint: Endpoint, answer: dict[int, tuple[str, int]]) -> int | None:
-        """The id under which ``answer`` names ``endpoint`` itself, if it does."""
-        return next((broker_id for broker_id, (host, port) in answer.items()
-                     if port == endpoint.port
-                     and endpoint in self.resolver.endpoints(f"{host}:{port}")), None)
+    def _walk(self) -> int:
+        """Look at up to ``MAX_WALKED`` pending entries, answer by answer in turn (lock
+        held): an entry naming its asked endpoint confirms it, one whose name is known to
+        stand for other endpoints is dropped, one still being looked up waits for a later
+        check. The entries looked at."""
+        walked = 0
+        for endpoint in list(self._pending):
+            if walked >= MAX_WALKED:
+                break
+            entries = self._pending.pop(endpoint)
+            waiting: list[tuple[int, str]] = []
+            while entries and walked < MAX_WALKED:
+                broker_id, address = entries.pop()
+                walked += 1
+                named = self.resolver.known(address)
+                if named is None:
+                    waiting.append((broker_id, address))
+                elif endpoint in named:
+                    bounded.put(self._brokers, endpoint, broker_id, MAX_ASKED)
+                    entries = waiting = []
+            if entries or waiting:  # last in turn: the next check starts at another answer
+                self._pending[endpoint] = waiting + entries
+        return walked
+
+
+def _cluster(answer: kp.MetadataAnswer) -> tuple[str | None, tuple[str, ...]]:
+    """The cluster an answer names: its cluster id, and its first ``MAX_ENTRIES`` brokers'
+    host:port, sorted (the same from every broker of one cluster)."""
+    return answer.cluster_id, tuple(sorted({f"{host}:{port}" for host, port
+                                            in islice(answer.values(), MAX_ENTRIES)}))
+
+
+def _candidates(endpoint: Endpoint, answer: dict[int, tuple[str, int]]
+                ) -> list[tuple[int, str]]:
+    """The entries of ``answer`` (its first ``MAX_ENTRIES``) that may name ``endpoint``:
+    those on its port, as (broker id, "host:port")."""
+    return [(broker_id, f"{host}:{port}")
+            for broker_id, (host, port) in islice(answer.items(), MAX_ENTRIES)
+            if port == endpoint.port]

@@ -1,7 +1,8 @@
 """TCP state changes and resets as the kernel records them: the tracepoints
 ``sock:inet_sock_set_state``, ``tcp:tcp_receive_reset`` and ``tcp:tcp_send_reset``
 read through ``perf_event_open`` (one ring buffer per CPU), filtered in the kernel
-by the brokers' ports.
+by the ports kmon follows, the connects to other ports in rings of their own
+(kmon.sources.kernel_filter); the records a full ring dropped are counted.
 
 Needs root (or CAP_PERFMON). The tracepoints' ids and record layouts come from
 tracefs's ``format`` files; where tracefs is not mounted, kmon mounts it on a
@@ -26,16 +27,25 @@ from operator import itemgetter
 from pathlib import Path
 from typing import NamedTuple
 
+from kmon.sources.kernel_filter import (  # noqa: F401  (the states, for the lives)
+    TCP_CLOSE,
+    TCP_SYN_SENT,
+    bounded_ports,
+    connect_filter,
+    port_filter,
+)
 from kmon.sources.resolve import normalize_ip
 
 TRACEPOINTS = ("sock/inet_sock_set_state", "tcp/tcp_receive_reset", "tcp/tcp_send_reset")
 TRACEFS_PLACES = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 MAX_FORMAT_BYTES = 64 * 1024
 # data pages per CPU (a power of two): state changes, about 10,000 records of ~100 bytes in
-# 1 MiB (several seconds of 200 connections a second, a late poll included); resets are rare
-RING_PAGES = {"inet_sock_set_state": 256, "tcp_receive_reset": 8, "tcp_send_reset": 8}
+# 1 MiB (several seconds of 200 connections a second, a late poll included); resets are rare;
+# connects to ports not followed: a new port's first connect (a flood of them fills these)
+RING_PAGES = {"inet_sock_set_state": 256, "tcp_receive_reset": 8, "tcp_send_reset": 8,
+              "connects": 32}
 MAX_EVENTS_PER_READ = 200_000  # a read stops here; the rest waits for the next
-MAX_PORTS = 64  # broker ports in the kernel filter
+RETIRING_READS = 2  # reads of a replaced ring, at most, for its count of lost records
 
 PERF_TYPE_TRACEPOINT = 2
 PERF_SAMPLE_TID, PERF_SAMPLE_TIME, PERF_SAMPLE_RAW = 1 << 1, 1 << 2, 1 << 10
@@ -45,7 +55,6 @@ CLOCK_MONOTONIC = 1
 PERF_EVENT_IOC_ENABLE = 0x2400
 PERF_EVENT_IOC_SET_FILTER = 0x40082406
 PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}
-TCP_ESTABLISHED, TCP_SYN_SENT, TCP_CLOSE = 1, 2, 7
 MNT_DETACH = 2
 HEADER, SAMPLE = struct.Struct("<IHH"), struct.Struct("<IIQI")  # a record's, a sample's start
 FIELD_LINE = re.compile(r"field:(?P<decl>[^;]+);\s*offset:(?P<offset>\d+);\s*size:(?P<size>\d+);"
@@ -172,28 +181,13 @@ def decode(name: str, fields: dict[str, Field], pid: int, ts_ms: float,
     return Layout(name, fields).decode(pid, ts_ms, raw)
 
 
-def port_filter(name: str, ports: Iterable[int]) -> str | None:
-    """The kernel-side filter of one tracepoint: the client sockets to the brokers' ports
-    (a broker on this host: its own sockets are not read) and, for state changes, only the
-    step a life is told from (leaving ESTABLISHED: its first FIN either way, or its abort); every
-    connect and every failed connect too (a connection to a port not yet known still
-    shows its opener and its failure). None: no filter."""
-    by_port = " || ".join(f"dport == {p}" for p in sorted(ports))  # the clients' side only
-    if name == "inet_sock_set_state":
-        base = (f"newstate == {TCP_SYN_SENT} || "
-                f"(oldstate == {TCP_SYN_SENT} && newstate == {TCP_CLOSE})")
-        steps = f"oldstate == {TCP_ESTABLISHED}"
-        return f"{base} || (({by_port}) && ({steps}))" if by_port else base
-    if name == "tcp_receive_reset":
-        return by_port or "dport == 0"  # no known port: nothing
-    return None  # tcp_send_reset names no ports; its events are joined by socket
-
-
 @dataclass
 class _Ring:
     fd: int
     buffer: mmap.mmap
-    name: str
+    name: str  # the tracepoint's
+    pages: int
+    followed: bool  # the followed ports' (else the connect ring)
 
 
 def _perf_event_open(attr: bytes, cpu: int) -> int:
@@ -250,67 +244,70 @@ def _formats_in(root: Path) -> dict[str, tuple[int, dict[str, Field]]]:
 
 
 class KernelEvents:
-    """The three tracepoints on every CPU; ``read()`` drains what they recorded."""
+    """The three tracepoints on every CPU filtered by the followed ports, and the other
+    ports' connects in rings of their own; ``read()`` drains what they recorded."""
 
     def __init__(self, ports: Iterable[int] = (), pages: dict[str, int] | None = None) -> None:
         self.pages = pages or RING_PAGES  # data pages of each tracepoint's ring, per CPU
         self.formats = read_formats()
         self.layouts = {name: Layout(name, fields) for name, (_, fields) in self.formats.items()}
-        self.rings: list[_Ring] = []
-        self.lost = 0  # events the kernel dropped (a ring was full)
-        self.ports: frozenset[int] = frozenset()
+        self.lost = 0  # events the followed ports' rings dropped (a ring was full)
+        self.lost_connects = 0  # ... and the connect rings (connects to other ports)
         self._page = mmap.PAGESIZE
         self._pending: list[TcpEvent] = []  # drained from rings replaced by a new filter
-        self.rings = self._open_all(_bounded_ports(ports))
+        # rings replaced by a new filter, read until a record comes (RETIRING_READS at most),
+        # then closed: the kernel writes a full ring's count of lost records at its next one
+        self._retiring: list[tuple[_Ring, int]] = []
+        self.ports = bounded_ports(ports)
+        self.rings = self._open_all(self.ports)
 
     def _open_all(self, ports: frozenset[int]) -> list[_Ring]:
-        """Every tracepoint on every CPU, filtered by ``ports`` and enabled (the kernel takes
-        one filter per event: new ports need new events)."""
+        """Every tracepoint on every CPU filtered by ``ports``, and the connect rings, enabled
+        (the kernel takes one filter per event: new ports need new events)."""
+        wanted = [(name, name, port_filter(name, ports)) for name in self.formats]
+        wanted.append(("inet_sock_set_state", "connects", connect_filter(ports)))
         rings: list[_Ring] = []
         try:
-            for name, (config, _) in self.formats.items():
+            for name, ring_of, text in wanted:
                 for cpu in range(os.cpu_count() or 1):
-                    ring = self._open(name, config, cpu)
+                    ring = self._open(name, cpu, self.pages[ring_of], ring_of == name)
                     if ring is not None:
                         rings.append(ring)
-                        text = port_filter(name, ports)
-                        if text is not None:
-                            _ioctl(ring.fd, PERF_EVENT_IOC_SET_FILTER,
-                                   ctypes.c_char_p(text.encode()))
+                        _ioctl(ring.fd, PERF_EVENT_IOC_SET_FILTER,
+                               ctypes.c_char_p(text.encode()))
             for ring in rings:
                 _ioctl(ring.fd, PERF_EVENT_IOC_ENABLE, 0)
         except BaseException:
             _close(rings)
             raise
-        self.ports = ports
         return rings
 
-    def _open(self, name: str, config: int, cpu: int) -> _Ring | None:
+    def _open(self, name: str, cpu: int, pages: int, followed: bool) -> _Ring | None:
         try:
-            fd = _perf_event_open(_attr(config), cpu)
+            fd = _perf_event_open(_attr(self.formats[name][0]), cpu)
         except KernelEventsUnavailable:
             if cpu == 0:
                 raise
             return None  # an offline CPU
         try:
-            buffer = mmap.mmap(fd, (self.pages[name] + 1) * self._page, mmap.MAP_SHARED,
+            buffer = mmap.mmap(fd, (pages + 1) * self._page, mmap.MAP_SHARED,
                                mmap.PROT_READ | mmap.PROT_WRITE)
         except OSError:
             os.close(fd)
             raise
-        return _Ring(fd, buffer, name)
+        return _Ring(fd, buffer, name, pages, followed)
 
     def watch_ports(self, ports: Iterable[int]) -> None:
-        """Filter in the kernel by these broker ports (a no-op when they are the same): the
-        new events start before the old ones are drained and closed, so nothing falls
-        between them."""
-        ports = _bounded_ports(ports)
+        """Filter in the kernel by these ports, the most wanted first (a no-op when they are
+        the same): the new events start before the old ones are drained, so nothing falls
+        between them; the old rings are read once more for their losses, then closed."""
+        ports = bounded_ports(ports)
         if ports == self.ports:
             return
-        old, self.rings = self.rings, self._open_all(ports)
+        old, self.rings, self.ports = self.rings, self._open_all(ports), ports
         for ring in old:
             self._drain(ring, self._pending)
-        _close(old)
+            self._retiring.append((ring, RETIRING_READS))
 
     def read(self) -> list[TcpEvent]:
         """The events recorded since the last read, oldest first."""
@@ -318,12 +315,20 @@ class KernelEvents:
         overlap = bool(out)  # rings replaced by a new filter recorded alongside the new ones
         for ring in self.rings:
             self._drain(ring, out)
+        retiring, self._retiring = self._retiring, []
+        for ring, reads in retiring:
+            if self._drain(ring, out, retiring=True) or reads <= 1:
+                _close([ring])
+            else:
+                self._retiring.append((ring, reads - 1))
         return sorted(set(out) if overlap else out, key=lambda e: e.ts_ms)
 
-    def _drain(self, ring: _Ring, out: list[TcpEvent]) -> None:
+    def _drain(self, ring: _Ring, out: list[TcpEvent], retiring: bool = False) -> bool:
         """The records between the ring's tail and head, copied out in one or two slices
-        (where they wrap), then read in place."""
-        buf, size = ring.buffer, self.pages[ring.name] * self._page
+        (where they wrap), then read in place; True when there were any. A ring replaced by
+        a new filter (``retiring``) gives only the count of records it lost before: the
+        record the kernel writes first once it has room (what follows is the new rings')."""
+        buf, size = ring.buffer, ring.pages * self._page
         head, tail = struct.unpack_from("<QQ", buf, 1024)
         start, end = self._page + tail % size, self._page + tail % size + min(head - tail, size)
         data = buf[start:min(end, self._page + size)]
@@ -337,9 +342,13 @@ class KernelEvents:
             if length < 8 or at + length > len(data):
                 at = head - tail  # a corrupt ring: start again from the head
                 break
-            if kind == PERF_RECORD_LOST and length >= 24:
-                self.lost += struct.unpack_from("<Q", data, at + 16)[0]
-            elif kind == PERF_RECORD_SAMPLE and length >= 28:
+            if kind == PERF_RECORD_LOST and length >= 24 and not (retiring and at):
+                lost = struct.unpack_from("<Q", data, at + 16)[0]
+                if ring.followed:
+                    self.lost += lost
+                else:
+                    self.lost_connects += lost
+            elif kind == PERF_RECORD_SAMPLE and length >= 28 and not retiring:
                 pid, _tid, ts_ns, raw_size = SAMPLE.unpack_from(data, at + 8)
                 event = decode(pid, ts_ns / 1e6 + epoch_ms, data[at + 28:at + 28 + raw_size])
                 if event is not None:
@@ -347,16 +356,12 @@ class KernelEvents:
                     room -= 1
             at += length
         struct.pack_into("<Q", buf, 1032, tail + at)
+        return at > 0
 
     def close(self) -> None:
         """Stop the events and free their rings."""
-        _close(self.rings)
-        self.rings = []
-
-
-def _bounded_ports(ports: Iterable[int]) -> frozenset[int]:
-    """At most MAX_PORTS valid ports (the lowest)."""
-    return frozenset(sorted({p for p in ports if 0 < p < 65536})[:MAX_PORTS])
+        _close(self.rings + [ring for ring, _ in self._retiring])
+        self.rings, self._retiring = [], []
 
 
 def _close(rings: list[_Ring]) -> None:

@@ -91,6 +91,22 @@ class Resolver:
             cached = self._cache.get(parts)
             return cached[1] if cached else frozenset()
 
+    def known(self, address: str) -> frozenset[Endpoint] | None:
+        """The endpoints of ``address`` once kmon knows them (an IP literal, a name looked
+        up, even to nothing), else None with its lookup asked for: for a caller that
+        decides once what an address names, never waiting."""
+        parts = split_host_port(address)
+        if parts is None:
+            return frozenset()
+        literal = _literal(*parts)
+        if literal is not None:
+            return literal
+        with self._lock:
+            cached = self._cache.get(parts)
+            if cached is None:
+                self._queue(parts)
+            return None if cached is None else cached[1]
+
     def look_up(self, addresses: Iterable[str], timeout_s: float = SETUP_WAIT_S
                 ) -> frozenset[Endpoint]:
         """The endpoints of addresses the user gave, waiting up to ``timeout_s`` for their
