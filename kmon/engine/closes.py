@@ -40,6 +40,9 @@ REAP_SHARE = 0.8
 # the client's reaper reads idle from its own stamps, kmon from the kernel's (jiffies) and
 # its polls' clock: seen 3 ms short of 80% at a 5 s limit; this share of the limit is slack
 REAP_SLACK_SHARE = 0.02
+# a client's close of a connection idle this long, its own idle limit unknown: a reap or
+# the application's close, which kmon cannot tell apart (an uninstrumented client)
+IDLE_WHY_UNKNOWN_MS = 1000
 TIME_WAIT_MS = 60_000  # how long Linux keeps the active closer's 4-tuple
 CLIENT_FIRST = frozenset({TcpState.FIN_WAIT1, TcpState.FIN_WAIT2, TcpState.CLOSING,
                           TcpState.TIME_WAIT})
@@ -92,7 +95,12 @@ def reason(side: str, idle_ms: int | None, limits: dict[str, int],
                 and idle_ms + window_ms >= (REAP_SHARE - REAP_SLACK_SHARE) * limits[limit])
 
     if side == "client":
-        return "client_idle_reap" if reaped_by("client") else "client_closed"
+        if reaped_by("client"):
+            return "client_idle_reap"
+        if ("client" not in limits and idle_ms is not None
+                and idle_ms + window_ms >= IDLE_WHY_UNKNOWN_MS):
+            return "unknown"  # the side is sure; why is not
+        return "client_closed"
     if reaped_by("middlebox") and limits["middlebox"] < limits.get("broker", 1 << 62):
         return "middlebox_idle_drop"
     if side == "broker":
