@@ -1,0 +1,129 @@
+"""kmon's side: the live stream (``kmon attach PID -b BOOT --json``), and the one-shot views
+(``--once --json``, ``kmon ps -o json``) taken beside it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+INTERVAL = "500ms"
+
+
+def kmon(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kmon", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@dataclass
+class Stream:
+    """``kmon attach PID -b BOOT --json``, every record kept as it arrives."""
+
+    pid: int
+    bootstrap: str | None  # kmon's -b (None: kmon asks no broker)
+    records: list[dict] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def start(self) -> Stream:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kmon", "attach", str(self.pid), *cluster(self.bootstrap),
+             "--json", "--interval", INTERVAL], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        self.lock = threading.Lock()
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=lambda: self.errors.extend(self.proc.stderr),
+                         daemon=True).start()
+        deadline = time.monotonic() + 60
+        while not self.records:
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"kmon attach gave no snapshot: {self.errors[-3:]}")
+            time.sleep(0.1)
+        return self
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                with self.lock:
+                    self.records.append(json.loads(line))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    @property
+    def started_ms(self) -> int:
+        return self.records[0]["ts_ms"]
+
+    def rows(self, record: dict) -> list[dict]:
+        return [c for p in record["processes"] if p["pid"] == self.pid
+                for c in p["connections"]]
+
+    def latest(self) -> dict:
+        with self.lock:
+            return self.records[-1]
+
+    def closes(self) -> list[dict]:
+        """Every ``closed`` event of the process, with its local and remote ports (a polled
+        socket's local endpoint from the rows that showed it)."""
+        local_of: dict[str, str] = {}
+        found = []
+        with self.lock:
+            records = list(self.records)
+        for record in records:
+            for row in self.rows(record):
+                local_of[row["key"]] = row["local"]
+            for event in record["events"]:
+                if event["kind"] != "closed" or event["pid"] != self.pid:
+                    continue
+                local = event.get("local") or local_of.get(event["key"])
+                if local is None and event["key"].startswith("kernel:"):
+                    local = event["key"][len("kernel:"):].split(">")[0]
+                found.append({**event, "ports": (port(local), port(event.get("remote")))})
+        return found
+
+    def last_rows(self) -> dict[tuple[int, int], dict]:
+        """Each socket the stream showed, at the last snapshot that showed it, by ports."""
+        last: dict[tuple[int, int], dict] = {}
+        with self.lock:
+            records = list(self.records)
+        for record in records:
+            for row in self.rows(record):
+                last[(port(row["local"]), port(row["remote"]))] = row
+        return last
+
+
+def port(endpoint: str | None) -> int | None:
+    if not endpoint or endpoint == "None":
+        return None
+    tail = endpoint.rpartition(":")[2]
+    return int(tail) if tail.isdigit() else None
+
+
+def cluster(bootstrap: str | None) -> list[str]:
+    return ["-b", bootstrap] if bootstrap else []
+
+
+def once(pid: int, bootstrap: str | None) -> list[dict] | str:
+    """``kmon attach PID -b BOOT --once --json``'s rows, or why there are none."""
+    result = kmon("attach", str(pid), *cluster(bootstrap), "--once", "--json")
+    if result.returncode != 0:
+        return f"exit {result.returncode}: {result.stderr.strip()[-200:]}"
+    return [c for p in json.loads(result.stdout)["processes"] if p["pid"] == pid
+            for c in p["connections"]]
+
+
+def ps(pid: int, bootstrap: str | None) -> dict | str:
+    """``kmon ps -b BOOT -o json``'s line of the process, or why there is none."""
+    result = kmon("ps", *cluster(bootstrap), "-o", "json")
+    if result.returncode != 0:
+        return f"exit {result.returncode}: {result.stderr.strip()[-200:]}"
+    rows = [p for p in json.loads(result.stdout)["processes"] if p["pid"] == pid]
+    return rows[0] if rows else "the process is not listed"
