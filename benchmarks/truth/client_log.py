@@ -87,6 +87,12 @@ class ClientLog:
             return None
         return before[-1]
 
+    def connected_at(self, port: int, syn_ms: float) -> bool:
+        """The client logged a connect() to ``port`` just before a SYN at ``syn_ms`` (the log
+        line is written right before the call; its time is cut to the millisecond)."""
+        return any(c.port == port and c.ts_ms - 1 <= syn_ms <= c.ts_ms + 20
+                   for c in self.connects)
+
     def refused_at(self, port: int, ts_ms: float) -> bool:
         """The client logged a refused connect() to ``port`` within 100 ms of ``ts_ms``."""
         return any(p == port and abs(t - ts_ms) <= 100 for t, p in self.refused)

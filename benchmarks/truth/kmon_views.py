@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 INTERVAL = "500ms"
+NOT_LISTED = "the process is not listed"
 
 
 def kmon(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -126,4 +127,4 @@ def ps(pid: int, bootstrap: str | None) -> dict | str:
     if result.returncode != 0:
         return f"exit {result.returncode}: {result.stderr.strip()[-200:]}"
     rows = [p for p in json.loads(result.stdout)["processes"] if p["pid"] == pid]
-    return rows[0] if rows else "the process is not listed"
+    return rows[0] if rows else NOT_LISTED

@@ -13,9 +13,16 @@ from pathlib import Path
 from benchmarks.truth import clients as start
 from benchmarks.truth.capture import Capture
 from benchmarks.truth.client_log import ClientLog
-from benchmarks.truth.kmon_views import Stream, once, ps
+from benchmarks.truth.kmon_views import NOT_LISTED, Stream, once, ps
 from benchmarks.truth.owners import Owners
-from benchmarks.truth.score import Context, Tally, score_closes, score_roles, view_disagreements
+from benchmarks.truth.score import (
+    Context,
+    Tally,
+    once_disagreements,
+    ps_disagreements,
+    score_closes,
+    score_roles,
+)
 from kmon.devtools.kafka_cluster import KafkaCluster
 
 CLIENT_LISTENERS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL")
@@ -126,14 +133,28 @@ def run(scenario: Scenario) -> list[Outcome]:
 
 
 def views_of(pid: int, bootstrap: str | None, stream: Stream) -> dict:
-    """``--once`` and ``ps`` against the stream's snapshot at the moment each finished."""
+    """``--once`` and ``ps`` against the stream's snapshots just before and after each ran:
+    {"once": sockets that differ, or why not run; "once_sockets"; "ps": role counts that
+    differ, or why not run; and the details}."""
+    found: dict = {}
+    before = stream.rows(stream.latest())
     once_rows = once(pid, bootstrap)
-    after_once = stream.rows(stream.latest())
+    around = [before, stream.rows(stream.latest())]
+    if isinstance(once_rows, str):
+        found["once"] = once_rows
+    else:
+        found["once_detail"] = once_disagreements(around, once_rows)
+        found["once"] = len(found["once_detail"])
+        found["once_sockets"] = sum(any(r["key"] in {x["key"] for x in rows} for rows in around)
+                                    for r in once_rows)
+    before = stream.rows(stream.latest())
     ps_row = ps(pid, bootstrap)
-    after_ps = stream.rows(stream.latest())
-    found = view_disagreements(after_once, once_rows, "-")
-    by_ps = view_disagreements(after_ps, [], ps_row)
-    found["ps"], found["ps_detail"] = by_ps["ps"], by_ps.get("ps_detail", [])
+    if isinstance(ps_row, str) and ps_row != NOT_LISTED:
+        found["ps"] = ps_row
+    else:
+        found["ps_detail"] = ps_disagreements([before, stream.rows(stream.latest())],
+                                              None if ps_row == NOT_LISTED else ps_row)
+        found["ps"] = len(found["ps_detail"])
     return found
 
 
@@ -178,6 +199,13 @@ def consumer_and_agent_producer(run: Run) -> list[start.Client]:
 
 def kill_last_node(run: Run) -> None:
     run.cluster.kill(run.cluster.nodes[-1])
+
+
+def stop_last_node(run: Run) -> None:
+    """SIGTERM: the node shuts down as an operator's stop does (its quorum stays up)."""
+    node = run.cluster.nodes[-1]
+    node.process.terminate()
+    node.process.wait(60)
 
 
 def kcat_beside_rdkafka_member(run: Run) -> list[start.Client]:
@@ -241,6 +269,10 @@ SCENARIOS = {s.name: s for s in [
              consumer_and_agent_producer, kill_last_node, watch_s=12, brokers=2,
              client_names=("confluent-kafka consumer, plain",
                            "confluent-kafka producer, agent")),
+    Scenario("node-stopped", "one node of three stopped gracefully (SIGTERM) under a "
+             "consumer and a producer", consumer_and_agent_producer, stop_last_node,
+             watch_s=10, brokers=3, client_names=("confluent-kafka consumer, plain",
+                                                  "confluent-kafka producer, agent")),
     Scenario("kcat-beside-member", "an idle kcat producer beside a group member whose "
              "client.id is rdkafka", kcat_beside_rdkafka_member, watch_s=6,
              client_names=("confluent-kafka consumer, client.id rdkafka",

@@ -94,10 +94,11 @@ def handle(flow: Flow, ctx: Context):
 
 
 def owned(flow: Flow, ctx: Context) -> bool:
-    """The client's own connection: /proc showed it in the process, or the client logged
-    this refused connect()."""
-    return (flow.client_port, flow.server_port) in ctx.fds or (
-        flow.refused and ctx.log.refused_at(flow.server_port, flow.close_ms))
+    """The client's own connection: /proc showed it in the process, or the client logged its
+    connect() right before the SYN, or logged this refused connect()."""
+    return ((flow.client_port, flow.server_port) in ctx.fds
+            or ctx.log.connected_at(flow.server_port, flow.syn_ms)
+            or (flow.refused and ctx.log.refused_at(flow.server_port, flow.close_ms)))
 
 
 def score_closes(closes: list[dict], ctx: Context, since_ms: int, until_ms: int) -> Tally:
@@ -154,25 +155,25 @@ def score_roles(rows: dict[tuple[int, int], dict], ctx: Context) -> Tally:
     return tally
 
 
-def view_disagreements(stream_rows: list[dict], once_rows: list[dict] | str,
-                       ps_row: dict | str) -> dict[str, int | str]:
-    """Sockets where ``--once`` names another role or node than the stream at the same
-    moment; roles whose count ``kmon ps`` gives otherwise."""
-    out: dict[str, int | str] = {}
-    live = {row["key"]: kmon_role(row) for row in stream_rows}
-    if isinstance(once_rows, str):
-        out["once"] = once_rows
-    else:
-        differ = [f"{live[row['key']]} in the stream, {kmon_role(row)} in --once"
-                  for row in once_rows if row["key"] in live and kmon_role(row) != live[row["key"]]]
-        out["once"], out["once_detail"] = len(differ), differ
-        out["once_sockets"] = sum(row["key"] in live for row in once_rows)
-    if isinstance(ps_row, str):
-        out["ps"] = ps_row
-    else:
-        counts = Counter(row.get("role") for row in stream_rows)
-        differ = [f"{role}: {counts.get(role, 0)} in the stream, {ps_row.get(role, 0)} in ps"
-                  for role in ("bootstrap", "coordinator", "broker", "unknown")
-                  if ps_row.get(role, 0) != counts.get(role, 0)]
-        out["ps"], out["ps_detail"] = len(differ), differ
-    return out
+ROLES = ("bootstrap", "coordinator", "broker", "unknown")
+
+
+def once_disagreements(around: list[list[dict]], once_rows: list[dict]) -> list[str]:
+    """Sockets ``--once`` names otherwise than the stream did both just before and just
+    after it ran (``around``: the stream's rows then; a socket that changed between counts
+    for whichever it matches)."""
+    lives = [{row["key"]: kmon_role(row) for row in rows} for rows in around]
+    return [f"{' / '.join(sorted({live[row['key']] for live in lives if row['key'] in live}))}"
+            f" in the stream, {kmon_role(row)} in --once"
+            for row in once_rows if any(row["key"] in live for live in lives)
+            and all(live.get(row["key"], kmon_role(row)) != kmon_role(row) for live in lives)]
+
+
+def ps_disagreements(around: list[list[dict]], ps_row: dict | None) -> list[str]:
+    """Roles whose count ``kmon ps`` gives otherwise than the stream both just before and
+    just after it ran (a process ps does not list counts none)."""
+    counts = [Counter(row.get("role") for row in rows) for rows in around]
+    mine = ps_row or {}
+    return [f"{role}: {' / '.join(str(c.get(role, 0)) for c in counts)} in the stream, "
+            f"{mine.get(role, 0)} in ps{'' if ps_row else ' (the process not listed)'}"
+            for role in ROLES if all(c.get(role, 0) != mine.get(role, 0) for c in counts)]
