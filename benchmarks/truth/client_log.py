@@ -36,7 +36,6 @@ class ClientLog:
     connects: list[Connect]
     refused: list[tuple[int, int]]  # (ts_ms, port) of each refused connect()
     idle_closes: list[tuple[int, str]]  # (ts_ms, handle) of each idle reap the client made
-    groups: set[str]  # instances that logged consumer-group work (a coordinator of their own)
     renames: list[tuple[int, str, str, str]]  # (ts_ms, instance, old, new): a handle renamed
 
     def name_of(self, connect: Connect, until_ms: float | None) -> str:
@@ -51,12 +50,12 @@ class ClientLog:
 
     @classmethod
     def read(cls, path: Path) -> ClientLog:
-        connects, refused, idle, groups, renames = [], [], [], set(), []
+        connects, refused, idle, renames = [], [], [], []
         for line in path.read_text(errors="replace").splitlines():
             match = LINE.match(line)
             if not match:
                 continue
-            sec, ms, facility, instance, handle, text = match.groups()
+            sec, ms, _, instance, handle, text = match.groups()
             ts_ms = int(sec) * 1000 + int(ms)
             if found := CONNECTING.search(text):
                 connects.append(Connect(ts_ms, instance, handle, int(found[1]), int(found[2])))
@@ -66,9 +65,7 @@ class ClientLog:
                 renames.append((ts_ms, instance, found[1], found[2]))
             elif IDLE in text:
                 idle.append((ts_ms, handle))
-            if handle.startswith("GroupCoordinator") and facility == "CONNECT":
-                groups.add(instance)
-        return cls(connects, refused, idle, groups, renames)
+        return cls(connects, refused, idle, renames)
 
     def handle_of(self, port: int, syn_ms: float, fd: int | None) -> Connect | None:
         """The handle whose connect() made the SYN at ``syn_ms`` to ``port``: the last one

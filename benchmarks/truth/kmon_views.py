@@ -40,6 +40,7 @@ class Stream:
         deadline = time.monotonic() + 60
         while not self.records:
             if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.stop()
                 raise RuntimeError(f"kmon attach gave no snapshot: {self.errors[-3:]}")
             time.sleep(0.1)
         return self

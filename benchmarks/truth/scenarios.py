@@ -8,6 +8,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from benchmarks.truth import clients as start
@@ -26,6 +27,7 @@ from benchmarks.truth.score import (
 from kmon.devtools.kafka_cluster import KafkaCluster
 
 CLIENT_LISTENERS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL")
+Starter = Callable[[], start.Client]
 SETTLE_S = 3.0  # snapshots and heartbeats seen before the one-shot views are taken
 
 
@@ -57,7 +59,7 @@ class Run:
 class Scenario:
     name: str
     title: str
-    clients: Callable[[Run], list[start.Client]]
+    clients: Callable[[Run], list[Starter]]  # each started in turn (stopped however it ends)
     act: Callable[[Run], None] = lambda run: None
     setup: Callable[[Run], None] = lambda run: None  # before the clients start
     watch_s: float = 8.0
@@ -91,7 +93,8 @@ def run(scenario: Scenario) -> list[Outcome]:
         capture.start()
         the_run = Run(cluster, workdir)
         scenario.setup(the_run)
-        started = scenario.clients(the_run)
+        for starter in scenario.clients(the_run):
+            started.append(starter())
         bootstrap = cluster.bootstrap() if scenario.kmon_asks_cluster else None
         for client in started:
             streams[client.name] = Stream(client.pid, bootstrap).start()
@@ -169,9 +172,9 @@ def broker_log_count(cluster: KafkaCluster, text: str) -> int:
 
 # --- the scenarios --------------------------------------------------------------------------
 
-def plain_consumer(run: Run) -> list[start.Client]:
-    return [start.workload("confluent-kafka consumer, plain", "consumer",
-                           run.cluster.bootstrap(), run.log("consumer"))]
+def plain_consumer(run: Run) -> list[Starter]:
+    return [partial(start.workload, "confluent-kafka consumer, plain", "consumer",
+                    run.cluster.bootstrap(), run.log("consumer"))]
 
 
 def stop_every_node(run: Run) -> None:
@@ -179,22 +182,21 @@ def stop_every_node(run: Run) -> None:
         run.cluster.kill(node)
 
 
-def idle_producers(idle_ms: int | None) -> Callable[[Run], list[start.Client]]:
+def idle_producers(idle_ms: int | None) -> Callable[[Run], list[Starter]]:
     extra = ("--idle-ms", str(idle_ms)) if idle_ms else ()
 
-    def clients(run: Run) -> list[start.Client]:
-        return [start.workload("confluent-kafka producer, plain", "producer",
-                               run.cluster.bootstrap(), run.log("plain"), *extra),
-                start.workload("confluent-kafka producer, agent", "producer",
-                               run.cluster.bootstrap(), run.log("agent"), *extra,
-                               instrument=True)]
+    def clients(run: Run) -> list[Starter]:
+        return [partial(start.workload, "confluent-kafka producer, plain", "producer",
+                        run.cluster.bootstrap(), run.log("plain"), *extra),
+                partial(start.workload, "confluent-kafka producer, agent", "producer",
+                        run.cluster.bootstrap(), run.log("agent"), *extra, instrument=True)]
     return clients
 
 
-def consumer_and_agent_producer(run: Run) -> list[start.Client]:
+def consumer_and_agent_producer(run: Run) -> list[Starter]:
     return [*plain_consumer(run),
-            start.workload("confluent-kafka producer, agent", "producer",
-                           run.cluster.bootstrap(), run.log("agent"), instrument=True)]
+            partial(start.workload, "confluent-kafka producer, agent", "producer",
+                    run.cluster.bootstrap(), run.log("agent"), instrument=True)]
 
 
 def kill_last_node(run: Run) -> None:
@@ -208,12 +210,11 @@ def stop_last_node(run: Run) -> None:
     node.process.wait(60)
 
 
-def kcat_beside_rdkafka_member(run: Run) -> list[start.Client]:
-    member = start.workload("confluent-kafka consumer, client.id rdkafka", "consumer",
-                            run.cluster.bootstrap(), run.log("member"),
-                            "--client-id", "rdkafka")
-    return [member, start.kcat_producer("kcat producer, idle", run.cluster.bootstrap(),
-                                        "kmon-workload", run.log("kcat"))]
+def kcat_beside_rdkafka_member(run: Run) -> list[Starter]:
+    return [partial(start.workload, "confluent-kafka consumer, client.id rdkafka", "consumer",
+                    run.cluster.bootstrap(), run.log("member"), "--client-id", "rdkafka"),
+            partial(start.kcat_producer, "kcat producer, idle", run.cluster.bootstrap(),
+                    "kmon-workload", run.log("kcat"))]
 
 
 def per_ip_limit(run: Run) -> None:
@@ -237,19 +238,19 @@ def per_ip_limit(run: Run) -> None:
     time.sleep(1)  # the admin client's own connection gone
 
 
-def client_per_message(run: Run) -> list[start.Client]:
-    return [start.per_message("confluent-kafka, a client per message", run.cluster.bootstrap(),
-                              run.log("per-message"))]
+def client_per_message(run: Run) -> list[Starter]:
+    return [partial(start.per_message, "confluent-kafka, a client per message",
+                    run.cluster.bootstrap(), run.log("per-message"))]
 
 
-def wrong_password(run: Run) -> list[start.Client]:
+def wrong_password(run: Run) -> list[Starter]:
     good = run.cluster.client_config("SASL_PLAINTEXT").read_text().splitlines()
     wrong = run.workdir / "wrong.properties"
     wrong.write_text("".join(("sasl.password=not-the-password" if line.startswith(
         "sasl.password=") else line) + "\n" for line in good))
-    return [start.workload("confluent-kafka producer, plain", "producer",
-                           run.cluster.bootstrap("SASL_PLAINTEXT"), run.log("sasl"),
-                           "--config", str(wrong), ready=False)]
+    return [partial(start.workload, "confluent-kafka producer, plain", "producer",
+                    run.cluster.bootstrap("SASL_PLAINTEXT"), run.log("sasl"),
+                    "--config", str(wrong), ready=False)]
 
 
 PER_IP_LIMIT = 1  # a client per message opens two at once

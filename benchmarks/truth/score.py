@@ -1,5 +1,17 @@
 """kmon's verdicts against the oracles: per verdict family a confusion matrix (oracle's
-answer × kmon's), and the counts right, wrong, confidently wrong, unsettled."""
+answer × kmon's), and the counts right, wrong, confidently wrong, unsettled.
+
+A close's truth, in order: a SYN answered by a RST is ``-/connect_failed``; the side
+is the first FIN or RST's; closed by the broker without a byte from it while the
+brokers' log rejected connections, ``per_ip_rejected``; to a SASL port that answered,
+while the brokers' log failed authentications, ``auth_failed``; a RST first,
+``reset``; the client's, ``client_idle_reap`` when its log reaped that handle within
+the second before, else ``client_closed``; the broker's, ``broker_idle_reap`` when the
+packets show it idle for the broker's limit (less 100 ms), else ``broker_closed``. A
+socket's role is the librdkafka handle whose ``connect()`` made it (by its fd in
+/proc, else the connect logged last before the SYN), under the name the handle bore
+then (``/bootstrap``, ``/N``, ``GroupCoordinator``).
+"""
 
 from __future__ import annotations
 
