@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 # 1795620298.156956 IP 127.0.0.1.59964 > 127.0.0.1.54403: Flags [S], seq 1, ..., length 0
 LINE = re.compile(r"^(\d+\.\d+) IP6? (\S+)\.(\d+) > (\S+)\.(\d+): Flags \[([^\]]*)\]"
-                  r".*?length (\d+)")
+                  r"(?:, seq (\d+)(?::(\d+))?)?(?:, ack (\d+))?.*?length (\d+)")
 
 
 @dataclass
@@ -26,6 +26,11 @@ class Flow:
     close_ms: float | None = None
     last_data_ms: float | None = None  # the last segment carrying payload, either way
     server_bytes: int = 0  # payload the server sent
+    # both sides sent their FIN before either had the other's (its ack short of it): a
+    # simultaneous close, where "who closed first" is a matter of microseconds
+    simultaneous: bool = False
+    first_fin_acked_by: int | None = None  # the ack that covers the first FIN
+    answered: bool = False  # the other side's FIN or RST seen
 
     @property
     def refused(self) -> bool:
@@ -72,7 +77,7 @@ class Capture:
                     self._segment(match)
 
     def _segment(self, match: re.Match) -> None:
-        ts, _, sport, _, dport, flags, length = match.groups()
+        ts, _, sport, _, dport, flags, seq, seq_end, ack, length = match.groups()
         ts_ms, sport, dport, length = float(ts) * 1000, int(sport), int(dport), int(length)
         if flags == "S":  # a new attempt (a reused 4-tuple starts afresh)
             self.flows[(sport, dport)] = Flow(sport, dport, ts_ms)
@@ -87,10 +92,19 @@ class Capture:
             flow.last_data_ms = ts_ms
             if not from_client:
                 flow.server_bytes += length
-        if flow.close_ms is None and ("F" in flags or "R" in flags):
-            flow.first_close_by = "client" if from_client else "server"
+        if "F" not in flags and "R" not in flags:
+            return
+        side = "client" if from_client else "server"
+        if flow.close_ms is None:
+            flow.first_close_by, flow.close_ms = side, ts_ms
             flow.first_close_kind = "RST" if "R" in flags else "FIN"
-            flow.close_ms = ts_ms
+            if "F" in flags and seq is not None:
+                flow.first_fin_acked_by = int(seq_end or seq) + 1
+        elif side != flow.first_close_by and not flow.answered:
+            flow.answered = True
+            flow.simultaneous = ("F" in flags and ack is not None
+                                 and flow.first_fin_acked_by is not None
+                                 and int(ack) < flow.first_fin_acked_by)
 
     def stop(self) -> dict[tuple[int, int], Flow]:
         """Stop the capture; every flow seen."""

@@ -1,16 +1,18 @@
 """kmon's verdicts against the oracles: per verdict family a confusion matrix (oracle's
 answer × kmon's), and the counts right, wrong, confidently wrong, unsettled.
 
-A close's truth, in order: a SYN answered by a RST is ``-/connect_failed``; the side
-is the first FIN or RST's; closed by the broker without a byte from it while the
-brokers' log rejected connections, ``per_ip_rejected``; to a SASL port that answered,
-while the brokers' log failed authentications, ``auth_failed``; a RST first,
-``reset``; the client's, ``client_idle_reap`` when its log reaped that handle within
-the second before, else ``client_closed``; the broker's, ``broker_idle_reap`` when the
-packets show it idle for the broker's limit (less 100 ms), else ``broker_closed``. A
-socket's role is the librdkafka handle whose ``connect()`` made it (by its fd in
-/proc, else the connect logged last before the SYN), under the name the handle bore
-then (``/bootstrap``, ``/N``, ``GroupCoordinator``).
+A close's truth, in order: a SYN answered by a RST is ``-/connect_failed``; the
+side is the first FIN or RST's (``both`` when each side sent its FIN before it had
+the other's: a simultaneous close, where either side is right); closed by the broker
+without a byte from it while the brokers' log rejected connections,
+``per_ip_rejected``; to a SASL port that answered, while the brokers' log failed
+authentications, ``auth_failed``; a RST first, ``reset``; the client's,
+``client_idle_reap`` when its log reaped that handle within the second before, else
+``client_closed``; the broker's, ``broker_idle_reap`` when the packets show it idle
+for the broker's limit (less 100 ms), else ``broker_closed``. A socket's role is the
+librdkafka handle whose ``connect()`` made it (by its fd in /proc, else the connect
+logged last before the SYN), under the name the handle bore then (``/bootstrap``,
+``/N``, ``GroupCoordinator``).
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ class Tally:
         self.matrix[(truth, said)] += 1
         if unsettled:
             self.unsettled += 1
-        elif truth == said:
+        elif truth == said or (truth.startswith("both/") and said.partition("/")[2]
+                               == truth.partition("/")[2]):
             self.right += 1
         else:
             self.wrong += 1
@@ -73,6 +76,11 @@ def close_truth(flow: Flow, ctx: Context) -> str:
     """side/reason of a close, from its packets, the client's log and the brokers' log."""
     if flow.refused:
         return "-/connect_failed"
+    label = close_reason(flow, ctx)
+    return "both/" + label.partition("/")[2] if flow.simultaneous else label
+
+
+def close_reason(flow: Flow, ctx: Context) -> str:
     side = "client" if flow.first_close_by == "client" else "broker"
     if ctx.per_ip_rejections and side == "broker" and flow.server_bytes == 0:
         return "broker/per_ip_rejected"
