@@ -1,6 +1,7 @@
 """The ground-truth harness's fast scenarios (benchmarks/truth/): kmon's verdicts on a real
 cluster against a packet capture and the client's own debug log - no confidently wrong
-close or role, and ``--once`` and ``ps`` agreeing with the live stream.
+close or role, and ``--once``, ``ps`` and ``kmon serve``'s /metrics agreeing with the live
+stream.
 
 The whole matrix: ``python -m benchmarks.truth --out docs/truth-matrix.md``.
 """
@@ -30,4 +31,4 @@ def test_no_confident_wrong_verdict_and_every_view_agrees(name, spool_dir):
         wrongs = o.closes.wrongs + o.roles.wrongs
         assert o.closes.confident_wrong == o.roles.confident_wrong == 0, (table, wrongs)
         assert o.closes.told + o.roles.told > 0, table
-        assert o.views["once"] == 0 and o.views["ps"] == 0, (table, o.views)
+        assert o.views["once"] == o.views["ps"] == o.views["metrics"] == 0, (table, o.views)

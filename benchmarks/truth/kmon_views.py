@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
+from collections import Counter
 from dataclasses import dataclass, field
 
 INTERVAL = "500ms"
@@ -129,3 +132,61 @@ def ps(pid: int, bootstrap: str | None) -> dict | str:
         return f"exit {result.returncode}: {result.stderr.strip()[-200:]}"
     rows = [p for p in json.loads(result.stdout)["processes"] if p["pid"] == pid]
     return rows[0] if rows else NOT_LISTED
+
+
+class Serve:
+    """``kmon serve`` on a free loopback port, polling every second: its /metrics' open
+    connections of one process, by role."""
+
+    def __init__(self, bootstrap: str | None) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kmon", "serve", "--listen", "127.0.0.1:0", "--interval",
+             "1s", *cluster(bootstrap)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            text=True)
+        self.lines: list[str] = []
+        threading.Thread(target=lambda: self.lines.extend(self.proc.stderr),
+                         daemon=True).start()
+        self.address = None
+
+    def roles(self, pid: int, seconds: float = 20) -> Counter | str:
+        """The process's connections by role in /metrics (waiting for a poll that shows it),
+        or why there are none."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if self.address is None:
+                found = [line for line in self.lines if "/metrics" in line and "http://" in line]
+                if found:
+                    self.address = found[0].split("http://", 1)[1].split("/metrics", 1)[0]
+            if self.address is not None:
+                counts = connection_roles(self.scrape(), pid)
+                if counts:
+                    return counts
+            time.sleep(0.5)
+        return f"no series of the process in /metrics: {''.join(self.lines[-2:]).strip()}"
+
+    def scrape(self) -> str:
+        with urllib.request.urlopen(f"http://{self.address}/metrics", timeout=30) as answer:
+            return answer.read().decode()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def connection_roles(text: str, pid: int) -> Counter:
+    """``kmon_connections`` of ``pid`` summed by role."""
+    counts: Counter = Counter()
+    for line in text.splitlines():
+        if line.startswith("kmon_connections{"):
+            labels = dict(LABEL.findall(line.split("}", 1)[0]))
+            if labels.get("pid") == str(pid):
+                counts[labels.get("role", "")] += round(float(line.rsplit(" ", 1)[1]))
+    return counts

@@ -14,7 +14,7 @@ from pathlib import Path
 from benchmarks.truth import clients as start
 from benchmarks.truth.capture import Capture
 from benchmarks.truth.client_log import ClientLog
-from benchmarks.truth.kmon_views import NOT_LISTED, Stream, once, ps
+from benchmarks.truth.kmon_views import NOT_LISTED, Serve, Stream, once, ps
 from benchmarks.truth.owners import Owners
 from benchmarks.truth.score import (
     Context,
@@ -88,7 +88,7 @@ def run(scenario: Scenario) -> list[Outcome]:
     ports = {p for node in cluster.nodes for name, p in node.ports.items()
              if name in CLIENT_LISTENERS}
     node_of_port = {p: node.node_id for node in cluster.nodes for p in node.ports.values()}
-    capture, owners, streams, started = Capture(ports), Owners(), {}, []
+    capture, owners, streams, started, serve = Capture(ports), Owners(), {}, [], None
     try:
         capture.start()
         the_run = Run(cluster, workdir)
@@ -99,8 +99,9 @@ def run(scenario: Scenario) -> list[Outcome]:
         for client in started:
             streams[client.name] = Stream(client.pid, bootstrap).start()
             owners.watch(client.pid)
+        serve = Serve(bootstrap)
         time.sleep(SETTLE_S)
-        views = {c.name: views_of(c.pid, bootstrap, streams[c.name]) for c in started}
+        views = {c.name: views_of(c.pid, bootstrap, streams[c.name], serve) for c in started}
         scenario.act(the_run)
         time.sleep(scenario.watch_s)
         rejected = broker_log_count(cluster, "Rejected connection from")
@@ -111,6 +112,8 @@ def run(scenario: Scenario) -> list[Outcome]:
     finally:
         for stream in streams.values():
             stream.stop()
+        if serve is not None:
+            serve.stop()
         for client in started:
             client.stop()
         flows = capture.stop() if hasattr(capture, "proc") else {}
@@ -135,10 +138,10 @@ def run(scenario: Scenario) -> list[Outcome]:
     return outcomes
 
 
-def views_of(pid: int, bootstrap: str | None, stream: Stream) -> dict:
-    """``--once`` and ``ps`` against the stream's snapshots just before and after each ran:
-    {"once": sockets that differ, or why not run; "once_sockets"; "ps": role counts that
-    differ, or why not run; and the details}."""
+def views_of(pid: int, bootstrap: str | None, stream: Stream, serve: Serve) -> dict:
+    """``--once``, ``ps`` and /metrics against the stream's snapshots just before and after
+    each ran: {"once": sockets that differ, or why not run; "once_sockets"; "ps" and
+    "metrics": role counts that differ, or why not run; and the details}."""
     found: dict = {}
     before = stream.rows(stream.latest())
     once_rows = once(pid, bootstrap)
@@ -158,6 +161,14 @@ def views_of(pid: int, bootstrap: str | None, stream: Stream) -> dict:
         found["ps_detail"] = ps_disagreements([before, stream.rows(stream.latest())],
                                               None if ps_row == NOT_LISTED else ps_row)
         found["ps"] = len(found["ps_detail"])
+    before = stream.rows(stream.latest())
+    roles = serve.roles(pid)
+    if isinstance(roles, str):
+        found["metrics"] = roles
+    else:
+        found["metrics_detail"] = ps_disagreements([before, stream.rows(stream.latest())],
+                                                   roles, "/metrics")
+        found["metrics"] = len(found["metrics_detail"])
     return found
 
 

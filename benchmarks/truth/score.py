@@ -189,11 +189,13 @@ def once_disagreements(around: list[list[dict]], once_rows: list[dict]) -> list[
             and all(live.get(row["key"], kmon_role(row)) != kmon_role(row) for live in lives)]
 
 
-def ps_disagreements(around: list[list[dict]], ps_row: dict | None) -> list[str]:
-    """Roles whose count ``kmon ps`` gives otherwise than the stream both just before and
-    just after it ran (a process ps does not list counts none)."""
+def ps_disagreements(around: list[list[dict]], ps_row: dict | None,
+                     view: str = "ps") -> list[str]:
+    """Roles whose count ``kmon ps`` (or another ``view``'s {role: count}) gives otherwise
+    than the stream both just before and just after it ran (a process ps does not list
+    counts none)."""
     counts = [Counter(row.get("role") for row in rows) for rows in around]
     mine = ps_row or {}
     return [f"{role}: {' / '.join(str(c.get(role, 0)) for c in counts)} in the stream, "
-            f"{mine.get(role, 0)} in ps{'' if ps_row else ' (the process not listed)'}"
+            f"{mine.get(role, 0)} in {view}{'' if ps_row else ' (the process not listed)'}"
             for role in ROLES if all(c.get(role, 0) != mine.get(role, 0) for c in counts)]
