@@ -1,0 +1,45 @@
+"""``python -m benchmarks.truth [--scenarios a,b] [--out docs/truth-matrix.md]``: run the
+scenarios one after another (one cluster at a time), print the summary table, write the
+matrices as markdown."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from benchmarks.truth import report
+from benchmarks.truth.scenarios import SCENARIOS, run
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.truth")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS),
+                        help=f"comma-separated, of: {', '.join(SCENARIOS)} (default: all)")
+    parser.add_argument("--out", type=Path, default=None, metavar="FILE",
+                        help="write the matrices as markdown here")
+    args = parser.parse_args()
+    names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(SCENARIOS)}")
+    missing = [tool for tool in ("tcpdump", "java") if shutil.which(tool) is None]
+    if missing:
+        print(f"benchmarks.truth: needs {' and '.join(missing)} (Debian: apt-get install "
+              "tcpdump openjdk-17-jdk-headless)", file=sys.stderr)
+        return 2
+    outcomes = []
+    for name in names:
+        print(f"running {name}...", file=sys.stderr, flush=True)
+        outcomes += run(SCENARIOS[name])
+    print(report.text_table(outcomes))
+    if args.out:
+        command = "python -m benchmarks.truth" + (
+            f" --scenarios {args.scenarios}" if args.scenarios != ",".join(SCENARIOS) else "")
+        args.out.write_text(report.markdown(outcomes, command) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""The packet oracle: ``tcpdump`` on loopback, each TCP connection's opening and closing
+packets in order, per 4-tuple."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import threading
+from dataclasses import dataclass, field
+
+# 1795620298.156956 IP 127.0.0.1.59964 > 127.0.0.1.54403: Flags [S], seq 1, ..., length 0
+LINE = re.compile(r"^(\d+\.\d+) IP6? (\S+)\.(\d+) > (\S+)\.(\d+): Flags \[([^\]]*)\]"
+                  r"(?:, seq (\d+)(?::(\d+))?)?(?:, ack (\d+))?.*?length (\d+)")
+
+
+@dataclass
+class Flow:
+    """One connection attempt, as its packets tell it (times in UTC epoch ms)."""
+
+    client_port: int  # the side that sent the SYN
+    server_port: int
+    syn_ms: float
+    accepted: bool = False  # a SYN-ACK came back
+    first_close_by: str | None = None  # client or server: the first FIN or RST
+    first_close_kind: str | None = None  # FIN or RST
+    close_ms: float | None = None
+    last_data_ms: float | None = None  # the last segment carrying payload, either way
+    server_bytes: int = 0  # payload the server sent
+    # both sides sent their FIN before either had the other's (its ack short of it): a
+    # simultaneous close, where "who closed first" is a matter of microseconds
+    simultaneous: bool = False
+    first_fin_acked_by: int | None = None  # the ack that covers the first FIN
+    answered: bool = False  # the other side's FIN or RST seen
+
+    @property
+    def refused(self) -> bool:
+        """A SYN answered by a RST: never a connection (nothing listens)."""
+        return not self.accepted and self.first_close_kind == "RST"
+
+    def idle_at_close_ms(self) -> float | None:
+        if self.close_ms is None:
+            return None
+        return self.close_ms - (self.last_data_ms or self.syn_ms)
+
+
+@dataclass
+class Capture:
+    """``tcpdump -i lo`` on the ``ports`` given (the cluster's listeners), parsed as it runs."""
+
+    ports: set[int]
+    flows: dict[tuple[int, int], Flow] = field(default_factory=dict)  # by (client, server port)
+
+    def start(self) -> Capture:
+        expression = "tcp and (" + " or ".join(f"port {p}" for p in sorted(self.ports)) + ")"
+        self.proc = subprocess.Popen(
+            ["tcpdump", "-i", "lo", "-nn", "-tt", "-l", "--immediate-mode", "-s", "96",
+             expression], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.ready = threading.Event()
+        self.lock = threading.Lock()
+        threading.Thread(target=self._wait_listening, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        if not self.ready.wait(10):
+            raise RuntimeError("tcpdump did not start listening on lo")
+        return self
+
+    def _wait_listening(self) -> None:
+        for line in self.proc.stderr:
+            if "listening on" in line:
+                self.ready.set()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            match = LINE.match(line)
+            if match:
+                with self.lock:
+                    self._segment(match)
+
+    def _segment(self, match: re.Match) -> None:
+        ts, _, sport, _, dport, flags, seq, seq_end, ack, length = match.groups()
+        ts_ms, sport, dport, length = float(ts) * 1000, int(sport), int(dport), int(length)
+        if flags == "S":  # a new attempt (a reused 4-tuple starts afresh)
+            self.flows[(sport, dport)] = Flow(sport, dport, ts_ms)
+            return
+        flow = self.flows.get((sport, dport)) or self.flows.get((dport, sport))
+        if flow is None:
+            return  # opened before the capture started
+        from_client = sport == flow.client_port
+        if flags == "S.":
+            flow.accepted = True
+        if length > 0 and flow.close_ms is None:
+            flow.last_data_ms = ts_ms
+            if not from_client:
+                flow.server_bytes += length
+        if "F" not in flags and "R" not in flags:
+            return
+        side = "client" if from_client else "server"
+        if flow.close_ms is None:
+            flow.first_close_by, flow.close_ms = side, ts_ms
+            flow.first_close_kind = "RST" if "R" in flags else "FIN"
+            if "F" in flags and seq is not None:
+                flow.first_fin_acked_by = int(seq_end or seq) + 1
+        elif side != flow.first_close_by and not flow.answered:
+            flow.answered = True
+            flow.simultaneous = ("F" in flags and ack is not None
+                                 and flow.first_fin_acked_by is not None
+                                 and int(ack) < flow.first_fin_acked_by)
+
+    def stop(self) -> dict[tuple[int, int], Flow]:
+        """Stop the capture; every flow seen."""
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.reader.join(5)
+        return self.flows

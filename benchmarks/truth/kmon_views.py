@@ -1,0 +1,192 @@
+"""kmon's side: the live stream (``kmon attach PID -b BOOT --json``), and the one-shot views
+(``--once --json``, ``kmon ps -o json``) taken beside it."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass, field
+
+INTERVAL = "500ms"
+NOT_LISTED = "the process is not listed"
+
+
+def kmon(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kmon", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@dataclass
+class Stream:
+    """``kmon attach PID -b BOOT --json``, every record kept as it arrives."""
+
+    pid: int
+    bootstrap: str | None  # kmon's -b (None: kmon asks no broker)
+    records: list[dict] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def start(self) -> Stream:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kmon", "attach", str(self.pid), *cluster(self.bootstrap),
+             "--json", "--interval", INTERVAL], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        self.lock = threading.Lock()
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=lambda: self.errors.extend(self.proc.stderr),
+                         daemon=True).start()
+        deadline = time.monotonic() + 60
+        while not self.records:
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"kmon attach gave no snapshot: {self.errors[-3:]}")
+            time.sleep(0.1)
+        return self
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                with self.lock:
+                    self.records.append(json.loads(line))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    @property
+    def started_ms(self) -> int:
+        return self.records[0]["ts_ms"]
+
+    def rows(self, record: dict) -> list[dict]:
+        return [c for p in record["processes"] if p["pid"] == self.pid
+                for c in p["connections"]]
+
+    def latest(self) -> dict:
+        with self.lock:
+            return self.records[-1]
+
+    def closes(self) -> list[dict]:
+        """Every ``closed`` event of the process, with its local and remote ports (a polled
+        socket's local endpoint from the rows that showed it)."""
+        local_of: dict[str, str] = {}
+        found = []
+        with self.lock:
+            records = list(self.records)
+        for record in records:
+            for row in self.rows(record):
+                local_of[row["key"]] = row["local"]
+            for event in record["events"]:
+                if event["kind"] != "closed" or event["pid"] != self.pid:
+                    continue
+                local = event.get("local") or local_of.get(event["key"])
+                if local is None and event["key"].startswith("kernel:"):
+                    local = event["key"][len("kernel:"):].split(">")[0]
+                found.append({**event, "ports": (port(local), port(event.get("remote")))})
+        return found
+
+    def last_rows(self) -> dict[tuple[int, int], dict]:
+        """Each socket the stream showed, at the last snapshot that showed it, by ports."""
+        last: dict[tuple[int, int], dict] = {}
+        with self.lock:
+            records = list(self.records)
+        for record in records:
+            for row in self.rows(record):
+                last[(port(row["local"]), port(row["remote"]))] = row
+        return last
+
+
+def port(endpoint: str | None) -> int | None:
+    if not endpoint or endpoint == "None":
+        return None
+    tail = endpoint.rpartition(":")[2]
+    return int(tail) if tail.isdigit() else None
+
+
+def cluster(bootstrap: str | None) -> list[str]:
+    return ["-b", bootstrap] if bootstrap else []
+
+
+def once(pid: int, bootstrap: str | None) -> list[dict] | str:
+    """``kmon attach PID -b BOOT --once --json``'s rows, or why there are none."""
+    result = kmon("attach", str(pid), *cluster(bootstrap), "--once", "--json")
+    if result.returncode != 0:
+        return f"exit {result.returncode}: {result.stderr.strip()[-200:]}"
+    return [c for p in json.loads(result.stdout)["processes"] if p["pid"] == pid
+            for c in p["connections"]]
+
+
+def ps(pid: int, bootstrap: str | None) -> dict | str:
+    """``kmon ps -b BOOT -o json``'s line of the process, or why there is none."""
+    result = kmon("ps", *cluster(bootstrap), "-o", "json")
+    if result.returncode != 0:
+        return f"exit {result.returncode}: {result.stderr.strip()[-200:]}"
+    rows = [p for p in json.loads(result.stdout)["processes"] if p["pid"] == pid]
+    return rows[0] if rows else NOT_LISTED
+
+
+class Serve:
+    """``kmon serve`` on a free loopback port, polling every second: its /metrics' open
+    connections of one process, by role."""
+
+    def __init__(self, bootstrap: str | None) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kmon", "serve", "--listen", "127.0.0.1:0", "--interval",
+             "1s", *cluster(bootstrap)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            text=True)
+        self.lines: list[str] = []
+        threading.Thread(target=lambda: self.lines.extend(self.proc.stderr),
+                         daemon=True).start()
+        self.address = None
+
+    def roles(self, pid: int, seconds: float = 20) -> Counter | str:
+        """The process's connections by role in /metrics (waiting for a poll that shows it),
+        or why there are none."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if self.address is None:
+                found = [line for line in self.lines if "/metrics" in line and "http://" in line]
+                if found:
+                    self.address = found[0].split("http://", 1)[1].split("/metrics", 1)[0]
+            if self.address is not None:
+                counts = connection_roles(self.scrape(), pid)
+                if counts:
+                    return counts
+            time.sleep(0.5)
+        return f"no series of the process in /metrics: {''.join(self.lines[-2:]).strip()}"
+
+    def scrape(self) -> str:
+        with urllib.request.urlopen(f"http://{self.address}/metrics", timeout=30) as answer:
+            return answer.read().decode()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def connection_roles(text: str, pid: int) -> Counter:
+    """``kmon_connections`` of ``pid`` summed by role."""
+    counts: Counter = Counter()
+    for line in text.splitlines():
+        if line.startswith("kmon_connections{"):
+            labels = dict(LABEL.findall(line.split("}", 1)[0]))
+            if labels.get("pid") == str(pid):
+                counts[labels.get("role", "")] += round(float(line.rsplit(" ", 1)[1]))
+    return counts

@@ -1,0 +1,124 @@
+"""The matrix as a summary table (printed) and as markdown (docs/truth-matrix.md)."""
+
+from __future__ import annotations
+
+import subprocess
+
+from benchmarks.truth.scenarios import SCENARIOS, Outcome
+from benchmarks.truth.score import Tally
+
+SHOWN = 6  # wrong verdicts listed per client
+NOT_COVERED = (
+    "Not in the harness yet (issue 33 asks for them): a rolling restart, a rebalancing group "
+    "(a member joins and leaves), a KIP-848 group; the Java client (4.x and 3.9, JMX on and "
+    "off), kafka-python, KafkaJS and Go clients; the recording view; kmon's "
+    "opens against the brokers' `connection-creation-total` over JMX. librdkafka's "
+    "re-bootstrap is measured inside broker-idle-reap (its `/bootstrap` sockets).")
+
+HEADER = ("scenario", "client", "closes right/told", "wrong", "conf-wrong", "unsettled",
+          "missed", "roles right/told", "wrong", "conf-wrong", "unsettled", "--once ≠ stream",
+          "ps ≠ stream", "/metrics ≠ stream")
+
+
+def percent(tally: Tally) -> str:
+    if not tally.told:
+        return "0/0"
+    return f"{tally.right}/{tally.told} ({100 * tally.right / tally.told:.0f}%)"
+
+
+def summary_rows(outcomes: list[Outcome]) -> list[tuple[str, ...]]:
+    rows = []
+    for o in outcomes:
+        if o.not_run:
+            rows.append((o.scenario, o.client, f"not run: {o.not_run}", *[""] * 11))
+            continue
+        c, r, v = o.closes, o.roles, o.views
+        once = v.get("once")
+        once_text = (f"{once}/{v.get('once_sockets', 0)} sockets" if isinstance(once, int)
+                     else f"not run: {once}")
+        ps_text, metrics_text = (f"{v[k]} role counts" if isinstance(v.get(k), int)
+                                 else f"not run: {v.get(k)}" for k in ("ps", "metrics"))
+        rows.append((o.scenario, o.client, percent(c), str(c.wrong), str(c.confident_wrong),
+                     str(c.unsettled), str(c.missed), percent(r), str(r.wrong),
+                     str(r.confident_wrong), str(r.unsettled), once_text, ps_text,
+                     metrics_text))
+    return rows
+
+
+def totals(outcomes: list[Outcome]) -> dict[str, int]:
+    ran = [o for o in outcomes if not o.not_run]
+    tallies = [t for o in ran for t in (o.closes, o.roles)]
+    return {"verdicts": sum(t.told for t in tallies), "right": sum(t.right for t in tallies),
+            "confident_wrong": sum(t.confident_wrong for t in tallies),
+            "view_disagreements": sum(v for o in ran for key, v in o.views.items()
+                                      if key in ("once", "ps", "metrics")
+                                      and isinstance(v, int)),
+            "not_run": len(outcomes) - len(ran)}
+
+
+def text_table(outcomes: list[Outcome]) -> str:
+    rows = [HEADER, *summary_rows(outcomes)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
+                     for row in rows)
+
+
+def matrix_markdown(title: str, tally: Tally) -> list[str]:
+    truths = sorted({t for t, _ in tally.matrix})
+    said = sorted({s for _, s in tally.matrix})
+    if not truths:
+        return [f"*{title}: none*", ""]
+    lines = [f"*{title}* (rows: the oracle; columns: kmon)", "",
+             "| oracle \\ kmon | " + " | ".join(said) + " |",
+             "|---|" + "---|" * len(said)]
+    for truth in truths:
+        cells = [str(tally.matrix.get((truth, s), "")) for s in said]
+        lines.append(f"| {truth} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def markdown(outcomes: list[Outcome], command: str) -> str:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or "unknown"
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "kmon"], capture_output=True,
+                           text=True).stdout.strip()
+    total = totals(outcomes)
+    share = 100 * total["right"] / total["verdicts"] if total["verdicts"] else 0.0
+    lines = [
+        "# kmon's verdicts against ground truth", "",
+        f"Made on commit `{commit}`{' (kmon/ modified)' if dirty else ''} with `{command}` "
+        "(benchmarks/truth/: how each oracle decides is in its modules' docstrings).", "",
+        f"**Totals:** {total['right']} of {total['verdicts']} verdicts right ({share:.1f}%), "
+        f"**{total['confident_wrong']} confidently wrong**, {total['view_disagreements']} "
+        f"view disagreements, {total['not_run']} scenario × client not run.", "",
+        "A close is `side/reason`: the oracle's side is the first FIN or RST in the packet "
+        "capture; a SYN answered by a RST is `-/connect_failed`. A close is confident "
+        "unless kmon said `unknown`. A role is `role:node` from the librdkafka handle that "
+        "made the socket (its debug log); confident at kmon's confidence ≥ 0.9. `missed`: "
+        "closes of the client's sockets (by /proc, or its log's refused connects) that kmon "
+        "never told. Views: sockets where `--once` names another role than the stream at "
+        "the same moment; roles whose count `kmon ps` or the `kmon_connections` gauge of "
+        "`kmon serve`'s /metrics gives otherwise.", "",
+        NOT_COVERED, "",
+        "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(row) + " |" for row in summary_rows(outcomes)]
+    lines.append("")
+    for o in outcomes:
+        scenario = SCENARIOS.get(o.scenario)
+        lines += [f"## {o.scenario} — {o.client}", "",
+                  f"{scenario.title if scenario else ''}.", ""]
+        if o.not_run:
+            lines += [f"Not run: {o.not_run}", ""]
+            continue
+        notes = [*o.notes, *(f"`--once` ≠ stream: {d}" for d in o.views.get("once_detail", [])),
+                 *(f"`ps` ≠ stream: {d}" for d in o.views.get("ps_detail", [])),
+                 *(f"/metrics ≠ stream: {d}" for d in o.views.get("metrics_detail", []))]
+        lines += [f"* {note}" for note in notes] + ([""] if notes else [])
+        lines += matrix_markdown("Closes (side/reason)", o.closes)
+        lines += matrix_markdown("Roles (role:node)", o.roles)
+        wrongs = o.closes.wrongs + o.roles.wrongs
+        if wrongs:
+            shown = [f"* {w}" for w in wrongs[:SHOWN]]
+            more = [f"* … and {len(wrongs) - SHOWN} more"] if len(wrongs) > SHOWN else []
+            lines += ["Wrong verdicts:", "", *shown, *more, ""]
+    return "\n".join(lines)

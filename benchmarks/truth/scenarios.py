@@ -1,0 +1,306 @@
+"""The scenarios: a real cluster, real clients, kmon's stream beside the oracles, one act
+(wait for reaps, kill a node, stop the cluster), then every verdict scored."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+from benchmarks.truth import clients as start
+from benchmarks.truth.capture import Capture
+from benchmarks.truth.client_log import ClientLog
+from benchmarks.truth.kmon_views import NOT_LISTED, Serve, Stream, once, ps
+from benchmarks.truth.owners import Owners
+from benchmarks.truth.score import (
+    Context,
+    Tally,
+    once_disagreements,
+    ps_disagreements,
+    score_closes,
+    score_roles,
+)
+from kmon.devtools.kafka_cluster import KafkaCluster
+
+CLIENT_LISTENERS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL")
+Starter = Callable[[], start.Client]
+SETTLE_S = 3.0  # snapshots and heartbeats seen before the one-shot views are taken
+
+
+@dataclass
+class Outcome:
+    """One client in one scenario: its tallies, its views' disagreements, or why not run."""
+
+    scenario: str
+    client: str
+    closes: Tally | None = None
+    roles: Tally | None = None
+    views: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    not_run: str | None = None
+
+
+@dataclass
+class Run:
+    """A scenario's running parts, for its clients and its act."""
+
+    cluster: KafkaCluster
+    workdir: Path
+
+    def log(self, name: str) -> Path:
+        return self.workdir / f"{name}.log"
+
+
+@dataclass
+class Scenario:
+    name: str
+    title: str
+    clients: Callable[[Run], list[Starter]]  # each started in turn (stopped however it ends)
+    act: Callable[[Run], None] = lambda run: None
+    setup: Callable[[Run], None] = lambda run: None  # before the clients start
+    watch_s: float = 8.0
+    brokers: int = 1
+    broker_config: dict[str, str] = field(default_factory=dict)
+    client_names: tuple[str, ...] = ()
+    kmon_asks_cluster: bool = True  # kmon's views get -b BOOTSTRAP
+
+    @property
+    def broker_idle_ms(self) -> int | None:
+        value = self.broker_config.get("connections.max.idle.ms")
+        return int(value) if value else None
+
+
+def run(scenario: Scenario) -> list[Outcome]:
+    """Run one scenario from a cluster of its own to its last stopped process."""
+    names = scenario.client_names or ("client",)
+    cluster = KafkaCluster(scenario.brokers, dict(scenario.broker_config))
+    try:
+        cluster.start()
+    except Exception as err:  # noqa: BLE001 (any reason is the table's "not run")
+        cluster.stop()
+        return [Outcome(scenario.name, n, not_run=f"the cluster did not start: {err}")
+                for n in names]
+    workdir = Path(tempfile.mkdtemp(prefix="kmon-truth-"))
+    ports = {p for node in cluster.nodes for name, p in node.ports.items()
+             if name in CLIENT_LISTENERS}
+    node_of_port = {p: node.node_id for node in cluster.nodes for p in node.ports.values()}
+    capture, owners, streams, started, serve = Capture(ports), Owners(), {}, [], None
+    try:
+        capture.start()
+        the_run = Run(cluster, workdir)
+        scenario.setup(the_run)
+        for starter in scenario.clients(the_run):
+            started.append(starter())
+        bootstrap = cluster.bootstrap() if scenario.kmon_asks_cluster else None
+        for client in started:
+            streams[client.name] = Stream(client.pid, bootstrap).start()
+            owners.watch(client.pid)
+        serve = Serve(bootstrap)
+        time.sleep(SETTLE_S)
+        views = {c.name: views_of(c.pid, bootstrap, streams[c.name], serve) for c in started}
+        scenario.act(the_run)
+        time.sleep(scenario.watch_s)
+        rejected = broker_log_count(cluster, "Rejected connection from")
+        failed_auth = broker_log_count(cluster, "Failed authentication with")
+    except Exception as err:  # noqa: BLE001
+        return [Outcome(scenario.name, n, not_run=f"{type(err).__name__}: {err}")
+                for n in names]
+    finally:
+        for stream in streams.values():
+            stream.stop()
+        if serve is not None:
+            serve.stop()
+        for client in started:
+            client.stop()
+        flows = capture.stop() if hasattr(capture, "proc") else {}
+        owners.stop()
+        cluster.stop()
+    outcomes = []
+    for client in started:
+        stream = streams[client.name]
+        ctx = Context(flows, ClientLog.read(client.log), owners.seen.get(client.pid, {}),
+                      node_of_port, scenario.broker_idle_ms, rejected, failed_auth,
+                      frozenset(n.ports["SASL_PLAINTEXT"] for n in cluster.nodes))
+        until_ms = stream.latest()["ts_ms"]
+        notes = [f"the brokers' log: {count} × “{what}”" for count, what in
+                 ((rejected, "Rejected connection from"),
+                  (failed_auth, "Failed authentication with")) if count]
+        outcomes.append(Outcome(
+            scenario.name, client.name,
+            closes=score_closes(stream.closes(), ctx, stream.started_ms + 1000, until_ms),
+            roles=score_roles(stream.last_rows(), ctx), views=views[client.name],
+            notes=notes))
+    shutil.rmtree(workdir, ignore_errors=True)  # kept when not run: the clients' logs say why
+    return outcomes
+
+
+def views_of(pid: int, bootstrap: str | None, stream: Stream, serve: Serve) -> dict:
+    """``--once``, ``ps`` and /metrics against the stream's snapshots just before and after
+    each ran: {"once": sockets that differ, or why not run; "once_sockets"; "ps" and
+    "metrics": role counts that differ, or why not run; and the details}."""
+    found: dict = {}
+    before = stream.rows(stream.latest())
+    once_rows = once(pid, bootstrap)
+    around = [before, stream.rows(stream.latest())]
+    if isinstance(once_rows, str):
+        found["once"] = once_rows
+    else:
+        found["once_detail"] = once_disagreements(around, once_rows)
+        found["once"] = len(found["once_detail"])
+        found["once_sockets"] = sum(any(r["key"] in {x["key"] for x in rows} for rows in around)
+                                    for r in once_rows)
+    before = stream.rows(stream.latest())
+    ps_row = ps(pid, bootstrap)
+    if isinstance(ps_row, str) and ps_row != NOT_LISTED:
+        found["ps"] = ps_row
+    else:
+        found["ps_detail"] = ps_disagreements([before, stream.rows(stream.latest())],
+                                              None if ps_row == NOT_LISTED else ps_row)
+        found["ps"] = len(found["ps_detail"])
+    before = stream.rows(stream.latest())
+    roles = serve.roles(pid)
+    if isinstance(roles, str):
+        found["metrics"] = roles
+    else:
+        found["metrics_detail"] = ps_disagreements([before, stream.rows(stream.latest())],
+                                                   roles, "/metrics")
+        found["metrics"] = len(found["metrics_detail"])
+    return found
+
+
+def broker_log_count(cluster: KafkaCluster, text: str) -> int:
+    total = 0
+    for node in cluster.nodes:
+        log = node.directory / "server.log"
+        if log.exists():
+            total += log.read_text(errors="replace").count(text)
+    return total
+
+
+# --- the scenarios --------------------------------------------------------------------------
+
+def plain_consumer(run: Run) -> list[Starter]:
+    return [partial(start.workload, "confluent-kafka consumer, plain", "consumer",
+                    run.cluster.bootstrap(), run.log("consumer"))]
+
+
+def stop_every_node(run: Run) -> None:
+    for node in run.cluster.nodes:
+        run.cluster.kill(node)
+
+
+def idle_producers(idle_ms: int | None) -> Callable[[Run], list[Starter]]:
+    extra = ("--idle-ms", str(idle_ms)) if idle_ms else ()
+
+    def clients(run: Run) -> list[Starter]:
+        return [partial(start.workload, "confluent-kafka producer, plain", "producer",
+                        run.cluster.bootstrap(), run.log("plain"), *extra),
+                partial(start.workload, "confluent-kafka producer, agent", "producer",
+                        run.cluster.bootstrap(), run.log("agent"), *extra, instrument=True)]
+    return clients
+
+
+def consumer_and_agent_producer(run: Run) -> list[Starter]:
+    return [*plain_consumer(run),
+            partial(start.workload, "confluent-kafka producer, agent", "producer",
+                    run.cluster.bootstrap(), run.log("agent"), instrument=True)]
+
+
+def kill_last_node(run: Run) -> None:
+    run.cluster.kill(run.cluster.nodes[-1])
+
+
+def stop_last_node(run: Run) -> None:
+    """SIGTERM: the node shuts down as an operator's stop does (its quorum stays up)."""
+    node = run.cluster.nodes[-1]
+    node.process.terminate()
+    node.process.wait(60)
+
+
+def kcat_beside_rdkafka_member(run: Run) -> list[Starter]:
+    return [partial(start.workload, "confluent-kafka consumer, client.id rdkafka", "consumer",
+                    run.cluster.bootstrap(), run.log("member"), "--client-id", "rdkafka"),
+            partial(start.kcat_producer, "kcat producer, idle", run.cluster.bootstrap(),
+                    "kmon-workload", run.log("kcat"))]
+
+
+def per_ip_limit(run: Run) -> None:
+    """max.connections.per.ip lowered on the running node (the node's own connections made
+    before it, as a static setting could refuse them)."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": run.cluster.bootstrap()})
+    entry = ConfigEntry("max.connections.per.ip", str(PER_IP_LIMIT),
+                        incremental_operation=AlterConfigOpType.SET)
+    for future in admin.incremental_alter_configs(
+            [ConfigResource(ResourceType.BROKER, str(node.node_id), incremental_configs=[entry])
+             for node in run.cluster.nodes]).values():
+        future.result(timeout=30)
+    time.sleep(1)  # the admin client's own connection gone
+
+
+def client_per_message(run: Run) -> list[Starter]:
+    return [partial(start.per_message, "confluent-kafka, a client per message",
+                    run.cluster.bootstrap(), run.log("per-message"))]
+
+
+def wrong_password(run: Run) -> list[Starter]:
+    good = run.cluster.client_config("SASL_PLAINTEXT").read_text().splitlines()
+    wrong = run.workdir / "wrong.properties"
+    wrong.write_text("".join(("sasl.password=not-the-password" if line.startswith(
+        "sasl.password=") else line) + "\n" for line in good))
+    return [partial(start.workload, "confluent-kafka producer, plain", "producer",
+                    run.cluster.bootstrap("SASL_PLAINTEXT"), run.log("sasl"),
+                    "--config", str(wrong), ready=False)]
+
+
+PER_IP_LIMIT = 1  # a client per message opens two at once
+PRODUCERS = ("confluent-kafka producer, plain", "confluent-kafka producer, agent")
+SCENARIOS = {s.name: s for s in [
+    Scenario("cluster-stopped", "the whole cluster stopped under an attached consumer",
+             plain_consumer, stop_every_node, watch_s=12,
+             client_names=("confluent-kafka consumer, plain",)),
+    Scenario("client-idle-reap", "the client reaps its idle connections "
+             "(connections.max.idle.ms=5000 on the client)", idle_producers(5000), watch_s=22,
+             client_names=PRODUCERS),
+    Scenario("broker-idle-reap", "the broker reaps idle connections "
+             "(connections.max.idle.ms=5000 on the broker)", idle_producers(None),
+             watch_s=22, broker_config={"connections.max.idle.ms": "5000"},
+             client_names=PRODUCERS),
+    Scenario("node-killed", "one node of two SIGKILLed under a consumer and a producer",
+             consumer_and_agent_producer, kill_last_node, watch_s=12, brokers=2,
+             client_names=("confluent-kafka consumer, plain",
+                           "confluent-kafka producer, agent")),
+    Scenario("node-stopped", "one node of three stopped gracefully (SIGTERM) under a "
+             "consumer and a producer", consumer_and_agent_producer, stop_last_node,
+             watch_s=10, brokers=3, client_names=("confluent-kafka consumer, plain",
+                                                  "confluent-kafka producer, agent")),
+    Scenario("kcat-beside-member", "an idle kcat producer beside a group member whose "
+             "client.id is rdkafka", kcat_beside_rdkafka_member, watch_s=6,
+             client_names=("confluent-kafka consumer, client.id rdkafka",
+                           "kcat producer, idle")),
+    Scenario("client-per-message", "a new producer for every message, dropped after it",
+             client_per_message, watch_s=10,
+             client_names=("confluent-kafka, a client per message",)),
+    Scenario("per-ip-limit", f"max.connections.per.ip={PER_IP_LIMIT} on the broker, a "
+             "client per message (kmon without -b: the limit would refuse its own connections)",
+             client_per_message, setup=per_ip_limit, watch_s=10, kmon_asks_cluster=False,
+             client_names=("confluent-kafka, a client per message",)),
+    Scenario("sasl-wrong-password", "a producer with a wrong SASL/PLAIN password",
+             wrong_password, watch_s=10,
+             client_names=("confluent-kafka producer, plain",)),
+    Scenario("group-member", "an uninstrumented group member on two nodes: roles, --once "
+             "and ps against the stream", plain_consumer, watch_s=6, brokers=2,
+             client_names=("confluent-kafka consumer, plain",)),
+]}
+FAST = ("cluster-stopped", "client-idle-reap")

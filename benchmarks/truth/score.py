@@ -1,0 +1,201 @@
+"""kmon's verdicts against the oracles: per verdict family a confusion matrix (oracle's
+answer × kmon's), and the counts right, wrong, confidently wrong, unsettled.
+
+A close's truth, in order: a SYN answered by a RST is ``-/connect_failed``; the
+side is the first FIN or RST's (``both`` when each side sent its FIN before it had
+the other's: a simultaneous close, where either side is right); closed by the broker
+without a byte from it while the brokers' log rejected connections,
+``per_ip_rejected``; to a SASL port that answered, while the brokers' log failed
+authentications, ``auth_failed``; a RST first, ``reset``; the client's,
+``client_idle_reap`` when its log reaped that handle within the second before, else
+``client_closed``; the broker's, ``broker_idle_reap`` when the packets show it idle
+for the broker's limit (less 100 ms), else ``broker_closed``. A socket's role is the
+librdkafka handle whose ``connect()`` made it (by its fd in /proc, else the connect
+logged last before the SYN), under the name the handle bore then (``/bootstrap``,
+``/N``, ``GroupCoordinator``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from benchmarks.truth.capture import Flow
+from benchmarks.truth.client_log import ClientLog, role_of
+
+UNSETTLED = {"unknown", "unsettled", "?", None}
+CONFIDENT = 0.9  # a wrong answer at this confidence or more is confidently wrong
+
+
+@dataclass
+class Tally:
+    """One verdict family of one client in one scenario."""
+
+    matrix: Counter = field(default_factory=Counter)  # (oracle, kmon) -> count
+    right: int = 0
+    wrong: int = 0
+    confident_wrong: int = 0
+    unsettled: int = 0
+    no_oracle: int = 0  # kmon spoke of a socket no oracle could tell about
+    missed: int = 0  # the oracle saw it, kmon told nothing
+    wrongs: list[str] = field(default_factory=list)  # each wrong verdict, for the report
+
+    def add(self, truth: str, said: str, unsettled: bool, confidence: float,
+            what: str = "") -> None:
+        self.matrix[(truth, said)] += 1
+        if unsettled:
+            self.unsettled += 1
+        elif truth == said or (truth.startswith("both/") and said.partition("/")[2]
+                               == truth.partition("/")[2]):
+            self.right += 1
+        else:
+            self.wrong += 1
+            self.confident_wrong += confidence >= CONFIDENT
+            self.wrongs.append(f"{what}: {said} at confidence {confidence:g}, truly {truth}")
+
+    @property
+    def told(self) -> int:
+        return self.right + self.wrong + self.unsettled
+
+
+@dataclass
+class Context:
+    """What the oracles know of a scenario, none of it from kmon."""
+
+    flows: dict[tuple[int, int], Flow]
+    log: ClientLog
+    fds: dict[tuple[int, int], int]  # (local, remote port) -> fd, from /proc
+    node_of_port: dict[int, int]
+    broker_idle_ms: int | None = None
+    per_ip_rejections: int = 0  # the brokers' log's "Rejected connection" lines
+    auth_failures: int = 0  # the brokers' log's "Failed authentication" lines
+    sasl_ports: frozenset[int] = frozenset()
+
+
+def close_truth(flow: Flow, ctx: Context) -> str:
+    """side/reason of a close, from its packets, the client's log and the brokers' log."""
+    if flow.refused:
+        return "-/connect_failed"
+    label = close_reason(flow, ctx)
+    return "both/" + label.partition("/")[2] if flow.simultaneous else label
+
+
+def close_reason(flow: Flow, ctx: Context) -> str:
+    side = "client" if flow.first_close_by == "client" else "broker"
+    if ctx.per_ip_rejections and side == "broker" and flow.server_bytes == 0:
+        return "broker/per_ip_rejected"
+    if ctx.auth_failures and flow.server_port in ctx.sasl_ports and flow.server_bytes:
+        return f"{side}/auth_failed"
+    if flow.first_close_kind == "RST":
+        return f"{side}/reset"
+    if side == "client":
+        connect = handle(flow, ctx)
+        reaped = connect is not None and ctx.log.reaped(ctx.log.name_of(connect, flow.close_ms),
+                                                        flow.close_ms)
+        return "client/client_idle_reap" if reaped else "client/client_closed"
+    idle = flow.idle_at_close_ms()
+    if ctx.broker_idle_ms and idle is not None and idle >= ctx.broker_idle_ms - 100:
+        return "broker/broker_idle_reap"
+    return "broker/broker_closed"
+
+
+def kmon_close(event: dict) -> tuple[str, bool]:
+    """(side/reason as kmon told it, whether it left it unsettled)."""
+    reason = event.get("reason")
+    if reason == "connect_failed":
+        return "-/connect_failed", False
+    side = event.get("closed_by") or "unknown"
+    return f"{side}/{reason}", reason in UNSETTLED or side in UNSETTLED
+
+
+def handle(flow: Flow, ctx: Context):
+    return ctx.log.handle_of(flow.server_port, flow.syn_ms,
+                             ctx.fds.get((flow.client_port, flow.server_port)))
+
+
+def owned(flow: Flow, ctx: Context) -> bool:
+    """The client's own connection: /proc showed it in the process, or the client logged its
+    connect() right before the SYN, or logged this refused connect()."""
+    return ((flow.client_port, flow.server_port) in ctx.fds
+            or ctx.log.connected_at(flow.server_port, flow.syn_ms)
+            or (flow.refused and ctx.log.refused_at(flow.server_port, flow.close_ms)))
+
+
+def score_closes(closes: list[dict], ctx: Context, since_ms: int, until_ms: int) -> Tally:
+    """Every close kmon told against the packets; the client's closes it did not tell."""
+    tally = Tally()
+    told = set()
+    for event in closes:
+        flow = nearest(ctx.flows, event)
+        said, unsettled = kmon_close(event)
+        if flow is None or flow.close_ms is None:
+            tally.no_oracle += 1
+            tally.matrix[("(no packets)", said)] += 1
+            continue
+        told.add((flow.client_port, flow.server_port, flow.syn_ms))
+        tally.add(close_truth(flow, ctx), said, unsettled, 1.0,
+                  f"close of :{flow.client_port}>:{flow.server_port}")
+    for flow in ctx.flows.values():
+        if (flow.close_ms is not None and since_ms <= flow.close_ms <= until_ms
+                and owned(flow, ctx)
+                and (flow.client_port, flow.server_port, flow.syn_ms) not in told):
+            tally.missed += 1
+            tally.matrix[(close_truth(flow, ctx), "(none)")] += 1
+    return tally
+
+
+def nearest(flows: dict[tuple[int, int], Flow], event: dict) -> Flow | None:
+    """The flow of a close event's ports (one attempt per 4-tuple is kept: the latest)."""
+    ports = event["ports"]
+    return flows.get(ports) if None not in ports else None
+
+
+def kmon_role(row: dict) -> str:
+    role = row.get("role")
+    if role in ("broker", "coordinator"):
+        return f"{role}:{row.get('broker_id') if row.get('broker_id') is not None else '?'}"
+    return role or "unknown"
+
+
+def score_roles(rows: dict[tuple[int, int], dict], ctx: Context) -> Tally:
+    """Each socket's role as kmon last showed it against the handle that opened it."""
+    tally = Tally()
+    for ports, row in rows.items():
+        flow = ctx.flows.get(ports)
+        connect = handle(flow, ctx) if flow is not None else None
+        said = kmon_role(row)
+        if connect is None:
+            tally.no_oracle += 1
+            tally.matrix[("(no log)", said)] += 1
+            continue
+        unsettled = row.get("role") in UNSETTLED
+        name = ctx.log.name_of(connect, flow.close_ms)
+        tally.add(role_of(name, connect.port, ctx.node_of_port), said, unsettled,
+                  row.get("confidence") or 0.0, f"socket :{ports[0]}>:{ports[1]} ({name})")
+    return tally
+
+
+ROLES = ("bootstrap", "coordinator", "broker", "unknown")
+
+
+def once_disagreements(around: list[list[dict]], once_rows: list[dict]) -> list[str]:
+    """Sockets ``--once`` names otherwise than the stream did both just before and just
+    after it ran (``around``: the stream's rows then; a socket that changed between counts
+    for whichever it matches)."""
+    lives = [{row["key"]: kmon_role(row) for row in rows} for rows in around]
+    return [f"{' / '.join(sorted({live[row['key']] for live in lives if row['key'] in live}))}"
+            f" in the stream, {kmon_role(row)} in --once"
+            for row in once_rows if any(row["key"] in live for live in lives)
+            and all(live.get(row["key"], kmon_role(row)) != kmon_role(row) for live in lives)]
+
+
+def ps_disagreements(around: list[list[dict]], ps_row: dict | None,
+                     view: str = "ps") -> list[str]:
+    """Roles whose count ``kmon ps`` (or another ``view``'s {role: count}) gives otherwise
+    than the stream both just before and just after it ran (a process ps does not list
+    counts none)."""
+    counts = [Counter(row.get("role") for row in rows) for rows in around]
+    mine = ps_row or {}
+    return [f"{role}: {' / '.join(str(c.get(role, 0)) for c in counts)} in the stream, "
+            f"{mine.get(role, 0)} in {view}{'' if ps_row else ' (the process not listed)'}"
+            for role in ROLES if all(c.get(role, 0) != mine.get(role, 0) for c in counts)]
