@@ -344,8 +344,10 @@ def test_a_producer_reaping_at_5_s_polled_every_second_reads_every_close_as_a_re
     exact = [e for e in found["kernel"] if e["closed_ms"] is not None]
     assert exact, found["kernel"]  # the connections opened while kmon watched
     for event in exact:
-        # librdkafka checks each second, from stamps that can predate the connection
-        assert 3900 <= event["idle_before_ms"] <= 7000, event
+        # librdkafka checks each second, from stamps that can predate the connection; the
+        # idle told is never more than the connection lived
+        assert min(3900, event["lifetime_ms"]) <= event["idle_before_ms"] <= 7000, event
+        assert event["idle_before_ms"] <= event["lifetime_ms"], event
         assert abs(event["lifetime_ms"] - (event["closed_ms"] - event["opened_ms"])) <= 1
     assert all(e["closed_ms"] is None for e in found["polls"])
 
@@ -543,8 +545,10 @@ def test_a_refusal_a_poll_saw_open_is_told_once_with_the_kernel_s_story():
              for t, o, n in ((5, 7, 2), (6, 2, 1), (7, 1, 8), (8, 8, 9), (9, 9, 7))]
     watch = KernelWatch(RecordedEvents([[], refused + other]), {9092})
     watch.poll([seen])
+    _, closed, told = watch.poll([gone])  # the one no poll saw waits a poll (a dying broker?)
+    assert [life.ending for life in closed] == ["per_ip_rejected"] and told == []
     _, closed, told = watch.poll([gone])
-    assert [life.ending for life in closed] == ["per_ip_rejected", "per_ip_rejected"]
+    assert [life.ending for life in closed] == ["per_ip_rejected"]
     assert [e.remote for e in told] == ["127.0.0.1:9092"] and "127.0.0.1:50001>" in told[0].key
     life = watch.life_of((Endpoint("127.0.0.1", 50000), Endpoint("127.0.0.1", 9092)))
     story = watch.story(life)  # lived from its connect to the broker's FIN
@@ -568,6 +572,32 @@ def test_a_refusal_this_poll_saw_is_left_to_its_row_s_close_one_verdict():
     _, closed, told = watch.poll([ProcessView(10, "p", "p", connections=[conn])])
     assert [life.ending for life in closed] == ["per_ip_rejected"] and told == []
     assert watch.life_of((Endpoint("127.0.0.1", 50000), Endpoint("127.0.0.1", 9092)))
+
+
+def test_a_refusal_at_once_is_told_a_poll_later_and_a_dying_broker_s_reset_is_none():
+    """A per-IP limit accepts and closes while its broker listens on; a broker that just
+    died resets its last connection too, then refuses the next connects: the refusal at
+    once waits a poll for that sign."""
+    from kmon.engine.kernel_watch import KernelWatch
+    from kmon.model import ProcessView
+
+    def accepted_then_reset(ts: float, sk: int) -> list[TcpEvent]:
+        return [state(ts, 7, 2, sk=sk), state(ts + 1, 2, 1, sk=sk),
+                TcpEvent(ts + 2, "reset_in", 0, sk, LOCAL, BROKER), state(ts + 2, 1, 7, pid=0,
+                                                                          sk=sk)]
+
+    refused_connect = [state(50, 7, 2, sk=9), TcpEvent(51, "reset_in", 0, 9, LOCAL, BROKER),
+                       state(51, 2, 7, pid=0, sk=9)]
+    views = [ProcessView(10, "p", "p")]
+    limit = KernelWatch(RecordedEvents([accepted_then_reset(0, 1), []]), {9092})
+    assert limit.poll(views)[1] == []  # held
+    _, (limited,), told = limit.poll(views)
+    assert limited.ending == "per_ip_rejected" and told[0].close.reason == "per_ip_rejected"
+    dying = KernelWatch(RecordedEvents([accepted_then_reset(0, 1), refused_connect]), {9092})
+    assert dying.poll(views)[1] == []
+    _, (reset, refused), told = dying.poll(views)
+    assert (reset.ending, reset.reset, refused.ending) == (None, "broker", "connect_failed")
+    assert [e.close.reason for e in told] == ["connect_failed"]
 
 
 def test_events_the_kernel_lost_become_a_standing_notice_with_their_total():

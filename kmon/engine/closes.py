@@ -159,11 +159,13 @@ def exact_story(life: SocketLife, kernel: KernelLife,
     data the polls saw (the last poll's time less its idle age) to that moment."""
     conn, closing = life.last, kernel.closed_ms or 0.0
     lifetime = round(closing - kernel.opened_ms)
-    # never idle longer than it lived (a client's idle stamps can predate its connection)
-    idle = (None if conn.idle_ms is None
-            else min(lifetime, max(0, round(closing - (life.last_seen_ms - conn.idle_ms)))))
+    # as the client counts it (librdkafka's idle stamps can predate the connection: its
+    # reaper closes by them), and as told: never idle longer than it lived
+    counted = (None if conn.idle_ms is None
+               else max(0, round(closing - (life.last_seen_ms - conn.idle_ms))))
+    idle = None if counted is None else min(lifetime, counted)
     side = kernel.closed_by
-    why = kernel.ending or reason(side, idle, conn.idle_limits, True)
+    why = kernel.ending or reason(side, counted, conn.idle_limits, True)
     if kernel.ending is None and kernel.reset is not None and why not in IDLE_REASONS:
         why = "reset"
     if wire is not None:

@@ -34,6 +34,7 @@ class KernelLife:
     reset: str | None = None  # who reset it: client or broker
     closed_ms: float | None = None  # its first FIN or RST (or CLOSE): when it began to close
     never_established: bool = False  # it went from SYN_SENT straight to CLOSE
+    listener_gone: bool = False  # connects to its remote were refused right after it closed
 
     @property
     def lifetime_ms(self) -> int | None:
@@ -52,13 +53,14 @@ class KernelLife:
     @property
     def ending(self) -> str | None:
         """connect_failed (never established), per_ip_rejected (closed or reset by the broker
-        within REJECTED_WITHIN_MS of its connect) or None (an ordinary close, or one
-        whose steps the port filter did not yet pass: its port was learned from its open)."""
+        within REJECTED_WITHIN_MS of its connect, while the broker still listens) or None
+        (an ordinary close, or one whose steps the port filter did not yet pass: its port was
+        learned from its open)."""
         if self.closed_ms is None:
             return None
         if self.never_established:
             return "connect_failed"
-        if (self.closed_by == "broker"
+        if (self.closed_by == "broker" and not self.listener_gone
                 and self.closed_ms - self.opened_ms <= REJECTED_WITHIN_MS):
             return "per_ip_rejected"
         return None

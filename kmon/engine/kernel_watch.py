@@ -43,6 +43,7 @@ class KernelWatch:
         self.endings: OrderedDict[tuple[tuple[str, int], tuple[str, int]], KernelLife] = (
             OrderedDict())
         self.polled: list[ProcessView] = []  # the last poll's views
+        self.held: list[KernelLife] = []  # refusals at once, told after one more poll
 
     def poll(self, views: list[ProcessView]) -> tuple[list[KernelLife], list[KernelLife],
                                                       list[Event]]:
@@ -60,11 +61,13 @@ class KernelWatch:
         self._follow_ports()
         for life in closed:
             self._remember(life)
-        bad = [life for life in closed if life.ending is not None]
         # a socket a poll saw (the last, or this one) has a row: its close is the monitor's
         # to tell, with the row's role, so that every view counts it under one verdict
-        seen = seen_pairs(polled + views, {remote for life in bad if (remote := life.remote)})
-        events = [event for life in bad if (event := self._closed_event(life, seen)) is not None]
+        seen = seen_pairs(polled + views, {remote for life in closed
+                                           if life.ending is not None and (remote := life.remote)})
+        closed = self._decided(closed, seen)
+        events = [event for life in closed if life.ending is not None
+                  and (event := self._closed_event(life, seen)) is not None]
         if self.lost:  # standing from the first loss on, with the total
             note = (f"the kernel dropped {self.lost} TCP events (a ring buffer was "
                     "full): connection counts may be short")
@@ -77,6 +80,26 @@ class KernelWatch:
         """The events of the followed ports the kernel dropped since the watch began (a ring
         buffer was full)."""
         return self.source.lost
+
+    def _decided(self, closed: list[KernelLife],
+                 seen: set[tuple[Endpoint | None, Endpoint]]) -> list[KernelLife]:
+        """``closed`` with the refusals at once no poll saw held back one poll: a per-IP
+        limit accepts and closes while its broker listens on, but a broker that just died
+        resets its last connections too, and then refuses the next connects to it. A
+        refusal with a refused connect to its remote in the same or the next poll was the
+        broker's end, not a limit."""
+        refused = {life.remote for life in closed if life.refused}
+        held, self.held, now = self.held, [], []
+        for life in closed:
+            if (life.ending == "per_ip_rejected" and life.remote not in refused
+                    and _pair(life) not in seen):
+                self.held.append(life)
+            else:
+                now.append(life)
+        for life in (*held, *now):
+            life.listener_gone = life.listener_gone or (
+                life.remote in refused and not life.never_established)
+        return [*held, *now]
 
     def _follow_ports(self) -> None:
         while len(self.learned) > MAX_LEARNED_PORTS:
@@ -94,8 +117,7 @@ class KernelWatch:
                       seen: set[tuple[Endpoint | None, Endpoint]]) -> Event | None:
         """The ``closed`` event of a life that ended badly; None for one a poll saw open (in
         ``seen``: its own ``closed`` event tells the kernel's story: ``life_of``)."""
-        local = Endpoint(*life.local) if life.local else None
-        remote = Endpoint(*life.remote) if life.remote else None
+        local, remote = _pair(life)
         if (local, remote) in seen:
             return None
         story = self.story(life)
@@ -126,6 +148,12 @@ class KernelWatch:
     def close(self) -> None:
         """Stop the kernel events."""
         self.source.close()
+
+
+def _pair(life: KernelLife) -> tuple[Endpoint | None, Endpoint | None]:
+    """A life's (local, remote) as the polls' rows name them."""
+    return (Endpoint(*life.local) if life.local else None,
+            Endpoint(*life.remote) if life.remote else None)
 
 
 def remote_ports(views: list[ProcessView]) -> set[int]:
