@@ -75,6 +75,18 @@ class Stream:
         with self.lock:
             return self.records[-1]
 
+    def mark(self) -> int:
+        """Where the stream is now (for ``since``)."""
+        with self.lock:
+            return len(self.records) - 1
+
+    def since(self, mark: int) -> list[list[dict]]:
+        """The process's rows in every snapshot from ``mark`` on: what a one-shot view
+        that ran meanwhile may have seen at its moment."""
+        with self.lock:
+            records = self.records[mark:]
+        return [self.rows(record) for record in records]
+
     def closes(self) -> list[dict]:
         """Every ``closed`` event of the process, with its local and remote ports (a polled
         socket's local endpoint from the rows that showed it)."""

@@ -139,13 +139,14 @@ def run(scenario: Scenario) -> list[Outcome]:
 
 
 def views_of(pid: int, bootstrap: str | None, stream: Stream, serve: Serve) -> dict:
-    """``--once``, ``ps`` and /metrics against the stream's snapshots just before and after
-    each ran: {"once": sockets that differ, or why not run; "once_sockets"; "ps" and
-    "metrics": role counts that differ, or why not run; and the details}."""
+    """``--once``, ``ps`` and /metrics against every snapshot of the stream from just before
+    each ran to just after (a one-shot view answers for one moment of its run): {"once":
+    sockets that differ, or why not run; "once_sockets"; "ps" and "metrics": role counts
+    that differ, or why not run; and the details}."""
     found: dict = {}
-    before = stream.rows(stream.latest())
+    mark = stream.mark()
     once_rows = once(pid, bootstrap)
-    around = [before, stream.rows(stream.latest())]
+    around = stream.since(mark)
     if isinstance(once_rows, str):
         found["once"] = once_rows
     else:
@@ -153,21 +154,20 @@ def views_of(pid: int, bootstrap: str | None, stream: Stream, serve: Serve) -> d
         found["once"] = len(found["once_detail"])
         found["once_sockets"] = sum(any(r["key"] in {x["key"] for x in rows} for rows in around)
                                     for r in once_rows)
-    before = stream.rows(stream.latest())
+    mark = stream.mark()
     ps_row = ps(pid, bootstrap)
     if isinstance(ps_row, str) and ps_row != NOT_LISTED:
         found["ps"] = ps_row
     else:
-        found["ps_detail"] = ps_disagreements([before, stream.rows(stream.latest())],
+        found["ps_detail"] = ps_disagreements(stream.since(mark),
                                               None if ps_row == NOT_LISTED else ps_row)
         found["ps"] = len(found["ps_detail"])
-    before = stream.rows(stream.latest())
+    mark = stream.mark()
     roles = serve.roles(pid)
     if isinstance(roles, str):
         found["metrics"] = roles
     else:
-        found["metrics_detail"] = ps_disagreements([before, stream.rows(stream.latest())],
-                                                   roles, "/metrics")
+        found["metrics_detail"] = ps_disagreements(stream.since(mark), roles, "/metrics")
         found["metrics"] = len(found["metrics_detail"])
     return found
 

@@ -179,9 +179,9 @@ ROLES = ("bootstrap", "coordinator", "broker", "unknown")
 
 
 def once_disagreements(around: list[list[dict]], once_rows: list[dict]) -> list[str]:
-    """Sockets ``--once`` names otherwise than the stream did both just before and just
-    after it ran (``around``: the stream's rows then; a socket that changed between counts
-    for whichever it matches)."""
+    """Sockets ``--once`` names otherwise than the stream did in every snapshot from just
+    before it ran to just after (``around``: the stream's rows then; a socket that changed
+    meanwhile counts for whichever it matches)."""
     lives = [{row["key"]: kmon_role(row) for row in rows} for rows in around]
     return [f"{' / '.join(sorted({live[row['key']] for live in lives if row['key'] in live}))}"
             f" in the stream, {kmon_role(row)} in --once"
@@ -192,10 +192,11 @@ def once_disagreements(around: list[list[dict]], once_rows: list[dict]) -> list[
 def ps_disagreements(around: list[list[dict]], ps_row: dict | None,
                      view: str = "ps") -> list[str]:
     """Roles whose count ``kmon ps`` (or another ``view``'s {role: count}) gives otherwise
-    than the stream both just before and just after it ran (a process ps does not list
-    counts none)."""
+    than the stream in every snapshot from just before it ran to just after (a process ps
+    does not list counts none)."""
     counts = [Counter(row.get("role") for row in rows) for rows in around]
     mine = ps_row or {}
-    return [f"{role}: {' / '.join(str(c.get(role, 0)) for c in counts)} in the stream, "
+    return [f"{role}: {' / '.join(sorted({str(c.get(role, 0)) for c in counts}))} in the "
+            "stream, "
             f"{mine.get(role, 0)} in {view}{'' if ps_row else ' (the process not listed)'}"
             for role in ROLES if all(c.get(role, 0) != mine.get(role, 0) for c in counts)]
