@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kmon.devtools.children import stop_all
+
 DEBUG = "broker,protocol,cgrp"
 
 
@@ -28,13 +30,7 @@ class Client:
         return self.proc.pid
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_all([self.proc], 10)
 
 
 def workload(name: str, kind: str, bootstrap: str, log: Path, *args: str,

@@ -13,6 +13,8 @@ import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 
+from kmon.devtools.children import stop_all
+
 INTERVAL = "500ms"
 NOT_LISTED = "the process is not listed"
 
@@ -55,13 +57,7 @@ class Stream:
                     self.records.append(json.loads(line))
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_all([self.proc], 10)
 
     @property
     def started_ms(self) -> int:
@@ -181,13 +177,7 @@ class Serve:
             return answer.read().decode()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_all([self.proc], 15)
 
 
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
