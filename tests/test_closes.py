@@ -107,6 +107,9 @@ def test_a_story_carries_the_totals_and_is_told_in_words():
         "broker idle reap · closed by the broker after 9 m 59 s idle (limit 10 m)")
     never = story(life("SYN_SENT"), None, 3_000)
     assert (never.closed_by, never.reason) == ("unknown", "connect_failed")
+    # only ever seen in CLOSE (its fd still open): refused, or reset, kmon cannot tell
+    closed = story(life("CLOSE"), None, 3_000)
+    assert (closed.closed_by, closed.reason) == ("unknown", "unknown")
 
 
 def test_the_wire_s_first_fin_or_rst_decides_the_side_and_tells_a_reset_or_failed_login():

@@ -48,6 +48,7 @@ CLIENT_FIRST = frozenset({TcpState.FIN_WAIT1, TcpState.FIN_WAIT2, TcpState.CLOSI
                           TcpState.TIME_WAIT})
 BROKER_FIRST = frozenset({TcpState.CLOSE_WAIT, TcpState.LAST_ACK})
 NOT_ESTABLISHED = frozenset({TcpState.SYN_SENT, TcpState.SYN_RECV})
+SEEN_CLOSED = frozenset({TcpState.CLOSE})  # a socket whose connect failed, or was reset
 READABLE = {
     "client_idle_reap": "client idle reap", "broker_idle_reap": "broker idle reap",
     "middlebox_idle_drop": "dropped by a middlebox after its idle timeout",
@@ -144,6 +145,8 @@ def story(life: SocketLife, kernel_state: str | None, closed_ms: int,
                  max(0, closed_ms - life.last_seen_ms))
     if wire is not None:
         why = wire_reason(wire, why)
+    elif life.states <= SEEN_CLOSED:  # refused, or reset, before any poll saw it open
+        side = why = "unknown"
     # opened before kmon saw it: it lived at least as long as it was idle
     seen_for = life.last_seen_ms - life.first_seen_ms
     return CloseStory(
