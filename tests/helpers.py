@@ -301,6 +301,15 @@ def apis(row: dict) -> set[str]:
     return {part.split("×")[0] for part in row["evidence"].get("wire", "").split()}
 
 
+def wire_sure(row: dict) -> bool:
+    """The wire's confidence in a row: 1.0, but 0.7 for a connection that only asked for
+    metadata once the cluster was known (a broker, or a re-bootstrap)."""
+    from kmon.evidence.wire import AFTER_LEARNED
+
+    metadata_only = row["role"] == "broker" and apis(row) <= {"Metadata", "ApiVersions"}
+    return row["confidence"] == (AFTER_LEARNED if metadata_only else 1.0)
+
+
 def all_named(rows: list[dict]) -> bool:
     """Every socket named by the wire with its broker, a coordinator among them, and a
     broker socket that fetched."""

@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import all_named, apis, from_start, produce
+from helpers import all_named, apis, from_start, produce, wire_sure
 
 from kmon.classify import MAX_INT
 from kmon.sources.broker_query import ask_brokers
@@ -73,12 +73,12 @@ def fetching_from(rows: list[dict]) -> set[int]:
 
 def check_go_roles(rows: list[dict], brokers: dict[int, tuple[str, int]], leaders: set[int],
                    coordinator: int, client_id: str) -> None:
-    """Every socket named at 1.0 by the wire with its broker; the coordinator sockets (a Go
+    """Every socket named by the wire (``wire_sure``) with its broker; the coordinator sockets (a Go
     client may hold more than one) all to the group's coordinator; a fetch from every
     leader; no group request on a broker socket."""
     by_address = {f"{host}:{port}": broker for broker, (host, port) in brokers.items()}
     for row in rows:
-        assert row["confidence"] == 1.0 and row["evidence"]["role"] == "wire", row
+        assert wire_sure(row) and row["evidence"]["role"] == "wire", row
         assert row["broker_id"] == by_address[row["remote"]] and row["client"] == client_id, row
         if row["role"] == "bootstrap":
             assert row["node_id"] < 0 and "Metadata" in apis(row), row
