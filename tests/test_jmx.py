@@ -10,7 +10,7 @@ import shutil
 import subprocess
 
 import pytest
-from helpers import JAVA_VERSIONS, TESTS, log_table, unique, unused_pid
+from helpers import JAVA_VERSIONS, TESTS, log_table, unique, unused_pid, wait_for
 
 from kmon.classify import MAX_INT
 from kmon.sources.java_log import LogFollower
@@ -52,9 +52,16 @@ def test_consumer_connections_seen_through_jmx(start_java, kafka, version, tmp_p
         # the coordinator has its own connection and node metrics, apart from broker `broker`'s
         assert set(client.nodes) - bootstrap == {coordinator, 1, 2, 3}
         # every connection made, a coordinator reconnect (NOT_COORDINATOR on a new cluster)
-        # included, is a connect line in the log
-        assert client.metrics["connection-creation-total"] == sum(
-            s.connects for s in state.nodes.values())
+        # included, is a connect line in the log; the two read at once, as the client may
+        # connect again between a log read and a JMX reading
+        def creations_agree() -> bool:
+            reading = only_client(source.latest() or first)
+            logged = log_table(log).client(client_id, "consumer")
+            return reading.metrics["connection-creation-total"] == sum(
+                s.connects for s in logged.nodes.values())
+
+        wait_for(creations_agree, "JMX's connection-creation-total equal to the log's connects",
+                 seconds=10, every=0.25)
         assert client.metrics["assigned-partitions"] == 3
         later = source.wait_newer(first.ts_ms + 3500, 10)  # a heartbeat interval (3 s) on
         assert later is not None and later.ts_ms > first.ts_ms + 3500
