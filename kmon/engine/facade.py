@@ -214,14 +214,13 @@ class ClusterSession(LocalClients):
 
     def __init__(self, watcher: ClusterWatcher, settings: SamplerSettings, pids: list[int],
                  discover_every_s: float = DISCOVER_EVERY_S, interval_ms: int = 1000,
-                 churn: ChurnThresholds | None = None, idle_from_cluster: bool = True,
+                 churn: ChurnThresholds | None = None,
                  kernel_events: bool = True) -> None:
         ports = {parts[1] for text in watcher.view.bootstrap.split(",")
                  if (parts := split_host_port(text.strip())) is not None}
         super().__init__(settings, None, discover_every_s, interval_ms, churn, kernel_events,
                          ports)
         self.watcher = watcher
-        self.idle_from_cluster = idle_from_cluster  # the brokers' idle limit as they say
         for pid in pids:
             self.discovery.add(self.monitor, pid)
 
@@ -250,7 +249,7 @@ class ClusterSession(LocalClients):
             if view.brokers:  # its groups infer the coordinators of agentless clients
                 self.settings.directory.learn_cluster(
                     view.metadata, view.groups,
-                    view.broker_idle_ms if self.idle_from_cluster else None)
+                    view.broker_idle_ms if self.settings.idle_from_cluster else None)
                 self.discovery.update(self.monitor,
                                       set(view.metadata.endpoints(self.settings.resolver)))
             polled = self.monitor.poll()

@@ -64,6 +64,8 @@ class SamplerSettings:
     ``directory``, shared by every sampler built from these settings."""
 
     broker_idle_ms: int = BROKER_IDLE_MS  # the configured limit (see ``idle_limit_ms``)
+    # the user set no limit: a process's confirmed brokers' own word on theirs comes first
+    idle_from_cluster: bool = True
     require_kafka: bool = True
     resolver: Resolver = field(default_factory=Resolver)
     middlebox_idle_ms: int | None = None  # a load balancer's or NAT's idle timeout, if any
@@ -181,8 +183,10 @@ class ProcessSampler:
         resolver = self.settings.resolver
         self._learn(learned_brokers(fresh, resolver))
         remotes = {s.remote for s in sockets}
-        directory, idle_limit_ms = self.settings.directory, self.settings.idle_limit_ms
+        directory = self.settings.directory
         directory.confirmed.check(e for e in self.learned if e in remotes)
+        idle_limit_ms = (self.settings.idle_from_cluster
+                         and directory.confirmed.idle_limit(remotes)) or self.settings.idle_limit_ms
         known = {**directory.confirmed.brokers, **self.learned}
         cluster = directory.cluster
         if cluster is not None:
