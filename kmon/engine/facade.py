@@ -32,6 +32,7 @@ from kmon.engine.kernel_watch import open_kernel_watch
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
 from kmon.model import ChurnThresholds, Event, Snapshot
+from kmon.sources import bounded
 from kmon.sources.host_wire import HostWire
 from kmon.sources.resolve import split_host_port
 from kmon.sources.socket_readers import open_socket_reader
@@ -42,6 +43,9 @@ __all__ = ["UNKNOWN_CLUSTER", "AttachFailed", "ClusterSession", "ClusterView", "
            "broker_connection_counts", "groups_coordinated", "groups_view", "settle_heap"]
 
 DISCOVER_EVERY_S = 5.0
+EARLY_FOR_S = 10.0  # a local group the cluster has not described: asked early this long
+EARLY_EVERY_S = 1.0  # at most this often
+MAX_GROUPS_SEEN = 1024  # local groups remembered with when they were first seen
 
 
 class SnapshotSource(Protocol):
@@ -221,6 +225,10 @@ class ClusterSession(LocalClients):
         super().__init__(settings, None, discover_every_s, interval_ms, churn, kernel_events,
                          ports)
         self.watcher = watcher
+        self._groups_lock = threading.Lock()
+        self._groups_seen: dict[str, float] = {}  # local group -> when first seen (clock)
+        self._undescribed = False  # a local group first seen lately is not described
+        self._early_at = float("-inf")  # when the cluster was last asked
         for pid in pids:
             self.discovery.add(self.monitor, pid)
 
@@ -234,12 +242,37 @@ class ClusterSession(LocalClients):
         return self.watcher.next_retry_in_s
 
     def cluster_due(self) -> bool:
-        """True when the cluster's metadata should be fetched again."""
-        return self.watcher.due()
+        """True when the cluster's metadata should be fetched again: when its refresh is
+        due, and early (at most every ``EARLY_EVERY_S``) while a group the local clients
+        are in, first seen in the last ``EARLY_FOR_S``, is not described yet (unless the
+        cluster's last answer said it could not describe its groups)."""
+        with self._groups_lock:
+            early = (self._undescribed and self.watcher.view.groups_error is None
+                     and self.watcher.clock() - self._early_at >= EARLY_EVERY_S)
+        return self.watcher.due(early)
 
     def refresh_cluster(self) -> ClusterView:
         """Fetch the cluster's metadata and groups (blocking: call from a worker)."""
+        with self._groups_lock:
+            self._early_at = self.watcher.clock()
         return self.watcher.refresh()
+
+    def _see_groups(self, snapshot: Snapshot) -> None:
+        """Note the local clients' groups that the cluster has not described (its view's
+        groups with members), and whether one was first seen in the last ``EARLY_FOR_S``."""
+        described = {g.group_id for g in self.watcher.view.groups or ()
+                     if g.members is not None}
+        now = self.watcher.clock()
+        with self._groups_lock:
+            seen = self._groups_seen
+            for group_id in {c.group_id for view in snapshot.processes
+                             for c in view.clients if c.group_id} - described:
+                if group_id not in seen:
+                    bounded.put(seen, group_id, now, MAX_GROUPS_SEEN)
+                if now - seen[group_id] < EARLY_FOR_S:
+                    self._undescribed = True
+                    return
+            self._undescribed = False
 
     def poll(self) -> tuple[Snapshot, list[Event]]:
         """Search for new clients when due, then one snapshot of every client."""
@@ -253,6 +286,7 @@ class ClusterSession(LocalClients):
                 self.discovery.update(self.monitor,
                                       set(view.metadata.endpoints(self.settings.resolver)))
             polled = self.monitor.poll()
+        self._see_groups(polled[0])
         return self.recorded(polled)
 
 
