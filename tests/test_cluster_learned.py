@@ -17,6 +17,7 @@ import time
 
 import pytest
 from helpers import (
+    Child,
     KafkaClient,
     attach_stream,
     cells,
@@ -96,6 +97,32 @@ def test_ps_with_no_b_names_a_plain_consumer_s_cluster_and_its_idle_limit(reapin
 def limits(record: dict) -> set[int]:
     """The idle limits of the connections of a streamed ``kmon attach --json`` record."""
     return {c["idle_limit_ms"] for c in connections_of(record)}
+
+
+IDLE_PRODUCER = ("import sys, time; from confluent_kafka import Producer; "
+                 "p = Producer({'bootstrap.servers': sys.argv[2]}); "
+                 "p.produce('kmon-idle', b'x'); p.flush(30); print('READY', flush=True); "
+                 "time.sleep(600)")
+
+
+def test_ps_with_no_b_names_an_idle_producer_s_cluster_from_its_bootstrap(kafka):
+    """A plain producer given ``--bootstrap-server`` on its command line sends nothing once
+    its message is out (no metadata refresh for 5 min, no heartbeat): its wire names no
+    broker. kmon asks the bootstrap servers it is connected to itself, and ``kmon ps -o
+    json`` names its cluster by the cluster's id and counts its connection as a broker
+    connection, none unknown (before: "(brokers not known yet)", 0 brokers, 1 unknown)."""
+    bootstrap = kafka.bootstrap()
+    producer = Child([sys.executable, "-c", IDLE_PRODUCER, "--bootstrap-server", bootstrap])
+    try:
+        producer.wait_line("READY", timeout=60)
+        truth = cluster_id(bootstrap)
+        result = kmon("ps", "-o", "json")
+    finally:
+        producer.stop()
+    assert result.returncode == 0, result.stderr
+    (row,) = [p for p in json.loads(result.stdout)["processes"] if p["pid"] == producer.pid]
+    assert row["cluster"] == truth, row
+    assert row["broker"] >= 1 and row["unknown"] == 0, row
 
 
 def test_watch_describes_a_group_its_local_clients_are_in_at_once(reaping, spool_dir):
