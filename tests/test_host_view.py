@@ -86,3 +86,17 @@ def test_a_process_no_broker_named_yet_is_labelled_by_its_sorted_bootstrap():
     assert cluster_labels(snapshot, {}) == {
         1: "10.0.0.5:9093 +1", 2: "10.0.0.5:9093 +1", 3: "b.example:9093",
         4: UNKNOWN_CLUSTER, 5: UNKNOWN_CLUSTER}
+
+
+def test_ps_s_table_shows_sockets_of_no_known_role_as_unknown_not_as_nothing():
+    """An uninstrumented client kmon could not place yet: its table row (80 columns where
+    the terminal is unknown) says its sockets are unknown, never three zeros alone."""
+    from kmon.cli.ps import text_lines
+
+    row = {"cluster": UNKNOWN_CLUSTER, "pid": 4242, "user": "root", "command": "consumer.py",
+           "client_ids": [], "bootstrap": 0, "coordinator": 0, "broker": 0, "unknown": 4,
+           "close_wait": 0, "max_idle_ms": 2500, "clients_created": None, "churn": "",
+           "cmdline": "python consumer.py"}
+    header, _, line = text_lines([row], "table")
+    assert "unknown" in header.split(), header
+    assert line.split()[header.split().index("unknown") - 1] == "4", line  # 2 words: client ids
