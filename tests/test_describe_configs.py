@@ -2,16 +2,20 @@
 
 The honest answer comes from a real broker in tests/test_cluster_learned.py; these are the
 answers a real broker cannot be made to send: cut short, carrying an error, a limit that is
-no number, from a listener that answers nothing whole.
+no number, from a listener that answers nothing whole; and how often kmon asks, counted at
+fake brokers.
 """
 
 from __future__ import annotations
 
 import socket
 import threading
+import time
 
+from kmon.devtools.hostile_broker import HostileBroker
 from kmon.sources import kafka_protocol as kp
-from kmon.sources.broker_query import CORRELATION_ID, ask_idle_limit
+from kmon.sources.broker_query import CORRELATION_ID, ConfirmedBrokers, ask_idle_limit
+from kmon.sources.resolve import Resolver
 from kmon.sources.sockets import Endpoint
 
 
@@ -69,3 +73,34 @@ def test_a_limit_that_is_no_number_or_no_whole_answer_is_none():
     assert ask_idle_limit(serve_once(answer("-5")), broker_id=1) is None
     assert ask_idle_limit(serve_once(answer(None)), broker_id=1) is None
     assert ask_idle_limit(serve_once(answer("8000")[:20]), broker_id=1, deadline_s=0.5) is None
+
+
+def test_a_cluster_s_idle_limit_is_asked_once_of_a_confirmed_broker():
+    """Two endpoints of one cluster (fake brokers on real sockets, each answering kmon's
+    Metadata query with both; a real broker's requests cannot be counted from here): both
+    are confirmed, and the cluster's idle limit is asked once, of one of them, after its
+    confirmation; a third endpoint, never confirmed, is never asked it."""
+    brokers = [HostileBroker("liar") for _ in range(2)]
+    stranger = HostileBroker("liar")  # names only another endpoint: never confirmed
+    cluster = {n + 1: ("127.0.0.1", b.port) for n, b in enumerate(brokers)}
+    for broker in brokers:
+        broker.lies.update(cluster)
+    stranger.lies.update({9: ("127.0.0.1", 9)})
+    endpoints = [Endpoint("127.0.0.1", b.port) for b in (*brokers, stranger)]
+    confirmed = ConfirmedBrokers(Resolver())
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (
+                len(confirmed.brokers) < 2 or confirmed.unanswered(endpoints)):
+            confirmed.check(endpoints)
+            time.sleep(0.02)
+        for _ in range(20):  # more checks ask nothing more
+            confirmed.check(endpoints)
+            time.sleep(0.02)
+    finally:
+        for broker in (*brokers, stranger):
+            broker.close()
+    assert confirmed.brokers == {endpoints[0]: 1, endpoints[1]: 2}
+    asked = [b.kmon_apis for b in (*brokers, stranger)]
+    assert sorted(api for apis in asked for api in apis) == [3, 3, 3, 32], asked
+    assert kp.DESCRIBE_CONFIGS not in asked[2], asked
