@@ -16,7 +16,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from functools import partial
 from itertools import islice
 from typing import Any
@@ -173,11 +173,11 @@ class ConfirmedBrokers:
             return {endpoint: self._clusters[endpoint] for endpoint in self._brokers
                     if endpoint in self._clusters}
 
-    def idle_limit(self, endpoints: Iterable[Endpoint]) -> int | None:
+    def idle_limit(self, endpoints: Collection[Endpoint]) -> int | None:
         """The least idle limit the clusters of the confirmed ``endpoints`` describe, if any
-        has said one."""
+        has said one (a walk of the confirmed endpoints, at most ``MAX_ASKED``)."""
         with self._lock:
-            limits = [limit for e in endpoints if e in self._brokers
+            limits = [limit for e in self._brokers if e in endpoints
                       if (limit := self._idle.get(self._clusters.get(e))) is not None]
         return min(limits, default=None)
 
