@@ -264,15 +264,13 @@ class ClusterSession(LocalClients):
                      if g.members is not None}
         now = self.watcher.clock()
         with self._groups_lock:
-            seen = self._groups_seen
+            seen, lately = self._groups_seen, False
             for group_id in {c.group_id for view in snapshot.processes
                              for c in view.clients if c.group_id} - described:
                 if group_id not in seen:
                     bounded.put(seen, group_id, now, MAX_GROUPS_SEEN)
-                if now - seen[group_id] < EARLY_FOR_S:
-                    self._undescribed = True
-                    return
-            self._undescribed = False
+                lately |= now - seen[group_id] < EARLY_FOR_S
+            self._undescribed = lately
 
     def poll(self) -> tuple[Snapshot, list[Event]]:
         """Search for new clients when due, then one snapshot of every client."""
