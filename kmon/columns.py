@@ -56,7 +56,7 @@ CONNECTION_COLUMNS = (
 PROCESS_COLUMNS = (
     Column("cluster"), Column("pid", "count"), Column("user"), Column("command"),
     Column("client_ids"), Column("bootstrap", "count"), Column("coordinator", "count"),
-    Column("broker", "count"), Column("unknown", "count", wide=True),
+    Column("broker", "count"), Column("unknown", "count"),
     Column("close_wait", "count"), Column("max_idle_ms", "ms"),
     Column("clients_created", "count", wide=True), Column("churn"),
     Column("cmdline", wide=True),

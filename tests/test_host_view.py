@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kmon.engine.host_view import UNKNOWN_CLUSTER, cluster_labels
-from kmon.model import Connection, ProcessView, Role, Snapshot
+from kmon.model import ClientInstance, Connection, ProcessView, Role, Snapshot
 from kmon.sources.sockets import Endpoint
 
 
@@ -62,3 +62,41 @@ def test_a_view_s_summary_counts_its_connections():
     assert summary.remotes == {"127.0.0.1:9092", "127.0.0.1:9093"}
     assert summary.brokers == {"127.0.0.1:9092"}  # of the connections with a known role
     assert process(2).summary.max_idle_ms is None and not process(2).summary.remotes
+
+
+def test_a_process_no_broker_named_yet_is_labelled_by_its_sorted_bootstrap():
+    """A process whose sockets nothing named yet (TLS, or idle since kmon looked) and that
+    was given its bootstrap servers on its command line, or in its clients' configuration:
+    labelled by them, sorted, the same whatever their order; by its own word only."""
+    def given(pid: int, cmdline: str) -> ProcessView:
+        view = process(pid, "10.0.0.5:9093", role=Role.UNKNOWN)
+        view.cmdline = cmdline
+        return view
+
+    configured = given(3, "python app.py")
+    configured.clients = [ClientInstance(name="rdkafka#producer-1", client_id="app",
+                                         type="producer",
+                                         config={"bootstrap.servers": "b.example:9093"})]
+    snapshot = Snapshot(0, "h", [
+        given(1, "kafka-console-consumer --bootstrap-server 10.0.0.6:9093,10.0.0.5:9093"),
+        given(2, "kcat -b 10.0.0.5:9093,10.0.0.6:9093 -C -t orders"),
+        configured,
+        given(4, "python 'unbalanced"),
+        given(5, "kcat -b nonsense -C")])
+    assert cluster_labels(snapshot, {}) == {
+        1: "10.0.0.5:9093 +1", 2: "10.0.0.5:9093 +1", 3: "b.example:9093",
+        4: UNKNOWN_CLUSTER, 5: UNKNOWN_CLUSTER}
+
+
+def test_ps_s_table_shows_sockets_of_no_known_role_as_unknown_not_as_nothing():
+    """An uninstrumented client kmon could not place yet: its table row (80 columns where
+    the terminal is unknown) says its sockets are unknown, never three zeros alone."""
+    from kmon.cli.ps import text_lines
+
+    row = {"cluster": UNKNOWN_CLUSTER, "pid": 4242, "user": "root", "command": "consumer.py",
+           "client_ids": [], "bootstrap": 0, "coordinator": 0, "broker": 0, "unknown": 4,
+           "close_wait": 0, "max_idle_ms": 2500, "clients_created": None, "churn": "",
+           "cmdline": "python consumer.py"}
+    header, _, line = text_lines([row], "table")
+    assert "unknown" in header.split(), header
+    assert line.split()[header.split().index("unknown") - 1] == "4", line  # 2 words: client ids

@@ -47,8 +47,7 @@ def run(args: argparse.Namespace) -> int:
     settings = dashboard_settings(config, args.interval, args.record_dir)
     session = ClusterSession(watcher, wiring.sampler_settings(args, config, cluster,
                                                               require_kafka=False),
-                             [], churn=config.churn, interval_ms=round(settings.interval_s * 1000),
-                             idle_from_cluster=wiring.configured_idle_ms(args, cluster) is None)
+                             [], churn=config.churn, interval_ms=round(settings.interval_s * 1000))
     shown = ", ".join(f"{k}={v}" for k, v in cluster.shown_properties().items())
     return run_watch(f"{cluster.name} ({shown})" if shown else cluster.name, session, settings,
                      theme)

@@ -57,9 +57,10 @@ def sampler_settings(args: argparse.Namespace, config: Config, named: ClusterCon
                      not_kafka_hint: str = "pass --any-process") -> SamplerSettings:
     """Settings for every sampler of a command: the idle limits, the cluster, wire capture,
     and the command's own hint for a process that shows no sign of Kafka."""
-    idle_ms = (configured_idle_ms(args, named)
-               or (metadata.broker_idle_ms if metadata else None) or BROKER_IDLE_MS)
-    return SamplerSettings(broker_idle_ms=idle_ms, cluster=metadata, groups=groups,
+    configured = configured_idle_ms(args, named)
+    idle_ms = configured or (metadata.broker_idle_ms if metadata else None) or BROKER_IDLE_MS
+    return SamplerSettings(broker_idle_ms=idle_ms, idle_from_cluster=configured is None,
+                           cluster=metadata, groups=groups,
                            require_kafka=require_kafka,
                            middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
                            wire=getattr(args, "wire", "auto"), not_kafka_hint=not_kafka_hint)

@@ -13,7 +13,8 @@ server on 127.0.0.1 run by threads of the calling process:
 * ``liar``: answers every Metadata request, kmon's own too, with a broker list of its
   choosing (``lies``: broker id -> (host, port); ``crowd`` makes a long one).
 
-Each notes whether kmon's own Metadata request (correlation id "kmon") reached it.
+Each notes whether kmon's own request (correlation id "kmon") reached it, and the API of
+each (``kmon_apis``).
 ``python -m kmon.devtools.hostile_broker PORT API`` is the client: it connects to
 127.0.0.1:PORT, prints ``READY``, then sends requests of ``API`` (``metadata`` or
 ``find_coordinator``) one after another, reading each answer (``find_coordinator``)
@@ -96,6 +97,7 @@ class HostileBroker:
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
         self.asked_by_kmon = threading.Event()
+        self.kmon_apis: list[int] = []  # the API key of each of kmon's own requests
         self.answers = 0  # coordinator answers sent
         self.stopped = threading.Event()
         threading.Thread(target=self._accept, daemon=True).start()
@@ -141,6 +143,7 @@ class HostileBroker:
         """True (and noted) for kmon's own query."""
         header = kp.request_header(request)
         if header is not None and header.correlation_id == KMON_CORRELATION:
+            self.kmon_apis.append(header.api_key)
             self.asked_by_kmon.set()
             return True
         return False

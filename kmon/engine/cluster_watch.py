@@ -68,9 +68,11 @@ class ClusterWatcher:
         self._failed_in_row = 0
         self._lock = threading.Lock()
 
-    def due(self) -> bool:
-        """True when the next attempt is due and none is under way."""
-        return not self._lock.locked() and self.clock() >= self._next_at
+    def due(self, early: bool = False) -> bool:
+        """True when the next attempt is due and none is under way; with ``early``, also
+        before it is due, unless the last attempt failed (its backoff stands)."""
+        return not self._lock.locked() and (
+            self.clock() >= self._next_at or (early and not self._failed_in_row))
 
     @property
     def next_retry_in_s(self) -> float | None:

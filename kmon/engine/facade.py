@@ -32,6 +32,7 @@ from kmon.engine.kernel_watch import open_kernel_watch
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
 from kmon.model import ChurnThresholds, Event, Snapshot
+from kmon.sources import bounded
 from kmon.sources.host_wire import HostWire
 from kmon.sources.resolve import split_host_port
 from kmon.sources.socket_readers import open_socket_reader
@@ -42,6 +43,9 @@ __all__ = ["UNKNOWN_CLUSTER", "AttachFailed", "ClusterSession", "ClusterView", "
            "broker_connection_counts", "groups_coordinated", "groups_view", "settle_heap"]
 
 DISCOVER_EVERY_S = 5.0
+EARLY_FOR_S = 10.0  # a local group the cluster has not described: asked early this long
+EARLY_EVERY_S = 1.0  # at most this often
+MAX_GROUPS_SEEN = 1024  # local groups remembered with when they were first seen
 
 
 class SnapshotSource(Protocol):
@@ -214,14 +218,17 @@ class ClusterSession(LocalClients):
 
     def __init__(self, watcher: ClusterWatcher, settings: SamplerSettings, pids: list[int],
                  discover_every_s: float = DISCOVER_EVERY_S, interval_ms: int = 1000,
-                 churn: ChurnThresholds | None = None, idle_from_cluster: bool = True,
+                 churn: ChurnThresholds | None = None,
                  kernel_events: bool = True) -> None:
         ports = {parts[1] for text in watcher.view.bootstrap.split(",")
                  if (parts := split_host_port(text.strip())) is not None}
         super().__init__(settings, None, discover_every_s, interval_ms, churn, kernel_events,
                          ports)
         self.watcher = watcher
-        self.idle_from_cluster = idle_from_cluster  # the brokers' idle limit as they say
+        self._groups_lock = threading.Lock()
+        self._groups_seen: dict[str, float] = {}  # local group -> when first seen (clock)
+        self._undescribed = False  # a local group first seen lately is not described
+        self._early_at = float("-inf")  # when the cluster was last asked
         for pid in pids:
             self.discovery.add(self.monitor, pid)
 
@@ -235,12 +242,35 @@ class ClusterSession(LocalClients):
         return self.watcher.next_retry_in_s
 
     def cluster_due(self) -> bool:
-        """True when the cluster's metadata should be fetched again."""
-        return self.watcher.due()
+        """True when the cluster's metadata should be fetched again: when its refresh is
+        due, and early (at most every ``EARLY_EVERY_S``) while a group the local clients
+        are in, first seen in the last ``EARLY_FOR_S``, is not described yet (unless the
+        cluster's last answer said it could not describe its groups)."""
+        with self._groups_lock:
+            early = (self._undescribed and self.watcher.view.groups_error is None
+                     and self.watcher.clock() - self._early_at >= EARLY_EVERY_S)
+        return self.watcher.due(early)
 
     def refresh_cluster(self) -> ClusterView:
         """Fetch the cluster's metadata and groups (blocking: call from a worker)."""
+        with self._groups_lock:
+            self._early_at = self.watcher.clock()
         return self.watcher.refresh()
+
+    def _see_groups(self, snapshot: Snapshot) -> None:
+        """Note the local clients' groups that the cluster has not described (its view's
+        groups with members), and whether one was first seen in the last ``EARLY_FOR_S``."""
+        described = {g.group_id for g in self.watcher.view.groups or ()
+                     if g.members is not None}
+        now = self.watcher.clock()
+        with self._groups_lock:
+            seen, lately = self._groups_seen, False
+            for group_id in {c.group_id for view in snapshot.processes
+                             for c in view.clients if c.group_id} - described:
+                if group_id not in seen:
+                    bounded.put(seen, group_id, now, MAX_GROUPS_SEEN)
+                lately |= now - seen[group_id] < EARLY_FOR_S
+            self._undescribed = lately
 
     def poll(self) -> tuple[Snapshot, list[Event]]:
         """Search for new clients when due, then one snapshot of every client."""
@@ -250,10 +280,11 @@ class ClusterSession(LocalClients):
             if view.brokers:  # its groups infer the coordinators of agentless clients
                 self.settings.directory.learn_cluster(
                     view.metadata, view.groups,
-                    view.broker_idle_ms if self.idle_from_cluster else None)
+                    view.broker_idle_ms if self.settings.idle_from_cluster else None)
                 self.discovery.update(self.monitor,
                                       set(view.metadata.endpoints(self.settings.resolver)))
             polled = self.monitor.poll()
+        self._see_groups(polled[0])
         return self.recorded(polled)
 
 

@@ -16,9 +16,12 @@ their clients use.
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Collection, Mapping
 
-from kmon.model import Snapshot
+from kmon.engine.sampler import bootstrap_argument
+from kmon.evidence.logical import bootstrap_entries, bootstrap_of
+from kmon.model import ProcessView, Snapshot
 from kmon.sources.host_sockets import HostClients, client_pids
 from kmon.sources.process_info import LibraryScan
 from kmon.sources.resolve import parse_endpoint
@@ -66,17 +69,28 @@ def cluster_labels(snapshot: Snapshot,
     """Each process's cluster, as kmon's own Metadata query to a broker the process is
     connected to answered (``clusters``, from ``ConfirmedBrokers.clusters``): its cluster
     id, or where it sent none, its first broker and how many more (the same whichever
-    broker was asked); where none is confirmed, the process's own brokers alone. What a
-    process says of brokers (its spool, its wire) never joins it, or anyone else, to
-    another process's cluster."""
+    broker was asked); where none is confirmed, the process's own brokers alone, else the
+    bootstrap servers it was given (sorted). What a process says of brokers (its spool, its
+    wire, its command line) never joins it, or anyone else, to another process's
+    cluster."""
     labels = {}
     for view in snapshot.processes:
         answered = {_named(*clusters[endpoint]) for conn in view.connections
                     if (endpoint := parse_endpoint(conn.remote)) in clusters}
-        own = sorted(view.summary.brokers)
+        own = sorted(view.summary.brokers) or sorted(_bootstrap(view))
         labels[view.pid] = (min(answered) if answered else _named(None, tuple(own)) if own
                             else UNKNOWN_CLUSTER)
     return labels
+
+
+def _bootstrap(view: ProcessView) -> list[str]:
+    """The bootstrap servers a process was given: its clients' configuration, else its
+    command line's."""
+    try:
+        args = shlex.split(view.cmdline)
+    except ValueError:  # not the quoting kmon's own describe() gives
+        args = []
+    return bootstrap_entries(bootstrap_of(view.clients, bootstrap_argument(args)))
 
 
 def _named(cluster_id: str | None, brokers: tuple[str, ...]) -> str:

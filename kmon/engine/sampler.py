@@ -8,6 +8,7 @@ import shlex
 import time
 from collections.abc import Iterable
 from dataclasses import InitVar, dataclass, field
+from itertools import chain
 from pathlib import Path
 
 import psutil
@@ -18,7 +19,13 @@ from kmon.evidence.claims import Claim, Evidence, Gathered, Producer, socket_key
 from kmon.evidence.endpoints import endpoint_evidence
 from kmon.evidence.infer import CadenceEvidence
 from kmon.evidence.jvm import JvmEvidence
-from kmon.evidence.logical import broker_ids_by_address, classify_broker_entry, learned_brokers
+from kmon.evidence.logical import (
+    bootstrap_entries,
+    bootstrap_of,
+    broker_ids_by_address,
+    classify_broker_entry,
+    learned_brokers,
+)
 from kmon.evidence.resolve import RowResolver
 from kmon.evidence.stats_join import stats_evidence
 from kmon.evidence.wire import WireEvidence
@@ -64,6 +71,8 @@ class SamplerSettings:
     ``directory``, shared by every sampler built from these settings."""
 
     broker_idle_ms: int = BROKER_IDLE_MS  # the configured limit (see ``idle_limit_ms``)
+    # the user set no limit: a process's confirmed brokers' own word on theirs comes first
+    idle_from_cluster: bool = True
     require_kafka: bool = True
     resolver: Resolver = field(default_factory=Resolver)
     middlebox_idle_ms: int | None = None  # a load balancer's or NAT's idle timeout, if any
@@ -144,7 +153,8 @@ class ProcessSampler:
         args = shlex.split(self.cmdline)
         self.cadence = CadenceEvidence(lambda: directory.groups, args)
         self.jvm = JvmEvidence(pid, self.start_time) if self.jvm_source else None
-        self.wire = WireEvidence(bootstrap_argument(args)) if self.wire_source else None
+        self.bootstrap = bootstrap_argument(args)  # as its command line gives it, if it does
+        self.wire = WireEvidence(self.bootstrap) if self.wire_source else None
         self.rows = RowResolver()
 
     def close(self) -> None:
@@ -181,8 +191,12 @@ class ProcessSampler:
         resolver = self.settings.resolver
         self._learn(learned_brokers(fresh, resolver))
         remotes = {s.remote for s in sockets}
-        directory, idle_limit_ms = self.settings.directory, self.settings.idle_limit_ms
-        directory.confirmed.check(e for e in self.learned if e in remotes)
+        directory = self.settings.directory
+        told = {e for entry in bootstrap_entries(bootstrap_of(fresh, self.bootstrap))
+                for e in resolver.endpoints(entry)}  # asked too: brokers by its own word
+        directory.confirmed.check(e for e in chain(self.learned, told) if e in remotes)
+        idle_limit_ms = (self.settings.idle_from_cluster
+                         and directory.confirmed.idle_limit(remotes)) or self.settings.idle_limit_ms
         known = {**directory.confirmed.brokers, **self.learned}
         cluster = directory.cluster
         if cluster is not None:

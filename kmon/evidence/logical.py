@@ -1,4 +1,5 @@
-"""A client's own view of its connections, from its librdkafka statistics.
+"""A client's own view of its connections, from its librdkafka statistics (and the
+bootstrap servers it was given).
 
 Each broker entry of the statistics that may hold a socket becomes a
 `LogicalConnection` classified in the Java node-id convention.
@@ -6,13 +7,16 @@ Each broker entry of the statistics that may hold a socket becomes a
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kmon import classify
-from kmon.model import Role
+from kmon.model import ClientInstance, Role
 from kmon.sources.librdkafka_stats import ClientStats
 from kmon.sources.resolve import Resolver, split_host_port
 from kmon.sources.sockets import Endpoint
+
+MAX_BOOTSTRAP = 16  # entries of a process's bootstrap string kmon looks at
 
 # librdkafka broker states in which a TCP socket exists.
 SOCKET_STATES = frozenset({
@@ -45,6 +49,18 @@ class LogicalConnection:
 
 def _idle_ms(micros: int | None) -> int | None:
     return None if micros is None or micros < 0 else micros // 1000
+
+
+def bootstrap_of(stats: Iterable[ClientStats | ClientInstance], cmdline_bootstrap: str) -> str:
+    """The bootstrap servers a process gave: its clients' configuration, else its command
+    line's."""
+    return ",".join(c.config.get("bootstrap.servers", "") for c in stats) or cmdline_bootstrap
+
+
+def bootstrap_entries(bootstrap: str) -> list[str]:
+    """The ``host:port`` entries of a bootstrap string, its first ``MAX_BOOTSTRAP``."""
+    return [entry.strip() for entry in bootstrap.split(",", MAX_BOOTSTRAP)[:MAX_BOOTSTRAP]
+            if split_host_port(entry) is not None]
 
 
 def bootstrap_position(address: str, bootstrap_servers: str) -> int | None:

@@ -31,7 +31,7 @@ from functools import cached_property
 
 from kmon.classify import bootstrap_node_id, coordinator_node_id
 from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
-from kmon.evidence.logical import bootstrap_position
+from kmon.evidence.logical import bootstrap_of, bootstrap_position
 from kmon.model import Role
 from kmon.sources import kafka_protocol as kp
 from kmon.sources.resolve import CACHE_SECONDS, Resolver
@@ -71,8 +71,7 @@ class WireEvidence:
             return Evidence(notices=[reading.problem] if reading.problem else [])
         learned = self._broker_endpoints(view, gathered.resolver)
         known = {**gathered.known, **learned}
-        bootstrap = ",".join(c.config.get("bootstrap.servers", "") for c in gathered.stats) \
-            or self.cmdline_bootstrap
+        bootstrap = bootstrap_of(gathered.stats, self.cmdline_bootstrap)
         named = frozenset(key for key, claims in earlier.items() if _named_client(claims))
         context = ([s.inode for s in gathered.sockets], known, view.cluster_learned_ms,
                    bootstrap, named)

@@ -1,4 +1,5 @@
-"""Asking a broker for the cluster's brokers with one Metadata request of kmon's own.
+"""Asking a broker for the cluster's brokers with one Metadata request of kmon's own (and,
+once a cluster's broker is confirmed, for its idle limit with one DescribeConfigs request).
 
 Used where a process's own Metadata responses have not been seen yet (a client
 refreshes them every few minutes): one short plaintext connection to a broker
@@ -15,11 +16,14 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
+from functools import partial
 from itertools import islice
+from typing import Any
 
 from kmon.sources import bounded
 from kmon.sources import kafka_protocol as kp
+from kmon.sources.cluster import IDLE_LIMIT
 from kmon.sources.resolve import Resolver
 from kmon.sources.sockets import Endpoint
 
@@ -39,10 +43,34 @@ def ask_brokers(broker: Endpoint, deadline_s: float = DEADLINE_S
     Metadata v2 answer); None when it does not (TLS, SASL,
     not a broker, an answer too large, or not whole within ``deadline_s``). Blocks up to
     ``deadline_s``: see ``BrokerQuery`` for the poll's use."""
+    answer = _exchange(broker, kp.metadata_request(CORRELATION_ID, version=METADATA_VERSION),
+                       deadline_s)
+    return None if answer is None else kp.metadata_brokers(answer, METADATA_VERSION)
+
+
+def ask_idle_limit(broker: Endpoint, deadline_s: float = DEADLINE_S, *, broker_id: int
+                   ) -> int | None:
+    """The ``connections.max.idle.ms`` broker ``broker_id`` at ``broker`` describes for
+    itself (DescribeConfigs), under the same deadline and size limit as ``ask_brokers``;
+    None when it will not say (no permission, not a real broker, no whole answer)."""
+    answer = _exchange(broker, kp.describe_configs_request(CORRELATION_ID, broker_id,
+                                                           [IDLE_LIMIT]), deadline_s)
+    values = None if answer is None else kp.config_values(answer)
+    try:
+        idle_ms = int((values or {}).get(IDLE_LIMIT) or "")
+    except ValueError:
+        return None
+    return idle_ms if 0 < idle_ms < 1 << 63 else None
+
+
+def _exchange(broker: Endpoint, request: bytes, deadline_s: float) -> bytes | None:
+    """The answer to ``request`` sent on one new plaintext connection to ``broker``, whole
+    within ``deadline_s`` and at most ``MAX_RESPONSE`` bytes, carrying kmon's correlation
+    id; else None."""
     until = time.monotonic() + deadline_s
     try:
         with socket.create_connection((broker.ip, broker.port), timeout=deadline_s) as conn:
-            conn.sendall(kp.metadata_request(CORRELATION_ID, version=METADATA_VERSION))
+            conn.sendall(request)
             head = _read(conn, 4, until)
             size = int.from_bytes(head, "big", signed=True)
             if not 4 <= size <= MAX_RESPONSE:
@@ -50,9 +78,7 @@ def ask_brokers(broker: Endpoint, deadline_s: float = DEADLINE_S
             answer = head + _read(conn, size, until)
     except OSError:  # socket.timeout included
         return None
-    if kp.response_correlation(answer) != CORRELATION_ID:
-        return None
-    return kp.metadata_brokers(answer, METADATA_VERSION)
+    return answer if kp.response_correlation(answer) == CORRELATION_ID else None
 
 
 def _read(conn: socket.socket, n: int, until: float) -> bytes:
@@ -71,15 +97,18 @@ def _read(conn: socket.socket, n: int, until: float) -> bytes:
 
 
 class BrokerQuery:
-    """``ask_brokers(broker)`` on a daemon thread of its own, started at once; ``done`` once
-    it has returned, ``answer`` its result (None before then)."""
+    """``ask(broker, deadline_s)`` (``ask_brokers`` unless told) on a daemon thread of its
+    own, started at once; ``done`` once it has returned, ``answer`` its result (None before
+    then)."""
 
-    def __init__(self, broker: Endpoint, deadline_s: float = DEADLINE_S) -> None:
+    def __init__(self, broker: Endpoint, deadline_s: float = DEADLINE_S,
+                 ask: Callable[[Endpoint, float], Any] = ask_brokers) -> None:
         self.broker = broker
-        self.answer: dict[int, tuple[str, int]] | None = None
+        self.answer: Any = None
+        self._ask = ask
         self._finished = threading.Event()
         threading.Thread(target=self._run, args=(deadline_s,), daemon=True,
-                         name=f"kmon metadata query {broker.text}").start()
+                         name=f"kmon broker query {broker.text}").start()
 
     @property
     def done(self) -> bool:
@@ -87,7 +116,7 @@ class BrokerQuery:
 
     def _run(self, deadline_s: float) -> None:
         try:
-            self.answer = ask_brokers(self.broker, deadline_s)
+            self.answer = self._ask(self.broker, deadline_s)
         finally:
             self._finished.set()
 
@@ -100,7 +129,10 @@ class ConfirmedBrokers:
     confirmed as broker N only when kmon's own Metadata query *to that endpoint* is answered
     with a broker list naming that very endpoint N, which nobody but whoever serves the
     endpoint can forge. ``check`` runs one query at a time, on its own thread
-    (``BrokerQuery``); each endpoint is asked once (of the latest ``MAX_ASKED``).
+    (``BrokerQuery``); each endpoint is asked once (of the latest ``MAX_ASKED``). Once an
+    endpoint is confirmed, its cluster's idle limit is asked of it, once per cluster (its
+    answer's cluster id and brokers): the limit that reaps the sockets of the processes
+    connected to it (``idle_limit``).
 
     The peer is not trusted with kmon's time either: of an answer only its first
     ``MAX_ENTRIES`` entries on the asked endpoint's port are kept, at most ``MAX_PENDING``
@@ -118,6 +150,12 @@ class ConfirmedBrokers:
         # brokers' host:port, sorted)
         self._clusters: dict[Endpoint, tuple[str | None, tuple[str, ...]]] = {}
         self._query: BrokerQuery | None = None
+        # a cluster (as in _clusters) -> the idle limit its brokers describe (None: unsaid)
+        self._idle: dict[tuple[str | None, tuple[str, ...]], int | None] = {}
+        # clusters whose limit is to be asked -> (a confirmed endpoint of it, its broker id)
+        self._idle_due: dict[tuple[str | None, tuple[str, ...]], tuple[Endpoint, int]] = {}
+        # the cluster whose idle limit the query under way asks (None: a Metadata query)
+        self._asking: tuple[str | None, tuple[str, ...]] | None = None
         self._lock = threading.Lock()
         self.walked = 0  # answer entries the latest check looked at
 
@@ -135,10 +173,20 @@ class ConfirmedBrokers:
             return {endpoint: self._clusters[endpoint] for endpoint in self._brokers
                     if endpoint in self._clusters}
 
-    def unanswered(self, endpoints: Iterable[Endpoint]) -> bool:
-        """True while a query is under way or one of ``endpoints`` has not been asked."""
+    def idle_limit(self, endpoints: Collection[Endpoint]) -> int | None:
+        """The least idle limit the clusters of the confirmed ``endpoints`` describe, if any
+        has said one (a walk of the confirmed endpoints, at most ``MAX_ASKED``)."""
         with self._lock:
-            return self._query is not None or any(e not in self._asked for e in endpoints)
+            limits = [limit for e in self._brokers if e in endpoints
+                      if (limit := self._idle.get(self._clusters.get(e))) is not None]
+        return min(limits, default=None)
+
+    def unanswered(self, endpoints: Iterable[Endpoint]) -> bool:
+        """True while a query is under way or due (a cluster's idle limit), or one of
+        ``endpoints`` has not been asked."""
+        with self._lock:
+            return (self._query is not None or bool(self._idle_due)
+                    or any(e not in self._asked for e in endpoints))
 
     def check(self, endpoints: Iterable[Endpoint]) -> None:
         """Take the answer of the query under way, if it has come, look at some of the
@@ -148,7 +196,10 @@ class ConfirmedBrokers:
             query = self._query
             if query is not None and query.done:
                 self._query = None
-                if query.answer:
+                if self._asking is not None:
+                    bounded.put(self._idle, self._asking, query.answer, MAX_ASKED)
+                    self._asking = None
+                elif query.answer:
                     bounded.put(self._pending, query.broker,
                                 _candidates(query.broker, query.answer), MAX_PENDING)
                     bounded.put(self._clusters, query.broker, _cluster(query.answer),
@@ -159,6 +210,11 @@ class ConfirmedBrokers:
                 if endpoint is not None:
                     bounded.put(self._asked, endpoint, None, MAX_ASKED)
                     self._query = BrokerQuery(endpoint)
+                elif self._idle_due:
+                    self._asking = next(iter(self._idle_due))
+                    endpoint, broker_id = self._idle_due.pop(self._asking)
+                    self._query = BrokerQuery(endpoint,
+                                              ask=partial(ask_idle_limit, broker_id=broker_id))
 
     def _walk(self) -> int:
         """Look at up to ``MAX_WALKED`` pending entries, answer by answer in turn (lock
@@ -179,10 +235,18 @@ class ConfirmedBrokers:
                     waiting.append((broker_id, address))
                 elif endpoint in named:
                     bounded.put(self._brokers, endpoint, broker_id, MAX_ASKED)
+                    self._limit_due(endpoint, broker_id)
                     entries = waiting = []
             if entries or waiting:  # last in turn: the next check starts at another answer
                 self._pending[endpoint] = waiting + entries
         return walked
+
+    def _limit_due(self, endpoint: Endpoint, broker_id: int) -> None:
+        """Ask the idle limit of ``endpoint``'s cluster, unless it was (lock held)."""
+        cluster = self._clusters.get(endpoint)
+        if cluster is not None and cluster not in self._idle:
+            bounded.put(self._idle_due, cluster, (endpoint, broker_id), MAX_ASKED)
+            bounded.put(self._idle, cluster, None, MAX_ASKED)  # asked: never again
 
 
 def _cluster(answer: kp.MetadataAnswer) -> tuple[str | None, tuple[str, ...]]:

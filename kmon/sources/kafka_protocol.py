@@ -1,5 +1,6 @@
 """The few Kafka protocol facts the wire source reads: request headers, and the brokers and
-coordinator in Metadata and FindCoordinator responses.
+coordinator in Metadata and FindCoordinator responses; and kmon's own two requests, Metadata
+and DescribeConfigs, with the parsers of their answers.
 
 A request starts with int32 size, int16 api_key, int16 api_version, int32
 correlation_id, then the client_id string (nullable int16 length); a response
@@ -37,7 +38,9 @@ MAX_API_KEY = 127
 MAX_API_VERSION = 31
 MAX_CLIENT_ID = 255
 REQUEST_HEADER = 14  # size .. client_id length
-METADATA, FIND_COORDINATOR, API_VERSIONS = 3, 10, 18
+METADATA, FIND_COORDINATOR, API_VERSIONS, DESCRIBE_CONFIGS = 3, 10, 18, 32
+BROKER_RESOURCE = 4  # DescribeConfigs' resource type of one broker's configuration
+MAX_CONFIGS = 64  # config entries read of one answer (kmon asks for one)
 # first flexible (compact, tagged) version of each response kmon parses (SaslHandshake: none)
 FLEXIBLE_FROM = {METADATA: 9, FIND_COORDINATOR: 3, SASL_HANDSHAKE: MAX_API_VERSION + 1,
                  SASL_AUTHENTICATE: 2}
@@ -95,6 +98,9 @@ class _Reader:
         chunk = self.data[self.at:self.at + n]
         self.at += n
         return chunk
+
+    def int8(self) -> int:
+        return int.from_bytes(self._take(1), "big", signed=True)
 
     def int16(self) -> int:
         return int.from_bytes(self._take(2), "big", signed=True)
@@ -201,8 +207,52 @@ def coordinator_answer(data: bytes, version: int) -> tuple[int, str, int] | None
 def metadata_request(correlation_id: int, client_id: str = "kmon", version: int = 1) -> bytes:
     """A Metadata request (v1 or v2: the same body) for no topics: the answer lists the
     brokers only (and from v2 the cluster id)."""
-    name = client_id.encode()
-    body = (METADATA.to_bytes(2, "big") + version.to_bytes(2, "big")
-            + correlation_id.to_bytes(4, "big") + len(name).to_bytes(2, "big") + name
-            + (0).to_bytes(4, "big"))
-    return len(body).to_bytes(4, "big") + body
+    return _request(METADATA, version, correlation_id, client_id, (0).to_bytes(4, "big"))
+
+
+def describe_configs_request(correlation_id: int, broker_id: int, names: list[str],
+                             client_id: str = "kmon") -> bytes:
+    """A DescribeConfigs request (v1, what every broker since Kafka 1.1 and 4.x answers) for
+    the configuration entries ``names`` of broker ``broker_id``, without their synonyms."""
+    body = ((1).to_bytes(4, "big") + BROKER_RESOURCE.to_bytes(1, "big")
+            + _string(str(broker_id)) + len(names).to_bytes(4, "big")
+            + b"".join(_string(name) for name in names) + b"\0")
+    return _request(DESCRIBE_CONFIGS, 1, correlation_id, client_id, body)
+
+
+def config_values(data: bytes) -> dict[str, str | None] | None:
+    """name -> value of the configuration a DescribeConfigs v1 response gives for its first
+    resource (its first ``MAX_CONFIGS`` entries); None if it carries an error or is cut."""
+    read = _Reader(data, 8, False)
+    try:
+        read.int32()  # throttle_time_ms
+        if read.array_length() < 1:
+            return None
+        error = read.int16()
+        read.string()  # error_message
+        read.int8(), read.string()  # resource type and name
+        if error:
+            return None
+        values: dict[str, str | None] = {}
+        for _ in range(min(read.array_length(), MAX_CONFIGS)):
+            name, value = read.string(), read.string()
+            read.int8(), read.int8(), read.int8()  # read_only, config_source, is_sensitive
+            for _ in range(read.array_length()):  # synonyms (none asked for)
+                read.string(), read.string(), read.int8()
+            if name is not None:
+                values[name] = value
+        return values
+    except (EOFError, UnicodeDecodeError):
+        return None
+
+
+def _request(api: int, version: int, correlation_id: int, client_id: str, body: bytes) -> bytes:
+    """A whole non-flexible request: size, header (v1: with ``client_id``), ``body``."""
+    message = (api.to_bytes(2, "big") + version.to_bytes(2, "big")
+               + correlation_id.to_bytes(4, "big") + _string(client_id) + body)
+    return len(message).to_bytes(4, "big") + message
+
+
+def _string(text: str) -> bytes:
+    raw = text.encode()
+    return len(raw).to_bytes(2, "big") + raw
