@@ -11,7 +11,7 @@ from collections import Counter
 from kmon.classify import MAX_INT
 from kmon.evidence.claims import Claim
 from kmon.evidence.resolve import resolve_one
-from kmon.evidence.wire import flow_claim
+from kmon.evidence.wire import flow_says
 from kmon.model import Connection, Role
 from kmon.sources import kafka_protocol as kp
 from kmon.sources.resolve import Resolver
@@ -31,8 +31,9 @@ def flow(*apis: int, first_request_ms: int = 1_000, from_start: bool = True) -> 
 def claim_of(carried: Flow, learned_ms: int | None = 5_000, bootstrap: str = "",
              known: dict | None = None) -> Claim | None:
     view = WireView({}, {}, {}, learned_ms, 0, {})
-    return flow_claim(carried, BROKER, view, KNOWN if known is None else known, bootstrap,
-                      Resolver())
+    says = flow_says(carried, BROKER, view, KNOWN if known is None else known, bootstrap,
+                     Resolver())
+    return None if says is None else says.claim
 
 
 def test_transaction_apis_make_the_transaction_coordinator():

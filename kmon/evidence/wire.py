@@ -182,17 +182,10 @@ class FlowSays:
         return self if not client_id else replace(self, facts={"client": client_id})
 
 
-def flow_claim(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endpoint, int],
-               bootstrap: str, resolver: Resolver) -> Claim | None:
-    """The claim the traffic of a socket to ``remote`` makes, if it says enough (its detail
-    says when each API was last seen)."""
-    says = flow_says(flow, remote, view, known, bootstrap, resolver)
-    return None if says is None else says.claim
-
-
 def flow_says(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endpoint, int],
               bootstrap: str, resolver: Resolver) -> FlowSays | None:
-    """What the traffic of a socket to ``remote`` says (``flow_claim``'s claim)."""
+    """What the traffic of a socket to ``remote`` says, if it says enough (its claim's detail
+    says when each API was last seen)."""
     if flow.tls:
         return FlowSays(None, None, None, 0.0, {"wire": "tls"},
                         "TLS: the Kafka headers are encrypted")

@@ -63,7 +63,6 @@ class RotatingRecorder:
         self.limits, self.flush_every_s = limits, flush_every_s
         self.totals: dict[str, int] = dict.fromkeys(SCHEMAS, 0)
         self.files: list[Path] = []
-        self.removed_sessions = 0
         self.bytes = 0
         self.current = self._start()
 
@@ -135,7 +134,6 @@ class RotatingRecorder:
             if too_old or too_big:
                 remove_session(found)
                 total -= found.bytes
-                self.removed_sessions += 1
                 ours = [f for f in self.files if f.name.startswith(session_id)]
                 if ours:
                     self.files = [f for f in self.files if f not in ours]

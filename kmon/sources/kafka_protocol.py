@@ -31,7 +31,6 @@ API_NAMES = {
 BROKER_APIS = frozenset({0, 1, 2})  # Produce, Fetch, ListOffsets: to a partition's leader
 GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 68})  # to the group coordinator
 TXN_APIS = frozenset({24, 25, 26})  # to the transaction coordinator
-CONTROL_APIS = frozenset({3, 10, 17, 18, 36})  # any connection, bootstrap included
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 SASL_APIS = frozenset({SASL_HANDSHAKE, SASL_AUTHENTICATE})
 MAX_API_KEY = 127
