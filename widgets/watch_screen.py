@@ -8,7 +8,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.message import Message
-from textual.widgets import DataTable, Footer
+from textual.widgets import DataTable
 
 from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import (
@@ -21,6 +21,7 @@ from kmon.engine.facade import (
 from kmon.model import Role
 from kmon.plain_text import plain
 from kmon.widgets import format as fmt
+from kmon.widgets.footer import PriorityFooter
 from kmon.widgets.list_screen import ProcessListScreen
 
 
@@ -45,7 +46,7 @@ class WatchScreen(ProcessListScreen):
         yield DataTable(id="brokers", cursor_type="none")
         yield DataTable(id="groups", cursor_type="none")
         yield from self.process_panels(grouped=False)
-        yield Footer()
+        yield PriorityFooter()
 
     def on_mount(self) -> None:
         """Name the cluster's tables and their columns."""
