@@ -275,3 +275,29 @@ def test_a_churn_pattern_says_what_its_rate_counts_and_where():
                      broker_id=2, churn=Churn("idle_reap_cycle", 2.1, 60))])
     assert board.pattern(9, 2_000) == "idle reap cycle: 2.1 reaps/min (broker 2)"
     assert board.per_process(ProcessView(9, "p", "p")) == (0, 0)
+
+
+def test_a_long_connection_table_at_80_columns_keeps_reap_in_beside_its_scrollbar():
+    """More rows than fit: the vertical scrollbar comes, and idle / limit and reap in stay
+    in view with no sideways scrolling."""
+    from textual.screen import Screen
+
+    class Connections(Screen):
+        def compose(self):
+            yield ConnectionTable()
+
+    cells = ("broker", "1", "127.0.0.1:9092", "ESTABLISHED", "··· 44 s / 10 m", "9 m 16 s",
+             "orders-reader-a", "", "", "", "")
+
+    async def drive() -> None:
+        screen = Connections()
+        async with KmonApp(screen).run_test(size=NARROW) as pilot:
+            await until(pilot, lambda: pilot.app.screen is screen, "the screen")
+            table = screen.query_one(ConnectionTable)
+            table.show([(str(i), i) for i in range(50)], lambda row: cells)
+            await pilot.pause()
+            assert table.show_vertical_scrollbar and not table.show_horizontal_scrollbar
+            assert "reap in" in table.render_line(0).text
+            assert "9 m 16 s" in table.render_line(1).text
+
+    asyncio.run(drive())

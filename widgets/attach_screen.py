@@ -29,7 +29,7 @@ from kmon.widgets.filtering import FilterError, RowFilter, parse_filter
 from kmon.widgets.footer import PriorityFooter
 from kmon.widgets.help import CONNECTION_NOTES
 from kmon.widgets.polling import PollingScreen
-from kmon.widgets.sorting import order_by_column
+from kmon.widgets.sorting import SORT_COLUMN, order_by_column
 from kmon.widgets.sparklines import CountSparklines
 from kmon.widgets.timeline import Timeline, TimelineRows
 
@@ -62,9 +62,9 @@ class AttachScreen(PollingScreen):
         Binding("f,slash", "filter", "filter", tooltip="filter the connections"),
         Binding("s", "sort", "sort", tooltip="next sort order (" + ", ".join(
             o.name for o in SORT_ORDERS) + ")"),
-        Binding("less_than_sign", "sort_column(-1)", "sort ◀",
+        Binding("less_than_sign", "sort_column(-1)", "sort ◀", group=SORT_COLUMN,
                 tooltip="sort by the column left of the sorted one"),
-        Binding("greater_than_sign", "sort_column(1)", "sort ▶",
+        Binding("greater_than_sign", "sort_column(1)", "sort ▶", group=SORT_COLUMN,
                 tooltip="sort by the column right of the sorted one"),
         Binding("i", "hide_idle", "hide idle",
                 tooltip="hide idle rows (no traffic for 10 s) and closing sockets"),

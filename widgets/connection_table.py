@@ -329,9 +329,10 @@ class ConnectionTable(ChangedLinesView, can_focus=True):
     def on_resize(self) -> None:
         """Show the columns the width has room for (``shown_columns``), and give the client
         column the room a wide terminal has to spare (up to CLIENT_MAX)."""
-        columns = shown_columns(self.size.width)
+        room = self.size.width - self.styles.scrollbar_size_vertical  # a scrollbar may come
+        columns = shown_columns(room)
         base = row_width(tuple(COLUMNS[i][2] for i in columns))
-        spare = max(0, min(self.size.width - base, CLIENT_MAX - CLIENT_MIN))
+        spare = max(0, min(room - base, CLIENT_MAX - CLIENT_MIN))
         widths = tuple(width + spare if key == "client" else width
                        for key, _, width in (COLUMNS[i] for i in columns))
         if (columns, widths) != (self._columns, self._widths):

@@ -15,18 +15,28 @@ KEY_PADDING = 3  # a FooterKey's cells besides its key and description: a space,
 
 
 def footer_label(screen: object, binding: Binding) -> str:
-    """What ``binding`` does now on ``screen``: the screen's ``key_label`` where it has one."""
+    """What ``binding`` (or its group) does now on ``screen``: the screen's ``key_label``
+    where it has one."""
+    description = binding.group.description if binding.group else binding.description
     label = getattr(screen, "key_label", None)
-    return label(binding.action, binding.description) if label else binding.description
+    return label(binding.action, description) if label else description
 
 
 def ranked(bindings: list[tuple[Binding, bool, str]]) -> list[tuple[Binding, bool, str]]:
-    """One entry per action, ``FIRST``'s actions first, the others in the screen's order."""
-    by_action: dict[str, tuple[Binding, bool, str]] = {}
+    """One entry per action (per group, for the bindings of a ``Binding.Group``),
+    ``FIRST``'s actions first, the others in the screen's order."""
+    by_action: dict[object, tuple[Binding, bool, str]] = {}
     for entry in bindings:
-        by_action.setdefault(entry[0].action, entry)
+        by_action.setdefault(entry[0].group or entry[0].action, entry)
     return sorted(by_action.values(),
                   key=lambda e: FIRST.index(e[0].action) if e[0].action in FIRST else len(FIRST))
+
+
+def key_display(app, binding: Binding, bindings: list[Binding]) -> str:
+    """The keys of ``binding`` as the footer shows them: with those of its group (``< >``)."""
+    if binding.group is None:
+        return app.get_key_display(binding)
+    return " ".join(app.get_key_display(b) for b in bindings if b.group == binding.group)
 
 
 def fitting(widths: list[int], room: int) -> int:
@@ -47,10 +57,12 @@ class PriorityFooter(Footer):
         if not self._bindings_ready:
             return
         active = self.screen.active_bindings
-        entries = ranked([(b, enabled, tip) for _, b, enabled, tip in active.values() if b.show])
+        bindings = [(b, enabled, tip) for _, b, enabled, tip in active.values() if b.show]
+        entries = ranked(bindings)
         labels = [footer_label(self.screen, b) for b, _, _ in entries]
-        widths = [cell_len(self.app.get_key_display(b)) + cell_len(label) + KEY_PADDING
-                  for (b, _, _), label in zip(entries, labels, strict=True)]
+        keys = [key_display(self.app, b, [b for b, _, _ in bindings]) for b, _, _ in entries]
+        widths = [cell_len(key) + cell_len(label) + KEY_PADDING
+                  for key, label in zip(keys, labels, strict=True)]
         room = self.size.width or self.app.size.width
         shown = fitting(widths, room)
         palette = active.get(self.app.COMMAND_PALETTE_BINDING)
@@ -58,9 +70,9 @@ class PriorityFooter(Footer):
                         and self.show_command_palette and self.app.ENABLE_COMMAND_PALETTE
                         and sum(widths) + 14 <= room)  # "▏^p palette " and its border
         self.styles.grid_size_columns = shown
-        for (binding, enabled, tooltip), label in list(zip(entries, labels, strict=True))[:shown]:
-            yield FooterKey(binding.key, self.app.get_key_display(binding), label,
-                            binding.action, disabled=not enabled,
+        for (binding, enabled, tooltip), key, label in list(
+                zip(entries, keys, labels, strict=True))[:shown]:
+            yield FooterKey(binding.key, key, label, binding.action, disabled=not enabled,
                             tooltip=tooltip).data_bind(compact=Footer.compact)
         if with_palette:
             _, binding, enabled, tooltip = palette

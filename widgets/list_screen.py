@@ -27,7 +27,7 @@ from kmon.widgets.process_table import (
     matches,
     process_cells,
 )
-from kmon.widgets.sorting import order_by_column
+from kmon.widgets.sorting import SORT_COLUMN, order_by_column
 
 
 class Attached(Message):
@@ -60,9 +60,9 @@ class ProcessListScreen(PollingScreen):
         Binding("f,slash", "filter", "filter", tooltip="filter the processes"),
         Binding("s", "sort", "sort", tooltip="next sort order (" + ", ".join(
             o.name for o in PROCESS_ORDERS) + ")"),
-        Binding("less_than_sign", "sort_column(-1)", "sort ◀",
+        Binding("less_than_sign", "sort_column(-1)", "sort ◀", group=SORT_COLUMN,
                 tooltip="sort by the column left of the sorted one"),
-        Binding("greater_than_sign", "sort_column(1)", "sort ▶",
+        Binding("greater_than_sign", "sort_column(1)", "sort ▶", group=SORT_COLUMN,
                 tooltip="sort by the column right of the sorted one"),
         Binding("i", "hide_idle", "hide idle",
                 tooltip="hide processes with no traffic on any connection for 10 s"),

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from textual.binding import Binding
+
+SORT_COLUMN = Binding.Group("sort column")  # the footer shows < and > as one: "< > sort column"
+
 
 def order_by_column(columns: Sequence[str], sorted_by: Sequence[str], current: int,
                     step: int) -> int:
