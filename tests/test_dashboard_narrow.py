@@ -207,9 +207,12 @@ def test_less_and_greater_pick_the_sort_column_and_its_heading_shows_the_arrow()
             await play(pilot)
             table = screen.query_one(ProcessTable)
             assert table.render_line(0).text.split()[:2] == ["pid", "▲"]
+            await pilot.press("j")
+            assert table.selected_pid == 16175
             await pilot.press("greater_than_sign", "greater_than_sign")  # command, max idle
             await pilot.pause()
             assert "max idle ▼" in table.render_line(0).text
+            assert table.selected_pid == 16175  # the cursor stays on its process
             assert [row[0] for row in (table.get_row_at(i) for i in range(1, 3))] == [
                 Text("16172"), Text("16175")]  # 28 s idle, then 2.7 s
 

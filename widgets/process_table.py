@@ -125,8 +125,28 @@ class ProcessTable(DataTable):
         new mark sets the columns anew, and the next ``show`` the rows."""
         headings = [h + (SORTED_MARK[descending] if h == column else "") for h in COLUMNS]
         if headings != [str(c.label) for c in self.columns.values()]:
+            rows = [(row.key.value, self.get_row(row.key)) for row in self.ordered_rows]
+            selected = self._selected_key()
             self.clear(columns=True)
             self.add_columns(*headings)
+            self._fill(rows, selected)
+
+    def _selected_key(self) -> str | None:
+        """The key of the row under the cursor (None in an empty table)."""
+        if not self.row_count:
+            return None
+        return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+
+    def _fill(self, wanted: list[tuple[str, tuple]], selected: str | None) -> None:
+        """Add the rows ``wanted`` ((key, cells)) to the empty table, the cursor on the row
+        ``selected`` where it is a process's, else on the first process."""
+        keys = [key for key, _ in wanted]
+        for key, cells in wanted:
+            self.add_row(*cells, key=key)
+        if selected not in keys or selected.startswith(HEADING):
+            selected = next((k for k in keys if not k.startswith(HEADING)), None)
+        if selected is not None:
+            self.move_cursor(row=keys.index(selected), animate=False)
 
     def action_first(self) -> None:
         """The cursor to the first process (below its cluster's heading when grouped)."""
@@ -138,9 +158,7 @@ class ProcessTable(DataTable):
     @property
     def selected_pid(self) -> int | None:
         """The pid of the row under the cursor (None on a heading row or an empty table)."""
-        if not self.row_count:
-            return None
-        key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        key = self._selected_key()
         return None if key is None or key.startswith(HEADING) else int(key)
 
     def show(self, groups: list[tuple[str, str, list[tuple]]]) -> None:
@@ -163,15 +181,9 @@ class ProcessTable(DataTable):
                                   for _, column, value in changed):
             # rows came, went or moved, or a cell is wider than its column (``_put`` sets
             # cells, not widths): all again, the cursor kept
-            selected = (self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
-                        if self.row_count else None)
+            selected = self._selected_key()
             self.clear()
-            for key, cells in wanted:
-                self.add_row(*cells, key=key)
-            if selected not in keys or selected.startswith(HEADING):
-                selected = next((k for k in keys if not k.startswith(HEADING)), None)
-            if selected is not None:
-                self.move_cursor(row=keys.index(selected), animate=False)
+            self._fill(wanted, selected)
             return
         self._put(changed)
 
