@@ -83,6 +83,7 @@ def test_demo_and_attach_at_80x24_show_their_rows_idle_reap_in_and_q_and_help():
         footer = lines[-1]
         print(f"kmon demo at 80x24: {len(rows)} process rows; footer: {footer.strip()}")
         assert "q quit" in footer and "? help" in footer, footer
+        assert "None" not in "\n".join(lines)  # no missing value shown as Python's None
 
         consumer = next(pid for pid, line in rows if "consumer" in line)  # its coordinator too
         tmux.start("attach", kmon, "attach", consumer)
@@ -95,6 +96,7 @@ def test_demo_and_attach_at_80x24_show_their_rows_idle_reap_in_and_q_and_help():
         print(f"kmon attach {consumer} at 80x24: {len(connections)} connection rows; "
               f"header: {header.strip()}; footer: {lines[-1].strip()}")
         assert "q quit" in lines[-1] and "? help" in lines[-1], lines[-1]
+        assert "None" not in "\n".join(lines)
         tmux("send-keys", "-t", "attach", "q")
         tmux("send-keys", "-t", "demo", "C-c")
         deadline = time.monotonic() + 30  # the demo stops every child, then its pane closes
