@@ -304,3 +304,21 @@ def test_a_long_connection_table_at_80_columns_keeps_reap_in_beside_its_scrollba
             assert "9 m 16 s" in table.render_line(1).text
 
     asyncio.run(drive())
+
+
+def test_a_terminal_shrunk_to_80x24_is_laid_out_as_one_that_started_there():
+    def layout(screen) -> tuple[int, int]:
+        return (screen.query_one("#header").region.height,
+                rows_room(screen.query_one(ConnectionTable)))
+
+    async def started(size: tuple[int, int], then: tuple[int, int] | None) -> tuple[int, int]:
+        app, screen, replay = replayed("consumer.jsonl")
+        async with app.run_test(size=size) as pilot:
+            await play_all(screen, replay)(pilot)
+            if then is not None:
+                await pilot.resize_terminal(*then)
+                await pilot.pause()
+                await pilot.pause()
+            return layout(screen)
+
+    assert asyncio.run(started((170, 48), NARROW)) == asyncio.run(started(NARROW, None))
