@@ -60,7 +60,8 @@ class PriorityFooter(Footer):
         bindings = [(b, enabled, tip) for _, b, enabled, tip in active.values() if b.show]
         entries = ranked(bindings)
         labels = [footer_label(self.screen, b) for b, _, _ in entries]
-        keys = [key_display(self.app, b, [b for b, _, _ in bindings]) for b, _, _ in entries]
+        every = [binding for binding, _, _ in bindings]
+        keys = [key_display(self.app, b, every) for b, _, _ in entries]
         widths = [cell_len(key) + cell_len(label) + KEY_PADDING
                   for key, label in zip(keys, labels, strict=True)]
         room = self.size.width or self.app.size.width
