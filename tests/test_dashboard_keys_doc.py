@@ -16,7 +16,8 @@ from kmon.widgets.process_table import PROCESS_ORDERS
 
 README = Path(__file__).parent.parent / "README.md"
 SHOWN_AS = {"question_mark": "?", "slash": "/", "plus": "+", "minus": "-",
-            "equals_sign": "=", "space": "space", "enter": "enter", "escape": "escape"}
+            "equals_sign": "=", "space": "space", "enter": "enter", "escape": "escape",
+            "less_than_sign": "<", "greater_than_sign": ">"}
 
 
 def key_table() -> dict[str, list[str]]:

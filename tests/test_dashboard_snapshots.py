@@ -35,6 +35,7 @@ from kmon.widgets.watch_screen import WatchScreen
 
 DATA = Path(__file__).parent / "data"
 SIZE = (170, 48)
+NARROW = (80, 24)  # a split pane, a serial console: every screen is drawn at this size too
 
 
 @pytest.fixture(autouse=True)
@@ -72,6 +73,11 @@ def play_all(screen: AttachScreen, replay: Replay):
 def test_consumer_screen(snap_compare):
     app, screen, replay = replayed("consumer.jsonl")
     assert snap_compare(app, terminal_size=SIZE, run_before=play_all(screen, replay))
+
+
+def test_consumer_screen_at_80x24(snap_compare):
+    app, screen, replay = replayed("consumer.jsonl")
+    assert snap_compare(app, terminal_size=NARROW, run_before=play_all(screen, replay))
 
 
 def test_reaping_producer_screen(snap_compare):
@@ -176,6 +182,21 @@ def test_host_screen(snap_compare):
                         run_before=play_listed(screen, session))
 
 
+def test_watch_screen_at_80x24(snap_compare):
+    session = ReplayedClients()
+    screen = WatchScreen("demo", session, DashboardSettings(interval_s=3600),
+                         labels={16172: "orders consumer"})
+    assert snap_compare(KmonApp(screen), terminal_size=NARROW,
+                        run_before=play_listed(screen, session))
+
+
+def test_host_screen_at_80x24(snap_compare):
+    session = ReplayedClients()
+    screen = HostScreen(session, DashboardSettings(interval_s=3600))
+    assert snap_compare(KmonApp(screen), terminal_size=NARROW,
+                        run_before=play_listed(screen, session))
+
+
 def test_a_refresh_sets_the_process_table_s_title_only_when_it_changes(monkeypatch):
     """Not a snapshot: setting a widget's border title draws all of it again, so a refresh
     that leaves the process table's title as it was does not set it; a new sort order
@@ -248,7 +269,7 @@ def test_a_process_table_draws_anew_only_the_cells_that_changed():
     from kmon.widgets.process_table import COLUMNS, ProcessTable
 
     def row(pid: int, idle: str, command: str = "producer.py") -> tuple:  # as process_cells
-        return tuple(map(Text, (str(pid), command, "orders", "", "", "3", "", "", idle, "", "",
+        return tuple(map(Text, (str(pid), command, idle, "", "", "3", "", "", "orders", "", "",
                                 "")))
 
     assert len(row(1, "")) == len(COLUMNS)

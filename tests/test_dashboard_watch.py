@@ -12,6 +12,9 @@ from helpers import PER_MESSAGE, Child, cells, table_rows, the_list_keys_work, u
 from kmon.devtools.demo import Demo
 from kmon.model import Churn, Event, EventKind, Snapshot
 from kmon.widgets.attach_screen import AttachScreen
+from kmon.widgets.process_table import COLUMNS
+
+CLIENT_IDS, COORDINATOR = COLUMNS.index("client ids"), COLUMNS.index("coordinator")
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 
@@ -28,8 +31,9 @@ def test_watch_lists_brokers_groups_and_discovered_processes(spool_dir, tmp_path
                 await until(pilot, lambda: {int(r[0]) for r in cells(screen, "processes")}
                             >= set(demo.clients), "every demo process")
                 consumers = [r for r in cells(screen, "processes")
-                             if r[2] in ("orders-reader-a", "orders-reader-b")]
-                assert all(r[4] == "1" for r in consumers), "one coordinator connection each"
+                             if r[CLIENT_IDS] in ("orders-reader-a", "orders-reader-b")]
+                assert all(r[COORDINATOR] == "1" for r in consumers), \
+                    "one coordinator connection each"
                 await until(pilot, lambda: any(r[0] == "orders" for r in cells(screen, "groups")),
                             "the demo's consumer group")
                 (group,) = [r for r in cells(screen, "groups") if r[0] == "orders"]
@@ -42,7 +46,7 @@ def test_watch_lists_brokers_groups_and_discovered_processes(spool_dir, tmp_path
                 await the_list_keys_work(pilot, screen, demo.clients)
                 table = screen.query_one("#processes")
                 row = next(i for i, r in enumerate(cells(screen, "processes"))
-                           if r[2] == "orders-reader-a")
+                           if r[CLIENT_IDS] == "orders-reader-a")
                 table.move_cursor(row=row)
                 await pilot.press("enter")
                 await until(pilot, lambda: isinstance(app.screen, AttachScreen), "attach")

@@ -37,6 +37,13 @@ def test_role_change():
     assert kinds(before, view(conn("a"))) == [EventKind.ROLE_CHANGE]
 
 
+def test_a_role_change_says_no_node_id_where_none_is_known():
+    """The event's words, as the dashboards show them: no ``None`` for an unknown node id."""
+    [event] = diff(view(conn("a", role=Role.UNKNOWN, node_id=None)), view(conn("a", node_id=2)),
+                   ts_ms=1)
+    assert event.detail == "unknown -> broker 2"
+
+
 def test_near_reap_fires_once_when_crossing_80_percent():
     assert kinds(view(conn("a", idle_ms=7_000)), view(conn("a", idle_ms=8_000))) == [
         EventKind.NEAR_REAP]

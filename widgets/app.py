@@ -19,6 +19,9 @@ class KmonApp(App):
 
     CSS_PATH = "kmon.tcss"
     TITLE = "kmon"
+    # the screens' classes by terminal size: kmon.tcss folds panels by priority on them
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (28, "-medium"), (40, "-tall")]
     BINDINGS = [Binding("q", "quit", "quit"),
                 Binding("ctrl+c", "quit", "quit", show=False, priority=True)]
 

@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.reactive import var
-from textual.widgets import Footer, Input
+from textual.widgets import Input
 
 from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import ProcessSession
@@ -16,13 +16,20 @@ from kmon.plain_text import plain
 from kmon.tcp_state import CLOSING_STATES
 from kmon.timeline import History
 from kmon.widgets import format as fmt
-from kmon.widgets.connection_table import SORT_ORDERS, ConnectionTable, connection_cells
+from kmon.widgets.connection_table import (
+    COLUMNS,
+    SORT_ORDERS,
+    ConnectionTable,
+    connection_cells,
+)
 from kmon.widgets.detail import DetailScreen
 from kmon.widgets.event_log import EventLog
 from kmon.widgets.filter_input import FilterInput
 from kmon.widgets.filtering import FilterError, RowFilter, parse_filter
+from kmon.widgets.footer import PriorityFooter
 from kmon.widgets.help import CONNECTION_NOTES
 from kmon.widgets.polling import PollingScreen
+from kmon.widgets.sorting import SORT_COLUMN, order_by_column
 from kmon.widgets.sparklines import CountSparklines
 from kmon.widgets.timeline import Timeline, TimelineRows
 
@@ -50,16 +57,20 @@ class AttachScreen(PollingScreen):
     row_filter: var[RowFilter] = var(RowFilter, init=False, always_update=True)
 
     BINDINGS = [
+        Binding("enter", "details", "details", tooltip="details of the selected connection"),
         Binding("p", "pause", "pause", tooltip="pause / resume refreshing"),
-        Binding("space", "refresh_now", "refresh",
-                tooltip="refresh now (while paused: one step)"),
+        Binding("f,slash", "filter", "filter", tooltip="filter the connections"),
         Binding("s", "sort", "sort", tooltip="next sort order (" + ", ".join(
             o.name for o in SORT_ORDERS) + ")"),
-        Binding("f,slash", "filter", "filter", tooltip="filter the connections"),
-        Binding("c", "clear_filter", "clear filter", tooltip="clear the filter"),
+        Binding("less_than_sign", "sort_column(-1)", "sort ◀", group=SORT_COLUMN,
+                tooltip="sort by the column left of the sorted one"),
+        Binding("greater_than_sign", "sort_column(1)", "sort ▶", group=SORT_COLUMN,
+                tooltip="sort by the column right of the sorted one"),
         Binding("i", "hide_idle", "hide idle",
                 tooltip="hide idle rows (no traffic for 10 s) and closing sockets"),
-        Binding("enter", "details", "details", tooltip="details of the selected connection"),
+        Binding("space", "refresh_now", "refresh",
+                tooltip="refresh now (while paused: one step)"),
+        Binding("c", "clear_filter", "clear filter", tooltip="clear the filter"),
         Binding("r", "record", "record",
                 tooltip="start / stop recording this session to Parquet"),
         Binding("plus,equals_sign", "faster", "faster", tooltip="refresh more often"),
@@ -96,7 +107,7 @@ class AttachScreen(PollingScreen):
                 yield EventLog(id="events")
         yield FilterInput("filter: role:coordinator state:CLOSE_WAIT broker:1 client:… "
                           "(enter applies, escape closes)", id="filter")
-        yield Footer()
+        yield PriorityFooter()
 
     def on_mount(self) -> None:
         self.query_one("#timeline").border_title = "lifecycle"
@@ -110,7 +121,8 @@ class AttachScreen(PollingScreen):
     # -- refresh loop -----------------------------------------------------------------------
 
     def polling_wanted(self) -> bool:
-        return not self.exit_notice  # an exited process is not polled again
+        # an exited process is not polled again, nor a replay past its recording's end
+        return not self.exit_notice and not self.session.finished
 
     def show_failure(self, message: str) -> None:
         self.error_notice = message
@@ -178,10 +190,12 @@ class AttachScreen(PollingScreen):
         if title != self.table_title:
             self.table_title = title
             table.border_title = plain(title)  # the filter's text is no markup
+        table.sort_by(order.column, order.descending)
         self._draw_timeline(rows)
         self.query_one(CountSparklines).show(self.history)
         self.heading, self.trailer = self._header()
-        self.ended = "EXITED" if self.exit_notice else ""
+        self.ended = ("EXITED" if self.exit_notice
+                      else "RECORDING ENDED" if self.session.finished else "")
         self.notices = self._notice()
         if isinstance(self.app.screen, DetailScreen):
             self.app.screen.update_view()
@@ -190,6 +204,7 @@ class AttachScreen(PollingScreen):
         self.redraw()
 
     def watch_hide_idle(self) -> None:
+        self.refresh_bindings()
         self.redraw()
 
     def watch_row_filter(self) -> None:
@@ -239,6 +254,10 @@ class AttachScreen(PollingScreen):
 
     def action_sort(self) -> None:
         self.sort_index = (self.sort_index + 1) % len(SORT_ORDERS)
+
+    def action_sort_column(self, step: int) -> None:
+        self.sort_index = order_by_column([key for key, _, _ in COLUMNS],
+                                          [o.column for o in SORT_ORDERS], self.sort_index, step)
 
     def action_filter(self) -> None:
         self.query_one(FilterInput).open(self.row_filter.text, self.query_one(ConnectionTable))

@@ -9,6 +9,9 @@ from collections import Counter, deque
 from kmon.model import Event, EventKind, ProcessView
 
 WINDOW_MS = 60_000  # the "last minute" of the columns
+# what a pattern's rate counts, so a rate reads apart from the opened/closed counts beside it
+COUNTED = {"idle_reap_cycle": "reaps", "client_per_message": "clients", "fd_leak": "fds",
+           "per_ip_rejected": "refusals", "connect_failed": "failed connects"}
 STORM_SHOWN_MS = 60_000  # a storm's banner stays this long after its event
 
 
@@ -61,11 +64,17 @@ class ChurnBoard:
         return {b: (opened[b], dropped[b]) for b in opened.keys() | dropped.keys()}
 
     def pattern(self, pid: int, now_ms: int) -> str:
-        """The pattern of ``pid``'s churn event within the window, or ''."""
+        """The pattern of ``pid``'s churn event within the window, or '': its name, its rate
+        (what it counts, a minute) and the broker it is about, e.g. "idle reap cycle: 2.1
+        reaps/min (broker 2)"."""
         event = self.patterns.get(pid)
         if event is None or now_ms - event.ts_ms > WINDOW_MS:
             return ""
-        return f"{event.churn.pattern.replace('_', ' ')} {event.churn.rate:g}/min"
+        churn = event.churn
+        counted = COUNTED.get(churn.pattern, "")
+        broker = "" if event.broker_id is None else f" (broker {event.broker_id})"
+        return (f"{churn.pattern.replace('_', ' ')}: {churn.rate:g}"
+                f"{' ' + counted if counted else ''}/min{broker}")
 
     def storm_banner(self, now_ms: int) -> str:
         """The live storm's words, or '' when none happened within STORM_SHOWN_MS."""

@@ -40,17 +40,43 @@ COLUMNS = (
     ("sent", "out/s", 7), ("recv", "in/s", 7), ("rtt", WORDS["rtt_ms"], 11),
     ("evidence", "evidence", 15),
 )
+# the columns shown where the width is short, most wanted first: the first five always (they
+# fit 80 columns), each of the others where it fits (the detail pane shows them all)
+PRIORITY = ("role", "node", "state", "idle", "reap", "client", "remote", "sent", "recv", "rtt",
+            "evidence")
+SORTED_MARK = {False: " ▲", True: " ▼"}  # beside the heading of the column rows are sorted by
+
+
+def shown_columns(width: int) -> tuple[int, ...]:
+    """The indices into COLUMNS of the columns a table ``width`` cells wide shows, in order:
+    PRIORITY's first five, then each other that still fits (the last column needs no gap)."""
+    keys = [key for key, _, _ in COLUMNS]
+    used, shown = 1, set()
+    for rank, key in enumerate(PRIORITY):
+        column_width = COLUMNS[keys.index(key)][2]
+        if rank < 5 or used + column_width <= width:
+            used += column_width + 2
+            shown.add(keys.index(key))
+    return tuple(sorted(shown))
+
+
+def row_width(widths: tuple[int, ...]) -> int:
+    """The cells a row of columns ``widths`` takes: a space, then each column and the gap
+    between it and the next."""
+    return 1 + sum(width + 2 for width in widths) - 2
 
 
 @dataclass(frozen=True)
 class SortOrder:
-    """One way to order the rows: its name, a key over (connection, track), direction. No
-    key: the order the engine gives them in (``Connection.display_order``)."""
+    """One way to order the rows: its name, a key over (connection, track), direction, the
+    column it sorts by. No key: the order the engine gives them in
+    (``Connection.display_order``)."""
 
     name: str
     key: Callable[[Connection, Track | None], object] | None
     descending: bool = False
     uses_track: bool = False  # the key reads the track (else it is given None)
+    column: str = ""  # the key of its column in COLUMNS
 
 
 def _rate_total(track: Track | None) -> float:
@@ -64,13 +90,17 @@ def _missing_last(value: int | None) -> int:
 
 
 SORT_ORDERS = (
-    SortOrder("role", None),
-    SortOrder("idle", lambda c, t: (-1 if c.idle_ms is None else c.idle_ms), descending=True),
-    SortOrder(WORDS["reap_in_ms"], lambda c, t: _missing_last(c.reap_in_ms)),
-    SortOrder("state", lambda c, t: (c.state != TcpState.CLOSE_WAIT, c.state, c.key)),
-    SortOrder("broker", lambda c, t: (_missing_last(c.broker_id), ROLE_RANK[c.role])),
-    SortOrder("traffic", lambda c, t: _rate_total(t), descending=True, uses_track=True),
-    SortOrder("client", lambda c, t: (c.client or "~", ROLE_RANK[c.role])),
+    SortOrder("role", None, column="role"),
+    SortOrder("idle", lambda c, t: (-1 if c.idle_ms is None else c.idle_ms), descending=True,
+              column="idle"),
+    SortOrder(WORDS["reap_in_ms"], lambda c, t: _missing_last(c.reap_in_ms), column="reap"),
+    SortOrder("state", lambda c, t: (c.state != TcpState.CLOSE_WAIT, c.state, c.key),
+              column="state"),
+    SortOrder("broker", lambda c, t: (_missing_last(c.broker_id), ROLE_RANK[c.role]),
+              column="node"),
+    SortOrder("traffic", lambda c, t: _rate_total(t), descending=True, uses_track=True,
+              column="sent"),
+    SortOrder("client", lambda c, t: (c.client or "~", ROLE_RANK[c.role]), column="client"),
 )
 
 
@@ -131,10 +161,10 @@ class ConnectionTable(ChangedLinesView, can_focus=True):
     cursor_row: reactive[int] = reactive(0, repaint=False, init=False)
 
     BINDINGS = [
-        Binding("up", "cursor(-1)", show=False), Binding("down", "cursor(1)", show=False),
+        Binding("up,k", "cursor(-1)", show=False), Binding("down,j", "cursor(1)", show=False),
         Binding("pageup", "page(-1)", show=False), Binding("pagedown", "page(1)", show=False),
-        Binding("home", "cursor(-1000000000)", show=False),
-        Binding("end", "cursor(1000000000)", show=False),
+        Binding("home,g", "cursor(-1000000000)", show=False),
+        Binding("end,G", "cursor(1000000000)", show=False),
         Binding("enter", "select", show=False),
     ]
     DEFAULT_CSS = """
@@ -164,8 +194,10 @@ class ConnectionTable(ChangedLinesView, can_focus=True):
         self._lines: dict[str, tuple] = {}
         self._row_styles: dict[str | int, Style] = {}
         self._cursor_key: str | None = None
-        self._widths = tuple(width for _, _, width in COLUMNS)
-        self._width = 1 + sum(width + 2 for width in self._widths)
+        self._columns = tuple(range(len(COLUMNS)))  # the shown ones (shown_columns)
+        self._widths = tuple(width for _, _, width in COLUMNS)  # of the shown ones
+        self._width = row_width(self._widths)
+        self._sorted_by: tuple[str, bool] = ("", False)  # (column key, descending)
 
     # -- data -------------------------------------------------------------------------------
 
@@ -215,7 +247,8 @@ class ConnectionTable(ChangedLinesView, can_focus=True):
         console = self.app.console
         segments: list[Segment] = []
         plain: list[str] = [" "]  # plain cells in a row share one segment in the row's style
-        for cell, cell_width in zip(cells, self._widths, strict=True):
+        for index, cell_width in zip(self._columns, self._widths, strict=True):
+            cell = cells[index]
             if isinstance(cell, Text):
                 if plain:
                     segments.append(Segment("".join(plain), row_style))
@@ -226,20 +259,19 @@ class ConnectionTable(ChangedLinesView, can_focus=True):
                 plain.append(set_cell_size(str(cell), cell_width) + "  ")
         if plain:
             segments.append(Segment("".join(plain), row_style))
-        if scroll_x or self._width > width:  # scrolled sideways, or wider than the view
-            line = Strip(segments, self._width).crop(scroll_x, scroll_x + width)
+        drawn = self._width + 2  # the last column's gap drawn too
+        if scroll_x or drawn > width:  # scrolled sideways, or wider than the view
+            line = Strip(segments, drawn).crop(scroll_x, scroll_x + width)
             return line.adjust_cell_length(width, self._row_style(0))
-        if width > self._width:
-            segments.append(Segment(" " * (width - self._width), self._row_style(0)))
+        if width > drawn:
+            segments.append(Segment(" " * (width - drawn), self._row_style(0)))
         return Strip(segments, width)
 
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
         width = self.size.width
         if y == 0:
-            headings = "".join(f"{heading:<{w}}  "
-                               for (_, heading, _), w in zip(COLUMNS, self._widths, strict=True))
-            header = Strip([Segment(f" {headings}")])
+            header = Strip([Segment(f" {self._headings()}")])
             header = header.apply_style(self.get_component_rich_style("connection-table--header"))
             return header.crop(scroll_x, scroll_x + width).adjust_cell_length(width,
                                                                               self.rich_style)
@@ -253,6 +285,20 @@ class ConnectionTable(ChangedLinesView, can_focus=True):
             line = self._line(cells, look[0], scroll_x, width)
             drawn = self._lines[key] = (cells, look, line)
         return drawn[2]
+
+    def _headings(self) -> str:
+        """The header's text: each shown column's heading, the sorted one marked."""
+        column, descending = self._sorted_by
+        return "".join(
+            set_cell_size(heading + (SORTED_MARK[descending] if key == column else ""), w) + "  "
+            for (key, heading, _), w in zip((COLUMNS[i] for i in self._columns), self._widths,
+                                            strict=True))
+
+    def sort_by(self, column: str, descending: bool) -> None:
+        """Mark the column the rows are sorted by (its key in COLUMNS) in the header."""
+        if (column, descending) != self._sorted_by:
+            self._sorted_by = (column, descending)
+            self.refresh(Region(0, 0, self.size.width, 1))
 
     def _line_state(self, y: int, scroll_x: int, scroll_y: int, width: int) -> tuple | None:
         """What row line ``y`` shows, scrolled to (``scroll_x``, ``scroll_y``) in ``width``:
@@ -281,12 +327,16 @@ class ConnectionTable(ChangedLinesView, can_focus=True):
         self._row_styles.clear()
 
     def on_resize(self) -> None:
-        """Give the client column the room a wide terminal has to spare (up to CLIENT_MAX)."""
-        base = 1 + sum(width + 2 for _, _, width in COLUMNS)
-        spare = max(0, min(self.size.width - base, CLIENT_MAX - CLIENT_MIN))
-        widths = tuple(width + spare if key == "client" else width for key, _, width in COLUMNS)
-        if widths != self._widths:
-            self._widths, self._width = widths, base + spare
+        """Show the columns the width has room for (``shown_columns``), and give the client
+        column the room a wide terminal has to spare (up to CLIENT_MAX)."""
+        room = self.size.width - self.styles.scrollbar_size_vertical  # a scrollbar may come
+        columns = shown_columns(room)
+        base = row_width(tuple(COLUMNS[i][2] for i in columns))
+        spare = max(0, min(room - base, CLIENT_MAX - CLIENT_MIN))
+        widths = tuple(width + spare if key == "client" else width
+                       for key, _, width in (COLUMNS[i] for i in columns))
+        if (columns, widths) != (self._columns, self._widths):
+            self._columns, self._widths, self._width = columns, widths, base + spare
             self._lines.clear()
             self.virtual_size = Size(self._width, len(self._keys) + 1)
             self.refresh()

@@ -11,13 +11,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from kmon.model import ClientInstance, Connection, Event
 from kmon.plain_text import plain
 from kmon.timeline import Mark, Track
 from kmon.widgets import format as fmt
 from kmon.widgets.event_log import event_line
+from kmon.widgets.footer import PriorityFooter
 
 # What the detail pane needs at each refresh: the connection (None once it has
 # closed), its remembered life, its events and the client instance that owns it.
@@ -87,12 +88,13 @@ def _client(client: ClientInstance | None) -> Table | Text:
 
 
 class DetailScreen(ModalScreen):
-    """Every field of one connection, refreshed while it is open."""
+    """Every field of one connection, refreshed while it is open; it takes the whole screen,
+    so nothing the screen below draws (its bars, sparklines, lifecycle) shows beside or
+    through its text."""
 
     BINDINGS = [Binding("escape,enter,q", "dismiss", "close")]
     DEFAULT_CSS = """
-    DetailScreen { align: center middle; }
-    DetailScreen VerticalScroll { width: 90%; height: 90%; border: thick $accent;
+    DetailScreen VerticalScroll { width: 100%; height: 1fr; border: thick $accent;
                                   background: $surface; padding: 0 1; }
     """
 
@@ -104,7 +106,7 @@ class DetailScreen(ModalScreen):
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Static(id="detail")
-        yield Footer()
+        yield PriorityFooter()
 
     def on_mount(self) -> None:
         self.query_one(VerticalScroll).border_title = plain(self.title_text)

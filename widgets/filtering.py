@@ -1,7 +1,9 @@
 """The dashboard's row filter: ``role:coordinator state:CLOSE_WAIT broker:1 client:app``.
 
-Terms on one field are alternatives, terms on different fields must all hold;
-a bare word matches anywhere in the remote address, broker name or client.
+Terms on one field are alternatives, terms on different fields must all hold. A field's
+value matches exactly: ``broker:2`` is broker 2 (or the broker at the address ``broker:HOST:PORT``
+names), never an address with a 2 in it; ``client:`` matches a whole client id or client
+instance name. A bare word matches anywhere in the remote address, broker name or client.
 """
 
 from __future__ import annotations
@@ -52,12 +54,13 @@ def _field_matches(name: str, value: str, conn: Connection, pid: int,
     if name == "state":
         return conn.state.lower().replace("-", "_").startswith(value.replace("-", "_"))
     if name == "broker":
-        return str(conn.broker_id) == value or value in (conn.remote or "").lower()
+        return value in (str(conn.broker_id), (conn.remote or "").lower())
     if name == "node":
         return str(conn.node_id) == value
     if name == "pid":
         return str(pid) == value
-    return value in _client_text(conn, client_ids)  # client
+    return value in {(conn.client or "").lower(),  # client: a whole instance name or id
+                     client_ids.get(conn.client or "", "").lower()}
 
 
 def parse_filter(text: str) -> RowFilter:
@@ -79,4 +82,4 @@ def parse_filter(text: str) -> RowFilter:
 
 
 _EXAMPLES = {"role": "coordinator", "state": TcpState.CLOSE_WAIT.value, "broker": "1", "node": "-1",
-             "client": "orders", "pid": "1234"}
+             "client": "orders-reader-a", "pid": "1234"}

@@ -13,11 +13,17 @@ from kmon.widgets.timeline import LEGEND
 CONNECTION_NOTES = f"""
 ## Filter
 
-`role:coordinator state:CLOSE_WAIT broker:1 node:-1 client:orders pid:1234`, and
-bare words matched against the address, broker name and client. Terms on one
-field are alternatives (`role:boot role:coord`); different fields must all hold.
+`role:coordinator state:CLOSE_WAIT broker:1 node:-1 client:orders-reader-a pid:1234`,
+and bare words matched anywhere in the address, broker name and client. A field's
+value is matched whole (`broker:2` is broker 2, or `broker:HOST:PORT` the broker at
+that address; `client:` a whole client id or instance name); a role or state may be
+shortened (`role:coord`). Terms on one field are alternatives (`role:boot
+role:coord`); different fields must all hold.
 
 ## Rows
+
+Where the terminal is narrow, the columns of least use are left out (the client,
+the address, the rates, rtt, evidence, in that order); `enter` shows every field.
 
 **role**: bootstrap (node id -1, -2, …), coordinator (node id 2147483647 - broker id,
 shown as `coord→3` beside it), broker (node id = broker id), unknown (a socket kmon
@@ -43,9 +49,19 @@ word must match.
 
 ## Rows
 
-One row per Kafka client process: its connections by role, how many sit in
-CLOSE_WAIT, the longest idle one, connections opened/closed in the last minute and
+One row per Kafka client process: its longest idle connection, its connections by
+role, how many sit in CLOSE_WAIT, connections opened and closed in the last minute and
 its churn pattern. `enter` attaches to it; `escape` or `q` there comes back here.
+"""
+
+
+MOVING = """
+## Moving
+
+`up`/`down` or `k`/`j` move the cursor a row, `g`/`G` (or `home`/`end`) to the first or
+last row, `pageup`/`pagedown` a page. `<` and `>` sort by the column left or right of
+the one the rows are sorted by (its heading is marked ▲ or ▼). Keys of least use are
+left out of the footer where it is narrow; this help lists them all.
 """
 
 
@@ -72,7 +88,8 @@ def key_rows(screen: Screen) -> list[tuple[str, str]]:
 def help_markdown(rows: list[tuple[str, str]], notes: str) -> str:
     """The help as Markdown: a table of ``rows`` (key_rows), then ``notes``."""
     table = "\n".join(f"| `{keys}` | {what} |" for keys, what in rows)
-    return f"# kmon keys\n\n| key | what it does |\n|---|---|\n{table}\n\n{notes}"
+    return (f"# kmon keys\n\n| key | what it does |\n|---|---|\n{table}\n\n{MOVING}\n"
+            f"{notes}")
 
 
 class HelpScreen(ModalScreen):

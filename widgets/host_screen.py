@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.widgets import Footer
 
 from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import UNKNOWN_CLUSTER, HostSession
 from kmon.model import Event, ProcessView, Snapshot
+from kmon.widgets.footer import PriorityFooter
 from kmon.widgets.list_screen import ProcessListScreen
 from kmon.widgets.process_table import cluster_heading
 
@@ -30,7 +30,7 @@ class HostScreen(ProcessListScreen):
     def compose(self) -> ComposeResult:
         yield from self.status_bars()
         yield from self.process_panels(grouped=True)
-        yield Footer()
+        yield PriorityFooter()
 
     def apply(self, snapshot: Snapshot, events: list[Event]) -> None:
         self.clusters = self.session.cluster_labels(snapshot)

@@ -20,12 +20,14 @@ from kmon.widgets.filter_input import FilterInput
 from kmon.widgets.help import PROCESS_NOTES
 from kmon.widgets.polling import PollingScreen
 from kmon.widgets.process_table import (
+    COLUMNS,
     PROCESS_ORDERS,
     ProcessTable,
     is_idle,
     matches,
     process_cells,
 )
+from kmon.widgets.sorting import SORT_COLUMN, order_by_column
 
 
 class Attached(Message):
@@ -55,14 +57,18 @@ class ProcessListScreen(PollingScreen):
     BINDINGS = [
         Binding("enter", "attach", "attach", tooltip="attach to the selected process"),
         Binding("p", "pause", "pause", tooltip="pause / resume refreshing"),
-        Binding("space", "refresh_now", "refresh",
-                tooltip="refresh now (while paused: one step)"),
+        Binding("f,slash", "filter", "filter", tooltip="filter the processes"),
         Binding("s", "sort", "sort", tooltip="next sort order (" + ", ".join(
             o.name for o in PROCESS_ORDERS) + ")"),
-        Binding("f,slash", "filter", "filter", tooltip="filter the processes"),
-        Binding("c", "clear_filter", "clear filter", tooltip="clear the filter"),
+        Binding("less_than_sign", "sort_column(-1)", "sort ◀", group=SORT_COLUMN,
+                tooltip="sort by the column left of the sorted one"),
+        Binding("greater_than_sign", "sort_column(1)", "sort ▶", group=SORT_COLUMN,
+                tooltip="sort by the column right of the sorted one"),
         Binding("i", "hide_idle", "hide idle",
                 tooltip="hide processes with no traffic on any connection for 10 s"),
+        Binding("space", "refresh_now", "refresh",
+                tooltip="refresh now (while paused: one step)"),
+        Binding("c", "clear_filter", "clear filter", tooltip="clear the filter"),
         Binding("r", "record", "record",
                 tooltip="start / stop recording every listed process to Parquet"),
         Binding("plus,equals_sign", "faster", "faster", tooltip="refresh more often"),
@@ -143,6 +149,7 @@ class ProcessListScreen(PollingScreen):
             clusters.setdefault(self.cluster_of(view.pid), []).append(view)
         now_ms = self.snapshot.ts_ms if self.snapshot else 0
         table = self.query_one(ProcessTable)
+        table.sort_by(order.column, order.descending)
         table.show([(cluster, self.group_heading(cluster, members),
                      [process_cells(v, self.labels.get(v.pid, ""), self.churn, now_ms)
                       for v in members]) for cluster, members in clusters.items()])
@@ -166,6 +173,7 @@ class ProcessListScreen(PollingScreen):
         self.redraw()
 
     def watch_hide_idle(self) -> None:
+        self.refresh_bindings()
         self.redraw()
 
     def watch_filter_text(self) -> None:
@@ -173,6 +181,10 @@ class ProcessListScreen(PollingScreen):
 
     def action_sort(self) -> None:
         self.sort_index = (self.sort_index + 1) % len(PROCESS_ORDERS)
+
+    def action_sort_column(self, step: int) -> None:
+        self.sort_index = order_by_column(COLUMNS, [o.column for o in PROCESS_ORDERS],
+                                          self.sort_index, step)
 
     def action_hide_idle(self) -> None:
         self.hide_idle = not self.hide_idle

@@ -34,6 +34,9 @@ from kmon.widgets.status import NoticeBar, StatusHeader
 
 INTERVAL_STEPS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 POLL_GROUP = "poll"
+# action -> (the screen's attribute it toggles, its footer label while that is set)
+TOGGLED = {"pause": ("paused", "resume"), "hide_idle": ("hide_idle", "show idle"),
+           "record": ("recording", "stop recording")}
 
 
 def next_interval(current: float, faster: bool) -> float:
@@ -169,7 +172,14 @@ class PollingScreen(Screen):
 
     # -- reactive state ---------------------------------------------------------------------
 
+    def key_label(self, action: str, description: str) -> str:
+        """The footer's word for ``action``: what pressing it does now (``resume`` while
+        paused)."""
+        attribute, toggled = TOGGLED.get(action, ("", ""))
+        return toggled if attribute and getattr(self, attribute, None) else description
+
     def watch_paused(self, paused: bool) -> None:
+        self.refresh_bindings()
         if self._timer is not None and self.polling_wanted():
             self._timer.pause() if paused else self._timer.resume()
         self._step = False
@@ -218,6 +228,7 @@ class PollingScreen(Screen):
         return Text()
 
     def watch_recording(self) -> None:
+        self.refresh_bindings()
         self.redraw()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:

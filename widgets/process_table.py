@@ -10,6 +10,7 @@ from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.binding import Binding
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
@@ -23,9 +24,12 @@ from kmon.widgets.churn_board import ChurnBoard
 
 ROLES = (Role.BOOTSTRAP, Role.COORDINATOR, Role.BROKER, Role.UNKNOWN)
 WORDS = {c.key: c.header for c in PROCESS_COLUMNS}  # the headers of kmon ps
-COLUMNS = (*(WORDS[key] for key in ("pid", "command", "client_ids")),
-           *(WORDS[r.value] for r in ROLES), *(WORDS[key] for key in ("close_wait", "max_idle_ms")),
+# the columns a short width shows first come first: the process, how long it has been idle and
+# its connections by role; then which clients, and the churn
+COLUMNS = (*(WORDS[key] for key in ("pid", "command", "max_idle_ms")),
+           *(WORDS[r.value] for r in ROLES), *(WORDS[key] for key in ("close_wait", "client_ids")),
            "opened/closed 1m", WORDS["churn"], "notice")
+SORTED_MARK = {False: " ▲", True: " ▼"}  # beside the heading of the column rows are sorted by
 HIDE_IDLE_AFTER_MS = 10_000  # as the attach screen's ``i``: no traffic for this long
 HEADING = "cluster:"  # row keys of the heading rows start with it
 CELL_DRAWINGS_KEPT = 2_000  # DataTable keeps 10,000
@@ -38,18 +42,20 @@ def _max_idle(view: ProcessView) -> int:
 
 @dataclass(frozen=True)
 class ProcessOrder:
-    """One way to order the processes: its name, a key over a process, direction."""
+    """One way to order the processes: its name, a key over a process, direction, and the
+    heading of its column ('' for an order of no one column)."""
 
     name: str
     key: Callable[[ProcessView], object]
     descending: bool = False
+    column: str = ""
 
 
 PROCESS_ORDERS = (
-    ProcessOrder("pid", lambda v: v.pid),
-    ProcessOrder("max idle", _max_idle, descending=True),
+    ProcessOrder("pid", lambda v: v.pid, column=WORDS["pid"]),
+    ProcessOrder("max idle", _max_idle, descending=True, column=WORDS["max_idle_ms"]),
     ProcessOrder("connections", lambda v: len(v.connections), descending=True),
-    ProcessOrder("command", lambda v: (v.short_command, v.pid)),
+    ProcessOrder("command", lambda v: (v.short_command, v.pid), column=WORDS["command"]),
 )
 
 
@@ -77,11 +83,11 @@ def process_cells(view: ProcessView, label: str, churn: ChurnBoard, now_ms: int)
     pattern = churn.pattern(view.pid, now_ms)
     idle = _max_idle(view)
     clients = ", ".join(sorted({c.client_id for c in view.clients})) or "(no client metrics)"
-    return (plain(view.pid), plain(label or view.short_command), plain(clients),
+    return (plain(view.pid), plain(label or view.short_command),
+            plain(fmt.duration(idle) if idle >= 0 else "?"),
             *(plain(roles[r]) if roles[r] else Text() for r in ROLES),
             fmt.state(TcpState.CLOSE_WAIT) if view.summary.close_wait else Text(),
-            plain(fmt.duration(idle) if idle >= 0 else "?"),
-            plain(f"{opened}/{closed}") if opened or closed else Text(),
+            plain(clients), plain(f"{opened}/{closed}") if opened or closed else Text(),
             Text(pattern, style="bold red") if pattern else Text(),
             Text(view.notices[0][:60], style="yellow") if view.notices else Text())
 
@@ -98,7 +104,12 @@ def cluster_heading(views: list[ProcessView]) -> str:
 class ProcessTable(DataTable):
     """Rows of processes, keyed by pid; with ``grouped``, each cluster's rows follow a
     heading row naming its brokers (in the command column, the pid left blank). The cursor
-    stays on its process while rows move, and starts on the first process."""
+    stays on its process while rows move, and starts on the first process. ``j``/``k`` move
+    it as down/up, ``g``/``G`` to the first/last process; the heading of the column the rows
+    are sorted by is marked (``sort_by``)."""
+
+    BINDINGS = [Binding("j", "cursor_down", show=False), Binding("k", "cursor_up", show=False),
+                Binding("g", "first", show=False), Binding("G", "last", show=False)]
 
     def __init__(self, grouped: bool = False, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
@@ -109,12 +120,45 @@ class ProcessTable(DataTable):
     def on_mount(self) -> None:
         self.add_columns(*COLUMNS)
 
+    def sort_by(self, column: str, descending: bool) -> None:
+        """Mark the heading of ``column`` (one of COLUMNS) with the direction of the sort; a
+        new mark sets the columns anew, and the next ``show`` the rows."""
+        headings = [h + (SORTED_MARK[descending] if h == column else "") for h in COLUMNS]
+        if headings != [str(c.label) for c in self.columns.values()]:
+            rows = [(row.key.value, self.get_row(row.key)) for row in self.ordered_rows]
+            selected = self._selected_key()
+            self.clear(columns=True)
+            self.add_columns(*headings)
+            self._fill(rows, selected)
+
+    def _selected_key(self) -> str | None:
+        """The key of the row under the cursor (None in an empty table)."""
+        if not self.row_count:
+            return None
+        return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+
+    def _fill(self, wanted: list[tuple[str, tuple]], selected: str | None) -> None:
+        """Add the rows ``wanted`` ((key, cells)) to the empty table, the cursor on the row
+        ``selected`` where it is a process's, else on the first process."""
+        keys = [key for key, _ in wanted]
+        for key, cells in wanted:
+            self.add_row(*cells, key=key)
+        if selected not in keys or selected.startswith(HEADING):
+            selected = next((k for k in keys if not k.startswith(HEADING)), None)
+        if selected is not None:
+            self.move_cursor(row=keys.index(selected), animate=False)
+
+    def action_first(self) -> None:
+        """The cursor to the first process (below its cluster's heading when grouped)."""
+        self.move_cursor(row=min(int(self.grouped), self.row_count - 1))
+
+    def action_last(self) -> None:
+        self.move_cursor(row=self.row_count - 1)
+
     @property
     def selected_pid(self) -> int | None:
         """The pid of the row under the cursor (None on a heading row or an empty table)."""
-        if not self.row_count:
-            return None
-        key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        key = self._selected_key()
         return None if key is None or key.startswith(HEADING) else int(key)
 
     def show(self, groups: list[tuple[str, str, list[tuple]]]) -> None:
@@ -129,20 +173,19 @@ class ProcessTable(DataTable):
             wanted += [(str(cells[0]), cells) for cells in rows]
         keys = [key for key, _ in wanted]
         current = [row.key.value for row in self.ordered_rows]
-        if keys != current:  # rows came, went or moved: all again, the cursor kept
-            selected = (self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
-                        if self.row_count else None)
+        changed = [] if keys != current else [
+            (RowKey(key), column, value) for key, cells in wanted
+            for column, shown, value in zip(self.columns, self.get_row(key), cells, strict=True)
+            if not _same(shown, value)]
+        if keys != current or any(cell_len(str(value)) > self.columns[column].content_width
+                                  for _, column, value in changed):
+            # rows came, went or moved, or a cell is wider than its column (``_put`` sets
+            # cells, not widths): all again, the cursor kept
+            selected = self._selected_key()
             self.clear()
-            for key, cells in wanted:
-                self.add_row(*cells, key=key)
-            if selected not in keys or selected.startswith(HEADING):
-                selected = next((k for k in keys if not k.startswith(HEADING)), None)
-            if selected is not None:
-                self.move_cursor(row=keys.index(selected), animate=False)
+            self._fill(wanted, selected)
             return
-        self._put([(RowKey(key), column, value) for key, cells in wanted
-                   for column, shown, value in zip(self.columns, self.get_row(key), cells,
-                                                   strict=True) if not _same(shown, value)])
+        self._put(changed)
 
     def _put(self, changed: list[tuple[RowKey, ColumnKey, object]]) -> None:
         """Set the ``changed`` cells and draw only them again, into their rows' drawings:

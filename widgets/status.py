@@ -23,11 +23,23 @@ class StatusHeader(Widget):
     ended: reactive[str] = reactive("")
 
     def watch_heading(self, old: Text, new: Text) -> None:
-        # a new layout only when the header's height may change
-        self.refresh(layout=new.plain.count("\n") != old.plain.count("\n"))
+        # a new layout only when the header's height may change: its count of lines, or the
+        # length of its last (which may wrap)
+        self.refresh(layout=new.plain.count("\n") != old.plain.count("\n")
+                     or len(new.plain) - new.plain.rfind("\n")
+                     != len(old.plain) - old.plain.rfind("\n"))
 
     def render(self) -> Text:
-        text = self.heading.copy()
+        # every line of the heading but its last on one line, cut to the width: a short
+        # terminal keeps its rows for the tables; the last line, with the state, may wrap
+        *whole, last = self.heading.split("\n", allow_blank=True)
+        width = max(1, self.content_size.width)
+        text = Text()
+        for line in whole:
+            line.truncate(width, overflow="ellipsis")
+            text.append_text(line)
+            text.append("\n")
+        text.append_text(last)
         text.append(f"every {fmt.duration(self.interval * 1000)}  ·  ")
         if self.ended:
             text.append(f"■ {self.ended}", style="bold red")

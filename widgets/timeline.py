@@ -83,7 +83,7 @@ class TimelineRows(Sequence):
 class Timeline(ChangedLinesView):
     """Strips for the connections given to ``show()``, newest refresh on the right."""
 
-    DEFAULT_CSS = "Timeline { height: 1fr; }"
+    DEFAULT_CSS = "Timeline { height: 1fr; overflow-x: hidden; }"  # it fits the width
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -101,7 +101,7 @@ class Timeline(ChangedLinesView):
         self._rows, self._span_ms = rows, span_ms
         self._latest, self._remembered = latest, remembered
         self.virtual_size = Size(self.size.width, len(rows) + 1)
-        self._shown_at = (self.scroll_offset.y, self.size.width)
+        self._shown_at = (self.scroll_offset.y, self.scrollable_content_region.width)
         layout = self._layout()
         self._shown = {y: self._content(y, layout) for y in range(self.size.height)}
         self.refresh_changed(self._shown)
@@ -109,7 +109,7 @@ class Timeline(ChangedLinesView):
     def _layout(self) -> tuple[int, int, int, int]:
         """(refreshes per column, columns, room for them, first row shown) at the current
         width and scroll, worked out once for all the lines drawn together."""
-        room = max(1, self.size.width - LABEL_WIDTH - 1)
+        room = max(1, self.scrollable_content_region.width - LABEL_WIDTH - 1)  # no scrollbar
         per_column = max(1, -(-self._remembered // room))  # ceiling division
         last = self._latest // per_column
         first = max((self._latest - self._remembered + 1) // per_column, last - room + 1)
@@ -130,7 +130,8 @@ class Timeline(ChangedLinesView):
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
-        shown = (self._shown.get(y, _MISSING) if self._shown_at == (self.scroll_offset.y, width)
+        shown = (self._shown.get(y, _MISSING)
+                 if self._shown_at == (self.scroll_offset.y, self.scrollable_content_region.width)
                  else _MISSING)
         content = self.drawn(y, self._content(y, self._layout()) if shown is _MISSING else shown)
         if content is None:

@@ -8,7 +8,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.message import Message
-from textual.widgets import DataTable, Footer
+from textual.widgets import DataTable
 
 from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import (
@@ -21,6 +21,7 @@ from kmon.engine.facade import (
 from kmon.model import Role
 from kmon.plain_text import plain
 from kmon.widgets import format as fmt
+from kmon.widgets.footer import PriorityFooter
 from kmon.widgets.list_screen import ProcessListScreen
 
 
@@ -45,15 +46,16 @@ class WatchScreen(ProcessListScreen):
         yield DataTable(id="brokers", cursor_type="none")
         yield DataTable(id="groups", cursor_type="none")
         yield from self.process_panels(grouped=False)
-        yield Footer()
+        yield PriorityFooter()
 
     def on_mount(self) -> None:
         """Name the cluster's tables and their columns."""
         brokers = self.query_one("#brokers", DataTable)
-        brokers.border_title = "brokers (cluster metadata)"
-        brokers.add_columns("id", "address", "rack", "groups coordinated",
-                            "local bootstrap", "local coordinator", "local broker",
-                            "opened 1m", "broker closed 1m")
+        # short headings, so 80 columns show every local count; the title says what they are
+        brokers.border_title = ("brokers (cluster metadata): the groups each coordinates, "
+                                "local connections by role")
+        brokers.add_columns("id", "address", "rack", "groups", "bootstrap", "coordinator",
+                            "broker", "opened 1m", "broker closed 1m")
         groups = self.query_one("#groups", DataTable)
         groups.border_title = "consumer groups"
         groups.add_columns("group", "state", "join state", "coordinator", "members",
@@ -103,10 +105,10 @@ class WatchScreen(ProcessListScreen):
         if self.cluster_name != view.bootstrap:
             header.append(f"  ({view.bootstrap})", style="dim")
         header.append(f"\n{len(view.brokers)} brokers · ")
-        header.append("metadata " + (f"from {fmt.clock(view.fetched_at)}" if view.fetched_at
+        header.append("metadata " + (fmt.clock(view.fetched_at) if view.fetched_at
                                      else "not yet fetched"))
         watched = len(self.snapshot.processes) if self.snapshot else 0
-        header.append(f" · {watched} local client processes · ")
+        header.append(f" · {watched} local client{'s' * (watched != 1)} · ")
         return header
 
     def _unreachable(self, view: ClusterView) -> str:

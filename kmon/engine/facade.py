@@ -127,6 +127,11 @@ class ProcessSession(Recordable):
             polled = self.source.poll()
         return self.recorded(polled)
 
+    @property
+    def finished(self) -> bool:
+        """True once the source has no more to show: a replay past its recording's end."""
+        return bool(getattr(self.source, "finished", False))
+
     def close(self) -> None:
         """Stop any recording and release the source (JMX helpers, sockets), once the poll
         under way, if any, has finished; a later poll raises SessionClosed."""

@@ -46,6 +46,11 @@ def near_reap(conn: Connection, fraction: float) -> bool:
             and conn.idle_ms >= fraction * conn.idle_limit_ms)
 
 
+def role_words(conn: Connection) -> str:
+    """``broker 2``, ``bootstrap -1``, or ``unknown`` where no node id is known."""
+    return conn.role.value + ("" if conn.node_id is None else f" {conn.node_id}")
+
+
 def diff(before: ProcessView, after: ProcessView, ts_ms: int,
          fraction: float = NEAR_REAP_FRACTION,
          stories: dict[tuple[int, str], CloseStory] | None = None) -> list[Event]:
@@ -72,7 +77,7 @@ def diff(before: ProcessView, after: ProcessView, ts_ms: int,
             event(kind, conn, f"{prev.state} -> {conn.state}")
         if (conn.role, conn.node_id) != (prev.role, prev.node_id):
             event(EventKind.ROLE_CHANGE, conn,
-                  f"{prev.role.value}/{prev.node_id} -> {conn.role.value}/{conn.node_id}")
+                  f"{role_words(prev)} -> {role_words(conn)}")
         if near_reap(conn, fraction) and not near_reap(prev, fraction):
             event(EventKind.NEAR_REAP, conn,
                   f"idle {format_duration(conn.idle_ms)} of its "
