@@ -50,7 +50,8 @@ def test_ps_lists_the_clients_by_cluster_with_who_runs_what(two_clients, cluster
     assert producer["cluster"] == consumer["cluster"] != "(brokers not known yet)"
     assert producer["cluster"] == cluster_id(cluster)  # as kmon's own query to a broker answered
     assert producer["user"] == consumer["user"] == getpass.getuser()
-    assert producer["command"] == consumer["command"] == "-m kmon.devtools.workload"
+    assert (producer["command"], consumer["command"]) == ("workload producer",
+                                                          "workload consumer")
     assert producer["client_ids"] == ["kmon-workload-producer"]
     assert consumer["client_ids"] == ["kmon-workload-consumer"]
     assert consumer["coordinator"] == 1 and consumer["broker"] >= 1
