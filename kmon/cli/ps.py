@@ -58,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
     if fmt == "json":
         sys.stdout.buffer.write(json_line({"ts_ms": snapshot.ts_ms, "host": snapshot.host,
                                            "processes": rows}))
+    elif not rows and fmt != "tsv":  # a header alone reads as a failure
+        of = f"of {one_line(named.name)} " if named is not None else ""
+        print(f"no Kafka clients {of}on this host")
     else:
         sys.stdout.write("".join(f"{line}\n" for line in text_lines(rows, fmt)))
     sys.stdout.flush()
