@@ -82,7 +82,7 @@ class Agent:
         settings = wiring.sampler_settings(self.args, config, named, metadata,
                                            require_kafka=False)
         self.brokers = wiring.broker_endpoints(metadata, settings) if metadata else None
-        self.names = ClusterNames(named.name if named else None)
+        self.names = ClusterNames((metadata.cluster_id or named.name) if named else None)
         session = HostSession(settings, churn=config.churn,
                               interval_ms=round(self.args.interval * 1000))
         self.metrics.kernel_events = session.kernel_notice is None

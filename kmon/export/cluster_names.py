@@ -3,9 +3,9 @@
 A process is labelled by the cluster kmon's own Metadata query to one of its brokers
 named (its cluster id). Its series wait while that query is under way, for at most
 WAIT_POLLS polls (a poll or two for a reachable cluster); a process kmon cannot ask
-about (TLS or SASL listeners, brokers kmon cannot reach) is then ``UNKNOWN``, or the
-name ``-b`` gave (kmon serve -b prod: ``prod``). Never the brokers a process happened
-to reach first, which changed as it reached more.
+about (TLS or SASL listeners, brokers kmon cannot reach) is then ``UNKNOWN``, or with
+``-b`` that cluster's id as its metadata named it (else the name ``-b`` gave). Never the
+brokers a process happened to reach first, which changed as it reached more.
 """
 
 from __future__ import annotations
