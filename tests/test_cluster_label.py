@@ -11,7 +11,6 @@ from __future__ import annotations
 import subprocess
 import time
 
-import psutil
 import pytest
 from helpers import cluster_id, get, python_as, start_serve, wait_for
 from prometheus_client.parser import text_string_to_metric_families
@@ -46,47 +45,52 @@ for correlation in iter(int, 1):
 """
 
 
-def _labels(address: str) -> dict[str, str]:
-    """pid -> cluster label, from kmon_process_open_fds on /metrics."""
+def _labels(address: str) -> dict[str, set[str]]:
+    """client_id -> its cluster labels, from kmon_connections on /metrics."""
     status, _, body = get(f"http://{address}/metrics")
     assert status == 200, body
-    return {sample.labels["pid"]: sample.labels["cluster"]
-            for family in text_string_to_metric_families(body)
-            for sample in family.samples if sample.name == "kmon_process_open_fds"}
+    labels: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            if sample.name == "kmon_connections":
+                labels.setdefault(sample.labels["client_id"], set()).add(sample.labels["cluster"])
+    return labels
 
 
-def _claimed(address: str, pid: int) -> float:
-    """The connections of ``pid`` whose role some claim gave (not unknown)."""
+def _claimed(address: str) -> float:
+    """The claimer's connections whose role some claim gave (not unknown)."""
     body = get(f"http://{address}/metrics")[2]
     return sum(sample.value for family in text_string_to_metric_families(body)
                for sample in family.samples if sample.name == "kmon_connections"
-               and sample.labels["pid"] == str(pid) and sample.labels["role"] != "unknown")
+               and sample.labels["client_id"] == "claimer" and sample.labels["role"] != "unknown")
+
+
+VICTIM = "label-victim"
 
 
 def test_a_users_spool_claims_do_not_move_a_victims_cluster_label(
         cluster, start_client, throwaway_user):
-    victim = start_client("producer")
+    start_client("producer", extra_args=("--client-id", VICTIM))
     expected = cluster_id(cluster)  # the cluster's id, as a real client reads it
     child, address = start_serve("--interval", "250ms")
     claimer = None
     try:
         until = time.monotonic() + 20  # kmon's own queries answered, or 20 s
-        before = wait_for(lambda: ((label := _labels(address).get(str(victim.pid)))
-                                   and (label == expected or time.monotonic() > until)
+        before = wait_for(lambda: ((label := _labels(address).get(VICTIM))
+                                   and (label == {expected} or time.monotonic() > until)
                                    and label), "the victim labelled", seconds=60)
         prefix, env = python_as(throwaway_user.pw_name)
         claimer = subprocess.Popen([*prefix, "-c", CLAIMER, cluster], env=env,
                                    stdout=subprocess.PIPE, text=True)
         assert claimer.stdout.readline().startswith("own ")
-        claimer_pid = psutil.Process(claimer.pid).children()[0].pid  # runuser's child
-        wait_for(lambda: _claimed(address, claimer_pid) >= 2,
+        wait_for(lambda: _claimed(address) >= 2,
                  "the claimer's Produce requests to its listener and the victim's brokers",
                  seconds=60)
         for _ in range(8):  # two seconds of polls, the claimer's requests seen in each
             labels = _labels(address)
-            assert labels[str(victim.pid)] == before, labels
+            assert labels[VICTIM] == before, labels
             time.sleep(0.25)
-        assert before == expected
+        assert before == {expected}
     finally:
         if claimer is not None:
             claimer.kill()

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import Child, assert_one_clear_line, get, kmon, start_serve, wait_for
+from helpers import Child, assert_one_clear_line, cluster_id, get, kmon, start_serve, wait_for
 
 from kmon.cli import build_parser
 from kmon.cli.wiring import named_cluster
@@ -141,11 +141,11 @@ def test_ps_takes_b_name_and_f_props(start_client, named):
 
 
 def test_serve_takes_b_name_and_f_props_and_serves_that_cluster_only(start_client, named,
-                                                                     spool_dir):
+                                                                     spool_dir, cluster):
     """``serve -b local`` serves the local cluster's client; a client of another cluster
     running beside it is left out."""
     config, props = named
-    client = start_client("producer")
+    start_client("producer", extra_args=("--client-id", "options-local"))
     other = Child([sys.executable, "-m", "kmon", "devcluster", "--brokers", "1"])
     stranger = None
     try:
@@ -155,9 +155,10 @@ def test_serve_takes_b_name_and_f_props_and_serves_that_cluster_only(start_clien
         serve, address = start_serve("-b", "local", "--config", str(config), "-F", str(props),
                                      "--interval", "250ms", "--wire", "off")
         try:
-            body = wait_for(lambda: (lambda text: f'pid="{client.pid}"' in text and text)(
+            body = wait_for(lambda: (lambda text: 'client_id="options-local"' in text and text)(
                 get(f"http://{address}/metrics")[2]), "the local cluster's client served")
-            assert f'pid="{stranger.pid}"' not in body
+            assert f'cluster="{cluster_id(bootstrap)}"' not in body  # the stranger's
+            assert f'cluster="{cluster_id(cluster)}"' in body  # -b's cluster, by its id
         finally:
             serve.stop()
     finally:

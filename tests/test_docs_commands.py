@@ -114,3 +114,14 @@ def test_every_long_option_the_docs_name_is_kmon_s():
     named = {(doc.name, match.group(1)) for doc in DOCS
              for match in re.finditer(r"`(--[a-z][\w.-]*)[ =`]", doc.read_text())}
     assert {(doc, option) for doc, option in named if option not in known} == set()
+
+
+def test_the_readme_names_every_table_kmon_record_writes():
+    """The README once said three tables where kmon record writes four."""
+    from kmon.record.schema import SCHEMAS
+
+    text = " ".join((REPO / "README.md").read_text().split())
+    (count,) = re.findall(r"`kmon record` writes (\w+) Parquet tables", text)
+    assert count == {3: "three", 4: "four", 5: "five"}[len(SCHEMAS)], count
+    listed = text.split("`kmon record` writes", 1)[1].split(" under ", 1)[0]
+    assert all(f"`{name}`" in listed for name in SCHEMAS), listed

@@ -60,8 +60,8 @@ def test_a_process_rotating_its_groups_keeps_the_series_bounded():
 
 
 def test_each_label_keeps_at_most_its_cap_of_values_in_a_family():
-    """250 processes, each in a group of its own: pid, process and group_id values past
-    the cap fold into "(other)", and no count is lost."""
+    """250 processes, each in a group of its own: process and group_id values past the
+    cap fold into "(other)", and no count is lost."""
     require_prometheus()
     metrics = HostMetrics(count_fds=False)
     count = MAX_LABEL_VALUES + 50
@@ -71,10 +71,33 @@ def test_each_label_keeps_at_most_its_cap_of_values_in_a_family():
     metrics.update(Snapshot(ts_ms=1_700_000_000_000, host="h", processes=views), [], {}, 0.0)
     text, samples = _render(metrics)
     created = samples["kmon_client_instances_created"]
-    assert len({s.labels["pid"] for s in created}) == MAX_LABEL_VALUES + 1
+    assert len({s.labels["process"] for s in created}) == MAX_LABEL_VALUES + 1
     assert sum(s.value for s in created) == count
     assert len({s.labels["group_id"] for s in samples["kmon_group_coordinator_info"]}) \
         == MAX_LABEL_VALUES + 1
-    assert _folded(samples, "pid") == count - MAX_LABEL_VALUES
+    assert _folded(samples, "process") == count - MAX_LABEL_VALUES
+    checked = promtool("check", "metrics", stdin=text)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_processes_of_one_command_share_their_series_and_no_series_names_a_pid():
+    """A pid changes with every restart and means nothing on another host: two workers
+    running one command for one cluster are one set of series, counted by
+    kmon_client_processes; a third, of another cluster, has its own."""
+    require_prometheus()
+    metrics = HostMetrics(count_fds=False)
+    views = [ProcessView(pid, "python", "/venv/bin/python3 -m app.worker consume --fast",
+                         clients=[_consumer("orders", 1)], clients_created=2)
+             for pid in (501, 502, 503)]
+    metrics.update(Snapshot(ts_ms=1_700_000_000_000, host="h", processes=views), [],
+                   {501: "clusterA", 502: "clusterA", 503: "clusterB"}, 0.0)
+    text, samples = _render(metrics)
+    assert all("pid" not in s.labels for family in samples.values() for s in family)
+    processes = {(s.labels["process"], s.labels["cluster"]): s.value
+                 for s in samples["kmon_client_processes"]}
+    assert processes == {("worker consume", "clusterA"): 2, ("worker consume", "clusterB"): 1}
+    created = {s.labels["cluster"]: s.value for s in samples["kmon_client_instances_created"]}
+    assert created == {"clusterA": 4, "clusterB": 2}
+    assert len(samples["kmon_group_coordinator_info"]) == 2
     checked = promtool("check", "metrics", stdin=text)
     assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -8,6 +8,7 @@ import csv
 import getpass
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -18,6 +19,16 @@ from helpers import Child, cluster_id, kmon, python_as
 from kmon.columns import CONNECTION_COLUMNS, PROCESS_COLUMNS
 
 pytestmark = pytest.mark.integration
+
+
+def piped(*args: str, columns: str | None = None) -> subprocess.CompletedProcess:
+    """kmon's stdout into a pipe, as `kmon ps | cat`, with no $COLUMNS unless given (the
+    test run's own environment may carry one below Python's os.environ)."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns is not None:
+        env["COLUMNS"] = columns
+    return subprocess.run([sys.executable, "-m", "kmon", *args], capture_output=True,
+                          text=True, env=env, timeout=60)
 
 
 def ps_json(*args: str) -> list[dict]:
@@ -50,7 +61,8 @@ def test_ps_lists_the_clients_by_cluster_with_who_runs_what(two_clients, cluster
     assert producer["cluster"] == consumer["cluster"] != "(brokers not known yet)"
     assert producer["cluster"] == cluster_id(cluster)  # as kmon's own query to a broker answered
     assert producer["user"] == consumer["user"] == getpass.getuser()
-    assert producer["command"] == consumer["command"] == "-m kmon.devtools.workload"
+    assert (producer["command"], consumer["command"]) == ("workload producer",
+                                                          "workload consumer")
     assert producer["client_ids"] == ["kmon-workload-producer"]
     assert consumer["client_ids"] == ["kmon-workload-consumer"]
     assert consumer["coordinator"] == 1 and consumer["broker"] >= 1
@@ -63,8 +75,9 @@ def test_ps_lists_the_clients_by_cluster_with_who_runs_what(two_clients, cluster
               if cells[1].isdigit()}  # (another process's odd command line splits oddly)
     assert wanted <= by_pid.keys() and {by_pid[pid][0] for pid in wanted} == {cluster}
     # the table: grouped under one line per cluster, its name whole however narrow
-    table = kmon("ps", "-b", cluster).stdout.splitlines()
+    table = piped("ps", "-b", cluster).stdout.splitlines()
     assert table[1] == f"{cluster} · {len(by_pid)} process{'es' * (len(by_pid) != 1)}", table
+    assert not any("…" in line for line in table), table  # piped: nothing cut
     assert {int(line.split()[0]) for line in table[2:]} == set(by_pid)
 
 
@@ -103,8 +116,16 @@ def test_attach_tsv_and_wide_parse_back_to_its_json(start_client):
     cells = wide_rows(wide.stdout, CONNECTION_COLUMNS)
     assert len(cells) == len(keys) and all(len(c) == len(CONNECTION_COLUMNS) for c in cells)
     assert {c[4] for c in cells} == {c["client"] for c in connections}  # never cut
-    table = kmon("attach", str(client.pid), "--once", "-o", "table", "--interval", "1s")
-    assert all(len(line) <= 80 for line in table.stdout.splitlines())  # $COLUMNS unset: 80
+    # one rule for every table: piped, as here, nothing is cut (and no -o is the table);
+    # with $COLUMNS, it fits
+    table = piped("attach", str(client.pid), "--once", "-o", "table", "--interval", "1s")
+    default = piped("attach", str(client.pid), "--once", "--interval", "1s")
+    assert table.stdout.splitlines()[0] == default.stdout.splitlines()[0]
+    assert "…" not in table.stdout + default.stdout
+    assert any(len(line) > 80 for line in table.stdout.splitlines())
+    fitted = piped("attach", str(client.pid), "--once", "-o", "table", "--interval", "1s",
+                   columns="80")
+    assert all(len(line) <= 80 for line in fitted.stdout.splitlines())
 
 
 def test_ps_of_a_cluster_with_no_clients_is_an_empty_list(spool_dir):
@@ -114,8 +135,9 @@ def test_ps_of_a_cluster_with_no_clients_is_an_empty_list(spool_dir):
         assert ps_json("-b", bootstrap) == []
         text = kmon("ps", "-b", bootstrap)
         assert text.returncode == 0, text.stderr
-        (header,) = text.stdout.splitlines()  # a header alone
-        assert header.split()[:3] == ["pid", "user", "command"]
+        assert text.stdout == f"no Kafka clients of {bootstrap} on this host\n"  # no lone header
+        (header,) = kmon("ps", "-b", bootstrap, "-o", "tsv").stdout.splitlines()
+        assert header.split()[:3] == ["cluster", "pid", "user"]  # for awk: a header still
     finally:
         lonely.stop()
 

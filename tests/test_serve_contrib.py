@@ -63,3 +63,25 @@ def test_docs_list_every_metric_kmon_serve_exposes():
     text = (REPO / "docs" / "metrics.md").read_text()
     documented = set(re.findall(r"^\| `(kmon_[a-z_]+)` \|", text, re.MULTILINE))
     assert documented == set(family_names())
+
+
+def test_the_unit_runs_what_the_readme_installs_and_listens_where_the_scrape_looks():
+    """The unit's program is where the README installs kmon, it listens on the port the
+    scrape configs name and on an address a Prometheus server on another host reaches, and
+    the docs count its capabilities right."""
+    unit = (REPO / "contrib" / "systemd" / "kmon-serve.service").read_text()
+    readme = (REPO / "README.md").read_text()
+    metrics_doc = (REPO / "docs" / "metrics.md").read_text()
+    ((program, args),) = re.findall(r"^ExecStart=(\S+) serve (.*)$", unit, re.MULTILINE)
+    venv = program.removesuffix("/bin/kmon")
+    assert venv != program and f"python3 -m venv {venv}" in readme, program
+    assert f"{venv}/bin/pip install" in readme
+    host, port = re.search(r"--listen (\S+)", args).group(1).rsplit(":", 1)
+    assert host not in ("127.0.0.1", "localhost", "[::1]"), host
+    scraped = set(re.findall(r"'[\w.-]+:(\d+)'", readme + metrics_doc))
+    assert scraped == {port}, scraped
+    (caps,) = re.findall(r"^AmbientCapabilities=(.+)$", unit, re.MULTILINE)
+    count = {3: "three", 4: "four", 5: "five"}[len(caps.split())]
+    for doc in (metrics_doc, (REPO / "docs" / "security.md").read_text()):
+        words = " ".join(doc.split())
+        assert f"{count} capabilities" in words or f"{count} ambient capabilities" in words

@@ -57,22 +57,32 @@ def kernel_events_enabled(address: str) -> float:
     return value
 
 
-def client_instances(address: str, pid: int) -> float:
-    """The client instances /metrics counts for ``pid`` (from its statistics spool)."""
+def client_instances(address: str, client_id: str) -> float:
+    """The client instances /metrics counts for the process of ``client_id`` (from its
+    statistics spool)."""
+    process = {s.labels["process"] for s in _samples(address, "kmon_connections")
+               if s.labels["client_id"] == client_id}
     return sum(sample.value
                for family in text_string_to_metric_families(get(f"http://{address}/metrics")[2])
                for sample in family.samples
-               if sample.name == "kmon_client_instances" and sample.labels["pid"] == str(pid))
+               if sample.name == "kmon_client_instances" and sample.labels["process"] in process)
 
 
-def connections_of(address: str, pid: int) -> dict[str, float]:
-    """role -> open connections of ``pid``, as /metrics says."""
+def _samples(address: str, name: str) -> list:
+    return [sample for family in text_string_to_metric_families(get(f"http://{address}/metrics")[2])
+            for sample in family.samples if sample.name == name]
+
+
+def connections_of(address: str, client_id: str) -> dict[str, float]:
+    """role -> open connections of the client ``client_id``, as /metrics says."""
     roles: dict[str, float] = {}
-    for family in text_string_to_metric_families(get(f"http://{address}/metrics")[2]):
-        for sample in family.samples:
-            if sample.name == "kmon_connections" and sample.labels["pid"] == str(pid):
-                roles[sample.labels["role"]] = roles.get(sample.labels["role"], 0) + sample.value
+    for sample in _samples(address, "kmon_connections"):
+        if sample.labels["client_id"] == client_id:
+            roles[sample.labels["role"]] = roles.get(sample.labels["role"], 0) + sample.value
     return roles
+
+
+AGENTLESS, INSTRUMENTED = "privileges-agentless", "privileges-instrumented"
 
 
 @pytest.mark.integration
@@ -80,16 +90,17 @@ def test_the_unit_s_capabilities_let_an_unprivileged_user_see_another_user_s_cli
         start_client, throwaway_user, tracefs_mounted):
     caps = unit_capabilities()
     assert caps and "sys_admin" not in caps and "perfmon" in caps
-    consumer = start_client("consumer", instrument=False)  # root's process: another user's
-    instrumented = start_client("consumer")  # root's, with its statistics in root's spool
+    # root's processes, another user's to kmon; the first named by the client.id it sends
+    start_client("consumer", instrument=False, extra_args=("--client-id", AGENTLESS))
+    start_client("consumer", extra_args=("--client-id", INSTRUMENTED))  # stats in root's spool
     child, address = serve_as(throwaway_user, caps)
     try:
-        roles = wait_for(lambda: (found := connections_of(address, consumer.pid))
+        roles = wait_for(lambda: (found := connections_of(address, AGENTLESS))
                          and {"coordinator", "broker"} <= found.keys() and found,
                          "root's consumer with its coordinator and broker roles")
         assert roles["coordinator"] >= 1 and roles["broker"] >= 1, roles
         assert kernel_events_enabled(address) == 1, child.stderr
-        wait_for(lambda: client_instances(address, instrumented.pid) >= 1,
+        wait_for(lambda: client_instances(address, INSTRUMENTED) >= 1,
                  "root's instrumented consumer's client instance, from root's spool")
         owner = subprocess.run(["ps", "-o", "user=", "-p", str(child.pid)],
                                capture_output=True, text=True).stdout.strip()
@@ -101,9 +112,9 @@ def test_the_unit_s_capabilities_let_an_unprivileged_user_see_another_user_s_cli
         wait_for(lambda: get(f"http://{address}/healthz")[0] == 200, "a first poll")
         wait_for(lambda: "kmon_last_poll_timestamp_seconds" in get(f"http://{address}/metrics")[2],
                  "a first poll")
-        assert not connections_of(address, consumer.pid)
-        assert not connections_of(address, instrumented.pid)
-        assert client_instances(address, instrumented.pid) == 0
+        assert not connections_of(address, AGENTLESS)
+        assert not connections_of(address, INSTRUMENTED)
+        assert client_instances(address, INSTRUMENTED) == 0
         assert kernel_events_enabled(address) == 0
         assert any("kernel TCP events unavailable" in line for line in child.stderr)
     finally:

@@ -30,30 +30,35 @@ def values(prometheus: Prometheus, expr: str) -> list[tuple[dict, float]]:
 def test_prometheus_sees_roles_idle_reaps_and_forgets_killed_clients(start_client, serve,
                                                                       tmp_path, cluster):
     require_prometheus()
-    consumer = start_client("consumer")
+    consumer = start_client("consumer", extra_args=("--client-id", "prom-consumer"))
     start_client("producer")
-    reaper = start_client("producer", idle_ms=5000)
+    start_client("producer", idle_ms=5000, extra_args=("--client-id", "prom-reaper"))
     prometheus = Prometheus(serve, tmp_path)
     try:
-        coordinator = wait_for(lambda: values(prometheus, f'kmon_connections{{pid='
-                                                          f'"{consumer.pid}",role="coordinator"}}'),
+        coordinator = wait_for(lambda: values(prometheus, 'kmon_connections{client_id='
+                                                          '"prom-consumer",role="coordinator"}'),
                                "the consumer's coordinator connection in Prometheus")
         ((labels, count),) = coordinator
         assert labels["broker_id"] in {"1", "2", "3"} and count == 1, labels
-        assert labels["state"] == "ESTABLISHED" and labels["client_id"], labels
+        assert labels["state"] == "ESTABLISHED", labels
         assert labels["cluster"] == cluster_id(cluster), labels  # kmon's own query's answer
-        (info,) = wait_for(lambda: values(prometheus, f'kmon_group_coordinator_info{{pid='
-                                                      f'"{consumer.pid}"}}'),
+        assert labels["process"] == "workload consumer" and "pid" not in labels, labels
+        (info,) = wait_for(lambda: values(prometheus, 'kmon_group_coordinator_info{client_id='
+                                                      '"prom-consumer"}'),
                            "the group's coordinator as an _info series")
         assert info[0]["broker_id"] == labels["broker_id"] and info[0]["group_id"], info
 
-        reaps = wait_for(lambda: values(prometheus, f'kmon_connections_closed_total{{pid='
-                                                    f'"{reaper.pid}",reason="client_idle_reap"}}'),
+        reaps = wait_for(lambda: values(prometheus, 'kmon_connections_closed_total{client_id='
+                                                    '"prom-reaper",reason="client_idle_reap"}'),
                          "the reaping producer's closes counted as client idle reaps")
         assert all(lbl["closed_by"] == "client" and value >= 1 for lbl, value in reaps), reaps
-        idle = values(prometheus, f'kmon_connection_idle_at_close_seconds_bucket{{pid='
-                                  f'"{reaper.pid}",le="10"}}')
+        idle = values(prometheus, 'kmon_connection_idle_at_close_seconds_bucket{process='
+                                  f'"workload producer",cluster="{cluster_id(cluster)}",le="10"}}')
         assert idle and sum(value for _, value in idle) >= 1, idle
+        # no series names a pid, a port or a guess at the cluster
+        assert not values(prometheus, '{__name__=~"kmon_.+",pid!=""}')
+        clusters = {lbl["cluster"] for lbl, _ in values(prometheus, "kmon_client_processes")}
+        assert not any(":" in name or "not known" in name for name in clusters), clusters
 
         status, _, text = get(f"http://{serve}/metrics")
         assert status == 200
@@ -61,9 +66,10 @@ def test_prometheus_sees_roles_idle_reaps_and_forgets_killed_clients(start_clien
         assert checked.returncode == 0 and not checked.stdout.strip(), checked
 
         consumer.proc.kill()
-        wait_for(lambda: not values(prometheus, f'{{__name__=~"kmon_.+",pid="{consumer.pid}"}}'),
+        wait_for(lambda: not values(prometheus, '{__name__=~"kmon_.+",client_id='
+                                                '"prom-consumer"}'),
                  "the killed consumer's series gone")
-        assert values(prometheus, f'kmon_connections{{pid="{reaper.pid}"}}')  # the others stay
+        assert values(prometheus, 'kmon_connections{client_id="prom-reaper"}')  # others stay
     finally:
         prometheus.stop()
 

@@ -103,7 +103,7 @@ def test_serve_records_beside_its_metrics_and_sigterm_writes_the_last_part(start
     out = tmp_path / "rec"
     child, address = start_serve("--interval", "200ms", "--record", str(out))
     try:
-        wait_for(lambda: f'pid="{producer.pid}"' in get(f"http://{address}/metrics")[2],
+        wait_for(lambda: 'process="workload producer"' in get(f"http://{address}/metrics")[2],
                  "the producer on /metrics")
         child.proc.send_signal(signal.SIGTERM)
         assert child.proc.wait(60) == 0, child.stderr
@@ -126,7 +126,9 @@ def test_serve_refuses_bad_listen_busy_ports_and_bad_sizes_in_one_line():
                               ("nonsense", ("--listen", "HOST:PORT"))):
             result = kmon("serve", "--listen", listen, timeout=60)
             lines = result.stderr.strip().splitlines()
-            assert result.returncode == 1 and len(lines) == 1, result.stderr
+            usage = listen == "nonsense"  # a bad value is a usage error, as the README says
+            assert result.returncode == (2 if usage else 1), result.stderr
+            assert len(lines) == 1, result.stderr
             assert all(word in lines[0] for word in words), lines
     for size in ("2XB", "-1GB", "0"):  # a usage error, before anything is bound or polled
         result = kmon("serve", "--record", "rec", "--max-disk", size, timeout=60)

@@ -183,12 +183,29 @@ class Serve:
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
+def command_of(pid: int) -> str:
+    """``pid``'s command as kmon serve labels it (``process``); "" once it has gone."""
+    import psutil
+
+    from kmon.short_command import short_command
+    from kmon.sources.process_info import describe
+
+    try:
+        name, cmdline, _ = describe(psutil.Process(pid))
+    except psutil.Error:
+        return ""
+    return short_command(cmdline, name) or name
+
+
 def connection_roles(text: str, pid: int) -> Counter:
-    """``kmon_connections`` of ``pid`` summed by role."""
+    """``kmon_connections`` of ``pid``'s command summed by role: serve labels a process by
+    its command, never its pid, and adds up the processes of one command (a scenario's
+    check sums their streams: ``score.summed_disagreements``)."""
+    process = command_of(pid)
     counts: Counter = Counter()
     for line in text.splitlines():
         if line.startswith("kmon_connections{"):
             labels = dict(LABEL.findall(line.split("}", 1)[0]))
-            if labels.get("pid") == str(pid):
+            if labels.get("process") == process:
                 counts[labels.get("role", "")] += round(float(line.rsplit(" ", 1)[1]))
     return counts

@@ -14,7 +14,7 @@ from pathlib import Path
 from benchmarks.truth import clients as start
 from benchmarks.truth.capture import Capture
 from benchmarks.truth.client_log import ClientLog
-from benchmarks.truth.kmon_views import NOT_LISTED, Serve, Stream, once, ps
+from benchmarks.truth.kmon_views import NOT_LISTED, Serve, Stream, command_of, once, ps
 from benchmarks.truth.owners import Owners
 from benchmarks.truth.score import (
     Context,
@@ -23,6 +23,7 @@ from benchmarks.truth.score import (
     ps_disagreements,
     score_closes,
     score_roles,
+    summed_disagreements,
 )
 from kmon.devtools.kafka_cluster import KafkaCluster
 
@@ -101,7 +102,11 @@ def run(scenario: Scenario) -> list[Outcome]:
             owners.watch(client.pid)
         serve = Serve(bootstrap)
         time.sleep(SETTLE_S)
-        views = {c.name: views_of(c.pid, bootstrap, streams[c.name], serve) for c in started}
+        commands = {c.name: command_of(c.pid) for c in started}
+        views = {c.name: views_of(c.pid, bootstrap, streams[c.name], serve,
+                                  [streams[o.name] for o in started
+                                   if commands[o.name] == commands[c.name]])
+                 for c in started}
         scenario.act(the_run)
         time.sleep(scenario.watch_s)
         rejected = broker_log_count(cluster, "Rejected connection from")
@@ -138,9 +143,11 @@ def run(scenario: Scenario) -> list[Outcome]:
     return outcomes
 
 
-def views_of(pid: int, bootstrap: str | None, stream: Stream, serve: Serve) -> dict:
+def views_of(pid: int, bootstrap: str | None, stream: Stream, serve: Serve,
+             same_command: list[Stream]) -> dict:
     """``--once``, ``ps`` and /metrics against every snapshot of the stream from just before
-    each ran to just after (a one-shot view answers for one moment of its run): {"once":
+    each ran to just after (a one-shot view answers for one moment of its run; /metrics
+    adds up the processes of one command, ``same_command``'s streams): {"once":
     sockets that differ, or why not run; "once_sockets"; "ps" and "metrics": role counts
     that differ, or why not run; and the details}."""
     found: dict = {}
@@ -162,12 +169,13 @@ def views_of(pid: int, bootstrap: str | None, stream: Stream, serve: Serve) -> d
         found["ps_detail"] = ps_disagreements(stream.since(mark),
                                               None if ps_row == NOT_LISTED else ps_row)
         found["ps"] = len(found["ps_detail"])
-    mark = stream.mark()
+    marks = [s.mark() for s in same_command]
     roles = serve.roles(pid)
     if isinstance(roles, str):
         found["metrics"] = roles
     else:
-        found["metrics_detail"] = ps_disagreements(stream.since(mark), roles, "/metrics")
+        found["metrics_detail"] = summed_disagreements(
+            [s.since(m) for s, m in zip(same_command, marks, strict=True)], roles)
         found["metrics"] = len(found["metrics_detail"])
     return found
 

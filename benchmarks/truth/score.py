@@ -200,3 +200,18 @@ def ps_disagreements(around: list[list[dict]], ps_row: dict | None,
             "stream, "
             f"{mine.get(role, 0)} in {view}{'' if ps_row else ' (the process not listed)'}"
             for role in ROLES if all(c.get(role, 0) != mine.get(role, 0) for c in counts)]
+
+
+def summed_disagreements(arounds: list[list[list[dict]]], counts: dict,
+                         view: str = "/metrics") -> list[str]:
+    """Roles whose count ``view`` gives for processes it adds up (kmon serve: one command's)
+    outside what their streams allow together: each stream's least to most over its
+    snapshots from just before the view ran to just after, summed."""
+    ranges = {role: [0, 0] for role in ROLES}
+    for around in arounds:
+        seen = [Counter(row.get("role") for row in rows) for rows in around] or [Counter()]
+        for role in ROLES:
+            ranges[role][0] += min(c.get(role, 0) for c in seen)
+            ranges[role][1] += max(c.get(role, 0) for c in seen)
+    return [f"{role}: {low}–{high} in the streams, {counts.get(role, 0)} in {view}"
+            for role, (low, high) in ranges.items() if not low <= counts.get(role, 0) <= high]

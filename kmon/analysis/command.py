@@ -78,7 +78,6 @@ def run(args: argparse.Namespace) -> int:
         _open_out(args.out).close()
     try:
         import matplotlib  # noqa: F401  (drawn with once Spark is done)
-        from rich.console import Console
 
         from kmon.analysis import jobs, spark
         from kmon.analysis.inputs import load
@@ -100,8 +99,7 @@ def run(args: argparse.Namespace) -> int:
         if jobs.total_rows(table) > table.num_rows:
             print(f"kmon: note: {name}: kept the top {table.num_rows:,} of "
                   f"{jobs.total_rows(table):,} rows (--max-rows)", file=sys.stderr)
-    console = Console() if sys.stdout.isatty() else Console(width=160)
-    report.show(console, jobs.ANALYSES, tables, args.top)
+    report.show(report.text_console(), jobs.ANALYSES, tables, args.top)
     if args.out is not None:
         try:
             with _open_out(args.out) as out:

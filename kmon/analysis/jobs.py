@@ -34,6 +34,7 @@ PROCESS = ("session_id", "host", "pid")
 CONNECTION = (*PROCESS, "key")
 CLIENT = (*PROCESS, "client")
 ATTRIBUTES = ("client", "client_id", "client_type", "role", "node_id", "broker_id", "remote")
+OWNER = ("client", "client_id", "client_type")
 LINKED_ROLES = ("broker", "coordinator")  # the roles of a client that has learned the cluster
 HANDSHAKE_BYTES = 2048
 CONCURRENT_JOBS = 4
@@ -108,11 +109,13 @@ def connection_stretches(snapshots: DataFrame) -> DataFrame:
 
 
 def connection_lifetimes(stretches: DataFrame) -> DataFrame:
-    """One row per connection: its owner, role and broker (at its last poll), first/last
+    """One row per connection: its owner (at the last poll that named one: a client's first
+    polls, before its metrics, name none), role and broker (at its last poll), first/last
     poll, first poll in a linked role, request and byte growth, its process's first/last
     poll, and the flags opened_observed, closed_observed, carried_traffic."""
+    named = F.when(F.col("client").isNotNull(), F.col("last_seen_ts"))
     conns = stretches.groupBy(*CONNECTION).agg(
-        *(F.max_by(c, "last_seen_ts").alias(c) for c in ATTRIBUTES),
+        *(F.max_by(c, named if c in OWNER else "last_seen_ts").alias(c) for c in ATTRIBUTES),
         F.min("first_seen_ts").alias("first_seen_ts"), F.max("last_seen_ts").alias("last_seen_ts"),
         F.sum("polls").alias("polls"), F.min("first_linked_ts").alias("first_linked_ts"),
         (F.max("requests_max") - F.min("requests_min")).alias("requests_delta"),
@@ -159,8 +162,12 @@ def connections_by_role(stretches: DataFrame) -> DataFrame:
 def peak_connections(snapshots: DataFrame, lifetimes: DataFrame) -> DataFrame:
     """Per client: the most connections it held at one poll, when (first such poll), and
     its mean over the polls that saw it. A snapshot holds one row per connection (its key
-    is unique within its process), so rows are counted, not keys."""
-    per_poll = snapshots.groupBy(*CLIENT, "ts_ms").agg(F.count("*").alias("n"))
+    is unique within its process), so rows are counted, not keys; each counts for the
+    client that owns its connection (``connection_lifetimes``), not for "no client" in the
+    polls before the client's metrics came."""
+    owners = lifetimes.select(*CONNECTION, "client")
+    per_poll = (snapshots.select(*CONNECTION, "ts_ms").join(owners, list(CONNECTION))
+                .groupBy(*CLIENT, "ts_ms").agg(F.count("*").alias("n")))
     peak = F.max(F.struct(F.col("n"), (-F.col("ts_ms")).alias("earlier")))
     peaks = per_poll.groupBy(*CLIENT).agg(F.count("*").alias("polls"), peak.alias("peak"),
                                           F.round(F.avg("n"), 3).alias("mean_connections"))

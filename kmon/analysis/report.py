@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -86,6 +86,16 @@ def renderable(analysis: Analysis, table: pa.Table, top: int) -> Table:
     for row in table.slice(0, shown).select(list(analysis.show)).to_pylist():
         view.add_row(*(_cell(column, value) for column, value in row.items()))
     return view
+
+
+PIPED_WIDTH = 100_000  # piped, a table is as wide as its cells: no header or cell cut
+
+
+def text_console(file: TextIO | None = None) -> Console:
+    """Where the tables go: a terminal's console fits the terminal; piped or to a file,
+    nothing is cut (one rule with kmon's other tables: kmon.cli.text_table)."""
+    out = Console(file=file)
+    return out if out.is_terminal else Console(file=file, width=PIPED_WIDTH)
 
 
 def show(console: Console, analyses: Iterable[Analysis], tables: dict[str, pa.Table],

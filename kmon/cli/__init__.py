@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from kmon import __version__
 from kmon.cli import inherited  # noqa: F401  (first: see its docstring)
 from kmon.cli.options import EXIT_ERROR, Parser
 from kmon.errors import UserError
+from kmon.sources import own_processes
 
 # command -> (module under kmon.cli, help)
 COMMANDS = {
@@ -28,6 +30,8 @@ COMMANDS = {
     "simulate-fleet": ("simulate", "write a modelled fleet's sessions, for analysis"),
     "devcluster": ("devcluster", "run an embedded mock Kafka cluster, or with --kafka a real one"),
 }
+
+BECOMES_THE_PROGRAM = {"run"}  # commands whose process becomes the user's (exec)
 
 
 def _command(name: str):
@@ -64,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args = parser.parse_args(with_command(parser, argv))
+    own = args.command not in BECOMES_THE_PROGRAM
+    if own:  # never listed by kmon as a Kafka client (kmon.sources.own_processes)
+        own_processes.register(os.getpid())
     try:
         return _command(args.command).run(args)
     except KeyboardInterrupt:
@@ -76,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"kmon: error: {one_line(err)}", file=sys.stderr)
         return EXIT_ERROR
+    finally:
+        if own:
+            own_processes.unregister(os.getpid())
 
 
 if __name__ == "__main__":

@@ -100,8 +100,9 @@ OUTPUTS = ("table", "wide", "tsv", "json")
 def output(parser: argparse.ArgumentParser, rows: str = "one row per connection") -> None:
     """``-o/--output table|wide|tsv|json`` (and ``--json``, its json): text for pipes."""
     parser.add_argument("-o", "--output", choices=OUTPUTS, metavar="|".join(OUTPUTS),
-                        help=f"text, {rows}: table (fits the terminal), wide (never "
-                             "truncates), tsv (for awk: JSON's keys and values) or json")
+                        help=f"text, {rows}: table (fits the terminal; whole when piped), "
+                             "wide (more columns, never cut), tsv (for awk: JSON's keys and "
+                             "values) or json")
     parser.add_argument("--json", action="store_true", help="the same as -o json")
 
 

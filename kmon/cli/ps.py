@@ -58,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
     if fmt == "json":
         sys.stdout.buffer.write(json_line({"ts_ms": snapshot.ts_ms, "host": snapshot.host,
                                            "processes": rows}))
+    elif not rows and fmt != "tsv":  # a header alone reads as a failure
+        of = f"of {one_line(named.name)} " if named is not None else ""
+        print(f"no Kafka clients {of}on this host")
     else:
         sys.stdout.write("".join(f"{line}\n" for line in text_lines(rows, fmt)))
     sys.stdout.flush()
@@ -89,8 +92,6 @@ def _search(session, settings) -> list:
     again)."""
     import time
 
-    from kmon.sources.resolve import parse_endpoint
-
     events = []
     for round_ in range(SEARCH_ROUNDS):
         known = frozenset(settings.directory.learned)
@@ -99,9 +100,7 @@ def _search(session, settings) -> list:
         if round_ and frozenset(settings.directory.learned) == known:
             break
     until = time.monotonic() + CONFIRM_WAIT_S  # the cluster labels: from kmon's own queries
-    while time.monotonic() < until and settings.directory.confirmed.unanswered(
-            settings.directory.learned.keys() & {parse_endpoint(c.remote) for view in
-                                                 snapshot.processes for c in view.connections}):
+    while time.monotonic() < until and session.clusters_asked(snapshot):
         time.sleep(CONFIRM_EVERY_S)
         snapshot, new = session.poll()
         events += new

@@ -6,11 +6,13 @@ import argparse
 import dataclasses
 import sys
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kmon.cli import options
 from kmon.errors import UserError
+from kmon.export.cluster_names import ClusterNames
 
 if TYPE_CHECKING:  # imported when the command runs (see kmon.cli.record)
     from kmon.config import Config
@@ -27,7 +29,7 @@ STALE_GRACE_S = 10.0  # and this much older (the default of --stale-after)
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``serve`` options to ``parser``."""
-    parser.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+    parser.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", type=_listen,
                         help=f"where /metrics and /healthz answer (default {DEFAULT_LISTEN}; "
                              "only this address is bound)")
     options.interval(parser, "polls of the host's clients", default=5.0)
@@ -44,6 +46,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--record", type=Path, default=None, metavar="DIR",
                         help="also record every poll to Parquet under DIR (as kmon record)")
     options.rotation(parser, ROTATE_EVERY_S)
+
+
+def _listen(text: str) -> str:
+    """--listen's value, checked while parsing: a bad one is a usage error (exit 2)."""
+    from kmon.export.http import parse_listen
+
+    try:
+        parse_listen(text)
+    except UserError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("--listen ")) from err
+    return text
 
 
 class Agent:
@@ -69,6 +82,7 @@ class Agent:
         settings = wiring.sampler_settings(self.args, config, named, metadata,
                                            require_kafka=False)
         self.brokers = wiring.broker_endpoints(metadata, settings) if metadata else None
+        self.names = ClusterNames((metadata.cluster_id or named.name) if named else None)
         session = HostSession(settings, churn=config.churn,
                               interval_ms=round(self.args.interval * 1000))
         self.metrics.kernel_events = session.kernel_notice is None
@@ -94,10 +108,12 @@ class Agent:
 
         began = time.monotonic()
         snapshot, events = self.session.poll()
-        if self.brokers is not None:
-            snapshot, events = _only(snapshot, events, wiring.clients_of(snapshot, self.brokers))
+        pids = ({v.pid for v in snapshot.processes} if self.brokers is None
+                else wiring.clients_of(snapshot, self.brokers))
+        labels = self.names(pids, self.session.answered_clusters(snapshot),
+                            self.session.clusters_asked(snapshot))
         self.metrics.kernel_lost = self.lost_before + self.session.kernel_lost
-        self.metrics.update(snapshot, events, self.session.cluster_labels(snapshot),
+        self.metrics.update(*_only(snapshot, events, labels.keys()), labels,
                             time.monotonic() - began)
         if self.recorder is not None:
             try:
@@ -142,7 +158,7 @@ class Agent:
                 f"under {self.recorder.root}")
 
 
-def _only(snapshot: Snapshot, events: list[Event], pids: set[int]):
+def _only(snapshot: Snapshot, events: list[Event], pids: Collection[int]):
     """``snapshot`` and ``events`` of the processes ``pids`` only."""
     return (dataclasses.replace(snapshot, processes=[v for v in snapshot.processes
                                                      if v.pid in pids]),

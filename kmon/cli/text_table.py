@@ -1,5 +1,6 @@
-"""Rows as text for pipes and terminals (``-o``): a table that fits the terminal, wide
-columns that never truncate, or tsv for awk; no box drawing, headers from kmon.columns."""
+"""Rows as text for pipes and terminals (``-o``): a table that fits the terminal (whole when
+piped: no terminal to fit), wide columns that never truncate, or tsv for awk; no box
+drawing, headers from kmon.columns."""
 
 from __future__ import annotations
 
@@ -16,17 +17,16 @@ GAP = "  "
 ELLIPSIS = "…"
 
 
-def terminal_width(default: int = 80) -> int:
-    """``$COLUMNS``, else the width of the terminal on stdout, stderr or stdin."""
+def terminal_width() -> int | None:
+    """``$COLUMNS``, else the width of the terminal stdout is; None when stdout is a pipe or a
+    file (what reads it is no terminal of a known width: nothing is cut)."""
     columns = os.environ.get("COLUMNS", "")
     if columns.isdigit() and int(columns) > 0:
         return int(columns)
-    for fd in (1, 2, 0):
-        try:
-            return os.get_terminal_size(fd).columns
-        except OSError:
-            continue
-    return default
+    try:
+        return os.get_terminal_size(1).columns
+    except OSError:
+        return None
 
 
 def text_cell(column: Column, value: object) -> str:
@@ -61,8 +61,9 @@ def render(rows: Iterable[dict], columns: Sequence[Column], fmt: str,
     texts = [[text_cell(c, row.get(c.key)) for c in shown] for row in rows]
     widths = [max([cell_len(c.header)] + [cell_len(t[i]) for t in texts])
               for i, c in enumerate(shown)]
-    if fmt == "table":
-        widths = _fitted(shown, widths, width or terminal_width())
+    width = width or terminal_width()
+    if fmt == "table" and width is not None:
+        widths = _fitted(shown, widths, width)
         shown, texts = shown[:len(widths)], [cells[:len(widths)] for cells in texts]
     lines = [[c.header for c in shown]] if header else []
     return [_line(cells, shown, widths) for cells in lines + texts]

@@ -24,7 +24,7 @@ def print_snapshots(monitor: Monitor, interval: float, output: str | None,
 
     ``output`` is ``json`` (JSON lines), ``table``, ``wide`` or ``tsv`` (one row per
     connection; notices on stderr), or None: on a terminal a Rich view (redrawn in
-    place unless ``live_screen`` is off), else ``wide``. Exits with an error once no watched
+    place unless ``live_screen`` is off), else ``table``. Exits with an error once no watched
     process is left.
     """
     from rich.console import Console
@@ -34,7 +34,7 @@ def print_snapshots(monitor: Monitor, interval: float, output: str | None,
 
     console = Console()
     if output is None and not console.is_terminal:
-        output = "wide"  # a pipe or a file: rows that keep every character, no box drawing
+        output = "table"  # a pipe or a file: as kmon ps prints, whole (kmon.cli.text_table)
     json_lines = output == "json"
     live = None
     if live_screen and output is None and once is None and console.is_terminal:

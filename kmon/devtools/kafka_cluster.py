@@ -28,6 +28,7 @@ from pathlib import Path
 
 from kmon.devtools import maven_jars
 from kmon.devtools.children import die_with_parent
+from kmon.sources import own_processes
 from kmon.sources.child_env import jvm_environment, trusted_program
 
 LISTENERS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "CONTROLLER")
@@ -140,12 +141,14 @@ class KafkaCluster:
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 env=jvm_environment(self._java),
                 cwd=node.directory, preexec_fn=lambda: die_with_parent(signal.SIGKILL))
+        own_processes.register(node.process.pid)  # kmon's machinery: never listed as a client
 
     def kill(self, node: KafkaNode) -> None:
         """SIGKILL the node's JVM, as a crash would."""
         if node.process and node.process.poll() is None:
             node.process.kill()
             node.process.wait()
+            own_processes.unregister(node.process.pid)
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:
         """Until a Metadata request names every node, or a JVM dies, or the time is up."""

@@ -13,6 +13,7 @@ from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
 from kmon.sources.host_sockets import HostClients
 from kmon.sources.host_wire import HostWire
+from kmon.sources.own_processes import own_pids
 from kmon.sources.sockets import Endpoint, SocketReader
 
 
@@ -34,7 +35,8 @@ class ClientDiscovery:
         self.notices: list[str] = []
 
     def update(self, monitor: Monitor, brokers: Collection[Endpoint]) -> None:
-        """Search the host when due; new clients join ``monitor``."""
+        """Search the host when due; new clients join ``monitor`` (never one of kmon's own
+        processes: kmon.sources.own_processes)."""
         if time.monotonic() < self.next_search:
             return
         self.next_search = time.monotonic() + self.every_s
@@ -43,7 +45,7 @@ class ClientDiscovery:
         except OSError as err:  # no permission to list the host's sockets, netlink failed
             self.notices = [str(err)]
             return
-        for pid in sorted(found - monitor.samplers.keys()):
+        for pid in sorted(found - monitor.samplers.keys() - own_pids()):
             self.add(monitor, pid, quiet=True)
 
     def add(self, monitor: Monitor, pid: int, quiet: bool = False) -> None:

@@ -27,14 +27,19 @@ from kmon.engine.cluster_watch import (
 from kmon.engine.discovery import ClientDiscovery
 from kmon.engine.heap import settle_heap
 from kmon.engine.host_churn import HostTimeWaits
-from kmon.engine.host_view import UNKNOWN_CLUSTER, KafkaProcesses, cluster_labels
+from kmon.engine.host_view import (
+    UNKNOWN_CLUSTER,
+    KafkaProcesses,
+    answered_clusters,
+    cluster_labels,
+)
 from kmon.engine.kernel_watch import open_kernel_watch
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
 from kmon.model import ChurnThresholds, Event, Snapshot
 from kmon.sources import bounded
 from kmon.sources.host_wire import HostWire
-from kmon.sources.resolve import split_host_port
+from kmon.sources.resolve import parse_endpoint, split_host_port
 from kmon.sources.socket_readers import open_socket_reader
 from kmon.sources.sockets import Endpoint
 
@@ -333,3 +338,15 @@ class HostSession(LocalClients):
         """Each process's cluster, from kmon's own confirmed queries where there are any
         (see kmon.engine.host_view.cluster_labels)."""
         return cluster_labels(snapshot, self.settings.directory.confirmed.clusters())
+
+    def answered_clusters(self, snapshot: Snapshot) -> dict[int, str]:
+        """The cluster of each process kmon's own queries have named (see
+        kmon.engine.host_view.answered_clusters)."""
+        return answered_clusters(snapshot, self.settings.directory.confirmed.clusters())
+
+    def clusters_asked(self, snapshot: Snapshot) -> set[int]:
+        """The processes whose brokers kmon's own queries are still asking (or have yet to
+        ask) which cluster they serve."""
+        directory = self.settings.directory
+        return {view.pid for view in snapshot.processes if directory.confirmed.unanswered(
+            directory.learned.keys() & {parse_endpoint(c.remote) for c in view.connections})}

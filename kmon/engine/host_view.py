@@ -66,20 +66,32 @@ class KafkaProcesses:
 def cluster_labels(snapshot: Snapshot,
                    clusters: Mapping[Endpoint, tuple[str | None, tuple[str, ...]]]
                    ) -> dict[int, str]:
-    """Each process's cluster, as kmon's own Metadata query to a broker the process is
-    connected to answered (``clusters``, from ``ConfirmedBrokers.clusters``): its cluster
-    id, or where it sent none, its first broker and how many more (the same whichever
-    broker was asked); where none is confirmed, the process's own brokers alone, else the
-    bootstrap servers it was given (sorted). What a process says of brokers (its spool, its
-    wire, its command line) never joins it, or anyone else, to another process's
-    cluster."""
+    """Each process's cluster: as kmon's own query answered (``answered_clusters``); where
+    none is confirmed, the process's own brokers alone, else the bootstrap servers it was
+    given (sorted). What a process says of brokers (its spool, its wire, its command line)
+    never joins it, or anyone else, to another process's cluster."""
+    answered = answered_clusters(snapshot, clusters)
+    labels = {}
+    for view in snapshot.processes:
+        own = sorted(view.summary.brokers) or sorted(_bootstrap(view))
+        labels[view.pid] = answered.get(view.pid) or (_named(None, tuple(own)) if own
+                                                      else UNKNOWN_CLUSTER)
+    return labels
+
+
+def answered_clusters(snapshot: Snapshot,
+                      clusters: Mapping[Endpoint, tuple[str | None, tuple[str, ...]]]
+                      ) -> dict[int, str]:
+    """The cluster of each process that kmon's own Metadata query to a broker it is
+    connected to named (``clusters``, from ``ConfirmedBrokers.clusters``): its cluster id,
+    or where it sent none, its first broker and how many more (the same whichever broker
+    was asked). A process no answer names yet is left out."""
     labels = {}
     for view in snapshot.processes:
         answered = {_named(*clusters[endpoint]) for conn in view.connections
                     if (endpoint := parse_endpoint(conn.remote)) in clusters}
-        own = sorted(view.summary.brokers) or sorted(_bootstrap(view))
-        labels[view.pid] = (min(answered) if answered else _named(None, tuple(own)) if own
-                            else UNKNOWN_CLUSTER)
+        if answered:
+            labels[view.pid] = min(answered)
     return labels
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import platform
 import threading
 from collections.abc import Iterator
@@ -19,11 +20,15 @@ from kmon import __version__
 from kmon.export.metrics import OTHER, HostMetrics, ProcessMetrics
 
 MAX_LABEL_VALUES = 200  # distinct values of one label in one family; more are "(other)"
-PROCESS = ("pid", "process", "cluster")
+# a process by what it runs and its cluster, never by its pid: series that outlive a restart
+# and can be joined across hosts; processes of one command add up (kmon_client_processes)
+PROCESS = ("process", "cluster")
 CONNECTION = (*PROCESS, "client_id", "role", "broker_id")
 
 # each per-process family's help, by its name after kmon_
 HELP = {
+    "client_processes": "Kafka client processes on this host running this command for "
+                        "this cluster.",
     "connections": "Open connections of a client process, by role, broker and TCP state.",
     "connections_opened": "Connections the process opened since kmon first saw it.",
     "connections_closed": "Connections closed, by who closed them first and why.",
@@ -73,8 +78,9 @@ class HostCollector(Collector):
         with self._lock:
             self._cap.begin()
             families = _Families(self._cap)
-            for pid, proc in sorted(processes.items()):
-                families.add_process(str(pid), proc)
+            for _, proc in sorted(processes.items(),
+                                  key=lambda item: (item[1].process, item[1].cluster, item[0])):
+                families.add_process(proc)
             out = list(families.all())
             self._cap.end()
             folded = {label: len(values) for label, values in self._cap.folded.items()}
@@ -148,7 +154,8 @@ class LabelCap:
 
 class _Families:
     """Every per-process family, filled process by process through ``cap``; series that
-    fold into the same labels are added up (an info keeps its first)."""
+    fold into the same labels (processes of one command, values past the cap) are added up,
+    but for the idlest age (the most), the limits (the least) and an info (its first)."""
 
     def __init__(self, cap: LabelCap | None = None) -> None:
         self.cap = cap or LabelCap()
@@ -159,6 +166,7 @@ class _Families:
             self._label_names[f"kmon_{name}"] = (*base, *extra)
             return kind(f"kmon_{name}", HELP[name], labels=[*base, *extra])
 
+        self.processes = family(GaugeMetricFamily, "client_processes", base=PROCESS)
         self.connections = family(GaugeMetricFamily, "connections", "state")
         self.opened = family(CounterMetricFamily, "connections_opened")
         self.closed = family(CounterMetricFamily, "connections_closed", "closed_by", "reason")
@@ -178,9 +186,9 @@ class _Families:
         self.open_fds = family(GaugeMetricFamily, "process_open_fds", base=PROCESS)
         self.max_fds = family(GaugeMetricFamily, "process_max_fds", base=PROCESS)
 
-    def _add(self, family: Metric, labels: list[str], value) -> None:
+    def _add(self, family: Metric, labels: list[str], value, combine=operator.add) -> None:
         """One series' value (a number, a (buckets, sum) pair or an info dict) under its
-        capped labels, added to what the same labels hold."""
+        capped labels, combined with what the same labels hold (numbers by ``combine``)."""
         names = self._label_names[family.name]
         key = tuple(self.cap(family.name, name, value_) for name, value_ in
                     zip(names, labels, strict=True))
@@ -193,10 +201,11 @@ class _Families:
                                                                    strict=True)],
                          held[1] + value[1])
         elif not isinstance(value, dict):  # an info keeps its first
-            rows[key] = held + value
+            rows[key] = combine(held, value)
 
-    def add_process(self, pid: str, proc: ProcessMetrics) -> None:
-        who = [pid, proc.process, proc.cluster]
+    def add_process(self, proc: ProcessMetrics) -> None:
+        who = [proc.process, proc.cluster]
+        self._add(self.processes, who, 1)
         for (*labels, state), count in proc.connections.items():
             self._add(self.connections, [*who, *labels, state], count)
         for labels, count in proc.opened.items():
@@ -208,9 +217,9 @@ class _Families:
         for role, hist in proc.idle_at_close.items():
             self._add(self.idle_at_close, [*who, role], (hist.buckets(), hist.total))
         for labels, (idle_s, limit_s, limit_by) in proc.idle.items():
-            self._add(self.max_idle, [*who, *labels], idle_s)
+            self._add(self.max_idle, [*who, *labels], idle_s, max)
             if limit_s is not None:
-                self._add(self.idle_limit, [*who, *labels, limit_by], limit_s)
+                self._add(self.idle_limit, [*who, *labels, limit_by], limit_s, min)
         for kind, count in proc.clients.items():
             self._add(self.clients, [*who, kind], count)
         if proc.clients_created is not None:
@@ -224,7 +233,7 @@ class _Families:
         if proc.open_fds is not None:
             self._add(self.open_fds, who, proc.open_fds)
         if proc.max_fds is not None:
-            self._add(self.max_fds, who, proc.max_fds)
+            self._add(self.max_fds, who, proc.max_fds, min)
 
     def all(self, with_empty: bool = False) -> Iterator[Metric]:
         for family in self._families():

@@ -183,8 +183,10 @@ class HostMetrics:
 
 def _labels(metrics: ProcessMetrics, client: str | None, role: str,
             broker_id: int | None) -> ConnectionLabels:
-    """A connection's labels: its client's client.id (bounded per process), role, broker."""
-    client_id = (metrics.client_ids.get(client) or metrics.earlier_ids.get(client) or ""
+    """A connection's labels: its client's client.id (bounded per process), role, broker.
+    A client that is no instance of the process's was named by the client.id its requests
+    carried (the wire): that is its client.id."""
+    client_id = (metrics.client_ids.get(client) or metrics.earlier_ids.get(client) or client
                  if client else "")
     return _capped(metrics, "client_id", client_id), role, _broker_label(broker_id)
 

@@ -47,6 +47,7 @@ class ClusterMetadata:
     # cluster answered, never which node is the active controller
     controller_id: int | None
     broker_idle_ms: int | None = None  # connections.max.idle.ms, as a broker describes it
+    cluster_id: str | None = None  # as the Metadata answer names it (Kafka 0.10.1 and later)
 
     def endpoints(self, resolver: Resolver) -> dict[Endpoint, int]:
         """Broker id of every endpoint a socket to this cluster may show."""
@@ -167,7 +168,8 @@ def _list_brokers(admin: AdminClient, bootstrap: str, timeout_s: float) -> Clust
     brokers = tuple(sorted((BrokerInfo(b.id, b.host, b.port) for b in metadata.brokers.values()),
                            key=lambda b: b.broker_id))
     controller = metadata.controller_id if metadata.controller_id >= 0 else None
-    return ClusterMetadata(bootstrap=bootstrap, brokers=brokers, controller_id=controller)
+    return ClusterMetadata(bootstrap=bootstrap, brokers=brokers, controller_id=controller,
+                           cluster_id=getattr(metadata, "cluster_id", None) or None)
 
 
 def _with_racks(admin: AdminClient, metadata: ClusterMetadata, timeout_s: float) -> ClusterMetadata:

@@ -26,6 +26,7 @@ import psutil
 
 from kmon.classify import java_node_id
 from kmon.files import UnsafeFile, private_cache_dir
+from kmon.sources import own_processes
 from kmon.sources.child_env import jvm_environment, trusted_program
 
 HELPER = "KmonJmx"
@@ -131,6 +132,7 @@ class JmxSource:
         self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True, bufsize=1,
                                       env=jvm_environment(java))
+        own_processes.register(self._proc.pid)  # kmon's machinery: never listed as a client
         threading.Thread(target=self._read_stdout, name=f"jmx-{pid}", daemon=True).start()
         threading.Thread(target=self._read_stderr, name=f"jmx-{pid}-err", daemon=True).start()
 
@@ -174,6 +176,7 @@ class JmxSource:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
+        own_processes.unregister(self._proc.pid)
 
     def __enter__(self) -> JmxSource:
         return self

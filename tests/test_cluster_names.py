@@ -1,0 +1,24 @@
+"""kmon serve's cluster label: the cluster's id once kmon's own query names it, never a
+guess that changes (ClusterNames)."""
+
+import pytest
+
+from kmon.export.cluster_names import UNKNOWN, WAIT_POLLS, ClusterNames
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_process_waits_for_its_cluster_id_then_is_labelled_by_it():
+    names = ClusterNames()
+    assert names({7}, {}, asking={7}) == {}  # kmon's query to its broker under way
+    assert names({7}, {7: "Hk3xq0ZgT1ixb3kPqzJ3Zg"}, asking=set()) == {
+        7: "Hk3xq0ZgT1ixb3kPqzJ3Zg"}
+
+
+def test_one_kmon_cannot_ask_about_is_unknown_after_a_few_polls_or_named_by_b():
+    for named, expected in ((None, UNKNOWN), ("prod", "prod")):
+        names = ClusterNames(named)
+        waited = [names({9}, {}, asking={9}) for _ in range(WAIT_POLLS)]
+        assert waited == [{}] * WAIT_POLLS
+        assert names({9}, {}, asking={9}) == {9: expected}
+        assert names({9}, {}, asking=set()) == {9: expected}
