@@ -12,6 +12,7 @@ import pytest
 from helpers import (
     KAFKA_PYTHON_CONSUMER,
     Child,
+    attach_to,
     cells,
     help_rows,
     kmon,
@@ -25,7 +26,6 @@ from kmon.devtools.demo import Demo
 from kmon.engine.facade import HostSession
 from kmon.engine.sampler import SamplerSettings
 from kmon.widgets.app import KmonApp
-from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.host_screen import HostScreen
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
@@ -72,12 +72,7 @@ def test_the_host_view_lists_every_kafka_client_by_cluster_and_attaches(spool_di
                                                                          "workload consumer"}
                     assert os.getpid() not in rows()
                     await the_list_keys_work(pilot, screen, demo.clients)
-                    table = screen.query_one("#processes")
-                    table.move_cursor(row=[r[0] for r in cells(screen, "processes")].index(
-                        str(agentless.pid)))
-                    await pilot.press("enter")
-                    await until(pilot, lambda: isinstance(app.screen, AttachScreen), "attach")
-                    attached = app.screen
+                    attached = await attach_to(pilot, screen, agentless.pid)
                     assert attached.cluster == screen.cluster_of(agentless.pid)
                     await until(pilot, lambda: table_rows(attached), "its connections")
                     await pilot.press("question_mark")  # back is one of its keys now

@@ -20,7 +20,7 @@ import sys
 
 import pyarrow as pa
 import pytest
-from helpers import Child, until, watch_app
+from helpers import Child, attach_to, until, watch_app
 from rich.console import Console
 
 from kmon.analysis import report
@@ -250,9 +250,7 @@ def test_the_host_view_shows_clients_named_like_markup_and_keeps_running(start_c
                 table.move_cursor(row=pids.index(str(pid)))
                 await pilot.pause()
                 host += app.export_screenshot()
-            await pilot.press("enter")
-            await until(pilot, lambda: isinstance(app.screen, AttachScreen), "attach")
-            attached = app.screen
+            attached = await attach_to(pilot, screen, named.pid)
             await until(pilot, lambda: attached.view is not None, "its first refresh")
             named.stop()
             await until(pilot, lambda: attached.exit_notice, "its exit", polls=1200)
