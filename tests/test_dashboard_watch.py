@@ -67,7 +67,10 @@ def test_unreachable_cluster_shows_a_banner_and_keeps_running():
             await until(pilot, lambda: screen.watcher.view.failures >= 1, "a failed refresh")
             await pilot.pause(0.2)
             notice = str(screen.query_one("#notice").render())
-            assert "cluster unreachable" in notice and "retrying in" in notice
+            # as specific as kmon ps -b: what each address did, and what to do
+            assert "cluster 127.0.0.1:1 did not answer" in notice, notice
+            assert "127.0.0.1:1: refused" in notice and "nothing listens" in notice, notice
+            assert "retrying in" in notice
             assert app.is_running
 
     asyncio.run(drive())

@@ -114,7 +114,7 @@ class WatchScreen(ProcessListScreen):
     def _unreachable(self, view: ClusterView) -> str:
         retry = self.session.next_retry_in_s
         when = f"retrying in {retry:.0f}s" if retry is not None else "retrying"
-        return (f"cluster unreachable: {view.error} ({when}; {view.failures} failed "
+        return (f"{view.error} ({when}; {view.failures} failed "
                 f"attempt{'s' if view.failures != 1 else ''})")
 
     def _draw_brokers(self, view: ClusterView, coordinated: Counter[int]) -> None:

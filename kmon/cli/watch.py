@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     if cluster is None:
         return _host_view(args, config, theme)
     watcher = ClusterWatcher(cluster.bootstrap, cluster.properties, timeout_s=args.cluster_timeout,
-                             refresh_s=args.metadata_every)
+                             refresh_s=args.metadata_every, name=cluster.name)
     settings = dashboard_settings(config, args.interval, args.record_dir)
     session = ClusterSession(watcher, wiring.sampler_settings(args, config, cluster,
                                                               require_kafka=False),

@@ -91,6 +91,7 @@ def cluster_state(named: ClusterConfig, timeout_s: float, groups: bool = False):
     """The named cluster's metadata (a ClusterState with its groups when ``groups``); a
     UserError saying why it did not answer, and what to try next."""
     from kmon.sources.cluster import ClusterUnreachable, admin_client, fetch_cluster, fetch_metadata
+    from kmon.sources.reachability import why_unreachable
 
     try:
         if groups:
@@ -100,34 +101,5 @@ def cluster_state(named: ClusterConfig, timeout_s: float, groups: bool = False):
     except ClusterUnreachable as err:
         if "did not answer" not in str(err):  # a configuration librdkafka refused
             raise UserError(str(err)) from err
-        raise UserError(unreachable_because(named, timeout_s, str(err))) from err
-
-
-PROBE_TIMEOUT_S = 2.0  # the diagnosis's own connect, after the cluster's timeout ran out
-
-
-def unreachable_because(named: ClusterConfig, timeout_s: float, told: str = "") -> str:
-    """Which of refused / no such host / timeout happened at the named cluster's bootstrap
-    addresses, with the next step for it; ``told``, what the metadata request said."""
-    from kmon.sources.reachability import reach
-
-    reached = reach(named.bootstrap, min(timeout_s, PROBE_TIMEOUT_S))
-    by = {}
-    for one in reached:
-        by.setdefault(one.outcome, []).append(one.address)
-    said = "; ".join(f"{', '.join(addresses)}: {outcome}" for outcome, addresses in by.items())
-    protocol = named.properties.get("security.protocol", "PLAINTEXT")
-    if "connects" in by:
-        step = (f"the port accepts connections but gave no Kafka answer with "
-                f"security.protocol={protocol}: if the listener is TLS or SASL, set "
-                "-X security.protocol=SSL (or SASL_SSL, SASL_PLAINTEXT) with its credentials, "
-                "or -F client.properties; if it is only slow, raise --cluster-timeout")
-    elif "timeout" in by or "unreachable" in by:
-        step = ("no answer at all: check the address and any firewall between here and "
-                "the broker, or wait longer with --cluster-timeout 30s")
-    elif "refused" in by:
-        step = "nothing listens on that port: check the port of the broker's listener"
-    else:
-        step = "the name does not resolve here: check it, or give the broker's IP address"
-    when = "at once" if "every broker down" in told else f"within {timeout_s:g}s"
-    return f"cluster {named.name} did not answer {when} ({said}); {step}"
+        raise UserError(why_unreachable(named.name, named.bootstrap, named.properties,
+                                        timeout_s, str(err))) from err

@@ -22,6 +22,7 @@ from kmon.sources.cluster import (
     admin_client,
     fetch_cluster,
 )
+from kmon.sources.reachability import why_unreachable
 
 SOURCE_CLUSTER = "cluster"
 SOURCE_LOCAL = "local clients"
@@ -51,12 +52,15 @@ class ClusterWatcher:
     """Refreshes a ClusterView every ``refresh_s``, backing off after failures.
 
     ``refresh`` blocks (up to a few ``timeout_s``); call it from a worker
-    thread when ``due()`` says so. ``view`` is replaced whole, never mutated.
+    thread when ``due()`` says so. ``view`` is replaced whole, never mutated. A refresh
+    the cluster did not answer says why, as ``kmon ps -b`` does (``why_unreachable``), in
+    the view's ``error``.
     """
 
     def __init__(self, bootstrap: str, properties: dict[str, str], timeout_s: float = 5.0,
                  refresh_s: float = 30.0, max_backoff_s: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, name: str | None = None) -> None:
+        self.name = name or bootstrap
         self.properties = dict(properties)
         self.timeout_s = timeout_s
         self.refresh_s = refresh_s
@@ -93,7 +97,11 @@ class ClusterWatcher:
                 self._failed_in_row += 1
                 delay = min(self.max_backoff_s, 2.0 ** (self._failed_in_row - 1))
                 self._next_at = self.clock() + delay
-                self.view = replace(view, error=" ".join(str(err).split()),
+                told = " ".join(str(err).split())
+                if "did not answer" in told:  # not a configuration librdkafka refused
+                    told = why_unreachable(self.name, view.bootstrap, self.properties,
+                                           self.timeout_s, told)
+                self.view = replace(view, error=told,
                                     attempts=view.attempts + 1, failures=view.failures + 1)
                 return self.view
             self._failed_in_row = 0

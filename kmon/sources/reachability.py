@@ -5,6 +5,7 @@ timeout from a listener that accepts but does not speak plain Kafka."""
 from __future__ import annotations
 
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 MAX_ADDRESSES = 8  # a long bootstrap list: the first few say enough
@@ -50,3 +51,32 @@ def _connect(address: str, info: tuple, timeout_s: float) -> Reach:
         except OSError as err:
             return Reach(address, "unreachable", err.strerror or str(err))
     return Reach(address, "connects")
+
+
+PROBE_TIMEOUT_S = 2.0  # the diagnosis's own connect, after the cluster's timeout ran out
+
+
+def why_unreachable(name: str, bootstrap: str, properties: Mapping[str, str],
+                    timeout_s: float, told: str = "") -> str:
+    """Which of refused / no such host / timeout happened at cluster ``name``'s bootstrap
+    addresses, with the next step for it; ``told``, what the metadata request said."""
+    reached = reach(bootstrap, min(timeout_s, PROBE_TIMEOUT_S))
+    by: dict[str, list[str]] = {}
+    for one in reached:
+        by.setdefault(one.outcome, []).append(one.address)
+    said = "; ".join(f"{', '.join(addresses)}: {outcome}" for outcome, addresses in by.items())
+    protocol = properties.get("security.protocol", "PLAINTEXT")
+    if "connects" in by:
+        step = (f"the port accepts connections but gave no Kafka answer with "
+                f"security.protocol={protocol}: if the listener is TLS or SASL, set "
+                "-X security.protocol=SSL (or SASL_SSL, SASL_PLAINTEXT) with its credentials, "
+                "or -F client.properties; if it is only slow, raise --cluster-timeout")
+    elif "timeout" in by or "unreachable" in by:
+        step = ("no answer at all: check the address and any firewall between here and "
+                "the broker, or wait longer with --cluster-timeout 30s")
+    elif "refused" in by:
+        step = "nothing listens on that port: check the port of the broker's listener"
+    else:
+        step = "the name does not resolve here: check it, or give the broker's IP address"
+    when = "at once" if "every broker down" in told else f"within {timeout_s:g}s"
+    return f"cluster {name} did not answer {when} ({said}); {step}"
