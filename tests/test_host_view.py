@@ -100,3 +100,16 @@ def test_ps_s_table_shows_sockets_of_no_known_role_as_unknown_not_as_nothing():
     header, _, line = text_lines([row], "table")
     assert "unknown" in header.split(), header
     assert line.split()[header.split().index("unknown") - 1] == "4", line  # 2 words: client ids
+
+
+def test_the_host_view_heads_a_cluster_no_process_is_connected_to_by_its_bootstrap():
+    """An idle producer between reaps holds no socket: its heading is the bootstrap it was
+    given, not "brokers not known yet" as for a process kmon knows nothing of."""
+    from kmon.widgets.host_screen import HostScreen
+
+    idle, connected = process(1), process(2, "127.0.0.1:9092")
+    heading = HostScreen.group_heading
+    assert heading(None, "10.0.0.5:9093 +1", [idle]) == (
+        "no broker connected now · bootstrap 10.0.0.5:9093 +1")
+    assert heading(None, UNKNOWN_CLUSTER, [idle]) == "brokers not known yet"
+    assert heading(None, "c1", [connected, idle]) == "1 broker: 127.0.0.1:9092"

@@ -40,7 +40,12 @@ class HostScreen(ProcessListScreen):
         return self.clusters.get(pid, UNKNOWN_CLUSTER)
 
     def group_heading(self, cluster: str, members: list[ProcessView]) -> str:
-        return cluster_heading(members)
+        """Its brokers; where none of its processes holds a socket to one now (an idle
+        producer between reaps), the bootstrap they were given."""
+        heading = cluster_heading(members)
+        if any(v.summary.brokers for v in members) or cluster == UNKNOWN_CLUSTER:
+            return heading
+        return f"no broker connected now · bootstrap {cluster}"
 
     def redraw(self) -> None:
         processes = len(self.snapshot.processes) if self.snapshot else 0
