@@ -3,7 +3,7 @@ guess that changes (ClusterNames)."""
 
 import pytest
 
-from kmon.export.cluster_names import UNKNOWN, WAIT_POLLS, ClusterNames
+from kmon.export.cluster_names import UNKNOWN, WAIT_POLLS, WAIT_S, ClusterNames
 
 pytestmark = pytest.mark.unit
 
@@ -22,3 +22,12 @@ def test_one_kmon_cannot_ask_about_is_unknown_after_a_few_polls_or_named_by_b():
         assert waited == [{}] * WAIT_POLLS
         assert names({9}, {}, asking={9}) == {9: expected}
         assert names({9}, {}, asking=set()) == {9: expected}
+
+
+def test_one_kmon_cannot_ask_about_waits_seconds_not_polls_at_a_long_interval():
+    """At ``--interval 20s`` three polls were a minute without the process's series."""
+    now = [0.0]
+    names = ClusterNames(clock=lambda: now[0])
+    assert names({9}, {}, asking={9}) == {}
+    now[0] += WAIT_S
+    assert names({9}, {}, asking={9}) == {9: UNKNOWN}
