@@ -1,0 +1,91 @@
+"""A benchmark's result as JSON (with the machine, the versions and the commit it was
+measured on), and CONTRIBUTING's table made from those files."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+from benchmarks.api import Result
+from benchmarks.helpers import REPO
+
+RESULTS = Path(__file__).resolve().parent / "results"
+#: the distributions whose version a figure depends on (those not installed are left out)
+DISTRIBUTIONS = ("kmon", "textual", "rich", "confluent-kafka", "psutil", "pyarrow", "orjson",
+                 "pyspark", "prometheus-client")
+
+
+def machine() -> dict[str, object]:
+    meminfo = Path("/proc/meminfo")
+    memory = next((int(line.split()[1]) * 1024 for line in meminfo.read_text().splitlines()
+                   if line.startswith("MemTotal:")), None) if meminfo.exists() else None
+    cpuinfo = Path("/proc/cpuinfo")
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                  if line.startswith("model name")), None) if cpuinfo.exists() else None
+    return {"cores": os.cpu_count(), "cpu": model or platform.processor(),
+            "memory_bytes": memory, "kernel": platform.release(), "arch": platform.machine()}
+
+
+def versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for name in DISTRIBUTIONS:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def commit() -> dict[str, object] | None:
+    """The checkout's commit and whether files differ from it; None outside a git checkout."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
+                              check=True, timeout=30).stdout.strip()
+    try:
+        return {"sha": git("rev-parse", "HEAD"),
+                "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def document(name: str, options: dict[str, object], result: Result) -> dict[str, object]:
+    return {
+        "benchmark": name,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": commit(), "machine": machine(), "versions": versions(), "options": options,
+        "figures": {k: dataclasses.asdict(v) for k, v in result.figures.items()},
+        "ratios": {k: dataclasses.asdict(v) for k, v in result.ratios.items()},
+    }
+
+
+def write(doc: dict[str, object], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+    return path
+
+
+def table(directory: Path = RESULTS) -> str:
+    """The Markdown table of every result file in ``directory``, a row a benchmark."""
+    rows = ["| benchmark | ratios (measured / baseline, same run) | figures "
+            "| commit, date, machine |", "|---|---|---|---|"]
+    for path in sorted(directory.glob("*.json")):
+        doc = json.loads(path.read_text())
+        ratios = "; ".join(f"{k}: {v['value']:.3g}×" for k, v in doc["ratios"].items())
+        figures = "; ".join(f"{k} {_number(v['value'])}{' ' + v['unit'] if v['unit'] else ''}"
+                            for k, v in doc["figures"].items())
+        sha = (doc["commit"] or {}).get("sha", "?")[:7]
+        box = doc["machine"]
+        where = (f"`{sha}`, {doc['date'][:10]}, {box['cores']} cores, "
+                 f"{(box['memory_bytes'] or 0) / 2**30:.0f} GiB, Linux {box['kernel']}")
+        rows.append(f"| `{doc['benchmark']}` | {ratios} | {figures} | {where} |")
+    return "\n".join(rows)
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
