@@ -84,7 +84,8 @@ def report(name: str, args: argparse.Namespace, result: Result) -> int:
         print(f"{name}: no ratio against a baseline: no result written", file=sys.stderr)
         return 1
     options = {k: v for k, v in vars(args).items() if k not in ("out", "role")}
-    doc = results.document(name, json.loads(json.dumps(options, default=str)), result)
+    doc = results.document(name, json.loads(json.dumps(options, default=str)), result,
+                           results.commit())
     out = results.write(doc, args.out or results.RESULTS / f"{name}.json")
     print(f"{name}: result written to {out}")
     return 0

@@ -54,11 +54,13 @@ def commit() -> dict[str, object] | None:
         return None
 
 
-def document(name: str, options: dict[str, object], result: Result) -> dict[str, object]:
+def document(name: str, options: dict[str, object], result: Result,
+             measured_on: dict[str, object] | None) -> dict[str, object]:
+    """The result file's contents; ``measured_on`` is ``commit()``'s answer."""
     return {
         "benchmark": name,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "commit": commit(), "machine": machine(), "versions": versions(), "options": options,
+        "commit": measured_on, "machine": machine(), "versions": versions(), "options": options,
         "figures": {k: dataclasses.asdict(v) for k, v in result.figures.items()},
         "ratios": {k: dataclasses.asdict(v) for k, v in result.ratios.items()},
     }
