@@ -355,6 +355,12 @@ def measure_all(sockets: int, connections: int, polls: int) -> Result:
         result.figure(f"{row.scenario}: psutil", row.psutil_ms, "ms")
         result.ratio(f"{row.scenario}: kmon / psutil", f"{row.scenario}: kmon",
                      f"{row.scenario}: psutil")
+        if row.paced:
+            result.figure(f"{row.scenario}, a poll a second: kmon", row.paced[0], "ms")
+            result.figure(f"{row.scenario}, a poll a second: psutil", row.paced[1], "ms")
+            result.ratio(f"{row.scenario}, a poll a second: kmon / psutil",
+                         f"{row.scenario}, a poll a second: kmon",
+                         f"{row.scenario}, a poll a second: psutil")
     return result
 
 

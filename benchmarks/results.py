@@ -42,14 +42,19 @@ def versions() -> dict[str, str]:
     return found
 
 
+#: the files a figure depends on: ``dirty`` when one of them differs from the commit
+CODE = ("kmon", "widgets", "benchmarks", "pyproject.toml")
+
+
 def commit() -> dict[str, object] | None:
-    """The checkout's commit and whether files differ from it; None outside a git checkout."""
+    """The checkout's commit and whether its code differs from it; None outside a git
+    checkout."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
                               check=True, timeout=30).stdout.strip()
     try:
         return {"sha": git("rev-parse", "HEAD"),
-                "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+                "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", *CODE))}
     except (OSError, subprocess.SubprocessError):
         return None
 
@@ -73,21 +78,37 @@ def write(doc: dict[str, object], path: Path) -> Path:
 
 
 def table(directory: Path = RESULTS) -> str:
-    """The Markdown table of every result file in ``directory``, a row a benchmark."""
-    rows = ["| benchmark | ratios (measured / baseline, same run) | figures "
-            "| commit, date, machine |", "|---|---|---|---|"]
+    """The Markdown table of every result file in ``directory``: a row a ratio (and a row
+    for each figure no ratio uses), then the machines and versions they were measured on."""
+    rows = ["| benchmark | ratio | × | measured | baseline | commit, date |",
+            "|---|---|--:|--:|--:|---|"]
+    machines: dict[str, list[str]] = {}
     for path in sorted(directory.glob("*.json")):
         doc = json.loads(path.read_text())
-        ratios = "; ".join(f"{k}: {v['value']:.3g}×" for k, v in doc["ratios"].items())
-        figures = "; ".join(f"{k} {_number(v['value'])}{' ' + v['unit'] if v['unit'] else ''}"
-                            for k, v in doc["figures"].items())
-        sha = (doc["commit"] or {}).get("sha", "?")[:7]
-        box = doc["machine"]
-        where = (f"`{sha}`, {doc['date'][:10]}, {box['cores']} cores, "
-                 f"{(box['memory_bytes'] or 0) / 2**30:.0f} GiB, Linux {box['kernel']}")
-        rows.append(f"| `{doc['benchmark']}` | {ratios} | {figures} | {where} |")
-    return "\n".join(rows)
+        measured_on = doc["commit"] or {}
+        edited = " (edited)" if measured_on.get("dirty") else ""
+        when = f"`{measured_on.get('sha', '?')[:7]}`{edited}, {doc['date'][:10]}"
+        figures, used = doc["figures"], set()
+        for name, ratio in doc["ratios"].items():
+            used |= {ratio["measured"], ratio["baseline"]}
+            rows.append(f"| `{doc['benchmark']}` | {name} | {ratio['value']:.3g} | "
+                        f"{_figure(figures[ratio['measured']])} | "
+                        f"{_figure(figures[ratio['baseline']])} | {when} |")
+        rows += [f"| `{doc['benchmark']}` | {name} | | {_figure(figure)} | | {when} |"
+                 for name, figure in figures.items() if name not in used]
+        machines.setdefault(_machine(doc), []).append(f"`{doc['benchmark']}`")
+    notes = [f"\nMeasured on {box}: {', '.join(names)}." for box, names in machines.items()]
+    return "\n".join(rows) + "\n" + "".join(notes)
 
 
-def _number(value: float) -> str:
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+def _machine(doc: dict) -> str:
+    box, versions = doc["machine"], doc["versions"]
+    memory = (box["memory_bytes"] or 0) / 2**30
+    return (f"{box['cores']} cores ({box['cpu']}), {memory:.0f} GiB, Linux {box['kernel']}; "
+            + ", ".join(f"{name} {version}" for name, version in versions.items()))
+
+
+def _figure(figure: dict) -> str:
+    value = figure["value"]
+    shown = f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+    return f"{shown} {figure['unit']}".strip()
