@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from benchmarks import registry, results
-from benchmarks.api import BenchmarkError, Result
+from benchmarks.api import BenchmarkError, Result, UsageError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,7 +68,7 @@ def run(name: str, argv: list[str]) -> int:
         return 130
     except BenchmarkError as exc:
         print(f"{name}: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, UsageError) else 1
     return report(name, args, result)
 
 

@@ -14,6 +14,10 @@ class BenchmarkError(Exception):
     """The benchmark cannot run here (a missing tool, privilege or helper): its message."""
 
 
+class UsageError(BenchmarkError):
+    """The benchmark's options do not go together: its message, exit code 2."""
+
+
 @dataclass(frozen=True)
 class Figure:
     value: float

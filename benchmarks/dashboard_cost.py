@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 import psutil
 import textual
 
-from benchmarks.api import BenchmarkError, Result
+from benchmarks.api import BenchmarkError, Result, UsageError
 from benchmarks.helpers import (
     Helpers,
     exit_when_parent_goes,
@@ -705,7 +705,7 @@ def run(args: argparse.Namespace) -> Result:
     if args.quick:
         args.connections, args.refreshes, args.cpu_seconds, args.minutes = 300, 10, 5.0, 6
     if args.connections < 1 or args.refreshes < 2 or args.cpu_seconds < 2 or args.minutes < 1:
-        raise BenchmarkError("need --connections >= 1, --refreshes >= 2, --cpu-seconds >= 2, "
+        raise UsageError("need --connections >= 1, --refreshes >= 2, --cpu-seconds >= 2, "
                              "--minutes >= 1")
 
     # SIGTERM as Ctrl-C: asyncio turns SIGINT into a clean stop of the Textual app, then the

@@ -34,7 +34,7 @@ import time
 
 import psutil
 
-from benchmarks.api import BenchmarkError, Result
+from benchmarks.api import BenchmarkError, Result, UsageError
 from benchmarks.dashboard_cost import FD_SLACK
 from benchmarks.helpers import (
     Helpers,
@@ -281,7 +281,7 @@ def helper(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> Result:
     if args.processes < 1 or args.connections < 1 or args.seconds < 5 or args.rate <= 0:
-        raise BenchmarkError("need --processes >= 1, --connections >= 1, --seconds >= 5, "
+        raise UsageError("need --processes >= 1, --connections >= 1, --seconds >= 5, "
                              "--rate > 0")
     try:
         return measure(args)

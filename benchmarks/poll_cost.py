@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 
 import psutil
 
-from benchmarks.api import BenchmarkError, Result
+from benchmarks.api import BenchmarkError, Result, UsageError
 from benchmarks.helpers import Helpers, exit_when_parent_goes, no_time_wait, raise_fd_limit
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
@@ -395,7 +395,7 @@ def options(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> Result:
     if args.sockets < 2 or args.polls < 1 or args.connections < 1:
-        raise BenchmarkError("--sockets must be at least 2, --polls and --connections at least 1")
+        raise UsageError("--sockets must be at least 2, --polls and --connections at least 1")
     try:
         return measure_all(args.sockets, args.connections, args.polls)
     except (OSError, RuntimeError) as exc:

@@ -23,7 +23,7 @@ import signal
 import time
 
 from benchmarks import host_view_cost
-from benchmarks.api import BenchmarkError, Result
+from benchmarks.api import BenchmarkError, Result, UsageError
 from benchmarks.helpers import Helpers
 
 WARM_UP_POLLS = 30  # at most, until every row is a broker's by the wire
@@ -96,7 +96,7 @@ def options(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> Result:
     if args.processes < 1 or args.connections < 1 or args.polls < 1 or args.rate <= 0:
-        raise BenchmarkError("need --processes >= 1, --connections >= 1, --polls >= 1, --rate > 0")
+        raise UsageError("need --processes >= 1, --connections >= 1, --polls >= 1, --rate > 0")
     if os.geteuid() != 0:
         raise BenchmarkError("the wire needs CAP_NET_RAW: run as root")
     try:

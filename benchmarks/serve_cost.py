@@ -39,7 +39,7 @@ import urllib.request
 
 import psutil
 
-from benchmarks.api import BenchmarkError, Result
+from benchmarks.api import BenchmarkError, Result, UsageError
 from benchmarks.dashboard_cost import role_client, role_listener
 from benchmarks.helpers import Helpers, cpu_seconds, exit_when_parent_goes
 from kmon.model import (
@@ -300,7 +300,7 @@ def run(args: argparse.Namespace) -> Result:
     if args.quick:
         args.processes, args.seconds, args.day_polls = 5, 20.0, 600
     if args.processes < 1 or args.connections < 1 or args.seconds < 15 or args.day_polls < 6:
-        raise BenchmarkError("need --processes >= 1, --connections >= 1, --seconds >= 15, "
+        raise UsageError("need --processes >= 1, --connections >= 1, --seconds >= 15, "
                              "--day-polls >= 6")
     try:
         return measure(args)

@@ -35,7 +35,7 @@ from collections.abc import Callable
 
 import psutil
 
-from benchmarks.api import BenchmarkError, Result
+from benchmarks.api import BenchmarkError, Result, UsageError
 from benchmarks.dashboard_cost import (
     READY_TIMEOUT_S,
     closing_readers,
@@ -160,7 +160,7 @@ def options(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> Result:
     if args.connections < 1 or args.seconds < 2 or args.rounds < 1:
-        raise BenchmarkError("need --connections >= 1, --seconds >= 2 and --rounds >= 1")
+        raise UsageError("need --connections >= 1, --seconds >= 2 and --rounds >= 1")
     try:
         return measure(args)
     except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:

@@ -61,6 +61,13 @@ def test_an_unknown_benchmark_is_a_usage_error(capsys: pytest.CaptureFixture[str
     assert "--list" in capsys.readouterr().err
 
 
+def test_options_that_do_not_go_together_are_a_usage_error(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Checked before any helper starts: nothing runs."""
+    assert runner.main(["poll_cost", "--sockets", "1"]) == 2
+    assert capsys.readouterr().err.startswith("poll_cost: --sockets must be at least 2")
+
+
 def test_a_ratio_is_only_between_figures_of_the_same_result() -> None:
     result = Result()
     result.figure("measured", 3.0, "ms")
