@@ -12,7 +12,7 @@ Times, in one run and each against its baseline:
 kmon's first run on a machine also writes the driver's class archive
 (kmon.analysis.classes), which costs it more; the script says whether it was there.
 
-    python benchmarks/analyze_cost.py [--master local[2]] [--runs 2] [--no-cluster]
+    python -m benchmarks analyze_cost [--master local[2]] [--runs 2] [--no-cluster]
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from analyze_scale import SHAPE, analyze
 
+from benchmarks.analyze_scale import SHAPE, analyze
+from benchmarks.api import BenchmarkError, Result
 from kmon.analysis.classes import archive_path
 from kmon.devtools.fleet_writer import simulate
 from kmon.devtools.spark_cluster import DRIVER_CONF, standalone
@@ -57,13 +58,14 @@ def same_tables(first: Path, second: Path) -> bool:
         pq.read_table(first / n).equals(pq.read_table(second / n)) for n in names)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--runs", type=int, default=2, help="alternating runs of each")
     parser.add_argument("--no-cluster", action="store_true")
-    args = parser.parse_args()
 
+
+def run(args: argparse.Namespace) -> Result:
+    result = Result()
     with tempfile.TemporaryDirectory(prefix="kmon-bench-") as tmp:
         work = Path(tmp)
         rows = simulate(replace(SHAPE, hours=0.05), work / "tiny")["rows"]["snapshots"]
@@ -81,8 +83,11 @@ def main() -> None:
         floor, fixed = statistics.median(bare), statistics.median(local)
         print(f"median on {args.master}: bare session {floor:.1f} s, kmon analyze "
               f"{fixed:.1f} s = {fixed / floor:.2f}x the bare session")
+        result.figure("bare Spark session", floor, "s")
+        result.figure("kmon analyze, local", fixed, "s")
+        result.ratio("analyze / bare session", "kmon analyze, local", "bare Spark session")
         if args.no_cluster:
-            return
+            return result
         started = time.monotonic()
         with standalone(workers=2, cores=1) as url:
             up = time.monotonic() - started
@@ -93,8 +98,7 @@ def main() -> None:
               f"{cluster:.1f} s = {cluster / fixed:.2f}x local; tables equal to local's: "
               f"{equal}")
         if not equal:
-            sys.exit("the cluster's tables differ from local mode's")
-
-
-if __name__ == "__main__":
-    main()
+            raise BenchmarkError("the cluster's tables differ from local mode's")
+        result.figure("kmon analyze, standalone", cluster, "s")
+        result.ratio("standalone / local", "kmon analyze, standalone", "kmon analyze, local")
+    return result

@@ -8,7 +8,7 @@ wall time, kmon's Python peak RSS, the Spark JVM's peak RSS and the most heap it
 live after a collection (its GC log), and the ratios. A run still going after
 ``--limit`` seconds (a JVM out of heap can hang) is killed and said to be.
 
-    python benchmarks/analyze_driver_memory.py [--rows 300000 1000000] [--master local[2]]
+    python -m benchmarks analyze_driver_memory [--rows 300000 1000000] [--master local[2]]
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from benchmarks.api import Result
 from kmon.devtools.fleet_model import FleetSpec
 from kmon.devtools.fleet_writer import simulate
 from kmon.record.schema import SCHEMAS
@@ -52,7 +53,7 @@ def plant_lives(root: Path, rows: int) -> None:
     }, schema=SCHEMAS["lives"]), folder / "planted.parquet")
 
 
-def run(root: Path, master: str, limit: float, *extra: str) -> dict:
+def analyze(root: Path, master: str, limit: float, *extra: str) -> dict:
     """One ``kmon analyze`` run: wall seconds, peak RSS of its Python and of its JVM, the
     JVM's most live heap after a collection (MiB), its exit and last stderr line."""
     gc_log = root.parent / "gc.log"
@@ -84,12 +85,14 @@ def run(root: Path, master: str, limit: float, *extra: str) -> dict:
             "heap": max(heaps, default=0), "end": end}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[300_000, 1_000_000])
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--limit", type=float, default=300, help="seconds a run may take")
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> Result:
+    result = Result()
     for rows in args.rows:
         with tempfile.TemporaryDirectory(prefix="kmon-bench-") as tmp:
             root = Path(tmp) / "rec"
@@ -98,7 +101,7 @@ def main() -> None:
             runs = []
             for name, extra in (("every row (--max-rows 0)", ("--max-rows", "0")),
                                 ("top 10,000 (default)", ())):
-                runs.append(run(root, args.master, args.limit, *extra))
+                runs.append(analyze(root, args.master, args.limit, *extra))
                 r = runs[-1]
                 print(f"{rows:>9,} rows, {name:>24}: {r['wall']:6.1f} s | Python "
                       f"{r['python']:5.0f} MiB, JVM {r['jvm']:5.0f} MiB, live heap "
@@ -108,7 +111,11 @@ def main() -> None:
                   f"Python {new['python'] / old['python']:.2f}x, "
                   f"JVM {new['jvm'] / old['jvm']:.2f}x, "
                   f"live heap {new['heap'] / max(old['heap'], 1):.2f}x\n", flush=True)
-
-
-if __name__ == "__main__":
-    main()
+            for label, r in (("whole", old), ("bounded", new)):
+                result.figure(f"{rows:,} rows, {label}: wall", r["wall"], "s")
+                result.figure(f"{rows:,} rows, {label}: JVM RSS", r["jvm"], "MiB")
+            for figure in ("wall", "JVM RSS"):
+                result.ratio(f"{rows:,} rows, bounded / whole: {figure}",
+                             f"{rows:,} rows, bounded: {figure}",
+                             f"{rows:,} rows, whole: {figure}")
+    return result

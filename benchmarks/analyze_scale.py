@@ -6,7 +6,7 @@ then times the real command, ``python -m kmon analyze DIR --out OUT``, on
 A tiny fleet is timed too: its wall time is the fixed cost (JVM start, job
 planning, outputs), and the growth above it is printed separately.
 
-    python benchmarks/analyze_scale.py [--rows 1000000 10000000] [--master local[2]]
+    python -m benchmarks analyze_scale [--rows 1000000 10000000] [--master local[2]]
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from benchmarks.api import BenchmarkError, Result
 from kmon.devtools.fleet_model import FleetSpec
 from kmon.devtools.fleet_writer import simulate
 
@@ -28,26 +29,26 @@ SHAPE = FleetSpec(hosts=1, clients=25, brokers=30, hours=2.0, interval_ms=5000, 
 
 def analyze(root: Path, out: Path, master: str, driver_memory: str,
             conf: tuple[str, ...] = ()) -> float:
-    """Wall seconds of one ``kmon analyze`` run (``conf``: more KEY=VALUE settings); exits
-    on failure."""
+    """Wall seconds of one ``kmon analyze`` run (``conf``: more KEY=VALUE settings); a
+    BenchmarkError on failure."""
     settings = [arg for kv in (f"spark.driver.memory={driver_memory}", *conf)
                 for arg in ("--conf", kv)]
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-m", "kmon", "analyze", str(root), "--out", str(out),
                              "--master", master, *settings], capture_output=True, text=True)
     if result.returncode != 0:
-        sys.exit(f"kmon analyze failed on {root}:\n{result.stderr}")
+        raise BenchmarkError(f"kmon analyze failed on {root}:\n{result.stderr}")
     return time.monotonic() - started
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rows", type=int, nargs=2, default=[1_000_000, 10_000_000],
                         metavar=("BASELINE", "LARGE"))
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="4g")
-    args = parser.parse_args()
 
+
+def run(args: argparse.Namespace) -> Result:
     with tempfile.TemporaryDirectory(prefix="kmon-bench-") as tmp:
         work = Path(tmp)
         per_host = simulate(SHAPE, work / "calibrate")["rows"]["snapshots"]
@@ -74,7 +75,10 @@ def main() -> None:
     print(f"above the fixed cost ({fixed:.1f} s on {tiny_rows:,} rows): "
           f"{large - fixed:.1f} s vs {small - fixed:.1f} s = "
           f"{(large - fixed) / (small - fixed):.2f}x for {large_rows / small_rows:.2f}x the rows")
-
-
-if __name__ == "__main__":
-    main()
+    result = Result()
+    result.figure("tiny fleet (the fixed cost)", fixed, "s")
+    result.figure(f"{small_rows:,} rows", small, "s")
+    result.figure(f"{large_rows:,} rows", large, "s")
+    result.figure("rows, large / baseline", large_rows / small_rows)
+    result.ratio("wall, large / baseline", f"{large_rows:,} rows", f"{small_rows:,} rows")
+    return result

@@ -1,6 +1,6 @@
 """What hostile Metadata answers make each poll spend on confirming brokers.
 
-    python benchmarks/confirm_cost.py [--processes 8] [--polls 200]
+    python -m benchmarks confirm_cost [--processes 8] [--polls 200]
 
 60 fake brokers (kmon.devtools.hostile_broker, mode ``liar``, real loopback sockets)
 answer kmon's own Metadata query. Hostile: each answers 2,600 brokers on its own port,
@@ -18,6 +18,7 @@ import argparse
 import statistics
 import time
 
+from benchmarks.api import Result
 from kmon.devtools.hostile_broker import HostileBroker, crowd
 from kmon.sources.broker_query import ConfirmedBrokers
 from kmon.sources.resolve import Resolver
@@ -54,19 +55,22 @@ def polls(hostile: bool, processes: int, steady: int) -> list[float]:
     return times
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--processes", type=int, default=8)
     parser.add_argument("--polls", type=int, default=200)
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> Result:
+    result = Result()
     honest = polls(False, args.processes, args.polls)
     hostile = polls(True, args.processes, args.polls)
     for name, times in (("honest", honest), ("hostile", hostile)):
         print(f"{name:8} {len(times):5} polls of {args.processes} processes: mean "
               f"{statistics.mean(times) * 1000:8.2f} ms, slowest {max(times) * 1000:8.2f} ms")
+        result.figure(f"{name} poll mean", statistics.mean(times) * 1000, "ms")
+        result.figure(f"{name} poll slowest", max(times) * 1000, "ms")
     print(f"hostile/honest: mean {statistics.mean(hostile) / statistics.mean(honest):.2f}x, "
           f"slowest {max(hostile) / max(honest):.2f}x")
-
-
-if __name__ == "__main__":
-    main()
+    result.ratio("hostile / honest, mean", "hostile poll mean", "honest poll mean")
+    result.ratio("hostile / honest, slowest", "hostile poll slowest", "honest poll slowest")
+    return result

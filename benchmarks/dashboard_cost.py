@@ -1,7 +1,7 @@
 """What the attach dashboard costs: refresh time and CPU at 2,000 connections, memory per hour.
 
-    python benchmarks/dashboard_cost.py [--connections 2000] [--cpu-seconds 30] [--minutes 60]
-    python benchmarks/dashboard_cost.py --quick      # a short smoke run
+    python -m benchmarks dashboard_cost [--connections 2000] [--cpu-seconds 30] [--minutes 60]
+    python -m benchmarks dashboard_cost --quick      # a short smoke run
 
 1. Refresh cost. A helper process holds --connections TCP connections to a
 listener in a second helper (127.0.0.1) and keeps a little traffic going on a
@@ -49,27 +49,23 @@ import time
 import tracemalloc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+import psutil
+import textual
 
-import psutil  # noqa: E402
-import textual  # noqa: E402
-from helpers import (  # noqa: E402
+from benchmarks.api import BenchmarkError, Result, UsageError
+from benchmarks.helpers import (
     Helpers,
     exit_when_parent_goes,
     listening,
     no_time_wait,
     raise_fd_limit,
 )
-
-from kmon.dashboard_settings import DashboardSettings  # noqa: E402
-from kmon.engine.facade import ProcessSession, settle_heap  # noqa: E402
-from kmon.engine.monitor import Monitor, diff  # noqa: E402
-from kmon.engine.sampler import ProcessSampler, SamplerSettings  # noqa: E402
-from kmon.model import (  # noqa: E402
+from kmon.dashboard_settings import DashboardSettings
+from kmon.engine.facade import ProcessSession, settle_heap
+from kmon.engine.monitor import Monitor, diff
+from kmon.engine.sampler import ProcessSampler, SamplerSettings
+from kmon.model import (
     ClientInstance,
     Connection,
     Event,
@@ -77,10 +73,10 @@ from kmon.model import (  # noqa: E402
     Role,
     Snapshot,
 )
-from kmon.sources.socket_readers import open_socket_reader  # noqa: E402
-from kmon.widgets.app import KmonApp  # noqa: E402
-from kmon.widgets.attach_screen import AttachScreen  # noqa: E402
-from kmon.widgets.connection_table import ConnectionTable  # noqa: E402
+from kmon.sources.socket_readers import open_socket_reader
+from kmon.widgets.app import KmonApp
+from kmon.widgets.attach_screen import AttachScreen
+from kmon.widgets.connection_table import ConnectionTable
 
 SIZE = (200, 60)
 SMALL_CONNECTIONS = 20
@@ -621,14 +617,14 @@ def closing_readers() -> Iterator[list]:
                 getattr(reader, "close", lambda: None)()
 
 
-def run(args: argparse.Namespace) -> int:
+def measure(args: argparse.Namespace) -> Result:
     print(f"kmon dashboard cost: Python {platform.python_version()}, Textual "
           f"{textual.__version__}, {os.cpu_count()} CPUs, {platform.machine()}")
     print(f"headless: KmonApp(AttachScreen).run_test(size={SIZE}); frames are laid out and "
           "composed,\nnot encoded or written to a terminal: the terminal write is not included")
     sizes = [(f"{SMALL_CONNECTIONS} connections", SMALL_CONNECTIONS),
              (f"{args.connections} connections", args.connections)]
-    with Helpers(__file__, READY_TIMEOUT_S) as helpers, closing_readers() as readers:
+    with Helpers("dashboard_cost", READY_TIMEOUT_S) as helpers, closing_readers() as readers:
         print(f"opening {args.connections} + {SMALL_CONNECTIONS} connections ...",
               file=sys.stderr, flush=True)
         pids = start_clients(helpers, [n for _, n in sizes])
@@ -656,10 +652,26 @@ def run(args: argparse.Namespace) -> int:
           f"{big_cpu.share:.1%} of one core (target < 10%); memory "
           f"@{points[-1].minute:.0f}/@{points[0].minute:.0f} min "
           f"{points[-1].traced / points[0].traced:.2f}")
-    return 0
+    result = Result()
+    for name, eng, app in cpu:
+        result.figure(f"{name}: app CPU at 1 s", app.share * 100, "% of a core")
+        result.figure(f"{name}: engine alone", eng.share * 100, "% of a core")
+        result.ratio(f"{name}: app / engine", f"{name}: app CPU at 1 s", f"{name}: engine alone")
+    for name, r in refreshes:
+        result.figure(f"{name}: refresh median", _median(r.total_ms), "ms")
+        result.figure(f"{name}: engine poll median", _median(r.poll_ms), "ms")
+        result.ratio(f"{name}: refresh / engine poll", f"{name}: refresh median",
+                     f"{name}: engine poll median")
+    result.figure("memory, first", points[0].traced / 2**20, "MiB")
+    result.figure("memory, last", points[-1].traced / 2**20, "MiB")
+    result.ratio("memory last / first", "memory, last", "memory, first")
+    return result
 
 
-def run_helper(args: argparse.Namespace) -> int:
+ROLES = ("listener", "client")
+
+
+def helper(args: argparse.Namespace) -> int:
     exit_when_parent_goes()
     try:
         if args.role == "listener":
@@ -672,8 +684,7 @@ def run_helper(args: argparse.Namespace) -> int:
     return 0
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--connections", type=int, default=2000,
                         help="connections of the big client process (and of the synthetic one)")
     parser.add_argument("--refreshes", type=int, default=60, help="timed refreshes per process")
@@ -686,31 +697,22 @@ def main() -> int:
                         help="also print cProfile of apply and frame for the big process")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 300 connections, 10 refreshes, 5 s, 6 minutes")
-    parser.add_argument("--role", choices=("listener", "client"), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.role:
-        return run_helper(args)
+
+
+def run(args: argparse.Namespace) -> Result:
     if args.quick:
         args.connections, args.refreshes, args.cpu_seconds, args.minutes = 300, 10, 5.0, 6
     if args.connections < 1 or args.refreshes < 2 or args.cpu_seconds < 2 or args.minutes < 1:
-        parser.error("need --connections >= 1, --refreshes >= 2, --cpu-seconds >= 2, "
-                     "--minutes >= 1")
+        raise UsageError("need --connections >= 1, --refreshes >= 2, --cpu-seconds >= 2, "
+                             "--minutes >= 1")
 
     # SIGTERM as Ctrl-C: asyncio turns SIGINT into a clean stop of the Textual app, then the
     # helpers go (SIGINT is restored in case this was started with it ignored, as by `&`)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
     try:
-        return run(args)
-    except KeyboardInterrupt:
-        print("interrupted; helpers stopped", file=sys.stderr)
-        return 130
+        return measure(args)
     except (OSError, RuntimeError) as exc:
-        print(f"dashboard_cost: {exc}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        raise BenchmarkError(str(exc)) from exc

@@ -1,4 +1,4 @@
-"""The benchmarks' helper processes: the benchmark script run again in a helper role."""
+"""The benchmarks' helper processes: the benchmark run again by the runner in a helper role."""
 
 from __future__ import annotations
 
@@ -14,20 +14,28 @@ import sys
 import threading
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parent.parent
+
+
+def command(name: str, *args: str) -> list[str]:
+    """The command line running benchmark ``name`` in a helper role (from ``REPO``)."""
+    return [sys.executable, "-m", "benchmarks", name, *args]
+
 
 class Helpers:
-    """Subprocesses running ``script`` with role arguments; all end when the context exits.
+    """Subprocesses running benchmark ``name`` (``python -m benchmarks NAME --role ...``, from
+    the repository root) with role arguments; all end when the context exits.
 
     A helper reports on its stdout, one line at a time, and exits when its stdin
     closes (that is, whenever the benchmark exits, however it exits).
     """
 
-    def __init__(self, script: str, ready_timeout_s: float) -> None:
-        self.script, self.ready_timeout_s = script, ready_timeout_s
+    def __init__(self, name: str, ready_timeout_s: float) -> None:
+        self.name, self.ready_timeout_s = name, ready_timeout_s
         self.procs: list[subprocess.Popen[str]] = []
 
     def start(self, *args: str) -> subprocess.Popen[str]:
-        proc = subprocess.Popen([sys.executable, self.script, *args], stdin=subprocess.PIPE,
+        proc = subprocess.Popen(command(self.name, *args), cwd=REPO, stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True)
         self.procs.append(proc)
         return proc
@@ -41,7 +49,7 @@ class Helpers:
         reader.join(self.ready_timeout_s)
         parts = got[0].split() if got else []
         if not parts or parts[0] != word:
-            raise RuntimeError(f"helper {proc.args[2:]} failed (exit code {proc.poll()})")
+            raise RuntimeError(f"helper {proc.args[3:]} failed (exit code {proc.poll()})")
         return parts[1:]
 
     def __enter__(self) -> Helpers:

@@ -1,6 +1,6 @@
 """What the host view costs on a busy host: one packet capture for every process, in tmux.
 
-    python benchmarks/host_view_cost.py [--processes 50] [--connections 100] [--seconds 30]
+    python -m benchmarks host_view_cost [--processes 50] [--connections 100] [--seconds 30]
 
 --processes helper processes (each with librdkafka mapped, so the host view takes them
 for Kafka clients) hold --connections connections each to a listener helper that answers
@@ -31,15 +31,12 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-if str(HERE.parent) not in sys.path:
-    sys.path.insert(0, str(HERE.parent))
+import psutil
 
-import psutil  # noqa: E402
-from dashboard_cost import FD_SLACK  # noqa: E402
-from helpers import (  # noqa: E402
+from benchmarks.api import BenchmarkError, Result, UsageError
+from benchmarks.dashboard_cost import FD_SLACK
+from benchmarks.helpers import (
     Helpers,
     cpu_seconds,
     exit_when_parent_goes,
@@ -192,7 +189,7 @@ def engine_share(helpers: Helpers, clients: list[subprocess.Popen[str]], seconds
 def start_load(helpers: Helpers, processes: int, connections: int,
                rate: float) -> list[subprocess.Popen[str]]:
     """The listener, and ``processes`` clients of ``connections`` connections each sending
-    ``rate`` requests a second, ready (``helpers`` run this script)."""
+    ``rate`` requests a second, ready (``helpers`` run this benchmark)."""
     print(f"opening {processes} x {connections} connections ...", file=sys.stderr, flush=True)
     listener = helpers.start("--role", "listener", "--count", str(processes * connections))
     port = helpers.line(listener, "port")[0]
@@ -203,14 +200,12 @@ def start_load(helpers: Helpers, processes: int, connections: int,
     return clients
 
 
-def run(args: argparse.Namespace) -> int:
+def measure(args: argparse.Namespace) -> Result:
     if shutil.which("tmux") is None:
-        print("host_view_cost: needs tmux (apt-get install tmux)", file=sys.stderr)
-        return 1
+        raise BenchmarkError("needs tmux (apt-get install tmux)")
     if os.geteuid() != 0:
-        print("host_view_cost: the wire needs CAP_NET_RAW: run as root", file=sys.stderr)
-        return 1
-    with Helpers(__file__, READY_TIMEOUT_S) as helpers:
+        raise BenchmarkError("the wire needs CAP_NET_RAW: run as root")
+    with Helpers("host_view_cost", READY_TIMEOUT_S) as helpers:
         clients = start_load(helpers, args.processes, args.connections, args.rate)
         command = shlex.join([sys.executable, "-m", "kmon"])  # the host view, at 1 s
         tmux("new-session", "-d", "-x", str(SIZE[0]), "-y", str(SIZE[1]), "-s", "kmon",
@@ -244,7 +239,15 @@ def run(args: argparse.Namespace) -> int:
           f"{'yes' if MISSED in screen else 'no'}")
     met = view < CPU_TARGET and not missed and MISSED not in screen
     print(f"target (<{CPU_TARGET:.0%} of a core, no packet missed) {'met' if met else 'NOT met'}")
-    return 0
+    result = Result()
+    result.figure("host view", view * 100, "% of a core")
+    result.figure("engine alone beside it", engine * 100, "% of a core")
+    result.figure("engine, a tap per process", taps * 100, "% of a core")
+    result.figure("rows with a missed packet", missed)
+    result.ratio("host view / engine alone", "host view", "engine alone beside it")
+    result.ratio("one capture / a tap per process", "engine alone beside it",
+                 "engine, a tap per process")
+    return result
 
 
 def load_arguments(parser: argparse.ArgumentParser) -> None:
@@ -254,33 +257,33 @@ def load_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=float, default=2.0, help="Produce requests/s a process")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def options(parser: argparse.ArgumentParser) -> None:
     load_arguments(parser)
     parser.add_argument("--seconds", type=float, default=30.0, help="of each measurement")
-    parser.add_argument("--role", choices=("listener", "client", "engine"),
-                        help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--per-process", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.role:
-        exit_when_parent_goes()
-        if args.role == "listener":
-            role_listener(args.count)
-        elif args.role == "client":
-            role_client(args.port, args.count, args.rate)
-        else:
-            role_engine(args.seconds, args.count, args.per_process)
-        return 0
+
+
+ROLES = ("listener", "client", "engine")
+
+
+def helper(args: argparse.Namespace) -> int:
+    exit_when_parent_goes()
+    if args.role == "listener":
+        role_listener(args.count)
+    elif args.role == "client":
+        role_client(args.port, args.count, args.rate)
+    else:
+        role_engine(args.seconds, args.count, args.per_process)
+    return 0
+
+
+def run(args: argparse.Namespace) -> Result:
     if args.processes < 1 or args.connections < 1 or args.seconds < 5 or args.rate <= 0:
-        parser.error("need --processes >= 1, --connections >= 1, --seconds >= 5, --rate > 0")
+        raise UsageError("need --processes >= 1, --connections >= 1, --seconds >= 5, "
+                             "--rate > 0")
     try:
-        return run(args)
+        return measure(args)
     except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
-        print(f"host_view_cost: {exc}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        raise BenchmarkError(str(exc)) from exc

@@ -1,6 +1,6 @@
 """What reading a JVM's Kafka client metrics over JMX costs: attach latency and per-poll cost.
 
-    python benchmarks/jmx_cost.py [--instances 50] [--seconds 8] [--interval-ms 500]
+    python -m benchmarks jmx_cost [--instances 50] [--seconds 8] [--interval-ms 500]
 
 Targets are tests/java/FakeKafkaClient.java consumers on the embedded mock
 cluster (real sockets, Kafka's MBean names): one with a single client instance
@@ -33,14 +33,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+import psutil
 
-import psutil  # noqa: E402
-
-from kmon.sources.child_env import launching_with  # noqa: E402
-from kmon.sources.jmx import JmxReading, JmxSource  # noqa: E402
+from benchmarks.api import BenchmarkError, Result
+from benchmarks.helpers import REPO
+from kmon.sources.child_env import launching_with
+from kmon.sources.jmx import JmxReading, JmxSource
 
 FAKE = REPO / "tests" / "java" / "FakeKafkaClient.java"
 WARMUP_POLLS = 3  # the helper's and target's JIT warm up over the first polls
@@ -164,14 +162,15 @@ def collect(source: JmxSource, readings: list[JmxReading]) -> list[JmxReading]:
     return readings
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--instances", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--interval-ms", type=int, default=500)
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> Result:
     if shutil.which("java") is None:
-        raise SystemExit("java (a JDK 11+) is needed")
+        raise BenchmarkError("java (a JDK 11+) is needed")
 
     cluster_argv = [sys.executable, "-m", "kmon", "devcluster", "--brokers", "3"]
     cache = tempfile.mkdtemp(prefix="kmon-jmx-bench-")
@@ -228,8 +227,16 @@ def main() -> int:
         f"{big.helper_cpu_ms / max(base.helper_cpu_ms, 0.01):.1f}x",
         f"{big.target_cpu_ms / max(base.target_cpu_ms, 0.01):.1f}x",
         f"{big.helper_rss_mb / base.helper_rss_mb:.2f}x")))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    result = Result()
+    for name, seconds in (("attach, cold", cold), ("attach, warm", warm),
+                          ("kmon attach --once, JVM first", cli_fresh),
+                          ("kmon attach --once, librdkafka", cli_rdkafka)):
+        result.figure(name, seconds * 1000, "ms")
+    result.figure("poll, 1 instance", base.poll_ms_median, "ms")
+    result.figure(f"poll, {big.instances} instances", big.poll_ms_median, "ms")
+    result.ratio("attach cold / warm", "attach, cold", "attach, warm")
+    result.ratio("kmon attach --once, JVM / librdkafka", "kmon attach --once, JVM first",
+                 "kmon attach --once, librdkafka")
+    result.ratio(f"poll, {big.instances} instances / 1", f"poll, {big.instances} instances",
+                 "poll, 1 instance")
+    return result

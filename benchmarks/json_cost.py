@@ -1,6 +1,6 @@
 """What escaping C1 controls and DEL costs ``--json``: one snapshot of 2,000 connections.
 
-    python benchmarks/json_cost.py [--connections 2000] [--rounds 7]
+    python -m benchmarks json_cost [--connections 2000] [--rounds 7]
 
 Times one ``--json`` line as ``kmon attach`` makes it (``Snapshot.to_dict()``, then the
 bytes) with the escape (``kmon.json_lines.json_line``) and without it (``orjson.dumps``
@@ -13,18 +13,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-if str(HERE.parent) not in sys.path:
-    sys.path.insert(0, str(HERE.parent))
+import orjson
 
-import orjson  # noqa: E402
-
-from kmon.json_lines import escape_c1, json_line  # noqa: E402
-from kmon.model import ClientInstance, Connection, ProcessView, Role, Snapshot  # noqa: E402
+from benchmarks.api import Result
+from kmon.json_lines import escape_c1, json_line
+from kmon.model import ClientInstance, Connection, ProcessView, Role, Snapshot
 
 
 def snapshot(connections: int, text: str) -> Snapshot:
@@ -55,11 +50,13 @@ def seconds_per_line(snap: Snapshot, rounds: int) -> tuple[float, float]:
     return statistics.median(times[0]), statistics.median(times[1])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--connections", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=21)
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> Result:
+    result = Result()
     for case, text in (("ordinary strings", "svc"), ("C1 in every string", "\u009b31m\u0085x")):
         snap = snapshot(args.connections, text)
         baseline, escaped = seconds_per_line(snap, args.rounds)
@@ -69,13 +66,13 @@ def main() -> None:
               f"({args.connections / baseline:,.0f} rows/s), escaped {escaped * 1000:.2f} ms "
               f"({args.connections / escaped:,.0f} rows/s); ratio {escaped / baseline:.3f}; the "
               f"escape alone {alone * 1000:.3f} ms ({alone / baseline:.1%} of the line)")
+        result.figure(f"{case}: orjson alone", baseline * 1000, "ms a line")
+        result.figure(f"{case}: escaped", escaped * 1000, "ms a line")
+        result.ratio(f"{case}: escaped / orjson", f"{case}: escaped", f"{case}: orjson alone")
+    return result
 
 
 def timed(function, argument) -> float:
     started = time.perf_counter()
     function(argument)
     return time.perf_counter() - started
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """What a real cluster costs to start: ``kmon devcluster --kafka`` against the mock and a bare JVM.
 
-    python benchmarks/kafka_cluster_start.py [--brokers 3] [--rounds 2]
+    python -m benchmarks kafka_cluster_start [--brokers 3] [--rounds 2]
 
 Each round, in the same run, starts (1) ``kmon devcluster --kafka --brokers N``
 until its bootstrap line (a Metadata request named every node), (2) the
@@ -22,6 +22,7 @@ import time
 
 import psutil
 
+from benchmarks.api import Result
 from kmon.devtools import maven_jars
 
 
@@ -39,11 +40,12 @@ def stop(proc: subprocess.Popen) -> None:
     proc.wait(60)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--brokers", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> Result:
     started = time.monotonic()
     maven_jars.resolved_jars(*maven_jars.BROKER_JARS)
     print(f"jars ready in {time.monotonic() - started:.1f}s (a fetch only the first time)")
@@ -68,7 +70,10 @@ def main() -> None:
     real_s, mock_s, jvm_s = (statistics.median(v) for v in (real, mock, jvm))
     print(f"median start of {args.brokers} real nodes: {real_s:.1f}s = {real_s / mock_s:.0f}x "
           f"the mock cluster ({mock_s:.2f}s), {real_s / jvm_s:.0f}x a bare JVM ({jvm_s:.2f}s)")
-
-
-if __name__ == "__main__":
-    main()
+    result = Result()
+    result.figure("real cluster start", real_s, "s")
+    result.figure("mock cluster start", mock_s, "s")
+    result.figure("bare JVM start", jvm_s, "s")
+    result.ratio("real / mock", "real cluster start", "mock cluster start")
+    result.ratio("real / bare JVM", "real cluster start", "bare JVM start")
+    return result

@@ -11,7 +11,7 @@ connections open. Prints kmon's CPU seconds for each, their ratio, the
 connections the kernel counted in its last minute, and the kernel's lost-event
 count (read from kmon's notice, which appears once the counter moves).
 
-    sudo python benchmarks/kernel_events_cost.py [--rate 200] [--seconds 20] [--repeat 3]
+    sudo python -m benchmarks kernel_events_cost [--rate 200] [--seconds 20] [--repeat 3]
         [--host-connections 20000]
 """
 
@@ -30,6 +30,8 @@ from collections import deque
 from contextlib import suppress
 
 import psutil
+
+from benchmarks.api import BenchmarkError, Result
 
 CHURNER = """
 import socket, sys, time
@@ -109,17 +111,18 @@ def attach_cpu(pid: int, seconds: float) -> tuple[float, float, list[dict]]:
     return off, on, records[1]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=float, default=200.0, help="connections a second")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--repeat", type=int, default=3,
                         help="off/on pairs, each pair run side by side (their sums compared)")
     parser.add_argument("--host-connections", type=int, default=20_000,
                         help="unrelated loopback connections held open meanwhile")
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> Result:
     if os.geteuid() != 0:
-        sys.exit("the kernel events need root: run this as root")
+        raise BenchmarkError("the kernel events need root: run this as root")
     port = listener()
     loads = [subprocess.Popen([sys.executable, "-c", HOST_LOAD,
                                str(min(LOAD_PER_PROCESS, args.host_connections - start)),
@@ -131,7 +134,7 @@ def main() -> None:
     try:
         for load in loads:
             if load.stdout.readline().strip() != "READY":
-                sys.exit("the unrelated connections could not be opened")
+                raise BenchmarkError("the unrelated connections could not be opened")
         churner.stdout.readline()
         pairs = []
         for _ in range(args.repeat):
@@ -158,7 +161,9 @@ def main() -> None:
           f"(opened: about {args.rate * min(args.seconds, 60):.0f})")
     print(f"churn events with the kernel events: {churn[:2]}")
     print(f"events the kernel lost: {lost}")
-
-
-if __name__ == "__main__":
-    main()
+    result = Result()
+    result.figure("kmon CPU, kernel events off", off, "s")
+    result.figure("kmon CPU, kernel events on", on, "s")
+    result.figure("events lost", lost)
+    result.ratio("on / off", "kmon CPU, kernel events on", "kmon CPU, kernel events off")
+    return result

@@ -1,6 +1,6 @@
 """What one poll of a Kafka client's sockets costs: kmon's sock_diag reader vs psutil.
 
-    python benchmarks/poll_cost.py [--sockets 20000] [--connections 2000] [--polls 50]
+    python -m benchmarks poll_cost [--sockets 20000] [--connections 2000] [--polls 50]
 
 Three processes are polled: a "client process" holding 10 plain TCP connections
 (kmon's socket reader alone), a real instrumented Kafka consumer on the
@@ -29,7 +29,6 @@ import math
 import os
 import resource
 import selectors
-import signal
 import socket
 import statistics
 import subprocess
@@ -37,21 +36,17 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+import psutil
 
-import psutil  # noqa: E402
-from helpers import Helpers, exit_when_parent_goes, no_time_wait, raise_fd_limit  # noqa: E402
-
-from kmon.engine.monitor import Monitor  # noqa: E402
-from kmon.engine.sampler import ProcessSampler, SamplerSettings  # noqa: E402
-from kmon.sources.host_sockets import HostClients, client_pids  # noqa: E402
-from kmon.sources.sockdiag import SockDiagReader  # noqa: E402
-from kmon.sources.sockets import Endpoint  # noqa: E402
-from kmon.sources.sockstat import tcp_sockets  # noqa: E402
+from benchmarks.api import BenchmarkError, Result, UsageError
+from benchmarks.helpers import Helpers, exit_when_parent_goes, no_time_wait, raise_fd_limit
+from kmon.engine.monitor import Monitor
+from kmon.engine.sampler import ProcessSampler, SamplerSettings
+from kmon.sources.host_sockets import HostClients, client_pids
+from kmon.sources.sockdiag import SockDiagReader
+from kmon.sources.sockets import Endpoint
+from kmon.sources.sockstat import tcp_sockets
 
 CLIENT_CONNECTIONS = 10
 PER_PORT = 10_000  # connections per listening port: well inside the ephemeral port range
@@ -325,11 +320,11 @@ def kafka_consumer(spool: str) -> Iterator[int]:
             proc.wait()
 
 
-def run(sockets: int, connections: int, polls: int) -> int:
+def measure_all(sockets: int, connections: int, polls: int) -> Result:
     """Measure on the quiet host, load it with `sockets` sockets, measure again."""
     import tempfile
 
-    with (Helpers(__file__, READY_TIMEOUT_S) as helpers,
+    with (Helpers("poll_cost", READY_TIMEOUT_S) as helpers,
           client_process(helpers) as (pid, broker),
           tempfile.TemporaryDirectory() as spool, kafka_consumer(spool) as consumer):
         big = big_process(helpers, connections)
@@ -354,10 +349,25 @@ def run(sockets: int, connections: int, polls: int) -> int:
               f"net_connections of it, which reads no tcp_info; a poll a second, as kmon "
               f"polls: {kmon_paced:.1f} ms = {kmon_paced / psutil_paced:.2f}x psutil's "
               f"{psutil_paced:.1f} ms")
-    return 0
+    result = Result()
+    for row in rows:
+        result.figure(f"{row.scenario}: kmon", row.kmon_ms, "ms")
+        result.figure(f"{row.scenario}: psutil", row.psutil_ms, "ms")
+        result.ratio(f"{row.scenario}: kmon / psutil", f"{row.scenario}: kmon",
+                     f"{row.scenario}: psutil")
+        if row.paced:
+            result.figure(f"{row.scenario}, a poll a second: kmon", row.paced[0], "ms")
+            result.figure(f"{row.scenario}, a poll a second: psutil", row.paced[1], "ms")
+            result.ratio(f"{row.scenario}, a poll a second: kmon / psutil",
+                         f"{row.scenario}, a poll a second: kmon",
+                         f"{row.scenario}, a poll a second: psutil")
+    return result
 
 
-def run_helper(args: argparse.Namespace) -> int:
+ROLES = ("client", "listener", "connector")
+
+
+def helper(args: argparse.Namespace) -> int:
     """Play one helper role; its failure shows as one line and a missing "ready"."""
     exit_when_parent_goes()
     try:
@@ -373,34 +383,20 @@ def run_helper(args: argparse.Namespace) -> int:
     return 0
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sockets", type=int, default=20_000, help="other TCP sockets to open")
     parser.add_argument("--connections", type=int, default=2000,
                         help="connections of the big process")
     parser.add_argument("--polls", type=int, default=50, help="polls per measurement")
-    parser.add_argument(
-        "--role", choices=("client", "listener", "connector"), help=argparse.SUPPRESS
-    )
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--ports", help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.role:
-        return run_helper(args)
+
+
+def run(args: argparse.Namespace) -> Result:
     if args.sockets < 2 or args.polls < 1 or args.connections < 1:
-        parser.error("--sockets must be at least 2, --polls and --connections at least 1")
-
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        raise UsageError("--sockets must be at least 2, --polls and --connections at least 1")
     try:
-        return run(args.sockets, args.connections, args.polls)
-    except KeyboardInterrupt:
-        print("interrupted; helpers stopped", file=sys.stderr)
-        return 130
+        return measure_all(args.sockets, args.connections, args.polls)
     except (OSError, RuntimeError) as exc:
-        print(f"poll_cost: {exc}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        raise BenchmarkError(str(exc)) from exc

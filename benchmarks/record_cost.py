@@ -1,6 +1,6 @@
 """What recording costs: kmon record's CPU next to kmon attach's, and its disk use per hour.
 
-    python benchmarks/record_cost.py [--seconds 30]
+    python -m benchmarks record_cost [--seconds 30]
 
 One instrumented client process on the embedded mock cluster (a consumer and
 a producer in one process, producing to every partition, so it holds several
@@ -30,6 +30,8 @@ from pathlib import Path
 
 import psutil
 import pyarrow.dataset as ds
+
+from benchmarks.api import BenchmarkError, Result
 
 WARM_UP_S = 3.0
 INTERVAL = "1s"
@@ -89,7 +91,7 @@ def recorded(root: Path) -> tuple[int, float, float]:
     return size, seconds, len(stamps) / len(polls)
 
 
-def run(seconds: float) -> int:
+def measure(seconds: float) -> Result:
     with processes() as started, tempfile.TemporaryDirectory() as tmp:
         os.environ["KMON_SPOOL_DIR"] = str(Path(tmp, "spool"))
         Path(tmp, "spool").mkdir(mode=0o700)
@@ -130,7 +132,13 @@ def run(seconds: float) -> int:
               f"{per_hour / 1e6:6.2f} MB/hour, {per_hour / connections / 1e3:6.1f} kB/hour "
               f"per connection, {per_hour / connections * 10 / 1e6:5.2f} MB/hour for 10")
     print(f"recorder's own summary: {summary}")
-    return 0
+    result = Result()
+    (attach, attach_cpu), (record, record_cpu) = cpu.items()
+    result.figure("attach --json CPU share", attach_cpu / wall * 100, "% of a core")
+    result.figure("record CPU share", record_cpu / wall * 100, "% of a core")
+    result.figure("disk, compacted", stopped[0] * 3600 / stopped[1] / 1e6, "MB/hour")
+    result.ratio("record / attach --json", "record CPU share", "attach --json CPU share")
+    return result
 
 
 def print_cpu(cpu: dict[str, float], wall: float) -> None:
@@ -144,18 +152,12 @@ def print_cpu(cpu: dict[str, float], wall: float) -> None:
     print(f"ratio record / attach: {recording / baseline:.2f}")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="measured wall time")
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> Result:
     try:
-        return run(args.seconds)
-    except KeyboardInterrupt:
-        return 130
+        return measure(args.seconds)
     except (OSError, RuntimeError, psutil.Error) as exc:
-        print(f"record_cost: {exc}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        raise BenchmarkError(str(exc)) from exc

@@ -1,6 +1,6 @@
 """What ``kmon replay`` holds in memory for a recording, against the file's size.
 
-    python benchmarks/replay_memory.py [--frames 40] [--connections 2000]
+    python -m benchmarks replay_memory [--frames 40] [--connections 2000]
 
 Writes a recording of --frames snapshots of --connections rows each (as ``kmon attach
 --json`` writes them; json_cost.py's snapshot), then, each in a fresh process, measures
@@ -19,29 +19,29 @@ from __future__ import annotations
 import argparse
 import resource
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-if str(HERE.parent) not in sys.path:
-    sys.path.insert(0, str(HERE.parent))
+from benchmarks.api import Result
+from benchmarks.helpers import REPO, command
+from benchmarks.json_cost import snapshot
+from kmon.engine.replay import Recording, Replay, frame_from_line
+from kmon.json_lines import json_line
 
-from json_cost import snapshot  # noqa: E402
-
-from kmon.engine.replay import Recording, Replay, frame_from_line  # noqa: E402
-from kmon.json_lines import json_line  # noqa: E402
+#: the helper's roles: how it reads the recording
+ROLES = ("streamed", "held")
 
 
 def peak_above_start_mb(how: str, path: Path) -> float:
-    """Run this script as a helper that reads ``path`` ``how``; its peak RSS growth in MB."""
-    out = subprocess.run([sys.executable, __file__, "--read", how, str(path)],
+    """Run this benchmark as a helper that reads ``path`` ``how``; its peak RSS growth in MB."""
+    out = subprocess.run(command("replay_memory", "--role", how, "--path", str(path)), cwd=REPO,
                          capture_output=True, text=True, check=True).stdout
     return float(out.split()[-1])
 
 
-def read(how: str, path: Path) -> None:
+def helper(args: argparse.Namespace) -> int:
     """The helper: read the recording, print the peak RSS growth in MB."""
+    how, path = args.role, Path(args.path)
     start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     if how == "streamed":
         replay = Replay(Recording(path))
@@ -51,17 +51,16 @@ def read(how: str, path: Path) -> None:
         frames = [frame_from_line(line) for line in path.read_bytes().split(b"\n") if line.strip()]
         assert frames
     print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - start) / 1024)
+    return 0
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--frames", type=int, default=40)
     parser.add_argument("--connections", type=int, default=2000)
-    parser.add_argument("--read", nargs=2, metavar=("HOW", "PATH"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.read:
-        read(args.read[0], Path(args.read[1]))
-        return
+    parser.add_argument("--path", help=argparse.SUPPRESS)
+
+
+def run(args: argparse.Namespace) -> Result:
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "recording.jsonl"
         with open(path, "wb") as f:
@@ -78,7 +77,10 @@ def main() -> None:
     print(f"baseline (every frame held): peak {held:.1f} MB above start "
           f"({held / size_mb:.2f}x the file)")
     print(f"ratio streamed / held: {streamed / held:.3f}")
-
-
-if __name__ == "__main__":
-    main()
+    result = Result()
+    result.figure("recording", size_mb, "MB")
+    result.figure("streamed peak", streamed, "MB")
+    result.figure("held peak", held, "MB")
+    result.ratio("streamed / held", "streamed peak", "held peak")
+    result.ratio("streamed / file", "streamed peak", "recording")
+    return result

@@ -1,6 +1,6 @@
 """What the per-process sample costs on a busy host, against the kernel read it starts with.
 
-    python benchmarks/sampler_cost.py [--processes 50] [--connections 100] [--polls 30]
+    python -m benchmarks sampler_cost [--processes 50] [--connections 100] [--polls 30]
 
 The load of ``host_view_cost.py`` (--processes helper processes of --connections
 connections each to a listener that answers like a broker, --rate Produce requests a
@@ -20,28 +20,23 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import sys
 import time
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-if str(HERE.parent) not in sys.path:
-    sys.path.insert(0, str(HERE.parent))
-
-import host_view_cost  # noqa: E402
-from helpers import Helpers  # noqa: E402
+from benchmarks import host_view_cost
+from benchmarks.api import BenchmarkError, Result, UsageError
+from benchmarks.helpers import Helpers
 
 WARM_UP_POLLS = 30  # at most, until every row is a broker's by the wire
 
 
-def run(args: argparse.Namespace) -> int:
+def measure(args: argparse.Namespace) -> Result:
     from kmon.engine.heap import settle_heap
     from kmon.engine.sampler import ProcessSampler, SamplerSettings
     from kmon.model import Role
     from kmon.sources.host_wire import HostWire
     from kmon.sources.socket_readers import open_socket_reader
 
-    with Helpers(host_view_cost.__file__, host_view_cost.READY_TIMEOUT_S) as helpers:
+    with Helpers("host_view_cost", host_view_cost.READY_TIMEOUT_S) as helpers:
         clients = host_view_cost.start_load(helpers, args.processes, args.connections,
                                             args.rate)
         reader, wire = open_socket_reader(), HostWire()
@@ -76,8 +71,7 @@ def run(args: argparse.Namespace) -> int:
             for sampler in samplers:
                 sampler.close()
     if not measured:
-        print("sampler_cost: the wire never named every connection's role", file=sys.stderr)
-        return 1
+        raise BenchmarkError("the wire never named every connection's role")
     polls = measured
     print(f"the sample of {args.processes} processes x {args.connections} connections, "
           f"{args.rate:g} Produce requests/s each, --wire auto, {polls} polls a second apart "
@@ -88,25 +82,24 @@ def run(args: argparse.Namespace) -> int:
           f"({sample_s / rows * 1e6:.1f} us a row)")
     print(f"  their sockets alone   {read_s / polls * 1000:7.1f} ms a poll   "
           f"ratio {sample_s / read_s:.2f}x")
-    return 0
+    result = Result()
+    result.figure("sample every process", sample_s / polls * 1000, "ms a poll")
+    result.figure("their sockets alone", read_s / polls * 1000, "ms a poll")
+    result.ratio("sample / sockets alone", "sample every process", "their sockets alone")
+    return result
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def options(parser: argparse.ArgumentParser) -> None:
     host_view_cost.load_arguments(parser)
     parser.add_argument("--polls", type=int, default=30)
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> Result:
     if args.processes < 1 or args.connections < 1 or args.polls < 1 or args.rate <= 0:
-        parser.error("need --processes >= 1, --connections >= 1, --polls >= 1, --rate > 0")
+        raise UsageError("need --processes >= 1, --connections >= 1, --polls >= 1, --rate > 0")
     if os.geteuid() != 0:
-        print("sampler_cost: the wire needs CAP_NET_RAW: run as root", file=sys.stderr)
-        return 1
+        raise BenchmarkError("the wire needs CAP_NET_RAW: run as root")
     try:
-        return run(args)
+        return measure(args)
     except (OSError, RuntimeError) as exc:
-        print(f"sampler_cost: {exc}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        raise BenchmarkError(str(exc)) from exc

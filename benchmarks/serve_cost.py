@@ -1,8 +1,8 @@
 """What ``kmon serve`` costs on a busy host: CPU, scrape time, and memory over a simulated day.
 
-    python benchmarks/serve_cost.py [--processes 50] [--connections 100] [--seconds 60]
+    python -m benchmarks serve_cost [--processes 50] [--connections 100] [--seconds 60]
                                     [--day-polls 17280]
-    python benchmarks/serve_cost.py --quick      # a short smoke run
+    python -m benchmarks serve_cost --quick      # a short smoke run
 
 1. CPU and scrapes. --processes helper processes (each with librdkafka mapped, so
 the host view takes them for Kafka clients) hold --connections connections each
@@ -36,17 +36,13 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-if str(HERE.parent) not in sys.path:
-    sys.path.insert(0, str(HERE.parent))
+import psutil
 
-import psutil  # noqa: E402
-from dashboard_cost import role_client, role_listener  # noqa: E402
-from helpers import Helpers, cpu_seconds, exit_when_parent_goes  # noqa: E402
-
-from kmon.model import (  # noqa: E402
+from benchmarks.api import BenchmarkError, Result, UsageError
+from benchmarks.dashboard_cost import role_client, role_listener
+from benchmarks.helpers import Helpers, cpu_seconds, exit_when_parent_goes
+from kmon.model import (
     CloseStory,
     Connection,
     Event,
@@ -121,7 +117,7 @@ def start_serve(wire: str) -> tuple[subprocess.Popen, str]:
 
 
 def cpu_and_scrapes(processes: int, connections: int, seconds: float, wire: str) -> dict:
-    with Helpers(__file__, READY_TIMEOUT_S) as helpers:
+    with Helpers("serve_cost", READY_TIMEOUT_S) as helpers:
         listener = helpers.start("--role", "listener", "--count", str(processes * connections))
         port = helpers.line(listener, "port")[0]
         clients = [helpers.start("--role", "client", "--port", port, "--count",
@@ -241,7 +237,7 @@ def memory_over_a_day(processes: int, connections: int, polls: int) -> list[tupl
 # -- report -------------------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace) -> int:
+def measure(args: argparse.Namespace) -> Result:
     print(f"kmon serve cost: Python {platform.python_version()}, {os.cpu_count()} CPUs; "
           f"{args.processes} processes x {args.connections} connections")
     cpu = cpu_and_scrapes(args.processes, args.connections, args.seconds, args.wire)
@@ -259,11 +255,19 @@ def run(args: argparse.Namespace) -> int:
           f" h at {INTERVAL_S:g}s; {time.perf_counter() - began:.0f}s to run): RSS "
           + ", ".join(f"@{poll}: {rss / MIB:.1f} MiB" for poll, rss in points)
           + f"; @end/@first {points[-1][1] / points[0][1]:.3f}")
-    return 0
+    result = Result()
+    result.figure("kmon serve CPU", cpu["serve"] * 100, "% of a core")
+    result.figure("engine alone CPU", cpu["engine"] * 100, "% of a core")
+    result.figure("scrape median", statistics.median(cpu["burst_ms"]), "ms")
+    result.figure("RSS, first", points[0][1] / MIB, "MiB")
+    result.figure("RSS, end of the day", points[-1][1] / MIB, "MiB")
+    if cpu["engine"]:
+        result.ratio("serve / engine", "kmon serve CPU", "engine alone CPU")
+    result.ratio("RSS end / first", "RSS, end of the day", "RSS, first")
+    return result
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--processes", type=int, default=50)
     parser.add_argument("--connections", type=int, default=100, help="per process")
     parser.add_argument("--seconds", type=float, default=60.0, help="of the CPU measurement")
@@ -274,27 +278,31 @@ def main() -> int:
                              "the host's one packet capture, as root)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 5 processes, 20 s, 600 polls")
-    parser.add_argument("--role", choices=("listener", "client", "engine"),
-                        help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.role:
-        exit_when_parent_goes()
-        if args.role == "listener":
-            role_listener(args.count)
-        elif args.role == "client":
-            role_kafka_client(args.port, args.count)
-        else:
-            role_engine(args.seconds, args.wire, args.count)
-        return 0
+
+
+ROLES = ("listener", "client", "engine")
+
+
+def helper(args: argparse.Namespace) -> int:
+    exit_when_parent_goes()
+    if args.role == "listener":
+        role_listener(args.count)
+    elif args.role == "client":
+        role_kafka_client(args.port, args.count)
+    else:
+        role_engine(args.seconds, args.wire, args.count)
+    return 0
+
+
+def run(args: argparse.Namespace) -> Result:
     if args.quick:
         args.processes, args.seconds, args.day_polls = 5, 20.0, 600
     if args.processes < 1 or args.connections < 1 or args.seconds < 15 or args.day_polls < 6:
-        parser.error("need --processes >= 1, --connections >= 1, --seconds >= 15, "
-                     "--day-polls >= 6")
-    return run(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        raise UsageError("need --processes >= 1, --connections >= 1, --seconds >= 15, "
+                             "--day-polls >= 6")
+    try:
+        return measure(args)
+    except (OSError, RuntimeError) as exc:
+        raise BenchmarkError(str(exc)) from exc

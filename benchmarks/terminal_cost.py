@@ -1,6 +1,6 @@
 """What a user feels: kmon's CPU share in a real terminal at 2,000 connections.
 
-    python benchmarks/terminal_cost.py [--connections 2000] [--seconds 30] [--rounds 3]
+    python -m benchmarks terminal_cost [--connections 2000] [--seconds 30] [--rounds 3]
 
 A helper process holds --connections connections to another (dashboard_cost.py's
 helper roles: a few connections carry traffic, so rates and idle ages move).
@@ -32,15 +32,17 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-if str(HERE.parent) not in sys.path:
-    sys.path.insert(0, str(HERE.parent))
+import psutil
 
-import psutil  # noqa: E402
-from dashboard_cost import READY_TIMEOUT_S, closing_readers, engine_cpu_share, start_clients  # noqa: E402
-from helpers import Helpers  # noqa: E402
+from benchmarks.api import BenchmarkError, Result, UsageError
+from benchmarks.dashboard_cost import (
+    READY_TIMEOUT_S,
+    closing_readers,
+    engine_cpu_share,
+    start_clients,
+)
+from benchmarks.helpers import Helpers
 
 WARM_UP_S = 5.0
 SIZE = (200, 60)
@@ -107,13 +109,11 @@ def dashboard_share(pid: int, seconds: float, readers: list) -> tuple[float, flo
         subprocess.run(["tmux", "-L", TMUX_SOCKET, "kill-server"], capture_output=True)
 
 
-def run(args: argparse.Namespace) -> int:
+def measure(args: argparse.Namespace) -> Result:
     if shutil.which("tmux") is None:
-        print("terminal_cost: needs tmux (apt-get install tmux)", file=sys.stderr)
-        return 1
-    helper_script = str(HERE / "dashboard_cost.py")
+        raise BenchmarkError("needs tmux (apt-get install tmux)")
     rounds: list[tuple[float, float, float, float, float]] = []
-    with Helpers(helper_script, READY_TIMEOUT_S) as helpers, closing_readers() as readers:
+    with Helpers("dashboard_cost", READY_TIMEOUT_S) as helpers, closing_readers() as readers:
         print(f"opening {args.connections} connections ...", file=sys.stderr, flush=True)
         pid = start_clients(helpers, [args.connections])[0]
         for number in range(1, args.rounds + 1):
@@ -139,24 +139,29 @@ def run(args: argparse.Namespace) -> int:
           f"(target <=2x); --json {json_lines:.2%} (target <8%), {json_ratio:.2f}x the engine")
     met = dashboard < DASHBOARD_TARGET and ratio <= RATIO_TARGET and json_lines < JSON_TARGET
     print(f"targets {'met' if met else 'NOT met'}")
-    return 0
+    result = Result()
+    result.figure("dashboard, median", dashboard * 100, "% of a core")
+    result.figure("engine beside it, median", statistics.median(r[0] for r in rounds) * 100,
+                  "% of a core")
+    result.figure("--json, median", json_lines * 100, "% of a core")
+    result.figure("engine beside --json, median", statistics.median(r[4] for r in rounds) * 100,
+                  "% of a core")
+    result.ratio("dashboard / engine", "dashboard, median", "engine beside it, median")
+    result.ratio("--json / engine", "--json, median", "engine beside --json, median")
+    return result
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--connections", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=30.0, help="seconds of each measurement")
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds of the two measurements (medians are the result)")
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> Result:
     if args.connections < 1 or args.seconds < 2 or args.rounds < 1:
-        parser.error("need --connections >= 1, --seconds >= 2 and --rounds >= 1")
+        raise UsageError("need --connections >= 1, --seconds >= 2 and --rounds >= 1")
     try:
-        return run(args)
+        return measure(args)
     except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
-        print(f"terminal_cost: {exc}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        raise BenchmarkError(str(exc)) from exc

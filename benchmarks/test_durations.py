@@ -7,7 +7,7 @@ then with this checkout's. Each test's seconds (set-up, call and tear-down, from
 JUnit XML) are printed side by side with the totals, their ratio, and the load average
 before each run (a busy machine makes both slower: compare runs of similar load).
 
-    python benchmarks/test_durations.py [--base REF] -- tests/test_monitor.py -k bounded
+    python -m benchmarks test_durations [--base REF] -- tests/test_monitor.py -k bounded
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from benchmarks.api import Result
+from benchmarks.helpers import REPO
 
 
 def export(ref: str, target: Path) -> None:
@@ -52,11 +53,12 @@ def durations(root: Path, selection: list[str], report: Path) -> tuple[dict[str,
     return times, " ".join([summary, *(f"FAILED {test}" for test in failed)])
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base", default="HEAD~", help="the commit to compare with")
     parser.add_argument("selection", nargs="+", help="pytest arguments (after --)")
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> Result:
     with tempfile.TemporaryDirectory(prefix="kmon-test-durations-") as tmp:
         base = Path(tmp) / "base"
         base.mkdir()
@@ -78,8 +80,9 @@ def main() -> int:
     print(f"now / {args.base}: {ratio} "
           f"(load before each run: {before_load:.2f}, {after_load:.2f})")
     print(f"{args.base}: {before_line}\nnow: {after_line}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    result = Result()
+    result.figure(f"{args.base} total", total_before, "s")
+    result.figure("now total", total_after, "s")
+    if total_before:
+        result.ratio(f"now / {args.base}", "now total", f"{args.base} total")
+    return result

@@ -1,7 +1,7 @@
 """What the wire source costs and what it buys: kmon's CPU with ``--wire auto`` vs ``off``
 on a busy producer, and the time from attach to every role at confidence 1.0.
 
-    sudo python benchmarks/wire_cost.py [--mb-per-s 60] [--seconds 8] [--rounds 2]
+    sudo python -m benchmarks wire_cost [--mb-per-s 60] [--seconds 8] [--rounds 2]
 
 1. A confluent-kafka producer pushes --mb-per-s over loopback to the embedded
    cluster (100 kB messages, paced). ``kmon attach PID --json`` runs beside it for
@@ -29,10 +29,9 @@ import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import cpu_seconds  # noqa: E402
+from benchmarks.api import BenchmarkError, Result
+from benchmarks.helpers import REPO, cpu_seconds
 
-REPO = Path(__file__).resolve().parent.parent
 WARM_UP_S = 5  # the wire's first polls learn the brokers: its steady state starts after
 NODE_MODULES = REPO / "tests" / "node" / "node_modules"
 
@@ -122,7 +121,8 @@ def kmon_cpu(pid: int, wire: str, seconds: float) -> tuple[float, float, int]:
     return share, start - attached, drops
 
 
-def cpu_figures(cluster: str, mb_per_s: float, seconds: float, rounds: int) -> None:
+def cpu_figures(cluster: str, mb_per_s: float, seconds: float, rounds: int,
+                result: Result) -> None:
     producer = Lines([sys.executable, "-c", PRODUCER, cluster, str(mb_per_s)])
     try:
         producer.wait_for("READY")
@@ -144,6 +144,10 @@ def cpu_figures(cluster: str, mb_per_s: float, seconds: float, rounds: int) -> N
     print(f"kmon --wire auto: {on:7.3%} of a core  ratio {on / off:.2f}x  "
           f"first {WARM_UP_S} s: {warm_on:5.1f} ms of CPU")
     print(f"wire's extra: {on - off:+.3%} of a core; packets dropped {drops}")
+    result.figure("kmon --wire off", off * 100, "% of a core")
+    result.figure("kmon --wire auto", on * 100, "% of a core")
+    result.figure("packets dropped", drops)
+    result.ratio("wire auto / off", "kmon --wire auto", "kmon --wire off")
 
 
 def consumers(cluster: str, topic: str) -> dict[str, list[str]]:
@@ -209,23 +213,22 @@ def role_figures(cluster: str) -> None:
         print(f"{name:16} every role at 1.0: wire {shown:>8}   without the wire: {other}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mb-per-s", type=float, default=60.0)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=2)
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> Result:
     if os.geteuid() != 0:
-        sys.exit("wire_cost: run as root (the wire needs CAP_NET_RAW)")
+        raise BenchmarkError("run as root (the wire needs CAP_NET_RAW)")
+    result = Result()
     cluster = Lines([sys.executable, "-m", "kmon", "devcluster", "--brokers", "3"])
     try:
         cluster.wait_for("127.0.0.1:")
         bootstrap = next(line for line in cluster.lines if line.startswith("127.0.0.1:")).strip()
-        cpu_figures(bootstrap, args.mb_per_s, args.seconds, args.rounds)
+        cpu_figures(bootstrap, args.mb_per_s, args.seconds, args.rounds, result)
         role_figures(bootstrap)
     finally:
         cluster.stop()
-
-
-if __name__ == "__main__":
-    main()
+    return result

@@ -1,7 +1,7 @@
 """What hostile peers and spools make kmon spend: its memory under a FindCoordinator flood,
 its snapshot rate beside a dripping "broker", and its poll time over a flood of spool files.
 
-    sudo python benchmarks/wire_flood.py [--seconds 60]
+    sudo python -m benchmarks wire_flood [--seconds 60]
 
 1. Flood: a plain client asks a fake broker (kmon.devtools.hostile_broker, mode
    ``coordinators``) for its coordinator as fast as it answers, every answer naming a
@@ -35,6 +35,7 @@ from pathlib import Path
 
 import psutil
 
+from benchmarks.api import BenchmarkError, Result
 from kmon.devtools.hostile_broker import HostileBroker, find_coordinator_request
 from kmon.sources import spool
 from kmon.sources.librdkafka_stats import read_client_stats
@@ -71,7 +72,7 @@ def _attached(broker: HostileBroker, api: str, seconds: float, interval: str = "
         broker.close()
 
 
-def flood(seconds: float) -> None:
+def flood(seconds: float, result: Result) -> None:
     quiet_rss, _ = _attached(HostileBroker("quiet"), "find_coordinator", seconds)
     broker = HostileBroker("coordinators")
     flood_rss, _ = _attached(broker, "find_coordinator", seconds)
@@ -79,13 +80,19 @@ def flood(seconds: float) -> None:
           f"end {flood_rss[-1] / MB:.0f} MB (peak {max(flood_rss) / MB:.0f} MB), baseline "
           f"(one coordinator named) {quiet_rss[-1] / MB:.0f} MB (peak "
           f"{max(quiet_rss) / MB:.0f} MB): {flood_rss[-1] / quiet_rss[-1]:.2f}x")
+    result.figure("flood: kmon RSS at the end", flood_rss[-1] / MB, "MB")
+    result.figure("quiet: kmon RSS at the end", quiet_rss[-1] / MB, "MB")
+    result.ratio("flood / quiet RSS", "flood: kmon RSS at the end", "quiet: kmon RSS at the end")
 
 
-def drip(seconds: float = 10) -> None:
+def drip(result: Result, seconds: float = 10) -> None:
     _, quiet = _attached(HostileBroker("quiet"), "metadata", seconds, "500ms")
     _, dripped = _attached(HostileBroker("drip"), "metadata", seconds, "500ms")
     print(f"drip: kmon attach --interval 500ms printed {dripped} snapshots in {seconds:.0f} s "
           f"beside a dripping broker, {quiet} beside a quiet one: {dripped / quiet:.2f}x")
+    result.figure("drip: snapshots", dripped)
+    result.figure("quiet: snapshots", quiet)
+    result.ratio("drip / quiet snapshots", "drip: snapshots", "quiet: snapshots")
 
 
 def _spool_of(directory: Path, files: int, size: int) -> None:
@@ -111,7 +118,7 @@ def _read_time(directory: Path, rounds: int = 5) -> tuple[float, int]:
     return best, taken
 
 
-def spool_flood() -> None:
+def spool_flood(result: Result) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         _spool_of(Path(tmp) / "flood", 50, spool.MAX_RECORD_BYTES - 4096)
         capped, taken = _read_time(Path(tmp) / "flood")
@@ -124,6 +131,9 @@ def spool_flood() -> None:
         print(f"spool: one poll's read of 50 files of 1 MiB took {capped * 1000:.0f} ms "
               f"({taken} files read), {whole * 1000:.0f} ms without the caps: "
               f"{capped / whole:.3f}x")
+        result.figure("spool read, capped", capped * 1000, "ms")
+        result.figure("spool read, uncapped", whole * 1000, "ms")
+        result.ratio("spool capped / uncapped", "spool read, capped", "spool read, uncapped")
 
 
 def _read_headers(headers: int = 20_000, rounds: int = 5) -> float:
@@ -158,7 +168,7 @@ def _read_headers(headers: int = 20_000, rounds: int = 5) -> float:
     return best
 
 
-def frame_boundaries() -> None:
+def frame_boundaries(result: Result) -> None:
     from kmon.sources import frame_boundaries as fb
 
     checked = _read_headers()
@@ -171,19 +181,21 @@ def frame_boundaries() -> None:
     print(f"frame boundaries: reading 20,000 request headers took {checked * 1000:.1f} ms "
           f"with the sequence check, {unchecked * 1000:.1f} ms without: "
           f"{checked / unchecked:.2f}x")
+    result.figure("headers read, checked", checked * 1000, "ms")
+    result.figure("headers read, unchecked", unchecked * 1000, "ms")
+    result.ratio("sequence check on / off", "headers read, checked", "headers read, unchecked")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=60.0)
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> Result:
     if os.geteuid() != 0:
-        sys.exit("run as root: the wire needs CAP_NET_RAW")
-    spool_flood()
-    frame_boundaries()
-    drip()
-    flood(args.seconds)
-
-
-if __name__ == "__main__":
-    main()
+        raise BenchmarkError("run as root: the wire needs CAP_NET_RAW")
+    result = Result()
+    spool_flood(result)
+    frame_boundaries(result)
+    drip(result)
+    flood(args.seconds, result)
+    return result

@@ -13,13 +13,14 @@ from benchmarks.truth import report
 from benchmarks.truth.scenarios import SCENARIOS, run
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """Run the scenarios ``argv`` names (the command line's when None)."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.truth")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS),
                         help=f"comma-separated, of: {', '.join(SCENARIOS)} (default: all)")
     parser.add_argument("--out", type=Path, default=None, metavar="FILE",
                         help="write the matrices as markdown here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:

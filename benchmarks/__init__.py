@@ -1,0 +1,1 @@
+"""kmon's benchmarks: ``python -m benchmarks NAME`` (``--list`` names them)."""
