@@ -258,7 +258,9 @@ def test_the_host_view_never_lists_a_broker_jvm(kafka, start_client_at):
     # be found serving: the client's connections reach its listening sockets
     search = HostClients()
     try:
-        assert search.serving(brokers | {client.pid}) == brokers
+        # (a producer need not reach every broker: those it reaches are found serving)
+        served = search.serving(brokers | {client.pid})
+        assert served and served <= brokers, served
     finally:
         search.close()
 

@@ -77,8 +77,9 @@ def test_demo_and_attach_at_80x24_show_their_rows_idle_reap_in_and_q_and_help():
         tmux.start("demo", kmon, "demo")
         lines = tmux.wait("demo", lambda ls: any(ls) and any(
             ln.startswith("╭─ local client processes") for ln in ls)
-            and len(panel_rows(ls, "local client processes")) >= 3,
-            "three process rows in the demo's watch screen")
+            and len(rows := panel_rows(ls, "local client processes")) >= 3
+            and any("consumer" in line for _, line in rows),  # named as the demo names it
+            "three process rows in the demo's watch screen, a consumer's among them")
         rows = panel_rows(lines, "local client processes")
         footer = lines[-1]
         print(f"kmon demo at 80x24: {len(rows)} process rows; footer: {footer.strip()}")
