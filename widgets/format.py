@@ -7,6 +7,7 @@ from functools import lru_cache
 
 from rich.text import Text
 
+from kmon.model import Finding
 from kmon.tcp_state import TcpState
 from kmon.units import format_duration as duration  # the one format, for every screen
 
@@ -109,3 +110,11 @@ def _bar(filled: int, style: str, label: str) -> Text:
     bar.append("·" * (BAR_WIDTH - filled), style="dim")
     bar.append(f" {label}")
     return bar
+
+
+
+def finding_line(finding: Finding, pid: int | None = None) -> str:
+    """A finding in one line, since when (and of ``pid`` where more than one process is
+    shown); process-controlled text, for ``plain``."""
+    who = f"pid {pid} · " if pid is not None else ""
+    return f"{who}since {clock(finding.since_ms)} · {finding.words()}"
