@@ -1,0 +1,106 @@
+"""Findings against real confluent-kafka clients of the mock cluster: ``fd_near_limit`` (a
+consumer whose soft RLIMIT_NOFILE is low, holding descriptors up to near it) and
+``duplicate_client_id`` (two consumers with one client.id), each in ``kmon attach --json``
+and ``kmon ps -o json``, and each one's negative twin raising nothing."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import pytest
+from helpers import kmon, unique, wait_for
+
+pytestmark = pytest.mark.integration
+
+FINDING_WITHIN_S = 25  # the issue's acceptance: the finding appears within 25 s
+FD_LIMIT = 256
+# sets the soft limit on open files, opens /dev/null until the process holds TARGET
+# descriptors, then runs the rest of its arguments in its place (the same pid)
+FD_WRAPPER = """
+import os, resource, sys
+limit, target = int(sys.argv[1]), int(sys.argv[2])
+hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+while len(os.listdir("/proc/self/fd")) < target:
+    os.set_inheritable(os.open("/dev/null", os.O_RDONLY), True)
+os.execv(sys.argv[3], sys.argv[3:])
+"""
+
+
+def fd_holder(start_client, held: int):
+    """A consumer (its own client.id) under a soft limit of FD_LIMIT files, holding ``held``
+    descriptors before its client starts."""
+    wrapper = [sys.executable, "-c", FD_WRAPPER, str(FD_LIMIT), str(held)]
+    return start_client("consumer", wrapper=wrapper,
+                        extra_args=("--client-id", unique("fd-holder")))
+
+
+def attach_findings(pid: int) -> list[dict]:
+    result = kmon("attach", str(pid), "--once", "--json", "--settle", "0")
+    assert result.returncode == 0, result.stderr
+    (process,) = json.loads(result.stdout)["processes"]
+    return process["findings"]
+
+
+def ps_findings(*pids: int) -> dict[int, list[dict]]:
+    """``kmon ps -o json``'s findings of ``pids`` (the host runs other tests' clients too)."""
+    result = kmon("ps", "-o", "json", "--settle", "0")
+    assert result.returncode == 0, result.stderr
+    return {row["pid"]: row["findings"] for row in json.loads(result.stdout)["processes"]
+            if row["pid"] in pids}
+
+
+def of(findings: list[dict], reason: str) -> list[dict]:
+    return [f for f in findings if f["reason"] == reason]
+
+
+def test_a_consumer_near_its_fd_limit_is_named_with_its_figures(start_client):
+    started = time.monotonic()
+    client = fd_holder(start_client, held=210)
+    (found,) = wait_for(lambda: of(attach_findings(client.pid), "fd_near_limit"),
+                        "fd_near_limit in kmon attach --json", FINDING_WITHIN_S, every=0.5)
+    took = time.monotonic() - started
+    evidence = found["evidence"]
+    assert evidence["limit"] == FD_LIMIT
+    assert 0.8 * FD_LIMIT <= evidence["open_fds"] < FD_LIMIT
+    assert 1 <= evidence["kafka_sockets"] <= 10  # its connections to the three brokers
+    assert f"{evidence['open_fds']} of {FD_LIMIT} file descriptors" in found["detail"]
+    assert "LimitNOFILE" in found["fix"] and found["since_ms"] > 0
+    (in_ps,) = of(ps_findings(client.pid)[client.pid], "fd_near_limit")
+    assert in_ps["evidence"]["limit"] == FD_LIMIT
+    print(f"fd_near_limit: {took:.1f} s from the client's start to the finding in attach")
+
+
+def test_a_consumer_at_a_tenth_of_its_fd_limit_raises_nothing(start_client):
+    client = fd_holder(start_client, held=0)
+    assert attach_findings(client.pid) == []
+    assert ps_findings(client.pid) == {client.pid: []}
+
+
+def test_two_consumers_with_one_client_id_are_named_together(start_client):
+    shared = unique("orders-app")
+    clients = [start_client("consumer", extra_args=("--client-id", shared)) for _ in range(2)]
+    started = time.monotonic()
+    pids = {c.pid for c in clients}
+    rows = wait_for(lambda: (r := ps_findings(*pids)).keys() == pids
+                    and all(of(f, "duplicate_client_id") for f in r.values()) and r,
+                    "duplicate_client_id of both in kmon ps -o json", FINDING_WITHIN_S,
+                    every=0.5)
+    took = time.monotonic() - started
+    for pid in pids:
+        (found,) = of(rows[pid], "duplicate_client_id")
+        assert found["evidence"]["client_id"] == shared
+        assert set(found["evidence"]["pids"]) == pids
+        assert all(f"PID {other}" in found["detail"] for other in pids)
+    # attached alone, a process knows of no other: nothing to name
+    assert of(attach_findings(clients[0].pid), "duplicate_client_id") == []
+    print(f"duplicate_client_id: {took:.1f} s from both READY to both named in ps")
+
+
+def test_two_consumers_with_their_own_client_ids_raise_nothing(start_client):
+    clients = [start_client("consumer", extra_args=("--client-id", unique("orders-app")))
+               for _ in range(2)]
+    rows = ps_findings(*(c.pid for c in clients))
+    assert rows == {c.pid: [] for c in clients}
