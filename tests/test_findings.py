@@ -5,12 +5,19 @@ and ``kmon ps -o json``, and each one's negative twin raising nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import time
 
 import pytest
-from helpers import kmon, unique, wait_for
+from helpers import attach_app, kmon, table_rows, unique, until, wait_for, watch_app
+
+from kmon.dashboard_settings import DashboardSettings
+from kmon.engine.facade import HostSession
+from kmon.engine.sampler import SamplerSettings
+from kmon.widgets.app import KmonApp
+from kmon.widgets.host_screen import HostScreen
 
 pytestmark = pytest.mark.integration
 
@@ -104,3 +111,54 @@ def test_two_consumers_with_their_own_client_ids_raise_nothing(start_client):
                for _ in range(2)]
     rows = ps_findings(*(c.pid for c in clients))
     assert rows == {c.pid: [] for c in clients}
+
+
+def bar_lines(screen) -> tuple[str, ...]:
+    """The findings bar's lines, where it is shown."""
+    bar = screen.query_one("#findings")
+    return bar.lines if bar.display else ()
+
+
+def test_the_attach_screen_at_80x24_shows_the_finding_and_keeps_its_rows(start_client):
+    near, far = fd_holder(start_client, held=210), fd_holder(start_client, held=0)
+
+    async def drive(pid: int, wanted: bool) -> tuple[str, ...]:
+        app, screen = attach_app(pid)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: table_rows(screen) and screen.view is not None,
+                        "its connections")
+            if wanted:
+                await until(pilot, lambda: bar_lines(screen), "the findings bar")
+            assert table_rows(screen)  # the table keeps rows beside the bar
+            assert screen.query_one("#connections").size.height >= 6
+            return bar_lines(screen)
+
+    (line,) = asyncio.run(drive(near.pid, True))
+    assert "fd near limit:" in line and f"of {FD_LIMIT} file descriptors" in line
+    assert "LimitNOFILE" in line  # the fix, in words
+    assert asyncio.run(drive(far.pid, False)) == ()  # none: the bar folds away
+
+
+def test_the_watch_and_host_screens_name_a_shared_client_id(start_client, cluster):
+    shared = unique("orders-app")
+    pids = [start_client("consumer", extra_args=("--client-id", shared)).pid
+            for _ in range(2)]
+
+    def ours(screen) -> list[str]:
+        return [line for line in bar_lines(screen) if shared in line]
+
+    async def drive(app, screen) -> list[str]:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: len(ours(screen)) == 2, "both in the findings bar",
+                        polls=500)
+            return ours(screen)
+
+    app, screen = watch_app(cluster, pids)
+    lines = asyncio.run(drive(app, screen))
+    assert all(f"pid {pid} " in "".join(lines) for pid in pids)
+    assert all("duplicate client id:" in line and "client.id of its own" in line
+               for line in lines)
+    session = HostSession(SamplerSettings(require_kafka=False, wire="off"),
+                          discover_every_s=0.5)
+    host = HostScreen(session, DashboardSettings(interval_s=0.5))
+    assert len(asyncio.run(drive(KmonApp(host), host))) == 2

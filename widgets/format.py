@@ -7,7 +7,7 @@ from functools import lru_cache
 
 from rich.text import Text
 
-from kmon.model import Finding
+from kmon.model import Finding, ProcessView
 from kmon.tcp_state import TcpState
 from kmon.units import format_duration as duration  # the one format, for every screen
 
@@ -118,3 +118,10 @@ def finding_line(finding: Finding, pid: int | None = None) -> str:
     shown); process-controlled text, for ``plain``."""
     who = f"pid {pid} · " if pid is not None else ""
     return f"{who}since {clock(finding.since_ms)} · {finding.words()}"
+
+
+def finding_lines(views: list[ProcessView], with_pid: bool) -> tuple[str, ...]:
+    """The findings of ``views`` in lines, newest first (each of its pid when ``with_pid``)."""
+    found = sorted(((f, v.pid) for v in views for f in v.findings),
+                   key=lambda fp: (-fp[0].since_ms, fp[1]))
+    return tuple(finding_line(f, pid if with_pid else None) for f, pid in found)
