@@ -11,7 +11,18 @@ import sys
 import time
 
 import pytest
-from helpers import attach_app, kmon, table_rows, unique, until, wait_for, watch_app
+from helpers import (
+    attach_app,
+    cluster_id,
+    get,
+    kmon,
+    start_serve,
+    table_rows,
+    unique,
+    until,
+    wait_for,
+    watch_app,
+)
 
 from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import HostSession
@@ -162,3 +173,22 @@ def test_the_watch_and_host_screens_name_a_shared_client_id(start_client, cluste
                           discover_every_s=0.5)
     host = HostScreen(session, DashboardSettings(interval_s=0.5))
     assert len(asyncio.run(drive(KmonApp(host), host))) == 2
+
+
+def test_kmon_serve_exposes_the_finding(start_client, cluster):
+    client = fd_holder(start_client, held=210)
+    serve, address = start_serve("--interval", "250ms")
+    try:
+        labels = (f'cluster="{cluster_id(cluster)}"', 'process="workload consumer"',
+                  'reason="fd_near_limit"')
+
+        def scraped() -> str | None:
+            return next((line for line in get(f"http://{address}/metrics")[2].splitlines()
+                         if line.startswith("kmon_findings{")
+                         and all(label in line for label in labels)), None)
+
+        line = wait_for(scraped, "kmon_findings of the consumer", FINDING_WITHIN_S, every=0.5)
+        assert float(line.split()[-1]) >= 1
+    finally:
+        serve.stop()
+    assert client.proc.poll() is None
