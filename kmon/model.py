@@ -174,7 +174,7 @@ class Finding:
     reason: str  # fd_near_limit, duplicate_client_id, ...
     since_ms: int  # UTC epoch ms: first seen, held while it lasts
     detail: str  # what kmon saw, in words
-    evidence: dict = field(default_factory=dict)  # the figures behind it, JSON-ready
+    evidence: dict[str, object] = field(default_factory=dict)  # the figures behind it, as JSON
     fix: str = ""  # what to change, in words
 
     def words(self) -> str:

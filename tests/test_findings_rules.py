@@ -90,3 +90,21 @@ def test_a_finding_that_holds_keeps_the_time_it_was_first_raised():
     assert poll(2_000, "x")[0].findings[0].since_ms == 1_000
     assert poll(3_000, "y")[0].findings == []
     assert poll(4_000, "x")[0].findings[0].since_ms == 4_000  # gone and back: new again
+
+
+def test_a_recorded_finding_replays_as_it_was_and_bad_evidence_is_refused():
+    import pytest
+
+    from kmon.engine.recording_schema import SNAPSHOT, SchemaError, check
+    from kmon.engine.replay import snapshot_from_dict
+    from kmon.model import Finding, Snapshot
+
+    finding = Finding("fd_near_limit", 1_000, "230 of 256", {"open_fds": 230, "who": [1, 2]},
+                      "raise LimitNOFILE")
+    record = Snapshot(2_000, "h", [view(1)]).to_dict()
+    record["processes"][0]["findings"] = [finding.to_dict()]
+    check(record, SNAPSHOT, "line 1")
+    assert snapshot_from_dict(record).processes[0].findings == [finding]
+    record["processes"][0]["findings"][0]["evidence"] = {"open_fds": 2 ** 70}
+    with pytest.raises(SchemaError, match="findings"):
+        check(record, SNAPSHOT, "line 1")
