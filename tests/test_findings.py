@@ -10,12 +10,14 @@ import json
 import sys
 import time
 
+import pyarrow.parquet as pq
 import pytest
 from helpers import (
     attach_app,
     cluster_id,
     get,
     kmon,
+    read,
     start_serve,
     table_rows,
     unique,
@@ -192,3 +194,22 @@ def test_kmon_serve_exposes_the_finding(start_client, cluster):
     finally:
         serve.stop()
     assert client.proc.poll() is None
+
+
+def test_kmon_record_keeps_the_finding_and_analyze_tells_it_once(start_client, tmp_path):
+    client = fd_holder(start_client, held=210)
+    result = kmon("record", "--pid", str(client.pid), "--out", str(tmp_path / "rec"),
+                  "--interval", "250ms", "--duration", "3s")
+    assert result.returncode == 0, result.stderr
+    rows = read(tmp_path / "rec", "findings")
+    assert rows and {(r["pid"], r["reason"]) for r in rows} == {(client.pid, "fd_near_limit")}
+    assert len({r["since_ms"] for r in rows}) == 1  # held: one finding over every poll
+    assert json.loads(rows[0]["evidence_json"])["limit"] == FD_LIMIT
+    out = tmp_path / "analysis"
+    analyzed = kmon("analyze", str(tmp_path / "rec"), "--out", str(out), "--master",
+                    "local[1]", timeout=240)
+    assert analyzed.returncode == 0, analyzed.stderr
+    assert "Findings" in analyzed.stdout
+    (found,) = pq.read_table(out / "findings.parquet").to_pylist()
+    assert (found["pid"], found["reason"], found["polls"]) == (client.pid, "fd_near_limit",
+                                                               len(rows))
