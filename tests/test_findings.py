@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import (
     attach_app,
+    attach_stream,
     cluster_id,
     get,
     kmon,
@@ -46,6 +47,25 @@ resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
 while len(os.listdir("/proc/self/fd")) < target:
     os.set_inheritable(os.open("/dev/null", os.O_RDONLY), True)
 os.execv(sys.argv[3], sys.argv[3:])
+"""
+
+# as FD_WRAPPER, and then opens one more every second for as long as the workload runs
+LEAK_WRAPPER = """
+import os, resource, runpy, sys, threading, time
+limit, target = int(sys.argv[1]), int(sys.argv[2])
+hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+while len(os.listdir("/proc/self/fd")) < target:
+    os.open("/dev/null", os.O_RDONLY)
+
+def leak():
+    while True:
+        time.sleep(1)
+        os.open("/dev/null", os.O_RDONLY)
+
+threading.Thread(target=leak, daemon=True).start()
+module, sys.argv = sys.argv[5], [sys.argv[5], *sys.argv[6:]]  # after: python -m MODULE
+runpy.run_module(module, run_name="__main__", alter_sys=True)
 """
 
 
@@ -91,6 +111,26 @@ def test_a_consumer_near_its_fd_limit_is_named_with_its_figures(start_client):
     (in_ps,) = of(ps_findings(client.pid)[client.pid], "fd_near_limit")
     assert in_ps["evidence"]["limit"] == FD_LIMIT
     print(f"fd_near_limit: {took:.1f} s from the client's start to the finding in attach")
+
+
+def test_a_count_rising_across_polls_is_named_a_leak(start_client):
+    wrapper = [sys.executable, "-c", LEAK_WRAPPER, str(FD_LIMIT), "200"]
+    client = start_client("consumer", wrapper=wrapper,
+                          extra_args=("--client-id", unique("fd-leaker")))
+    stream = attach_stream(client.pid, interval="500ms")
+    try:
+        started = time.monotonic()
+        while True:
+            (process,) = json.loads(stream.wait_line("{", FINDING_WITHIN_S))["processes"]
+            found = of(process["findings"], "fd_near_limit")
+            if found and "descriptor leak" in found[0]["detail"]:
+                break
+            assert time.monotonic() - started < FINDING_WITHIN_S, process["findings"]
+    finally:
+        stream.stop()
+    assert found[0]["evidence"]["rising_by"] >= 5, found
+    print(f"leak: named {time.monotonic() - started:.1f} s after attach began: "
+          f"{found[0]['detail']}")
 
 
 def test_a_consumer_at_a_tenth_of_its_fd_limit_raises_nothing(start_client):
