@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from kmon.plain_text import plain
+from kmon.plain_text import one_line, plain
 from kmon.widgets import format as fmt
 
 
@@ -93,4 +93,4 @@ class FindingsBar(Widget):
         self.set_class(bool(lines), "shown")
 
     def render(self) -> Text:
-        return plain("\n".join(f"▲ {line}" for line in self.lines))
+        return plain("\n".join(f"▲ {one_line(line)}" for line in self.lines))
