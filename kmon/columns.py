@@ -2,7 +2,8 @@
 header is that key in words (``idle_limit_ms`` -> ``idle limit``), for every output.
 
 ``kind`` says how text shows a value: ``text``, ``count``, ``ms`` (a duration),
-``node`` (a node id), ``fraction``. ``wide`` columns are left out of a table that
+``node`` (a node id), ``fraction``, ``findings`` (a list of findings, read as their
+reasons). ``wide`` columns are left out of a table that
 must fit the terminal and shown by ``-o wide``, tsv and JSON; numbers and ``whole``
 columns are never narrowed to fit.
 """
@@ -30,7 +31,7 @@ class Column:
     @property
     def numeric(self) -> bool:
         """Right-aligned in text."""
-        return self.kind != "text"
+        return self.kind not in ("text", "findings")
 
 
 # where the key in words would not read well
@@ -59,5 +60,5 @@ PROCESS_COLUMNS = (
     Column("broker", "count"), Column("unknown", "count"),
     Column("close_wait", "count"), Column("max_idle_ms", "ms"),
     Column("clients_created", "count", wide=True), Column("churn"),
-    Column("cmdline", wide=True),
+    Column("findings", "findings"), Column("cmdline", wide=True),
 )

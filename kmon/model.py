@@ -166,6 +166,26 @@ def summarize(connections: list[Connection]) -> ConnectionSummary:
         min(idles, default=None) if len(idles) == len(connections) else None, remotes, brokers)
 
 
+@dataclass(frozen=True)
+class Finding:
+    """A diagnosis of a process's trouble (kmon.evidence.findings): what kmon saw, in words,
+    the evidence behind it, and what to change."""
+
+    reason: str  # fd_near_limit, duplicate_client_id, ...
+    since_ms: int  # UTC epoch ms: first seen, held while it lasts
+    detail: str  # what kmon saw, in words
+    evidence: dict[str, object] = field(default_factory=dict)  # the figures behind it, as JSON
+    fix: str = ""  # what to change, in words
+
+    def words(self) -> str:
+        """The finding in one line: its reason, what kmon saw, what to change
+        (process-controlled text: for ``plain`` or ``one_line``)."""
+        return f"{self.reason.replace('_', ' ')}: {self.detail} → {self.fix}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
 @dataclass
 class ProcessView:
     """A watched process and its connections at one instant."""
@@ -183,6 +203,7 @@ class ProcessView:
     closed_1m: int | None = None
     # how the sockets gone since the last poll closed, as the wire saw them, by (local, remote)
     wire_closes: dict[tuple[str, str], WireClose] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)  # newest first
 
     @property
     def short_command(self) -> str:
@@ -199,7 +220,8 @@ class ProcessView:
                 "clients": [c.to_dict() for c in self.clients],
                 "connections": [c.to_dict() for c in self.connections],
                 "notices": list(self.notices), "clients_created": self.clients_created,
-                "opened_1m": self.opened_1m, "closed_1m": self.closed_1m}
+                "opened_1m": self.opened_1m, "closed_1m": self.closed_1m,
+                "findings": [f.to_dict() for f in self.findings]}
 
 
 class ConnectionLife(NamedTuple):

@@ -197,6 +197,7 @@ class AttachScreen(PollingScreen):
         self.ended = ("EXITED" if self.exit_notice
                       else "RECORDING ENDED" if self.session.finished else "")
         self.notices = self._notice()
+        self.findings = fmt.finding_lines([self.view] if self.view else [], with_pid=False)
         if isinstance(self.app.screen, DetailScreen):
             self.app.screen.update_view()
 

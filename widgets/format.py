@@ -7,6 +7,7 @@ from functools import lru_cache
 
 from rich.text import Text
 
+from kmon.model import Finding, ProcessView
 from kmon.tcp_state import TcpState
 from kmon.units import format_duration as duration  # the one format, for every screen
 
@@ -109,3 +110,18 @@ def _bar(filled: int, style: str, label: str) -> Text:
     bar.append("·" * (BAR_WIDTH - filled), style="dim")
     bar.append(f" {label}")
     return bar
+
+
+
+def finding_line(finding: Finding, pid: int | None = None) -> str:
+    """A finding in one line, since when (and of ``pid`` where more than one process is
+    shown); process-controlled text, for ``plain``."""
+    who = f"pid {pid} · " if pid is not None else ""
+    return f"{who}since {clock(finding.since_ms)} · {finding.words()}"
+
+
+def finding_lines(views: list[ProcessView], with_pid: bool) -> tuple[str, ...]:
+    """The findings of ``views`` in lines, newest first (each of its pid when ``with_pid``)."""
+    found = sorted(((f, v.pid) for v in views for f in v.findings),
+                   key=lambda fp: (-fp[0].since_ms, fp[1]))
+    return tuple(finding_line(f, pid if with_pid else None) for f, pid in found)

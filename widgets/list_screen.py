@@ -13,6 +13,7 @@ from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import AttachFailed, ProcessSession
 from kmon.model import Event, ProcessView, Snapshot
 from kmon.plain_text import plain
+from kmon.widgets import format as fmt
 from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.churn_board import ChurnBoard
 from kmon.widgets.event_log import EventLog
@@ -130,11 +131,13 @@ class ProcessListScreen(PollingScreen):
 
     def show_notices(self, cluster_notices: list[str]) -> None:
         """A live storm (loud), ``cluster_notices``, the search's problems and the last failed
-        poll, in the notice bar."""
+        poll, in the notice bar; the processes' findings in the findings bar."""
         storm = self.churn.storm_banner(self.snapshot.ts_ms if self.snapshot else 0)
         self.storm = bool(storm)
         self.notices = tuple(([storm] if storm else []) + cluster_notices
                              + self.session.notices + ([self.failure] if self.failure else []))
+        self.findings = fmt.finding_lines(self.snapshot.processes if self.snapshot else [],
+                                          with_pid=True)
 
     def draw_processes(self) -> None:
         """The shown processes: filtered, idle ones hidden, sorted, in cluster order."""

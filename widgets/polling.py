@@ -30,7 +30,7 @@ from textual.worker import WorkerState
 from kmon.engine.facade import SnapshotSource
 from kmon.model import Event, Snapshot
 from kmon.widgets.help import HelpScreen, key_rows
-from kmon.widgets.status import NoticeBar, StatusHeader
+from kmon.widgets.status import FindingsBar, NoticeBar, StatusHeader
 
 INTERVAL_STEPS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 POLL_GROUP = "poll"
@@ -86,6 +86,7 @@ class PollingScreen(Screen):
     ended: var[str] = var("", init=False)  # e.g. "EXITED": no longer live
     notices: var[tuple[str, ...]] = var(tuple, init=False)
     storm: var[bool] = var(False, init=False)  # a reconnect storm: the notices are loud
+    findings: var[tuple[str, ...]] = var(tuple, init=False)  # in words, newest first
     recording: var[Path | None] = var(None, init=False)  # where r records now
 
     def __init__(self, source: SnapshotSource, interval_s: float,
@@ -101,12 +102,14 @@ class PollingScreen(Screen):
         self._held: list[Polled] = []
         self._step = False  # space while paused: draw the next poll to land
 
-    def status_bars(self) -> tuple[StatusHeader, NoticeBar]:
-        """The header and the notice bar, bound to this screen's state (yield from compose)."""
+    def status_bars(self) -> tuple[StatusHeader, NoticeBar, FindingsBar]:
+        """The header, the notice bar and the findings bar, bound to this screen's state
+        (yield from compose)."""
         return (StatusHeader(id="header").data_bind(
                     PollingScreen.heading, PollingScreen.trailer, PollingScreen.paused,
                     PollingScreen.interval, PollingScreen.ended),
-                NoticeBar(id="notice").data_bind(PollingScreen.notices, PollingScreen.storm))
+                NoticeBar(id="notice").data_bind(PollingScreen.notices, PollingScreen.storm),
+                FindingsBar(id="findings").data_bind(lines=PollingScreen.findings))
 
     def start_polling(self) -> None:
         """Start the timer and poll at once (call from ``on_mount``)."""

@@ -1,4 +1,5 @@
-"""The status header and the notice bar every screen shows at its top, fed by ``data_bind``."""
+"""The status header, the notice bar and the findings bar every screen shows at its top, fed
+by ``data_bind``."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from kmon.plain_text import plain
+from kmon.plain_text import one_line, plain
 from kmon.widgets import format as fmt
 
 
@@ -73,3 +74,23 @@ class NoticeBar(Widget):
 
     def render(self) -> Text:
         return plain("\n".join(f"! {line}" for line in self.notices))
+
+
+class FindingsBar(Widget):
+    """The findings (kmon.evidence.findings) of the processes shown, newest first, each with
+    what to change, one ``▲ line`` each; hidden when there is none, a few lines at most on a
+    short terminal (the style sheet's -short)."""
+
+    DEFAULT_CSS = """
+    FindingsBar { display: none; height: auto; max-height: 6; padding: 0 1;
+                  background: $warning 20%; color: $text; }
+    FindingsBar.shown { display: block; }
+    """
+
+    lines: reactive[tuple[str, ...]] = reactive(tuple, layout=True)
+
+    def watch_lines(self, lines: tuple[str, ...]) -> None:
+        self.set_class(bool(lines), "shown")
+
+    def render(self) -> Text:
+        return plain("\n".join(f"▲ {one_line(line)}" for line in self.lines))

@@ -64,6 +64,7 @@ class Frames:
     events: DataFrame
     sessions: DataFrame
     lives: DataFrame  # schema 3: empty for an older recording
+    findings: DataFrame  # schema 4: empty for an older recording
 
 
 def _hidden(name: str) -> bool:
@@ -90,8 +91,9 @@ def check_file(path: Path, table: str, relative: Path) -> str | None:
         return f"schema_version {found}, expected {readable}"
     actual = parquet.schema_arrow
     version = min(versions) if versions else next(  # no rows to tell: as its columns are
-        (v for v in (3, 2, 1) if _column_mismatch(actual, expected_schema(table, v), v) is None),
-        3)
+        (v for v in sorted(READABLE_VERSIONS, reverse=True)
+         if _column_mismatch(actual, expected_schema(table, v), v) is None),
+        max(READABLE_VERSIONS))
     return _column_mismatch(parquet.schema_arrow, expected_schema(table, version), version)
 
 

@@ -469,10 +469,31 @@ ANALYSES = (
              ("-suspect", "-opened_per_minute", "session_id", "host", "pid"),
              ("host", "pid", "counted", "opened", "opened_per_minute", "short_lived",
               *CHURN_PATTERNS, "failed_connects", "refused", "max_churn_rate")),
+    Analysis("findings", "Findings: kmon's diagnoses, newest first",
+             lambda s: findings(s.frames.findings),
+             ("-since_ts", "session_id", "host", "pid", "reason"),
+             ("host", "pid", "process_name", "reason", "since_ts", "last_seen_ts", "held_ms",
+              "polls", "detail", "fix")),
     Analysis("event_counts", "Recorded events",
              lambda s: event_counts(s.frames.events),
              ("host", "kind", "role"), ("host", "kind", "role", "events", "connections")),
 )
+
+
+def findings(frame: DataFrame) -> DataFrame:
+    """Each finding of each process once (``(session_id, host, pid, reason, since_ms)``: one
+    gone and raised again is another): when it was raised, last seen, how long it held,
+    over how many polls, and what kmon said of it last."""
+    last = F.struct("ts_ms", "detail", "fix", "evidence_json")
+    return (frame.groupBy(*PROCESS, "reason", "since_ms")
+            .agg(F.first("process_name").alias("process_name"),
+                 F.max("ts_ms").alias("last_seen_ts"), F.count("*").alias("polls"),
+                 F.max(last).alias("last"))
+            .select(*PROCESS, "process_name", "reason", F.col("since_ms").alias("since_ts"),
+                    "last_seen_ts", (F.col("last_seen_ts") - F.col("since_ms")).alias("held_ms"),
+                    "polls", F.col("last.detail").alias("detail"),
+                    F.col("last.evidence_json").alias("evidence_json"),
+                    F.col("last.fix").alias("fix")))
 
 
 def _sorted(frame: DataFrame, order: tuple[str, ...]) -> DataFrame:

@@ -129,5 +129,5 @@ def process_rows(snapshot, labels: dict[int, str], events) -> list[dict]:
             **{role.value: summary.roles[role] for role in Role},
             "close_wait": summary.close_wait, "max_idle_ms": summary.max_idle_ms,
             "clients_created": view.clients_created, "churn": churn.get(view.pid, ""),
-            "cmdline": view.cmdline})
+            "findings": [f.to_dict() for f in view.findings], "cmdline": view.cmdline})
     return sorted(rows, key=lambda row: (row["cluster"], row["pid"]))

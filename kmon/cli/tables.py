@@ -10,7 +10,15 @@ from rich.text import Text
 
 from kmon.model import Event, ProcessView, Snapshot
 from kmon.plain_text import WithoutControls, plain
-from kmon.widgets.format import ROLE_STYLE, STATE_STYLE, clock, duration, node, number
+from kmon.widgets.format import (
+    ROLE_STYLE,
+    STATE_STYLE,
+    clock,
+    duration,
+    finding_line,
+    node,
+    number,
+)
 
 
 def process_table(view: ProcessView, label: str = "") -> Table:
@@ -41,12 +49,13 @@ def process_table(view: ProcessView, label: str = "") -> Table:
 
 def snapshot_renderable(snapshot: Snapshot, events: Iterable[Event], title: str = "",
                         labels: dict[int, str] | None = None) -> WithoutControls:
-    """Tables for every process, notices, and the latest events (without the control
+    """Tables for every process, notices and findings, and the latest events (without the control
     characters a watched process may have put in its strings)."""
     parts: list = [Text(title, style="bold")] if title else []
     for view in snapshot.processes:
         parts.append(process_table(view, (labels or {}).get(view.pid, "")))
         parts.extend(Text(f"! {notice}", style="yellow") for notice in view.notices)
+        parts.extend(Text(f"▲ {finding_line(f)}", style="bold red") for f in view.findings)
     recent = list(events)[-10:]
     if recent:
         parts.append(Text("events:", style="bold"))

@@ -29,8 +29,16 @@ def terminal_width() -> int | None:
         return None
 
 
+def cell_value(column: Column, value: object) -> object:
+    """What a cell shows of ``value``: a list of findings by their reasons."""
+    if column.kind == "findings" and isinstance(value, list):
+        return [f.get("reason", "?") for f in value if isinstance(f, dict)]
+    return value
+
+
 def text_cell(column: Column, value: object) -> str:
     """How a person reads ``value``: durations as ``44s``, unknowns as ``-``."""
+    value = cell_value(column, value)
     if value is None or value == "":
         return "-"
     if column.kind == "ms":
@@ -56,7 +64,8 @@ def render(rows: Iterable[dict], columns: Sequence[Column], fmt: str,
     """The lines of ``rows`` (dicts by column key) in ``fmt``: table, wide or tsv."""
     if fmt == "tsv":
         lines = ["\t".join(c.key for c in columns)] if header else []
-        return lines + ["\t".join(tsv_cell(row.get(c.key)) for c in columns) for row in rows]
+        return lines + ["\t".join(tsv_cell(cell_value(c, row.get(c.key))) for c in columns)
+                        for row in rows]
     shown = [c for c in columns if fmt == "wide" or not c.wide]
     texts = [[text_cell(c, row.get(c.key)) for c in shown] for row in rows]
     widths = [max([cell_len(c.header)] + [cell_len(t[i]) for t in texts])

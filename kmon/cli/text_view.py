@@ -73,8 +73,9 @@ def print_snapshots(monitor: Monitor, interval: float, output: str | None,
 
 
 def _print_rows(snapshot, output: str, first_frame: bool) -> None:
-    """One row per connection of every process, in ``output``; its notices on stderr. A
-    tsv stream has one header; table and wide repeat theirs, a blank line between frames."""
+    """One row per connection of every process, in ``output``; its notices and findings on
+    stderr. A tsv stream has one header; table and wide repeat theirs, a blank line between
+    frames."""
     from kmon.cli.text_table import render
     from kmon.columns import CONNECTION_COLUMNS
 
@@ -88,6 +89,8 @@ def _print_rows(snapshot, output: str, first_frame: bool) -> None:
     for view in snapshot.processes:
         for notice in view.notices:
             print(f"kmon: pid {view.pid}: {one_line(notice)}", file=sys.stderr)
+        for finding in view.findings:
+            print(f"kmon: pid {view.pid}: {one_line(finding.words())}", file=sys.stderr)
 
 
 def _ended(monitor: Monitor, events: list) -> int:

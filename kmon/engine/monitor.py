@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from kmon.engine.churn import ChurnWatch
 from kmon.engine.closes import SocketLife, in_words, story
+from kmon.engine.findings import FindingWatch
 from kmon.engine.host_churn import HostTimeWaits
 from kmon.engine.kernel_watch import KernelWatch
 from kmon.engine.sampler import ProcessGone, ProcessSampler, SampleError, read_ahead
@@ -113,7 +114,9 @@ class Monitor:
         self.last_loss = ""  # why the most recently dropped process was dropped
         self.lives: dict[int, dict[str, SocketLife]] = {}  # what each open socket went through
         self.churn = ChurnWatch(churn or ChurnThresholds())
+        self.findings = FindingWatch()
         self._fds_counted_ms = 0
+        self._fds_counted: set[int] = set()  # the processes counted since the last due count
         self.kernel = kernel  # the kernel's TCP events, where kmon may read them
         self.host_closes = host_closes  # without them: the host's unowned closes, counted
         self.host_closed_1m: int | None = None  # as the last poll counted them
@@ -173,7 +176,9 @@ class Monitor:
         for before, after in changes:
             events.extend(diff(before, after, ts_ms, self.fraction, stories))
         self._remember(views, ts_ms)
-        events.extend(self.churn.observe(ts_ms, views, events, self._fd_counts(ts_ms)))
+        fd_counts = self._fd_counts(ts_ms)
+        events.extend(self.churn.observe(ts_ms, views, events, fd_counts))
+        self.findings.observe(ts_ms, views, fd_counts)
         for view in views:
             view.opened_1m, view.closed_1m = self.churn.last_minute(view.pid, ts_ms) or (
                 None, None)
@@ -230,11 +235,14 @@ class Monitor:
         return self.host_closed_1m
 
     def _fd_counts(self, ts_ms: int) -> dict[int, int | None]:
-        """Each process's open fds, every FD_COUNT_EVERY_MS (none between)."""
-        if ts_ms - self._fds_counted_ms < FD_COUNT_EVERY_MS:
-            return {}
-        self._fds_counted_ms = ts_ms
-        return {pid: open_fd_count(pid) for pid in self.samplers}
+        """Each process's open fds, every FD_COUNT_EVERY_MS; between, only those of the
+        processes watched since the last count (a one-shot look counts every process)."""
+        due = ts_ms - self._fds_counted_ms >= FD_COUNT_EVERY_MS
+        if due:
+            self._fds_counted_ms = ts_ms
+        pids = self.samplers.keys() if due else self.samplers.keys() - self._fds_counted
+        self._fds_counted = set(self.samplers) if due else self._fds_counted | pids
+        return {pid: open_fd_count(pid) for pid in pids}
 
     def _lose(self, pid: int, err: Exception, ts_ms: int, events: list[Event],
               previous: ProcessView | None,

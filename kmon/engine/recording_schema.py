@@ -16,7 +16,16 @@ import types
 from enum import Enum
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-from kmon.model import Churn, ClientInstance, CloseStory, Connection, Event, ProcessView, Snapshot
+from kmon.model import (
+    Churn,
+    ClientInstance,
+    CloseStory,
+    Connection,
+    Event,
+    Finding,
+    ProcessView,
+    Snapshot,
+)
 from kmon.sources.text import valid
 
 _INT64 = range(-(2 ** 63), 2 ** 63)
@@ -54,7 +63,9 @@ CLAIM = Shape({"source": str, "role": str | None, "node_id": int | None,
               frozenset({"source", "role", "node_id", "broker_id", "confidence"}))
 CLIENT = _shape(ClientInstance)
 CONNECTION = _shape(Connection, {"claims": list[CLAIM], "reap_in_ms": int | None})
-PROCESS = _shape(ProcessView, {"clients": list[CLIENT], "connections": list[CONNECTION]},
+FINDING = _shape(Finding)
+PROCESS = _shape(ProcessView, {"clients": list[CLIENT], "connections": list[CONNECTION],
+                               "findings": list[FINDING]},
                  unwritten=("wire_closes",), required=("clients", "connections"))
 SNAPSHOT = _shape(Snapshot, {"processes": list[PROCESS]}, unwritten=("lives",),
                   required=("processes",))
@@ -71,6 +82,8 @@ def _fits(value: Any, kind: Any, name: str) -> bool:
         return any(_fits(value, k, name) for k in get_args(kind))
     if kind is _NONE:
         return value is None
+    if kind is object:  # any JSON value (a finding's evidence), each part checked
+        return _json_value(value)
     if kind is bool:
         return isinstance(value, bool)
     if kind is int:
@@ -95,6 +108,23 @@ def _fits(value: Any, kind: Any, name: str) -> bool:
         return isinstance(value, dict) and all(
             _fits(k, key, name) and _fits(v, item, f"{name}.{k}") for k, v in value.items())
     return False  # a type a recording never holds (close and churn: flattened into events)
+
+
+def _json_value(value: Any) -> bool:
+    """True when ``value`` is JSON kmon could have written: integers within 64 bits, finite
+    floats, valid text, and lists and objects of those."""
+    if value is None or isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return value in _INT64
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, str):
+        return valid(value) == value
+    if isinstance(value, list):
+        return all(_json_value(v) for v in value)
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and valid(k) == k and _json_value(v) for k, v in value.items())
 
 
 def check(record: Any, shape: Shape, where: str) -> None:

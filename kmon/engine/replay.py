@@ -22,6 +22,7 @@ from kmon.model import (
     Connection,
     Event,
     EventKind,
+    Finding,
     ProcessView,
     Role,
     Snapshot,
@@ -31,6 +32,7 @@ MAX_RECORDING_BYTES = 512 * 1024 * 1024  # an attach --json recording of hours a
 MAX_LINE_BYTES = 64 * 1024 * 1024  # one snapshot: 2,000 rows take about 1 MiB
 _CONNECTION_FIELDS = set(Connection.__dataclass_fields__)
 _CLIENT_FIELDS = set(ClientInstance.__dataclass_fields__)
+_FINDING_FIELDS = set(Finding.__dataclass_fields__)
 
 
 class ReplayError(UserError):
@@ -49,7 +51,10 @@ def snapshot_from_dict(record: dict) -> Snapshot:
         connections.sort(key=Connection.display_order)  # as the engine orders them
         processes.append(ProcessView(p["pid"], p["name"], p["cmdline"], clients, connections,
                                      list(p.get("notices", [])), p.get("clients_created"),
-                                     p.get("opened_1m"), p.get("closed_1m")))
+                                     p.get("opened_1m"), p.get("closed_1m"),
+                                     findings=[Finding(**{k: v for k, v in f.items()
+                                                          if k in _FINDING_FIELDS})
+                                               for f in p.get("findings", [])]))
     return Snapshot(record["ts_ms"], record["host"], processes, record.get("host_closed_1m"))
 
 

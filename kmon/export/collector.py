@@ -44,6 +44,8 @@ HELP = {
     "churn_events": "Connection patterns worth a look (kmon churn events), by pattern.",
     "process_open_fds": "File descriptors the client process holds.",
     "process_max_fds": "The process's soft limit on open file descriptors.",
+    "findings": "Processes of this command with a finding of this reason now (kmon's "
+                "diagnoses: docs/findings.md).",
 }
 
 
@@ -185,6 +187,7 @@ class _Families:
         self.churn = family(CounterMetricFamily, "churn_events", "pattern", base=PROCESS)
         self.open_fds = family(GaugeMetricFamily, "process_open_fds", base=PROCESS)
         self.max_fds = family(GaugeMetricFamily, "process_max_fds", base=PROCESS)
+        self.findings = family(GaugeMetricFamily, "findings", "reason", base=PROCESS)
 
     def _add(self, family: Metric, labels: list[str], value, combine=operator.add) -> None:
         """One series' value (a number, a (buckets, sum) pair or an info dict) under its
@@ -234,6 +237,8 @@ class _Families:
             self._add(self.open_fds, who, proc.open_fds)
         if proc.max_fds is not None:
             self._add(self.max_fds, who, proc.max_fds, min)
+        for reason in proc.findings:
+            self._add(self.findings, [*who, reason], 1)
 
     def all(self, with_empty: bool = False) -> Iterator[Metric]:
         for family in self._families():

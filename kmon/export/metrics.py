@@ -75,6 +75,7 @@ class ProcessMetrics:
     churn: Counter = field(default_factory=Counter)  # pattern
     open_fds: int | None = None
     max_fds: int | None = None
+    findings: Counter = field(default_factory=Counter)  # reason: this poll's, not summed
     client_ids: dict = field(default_factory=dict)  # instance name -> client_id, this poll
     earlier_ids: dict = field(default_factory=dict)  # ... and the poll before (closes)
     labelled: dict = field(default_factory=lambda: {label: set() for label in CAPS})
@@ -169,6 +170,7 @@ class HostMetrics:
             _keep_idlest(metrics.idle, labels, conn)
         metrics.clients.update(c.type for c in view.clients)
         metrics.clients_created = view.clients_created
+        metrics.findings.update(f.reason for f in view.findings)
         metrics.members = _coordinators(view)
         metrics.coordinators = {_member_labels(metrics, member): broker
                                 for member, broker in metrics.members.items()}

@@ -31,6 +31,7 @@ from kmon.record.schema import (
     SCHEMAS,
     clients_json,
     event_rows,
+    finding_rows,
     life_rows,
     partition_date,
     session_row,
@@ -102,6 +103,7 @@ class Recorder:
             self.writers["snapshots"].add(snapshot_rows(snapshot, self.session_id))
             self.writers["events"].add(event_rows(events, self.session_id))
             self.writers["lives"].add(life_rows(snapshot, self.session_id))
+            self.writers["findings"].add(finding_rows(snapshot, self.session_id))
             for client in clients_json(snapshot):
                 self.clients.setdefault((client["pid"], client["name"]), client)
             if time.monotonic() >= self.next_flush:

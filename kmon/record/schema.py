@@ -1,4 +1,8 @@
-"""The recorded tables, schema version 3. Documented in docs/recording.md.
+"""The recorded tables, schema version 4. Documented in docs/recording.md.
+
+Version 4 adds the ``findings`` table: one row per finding (kmon.evidence.findings) of a
+process in each poll, with its reason, since when, what kmon saw, its evidence as JSON
+and the fix. Older recordings have no such table (read as no rows).
 
 Version 3 adds to ``events`` the exact open and close times of a close the
 kernel's TCP events timed (``opened_ms``, ``closed_ms``), and the ``lives``
@@ -26,9 +30,9 @@ import pyarrow as pa
 
 from kmon.model import Event, Snapshot
 
-SCHEMA_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
-TABLES = ("snapshots", "events", "sessions", "lives")
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
+TABLES = ("snapshots", "events", "sessions", "lives", "findings")
 
 SNAPSHOTS = pa.schema([
     ("schema_version", pa.int32()),
@@ -110,6 +114,19 @@ LIVES = pa.schema([  # schema 3
     ("ending", pa.string()),  # connect_failed, per_ip_rejected, or null for an ordinary close
 ])
 
+FINDINGS = pa.schema([  # schema 4
+    ("schema_version", pa.int32()),
+    ("session_id", pa.string()),
+    ("ts_ms", pa.int64()),  # UTC epoch ms of the poll
+    ("pid", pa.int32()),
+    ("process_name", pa.string()),
+    ("reason", pa.string()),  # fd_near_limit, duplicate_client_id, ...
+    ("since_ms", pa.int64()),  # when it was first raised (UTC epoch ms)
+    ("detail", pa.string()),
+    ("evidence_json", pa.string()),  # its evidence, a JSON object
+    ("fix", pa.string()),
+])
+
 SESSIONS = pa.schema([
     ("schema_version", pa.int32()),
     ("session_id", pa.string()),
@@ -122,7 +139,8 @@ SESSIONS = pa.schema([
     ("clients_json", pa.string()),
 ])
 
-SCHEMAS = {"snapshots": SNAPSHOTS, "events": EVENTS, "sessions": SESSIONS, "lives": LIVES}
+SCHEMAS = {"snapshots": SNAPSHOTS, "events": EVENTS, "sessions": SESSIONS, "lives": LIVES,
+           "findings": FINDINGS}
 
 
 def partition_date(ts_ms: int) -> str:
@@ -173,6 +191,15 @@ def life_rows(snapshot: Snapshot, session_id: str) -> list[dict]:
              "local": life.local, "remote": life.remote, "opened_ms": life.opened_ms,
              "closed_ms": life.closed_ms, "closed_by": life.closed_by, "ending": life.ending}
             for life in snapshot.lives]
+
+
+def finding_rows(snapshot: Snapshot, session_id: str) -> list[dict]:
+    """One row per finding of every process in ``snapshot``."""
+    return [{"schema_version": SCHEMA_VERSION, "session_id": session_id,
+             "ts_ms": snapshot.ts_ms, "pid": process.pid, "process_name": process.name,
+             "reason": f.reason, "since_ms": f.since_ms, "detail": f.detail,
+             "evidence_json": json.dumps(f.evidence, sort_keys=True), "fix": f.fix}
+            for process in snapshot.processes for f in process.findings]
 
 
 def clients_json(snapshot: Snapshot) -> list[dict]:

@@ -1,0 +1,52 @@
+"""The findings of each poll (kmon.evidence.findings), dated and carried on the views.
+
+``FindingWatch.observe`` keeps each process's recent open-fd counts and reads the limit on
+them when they are counted, runs every finder over the poll, and dates each finding by when
+it was first raised: a finding that holds from poll to poll keeps its ``since_ms``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Sequence
+
+from kmon.evidence.findings import FINDERS, Look
+from kmon.model import Finding, ProcessView
+from kmon.sources.fd_limits import open_fd_limit
+
+FD_SAMPLES = 32  # open-fd counts kept per process (one every few seconds)
+
+
+class FindingWatch:
+    """Findings across the polls of one Monitor."""
+
+    def __init__(self) -> None:
+        self.fds: dict[int, deque[tuple[int, int]]] = defaultdict(
+            lambda: deque(maxlen=FD_SAMPLES))
+        self.limits: dict[int, int | None] = {}
+        self.since: dict[tuple[int, str, str], int] = {}  # (pid, reason, key) -> first raised
+
+    def observe(self, ts_ms: int, views: Sequence[ProcessView],
+                fd_counts: dict[int, int | None]) -> None:
+        """Set each view's findings, newest first; ``fd_counts`` are the open fds counted
+        this poll (none between counts)."""
+        for pid, count in fd_counts.items():
+            if count is not None:
+                self.fds[pid].append((ts_ms, count))
+                self.limits[pid] = open_fd_limit(pid)
+        look = Look(ts_ms, views, self.fds, self.limits)
+        found: dict[int, list[Finding]] = defaultdict(list)
+        since = {}
+        for finder in FINDERS:
+            for raised in finder(look):
+                key = (raised.pid, raised.reason, raised.key)
+                since[key] = self.since.get(key, ts_ms)
+                found[raised.pid].append(Finding(raised.reason, since[key], raised.detail,
+                                                 raised.evidence, raised.fix))
+        self.since = since  # a finding gone and back is new again
+        for view in views:
+            view.findings = sorted(found.get(view.pid, ()), key=lambda f: -f.since_ms)
+        alive = {view.pid for view in views}
+        for pid in self.fds.keys() - alive:
+            del self.fds[pid]
+            self.limits.pop(pid, None)

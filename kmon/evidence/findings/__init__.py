@@ -1,0 +1,16 @@
+"""Findings: kmon's diagnoses of a client process's trouble, each in a module of its own.
+
+Each module's ``find(look)`` is a pure function of one poll's ``Look`` (the views and the
+figures the engine gathered for them) returning what it raises; the engine
+(kmon.engine.findings) dates each finding and carries it on its ProcessView. A new finding
+is one more module and one more entry in ``FINDERS``.
+"""
+
+from __future__ import annotations
+
+from kmon.evidence.findings import duplicate_client_id, fd_near_limit
+from kmon.evidence.findings.look import Look, Raised
+
+__all__ = ["FINDERS", "Look", "Raised"]
+
+FINDERS = (fd_near_limit.find, duplicate_client_id.find)

@@ -1,0 +1,32 @@
+"""What the findings read of one poll (``Look``) and what each raises (``Raised``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kmon.model import ProcessView
+
+
+@dataclass(frozen=True)
+class Look:
+    """One poll's views, with each process's open-fd counts over the recent polls (oldest
+    first, as (UTC epoch ms, count)) and the soft limit on its open files."""
+
+    ts_ms: int
+    views: Sequence[ProcessView]
+    fds: Mapping[int, Sequence[tuple[int, int]]] = field(default_factory=dict)
+    fd_limits: Mapping[int, int | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Raised:
+    """A finding for process ``pid``, not yet dated; ``key`` tells two of one reason in one
+    process apart."""
+
+    pid: int
+    reason: str
+    detail: str
+    evidence: dict
+    fix: str
+    key: str = ""
