@@ -8,9 +8,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from helpers import until
+from helpers import ReplayedClients, play_all, play_listed, replayed, until, utc
 from rich.text import Text
-from test_dashboard_snapshots import ReplayedClients, play_all, play_listed, replayed, utc
 
 from kmon.dashboard_settings import DashboardSettings
 from kmon.model import Connection, Event, EventKind, ProcessView, Role
