@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import sys
 from collections import Counter, defaultdict
@@ -496,7 +495,7 @@ def test_a_real_recording_of_a_consumer(start_client, spark_session, tmp_path):
     assert coordinators[0]["groups"] == 1  # group.id from the session's clients_json
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the kernel's TCP events need root")
+@pytest.mark.root(reason="the kernel's TCP events need root")
 def test_churn_is_ranked_from_the_kernel_s_exact_counts(cluster, start_client, spark_session,
                                                         tmp_path):
     steady = start_client("consumer")

@@ -20,7 +20,7 @@ from kmon.files import ROOT_CACHE, root_only
 from kmon.sources.child_env import trusted_program
 
 pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(os.geteuid() != 0, reason="the attack is on kmon as root")]
+              pytest.mark.root(reason="the attack is on kmon as root")]
 
 NOBODY = 65534  # the other user: not root, not us
 

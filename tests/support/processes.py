@@ -15,7 +15,8 @@ from pathlib import Path
 from support.common import wait_for
 
 __all__ = ["Child", "KafkaClient", "kmon", "attach_once", "connections_of", "attach_stream",
-           "closed_events", "read_until", "record_child", "unused_pid", "packet_sockets_held"]
+           "closed_events", "read_until", "record_child", "unused_pid", "packet_sockets_held",
+           "ProcessRefused", "refuse_processes"]
 
 
 class Child:
@@ -170,3 +171,33 @@ def packet_sockets_held(pid: int | str = "self") -> int:
             held.add(target[len("socket:["):-1])
         # another thread's fd may come and go meanwhile: skipped
     return len(held & packet_inodes)
+
+
+class ProcessRefused(RuntimeError):
+    """A unit test tried to start a process."""
+
+
+# Every way a Python test starts a process: subprocess (and asyncio's subprocesses, os.popen)
+# and multiprocessing end in fork_exec or posix_spawn; pty.fork and os.spawn* in fork/forkpty.
+PROCESS_STARTS = (("subprocess", "_fork_exec"), ("_posixsubprocess", "fork_exec"),
+                  ("os", "fork"), ("os", "forkpty"), ("os", "posix_spawn"),
+                  ("os", "posix_spawnp"), ("os", "system"))
+
+
+def refuse_processes(monkeypatch, refused: list[str]) -> None:
+    """Make every way of starting a process raise ProcessRefused (noted in ``refused`` too,
+    for code that catches it) until ``monkeypatch`` is undone."""
+    import importlib
+
+    for module, name in PROCESS_STARTS:
+        target = importlib.import_module(module)
+        if getattr(target, name, None) is None:
+            continue
+
+        def refuse(*args, _what=f"{module}.{name}", **kwargs):
+            refused.append(_what)
+            raise ProcessRefused(f"a unit test starts no process, user, compiler or cluster "
+                                 f"(tests/conftest.py), but this one called {_what}: mark it "
+                                 "integration (pytestmark = pytest.mark.integration)")
+
+        monkeypatch.setattr(target, name, refuse)
