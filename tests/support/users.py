@@ -2,36 +2,78 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
+import stat
 import sys
+import sysconfig
+import tempfile
 from pathlib import Path
 
 import pytest
 
-__all__ = ["python_as"]
+from support.common import REPO
+
+__all__ = ["python_as", "readable_by_all", "user_site"]
 
 
 def python_as(user: str) -> tuple[list[str], dict[str, str]]:
     """(argv prefix, environment) running this test's Python code as ``user``.
 
     The test's own interpreter may live where other users cannot read it (pyenv
-    under /root): the system's interpreter of the same minor version is used,
-    with this environment's site-packages added as a site directory (so that the
-    installed kmon, ``kmon.widgets`` included, imports as here). Skips the test
-    where there is none.
+    under /root): the system's interpreter of the same minor version is used, with
+    ``user_site()`` on its path (so that kmon, ``kmon.widgets`` included, and what it
+    needs import as here). Skips the test where there is no such interpreter.
     """
-    import sysconfig
-    import tempfile
-
     version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
     system = Path("/usr/bin") / version
     if not system.exists():
         pytest.skip(f"no {system} that another user can run")
-    packages = sysconfig.get_paths()["purelib"]
-    boot = Path(tempfile.mkdtemp(prefix="kmon-site-"))
-    boot.chmod(0o755)
-    (boot / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({packages!r})\n")
-    (boot / "sitecustomize.py").chmod(0o644)
     env = {k: v for k, v in os.environ.items() if k not in ("KMON_SPOOL_DIR", "PYTHONHOME")}
-    env["PYTHONPATH"] = str(boot)
+    env["PYTHONPATH"] = str(user_site())
     return ["runuser", "-u", user, "--", str(system)], env
+
+
+def readable_by_all(path: Path) -> bool:
+    """Whether any user can read ``path``: it is readable by others, and every directory
+    above it searchable by them (a clone in a mode-0700 home is not)."""
+    path = path.resolve()
+    if not path.stat().st_mode & stat.S_IROTH:
+        return False
+    return all(parent.stat().st_mode & stat.S_IXOTH for parent in path.parents)
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)  # the same file, at once, where the file system allows
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def _readable_copy(source: Path, target: Path) -> None:
+    shutil.copytree(source, target, copy_function=_link_or_copy, symlinks=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+
+
+@functools.cache
+def user_site() -> Path:
+    """A directory any user can read that puts this checkout's kmon and this environment's
+    packages on another user's path: its ``sitecustomize`` adds the site-packages as a site
+    directory. Where the clone or the environment lives where other users cannot read (a
+    clone in a mode-0700 home), they are copied in (hard links where the file system allows),
+    once per test process and removed when it ends."""
+    site = Path(tempfile.mkdtemp(prefix="kmon-user-site-"))
+    atexit.register(shutil.rmtree, site, ignore_errors=True)
+    site.chmod(0o755)
+    packages = Path(sysconfig.get_paths()["purelib"])
+    if not readable_by_all(packages):
+        _readable_copy(packages, site / "site-packages")
+        packages = site / "site-packages"
+    kmon = REPO / "kmon"
+    if not readable_by_all(kmon):  # an editable install points into the clone
+        _readable_copy(kmon, site / "kmon")
+    (site / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(packages)!r})\n")
+    (site / "sitecustomize.py").chmod(0o644)
+    return site
