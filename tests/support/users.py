@@ -16,7 +16,12 @@ import pytest
 
 from support.common import REPO
 
-__all__ = ["python_as", "readable_by_all", "user_site"]
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+__all__ = ["python_as", "readable_by_all", "package_dirs", "user_site"]
 
 
 def python_as(user: str) -> tuple[list[str], dict[str, str]]:
@@ -45,6 +50,14 @@ def readable_by_all(path: Path) -> bool:
     return all(parent.stat().st_mode & stat.S_IXOTH for parent in path.parents)
 
 
+def package_dirs() -> dict[str, Path]:
+    """Each of kmon's packages and its directory in this checkout, as pyproject.toml maps
+    them (``kmon.widgets`` lives in ``widgets/``)."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    return {name: REPO / path
+            for name, path in config["tool"]["setuptools"]["package-dir"].items()}
+
+
 def _link_or_copy(source: str, target: str) -> None:
     try:
         os.link(source, target)  # the same file, at once, where the file system allows
@@ -54,16 +67,16 @@ def _link_or_copy(source: str, target: str) -> None:
 
 def _readable_copy(source: Path, target: Path) -> None:
     shutil.copytree(source, target, copy_function=_link_or_copy, symlinks=True,
-                    ignore=shutil.ignore_patterns("__pycache__"))
+                    ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
 
 
 @functools.cache
 def user_site() -> Path:
-    """A directory any user can read that puts this checkout's kmon and this environment's
-    packages on another user's path: its ``sitecustomize`` adds the site-packages as a site
-    directory. Where the clone or the environment lives where other users cannot read (a
-    clone in a mode-0700 home), they are copied in (hard links where the file system allows),
-    once per test process and removed when it ends."""
+    """A directory any user can read that puts this checkout's kmon (``package_dirs``) and
+    this environment's packages on another user's path: its ``sitecustomize`` adds the
+    site-packages as a site directory. Where other users cannot read the clone or the
+    environment (a clone in a mode-0700 home), they are copied in (hard links where the file
+    system allows), once per test process and removed when it ends."""
     site = Path(tempfile.mkdtemp(prefix="kmon-user-site-"))
     atexit.register(shutil.rmtree, site, ignore_errors=True)
     site.chmod(0o755)
@@ -71,9 +84,10 @@ def user_site() -> Path:
     if not readable_by_all(packages):
         _readable_copy(packages, site / "site-packages")
         packages = site / "site-packages"
-    kmon = REPO / "kmon"
-    if not readable_by_all(kmon):  # an editable install points into the clone
-        _readable_copy(kmon, site / "kmon")
+    sources = package_dirs()
+    if not all(readable_by_all(path) for path in sources.values()):
+        for name, path in sorted(sources.items()):  # an editable install points into the clone
+            _readable_copy(path, site.joinpath(*name.split(".")))
     (site / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(packages)!r})\n")
     (site / "sitecustomize.py").chmod(0o644)
     return site
