@@ -26,10 +26,10 @@ STARTS_A_PROCESS = re.compile(r"\b(Child|KafkaClient|attach_once|record_child|at
 INNER_RUN = ("-p", "no:cacheprovider", "-p", "no:textual-snapshot", "-p", "no:randomly")
 
 
-def run_with_the_conftest(pytester, **modules: str):
+def run_with_the_conftest(pytester, *options: str, **modules: str):
     pytester.makeconftest((TESTS / "conftest.py").read_text())
     pytester.makepyfile(**modules)
-    return pytester.runpytest_inprocess(*INNER_RUN)
+    return pytester.runpytest_inprocess(*INNER_RUN, *options)
 
 
 def test_spool_dir_restores_the_environment(pytester):
@@ -152,3 +152,19 @@ def test_fixtures_mark_what_they_need(pytester):
         selected[marker] = {line.split("::")[1] for line in result.outlines if "::" in line}
     assert selected == {"kafka": {"test_cluster", "test_own_cluster", "test_java"},
                         "spark": {"test_spark"}, "java": {"test_java"}, "root": {"test_user"}}
+
+
+def test_a_root_test_is_skipped_with_its_reason_unless_run_as_root(pytester, monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    result = run_with_the_conftest(pytester, "-rs", test_root="""
+        import pytest
+
+        @pytest.mark.root(reason="the attack is on kmon running as root")
+        def test_as_root():
+            pass
+
+        def test_as_anyone():
+            pass
+    """)
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED*the attack is on kmon running as root"])
