@@ -29,7 +29,7 @@ from kmon.analysis import inputs, jobs  # noqa: E402
 from kmon.devtools import spark_cluster  # noqa: E402
 from kmon.record import schema  # noqa: E402
 
-pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
+pytestmark = [pytest.mark.integration, pytest.mark.spark]  # real processes, a cluster, Spark
 
 FLEET = FleetSpec(hosts=2, clients=6, brokers=5, hours=0.75, interval_ms=2000,
                   close_wait_rate=0.3, churn_rate=0.5, per_message_rate=0.5, seed=7)

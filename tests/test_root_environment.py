@@ -50,6 +50,7 @@ def hostile_java_environment(monkeypatch, markers: Path) -> dict[str, Path]:
 
 
 @pytest.mark.integration
+@pytest.mark.java
 @needs_java
 def test_the_jmx_helper_and_javac_ignore_a_hostile_java_environment(tmp_path, monkeypatch):
     """A real JVM is watched; kmon compiles its helper with javac and starts it with
@@ -109,6 +110,7 @@ def test_root_launches_spark_without_the_users_spark_java_or_shell_settings(tmp_
 
 @as_root
 @pytest.mark.integration
+@pytest.mark.java
 @needs_java
 def test_root_kmon_analyze_runs_spark_with_none_of_a_users_java_spark_or_shell_settings(
         tmp_path):
