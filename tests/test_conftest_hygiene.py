@@ -110,11 +110,9 @@ def test_a_unit_test_that_starts_a_process_fails_naming_the_rule(pytester):
             except Exception:
                 pass
     """)
-    # each fails at its teardown too: the swallowed refusal as well
-    result.assert_outcomes(failed=3, passed=1, errors=4)
-    result.stdout.fnmatch_lines([f"a unit test started a process ({call}): mark it integration"
-                                 for call in ("subprocess._fork_exec", "os.fork",
-                                              "subprocess._fork_exec", "os.posix_spawn")])
+    result.assert_outcomes(failed=3, passed=1, errors=1)  # the swallowed one at its teardown
+    result.stdout.fnmatch_lines(["a unit test started a process (os.posix_spawn): mark it "
+                                 "integration"])
     result.stdout.fnmatch_lines(["*ProcessRefused: a unit test starts no process, user, "
                                  "compiler or cluster*called os.fork: mark it integration*"])
 
