@@ -3,34 +3,75 @@ client processes, a throwaway user (the helpers they share are in helpers.py).""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import TESTS, Child, KafkaClient, debug_log_options, require_java
+from helpers import TESTS, Child, KafkaClient, debug_log_options, refuse_processes, require_java
 
-# Fixtures that start real processes, a cluster or Spark. A test that starts one (or starts a
-# process itself) is an integration test, and says so where it is written: a module's
+# Fixtures that start real processes, a user, a cluster or Spark. A test that starts one (or
+# starts a process itself) is an integration test, and says so where it is written: a module's
 # ``pytestmark``, or a decorator in a module that mixes both kinds. Every other test is marked
-# ``unit`` here (``python -m pytest -m unit`` is the fast inner loop).
+# ``unit`` here (``python -m pytest -m unit`` is the fast inner loop), and may start no process.
 INTEGRATION_FIXTURES = {"cluster", "start_client", "start_client_at", "spool_dir",
                         "spark_session", "kafka", "start_kafka", "java_clients", "java_program",
-                        "start_java", "start_module_client"}
+                        "start_java", "start_module_client", "throwaway_user"}
+# What a fixture needs beyond this Python: the marker it gives the tests that use it.
+NEEDS = {"kafka": "kafka", "start_kafka": "kafka", "spark_session": "spark",
+         "java_clients": "java", "java_program": "java", "start_java": "java",
+         "throwaway_user": "root"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test not marked ``integration`` as ``unit``; refuse the run when one of them
-    starts a process-starting fixture."""
+    """Mark every test not marked ``integration`` as ``unit``, and each test with what its
+    fixtures need (``NEEDS``); refuse the run when a unit test uses a process-starting
+    fixture. A test marked ``root`` is skipped unless kmon's tests run as root."""
     unmarked = []
     for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        for needed in sorted({NEEDS[name] for name in fixtures & NEEDS.keys()}):
+            item.add_marker(needed)
         if item.get_closest_marker("integration") is None:
             item.add_marker(pytest.mark.unit)
-            if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())):
+            if INTEGRATION_FIXTURES & fixtures:
                 unmarked.append(item.nodeid)
+        root = item.get_closest_marker("root")
+        if root is not None and os.geteuid() != 0:
+            item.add_marker(pytest.mark.skip(reason=root.kwargs.get("reason", "needs root")))
     if unmarked:
         raise pytest.UsageError("tests that start real processes must be marked integration "
                                 f"(pytestmark or @pytest.mark.integration): {unmarked}")
+
+
+CALL_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Note whether a test's call failed (for the refusal below)."""
+    report = yield
+    if report.when == "call":
+        item.stash[CALL_FAILED] = report.failed
+    return report
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_process(request):
+    """A unit test that starts a process (a user, a compiler, a cluster, kmon's command line)
+    fails, naming the call: the unit tier's promise is that it starts none. A test that
+    caught the refusal fails at its teardown."""
+    if request.node.get_closest_marker("unit") is None:
+        yield
+        return
+    refused: list[str] = []
+    with pytest.MonkeyPatch.context() as patch:
+        refuse_processes(patch, refused)
+        yield
+    if refused and not request.node.stash.get(CALL_FAILED, False):
+        pytest.fail(f"a unit test started a process ({', '.join(refused)}): mark it integration",
+                    pytrace=False)
 
 
 @pytest.fixture(scope="session")

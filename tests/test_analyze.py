@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import sys
 from collections import Counter, defaultdict
@@ -30,7 +29,7 @@ from kmon.analysis import inputs, jobs  # noqa: E402
 from kmon.devtools import spark_cluster  # noqa: E402
 from kmon.record import schema  # noqa: E402
 
-pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
+pytestmark = [pytest.mark.integration, pytest.mark.spark]  # real processes, a cluster, Spark
 
 FLEET = FleetSpec(hosts=2, clients=6, brokers=5, hours=0.75, interval_ms=2000,
                   close_wait_rate=0.3, churn_rate=0.5, per_message_rate=0.5, seed=7)
@@ -498,7 +497,7 @@ def test_a_real_recording_of_a_consumer(start_client, spark_session, tmp_path):
     assert coordinators[0]["groups"] == 1  # group.id from the session's clients_json
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the kernel's TCP events need root")
+@pytest.mark.root(reason="the kernel's TCP events need root")
 def test_churn_is_ranked_from_the_kernel_s_exact_counts(cluster, start_client, spark_session,
                                                         tmp_path):
     steady = start_client("consumer")

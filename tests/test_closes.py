@@ -5,7 +5,6 @@ stand-in broker that resets a busy one or ends a login (as the wire sees them)."
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import struct
@@ -300,7 +299,7 @@ class ClosingBroker:
 
 
 @pytest.mark.integration
-@pytest.mark.skipif(os.geteuid() != 0, reason="the wire needs CAP_NET_RAW (root)")
+@pytest.mark.root(reason="the wire needs CAP_NET_RAW (root)")
 @pytest.mark.parametrize(("requests", "reset", "wire", "expected"), [
     ("12x60", True, "auto", "reset"),  # Heartbeats, a RST after the 30th
     ("18x30,17,36", False, "auto", "auth_failed"),  # ApiVersions, SASL, then the broker's FIN

@@ -35,7 +35,8 @@ from kmon.engine.sampler import SamplerSettings
 from kmon.widgets.app import KmonApp
 from kmon.widgets.watch_screen import WatchScreen
 
-pytestmark = pytest.mark.integration  # a real cluster, real clients, kmon as root
+# a real cluster, real clients, kmon as root
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 IDLE_MS = 8000
 NAME_WITHIN_S = 10.0  # the bound for ps to name the cluster and count the coordinator

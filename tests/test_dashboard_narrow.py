@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from helpers import ReplayedClients, play_all, play_listed, replayed, until, utc  # noqa: F401 (utc: autouse)
+from helpers import ReplayedClients, play_all, play_listed, replayed, until, utc
 from rich.text import Text
 
 from kmon.dashboard_settings import DashboardSettings

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
-from helpers import DATA, ReplayedClients, play_all, play_listed, replayed, until, utc  # noqa: F401 (utc: autouse)
+from helpers import ReplayedClients, play_all, play_listed, replayed, until, utc
 from rich.text import Text
 
 from kmon.dashboard_settings import DashboardSettings
@@ -22,10 +22,10 @@ from kmon.widgets.connection_table import ConnectionTable
 from kmon.widgets.host_screen import HostScreen
 from kmon.widgets.watch_screen import WatchScreen
 
+__all__ = ["utc"]  # the fixture: clock times in UTC
+
 SIZE = (170, 48)
 NARROW = (80, 24)  # a split pane, a serial console: every screen is drawn at this size too
-
-
 
 
 def test_consumer_screen(snap_compare):
@@ -63,8 +63,6 @@ def test_detail_pane(snap_compare):
         await pilot.press("enter")
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
-
-
 
 
 def test_watch_screen(snap_compare):

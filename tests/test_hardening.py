@@ -27,7 +27,7 @@ from kmon.sources.child_env import trusted_program
 from kmon.sources.librdkafka_stats import parse_record, read_client_stats
 
 NOBODY = 65534  # a uid that is not root and not us: the "other user" of these tests
-as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the attack is on kmon running as root")
+as_root = pytest.mark.root(reason="the attack is on kmon running as root")
 
 
 def owned_by_nobody(path: Path) -> Path:
@@ -180,6 +180,7 @@ def test_kmon_run_puts_only_the_bootstrap_directory_on_the_path():
     assert env["KMON_AGENT_PYTHON"] == f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
+@pytest.mark.integration
 def test_the_bootstrap_refuses_another_python_version(tmp_path):
     env = run_environment(dict(os.environ))
     env["KMON_AGENT_PYTHON"] = "2.7"

@@ -3,7 +3,6 @@ hands each process the segments of its own sockets."""
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 import uuid
@@ -19,7 +18,7 @@ from kmon.sources.host_wire import HostWire
 from kmon.sources.process_wire import ProcessWire
 
 pytestmark = [pytest.mark.integration,  # real processes, a cluster, real packet capture
-              pytest.mark.skipif(os.geteuid() != 0, reason="the wire needs CAP_NET_RAW (root)")]
+              pytest.mark.root(reason="the wire needs CAP_NET_RAW (root)")]
 
 
 def wired(view) -> list:

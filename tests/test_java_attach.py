@@ -8,7 +8,6 @@ change for kmon beyond where slf4j-simple writes its log.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -25,7 +24,7 @@ CONFIDENT = 0.9
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("private_cache"),
               pytest.mark.skipif(shutil.which("java") is None,
                                  reason="java (a JDK 11+) is not installed: the JMX path needs it")]
-as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the wire needs CAP_NET_RAW (root)")
+as_root = pytest.mark.root(reason="the wire needs CAP_NET_RAW (root)")
 
 
 def by_node(rows: list[dict]) -> dict[int, dict]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
-import os
 import socket
 import struct
 import sys
@@ -34,7 +33,7 @@ from helpers import (
 from kmon.engine.connection_lives import MAX_OPEN, ConnectionLives
 from kmon.sources.kernel_events import TcpEvent, decode, parse_format, read_formats
 
-as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the kernel's TCP events need root")
+as_root = pytest.mark.root(reason="the kernel's TCP events need root")
 
 # the layouts as Linux 6.18's tracefs prints them (the fields kmon reads, abridged)
 SET_STATE_FORMAT = """name: inet_sock_set_state

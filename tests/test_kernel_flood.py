@@ -4,7 +4,6 @@ closes, and events a full ring dropped are counted where ``kmon serve`` shows th
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 import threading
@@ -18,7 +17,7 @@ from kmon.model import ProcessView
 from kmon.sources.kernel_events import RING_PAGES, KernelEvents
 
 pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(os.geteuid() != 0, reason="the kernel's TCP events need root")]
+              pytest.mark.root(reason="the kernel's TCP events need root")]
 
 FLOODER = """
 import socket, sys, time

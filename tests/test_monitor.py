@@ -66,8 +66,9 @@ class FakeSampler:
 
 
 def test_history_is_bounded():
-    monitor = Monitor([FakeSampler()], max_events=100)
-    told = sum(len(monitor.poll()[1]) for _ in range(300))  # each poll asks the kernel once
-    assert told > 500  # five times what is kept
-    assert len(monitor.events) == 100
+    # each poll asks the kernel once for the host's closing sockets: few polls, a small bound
+    monitor = Monitor([FakeSampler()], max_events=20)
+    told = sum(len(monitor.poll()[1]) for _ in range(60))
+    assert told > 100  # five times what is kept
+    assert len(monitor.events) == 20
     assert len(monitor.lives[FakeSampler.pid]) == 2  # what is open now, nothing older

@@ -7,7 +7,6 @@ idle limit, a fact in place of the kernel's, and a process that exits."""
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import time
@@ -44,7 +43,7 @@ def produce_request(correlation: int) -> bytes:
     return len(body).to_bytes(4, "big") + body
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the wire needs CAP_NET_RAW (root)")
+@pytest.mark.root(reason="the wire needs CAP_NET_RAW (root)")
 def test_a_sockets_wire_claim_follows_what_it_carries_and_what_is_known_of_its_peer():
     producer = WireEvidence()
     with socket.create_server(("127.0.0.1", 0)) as server:

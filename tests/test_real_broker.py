@@ -285,6 +285,7 @@ def test_the_host_view_never_lists_the_embedded_mock_cluster(cluster, start_clie
         assert server not in {p.pid for p in snapshot.processes}
 
 
+@pytest.mark.integration
 def test_the_wire_follows_a_broker_with_no_socket_open_at_a_poll_and_reads_a_failed_login():
     """A client refused by a real broker reconnects every few ms, so a poll may find no
     socket to it: its next connection's requests and the broker's SASL error must still be

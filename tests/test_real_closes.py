@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from helpers import KafkaClient, read, record_child
 
-pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
+pytestmark = [pytest.mark.integration, pytest.mark.spark]  # real processes, a cluster, Spark
 
 pytest.importorskip("pyspark")
 

@@ -20,7 +20,7 @@ from kmon.files import ROOT_CACHE, root_only
 from kmon.sources.child_env import trusted_program
 
 pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(os.geteuid() != 0, reason="the attack is on kmon as root")]
+              pytest.mark.root(reason="the attack is on kmon as root")]
 
 NOBODY = 65534  # the other user: not root, not us
 
@@ -69,6 +69,7 @@ def test_root_finds_its_programs_only_where_root_alone_can_change_them(tmp_path,
     assert sorted(markers.iterdir()) == []
 
 
+@pytest.mark.java  # a JDK and the broker's jars, as kmon devcluster --kafka finds them
 def test_root_devcluster_runs_no_users_java_and_no_planted_jar(tmp_path, monkeypatch):
     """What ``kmon devcluster --kafka`` does before its nodes start (``prepare``: find and
     check java, resolve the broker's jars) under the hostile environment."""

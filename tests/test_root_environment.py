@@ -23,7 +23,7 @@ from kmon.sources.child_env import (
     spark_launch_environment,
 )
 
-as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the defence is root's")
+as_root = pytest.mark.root(reason="the defence is root's")
 needs_java = pytest.mark.skipif(shutil.which("java") is None or shutil.which("javac") is None,
                                 reason="a JDK (java and javac) is not installed")
 
@@ -50,6 +50,7 @@ def hostile_java_environment(monkeypatch, markers: Path) -> dict[str, Path]:
 
 
 @pytest.mark.integration
+@pytest.mark.java
 @needs_java
 def test_the_jmx_helper_and_javac_ignore_a_hostile_java_environment(tmp_path, monkeypatch):
     """A real JVM is watched; kmon compiles its helper with javac and starts it with
@@ -109,6 +110,7 @@ def test_root_launches_spark_without_the_users_spark_java_or_shell_settings(tmp_
 
 @as_root
 @pytest.mark.integration
+@pytest.mark.java
 @needs_java
 def test_root_kmon_analyze_runs_spark_with_none_of_a_users_java_spark_or_shell_settings(
         tmp_path):
@@ -168,6 +170,7 @@ def kmon(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.Com
                           timeout=timeout, env=env)
 
 
+@pytest.mark.integration
 @as_root
 def test_a_config_file_of_another_user_is_refused(tmp_path, throwaway_user):
     config = config_file(tmp_path, "[clusters.prod]\nbootstrap = '127.0.0.1:1'\n")
@@ -175,12 +178,14 @@ def test_a_config_file_of_another_user_is_refused(tmp_path, throwaway_user):
     assert_one_clear_line(record_with(config, "prod"), 1, str(config), "owned by uid")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("mode", [0o664, 0o646, 0o666], ids=oct)
 def test_a_config_file_others_may_write_is_refused(tmp_path, mode):
     config = config_file(tmp_path, "[clusters.prod]\nbootstrap = '127.0.0.1:1'\n", mode)
     assert_one_clear_line(record_with(config, "prod"), 1, str(config), "writable", "chmod go-w")
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler to build the plugin")
 def test_a_plugin_library_named_in_a_config_file_is_never_loaded(tmp_path):
     """A real shared library that writes a marker when loaded, named by the config file's
@@ -213,6 +218,7 @@ def test_a_property_that_loads_code_or_runs_a_command_is_refused_from_a_file(tmp
     assert prod.properties == {name: "x"}
 
 
+@pytest.mark.integration
 @as_root
 def test_f_props_follow_no_users_link_and_never_show_the_files_content(tmp_path,
                                                                        throwaway_user):
@@ -247,6 +253,7 @@ def test_f_props_errors_name_lines_and_known_keys_only(tmp_path, text, words):
     assert "TopSecret" not in str(err.value)
 
 
+@pytest.mark.integration
 def test_a_bootstrap_string_is_never_shadowed_by_a_configured_name(tmp_path):
     shadow = "[clusters.'127.0.0.1:9092']\nbootstrap = '10.9.9.9:9092'\n"
     assert_one_clear_line(record_with(config_file(tmp_path, shadow), "127.0.0.1:9092"), 1,
@@ -267,6 +274,7 @@ dynamic_path = {library}
 """
 
 
+@pytest.mark.integration
 @as_root
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler to build the library")
 def test_root_kmon_loads_no_library_an_inherited_openssl_conf_names(tmp_path):

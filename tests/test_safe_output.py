@@ -17,7 +17,7 @@ from kmon.files import OutputDir, UnsafeFile
 from kmon.model import Connection, ProcessView, Role, Snapshot
 from kmon.record.recorder import Recorder
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the attacks are on a root kmon")
+pytestmark = pytest.mark.root(reason="the attacks are on a root kmon")
 
 ROOTS_OWN = b"root's own file\n"
 
@@ -57,6 +57,7 @@ def one_snapshot(ts_ms: int = 1) -> Snapshot:
                                                                   connections=[conn])])
 
 
+@pytest.mark.integration
 def test_root_refuses_to_record_into_another_users_directory(tmp_path, throwaway_user):
     target = victim(tmp_path)
     out = users_directory(tmp_path, throwaway_user, target)
@@ -67,6 +68,7 @@ def test_root_refuses_to_record_into_another_users_directory(tmp_path, throwaway
     assert sorted(p.name for p in out.iterdir()) == before
 
 
+@pytest.mark.integration
 def test_root_refuses_to_write_analysis_results_into_another_users_directory(
         tmp_path, throwaway_user):
     """Refused before any analysis runs (no Spark is started): one line, the linked file
@@ -82,6 +84,7 @@ def test_root_refuses_to_write_analysis_results_into_another_users_directory(
     assert target.read_bytes() == ROOTS_OWN
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("mode", [0o775, 0o757, 0o1777], ids=oct)
 def test_root_refuses_a_directory_others_may_write(tmp_path, mode):
     out = tmp_path / "shared"
@@ -92,6 +95,7 @@ def test_root_refuses_a_directory_others_may_write(tmp_path, mode):
     assert list(out.iterdir()) == []
 
 
+@pytest.mark.integration
 def test_an_output_directory_that_is_a_link_is_refused(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

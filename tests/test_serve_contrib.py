@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from helpers import REPO, promtool, require_prometheus
 
 from kmon.export.collector import family_names
@@ -30,6 +31,7 @@ def dashboard_exprs() -> list[str]:
     return [target["expr"] for panel in panels for target in panel["targets"]]
 
 
+@pytest.mark.integration
 def test_rules_pass_their_promtool_tests():
     require_prometheus()
     checked = promtool("check", "rules", str(RULES))
@@ -42,6 +44,7 @@ def test_rules_pass_their_promtool_tests():
     assert all(f"alertname: {alert}" in tests for alert in alerts), alerts
 
 
+@pytest.mark.integration
 def test_the_dashboard_queries_parse_and_name_only_exposed_metrics(tmp_path):
     require_prometheus()
     exprs = dashboard_exprs()

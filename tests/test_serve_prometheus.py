@@ -74,6 +74,7 @@ def test_prometheus_sees_roles_idle_reaps_and_forgets_killed_clients(start_clien
         prometheus.stop()
 
 
+@pytest.mark.integration
 def test_openmetrics_when_the_scraper_asks_and_health(serve):
     status, kind, text = get(f"http://{serve}/metrics",
                              accept="application/openmetrics-text; version=1.0.0")

@@ -16,7 +16,7 @@ from helpers import require_java
 from benchmarks.truth import report
 from benchmarks.truth.scenarios import FAST, SCENARIOS, run
 
-pytestmark = pytest.mark.integration  # a real cluster, clients, tcpdump
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]  # a real cluster, clients, tcpdump
 
 
 @pytest.mark.parametrize("name", FAST)

@@ -42,7 +42,7 @@ from kmon.sources.broker_query import ask_brokers
 from kmon.sources.sockets import Endpoint
 
 pytestmark = [pytest.mark.integration,  # real processes, a cluster, real packet capture
-              pytest.mark.skipif(os.geteuid() != 0, reason="the wire needs CAP_NET_RAW (root)")]
+              pytest.mark.root(reason="the wire needs CAP_NET_RAW (root)")]
 
 KCAT = "/usr/bin/kcat"
 NODE_MODULES = Path(__file__).parent / "node" / "node_modules"

@@ -24,7 +24,7 @@ from kmon.sources.sockets import Endpoint
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the wire needs CAP_NET_RAW (root)"),
+    pytest.mark.root(reason="the wire needs CAP_NET_RAW (root)"),
     pytest.mark.skipif(shutil.which("go") is None, reason="go is not installed"),
 ]
 

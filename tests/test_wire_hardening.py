@@ -84,7 +84,7 @@ def test_a_spool_within_the_caps_is_read_whole_without_a_notice(tmp_path):
 
 # --- kmon's own Metadata query: one deadline, a small cap, never on the poll path ---------
 
-as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the wire needs CAP_NET_RAW (root)")
+as_root = pytest.mark.root(reason="the wire needs CAP_NET_RAW (root)")
 
 def talk_to(broker: HostileBroker, api: str) -> Child:
     """A plain client process sending ``api`` requests to ``broker`` (see hostile_broker)."""
@@ -119,6 +119,7 @@ def kmon_beside(kind: str, request: str, interval: str) -> Iterator[tuple[Hostil
         broker.close()
 
 
+@pytest.mark.integration
 @as_root
 def test_a_dripping_broker_delays_no_snapshot_of_kmon_attach():
     with kmon_beside("drip", "metadata", "500ms") as (broker, stream):
@@ -152,6 +153,7 @@ def test_an_ip_address_needs_no_lookup():
     assert Resolver().endpoints("[::ffff:10.0.0.1]:9092") == {Endpoint("10.0.0.1", 9092)}
 
 
+@pytest.mark.integration
 @as_root
 def test_a_flood_of_find_coordinator_answers_keeps_the_taps_tables_bounded():
     """Real loopback sockets: the client asks FindCoordinator 2,000 times, each answer
@@ -182,6 +184,7 @@ def test_a_flood_of_find_coordinator_answers_keeps_the_taps_tables_bounded():
     assert ("10.0.7.207", 9092) in view.coordinators  # the latest answer (1,999) kept
 
 
+@pytest.mark.integration
 @as_root
 def test_a_find_coordinator_flood_does_not_grow_kmon():
     """kmon attached to a client whose fake broker names a new coordinator in every answer
@@ -333,6 +336,7 @@ class _Tapped:
 JOIN_GROUP, FETCH, PRODUCE = 11, 1, 0
 
 
+@pytest.mark.integration
 @as_root
 def test_a_join_group_header_inside_a_produce_body_makes_no_coordinator():
     forged = _request(JOIN_GROUP, 99)  # where a client's record bytes may put it
@@ -347,6 +351,7 @@ def test_a_join_group_header_inside_a_produce_body_makes_no_coordinator():
     assert not counts.keys() & kp.GROUP_APIS
 
 
+@pytest.mark.integration
 @as_root
 def test_a_spoofed_segment_with_a_bogus_sequence_number_makes_no_coordinator():
     """A raw segment with the client's 4-tuple and a JoinGroup header, as anyone with
