@@ -109,6 +109,10 @@ def test_a_story_carries_the_totals_and_is_told_in_words():
     # only ever seen in CLOSE (its fd still open): refused, or reset, kmon cannot tell
     closed = story(life("CLOSE"), None, 3_000)
     assert (closed.closed_by, closed.reason) == ("unknown", "unknown")
+    # seen connecting, then in CLOSE (a RST answered its SYN, its fd still open): never
+    # seen established, so never a broker's close (CI's truth run told one so)
+    refused = story(life("SYN_SENT", "CLOSE"), None, 3_000)
+    assert (refused.closed_by, refused.reason) == ("unknown", "connect_failed")
 
 
 def test_the_wire_s_first_fin_or_rst_decides_the_side_and_tells_a_reset_or_failed_login():

@@ -134,7 +134,8 @@ def story(life: SocketLife, kernel_state: str | None, closed_ms: int,
     if exact is not None and exact.closed_ms is not None:
         return exact_story(life, exact, wire)
     conn = life.last
-    established = not life.states <= NOT_ESTABLISHED
+    # a socket seen in CLOSE (a RST arrived, its fd still open) was not thereby established
+    established = not life.states <= NOT_ESTABLISHED | SEEN_CLOSED
     if not established:
         side = "unknown"
     elif wire is not None:
