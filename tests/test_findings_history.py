@@ -59,6 +59,13 @@ def test_the_recovery_time_runs_from_the_last_broker_gone_to_the_first_back():
     assert reasons(run([*polls, (6_201 + rebootstrap.HOLD_MS, view(B1))])) == []  # ... no more
 
 
+def test_a_later_loss_without_a_bootstrap_leaves_the_rebootstrap_named():
+    polls = [(0, view(B1)), (1_000, view()), (2_000, view(BOOT)), (3_000, view(B1)),
+             (9_000, view()), (10_000, view(B1))]  # then its idle broker reaped, reconnected
+    (found,) = run(polls).findings
+    assert found.evidence["recovery_ms"] == 2_000 and found.since_ms == 2_000
+
+
 def test_a_bootstrap_seen_only_beside_the_first_broker_back_still_counts():
     marks = run([(0, view(B1)), (1_000, view()), (2_000, view(BOOT, B1))])
     assert reasons(marks) == ["rebootstrap"]

@@ -9,7 +9,7 @@ from kmon.model import ProcessView, Role
 from kmon.tcp_state import TcpState
 
 HELD = frozenset({TcpState.ESTABLISHED, "UP"})  # a socket's state, or librdkafka's own
-MARKS = 64  # changes kept per process
+MARKS = 256  # changes kept per process (a reconnect is two)
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,8 @@ def find(look: Look) -> list[Raised]:
 
 def last_episode(marks: Sequence[Mark]
                  ) -> tuple[Mark, Mark, frozenset[str], Mark | None] | None:
-    """The last time every broker went with a bootstrap connection before one came back:
+    """The last time every broker went and a bootstrap connection was made before one came
+    back (a later loss without one, an ordinary reconnect, leaves it named):
     (the last mark with brokers, the first without, the bootstrap servers it went back to,
     the first mark with a broker again or None while it recovers); None without one."""
     for i in range(len(marks) - 1, 0, -1):
@@ -47,7 +48,8 @@ def last_episode(marks: Sequence[Mark]
         back = next((m for m in after if m.brokers), None)
         during = after[:after.index(back) + 1] if back is not None else after
         bootstraps = frozenset().union(*(m.bootstraps for m in during))
-        return (marks[i - 1], marks[i], bootstraps, back) if bootstraps else None
+        if bootstraps:
+            return marks[i - 1], marks[i], bootstraps, back
     return None
 
 
