@@ -1,8 +1,9 @@
 """The findings of each poll (kmon.evidence.findings), dated and carried on the views.
 
 ``FindingWatch.observe`` keeps each process's recent open-fd counts and reads the limit on
-them when they are counted, runs every finder over the poll, and dates each finding by when
-it was first raised: a finding that holds from poll to poll keeps its ``since_ms``.
+them when they are counted, keeps its recent marks (kmon.evidence.findings.marks), runs
+every finder over the poll, and dates each finding by when it was first raised: a finding
+that holds from poll to poll keeps its ``since_ms``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections import defaultdict, deque
 from collections.abc import Sequence
 
 from kmon.evidence.findings import FINDERS, Look
+from kmon.evidence.findings.marks import MARKS, Mark, mark
 from kmon.model import Finding, ProcessView
 from kmon.sources.fd_limits import open_fd_limit
 
@@ -24,6 +26,7 @@ class FindingWatch:
         self.fds: dict[int, deque[tuple[int, int]]] = defaultdict(
             lambda: deque(maxlen=FD_SAMPLES))
         self.limits: dict[int, int | None] = {}
+        self.marks: dict[int, deque[Mark]] = defaultdict(lambda: deque(maxlen=MARKS))
         self.since: dict[tuple[int, str, str], int] = {}  # (pid, reason, key) -> first raised
 
     def observe(self, ts_ms: int, views: Sequence[ProcessView],
@@ -34,7 +37,11 @@ class FindingWatch:
             if count is not None:
                 self.fds[pid].append((ts_ms, count))
                 self.limits[pid] = open_fd_limit(pid)
-        look = Look(ts_ms, views, self.fds, self.limits)
+        for view in views:
+            now, marks = mark(view, ts_ms), self.marks[view.pid]
+            if not marks or not marks[-1].same(now):
+                marks.append(now)
+        look = Look(ts_ms, views, self.fds, self.limits, self.marks)
         found: dict[int, list[Finding]] = defaultdict(list)
         since = {}
         for finder in FINDERS:
@@ -50,3 +57,5 @@ class FindingWatch:
         for pid in self.fds.keys() - alive:
             del self.fds[pid]
             self.limits.pop(pid, None)
+        for pid in self.marks.keys() - alive:
+            del self.marks[pid]

@@ -12,6 +12,7 @@ from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
 
+from kmon.evidence.findings.marks import coordinators
 from kmon.model import Connection, Event, EventKind, ProcessView, Snapshot
 from kmon.short_command import short_command
 from kmon.sources.fd_limits import open_fd_count, open_fd_limit
@@ -171,7 +172,7 @@ class HostMetrics:
         metrics.clients.update(c.type for c in view.clients)
         metrics.clients_created = view.clients_created
         metrics.findings.update(f.reason for f in view.findings)
-        metrics.members = _coordinators(view)
+        metrics.members = coordinators(view)
         metrics.coordinators = {_member_labels(metrics, member): broker
                                 for member, broker in metrics.members.items()}
         if before is not None:
@@ -219,21 +220,6 @@ def _keep_idlest(idle: dict, labels: ConnectionLabels, conn: Connection) -> None
     if seen is None or conn.idle_ms / 1000.0 > seen[0]:
         idle[labels] = (conn.idle_ms / 1000.0, _seconds(conn.idle_limit_ms),
                         conn.idle_limit_by or "")
-
-
-def _coordinators(view: ProcessView) -> dict[tuple[str, str], str]:
-    """(client_id, group_id) -> the broker coordinating the group, for each group member:
-    the client's own word, else its coordinator connection's broker."""
-    by_client = {conn.client: conn.broker_id for conn in view.connections
-                 if conn.role.value == "coordinator" and conn.broker_id is not None}
-    out = {}
-    for client in view.clients:
-        broker = client.group_coordinator_id
-        if broker is None:
-            broker = by_client.get(client.name)
-        if client.group_id and broker is not None:
-            out[(client.client_id, client.group_id)] = str(broker)
-    return out
 
 
 def _count(metrics: ProcessMetrics, event: Event) -> None:

@@ -5,18 +5,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from kmon.evidence.findings.marks import Mark
 from kmon.model import ProcessView
 
 
 @dataclass(frozen=True)
 class Look:
     """One poll's views, with each process's open-fd counts over the recent polls (oldest
-    first, as (UTC epoch ms, count)) and the soft limit on its open files."""
+    first, as (UTC epoch ms, count)), the soft limit on its open files, and its recent
+    marks (oldest first, this poll's last)."""
 
     ts_ms: int
     views: Sequence[ProcessView]
     fds: Mapping[int, Sequence[tuple[int, int]]] = field(default_factory=dict)
     fd_limits: Mapping[int, int | None] = field(default_factory=dict)
+    marks: Mapping[int, Sequence[Mark]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
