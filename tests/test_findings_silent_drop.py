@@ -2,8 +2,9 @@
 loopback drops every segment sent to one broker's port (the rule matches that port alone:
 the other xdist worker's cluster has ports of its own), and ``kmon attach --json`` names the
 connection while the kernel retransmits into nothing, then the close says ``silent_drop``.
-Its negative twin: a broker slow to answer (a fetch it holds for seconds) raises nothing.
-The idle variant, keepalive probes unanswered, is read from a plain socket of this process."""
+Its negative twins: a broker slow to answer (a fetch it holds for seconds) raises nothing,
+nor does a peer that stops reading (its zero window probed, each probe answered). The idle
+variant, keepalive probes unanswered, is read from a plain socket of this process."""
 
 from __future__ import annotations
 
@@ -129,8 +130,7 @@ def test_unanswered_keepalive_probes_are_the_idle_variant(drop_to):
         port = listener.getsockname()[1]
         client = stack.enter_context(socket.create_connection(("127.0.0.1", port)))
         stack.enter_context(listener.accept()[0])
-        for option, value in ((socket.SO_KEEPALIVE, 1),):
-            client.setsockopt(socket.SOL_SOCKET, option, value)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         for option in (socket.TCP_KEEPIDLE, socket.TCP_KEEPINTVL):
             client.setsockopt(socket.IPPROTO_TCP, option, 1)
         drop_to(port)
@@ -144,3 +144,29 @@ def test_unanswered_keepalive_probes_are_the_idle_variant(drop_to):
         stall = wait_for(stalled, "unanswered keepalive probes", 15, every=0.2)
     assert stall.timer == "keepalive" and stall.unacked == 0
     assert stall.probes >= silent_drop.KEEPALIVE_PROBES
+
+
+def test_a_peer_that_stops_reading_is_probed_and_answers():
+    """A broker too slow to read (its receive buffer full): the kernel probes its zero window
+    for seconds with no ack of new data, and each probe is answered: not a silent drop."""
+    with contextlib.ExitStack() as stack:
+        listener = stack.enter_context(socket.socket())
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = stack.enter_context(socket.create_connection(("127.0.0.1", port)))
+        stack.enter_context(listener.accept()[0])  # never read
+        client.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                client.send(bytes(65536))
+        reader = stack.enter_context(SockDiagReader())
+        stalls = []
+        for _ in range(16):
+            time.sleep(0.5)
+            stalls += [s.stall for s in reader.sockets_of(os.getpid())
+                       if s.remote.port == port and s.stall]
+    assert [s for s in stalls if s.timer == "probe"], stalls  # the window was shut
+    assert max(s.last_ack_ms for s in stalls) >= silent_drop.MIN_UNANSWERED_MS
+    assert not [s for s in stalls if silent_drop.unanswered(s._asdict())], stalls
