@@ -39,7 +39,8 @@ class Endpoint:
 
 class TcpStall(NamedTuple):
     """A socket's unanswered sending, from its tcp_info: read only for a socket the kernel is
-    retransmitting or probing on (a field is None where the kernel's tcp_info is too short)."""
+    retransmitting or probing on (its retransmits or probes not 0); a field is None where the
+    kernel's tcp_info is too short."""
 
     timer: str  # the timer the kernel runs on it: retransmit, keepalive, probe (zero window
     # or a send that cannot leave), or none (inet_diag's idiag_timer)
