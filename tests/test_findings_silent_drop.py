@@ -71,13 +71,26 @@ def broker_connection(process: dict) -> dict | None:
                  and c["broker_id"] is not None and c["state"] == "ESTABLISHED"), None)
 
 
+def busiest_broker_connection(stream) -> dict | None:
+    """The consumer's broker connection that sent the most over 3 s of records (one it
+    fetches on: a broker leading none of its partitions is idle, nothing to drop)."""
+    first, last = {}, {}
+    for _, process in stream_records(stream, 3):
+        for conn in process["connections"]:
+            if conn == broker_connection({"connections": [conn]}) and conn["bytes_sent"]:
+                first.setdefault(conn["key"], conn)
+                last[conn["key"]] = conn
+    grown = {key: last[key]["bytes_sent"] - first[key]["bytes_sent"] for key in last}
+    busiest = max(grown, key=grown.get, default=None)
+    return last[busiest] if busiest is not None and grown[busiest] > 0 else None
+
+
 def test_a_silently_dropped_broker_connection_is_named_then_its_close(start_client, drop_to):
     client = start_client("consumer", properties={"socket.timeout.ms": str(SOCKET_TIMEOUT_MS)})
     stream = attach_stream(client.pid, interval="500ms")
     try:
-        conn = wait_for(lambda: next((broker_connection(p) for _, p in
-                                      stream_records(stream, 2) if broker_connection(p)), None),
-                        "a broker connection in kmon attach --json", 30)
+        conn = wait_for(lambda: busiest_broker_connection(stream),
+                        "a broker connection the consumer fetches on", 30)
         remote = conn["remote"]
         drop_to(int(remote.rsplit(":", 1)[1]))
         dropped = time.monotonic()
