@@ -101,6 +101,9 @@ class Connection:
     # every idle limit that may close it (client, broker, middlebox); idle_limit_ms is the least
     idle_limits: dict[str, int] = field(default_factory=dict)
     idle_limit_by: str | None = None  # which of idle_limits will reap it first
+    # the kernel's figures of its unanswered sending (kmon.sources.sockets.TcpStall), while
+    # it retransmits or probes: None while everything sent is answered
+    tcp_stall: dict | None = None
 
     @property
     def reap_in_ms(self) -> int | None:

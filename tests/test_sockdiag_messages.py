@@ -86,3 +86,34 @@ def test_a_message_laid_out_otherwise_takes_the_general_path(general_reads):
     truncated = _message(7, 1)[:-10]  # its tcp_info runs past the message's end
     assert _read(reader, truncated).bytes_sent is None
     assert general_reads == [7, 8, 9, 7]
+
+
+def _stalled(inode: int, info_len: int = 232) -> bytes:
+    """``_message`` of a socket the kernel retransmits on (idiag_timer 1): retransmits 4,
+    probes 0, backoff 4, rto 3.2 s, 2 unacked, last ack 7 s ago, 9 retransmitted in all."""
+    message = bytearray(_message(inode, 1, info_len))
+    message[2] = 1
+    info = len(message) - info_len
+    message[info + 2 : info + 5] = bytes([4, 0, 4])[: max(0, info_len - 2)]
+    for at, value in ((8, 3_200_000), (24, 2), (56, 7000), (100, 9)):
+        if at + 4 <= info_len:
+            struct.pack_into("=I", message, info + at, value)
+    return bytes(message)
+
+
+def test_a_stalled_socket_carries_its_unanswered_sending_on_either_path(general_reads):
+    reader = _MessageReader()
+    first, second = _read(reader, _stalled(7)), _read(reader, _stalled(8))
+    assert general_reads == [7]  # the second in one unpack
+    for sock in (first, second):
+        assert sock.stall == ("retransmit", 4, 0, 4, 3200.0, 2, 7000, 9)
+        assert sock.last_sent_ms == 1100 and sock.rtt_ms == 3300.0
+    assert _read(reader, _message(9, 1)).stall is None  # nothing unanswered: nothing read
+
+
+def test_a_short_tcp_info_gives_the_stall_figures_it_has():
+    # a tcp_info ending after last_ack_recv (60 bytes): no total_retrans; one of 3 bytes: none
+    assert _read(_MessageReader(), _stalled(7, 60)).stall == ("retransmit", 4, 0, 4, 3200.0, 2,
+                                                              7000, None)
+    assert _read(_MessageReader(), _stalled(7, 3)).stall == ("retransmit", 4, 0, 0, None, None,
+                                                             None, None)

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kmon.engine.connection_lives import KernelLife
+from kmon.evidence.findings.silent_drop import unanswered
 from kmon.model import CloseStory, Connection, WireClose
 from kmon.sources.kafka_protocol import SASL_APIS
 from kmon.tcp_state import TcpState
@@ -55,7 +56,8 @@ READABLE = {
     "broker_closed": "the broker closed a busy connection", "auth_failed": "authentication failed",
     "client_closed": "the client closed it", "reset": "reset", "connect_failed":
     "never established", "per_ip_rejected": "refused by the broker at once (per-IP "
-    "connection limit)", "unknown": "reason unknown"}
+    "connection limit)", "silent_drop": "the broker stopped answering (silent drop)",
+    "unknown": "reason unknown"}
 
 
 @dataclass
@@ -110,6 +112,18 @@ def reason(side: str, idle_ms: int | None, limits: dict[str, int],
 
 
 IDLE_REASONS = frozenset({"client_idle_reap", "broker_idle_reap", "middlebox_idle_drop"})
+# what a connection whose peer had gone silent seems to close for: the client giving up on
+# it, or the kernel's retries running out (a reset of its own, or a side kmon cannot tell)
+DROP_HIDES = frozenset({"client_closed", "unknown", "reset"})
+
+
+def drop_reason(conn: Connection, why: str) -> str:
+    """``silent_drop`` for a connection last seen with its peer silent (the ``silent_drop``
+    finding's test) that closed for one of DROP_HIDES; else ``why``."""
+    stall = conn.tcp_stall
+    if why in DROP_HIDES and stall is not None and unanswered(stall):
+        return "silent_drop"
+    return why
 
 
 def wire_reason(wire: WireClose, kernel_reason: str) -> str:
@@ -148,6 +162,7 @@ def story(life: SocketLife, kernel_state: str | None, closed_ms: int,
         why = wire_reason(wire, why)
     elif life.states <= SEEN_CLOSED:  # refused, or reset, before any poll saw it open
         side = why = "unknown"
+    why = drop_reason(conn, why)
     # opened before kmon saw it: it lived at least as long as it was idle
     seen_for = life.last_seen_ms - life.first_seen_ms
     return CloseStory(
@@ -174,6 +189,7 @@ def exact_story(life: SocketLife, kernel: KernelLife,
         why = "reset"
     if wire is not None:
         why = wire_reason(wire, why)
+    why = drop_reason(conn, why)
     return CloseStory(
         closed_by=side, reason=why, idle_before_ms=idle, lifetime_ms=lifetime,
         bytes_sent=conn.bytes_sent, bytes_received=conn.bytes_received,

@@ -48,7 +48,7 @@ def socket_row(sock: TcpSocket, key: str, limits: dict[str, int], by: str) -> Co
         idle_ms, limits[by], sent, sock.bytes_received, None, None, None, None, sock.rtt_ms,
         None, sock.fd, sock.inode or None,
         _kernel_evidence(sock.source, idle_ms is not None, sent is not None, by), 0.0, [],
-        limits, by)
+        limits, by, sock.stall and sock.stall._asdict())
 
 
 @cache
@@ -156,7 +156,8 @@ class RowResolver:
                     sock.bytes_received, was.requests_sent, was.requests_received,
                     was.in_flight, was.rtt_ms, sock.rtt_ms, was.broker_name, sock.fd,
                     sock.inode or None, was.evidence, was.confidence,
-                    last.summaries, was.idle_limits, was.idle_limit_by)
+                    last.summaries, was.idle_limits, was.idle_limit_by,
+                    sock.stall and sock.stall._asdict())
             else:
                 row, notice = resolve_one(socket_row(sock, key, limits, by), said)
                 row = with_limits(row, middlebox_idle_ms)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from kmon.sources.proc_fds import FdTable, socket_protocol
-from kmon.sources.sockets import Endpoint, TcpSocket
+from kmon.sources.sockets import Endpoint, TcpSocket, TcpStall
 from kmon.sources.sockstat import tcp_sockets
 from kmon.tcp_state import TcpState, kernel_number
 
@@ -70,9 +70,13 @@ _HDR = _NLMSGHDR.size
 _SOCKID = slice(4, 52)  # struct inet_diag_sockid inside struct inet_diag_msg
 _INODE_AT = 68  # __u32 idiag_inode inside struct inet_diag_msg
 _DIAG_MSG_LEN = 72
-# struct tcp_info: last_data_sent@44, last_data_recv@52, rtt@68,
-# bytes_acked@120, bytes_received@128, bytes_sent@200 (Linux >= 4.19).
-_TCPI_FULL = struct.Struct("=44xI4xI12xI56xQ64xQ")
+# struct tcp_info (linux/tcp.h): retransmits@2, probes@3, last_data_sent@44,
+# last_data_recv@52, rtt@68, bytes_acked@120, bytes_received@128, bytes_sent@200 (Linux >=
+# 4.19); the rest of a stalled socket's figures (``_stall``): backoff@4, rto@8, unacked@24,
+# last_ack_recv@56, total_retrans@100.
+_TCPI_FULL = struct.Struct("=2xH40xI4xI12xI56xQ64xQ")  # retransmits and probes as one
+_TIMERS = {1: "retransmit", 2: "keepalive", 4: "probe"}  # idiag_timer, at byte 2
+_TCPI_STALL = (8, 24, 56, 100)  # rto, unacked, last_ack_recv, total_retrans: each "=I"
 _TCPI_FULL_LEN = 208
 _BATCH = 64  # exact lookups per sendmsg: their replies always fit the receive buffer
 # From this many sockets on, one dump (tcp_info included) filtered in the kernel by their
@@ -658,13 +662,18 @@ class _MessageReader:
         (then ``inodes`` holds its fd)."""
         layout = self.layout
         if layout is not None and length >= layout.size:
-            (state, inode, info_len, info_type, sent, recv, rtt, received,
+            (state, inode, info_len, info_type, retrying, sent, recv, rtt, received,
              bytes_sent) = layout.unpack_from(view, at)
             if (info_type == INET_DIAG_INFO and info_len >= 4 + _TCPI_FULL_LEN
                     and self.info_at + info_len <= length):
                 ours = known.get(inode)
                 if ours is None:
                     return None
+                if retrying:
+                    return TcpSocket(  # as _socket_from_msg makes it
+                        inode, inodes[inode], ours.local, ours.remote, _STATE_NAME_OF[state],
+                        sent, recv, bytes_sent, received, rtt / 1000, "kernel",
+                        _stall(view, at, at + self.info_at + 4, info_len - 4))
                 return TcpSocket(  # as _socket_from_msg makes it
                     inode, inodes[inode], ours.local, ours.remote, _STATE_NAME_OF[state],
                     sent, recv, bytes_sent, received, rtt / 1000)
@@ -682,17 +691,21 @@ def _socket_from_msg(msg: memoryview, inode: int, fd: int, known: _Known,
                      info_at: int) -> TcpSocket:
     """Build a TcpSocket from an inet_diag_msg whose INET_DIAG_INFO attribute starts at
     ``info_at`` (``_info_at``; 0: it has none)."""
-    sent = recv = bytes_sent = bytes_received = rtt = None
+    sent = recv = bytes_sent = bytes_received = rtt = stall = None
     if info_at:
         size = _RTATTR.unpack_from(msg, info_at)[0] - 4
         if size >= _TCPI_FULL_LEN:  # any kernel since 4.19
-            sent, recv, rtt, bytes_received, bytes_sent = _TCPI_FULL.unpack_from(msg, info_at + 4)
+            (retrying, sent, recv, rtt, bytes_received,
+             bytes_sent) = _TCPI_FULL.unpack_from(msg, info_at + 4)
             rtt /= 1000
         else:
             sent, recv, rtt, bytes_sent, bytes_received = _short_tcp_info(msg, info_at + 4, size)
+            retrying = any(msg[info_at + 6 : info_at + 4 + min(size, 4)])
+        if retrying:
+            stall = _stall(msg, 0, info_at + 4, size)
     return TcpSocket(  # by position: 2,000 a poll
         inode, fd, known.local, known.remote, _STATE_NAME_OF[msg[1]],
-        sent, recv, bytes_sent, bytes_received, rtt)
+        sent, recv, bytes_sent, bytes_received, rtt, "kernel", stall)
 
 
 @functools.lru_cache(maxsize=8)
@@ -743,6 +756,16 @@ def _short_tcp_info(
         _field(msg, off, size, 120, "=Q"),  # bytes_acked: the closest counter before 4.19
         _field(msg, off, size, 128, "=Q"),
     )
+
+
+def _stall(msg: memoryview, at: int, off: int, size: int) -> TcpStall:
+    """The unanswered sending of the socket whose message starts at ``at`` and whose
+    ``size``-byte tcp_info, at ``off``, shows retransmits or probes (read only then: most
+    sockets show none)."""
+    retransmits, probes, backoff = bytes(msg[off + 2 : off + min(size, 5)]).ljust(3, b"\0")
+    rto, unacked, last_ack, total = (_field(msg, off, size, i, "=I") for i in _TCPI_STALL)
+    return TcpStall(_TIMERS.get(msg[at + 2], "none"), retransmits, probes, backoff,
+                    None if rto is None else rto / 1000, unacked, last_ack, total)
 
 
 def _field(msg: memoryview, off: int, size: int, at: int, fmt: str) -> int | None:

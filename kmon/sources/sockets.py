@@ -37,6 +37,22 @@ class Endpoint:
         return self.text
 
 
+class TcpStall(NamedTuple):
+    """A socket's unanswered sending, from its tcp_info: read only for a socket the kernel is
+    retransmitting or probing on (its retransmits or probes not 0); a field is None where the
+    kernel's tcp_info is too short."""
+
+    timer: str  # the timer the kernel runs on it: retransmit, keepalive, probe (zero window
+    # or a send that cannot leave), or none (inet_diag's idiag_timer)
+    retransmits: int  # tcpi_retransmits: RTO expiries of the oldest unacknowledged segment
+    probes: int  # tcpi_probes: keepalive or zero-window probes sent unanswered
+    backoff: int  # tcpi_backoff: how often the RTO was doubled
+    rto_ms: float | None  # tcpi_rto / 1000 (backed off)
+    unacked: int | None  # tcpi_unacked: segments sent, not acknowledged
+    last_ack_ms: int | None  # tcpi_last_ack_recv: since the peer last acknowledged anything
+    total_retrans: int | None  # tcpi_total_retrans
+
+
 class TcpSocket(NamedTuple):
     """One TCP socket owned by a process.
 
@@ -56,6 +72,7 @@ class TcpSocket(NamedTuple):
     bytes_received: int | None = None  # tcpi_bytes_received
     rtt_ms: float | None = None  # tcpi_rtt / 1000
     source: str = "kernel"  # "kernel" (sock_diag) or "psutil"
+    stall: TcpStall | None = None  # None while nothing goes unanswered (or unknown)
 
     @property
     def idle_ms(self) -> int | None:

@@ -13,10 +13,11 @@ from kmon.evidence.findings import (
     duplicate_client_id,
     fd_near_limit,
     rebootstrap,
+    silent_drop,
 )
 from kmon.evidence.findings.look import Look, Raised
 
 __all__ = ["FINDERS", "Look", "Raised"]
 
-FINDERS = (fd_near_limit.find, duplicate_client_id.find, rebootstrap.find,
+FINDERS = (fd_near_limit.find, duplicate_client_id.find, silent_drop.find, rebootstrap.find,
            coordinator_flapping.find)
