@@ -1,20 +1,23 @@
 """The findings of each poll (kmon.evidence.findings), dated and carried on the views.
 
 ``FindingWatch.observe`` keeps each process's recent open-fd counts and reads the limit on
-them when they are counted, runs every finder over the poll, and dates each finding by when
+them when they are counted, keeps its connects that failed lately (the kernel's TCP
+events), runs every finder over the poll, and dates each finding by when
 it was first raised: a finding that holds from poll to poll keeps its ``since_ms``.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from kmon.evidence.findings import FINDERS, Look
-from kmon.model import Finding, ProcessView
+from kmon.model import ConnectionLife, Finding, ProcessView
 from kmon.sources.fd_limits import open_fd_limit
 
 FD_SAMPLES = 32  # open-fd counts kept per process (one every few seconds)
+FAILED_SAMPLES = 64  # failed connects kept per process ...
+FAILED_WITHIN_MS = 60_000  # ... for this long
 
 
 class FindingWatch:
@@ -25,16 +28,28 @@ class FindingWatch:
             lambda: deque(maxlen=FD_SAMPLES))
         self.limits: dict[int, int | None] = {}
         self.since: dict[tuple[int, str, str], int] = {}  # (pid, reason, key) -> first raised
+        self.failed: dict[int, deque[ConnectionLife]] = defaultdict(
+            lambda: deque(maxlen=FAILED_SAMPLES))
 
     def observe(self, ts_ms: int, views: Sequence[ProcessView],
-                fd_counts: dict[int, int | None]) -> None:
+                fd_counts: dict[int, int | None],
+                lives: Iterable[ConnectionLife] = ()) -> None:
         """Set each view's findings, newest first; ``fd_counts`` are the open fds counted
-        this poll (none between counts)."""
+        this poll (none between counts), ``lives`` the connections the kernel saw end since
+        the last poll."""
         for pid, count in fd_counts.items():
             if count is not None:
                 self.fds[pid].append((ts_ms, count))
                 self.limits[pid] = open_fd_limit(pid)
-        look = Look(ts_ms, views, self.fds, self.limits)
+        for life in lives:
+            if life.ending == "connect_failed":
+                self.failed[life.pid].append(life)
+        for pid, failed in list(self.failed.items()):
+            while failed and ts_ms - failed[0].closed_ms > FAILED_WITHIN_MS:
+                failed.popleft()
+            if not failed:
+                del self.failed[pid]
+        look = Look(ts_ms, views, self.fds, self.limits, self.failed)
         found: dict[int, list[Finding]] = defaultdict(list)
         since = {}
         for finder in FINDERS:

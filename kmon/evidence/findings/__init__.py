@@ -8,9 +8,9 @@ is one more module and one more entry in ``FINDERS``.
 
 from __future__ import annotations
 
-from kmon.evidence.findings import duplicate_client_id, fd_near_limit
+from kmon.evidence.findings import advertised_unreachable, duplicate_client_id, fd_near_limit
 from kmon.evidence.findings.look import Look, Raised
 
 __all__ = ["FINDERS", "Look", "Raised"]
 
-FINDERS = (fd_near_limit.find, duplicate_client_id.find)
+FINDERS = (fd_near_limit.find, duplicate_client_id.find, advertised_unreachable.find)
