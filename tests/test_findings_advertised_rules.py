@@ -35,8 +35,8 @@ def test_failed_connects_to_an_advertised_address_name_broker_address_and_bootst
                                "bootstrap": [FORWARDER], "failed_connects": 3, "refused": 2,
                                "last_failed_ms": 4_000}
     assert (f"the bootstrap {FORWARDER} answered, but broker 3's advertised address "
-            f"{ADVERTISED} cannot be reached: 3 connects failed in 3 s (2 refused, 1 timed "
-            "out or unreachable)") == raised.detail
+            f"{ADVERTISED} cannot be reached: 3 connects failed in 3 s (2 refused, 1 with no "
+            "RST seen: timed out or unreachable)") == raised.detail
 
 
 def test_look_alikes_raise_nothing():

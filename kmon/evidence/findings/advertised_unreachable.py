@@ -48,7 +48,8 @@ def _raised(view: ProcessView, address: str, lives: list[ConnectionLife],
     broker_id = view.brokers[address]
     refused = sum(life.closed_by == "broker" for life in lives)
     how = (f"{refused} refused" if refused == len(lives) else
-           f"{refused} refused, {len(lives) - refused} timed out or unreachable")
+           f"{refused} refused, {len(lives) - refused} with no RST seen: timed out or "
+           "unreachable")
     span_s = (lives[-1].closed_ms - lives[0].opened_ms) // 1000
     detail = (f"the bootstrap {', '.join(bootstraps)} answered, but broker {broker_id}'s "
               f"advertised address {address} cannot be reached: {len(lives)} "
