@@ -207,6 +207,9 @@ class ProcessView:
     # how the sockets gone since the last poll closed, as the wire saw them, by (local, remote)
     wire_closes: dict[tuple[str, str], WireClose] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)  # newest first
+    # the broker endpoints kmon knows for it ("ip:port" -> broker id): those its own Metadata
+    # answers advertised, and those of the cluster kmon was given
+    brokers: dict[str, int] = field(default_factory=dict)
 
     @property
     def short_command(self) -> str:

@@ -80,3 +80,16 @@ def test_the_wire_decides_where_other_evidence_disagrees_and_says_so():
     assert notice == (f"{BROKER} (fd 7): the wire says coordinator {MAX_INT - 2}, inferred "
                       "said broker 2; the wire decides")
     assert [c["source"] for c in resolved.claims] == ["inferred", "wire"]
+
+
+def test_metadata_to_an_address_no_broker_advertises_is_a_bootstrap_whenever_opened():
+    forwarder = Endpoint("127.0.0.1", 9000)  # a forwarder, a load balancer in front of broker 2
+    view = WireView({}, {2: ("127.0.0.1", 9093)}, {}, 5_000, 0, {})
+    for carried in (flow(kp.METADATA, from_start=False), flow(kp.METADATA, first_request_ms=8_000)):
+        says = flow_says(carried, forwarder, view, KNOWN, "127.0.0.1:9000", Resolver())
+        assert (says.role, says.node_id, says.confidence) == (Role.BOOTSTRAP, -1, 1.0)
+        assert says.claim.detail.startswith("to an address no broker advertises: ")
+    # while no answer named the brokers, an address kmon does not know tells nothing
+    unnamed = WireView({}, {}, {}, None, 0, {})
+    assert flow_says(flow(kp.METADATA, from_start=False), forwarder, unnamed, KNOWN, "",
+                     Resolver()).role is None

@@ -1,22 +1,25 @@
 """The findings of each poll (kmon.evidence.findings), dated and carried on the views.
 
 ``FindingWatch.observe`` keeps each process's recent open-fd counts and reads the limit on
-them when they are counted, keeps its recent marks (kmon.evidence.findings.marks), runs
-every finder over the poll, and dates each finding by when it was first raised: a finding
-that holds from poll to poll keeps its ``since_ms``.
+them when they are counted, keeps its recent marks (kmon.evidence.findings.marks) and its
+connects that failed lately (the kernel's TCP events), runs every finder over the poll, and
+dates each finding by when it was first raised: a finding that holds from poll to poll keeps
+its ``since_ms``.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from kmon.evidence.findings import FINDERS, Look
 from kmon.evidence.findings.marks import MARKS, Mark, mark
-from kmon.model import Finding, ProcessView
+from kmon.model import ConnectionLife, Finding, ProcessView
 from kmon.sources.fd_limits import open_fd_limit
 
 FD_SAMPLES = 32  # open-fd counts kept per process (one every few seconds)
+FAILED_SAMPLES = 64  # failed connects kept per process ...
+FAILED_WITHIN_MS = 60_000  # ... for this long
 
 
 class FindingWatch:
@@ -28,11 +31,15 @@ class FindingWatch:
         self.limits: dict[int, int | None] = {}
         self.marks: dict[int, deque[Mark]] = defaultdict(lambda: deque(maxlen=MARKS))
         self.since: dict[tuple[int, str, str], int] = {}  # (pid, reason, key) -> first raised
+        self.failed: dict[int, deque[ConnectionLife]] = defaultdict(
+            lambda: deque(maxlen=FAILED_SAMPLES))
 
     def observe(self, ts_ms: int, views: Sequence[ProcessView],
-                fd_counts: dict[int, int | None]) -> None:
+                fd_counts: dict[int, int | None],
+                lives: Iterable[ConnectionLife] = ()) -> None:
         """Set each view's findings, newest first; ``fd_counts`` are the open fds counted
-        this poll (none between counts)."""
+        this poll (none between counts), ``lives`` the connections the kernel saw end since
+        the last poll."""
         for pid, count in fd_counts.items():
             if count is not None:
                 self.fds[pid].append((ts_ms, count))
@@ -41,7 +48,15 @@ class FindingWatch:
             now, marks = mark(view, ts_ms), self.marks[view.pid]
             if not marks or not marks[-1].same(now):
                 marks.append(now)
-        look = Look(ts_ms, views, self.fds, self.limits, self.marks)
+        for life in lives:
+            if life.ending == "connect_failed":
+                self.failed[life.pid].append(life)
+        for pid, failed in list(self.failed.items()):
+            while failed and ts_ms - failed[0].closed_ms > FAILED_WITHIN_MS:
+                failed.popleft()
+            if not failed:
+                del self.failed[pid]
+        look = Look(ts_ms, views, self.fds, self.limits, self.marks, self.failed)
         found: dict[int, list[Finding]] = defaultdict(list)
         since = {}
         for finder in FINDERS:

@@ -157,8 +157,10 @@ def _pair(life: KernelLife) -> tuple[Endpoint | None, Endpoint | None]:
 
 
 def remote_ports(views: list[ProcessView]) -> set[int]:
-    """The ports the processes' connections reach (their few distinct remotes parsed)."""
-    remotes = set().union(*(view.summary.remotes for view in views))
+    """The ports the processes' connections reach (their few distinct remotes parsed), and
+    those of the brokers they know: a broker that refuses every connect has no row."""
+    remotes = set().union(*(view.summary.remotes for view in views),
+                          *(view.brokers for view in views))
     return {endpoint.port for remote in remotes if (endpoint := parse_endpoint(remote))}
 
 

@@ -178,7 +178,7 @@ class Monitor:
         self._remember(views, ts_ms)
         fd_counts = self._fd_counts(ts_ms)
         events.extend(self.churn.observe(ts_ms, views, events, fd_counts))
-        self.findings.observe(ts_ms, views, fd_counts)
+        self.findings.observe(ts_ms, views, fd_counts, lives)
         for view in views:
             view.opened_1m, view.closed_1m = self.churn.last_minute(view.pid, ts_ms) or (
                 None, None)

@@ -202,8 +202,11 @@ class ProcessSampler:
         if cluster is not None:
             known.update(cluster.endpoints(resolver))
         wire = None if self.wire_source is None else self.wire_source.read(sockets, now_ms)
+        fronts = {e: brokers for e, brokers in directory.confirmed.fronts().items()
+                  if e in remotes}
         gathered = Gathered(now_ms=now_ms, sockets=sockets, known=known, resolver=resolver,
-                            broker_idle_ms=idle_limit_ms, stats=fresh, wire=wire, jvm=jvm)
+                            broker_idle_ms=idle_limit_ms, stats=fresh, wire=wire, jvm=jvm,
+                            fronts=fronts)
         found, claims = self._claims(gathered)
         if self.wire_source is not None:  # peers no evidence named: kmon asks one itself
             self.wire_source.ask(peer for e in found for peer in e.ask)
@@ -221,6 +224,7 @@ class ProcessSampler:
             clients=[_instance(c, now_ms) for c in all_stats] + clients,
             connections=connections,
             clients_created=spooled.clients_created,
+            brokers=advertised(gathered),
             wire_closes={(local.text, remote.text): close for e in found
                          for (local, remote), close in e.closes.items()},
             notices=[valid(notice) for notice in (  # they may name a path of the process's
@@ -270,6 +274,17 @@ class ProcessSampler:
 
 
 BOOTSTRAP_FLAGS = ("-b", "--bootstrap-server", "--bootstrap-servers", "--brokers")
+
+
+def advertised(gathered: Gathered) -> dict[str, int]:
+    """The broker endpoints kmon knows for the process ("ip:port" -> broker id), with those
+    the forwarders it talks to advertise."""
+    brokers = {endpoint.text: broker_id for endpoint, broker_id in gathered.known.items()}
+    for answer in gathered.fronts.values():
+        for broker_id, address in answer:
+            for endpoint in gathered.resolver.endpoints(address):
+                brokers.setdefault(endpoint.text, broker_id)
+    return brokers
 
 
 def read_ahead(samplers: Iterable[ProcessSampler]) -> None:

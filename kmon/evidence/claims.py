@@ -65,6 +65,9 @@ class Gathered:
     stats: list[ClientStats] = field(default_factory=list)  # fresh librdkafka statistics
     wire: WireReading | None = None  # what the process's packet tap read, when it has one
     jvm: JvmReading | None = None  # a JVM's JMX reading and client log events, when a JVM
+    # endpoints answering for brokers other than themselves, with the brokers they advertise
+    # (kmon.sources.broker_query.ConfirmedBrokers.fronts)
+    fronts: dict[Endpoint, tuple[tuple[int, str], ...]] = field(default_factory=dict)
 
 
 @dataclass

@@ -1,7 +1,10 @@
-"""Claims from known broker endpoints: a socket to a broker kmon knows reaches that broker.
+"""Claims from known broker endpoints: a socket to a broker kmon knows reaches that broker;
+one to an endpoint that answers Metadata for brokers other than itself (a forwarder, a
+load balancer, a Kubernetes service in front of them) is a bootstrap connection.
 
-The weakest claim (confidence 0.6): the socket may still be a coordinator or
-bootstrap connection to that broker, which other evidence can tell.
+The weakest claims (confidence 0.6): the socket may still be a coordinator or
+bootstrap connection to that broker, or carry more than bootstrap requests through a
+forwarder, which other evidence can tell.
 """
 
 from __future__ import annotations
@@ -15,11 +18,19 @@ ENDPOINT_CONFIDENCE = 0.6
 
 
 def endpoint_evidence(gathered: Gathered, earlier: Mapping[str, Sequence[Claim]]) -> Evidence:
-    """A broker claim for every socket whose remote endpoint is a known broker's."""
+    """A broker claim for every socket whose remote endpoint is a known broker's, a bootstrap
+    claim for every one to a forwarder kmon's own query found."""
     claims = {}
     for sock in gathered.sockets:
         broker_id = gathered.known.get(sock.remote)
-        if broker_id is not None:
+        if broker_id is None and sock.remote in gathered.fronts:
+            advertised = ", ".join(address for _, address in gathered.fronts[sock.remote])
+            claims[socket_key(sock)] = Claim(
+                source="endpoint", role=Role.BOOTSTRAP, node_id=None, broker_id=None,
+                confidence=ENDPOINT_CONFIDENCE, evidence={"role": "inferred"},
+                detail=f"{sock.remote} answers Metadata for brokers advertised elsewhere "
+                       f"({advertised}): a forwarder or load balancer to bootstrap through")
+        elif broker_id is not None:
             claims[socket_key(sock)] = Claim(
                 source="endpoint", role=Role.BROKER, node_id=broker_id, broker_id=broker_id,
                 confidence=ENDPOINT_CONFIDENCE, evidence={"role": "inferred"},

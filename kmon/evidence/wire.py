@@ -11,6 +11,9 @@
   connection (clients connect to brokers by node id once they know them), at 0.7: a
   client that lost every broker re-bootstraps (KIP-899, librdkafka >= 2.10) with the same
   requests, to a bootstrap address that may be that broker's;
+* Metadata to an address none of the brokers its answers named advertises, whenever
+  opened: **bootstrap** (a forwarder, a load balancer or a Kubernetes service in front of
+  the brokers: clients reach brokers by their advertised addresses only);
 * a TLS socket: a note (``tls``); its role comes from the other evidence.
 
 Broker ids come from the Metadata and FindCoordinator responses the process
@@ -207,19 +210,33 @@ def flow_says(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endpo
     learned_at = view.cluster_learned_ms
     if flow.from_start and kp.METADATA in keys and flow.first_request_ms is not None and (
             learned_at is None or flow.first_request_ms <= learned_at):
-        position = bootstrap_position(str(remote), bootstrap) if bootstrap else None
-        looked_up = position is None and bool(bootstrap)
-        if looked_up:
-            position = next((i for i, entry in enumerate(bootstrap.split(","))
-                             if remote in resolver.endpoints(entry.strip())), None)
-        return FlowSays(Role.BOOTSTRAP, bootstrap_node_id(position or 0), None, 1.0, evidence,
-                        "before the cluster was known: ", client, seen, lasting=not looked_up)
+        return _bootstrap(remote, bootstrap, resolver, evidence,
+                          "before the cluster was known: ", client, seen)
     if flow.from_start and broker_id is not None and learned_at is not None:
         return FlowSays(Role.BROKER, broker_id, broker_id, AFTER_LEARNED, evidence,
                         f"opened to broker {broker_id} once the cluster was known (or a "
                         "re-bootstrap): ", client, seen)
+    if kp.METADATA in keys and broker_id is None and view.brokers:
+        # clients reach brokers by the addresses the brokers advertise only: Kafka to any
+        # other address went through the bootstrap servers (a forwarder, a load balancer,
+        # a Kubernetes service in front of the brokers)
+        return _bootstrap(remote, bootstrap, resolver, evidence,
+                          "to an address no broker advertises: ", client, seen)
     return FlowSays(None, None, None, 0.0, {"wire": apis}, "only ",
                     f"{client}: no role from the wire yet", seen)
+
+
+def _bootstrap(remote: Endpoint, bootstrap: str, resolver: Resolver,
+               evidence: Mapping[str, str], before: str, client: str,
+               seen: tuple[tuple[str, int], ...]) -> FlowSays:
+    """A bootstrap connection to ``remote``, its node id by its place in ``bootstrap``."""
+    position = bootstrap_position(str(remote), bootstrap) if bootstrap else None
+    looked_up = position is None and bool(bootstrap)
+    if looked_up:
+        position = next((i for i, entry in enumerate(bootstrap.split(","))
+                         if remote in resolver.endpoints(entry.strip())), None)
+    return FlowSays(Role.BOOTSTRAP, bootstrap_node_id(position or 0), None, 1.0, evidence,
+                    before, client, seen, lasting=not looked_up)
 
 
 def _broker_endpoints(view: WireView, resolver: Resolver) -> dict[Endpoint, int]:

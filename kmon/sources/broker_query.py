@@ -149,6 +149,9 @@ class ConfirmedBrokers:
         # asked endpoint -> the cluster its answer named: (cluster id, its first MAX_ENTRIES
         # brokers' host:port, sorted)
         self._clusters: dict[Endpoint, tuple[str | None, tuple[str, ...]]] = {}
+        # asked endpoint -> the brokers its answer advertised: its first MAX_ENTRIES, as
+        # (id, "host:port")
+        self._answered: dict[Endpoint, tuple[tuple[int, str], ...]] = {}
         self._query: BrokerQuery | None = None
         # a cluster (as in _clusters) -> the idle limit its brokers describe (None: unsaid)
         self._idle: dict[tuple[str | None, tuple[str, ...]], int | None] = {}
@@ -172,6 +175,14 @@ class ConfirmedBrokers:
         with self._lock:
             return {endpoint: self._clusters[endpoint] for endpoint in self._brokers
                     if endpoint in self._clusters}
+
+    def fronts(self) -> dict[Endpoint, tuple[tuple[int, str], ...]]:
+        """The endpoints kmon's own query found answering for brokers none of which is
+        theirs (a forwarder, a load balancer, a Kubernetes service in front of the
+        brokers), each with the brokers its answer advertised, as (id, "host:port")."""
+        with self._lock:
+            return {endpoint: brokers for endpoint, brokers in self._answered.items()
+                    if endpoint not in self._brokers and endpoint not in self._pending}
 
     def idle_limit(self, endpoints: Collection[Endpoint]) -> int | None:
         """The least idle limit the clusters of the confirmed ``endpoints`` describe, if any
@@ -204,6 +215,9 @@ class ConfirmedBrokers:
                                 _candidates(query.broker, query.answer), MAX_PENDING)
                     bounded.put(self._clusters, query.broker, _cluster(query.answer),
                                 MAX_ASKED)
+                    bounded.put(self._answered, query.broker, tuple(
+                        (broker_id, f"{host}:{port}") for broker_id, (host, port)
+                        in islice(query.answer.items(), MAX_ENTRIES)), MAX_ASKED)
             self.walked = self._walk()
             if self._query is None:
                 endpoint = next((e for e in endpoints if e not in self._asked), None)

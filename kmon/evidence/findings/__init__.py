@@ -9,6 +9,7 @@ is one more module and one more entry in ``FINDERS``.
 from __future__ import annotations
 
 from kmon.evidence.findings import (
+    advertised_unreachable,
     coordinator_flapping,
     duplicate_client_id,
     fd_near_limit,
@@ -20,4 +21,4 @@ from kmon.evidence.findings.look import Look, Raised
 __all__ = ["FINDERS", "Look", "Raised"]
 
 FINDERS = (fd_near_limit.find, duplicate_client_id.find, silent_drop.find, rebootstrap.find,
-           coordinator_flapping.find)
+           coordinator_flapping.find, advertised_unreachable.find)

@@ -6,20 +6,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kmon.evidence.findings.marks import Mark
-from kmon.model import ProcessView
+from kmon.model import ConnectionLife, ProcessView
 
 
 @dataclass(frozen=True)
 class Look:
     """One poll's views, with each process's open-fd counts over the recent polls (oldest
-    first, as (UTC epoch ms, count)), the soft limit on its open files, and its recent
-    marks (oldest first, this poll's last)."""
+    first, as (UTC epoch ms, count)), the soft limit on its open files, its recent marks
+    (oldest first, this poll's last), and its connects that failed lately (the kernel's TCP
+    events, oldest first)."""
 
     ts_ms: int
     views: Sequence[ProcessView]
     fds: Mapping[int, Sequence[tuple[int, int]]] = field(default_factory=dict)
     fd_limits: Mapping[int, int | None] = field(default_factory=dict)
     marks: Mapping[int, Sequence[Mark]] = field(default_factory=dict)
+    failed_connects: Mapping[int, Sequence[ConnectionLife]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
