@@ -136,7 +136,7 @@ def test_several_sockets_to_one_broker_are_told_apart(start_client):
     process = start_client("both")
     stats = process.all_stats()
     producer_name = next(n for n, s in stats.items() if s["type"] == "producer")
-    snapshot = attach_once(process.pid)
+    snapshot = attach_once(process.pid, "--settle", "5s")  # till each is sure, as kmon's default
     rows = connections_of(snapshot)
     endpoints = [r["remote"] for r in rows]
     assert len(endpoints) > len(set(endpoints)), "expected shared broker endpoints"

@@ -62,6 +62,7 @@ def test_consumer_connections_seen_through_jmx(start_java, kafka, version, tmp_p
 
         wait_for(creations_agree, "JMX's connection-creation-total equal to the log's connects",
                  seconds=10, every=0.25)
+        state = log_table(log).client(client_id, "consumer")  # every connect JMX counted
         assert client.metrics["assigned-partitions"] == 3
         later = source.wait_newer(first.ts_ms + 3500, 10)  # a heartbeat interval (3 s) on
         assert later is not None and later.ts_ms > first.ts_ms + 3500

@@ -125,10 +125,12 @@ def test_cluster_mode_finds_the_clients_and_sigterm_stops_it_cleanly(spool_dir, 
             if child is not None:
                 child.stop()
     assert "stopped (SIGTERM)" in recorder.stderr[-1], recorder.stderr
-    # the devcluster process (brokers, and its own client to them) is not a client
-    assert {r["pid"] for r in read(out, "snapshots")} == {consumer.pid, producer.pid}
+    # the devcluster process (brokers, and its own client to them) is not a client; a client
+    # of another test may reach a port this cluster took over from a cluster now gone
+    recorded = {r["pid"] for r in read(out, "snapshots")}
+    assert {consumer.pid, producer.pid} <= recorded and cluster.pid not in recorded
     clients = json.loads(latest_session(read(out, "sessions"))["clients_json"])
-    assert {c["pid"] for c in clients} == {consumer.pid, producer.pid}
+    assert {consumer.pid, producer.pid} <= {c["pid"] for c in clients}
 
 
 def test_a_cluster_named_in_the_config_with_a_property_read_from_a_file(cluster, start_client,

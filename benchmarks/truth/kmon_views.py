@@ -157,17 +157,19 @@ class Serve:
         self.address = None
 
     def roles(self, pid: int, seconds: float = 20) -> Counter | str:
-        """The process's connections by role in /metrics (waiting for a poll that shows it),
-        or why there are none."""
-        deadline = time.monotonic() + seconds
+        """The process's connections by role in /metrics, from a poll made after this call
+        (the streams it is held to are marked just before: a scrape serves the last poll,
+        which a loaded machine may have made seconds earlier), or why there are none."""
+        deadline, asked = time.monotonic() + seconds, time.time()
         while time.monotonic() < deadline and self.proc.poll() is None:
             if self.address is None:
                 found = [line for line in self.lines if "/metrics" in line and "http://" in line]
                 if found:
                     self.address = found[0].split("http://", 1)[1].split("/metrics", 1)[0]
             if self.address is not None:
-                counts = connection_roles(self.scrape(), pid)
-                if counts:
+                text = self.scrape()
+                counts = connection_roles(text, pid)
+                if counts and last_poll_s(text) >= asked:
                     return counts
             time.sleep(0.5)
         return f"no series of the process in /metrics: {''.join(self.lines[-2:]).strip()}"
@@ -195,6 +197,14 @@ def command_of(pid: int) -> str:
     except psutil.Error:
         return ""
     return short_command(cmdline, name) or name
+
+
+def last_poll_s(text: str) -> float:
+    """``kmon_last_poll_timestamp_seconds`` of a scrape (0 when absent)."""
+    for line in text.splitlines():
+        if line.startswith("kmon_last_poll_timestamp_seconds"):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 def connection_roles(text: str, pid: int) -> Counter:
