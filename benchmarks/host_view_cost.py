@@ -133,10 +133,15 @@ def role_engine(seconds: float, processes: int, per_process: bool) -> None:
     """The engine alone: a HostSession polled every second, ready once it watches
     ``processes``; prints its poll count and the "wire missed" notices its polls made.
     ``per_process``: each process with a packet tap of its own, as before the host's one."""
-    from kmon.engine.facade import HostSession, settle_heap
-    from kmon.engine.sampler import SamplerSettings
+    from kmon.engine.facade import (
+        EngineSettings,
+        HostTarget,
+        SamplerSettings,
+        open_session,
+        settle_heap,
+    )
 
-    session = HostSession(SamplerSettings(require_kafka=False), interval_ms=1000)
+    session = open_session(HostTarget(), EngineSettings(SamplerSettings(require_kafka=False)))
     if per_process:
         session.discovery.wire = None  # the samplers open their own taps
     while len(session.poll()[0].processes) < processes:

@@ -71,11 +71,10 @@ def role_kafka_client(port: int, count: int) -> None:
 def role_engine(seconds: float, wire: str, processes: int) -> None:
     """The engine alone: a HostSession polled every 5 s, ready once it watches ``processes``
     (its start-up, as serve's, outside the measurement); prints its poll count at the end."""
-    from kmon.engine.facade import HostSession
-    from kmon.engine.sampler import SamplerSettings
+    from kmon.engine.facade import EngineSettings, HostTarget, SamplerSettings, open_session
 
-    session = HostSession(SamplerSettings(require_kafka=False, wire=wire),
-                          interval_ms=int(INTERVAL_S * 1000))
+    session = open_session(HostTarget(), EngineSettings(
+        SamplerSettings(require_kafka=False, wire=wire), interval_ms=int(INTERVAL_S * 1000)))
     while len(session.poll()[0].processes) < processes:
         time.sleep(1.0)
     session.poll()  # one more: each process sampled once at least, as serve's

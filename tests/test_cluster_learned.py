@@ -30,8 +30,7 @@ from helpers import (
 
 from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.cluster_watch import ClusterWatcher
-from kmon.engine.facade import ClusterSession
-from kmon.engine.sampler import SamplerSettings
+from kmon.engine.facade import ClusterSession, EngineSettings, SamplerSettings
 from kmon.widgets.app import KmonApp
 from kmon.widgets.watch_screen import WatchScreen
 
@@ -132,8 +131,8 @@ def test_watch_describes_a_group_its_local_clients_are_in_at_once(reaping, spool
     cluster (its members counted) within 5 s, not at the next refresh."""
     bootstrap = reaping.bootstrap()
     watcher = ClusterWatcher(bootstrap, {}, timeout_s=5.0, refresh_s=30.0)
-    session = ClusterSession(watcher, SamplerSettings(require_kafka=False), [],
-                             discover_every_s=0.5)
+    session = ClusterSession(watcher, EngineSettings(SamplerSettings(require_kafka=False),
+                                                     discover_every_s=0.5))
     screen = WatchScreen("test", session, DashboardSettings(interval_s=0.5))
     app = KmonApp(screen)
     group = "kmon-watch-at-once"

@@ -23,8 +23,7 @@ from helpers import (
 
 from kmon.dashboard_settings import DashboardSettings
 from kmon.devtools.demo import Demo
-from kmon.engine.facade import HostSession
-from kmon.engine.sampler import SamplerSettings
+from kmon.engine.facade import EngineSettings, HostTarget, SamplerSettings, open_session
 from kmon.widgets.app import KmonApp
 from kmon.widgets.host_screen import HostScreen
 
@@ -38,8 +37,8 @@ def test_the_host_view_lists_every_kafka_client_by_cluster_and_attaches(spool_di
                            "host-view", "orders"])
         try:
             agentless.wait_line("READY")
-            session = HostSession(SamplerSettings(require_kafka=False, wire="off"),
-                                  discover_every_s=0.5)
+            session = open_session(HostTarget(), EngineSettings(
+                SamplerSettings(require_kafka=False, wire="off"), discover_every_s=0.5))
             screen = HostScreen(session, DashboardSettings(interval_s=0.5, record_dir=tmp_path))
             app = KmonApp(screen)
             served_by = demo.children[0].pid  # the embedded cluster: it serves, it is no client

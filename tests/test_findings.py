@@ -28,8 +28,7 @@ from helpers import (
 )
 
 from kmon.dashboard_settings import DashboardSettings
-from kmon.engine.facade import HostSession
-from kmon.engine.sampler import SamplerSettings
+from kmon.engine.facade import EngineSettings, HostTarget, SamplerSettings, open_session
 from kmon.widgets.app import KmonApp
 from kmon.widgets.host_screen import HostScreen
 
@@ -211,8 +210,8 @@ def test_the_watch_and_host_screens_name_a_shared_client_id(start_client, cluste
     assert all(f"pid {pid} " in "".join(lines) for pid in pids)
     assert all("duplicate client id:" in line and "client.id of its own" in line
                for line in lines)
-    session = HostSession(SamplerSettings(require_kafka=False, wire="off"),
-                          discover_every_s=0.5)
+    session = open_session(HostTarget(), EngineSettings(
+        SamplerSettings(require_kafka=False, wire="off"), discover_every_s=0.5))
     host = HostScreen(session, DashboardSettings(interval_s=0.5))
     assert len(asyncio.run(drive(KmonApp(host), host))) == 2
 

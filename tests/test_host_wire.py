@@ -10,8 +10,7 @@ import uuid
 import pytest
 from helpers import Child, packet_sockets_held, produce, request_to, wait_for
 
-from kmon.engine.facade import HostSession
-from kmon.engine.sampler import SamplerSettings
+from kmon.engine.facade import EngineSettings, HostTarget, SamplerSettings, open_session
 from kmon.model import Role
 from kmon.sources import kafka_protocol as kp
 from kmon.sources.host_wire import HostWire
@@ -31,7 +30,8 @@ def test_the_host_view_opens_one_capture_and_names_each_processs_sockets(cluster
     of them, and each one's coordinator and fetching brokers named by its own wire at 1.0."""
     topic = f"kmon-host-wire-{uuid.uuid4().hex[:8]}"
     produce(cluster, topic)
-    session = HostSession(SamplerSettings(require_kafka=False), discover_every_s=0.0)
+    session = open_session(HostTarget(), EngineSettings(SamplerSettings(require_kafka=False),
+                                                        discover_every_s=0.0))
     clients: list[Child] = []
     try:
         session.poll()

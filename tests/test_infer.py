@@ -13,6 +13,7 @@ from collections import deque
 import pytest
 from helpers import Child
 
+from kmon.engine.directory import Directory
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
 from kmon.evidence.claims import Claim
 from kmon.evidence.infer import (
@@ -279,9 +280,9 @@ def test_kcat_consumer_coordinator_from_group_description(kcat_consumer, cluster
     gives none): kcat's member on 127.0.0.1, coordinated by the broker kcat names."""
     kcat, broker = kcat_consumer
     group = GroupInfo("g", "stable", broker, (GroupMember("rdkafka", "/127.0.0.1"),))
-    settings = SamplerSettings(cluster=fetch_metadata(cluster), require_kafka=False,
-                               groups=(group,), wire="off")
-    sampler = ProcessSampler(kcat.pid, open_socket_reader(), settings)
+    settings = SamplerSettings(require_kafka=False, wire="off")
+    sampler = ProcessSampler(kcat.pid, open_socket_reader(), settings, directory=Directory(
+        settings.resolver, fetch_metadata(cluster), (group,)))
     rows = []
     for _ in range(POLLS):
         view = sampler.sample(int(time.time() * 1000))

@@ -220,15 +220,14 @@ def test_the_host_view_shows_clients_named_like_markup_and_keeps_running(start_c
     """A consumer whose ``client.id`` is ``svc[/prod]`` beside a producer whose process is
     named ``[/x]`` and whose client id would be a click action: the host view shows both as
     written; attached to ``[/x]``, its exit is a notice and the dashboard runs on."""
-    from kmon.engine.facade import HostSession
-    from kmon.engine.sampler import SamplerSettings
+    from kmon.engine.facade import EngineSettings, HostTarget, SamplerSettings, open_session
     from kmon.widgets.host_screen import HostScreen
 
     consumer = start_client("consumer", properties={"client.id": "svc[/prod]"})
     named = start_client("producer", properties={"client.id": CLICK},
                          wrapper=[sys.executable, "-c", NAMED, "[/x]"])
-    session = HostSession(SamplerSettings(require_kafka=False, wire="off"),
-                          discover_every_s=0.5)
+    session = open_session(HostTarget(), EngineSettings(
+        SamplerSettings(require_kafka=False, wire="off"), discover_every_s=0.5))
     screen = HostScreen(session, DashboardSettings(interval_s=0.5))
     app = KmonApp(screen)
     ours = {consumer.pid, named.pid}

@@ -15,8 +15,14 @@ from helpers import IDLE_REASONS, attach_once, attach_stream, connections_of, re
 
 from kmon.classify import coordinator_node_id
 from kmon.engine.cluster_watch import ClusterWatcher
-from kmon.engine.facade import ClusterSession, HostSession
-from kmon.engine.sampler import SamplerSettings
+from kmon.engine.facade import (
+    ClusterSession,
+    ClusterTarget,
+    EngineSettings,
+    HostTarget,
+    SamplerSettings,
+    open_session,
+)
 from kmon.model import EventKind
 from kmon.sources.host_sockets import HostClients
 
@@ -40,13 +46,14 @@ def coordinator_of(kafka, client) -> int:
 def test_a_broker_idle_reap_is_the_broker_s_with_the_idle_time_before_it(start_kafka,
                                                                            start_client_at):
     cluster = start_kafka(1, **{"connections.max.idle.ms": "3000"})
-    session = ClusterSession(ClusterWatcher(cluster.bootstrap(), {}), SamplerSettings(), [])
+    session = open_session(ClusterTarget(cluster.bootstrap()))
     try:
         session.refresh_cluster()
         session.poll()
     finally:
         session.close()
-    assert session.settings.idle_limit_ms == 3000  # what kmon watch takes as the limit
+    configured = session.settings.sampler.broker_idle_ms
+    assert session.directory.idle_limit_ms(configured) == 3000  # what kmon watch takes
     producer = start_client_at(cluster.bootstrap(), "producer", idle_ms=60_000)
     # the broker's limit as the cluster describes it (no --broker-idle-ms)
     stream = attach_stream(producer.pid, "--bootstrap-servers", cluster.bootstrap())
@@ -78,8 +85,8 @@ def test_a_node_killed_then_restarted_under_three_consumers(start_kafka, start_c
     consumers = [start_client_at(cluster.bootstrap(), "consumer") for _ in range(3)]
     victim = cluster.nodes[1]
     watcher = ClusterWatcher(cluster.bootstrap(), {})
-    session = ClusterSession(watcher, SamplerSettings(), [c.pid for c in consumers],
-                             interval_ms=250)
+    session = ClusterSession(watcher, EngineSettings(interval_ms=250),
+                             [c.pid for c in consumers])
     events, latest, stop = [], [], threading.Event()
 
     def poll() -> None:
@@ -238,7 +245,8 @@ def test_watch_names_every_group_with_members_and_coordinator(
 def test_the_host_view_never_lists_a_broker_jvm(kafka, start_client_at):
     client = start_client_at(kafka.bootstrap(), "producer")
     brokers = {node.pid for node in kafka.nodes}
-    session = HostSession(SamplerSettings(require_kafka=False), discover_every_s=0.0)
+    session = open_session(HostTarget(), EngineSettings(SamplerSettings(require_kafka=False),
+                                                        discover_every_s=0.0))
     try:
         first, _ = session.poll()  # no client has named the brokers yet
         deadline = time.monotonic() + 20
@@ -249,7 +257,7 @@ def test_the_host_view_never_lists_a_broker_jvm(kafka, start_client_at):
             time.sleep(0.5)
         else:
             pytest.fail("the host view never found the client")
-        assert session.settings.directory.learned  # the brokers are known now
+        assert session.known_brokers  # the brokers are known now
     finally:
         session.close()
     for snapshot in (first, later):
@@ -274,7 +282,8 @@ def test_the_host_view_never_lists_the_embedded_mock_cluster(cluster, start_clie
     port = int(cluster.split(",")[0].rsplit(":", 1)[1])
     (server,) = {s.pid for s in psutil.net_connections("tcp")
                  if s.status == psutil.CONN_LISTEN and s.laddr.port == port}
-    session = HostSession(SamplerSettings(require_kafka=False), discover_every_s=0.0)
+    session = open_session(HostTarget(), EngineSettings(SamplerSettings(require_kafka=False),
+                                                        discover_every_s=0.0))
     try:
         first, _ = session.poll()  # no client has named the brokers yet
         assert client.pid in {p.pid for p in first.processes}

@@ -15,8 +15,7 @@ import pyarrow.dataset as ds
 import pytest
 from helpers import get, kmon, start_serve, wait_for
 
-from kmon.engine.facade import open_process
-from kmon.engine.sampler import SamplerSettings
+from kmon.engine.facade import EngineSettings, ProcessTarget, SamplerSettings, open_session
 from kmon.record.rotation import Limits, RotatingRecorder
 from kmon.record.schema import SCHEMAS
 
@@ -72,7 +71,8 @@ def test_kmon_record_rotates_and_keeps_only_what_retention_allows(start_client, 
 
 def test_retention_never_touches_the_session_being_written(start_client, tmp_path):
     producer = start_client("producer")
-    session = open_process(producer.pid, SamplerSettings(require_kafka=False), 200)
+    session = open_session(ProcessTarget((producer.pid,)),
+                           EngineSettings(SamplerSettings(require_kafka=False), interval_ms=200))
     # every session over both limits: a millisecond old at most, a byte in all
     recorder = RotatingRecorder(tmp_path, HOST, 200, Limits(None, None, retain_s=0.001,
                                                             max_bytes=1), flush_every_s=0.0)

@@ -10,10 +10,21 @@ import time
 import pytest
 from helpers import GatedMonitor
 
-from kmon.engine.cluster_watch import ClusterWatcher
-from kmon.engine.facade import ClusterSession, ProcessSession, SessionClosed
+from kmon.engine.directory import Directory
+from kmon.engine.facade import (
+    ClusterSession,
+    ClusterTarget,
+    EngineSettings,
+    HostTarget,
+    LiveSession,
+    ProcessSession,
+    ProcessTarget,
+    SessionClosed,
+    open_session,
+)
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
+from kmon.model import ChurnThresholds
 from kmon.sources.socket_readers import open_socket_reader
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
@@ -26,8 +37,8 @@ def process_session(pid: int) -> tuple[ProcessSession, GatedMonitor]:
 
 
 def cluster_session(pid: int, bootstrap: str) -> tuple[ClusterSession, GatedMonitor]:
-    session = ClusterSession(ClusterWatcher(bootstrap, {}, timeout_s=2.0, refresh_s=10.0),
-                             SamplerSettings(require_kafka=False), [pid])
+    session = open_session(ClusterTarget(bootstrap, timeout_s=2.0, refresh_s=10.0, pids=(pid,)),
+                           EngineSettings(SamplerSettings(require_kafka=False)))
     session.monitor = gated = GatedMonitor(session.monitor)
     return session, gated
 
@@ -63,13 +74,44 @@ def test_close_waits_for_the_poll_under_way(client, cluster, make):
 
 
 def test_settings_are_frozen_and_polls_share_one_directory(client):
+    """The settings are frozen through and through: what polls learn is a Directory apart,
+    shared by the samplers given it (before, the frozen settings carried it)."""
     settings = SamplerSettings()
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.broker_idle_ms = 1  # type: ignore[misc]
-    samplers = [ProcessSampler(client.pid, open_socket_reader(), settings) for _ in range(2)]
+    assert "directory" not in {f.name for f in dataclasses.fields(SamplerSettings)}
+    directory = Directory(settings.resolver)
+    samplers = [ProcessSampler(client.pid, open_socket_reader(), settings, directory=directory)
+                for _ in range(2)]
     samplers[0].sample(int(time.time() * 1000))
-    learned = settings.directory.learned
+    learned = directory.learned
     assert learned, "the client's statistics named its brokers"
     learned.clear()  # a copy: the directory keeps its own
-    assert settings.directory.learned == samplers[0].learned
-    assert samplers[1].settings.directory is settings.directory
+    assert directory.learned == samplers[0].learned
+    assert samplers[1].directory is directory
+
+
+def test_one_builder_gives_every_session_its_settings_and_a_directory_of_its_own(client):
+    """``open_session`` builds the sessions of every command from one frozen settings: the
+    config's thresholds reach each session's monitor, a process opened from the host's list
+    too (before, ``attach`` from a list dropped them), and shares its list's directory;
+    two sessions built from the same settings learn apart (before, the frozen settings
+    carried one directory for all of them)."""
+    settings = EngineSettings(SamplerSettings(require_kafka=False, wire="off"),
+                              near_reap_fraction=0.5, churn=ChurnThresholds(reap_cycles=7))
+    host = open_session(HostTarget(), settings)
+    alone = open_session(ProcessTarget((client.pid,)), settings)
+    opened = host.attach(client.pid)
+    try:
+        assert isinstance(alone, LiveSession) and isinstance(opened, LiveSession)
+        for session in (host, alone, opened):
+            assert session.monitor.fraction == 0.5
+            assert session.monitor.churn.limits.reap_cycles == 7
+        assert opened.monitor.samplers[client.pid].directory is host.directory
+        assert alone.monitor.samplers[client.pid].directory is not host.directory
+        alone.poll()
+        assert alone.monitor.samplers[client.pid].directory.learned, "its brokers, named"
+        assert not host.known_brokers, "learned by another session"
+    finally:
+        for session in (opened, alone, host):
+            session.close()

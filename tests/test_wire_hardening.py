@@ -23,8 +23,7 @@ from kmon.devtools.hostile_broker import (
     crowd,
     find_coordinator_request,
 )
-from kmon.engine.facade import HostSession
-from kmon.engine.sampler import SamplerSettings
+from kmon.engine.facade import EngineSettings, HostSession, HostTarget, open_session
 from kmon.sources import kafka_protocol as kp
 from kmon.sources import spool
 from kmon.sources.broker_query import MAX_ENTRIES, MAX_WALKED, ConfirmedBrokers, ask_brokers
@@ -246,10 +245,10 @@ def test_a_forged_metadata_answer_names_neither_another_process_nor_hides_it(clu
     attacker = Child([sys.executable, "-m", "kmon.devtools.hostile_broker", "attack",
                       str(liar.port)])
     victim = None
-    session = HostSession(SamplerSettings(), discover_every_s=0.3)
+    session = open_session(HostTarget(), EngineSettings(discover_every_s=0.3))
     try:
         attacker.wait_line("READY")
-        _poll_until(session, lambda _: session.settings.directory.learned.get(
+        _poll_until(session, lambda _: session.directory.learned.get(
             Endpoint("127.0.0.1", liar.port)) == SELF_NAMED, "the attacker's lie learned")
         victim = Child([sys.executable, "-c", VICTIM, cluster, topic, str(victim_port)])
         victim.wait_line("READY")

@@ -38,11 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from kmon.cli.dashboard import checked_theme
     from kmon.cli.text_view import print_snapshots
     from kmon.config import load_config
-    from kmon.engine.host_churn import HostTimeWaits
-    from kmon.engine.sampler import ProcessSampler, SampleError
-    from kmon.sources.resolve import SETUP_WAIT_S
-    from kmon.sources.socket_readers import open_socket_reader
-    from kmon.sources.spool import SpoolError
+    from kmon.engine.facade import AttachFailed, ProcessTarget, open_session
 
     if args.client_log is not None and args.client_log.exists() and not (
             args.client_log.is_file()):
@@ -52,59 +48,34 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(args.config)
         # the theme is the dashboard's: headless output loads Textual to check one only when
         # the command line names it
-        theme = (checked_theme(config, args.theme) if options.interactive(args) or args.theme
-                 else None)
+        interactive = options.interactive(args)
+        theme = checked_theme(config, args.theme) if interactive or args.theme else None
         named = wiring.named_cluster(args, config)
         wiring.require_processes([args.pid])
-        cluster, groups = None, None
-        if named is not None:
-            state = wiring.cluster_state(named, args.cluster_timeout, groups=True)
-            cluster, groups = state.metadata, state.groups
-        settings = wiring.sampler_settings(
-            args, config, named, cluster, groups, require_kafka=not args.any_process,
-            not_kafka_hint="name its cluster with -b, or pass --any-process")
-        if cluster is not None:  # its brokers' names looked up before the first poll
-            settings.resolver.look_up(b.address for b in cluster.brokers)
-        if args.once:  # one snapshot: worth waiting a little for the names it meets
-            settings.resolver.patience_s = SETUP_WAIT_S
-        sampler = ProcessSampler(args.pid, open_socket_reader(args.socket_reader), settings,
-                                 client_log=args.client_log)
-        interactive = options.interactive(args)
-        kernel = None if args.no_kernel_events else _kernel_watch(cluster, sampler)
-        monitor = wiring.monitor([sampler], config, kernel=kernel,
-                                 host_closes=None if kernel or args.no_kernel_events
-                                 else HostTimeWaits())
+        cluster = wiring.cluster_state(named, args, groups=True) if named else None
+        interval_s = args.interval or config.dashboard.interval_s or 1.0
+        settings = wiring.engine_settings(
+            args, config, named, cluster, require_kafka=not args.any_process,
+            not_kafka_hint="name its cluster with -b, or pass --any-process",
+            interval_ms=round(interval_s * 1000), kernel_events=not args.no_kernel_events,
+            socket_reader=args.socket_reader, one_look=args.once)
+        session = open_session(ProcessTarget((args.pid,), args.client_log, cluster), settings)
         try:
             if interactive:
-                return _dashboard(args, monitor, config, theme)
-            interval = args.interval or config.dashboard.interval_s or 1.0
-            return print_snapshots(monitor, interval, options.output_format(args),
+                return _dashboard(args, session, config, theme)
+            return print_snapshots(session, interval_s, options.output_format(args),
                                    once=args.settle if args.once else None)
         finally:
-            monitor.close()
+            session.close()
     except BrokenPipeError:
         raise
-    except (SampleError, SpoolError, OSError) as err:
+    except (AttachFailed, OSError) as err:
         raise UserError(str(err)) from err
 
 
-def _kernel_watch(cluster, sampler):
-    """The kernel's TCP events filtered by the brokers' ports, or None with a notice on
-    ``sampler`` saying what kmon cannot see without them."""
-    from kmon.engine.kernel_watch import open_kernel_watch
-
-    watch, notice = open_kernel_watch(b.port for b in cluster.brokers) if cluster else (
-        open_kernel_watch())
-    if notice is not None:
-        sampler.standing_notices.append(notice)
-    return watch
-
-
-def _dashboard(args: argparse.Namespace, monitor, config, theme: str | None) -> int:
+def _dashboard(args: argparse.Namespace, session, config, theme: str | None) -> int:
     from kmon.cli.dashboard import dashboard_settings
-    from kmon.engine.facade import ProcessSession
     from kmon.widgets.launch import run_attach
 
     settings = dashboard_settings(config, args.interval, args.record_dir)
-    session = ProcessSession(monitor, round(settings.interval_s * 1000))
     return run_attach(args.pid, session, settings, theme, cluster=args.bootstrap or "")

@@ -30,35 +30,31 @@ def run(args: argparse.Namespace) -> int:
     from kmon.cli.text_view import print_snapshots
     from kmon.config import load_config
     from kmon.devtools.demo import Demo, DemoError
-    from kmon.engine.kernel_watch import open_kernel_watch
-    from kmon.engine.sampler import ProcessSampler, SampleError
-    from kmon.sources.socket_readers import open_socket_reader
+    from kmon.engine.facade import AttachFailed, ProcessTarget, open_session
 
     config = load_config(args.config)
     interactive = options.interactive(args)
     theme = checked_theme(config, args.theme) if interactive else None
     cluster = "a real 3-node Apache Kafka cluster" if args.kafka else "an embedded 3-broker cluster"
     print(f"kmon demo: starting {cluster} and 5 client processes...", file=sys.stderr, flush=True)
+    interval_s = args.interval or config.dashboard.interval_s or 1.0
     try:
         with Demo(kafka=args.kafka) as demo:
             labels = {pid: client.label for pid, client in demo.clients.items()}
             if interactive:
                 return _dashboard(demo, labels, config, args, theme)
-            reader, settings = open_socket_reader(), wiring.sampler_settings(args, config)
-            kernel, _ = open_kernel_watch()  # without it, the polls' story alone
-            monitor = wiring.monitor((ProcessSampler(pid, reader, settings)
-                                      for pid in demo.clients), config, kernel=kernel)
+            session = open_session(ProcessTarget(tuple(demo.clients)), wiring.engine_settings(
+                args, config, interval_ms=round(interval_s * 1000)))
             try:
                 return print_snapshots(
-                    monitor, args.interval or config.dashboard.interval_s or 1.0,
-                    options.output_format(args), duration=args.duration, labels=labels,
-                    live_screen=not args.headless,
+                    session, interval_s, options.output_format(args), duration=args.duration,
+                    labels=labels, live_screen=not args.headless,
                     title=f"kmon demo — cluster {demo.bootstrap} (Ctrl-C to stop)")
             finally:
-                monitor.close()
+                session.close()
     except BrokenPipeError:
         raise
-    except (DemoError, SampleError, OSError) as err:
+    except (DemoError, AttachFailed, OSError) as err:
         raise UserError(str(err)) from err
 
 
@@ -67,14 +63,12 @@ def _dashboard(demo, labels: dict[int, str], config, args: argparse.Namespace,
     """``kmon watch`` on the demo's cluster, its clients listed from the start."""
     from kmon.cli import wiring
     from kmon.cli.dashboard import dashboard_settings
-    from kmon.engine.cluster_watch import ClusterWatcher
-    from kmon.engine.facade import ClusterSession
+    from kmon.engine.facade import ClusterTarget, open_session
     from kmon.widgets.launch import run_watch
 
     settings = dashboard_settings(config, args.interval, args.record_dir)
-    session = ClusterSession(ClusterWatcher(demo.bootstrap, {}, refresh_s=10.0),
-                             wiring.sampler_settings(args, config, require_kafka=False),
-                             list(demo.clients), churn=config.churn,
-                             interval_ms=round(settings.interval_s * 1000))
+    session = open_session(ClusterTarget(demo.bootstrap, refresh_s=10.0, pids=tuple(demo.clients)),
+                           wiring.engine_settings(args, config, require_kafka=False,
+                                                  interval_ms=round(settings.interval_s * 1000)))
     return run_watch("demo", session, settings, theme, labels=labels,
                      exit_after_s=args.duration)

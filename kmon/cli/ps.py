@@ -28,29 +28,25 @@ def run(args: argparse.Namespace) -> int:
     """Search the host, print the rows; exit 0, even with none."""
     from kmon.cli import wiring
     from kmon.config import load_config
-    from kmon.engine.facade import HostSession
-    from kmon.engine.sampler import SampleError
+    from kmon.engine.facade import HostTarget, open_session
     from kmon.json_lines import json_line
 
     config = load_config(args.config)
     named = wiring.named_cluster(args, config)
     try:
-        metadata = wiring.cluster_state(named, args.cluster_timeout) if named else None
-        settings = wiring.sampler_settings(args, config, named, metadata, require_kafka=False)
-        session = HostSession(settings, churn=config.churn)
+        cluster = wiring.cluster_state(named, args) if named else None
+        session = open_session(HostTarget(cluster), wiring.engine_settings(
+            args, config, named, cluster, require_kafka=False))
         try:
-            snapshot, events = settle.settled_look(session.poll, args.settle,
-                                                   _search(session, settings))
+            snapshot, events = settle.settled_look(session.poll, args.settle, _search(session))
             labels = session.cluster_labels(snapshot)
+            if named is not None:
+                labels = dict.fromkeys(session.of_cluster(snapshot), named.name)
             notices = list(session.notices)
         finally:
             session.close()
-    except (SampleError, OSError) as err:
+    except OSError as err:
         raise UserError(str(err)) from err
-    if named is not None:
-        labels = dict.fromkeys(wiring.clients_of(snapshot, wiring.broker_endpoints(metadata,
-                                                                                 settings)),
-                               named.name)
     rows = process_rows(snapshot, labels, events)
     for notice in notices:
         print(f"kmon ps: {one_line(notice)}", file=sys.stderr)
@@ -85,7 +81,7 @@ def text_lines(rows: list[dict], fmt: str) -> list[str]:
     return out
 
 
-def _search(session, settings) -> list:
+def _search(session) -> list:
     """Poll until a poll learns no broker the last did not know (at most SEARCH_ROUNDS),
     then while kmon's own Metadata queries to the processes' brokers are under way (at
     most CONFIRM_WAIT_S): every event on the way (the settled look that follows polls
@@ -94,10 +90,10 @@ def _search(session, settings) -> list:
 
     events = []
     for round_ in range(SEARCH_ROUNDS):
-        known = frozenset(settings.directory.learned)
+        known = session.known_brokers
         snapshot, new = session.poll()
         events += new
-        if round_ and frozenset(settings.directory.learned) == known:
+        if round_ and session.known_brokers == known:
             break
     until = time.monotonic() + CONFIRM_WAIT_S  # the cluster labels: from kmon's own queries
     while time.monotonic() < until and session.clusters_asked(snapshot):
@@ -111,9 +107,9 @@ def _search(session, settings) -> list:
 def process_rows(snapshot, labels: dict[int, str], events) -> list[dict]:
     """One row per process in ``labels`` (kmon.columns.PROCESS_COLUMNS' keys), in cluster
     order."""
+    from kmon.engine.facade import owner
     from kmon.model import EventKind, Role
     from kmon.short_command import short_command
-    from kmon.sources.process_info import owner
 
     churn = {e.pid: f"{e.churn.pattern.replace('_', ' ')} {e.churn.rate:g}/min"
              for e in events if e.kind is EventKind.CHURN and e.churn is not None}

@@ -15,12 +15,10 @@ if TYPE_CHECKING:  # the rest is imported when the command runs: every kmon comm
     # the parser, and pyarrow alone takes a fifth of a second to import
     from collections.abc import Callable
 
-    from kmon.engine.discovery import ClientDiscovery
-    from kmon.engine.monitor import Monitor
+    from kmon.engine.facade import ClusterSession, LiveSession
     from kmon.model import Event, Snapshot
     from kmon.record.recorder import Summary
     from kmon.record.rotation import Limits, RotatingRecorder
-    from kmon.sources.sockets import Endpoint
 
 DISCOVER_EVERY_S = 10.0  # --cluster: how often the host's sockets are searched for clients
 
@@ -51,68 +49,49 @@ def run(args: argparse.Namespace) -> int:
     """Record until the duration ends, a stop signal, or (with --pid) every process exits."""
     from kmon.cli import wiring
     from kmon.config import load_config
-    from kmon.engine.discovery import ClientDiscovery
-    from kmon.engine.heap import settle_heap
-    from kmon.engine.host_churn import HostTimeWaits
-    from kmon.engine.kernel_watch import open_kernel_watch
-    from kmon.engine.sampler import ProcessSampler, SampleError
+    from kmon.engine.facade import AttachFailed, ProcessTarget, open_session, settle_heap
     from kmon.export.loop import Signals, run_loop
     from kmon.record.rotation import RotatingRecorder
-    from kmon.sources.host_wire import HostWire
-    from kmon.sources.socket_readers import open_socket_reader
-    from kmon.sources.spool import SpoolError
 
     root = _writable_dir(args.out)
     try:
-        reader = open_socket_reader()
         config = load_config(args.config)
         named = wiring.named_cluster(args, config)
         wiring.require_processes(args.pid or ())
-        cluster = None
-        if named is not None:
-            cluster = wiring.cluster_state(named, args.cluster_timeout)
-        settings = wiring.sampler_settings(
-            args, config, named, cluster, require_kafka=cluster is None and not args.any_process,
+        settings = wiring.engine_settings(
+            args, config, named, require_kafka=named is None and not args.any_process,
             not_kafka_hint="pass --any-process, or record its cluster's clients with -b CLUSTER "
-                           "instead of --pid")
-        kernel, unseen = open_kernel_watch(b.port for b in cluster.brokers) if cluster else (
-            open_kernel_watch())
-        wire = HostWire() if settings.wire == "auto" else None  # one capture for them all
-        monitor = wiring.monitor((ProcessSampler(pid, reader, settings, host_wire=wire)
-                                  for pid in dict.fromkeys(args.pid or ())),
-                                 config, max_events=1,  # events go to disk, not to a history
-                                 kernel=kernel, host_closes=HostTimeWaits() if unseen else None)
-        recorder = RotatingRecorder(root, monitor.host, round(args.interval * 1000),
+                           "instead of --pid",
+            interval_ms=round(args.interval * 1000), discover_every_s=DISCOVER_EVERY_S,
+            max_events=1)  # events go to disk, not to a history
+        session = (open_session(ProcessTarget(tuple(args.pid)), settings) if named is None
+                   else _cluster_session(wiring.cluster_target(named, args), settings))
+        recorder = RotatingRecorder(root, session.host, round(args.interval * 1000),
                                     rotation_limits(args), args.flush_every)
         session_id = recorder.current.session_id  # nothing written before the first add()
-        discovery = ClientDiscovery(reader, settings, DISCOVER_EVERY_S,
-                                    wire=wire) if cluster else None
-        brokers = wiring.broker_endpoints(cluster, settings) if cluster else frozenset()
-        if discovery:
-            discovery.update(monitor, brokers)
-        first = monitor.poll()  # bad PIDs fail here, before any file is written
-    except (SampleError, SpoolError, OSError) as err:
+        first = session.poll()  # bad PIDs fail here, before any file is written
+    except (AttachFailed, OSError) as err:
         raise UserError(str(err)) from err
-    if monitor.all_exited:
-        raise UserError(monitor.last_loss)
+    if named is None and session.all_exited:
+        raise UserError(session.last_loss)
 
-    watching = (f"clients of {args.bootstrap} ({len(monitor.samplers)} found so far)" if cluster
-                else "PID " + ", ".join(str(pid) for pid in monitor.samplers))
+    watching = (f"clients of {args.bootstrap} ({len(session.pids)} found so far)" if named
+                else "PID " + ", ".join(str(pid) for pid in session.pids))
     print(f"kmon record: session {session_id}: {watching}, every {args.interval:g}s, "
           f"into {root}", file=sys.stderr, flush=True)
-    if unseen is not None:
-        print(f"kmon record: {unseen}", file=sys.stderr, flush=True)
+    if session.kernel_notice is not None:
+        print(f"kmon record: {session.kernel_notice}", file=sys.stderr, flush=True)
     settle_heap()
     with Signals() as signals:
         try:
-            why = run_loop(_recording_step(monitor, recorder, discovery, brokers, first),
+            why = run_loop(_recording_step(session, recorder, first, named is None),
                            args.interval, signals, args.duration)
         except Exception as err:  # noqa: BLE001 - whatever broke the loop, close the session
             summary = _close(recorder, root)
             raise UserError(f"{err or type(err).__name__}; recording stopped, "
                             f"{_describe(summary, root)}") from err
         finally:
-            monitor.close()
+            session.close()
         summary = _close(recorder, root)
     print(f"kmon record: session {session_id} stopped ({why}): {_describe(summary, root)}",
           file=sys.stderr, flush=True)
@@ -126,19 +105,31 @@ def rotation_limits(args: argparse.Namespace) -> Limits:
     return Limits(args.rotate_every, args.rotate_size, args.retain, args.max_disk)
 
 
-def _recording_step(monitor: Monitor, recorder: RotatingRecorder,
-                    discovery: ClientDiscovery | None, brokers: frozenset[Endpoint],
-                    first: tuple[Snapshot, list[Event]]) -> Callable[[], str | None]:
-    """One poll into the recording (the first one already taken); why to stop, if so."""
+def _cluster_session(target, settings) -> ClusterSession:
+    """A session of the cluster's clients, its metadata asked first: a UserError saying why
+    it did not answer."""
+    from kmon.engine.facade import open_session
+
+    session = open_session(target, settings)
+    error = session.refresh_cluster().error
+    if error is not None:
+        session.close()
+        raise UserError(error)
+    return session
+
+
+def _recording_step(session: LiveSession | ClusterSession, recorder: RotatingRecorder,
+                    first: tuple[Snapshot, list[Event]],
+                    by_pid: bool) -> Callable[[], str | None]:
+    """One poll into the recording (the first one already taken); why to stop, if so (``by_pid``:
+    once every process named has exited)."""
     polled = [first]
 
     def step() -> str | None:
         if not polled:
-            if discovery:
-                discovery.update(monitor, brokers)
-            polled.append(monitor.poll())
+            polled.append(session.poll())
         recorder.add(*polled.pop())
-        if discovery is None and monitor.all_exited:
+        if by_pid and session.all_exited:
             return "every recorded process exited"
         return None
     return step

@@ -29,8 +29,14 @@ def run(args: argparse.Namespace) -> int:
     """Play the recording until the user quits."""
     from kmon.cli.dashboard import checked_theme, dashboard_settings
     from kmon.config import load_config
-    from kmon.engine.facade import ProcessSession
-    from kmon.engine.replay import Replay, ReplayError, read_recording, recorded_interval_s
+    from kmon.engine.facade import (
+        EngineSettings,
+        ReplayError,
+        ReplayTarget,
+        open_session,
+        read_recording,
+        recorded_interval_s,
+    )
     from kmon.widgets.launch import run_attach
 
     config = load_config(args.config)
@@ -54,5 +60,6 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("kmon replay is a dashboard and needs a terminal")
     settings = dashboard_settings(config, args.interval or recorded_interval_s(recording),
                                   args.record_dir)
-    session = ProcessSession(Replay(recording), round(settings.interval_s * 1000))
+    session = open_session(ReplayTarget(recording),
+                           EngineSettings(interval_ms=round(settings.interval_s * 1000)))
     return run_attach(pid, session, settings, theme, cluster=f"replay of {args.file}")

@@ -68,23 +68,20 @@ class Agent:
         from kmon.config import load_config
 
         self.args, self.metrics, self.recorder = args, metrics, recorder
-        self.brokers: frozenset | None = None  # -b: the named cluster's, else every cluster
         self.lost_before = 0  # kernel events dropped under the sessions a reload replaced
         self.session = self._session(load_config(args.config))
         self.last_error = ""
 
     def _session(self, config: Config) -> HostSession:
         from kmon.cli import wiring
-        from kmon.engine.facade import HostSession
+        from kmon.engine.facade import HostTarget, open_session
 
         named = wiring.named_cluster(self.args, config)
-        metadata = wiring.cluster_state(named, self.args.cluster_timeout) if named else None
-        settings = wiring.sampler_settings(self.args, config, named, metadata,
-                                           require_kafka=False)
-        self.brokers = wiring.broker_endpoints(metadata, settings) if metadata else None
-        self.names = ClusterNames((metadata.cluster_id or named.name) if named else None)
-        session = HostSession(settings, churn=config.churn,
-                              interval_ms=round(self.args.interval * 1000))
+        cluster = wiring.cluster_state(named, self.args) if named else None
+        self.names = ClusterNames((cluster.metadata.cluster_id or named.name) if named else None)
+        session = open_session(HostTarget(cluster), wiring.engine_settings(
+            self.args, config, named, cluster, require_kafka=False,
+            interval_ms=round(self.args.interval * 1000)))
         self.metrics.kernel_events = session.kernel_notice is None
         if session.kernel_notice:  # what the journal should say once: a missing capability
             print(f"kmon serve: {session.kernel_notice}", file=sys.stderr, flush=True)
@@ -104,13 +101,10 @@ class Agent:
         self._tell(f"kmon serve: {what}: {err or type(err).__name__}")
 
     def _poll(self) -> None:
-        from kmon.cli import wiring
-
         began = time.monotonic()
         snapshot, events = self.session.poll()
-        pids = ({v.pid for v in snapshot.processes} if self.brokers is None
-                else wiring.clients_of(snapshot, self.brokers))
-        labels = self.names(pids, self.session.answered_clusters(snapshot),
+        labels = self.names(self.session.of_cluster(snapshot),
+                            self.session.answered_clusters(snapshot),
                             self.session.clusters_asked(snapshot))
         self.metrics.kernel_lost = self.lost_before + self.session.kernel_lost
         self.metrics.update(*_only(snapshot, events, labels.keys()), labels,

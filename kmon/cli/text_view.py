@@ -1,4 +1,4 @@
-"""Text output of a polled Monitor: JSON lines, rows for pipes (``-o table|wide|tsv``), or
+"""Text output of a polled session: JSON lines, rows for pipes (``-o table|wide|tsv``), or
 Rich tables (redrawn in place on a terminal)."""
 
 from __future__ import annotations
@@ -7,19 +7,18 @@ import sys
 import time
 
 from kmon.cli.settle import settled_look
-from kmon.engine.heap import settle_heap
-from kmon.engine.monitor import Monitor
+from kmon.engine.facade import LiveSession, settle_heap
 from kmon.errors import UserError
 from kmon.json_lines import json_line
 from kmon.model import EventKind
 from kmon.plain_text import one_line
 
 
-def print_snapshots(monitor: Monitor, interval: float, output: str | None,
+def print_snapshots(session: LiveSession, interval: float, output: str | None,
                     once: float | None = None,
                     duration: float | None = None, title: str = "",
                     labels: dict[int, str] | None = None, live_screen: bool = True) -> int:
-    """Poll ``monitor`` every ``interval`` until ``duration`` or every process exits; or,
+    """Poll ``session`` every ``interval`` until ``duration`` or every process exits; or,
     with ``once`` (seconds to settle), print one settled snapshot (kmon.cli.settle).
 
     ``output`` is ``json`` (JSON lines), ``table``, ``wide`` or ``tsv`` (one row per
@@ -47,10 +46,10 @@ def print_snapshots(monitor: Monitor, interval: float, output: str | None,
     try:
         while True:
             started = time.monotonic()
-            snapshot, events = (monitor.poll() if once is None
-                                else settled_look(monitor.poll, once))
-            if monitor.all_exited and first:
-                raise UserError(monitor.last_loss)  # nothing was ever shown: just say why
+            snapshot, events = (session.poll() if once is None
+                                else settled_look(session.poll, once))
+            if session.all_exited and first:
+                raise UserError(session.last_loss)  # nothing was ever shown: just say why
             first_frame, first = first, False
             if json_lines:
                 record = snapshot.to_dict()
@@ -60,10 +59,10 @@ def print_snapshots(monitor: Monitor, interval: float, output: str | None,
             elif output is not None:
                 _print_rows(snapshot, output, first_frame)
             elif snapshot.processes:
-                view = snapshot_renderable(snapshot, monitor.events, title, labels)
+                view = snapshot_renderable(snapshot, session.events, title, labels)
                 live.update(view, refresh=True) if live else console.print(view)
-            if monitor.all_exited:
-                return _ended(monitor, events)
+            if session.all_exited:
+                return _ended(session, events)
             if once is not None or (ends is not None and time.monotonic() >= ends):
                 return 0
             time.sleep(max(0.0, interval - (time.monotonic() - started)))
@@ -93,10 +92,10 @@ def _print_rows(snapshot, output: str, first_frame: bool) -> None:
             print(f"kmon: pid {view.pid}: {one_line(finding.words())}", file=sys.stderr)
 
 
-def _ended(monitor: Monitor, events: list) -> int:
+def _ended(session: LiveSession, events: list) -> int:
     """Every watched process has gone: exit 0 when they exited (said on stderr), an error
     when kmon lost sight of one."""
     if any(e.kind is EventKind.PROCESS_ERROR for e in events):
-        raise UserError(monitor.last_loss)
-    print(f"kmon: {one_line(monitor.last_loss)}; nothing left to watch", file=sys.stderr)
+        raise UserError(session.last_loss)
+    print(f"kmon: {one_line(session.last_loss)}; nothing left to watch", file=sys.stderr)
     return 0

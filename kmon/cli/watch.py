@@ -29,9 +29,8 @@ def run(args: argparse.Namespace) -> int:
     from kmon.cli import wiring
     from kmon.cli.dashboard import checked_theme, dashboard_settings
     from kmon.config import load_config
-    from kmon.engine.cluster_watch import ClusterWatcher
-    from kmon.engine.facade import ClusterSession
-    from kmon.widgets.launch import run_watch
+    from kmon.engine.facade import HostTarget, open_session
+    from kmon.widgets.launch import run_host, run_watch
 
     config = load_config(args.config)
     theme = checked_theme(config, args.theme)
@@ -40,26 +39,12 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("kmon watch (and kmon with no command) is a dashboard and needs a "
                         "terminal; for text use kmon ps [--json] (the host's clients), "
                         "kmon attach PID --once [--json] or kmon record -b CLUSTER")
-    if cluster is None:
-        return _host_view(args, config, theme)
-    watcher = ClusterWatcher(cluster.bootstrap, cluster.properties, timeout_s=args.cluster_timeout,
-                             refresh_s=args.metadata_every, name=cluster.name)
     settings = dashboard_settings(config, args.interval, args.record_dir)
-    session = ClusterSession(watcher, wiring.sampler_settings(args, config, cluster,
-                                                              require_kafka=False),
-                             [], churn=config.churn, interval_ms=round(settings.interval_s * 1000))
+    engine = wiring.engine_settings(args, config, cluster, require_kafka=False,
+                                    interval_ms=round(settings.interval_s * 1000))
+    if cluster is None:
+        return run_host(open_session(HostTarget(), engine), settings, theme)
+    session = open_session(wiring.cluster_target(cluster, args, args.metadata_every), engine)
     shown = ", ".join(f"{k}={v}" for k, v in cluster.shown_properties().items())
     return run_watch(f"{cluster.name} ({shown})" if shown else cluster.name, session, settings,
                      theme)
-
-
-def _host_view(args: argparse.Namespace, config, theme: str | None) -> int:
-    from kmon.cli import wiring
-    from kmon.cli.dashboard import dashboard_settings
-    from kmon.engine.facade import HostSession
-    from kmon.widgets.launch import run_host
-
-    settings = dashboard_settings(config, args.interval, args.record_dir)
-    session = HostSession(wiring.sampler_settings(args, config, require_kafka=False),
-                          churn=config.churn, interval_ms=round(settings.interval_s * 1000))
-    return run_host(session, settings, theme)

@@ -1,5 +1,6 @@
-"""One place that turns a command's options and the config file into the cluster it names,
-the sampler settings and the monitor (attach, watch, ps, record, demo)."""
+"""One place that turns a command's options and the config file into what the engine
+builder takes (kmon.engine.facade.open_session): the cluster named, its target and the
+frozen settings (attach, watch, ps, record, serve, demo)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ from collections.abc import Iterable
 
 from kmon.classify import BROKER_IDLE_MS
 from kmon.config import ClusterConfig, Config
-from kmon.engine.monitor import Monitor
-from kmon.engine.sampler import ProcessSampler, SamplerSettings
+from kmon.engine.facade import (
+    ClusterState,
+    ClusterTarget,
+    EngineSettings,
+    SamplerSettings,
+    ask_cluster,
+    exists,
+)
 from kmon.errors import UserError
-from kmon.model import Snapshot
-from kmon.sources.cluster import ClusterMetadata, GroupInfo
-from kmon.sources.sockets import Endpoint
 
 
 def named_cluster(args: argparse.Namespace, config: Config) -> ClusterConfig | None:
@@ -35,10 +39,15 @@ def named_cluster(args: argparse.Namespace, config: Config) -> ClusterConfig | N
     return config.resolve_cluster(name, {**extra, **dict(args.properties)})
 
 
+def cluster_target(named: ClusterConfig, args: argparse.Namespace,
+                   refresh_s: float = 30.0) -> ClusterTarget:
+    """The named cluster as the engine takes it, with the command's wait for its answers."""
+    return ClusterTarget(named.bootstrap, dict(named.properties), named.name,
+                         timeout_s=args.cluster_timeout, refresh_s=refresh_s)
+
+
 def require_processes(pids: Iterable[int]) -> None:
     """A UserError for the first PID with no process: said before any cluster is asked."""
-    from kmon.sources.process_info import exists
-
     for pid in pids:
         if not exists(pid):
             raise UserError(f"no process with PID {pid}")
@@ -50,56 +59,27 @@ def configured_idle_ms(args: argparse.Namespace, named: ClusterConfig | None) ->
     return getattr(args, "broker_idle_ms", None) or (named.broker_idle_ms if named else None)
 
 
-def sampler_settings(args: argparse.Namespace, config: Config, named: ClusterConfig | None = None,
-                     metadata: ClusterMetadata | None = None,
-                     groups: tuple[GroupInfo, ...] | None = None,
-                     require_kafka: bool = True,
-                     not_kafka_hint: str = "pass --any-process") -> SamplerSettings:
-    """Settings for every sampler of a command: the idle limits, the cluster, wire capture,
-    and the command's own hint for a process that shows no sign of Kafka."""
+def engine_settings(args: argparse.Namespace, config: Config, named: ClusterConfig | None = None,
+                    cluster: ClusterState | None = None, require_kafka: bool = True,
+                    not_kafka_hint: str = "pass --any-process",
+                    **session: object) -> EngineSettings:
+    """Settings for a command's session: the idle limits, wire capture, the command's own
+    hint for a process that shows no sign of Kafka, the config's thresholds, and the
+    ``session``'s own fields (kmon.engine.targets.EngineSettings)."""
     configured = configured_idle_ms(args, named)
-    idle_ms = configured or (metadata.broker_idle_ms if metadata else None) or BROKER_IDLE_MS
-    return SamplerSettings(broker_idle_ms=idle_ms, idle_from_cluster=configured is None,
-                           cluster=metadata, groups=groups,
-                           require_kafka=require_kafka,
-                           middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
-                           wire=getattr(args, "wire", "auto"), not_kafka_hint=not_kafka_hint)
+    idle_ms = configured or (cluster.metadata.broker_idle_ms if cluster else None) or (
+        BROKER_IDLE_MS)
+    sampler = SamplerSettings(broker_idle_ms=idle_ms, idle_from_cluster=configured is None,
+                              require_kafka=require_kafka,
+                              middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
+                              wire=getattr(args, "wire", "auto"), not_kafka_hint=not_kafka_hint)
+    return EngineSettings(sampler, near_reap_fraction=config.thresholds.idle_warning,
+                          churn=config.churn, **session)
 
 
-def monitor(samplers: Iterable[ProcessSampler], config: Config, **kwargs) -> Monitor:
-    """A Monitor with the config's idle warning and churn thresholds (close it after use)."""
-    return Monitor(samplers, near_reap_fraction=config.thresholds.idle_warning,
-                   churn=config.churn, **kwargs)
-
-
-def broker_endpoints(cluster: ClusterMetadata, settings: SamplerSettings) -> frozenset[Endpoint]:
-    """Every endpoint of the cluster's brokers and of its bootstrap addresses."""
-    return settings.resolver.look_up([b.address for b in cluster.brokers]
-                                     + cluster.bootstrap.split(","))
-
-
-def clients_of(snapshot: Snapshot, brokers: frozenset[Endpoint]) -> set[int]:
-    """The processes of ``snapshot`` with a connection to one of ``brokers`` (a named
-    cluster's clients, for ``ps -b`` and ``serve -b``)."""
-    from kmon.sources.resolve import parse_endpoint
-
-    return {view.pid for view in snapshot.processes
-            if any(parse_endpoint(c.remote or "") in brokers for c in view.connections)}
-
-
-def cluster_state(named: ClusterConfig, timeout_s: float, groups: bool = False):
-    """The named cluster's metadata (a ClusterState with its groups when ``groups``); a
-    UserError saying why it did not answer, and what to try next."""
-    from kmon.sources.cluster import ClusterUnreachable, admin_client, fetch_cluster, fetch_metadata
-    from kmon.sources.reachability import why_unreachable
-
-    try:
-        if groups:
-            return fetch_cluster(admin_client(named.bootstrap, named.properties),
-                                 named.bootstrap, timeout_s)
-        return fetch_metadata(named.bootstrap, named.properties, timeout_s)
-    except ClusterUnreachable as err:
-        if "did not answer" not in str(err):  # a configuration librdkafka refused
-            raise UserError(str(err)) from err
-        raise UserError(why_unreachable(named.name, named.bootstrap, named.properties,
-                                        timeout_s, str(err))) from err
+def cluster_state(named: ClusterConfig, args: argparse.Namespace,
+                  groups: bool = False) -> ClusterState:
+    """The named cluster's metadata (with its groups when ``groups``); a UserError saying
+    why it did not answer, and what to try next."""
+    return ask_cluster(named.name, named.bootstrap, dict(named.properties), args.cluster_timeout,
+                       groups)

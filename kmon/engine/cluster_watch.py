@@ -13,14 +13,17 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
+from kmon.errors import UserError
 from kmon.model import ClientInstance, Role, Snapshot
 from kmon.sources.cluster import (
     BrokerInfo,
     ClusterMetadata,
+    ClusterState,
     ClusterUnreachable,
     GroupInfo,
     admin_client,
     fetch_cluster,
+    fetch_metadata,
 )
 from kmon.sources.reachability import why_unreachable
 
@@ -97,10 +100,8 @@ class ClusterWatcher:
                 self._failed_in_row += 1
                 delay = min(self.max_backoff_s, 2.0 ** (self._failed_in_row - 1))
                 self._next_at = self.clock() + delay
-                told = " ".join(str(err).split())
-                if "did not answer" in told:  # not a configuration librdkafka refused
-                    told = why_unreachable(self.name, view.bootstrap, self.properties,
-                                           self.timeout_s, told)
+                told = unanswered(self.name, view.bootstrap, self.properties, self.timeout_s,
+                                  err)
                 self.view = replace(view, error=told,
                                     attempts=view.attempts + 1, failures=view.failures + 1)
                 return self.view
@@ -111,6 +112,32 @@ class ClusterWatcher:
                 groups=state.groups, groups_error=state.groups_error, error=None,
                 fetched_at=int(time.time() * 1000), attempts=view.attempts + 1)
             return self.view
+
+
+def unanswered(name: str, bootstrap: str, properties: dict[str, str], timeout_s: float,
+               err: ClusterUnreachable) -> str:
+    """Why a cluster did not answer, and what to try next (``why_unreachable``); a
+    configuration librdkafka refused, as it said it."""
+    told = " ".join(str(err).split())
+    if "did not answer" not in told:
+        return told
+    return why_unreachable(name, bootstrap, properties, timeout_s, told)
+
+
+def ask_cluster(name: str, bootstrap: str, properties: dict[str, str], timeout_s: float,
+                groups: bool = False) -> ClusterState:
+    """The cluster's metadata, with its groups when ``groups`` (blocking: a command's
+    setup); ClusterUnanswered saying why it did not answer."""
+    try:
+        if groups:
+            return fetch_cluster(admin_client(bootstrap, properties), bootstrap, timeout_s)
+        return ClusterState(fetch_metadata(bootstrap, properties, timeout_s), None, None)
+    except ClusterUnreachable as err:
+        raise ClusterUnanswered(unanswered(name, bootstrap, properties, timeout_s, err)) from err
+
+
+class ClusterUnanswered(UserError):
+    """A cluster the user named did not answer (or its configuration was refused)."""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """What polls learn and share across worker threads: brokers, the cluster, its groups.
 
-Every sampler built from one ``SamplerSettings`` shares one ``Directory``; the
-samplers of several screens poll on different worker threads, and the cluster
+The samplers of one session share one ``Directory`` (kept apart from their frozen
+``SamplerSettings``); a process opened from a list shares its list's. The samplers of
+several screens poll on different worker threads, and the cluster
 is refreshed on another. Every read returns a copy or an immutable value taken
 under the one lock, every write replaces or adds under it.
 """
@@ -68,3 +69,7 @@ class Directory:
     def broker_idle_ms(self) -> int | None:
         with self._lock:
             return self._broker_idle_ms
+
+    def idle_limit_ms(self, configured: int) -> int:
+        """The brokers' idle limit: as the cluster said it when learned, else ``configured``."""
+        return self.broker_idle_ms or configured

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection
 
+from kmon.engine.directory import Directory
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
 from kmon.sources.host_sockets import HostClients
@@ -20,19 +21,25 @@ from kmon.sources.sockets import Endpoint, SocketReader
 class ClientDiscovery:
     """Adds a sampler for each local process newly connected to the given brokers.
 
-    ``update`` searches at most every ``every_s`` seconds; ``find`` is the
-    search (by default the host's sockets on the brokers' ports: HostClients); ``wire``,
-    the host's one packet capture, if the samplers share one.
+    ``update`` searches at most every ``every_s`` seconds (at once after ``search_now``);
+    ``find`` is the search (by default the host's sockets on the brokers' ports:
+    HostClients); ``wire``, the host's one packet capture, if the samplers share one; the
+    samplers share ``directory``.
     """
 
-    def __init__(self, reader: SocketReader, settings: SamplerSettings, every_s: float,
-                 find: Callable[[Collection[Endpoint]], set[int]] | None = None,
+    def __init__(self, reader: SocketReader, settings: SamplerSettings, directory: Directory,
+                 every_s: float, find: Callable[[Collection[Endpoint]], set[int]] | None = None,
                  wire: HostWire | None = None) -> None:
         self.reader, self.settings, self.every_s = reader, settings, every_s
+        self.directory = directory
         self.wire = wire  # the host's one packet capture, shared by the samplers
         self.find = find or HostClients()
         self.next_search = 0.0  # monotonic
         self.notices: list[str] = []
+
+    def search_now(self) -> None:
+        """Make the next ``update`` search the host, however soon after the last."""
+        self.next_search = 0.0
 
     def update(self, monitor: Monitor, brokers: Collection[Endpoint]) -> None:
         """Search the host when due; new clients join ``monitor`` (never one of kmon's own
@@ -52,7 +59,8 @@ class ClientDiscovery:
         """Watch ``pid`` too; a process that cannot be sampled is a notice (or, when
         ``quiet``, skipped: it went away since its socket was listed)."""
         try:
-            monitor.add(ProcessSampler(pid, self.reader, self.settings, host_wire=self.wire))
+            monitor.add(ProcessSampler(pid, self.reader, self.settings, host_wire=self.wire,
+                                       directory=self.directory))
         except SampleError as err:
             if not quiet:
                 self.notices = [str(err)]

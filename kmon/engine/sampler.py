@@ -7,7 +7,7 @@ import os
 import shlex
 import time
 from collections.abc import Iterable
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
 
@@ -31,7 +31,6 @@ from kmon.evidence.stats_join import stats_evidence
 from kmon.evidence.wire import WireEvidence
 from kmon.model import ClientInstance, Connection, ProcessView
 from kmon.sources import bounded
-from kmon.sources.cluster import ClusterMetadata, GroupInfo
 from kmon.sources.host_wire import HostWire
 from kmon.sources.jmx import is_jvm
 from kmon.sources.jvm_reading import JvmSource
@@ -67,10 +66,10 @@ class NotAKafkaClient(SampleError):
 
 @dataclass(frozen=True)
 class SamplerSettings:
-    """What the user chose for every process sampler (frozen); what polls learn lives in
-    ``directory``, shared by every sampler built from these settings."""
+    """What the user chose for every process sampler (frozen); what polls learn lives in a
+    ``Directory`` apart, shared by the samplers of a session."""
 
-    broker_idle_ms: int = BROKER_IDLE_MS  # the configured limit (see ``idle_limit_ms``)
+    broker_idle_ms: int = BROKER_IDLE_MS  # the configured limit (see ``Directory.idle_limit_ms``)
     # the user set no limit: a process's confirmed brokers' own word on theirs comes first
     idle_from_cluster: bool = True
     require_kafka: bool = True
@@ -78,18 +77,6 @@ class SamplerSettings:
     middlebox_idle_ms: int | None = None  # a load balancer's or NAT's idle timeout, if any
     wire: str = "auto"  # "auto": read the Kafka headers on the process's sockets where allowed
     not_kafka_hint: str = "pass --any-process"  # the command's own way past NotAKafkaClient
-    cluster: InitVar[ClusterMetadata | None] = None  # the cluster, when known at the start
-    groups: InitVar[tuple[GroupInfo, ...] | None] = None  # and its groups
-    directory: Directory = field(init=False)
-
-    def __post_init__(self, cluster: ClusterMetadata | None,
-                      groups: tuple[GroupInfo, ...] | None) -> None:
-        object.__setattr__(self, "directory", Directory(self.resolver, cluster, groups))
-
-    @property
-    def idle_limit_ms(self) -> int:
-        """The brokers' idle limit: as the cluster said it when learned, else configured."""
-        return self.directory.broker_idle_ms or self.broker_idle_ms
 
 
 def _describe(process: psutil.Process) -> tuple[str, str, float]:
@@ -120,7 +107,8 @@ class ProcessSampler:
     """
 
     def __init__(self, pid: int, reader: SocketReader, settings: SamplerSettings,
-                 client_log: Path | None = None, host_wire: HostWire | None = None) -> None:
+                 client_log: Path | None = None, host_wire: HostWire | None = None,
+                 directory: Directory | None = None) -> None:
         if pid <= 0 or is_kernel_thread(pid):
             raise ProcessGone(f"no process with PID {pid}" + (
                 " (it is a kernel thread)" if pid > 0 else ""))
@@ -138,7 +126,8 @@ class ProcessSampler:
             raise ProcessGone(f"no process with PID {pid}") from err
         self.reader = reader
         self.settings = settings
-        directory = settings.directory
+        # what the session's polls learn, shared by its samplers (this one's own if alone)
+        self.directory = directory = directory or Directory(settings.resolver)
         self.learned: dict[Endpoint, int] = {}  # brokers this process's own evidence named
         self._kafka_checked = not settings.require_kafka
         self.standing_notices: list[str] = []
@@ -191,12 +180,13 @@ class ProcessSampler:
         resolver = self.settings.resolver
         self._learn(learned_brokers(fresh, resolver))
         remotes = {s.remote for s in sockets}
-        directory = self.settings.directory
+        directory = self.directory
         told = {e for entry in bootstrap_entries(bootstrap_of(fresh, self.bootstrap))
                 for e in resolver.endpoints(entry)}  # asked too: brokers by its own word
         directory.confirmed.check(e for e in chain(self.learned, told) if e in remotes)
         idle_limit_ms = (self.settings.idle_from_cluster
-                         and directory.confirmed.idle_limit(remotes)) or self.settings.idle_limit_ms
+                         and directory.confirmed.idle_limit(remotes)) or directory.idle_limit_ms(
+                             self.settings.broker_idle_ms)
         known = {**directory.confirmed.brokers, **self.learned}
         cluster = directory.cluster
         if cluster is not None:
@@ -260,7 +250,7 @@ class ProcessSampler:
         """Brokers this process's own evidence named: they name its sockets only (and, shared,
         help find other clients of them)."""
         bounded.put_all(self.learned, brokers, MAX_LEARNED)
-        self.settings.directory.share(brokers)
+        self.directory.share(brokers)
 
     def _check_kafka(self, has_clients: bool, known: dict, sockets: list) -> None:
         if has_clients or loads_kafka_library(self.pid) or "kafka" in self.cmdline.lower() or any(

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 
 from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.cluster_watch import ClusterWatcher
-from kmon.engine.facade import ClusterSession, ProcessSession
+from kmon.engine.facade import ClusterSession, EngineSettings, ProcessSession
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
 from kmon.sources.socket_readers import open_socket_reader
@@ -27,8 +27,9 @@ def watch_app(bootstrap: str, pids: list[int] | None = None, labels=None,
               discover_every_s: float = 5.0,
               record_dir: Path = Path("kmon-sessions")) -> tuple[KmonApp, WatchScreen]:
     watcher = ClusterWatcher(bootstrap, {}, timeout_s=2.0, refresh_s=10.0)
-    session = ClusterSession(watcher, SamplerSettings(require_kafka=False), pids or [],
-                             discover_every_s=discover_every_s)
+    session = ClusterSession(watcher, EngineSettings(SamplerSettings(require_kafka=False),
+                                                     discover_every_s=discover_every_s),
+                             pids or [])
     screen = WatchScreen("test", session,
                          DashboardSettings(interval_s=0.5, record_dir=record_dir), labels)
     return KmonApp(screen), screen
