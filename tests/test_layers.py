@@ -1,7 +1,8 @@
 """The layering the import contracts cannot see, read from the source with an AST walk: no
 import cycle anywhere in kmon (widgets/ read as kmon.widgets); no socket, subprocess, ctypes
 or /proc, /sys, /dev path outside kmon/sources/ (but the parts named in ``OUTSIDE_SOURCES``);
-no module imports another's private names; the screens import no I/O at all."""
+no module imports another's private names; the screens import no I/O at all; the commands
+reach the engine, the evidence and the sources through the engine's facade only."""
 
 from __future__ import annotations
 
@@ -22,6 +23,11 @@ SYSTEM_PATH = re.compile(r"/(proc|sys|dev)(/|$)")
 # agent runs inside the user's process, the devtools start clusters and demo processes,
 # the analysis starts Spark, the export serves kmon serve's metrics over HTTP
 OUTSIDE_SOURCES = ("kmon/agent/", "kmon/devtools/", "kmon/analysis/", "kmon/export/")
+# What the commands (kmon.cli) must not import but through the facade, and what they may: the
+# facade, and own_processes, which kmon.cli imports to register kmon's own PID before any
+# command runs (the facade would load the whole engine for ``kmon --help`` and ``kmon run``)
+BEHIND_THE_FACADE = ("kmon.engine", "kmon.evidence", "kmon.sources")
+CLI_MAY_IMPORT = {"kmon.engine.facade", "kmon.sources.own_processes"}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -151,6 +157,25 @@ def test_widgets_do_no_io_of_their_own():
     assert offenders == {}
 
 
+def past_the_facade(root: Path) -> dict[str, list[str]]:
+    """Per module of kmon.cli, what it imports of the engine, the evidence or the sources
+    other than through the facade (at any depth of the code, type-checking imports too)."""
+    found = {}
+    for name, deps in import_graph(root).items():
+        if name != "kmon.cli" and not name.startswith("kmon.cli."):
+            continue
+        bad = sorted(dep for dep in deps - CLI_MAY_IMPORT
+                     if any(dep == layer or dep.startswith(layer + ".")
+                            for layer in BEHIND_THE_FACADE))
+        if bad:
+            found[name] = bad
+    return found
+
+
+def test_the_commands_use_the_engine_through_its_facade_only():
+    assert past_the_facade(REPO) == {}
+
+
 @pytest.fixture
 def offending_tree(tmp_path: Path) -> Path:
     """A small kmon with a cycle through widgets/ and I/O in the engine."""
@@ -164,6 +189,13 @@ def offending_tree(tmp_path: Path) -> Path:
         "def pids():\n    return os.listdir('/proc')\n")
     (tmp_path / "widgets/screen.py").write_text("from ..engine import host\n")
     (tmp_path / "kmon/sources/closing.py").write_text("from kmon.sources.sockets import _pack\n")
+    (tmp_path / "kmon/cli").mkdir()
+    (tmp_path / "kmon/cli/__init__.py").write_text("from kmon.sources import own_processes\n")
+    (tmp_path / "kmon/sources/own_processes.py").write_text("")
+    (tmp_path / "kmon/engine/facade.py").write_text("")
+    (tmp_path / "kmon/cli/watch.py").write_text(
+        "from kmon.engine.facade import open_session\n"
+        "def run():\n    from kmon.engine.host import pids\n    from kmon.sources import sockets\n")
     return tmp_path
 
 
@@ -171,6 +203,8 @@ def test_the_checks_see_an_offender(offending_tree: Path, tmp_path: Path):
     assert cycles(import_graph(offending_tree)) == [["kmon.engine.host", "kmon.widgets.screen"]]
     assert io_outside_sources(offending_tree) == {"kmon/engine/host.py": ["/proc", "subprocess"]}
     assert private_imports(offending_tree) == {"kmon/sources/closing.py": ["_pack"]}
+    assert past_the_facade(offending_tree) == {
+        "kmon.cli.watch": ["kmon.engine.host", "kmon.sources.sockets"]}
     offender = tmp_path / "screen.py"
     offender.write_text("import socket\nfrom kmon.sources.sockets import TcpSocket\n")
     assert imported_modules(offender) == {"socket", "kmon.sources.sockets"}
