@@ -20,7 +20,7 @@ def test_search_now_makes_the_next_update_search_however_soon():
 
     settings = SamplerSettings()
     discovery = ClientDiscovery(open_socket_reader("psutil"), settings,
-                                Directory(settings.resolver), 3600.0, find)
+                                Directory(), 3600.0, find)
     monitor, broker = Monitor([]), Endpoint("127.0.0.1", 9092)
     discovery.update(monitor, {broker})
     discovery.update(monitor, {broker})  # not due for an hour

@@ -282,7 +282,7 @@ def test_kcat_consumer_coordinator_from_group_description(kcat_consumer, cluster
     group = GroupInfo("g", "stable", broker, (GroupMember("rdkafka", "/127.0.0.1"),))
     settings = SamplerSettings(require_kafka=False, wire="off")
     sampler = ProcessSampler(kcat.pid, open_socket_reader(), settings, directory=Directory(
-        settings.resolver, fetch_metadata(cluster), (group,)))
+        fetch_metadata(cluster), (group,)))
     rows = []
     for _ in range(POLLS):
         view = sampler.sample(int(time.time() * 1000))

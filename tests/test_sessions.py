@@ -74,13 +74,14 @@ def test_close_waits_for_the_poll_under_way(client, cluster, make):
 
 
 def test_settings_are_frozen_and_polls_share_one_directory(client):
-    """The settings are frozen through and through: what polls learn is a Directory apart,
-    shared by the samplers given it (before, the frozen settings carried it)."""
+    """The settings are frozen through and through: what polls learn (brokers, names) is a
+    Directory apart, shared by the samplers given it (before, the frozen settings carried
+    it, and the name cache)."""
     settings = SamplerSettings()
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.broker_idle_ms = 1  # type: ignore[misc]
-    assert "directory" not in {f.name for f in dataclasses.fields(SamplerSettings)}
-    directory = Directory(settings.resolver)
+    assert {"directory", "resolver"}.isdisjoint(f.name for f in dataclasses.fields(SamplerSettings))
+    directory = Directory()
     samplers = [ProcessSampler(client.pid, open_socket_reader(), settings, directory=directory)
                 for _ in range(2)]
     samplers[0].sample(int(time.time() * 1000))

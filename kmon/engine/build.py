@@ -32,13 +32,14 @@ def monitor(settings: EngineSettings, samplers: list[ProcessSampler],
                    kernel=kernel, host_closes=HostTimeWaits() if notice else None), notice
 
 
-def new_directory(resolver: Resolver, cluster: ClusterState | None) -> Directory:
+def new_directory(cluster: ClusterState | None) -> Directory:
     """A new session's directory, knowing the cluster the user named (its brokers' names
     looked up now, before the first poll)."""
     if cluster is None:
-        return Directory(resolver)
-    resolver.look_up(addresses(cluster.metadata))
-    return Directory(resolver, cluster.metadata, cluster.groups)
+        return Directory()
+    directory = Directory(cluster.metadata, cluster.groups)
+    directory.resolver.look_up(addresses(cluster.metadata))
+    return directory
 
 
 def broker_ports(cluster: ClusterMetadata | None) -> set[int]:
@@ -63,10 +64,10 @@ def processes(target: ProcessTarget, settings: EngineSettings,
               directory: Directory | None = None) -> LiveSession:
     """Samplers of the target's processes (several share one capture of the host); AttachFailed
     naming the first that cannot be watched."""
-    if settings.one_look:  # a single snapshot: worth waiting a little for the names it meets
-        settings.sampler.resolver.patience_s = SETUP_WAIT_S
     cluster = target.cluster
-    directory = directory or new_directory(settings.sampler.resolver, cluster)
+    directory = directory or new_directory(cluster)
+    if settings.one_look:  # a single snapshot: worth waiting a little for the names it meets
+        directory.resolver.patience_s = SETUP_WAIT_S
     pids = list(dict.fromkeys(target.pids))
     wire = HostWire() if settings.sampler.wire == "auto" and len(pids) > 1 else None
     samplers: list[ProcessSampler] = []

@@ -1,4 +1,4 @@
-"""What polls learn and share across worker threads: brokers, the cluster, its groups.
+"""What polls learn and share across worker threads: brokers, the cluster, its groups, names.
 
 The samplers of one session share one ``Directory`` (kept apart from their frozen
 ``SamplerSettings``); a process opened from a list shares its list's. The samplers of
@@ -21,12 +21,14 @@ MAX_LEARNED = 1024  # broker endpoints remembered from what processes named, the
 
 
 class Directory:
-    """Brokers named by watched processes, the cluster's metadata, groups and idle limit."""
+    """Brokers named by watched processes, the cluster's metadata, groups and idle limit, and
+    the names looked up (``resolver``, its own lock and lookup thread)."""
 
-    def __init__(self, resolver: Resolver, cluster: ClusterMetadata | None = None,
+    def __init__(self, cluster: ClusterMetadata | None = None,
                  groups: tuple[GroupInfo, ...] | None = None) -> None:
         self._lock = threading.Lock()
-        # broker endpoints any process watched with these settings named (its statistics,
+        self.resolver = resolver = Resolver()
+        # broker endpoints any process of the session named (its statistics,
         # its wire): to find more clients of them, never to name another process's sockets
         self._learned: dict[Endpoint, int] = {}
         self._cluster, self._groups = cluster, groups

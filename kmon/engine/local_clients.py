@@ -36,7 +36,7 @@ class LocalClients(Recordable):
     def __init__(self, settings: EngineSettings, find: Callable | None,
                  ports: Iterable[int] = (), cluster: ClusterState | None = None) -> None:
         self.settings, self.interval_ms = settings, settings.interval_ms
-        self.directory = new_directory(settings.sampler.resolver, cluster)
+        self.directory = new_directory(cluster)
         self.monitor, self.kernel_notice = monitor(settings, [], ports)
         self.discovery = ClientDiscovery(
             open_socket_reader(settings.socket_reader), settings.sampler, self.directory,
@@ -143,7 +143,7 @@ class ClusterSession(LocalClients):
         with self._groups_lock:
             self._early_at = self.watcher.clock()
         view = self.watcher.refresh()
-        self.settings.sampler.resolver.look_up(b.address for b in view.brokers)
+        self.directory.resolver.look_up(b.address for b in view.brokers)
         return view
 
     def _see_groups(self, snapshot: Snapshot) -> None:
@@ -171,7 +171,7 @@ class ClusterSession(LocalClients):
                     view.metadata, view.groups,
                     view.broker_idle_ms if self.settings.sampler.idle_from_cluster else None)
                 self.discovery.update(self.monitor, broker_endpoints(
-                    view.metadata, self.settings.sampler.resolver))
+                    view.metadata, self.directory.resolver))
             polled = self.monitor.poll()
         self._see_groups(polled[0])
         return self.recorded(polled)
@@ -191,7 +191,7 @@ class HostSession(LocalClients):
         super().__init__(settings, self.search, broker_ports(cluster and cluster.metadata), cluster)
         self._brokers: frozenset[Endpoint] = frozenset()
         self._named = None if cluster is None else broker_endpoints(
-            cluster.metadata, settings.sampler.resolver)
+            cluster.metadata, self.directory.resolver)
 
     def poll(self) -> tuple[Snapshot, list[Event]]:
         """Search for new clients when due, then one snapshot of every client."""

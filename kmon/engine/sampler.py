@@ -7,7 +7,7 @@ import os
 import shlex
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 
@@ -43,7 +43,6 @@ from kmon.sources.process_info import (
     running_since,
 )
 from kmon.sources.process_wire import ProcessWire
-from kmon.sources.resolve import Resolver
 from kmon.sources.sockets import Endpoint, SocketReader
 from kmon.sources.text import valid
 
@@ -73,7 +72,6 @@ class SamplerSettings:
     # the user set no limit: a process's confirmed brokers' own word on theirs comes first
     idle_from_cluster: bool = True
     require_kafka: bool = True
-    resolver: Resolver = field(default_factory=Resolver)
     middlebox_idle_ms: int | None = None  # a load balancer's or NAT's idle timeout, if any
     wire: str = "auto"  # "auto": read the Kafka headers on the process's sockets where allowed
     not_kafka_hint: str = "pass --any-process"  # the command's own way past NotAKafkaClient
@@ -127,7 +125,7 @@ class ProcessSampler:
         self.reader = reader
         self.settings = settings
         # what the session's polls learn, shared by its samplers (this one's own if alone)
-        self.directory = directory = directory or Directory(settings.resolver)
+        self.directory = directory = directory or Directory()
         self.learned: dict[Endpoint, int] = {}  # brokers this process's own evidence named
         self._kafka_checked = not settings.require_kafka
         self.standing_notices: list[str] = []
@@ -177,7 +175,7 @@ class ProcessSampler:
             raise ProcessGone(f"PID {self.pid} ({self.name}) has exited") from err
         all_stats = spooled.stats
         fresh = [c for c in all_stats if not c.is_stale(now_ms)]
-        resolver = self.settings.resolver
+        resolver = self.directory.resolver
         self._learn(learned_brokers(fresh, resolver))
         remotes = {s.remote for s in sockets}
         directory = self.directory
