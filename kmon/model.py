@@ -101,7 +101,7 @@ class Connection:
     # every idle limit that may close it (client, broker, middlebox); idle_limit_ms is the least
     idle_limits: dict[str, int] = field(default_factory=dict)
     idle_limit_by: str | None = None  # which of idle_limits will reap it first
-    # the kernel's figures of its unanswered sending (kmon.sources.sockets.TcpStall), while
+    # the kernel's figures of its unanswered sending (kmon.sources.kernel.sockets.TcpStall), while
     # it retransmits or probes: None while everything sent is answered
     tcp_stall: dict | None = None
 

@@ -11,8 +11,8 @@ import pytest
 from helpers import ReplayedClients, play_all, play_listed, replayed, until, utc
 from rich.text import Text
 
-from kmon.dashboard_settings import DashboardSettings
 from kmon.model import Connection, Event, EventKind, ProcessView, Role
+from kmon.present.dashboard_settings import DashboardSettings
 from kmon.widgets.app import KmonApp
 from kmon.widgets.churn_board import ChurnBoard
 from kmon.widgets.connection_table import ConnectionTable

@@ -2,7 +2,7 @@
 
 ``tests/data/*.jsonl`` were recorded side by side with ``kmon attach PID --json`` on
 the demo's consumer and on its producer with ``connections.max.idle.ms=5000``.
-Played back (``kmon.engine.replay``), they draw the same screen every time: each alone
+Played back (``kmon.engine.playback``), they draw the same screen every time: each alone
 in the attach screen, both together as the clients of the watch and host screens. Update
 the stored screens with ``python -m pytest tests/test_dashboard_snapshots.py
 --snapshot-update`` after a deliberate change, and look at them.
@@ -15,8 +15,8 @@ import asyncio
 from helpers import ReplayedClients, play_all, play_listed, replayed, until, utc
 from rich.text import Text
 
-from kmon.dashboard_settings import DashboardSettings
 from kmon.model import Event
+from kmon.present.dashboard_settings import DashboardSettings
 from kmon.widgets.app import KmonApp
 from kmon.widgets.connection_table import ConnectionTable
 from kmon.widgets.host_screen import HostScreen

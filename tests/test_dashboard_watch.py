@@ -9,7 +9,7 @@ import time
 import pytest
 from helpers import PER_MESSAGE, Child, cells, table_rows, the_list_keys_work, until, watch_app
 
-from kmon.devtools.demo import Demo
+from kmon.devtools.demo_workload import Demo
 from kmon.model import Churn, Event, EventKind, Snapshot
 from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.process_table import COLUMNS

@@ -28,9 +28,9 @@ from kmon.evidence.infer import (
 )
 from kmon.evidence.resolve import kernel_limits, resolve_one, socket_row
 from kmon.model import Connection, Role
-from kmon.sources.cluster import GroupInfo, GroupMember, fetch_metadata
-from kmon.sources.socket_readers import open_socket_reader
-from kmon.sources.sockets import Endpoint, TcpSocket
+from kmon.sources.brokers.admin import GroupInfo, GroupMember, fetch_metadata
+from kmon.sources.kernel.socket_readers import open_socket_reader
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 
 KCAT = "/usr/bin/kcat"
 POLLS = 60  # at most this many polls for the cadence rule to speak (2 cycles take ~12)

@@ -14,7 +14,7 @@ from helpers import Child, free_port, get, python_as, start_serve, wait_for
 
 from kmon.engine.kernel_watch import KernelWatch
 from kmon.model import ProcessView
-from kmon.sources.kernel_events import RING_PAGES, KernelEvents
+from kmon.sources.kernel.kernel_events import RING_PAGES, KernelEvents
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.root(reason="the kernel's TCP events need root")]

@@ -26,9 +26,8 @@ from rich.console import Console
 from kmon.analysis import report
 from kmon.analysis.jobs import ANALYSES
 from kmon.cli.tables import snapshot_renderable
-from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import ProcessSession
-from kmon.engine.replay import Replay, read_recording
+from kmon.engine.playback import Replay, read_recording
 from kmon.model import (
     ClientInstance,
     Connection,
@@ -38,6 +37,7 @@ from kmon.model import (
     Role,
     Snapshot,
 )
+from kmon.present.dashboard_settings import DashboardSettings
 from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.detail import DetailScreen

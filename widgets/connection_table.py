@@ -22,11 +22,11 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.strip import Strip
 
-from kmon.columns import CONNECTION_COLUMNS
 from kmon.model import ROLE_RANK, ClientInstance, Connection, Role, Thresholds
+from kmon.present import format as fmt
+from kmon.present.columns import CONNECTION_COLUMNS
+from kmon.present.history import Track
 from kmon.tcp_state import TcpState
-from kmon.timeline import Track
-from kmon.widgets import format as fmt
 from kmon.widgets.line_view import ChangedLinesView
 
 CLIENT_MIN, CLIENT_MAX = 14, 40  # the client column grows into a wide terminal's spare room

@@ -9,11 +9,11 @@ from textual.message import Message
 from textual.reactive import var
 from textual.widgets import Input
 
-from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import AttachFailed, ProcessSession
 from kmon.model import Event, ProcessView, Snapshot
-from kmon.plain_text import plain
-from kmon.widgets import format as fmt
+from kmon.present import format as fmt
+from kmon.present.dashboard_settings import DashboardSettings
+from kmon.present.plain_text import plain
 from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.churn_board import ChurnBoard
 from kmon.widgets.event_log import EventLog

@@ -15,11 +15,11 @@ from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
 
-from kmon.columns import PROCESS_COLUMNS
 from kmon.model import ProcessView, Role
-from kmon.plain_text import plain
+from kmon.present import format as fmt
+from kmon.present.columns import PROCESS_COLUMNS
+from kmon.present.plain_text import plain
 from kmon.tcp_state import TcpState
-from kmon.widgets import format as fmt
 from kmon.widgets.churn_board import ChurnBoard
 
 ROLES = (Role.BOOTSTRAP, Role.COORDINATOR, Role.BROKER, Role.UNKNOWN)

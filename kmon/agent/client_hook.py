@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kmon.agent import spool_writer
-from kmon.sources import spool
+from kmon.sources.clients import spool
 
 DEFAULT_STATS_INTERVAL_MS = 1000
 CLIENTS_WRITE_EVERY_MS = 500
@@ -109,7 +109,7 @@ class _SpoolWriter:
             return None
         try:
             if self.socket_reader is None:
-                from kmon.sources.sockdiag import SockDiagReader
+                from kmon.sources.kernel.sockdiag import SockDiagReader
 
                 self.socket_reader = SockDiagReader()
             sockets = self.socket_reader.sockets_of(self.pid)

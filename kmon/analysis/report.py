@@ -24,7 +24,7 @@ from rich.text import Text
 from kmon.analysis.csv_cells import spreadsheet_safe
 from kmon.analysis.jobs import total_rows
 from kmon.files import OutputDir
-from kmon.plain_text import WithoutControls, plain
+from kmon.present.plain_text import WithoutControls, plain
 
 if TYPE_CHECKING:
     from kmon.analysis.jobs import Analysis

@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
         if args.broker_config:
             raise UserError("--broker-config needs --kafka: the mock cluster has no broker "
                             "properties")
-        from kmon.devtools.devcluster import serve
+        from kmon.devtools.mock_cluster import serve
 
         return serve(args.brokers or 3)
     from kmon.devtools.kafka_cluster import ClusterError, serve

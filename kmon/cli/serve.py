@@ -15,7 +15,7 @@ from kmon.errors import UserError
 from kmon.export.cluster_names import ClusterNames
 
 if TYPE_CHECKING:  # imported when the command runs (see kmon.cli.record)
-    from kmon.config import Config
+    from kmon.cli.config import Config
     from kmon.engine.facade import HostSession
     from kmon.export.metrics import HostMetrics
     from kmon.model import Event, Snapshot
@@ -65,7 +65,7 @@ class Agent:
 
     def __init__(self, args: argparse.Namespace, metrics: HostMetrics,
                  recorder: RotatingRecorder | None) -> None:
-        from kmon.config import load_config
+        from kmon.cli.config import load_config
 
         self.args, self.metrics, self.recorder = args, metrics, recorder
         self.brokers: frozenset | None = None  # -b: the named cluster's, else every cluster
@@ -125,7 +125,7 @@ class Agent:
     def reload(self) -> None:
         """SIGHUP: read the config file again and start a new session from it; a bad file
         is told and the running session kept."""
-        from kmon.config import load_config
+        from kmon.cli.config import load_config
 
         try:
             session = self._session(load_config(self.args.config))
@@ -138,7 +138,7 @@ class Agent:
         print("kmon serve: config reloaded", file=sys.stderr, flush=True)
 
     def _tell(self, message: str) -> None:
-        from kmon.plain_text import one_line
+        from kmon.present.plain_text import one_line
 
         if message != self.last_error:  # the same failure every 5 s is told once
             self.last_error = message

@@ -1,6 +1,6 @@
 """Rows as text for pipes and terminals (``-o``): a table that fits the terminal (whole when
 piped: no terminal to fit), wide columns that never truncate, or tsv for awk; no box
-drawing, headers from kmon.columns."""
+drawing, headers from kmon.present.columns."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from collections.abc import Iterable, Sequence
 
 from rich.cells import cell_len, set_cell_size
 
-from kmon.columns import Column
-from kmon.plain_text import one_line
+from kmon.present.columns import Column
+from kmon.present.plain_text import one_line
 from kmon.units import format_duration as duration
 
 GAP = "  "

@@ -28,8 +28,8 @@ from pathlib import Path
 
 from kmon.devtools import maven_jars
 from kmon.devtools.children import die_with_parent
-from kmon.sources import own_processes
-from kmon.sources.child_env import jvm_environment, trusted_program
+from kmon.sources.processes import own_processes
+from kmon.sources.processes.child_env import jvm_environment, trusted_program
 
 LISTENERS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "CONTROLLER")
 SASL_USER = "kmon"

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from kmon.model import ClientInstance, Role, Snapshot
-from kmon.sources.cluster import (
+from kmon.sources.brokers.admin import (
     BrokerInfo,
     ClusterMetadata,
     ClusterUnreachable,
@@ -22,7 +22,7 @@ from kmon.sources.cluster import (
     admin_client,
     fetch_cluster,
 )
-from kmon.sources.reachability import why_unreachable
+from kmon.sources.brokers.reachability import why_unreachable
 
 SOURCE_CLUSTER = "cluster"
 SOURCE_LOCAL = "local clients"

@@ -38,10 +38,10 @@ from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
 from kmon.model import ChurnThresholds, Event, Snapshot
 from kmon.sources import bounded
-from kmon.sources.host_wire import HostWire
-from kmon.sources.resolve import parse_endpoint, split_host_port
-from kmon.sources.socket_readers import open_socket_reader
-from kmon.sources.sockets import Endpoint
+from kmon.sources.brokers.dns import parse_endpoint, split_host_port
+from kmon.sources.kernel.socket_readers import open_socket_reader
+from kmon.sources.kernel.sockets import Endpoint
+from kmon.sources.packets.host_wire import HostWire
 
 __all__ = ["UNKNOWN_CLUSTER", "AttachFailed", "ClusterSession", "ClusterView", "GroupRow",
            "HostSession", "ProcessSession", "SessionClosed", "SnapshotSource",

@@ -10,9 +10,9 @@ from collections.abc import Iterable
 
 from kmon.engine.connection_lives import ConnectionLives, KernelLife
 from kmon.model import CloseStory, Event, EventKind, ProcessView
-from kmon.sources.kernel_events import KernelEvents, KernelEventsUnavailable
-from kmon.sources.resolve import parse_endpoint
-from kmon.sources.sockets import Endpoint
+from kmon.sources.brokers.dns import parse_endpoint
+from kmon.sources.kernel.kernel_events import KernelEvents, KernelEventsUnavailable
+from kmon.sources.kernel.sockets import Endpoint
 
 MAX_LEARNED_PORTS = 48  # remote ports learned from the watched processes' own sockets
 UNAVAILABLE = ("kernel TCP events unavailable ({}; they need root, CAP_PERFMON or "

@@ -29,11 +29,11 @@ from kmon.model import (
     Snapshot,
     Thresholds,
 )
-from kmon.sources.closing_sockets import closing_states
-from kmon.sources.proc_fds import open_fd_count
-from kmon.sources.resolve import parse_endpoint
-from kmon.sources.sockets import Endpoint
-from kmon.sources.spool import SpoolError
+from kmon.sources.brokers.dns import parse_endpoint
+from kmon.sources.clients.spool import SpoolError
+from kmon.sources.kernel.closing_sockets import closing_states
+from kmon.sources.kernel.proc_fds import open_fd_count
+from kmon.sources.kernel.sockets import Endpoint
 from kmon.tcp_state import TcpState
 from kmon.units import format_duration
 

@@ -31,21 +31,21 @@ from kmon.evidence.stats_join import stats_evidence
 from kmon.evidence.wire import WireEvidence
 from kmon.model import ClientInstance, Connection, ProcessView
 from kmon.sources import bounded
-from kmon.sources.cluster import ClusterMetadata, GroupInfo
-from kmon.sources.host_wire import HostWire
-from kmon.sources.jmx import is_jvm
-from kmon.sources.jvm_reading import JvmSource
-from kmon.sources.librdkafka_stats import ClientStats, read_client_stats, spool_dirs
-from kmon.sources.process_info import (
+from kmon.sources.brokers.admin import ClusterMetadata, GroupInfo
+from kmon.sources.brokers.dns import Resolver
+from kmon.sources.clients.librdkafka_stats import ClientStats, read_client_stats, spool_dirs
+from kmon.sources.jvm.jmx import is_jvm
+from kmon.sources.jvm.jvm_reading import JvmSource
+from kmon.sources.kernel.sockets import Endpoint, SocketReader
+from kmon.sources.packets.host_wire import HostWire
+from kmon.sources.packets.process_wire import ProcessWire
+from kmon.sources.processes.process_info import (
     describe,
     in_other_network_namespace,
     is_kernel_thread,
     loads_kafka_library,
     running_since,
 )
-from kmon.sources.process_wire import ProcessWire
-from kmon.sources.resolve import Resolver
-from kmon.sources.sockets import Endpoint, SocketReader
 from kmon.sources.text import valid
 
 

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from kmon.model import ClientInstance, Role, WireClose
-from kmon.sources.jvm_reading import JvmReading
-from kmon.sources.librdkafka_stats import ClientStats
-from kmon.sources.process_wire import WireReading
-from kmon.sources.resolve import Resolver
-from kmon.sources.sockets import Endpoint, TcpSocket
+from kmon.sources.brokers.dns import Resolver
+from kmon.sources.clients.librdkafka_stats import ClientStats
+from kmon.sources.jvm.jvm_reading import JvmReading
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket
+from kmon.sources.packets.process_wire import WireReading
 
 # How much a claim's source is trusted for the whole row, highest first. The wire is
 # the authority on roles alone (see resolve); the rest fill the row from the best one.
@@ -66,7 +66,7 @@ class Gathered:
     wire: WireReading | None = None  # what the process's packet tap read, when it has one
     jvm: JvmReading | None = None  # a JVM's JMX reading and client log events, when a JVM
     # endpoints answering for brokers other than themselves, with the brokers they advertise
-    # (kmon.sources.broker_query.ConfirmedBrokers.fronts)
+    # (kmon.sources.brokers.broker_query.ConfirmedBrokers.fronts)
     fronts: dict[Endpoint, tuple[tuple[int, str], ...]] = field(default_factory=dict)
 
 

@@ -28,8 +28,8 @@ from itertools import pairwise
 from kmon.classify import coordinator_node_id
 from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
 from kmon.model import Role
-from kmon.sources.cluster import GroupInfo
-from kmon.sources.sockets import TcpSocket
+from kmon.sources.brokers.admin import GroupInfo
+from kmon.sources.kernel.sockets import TcpSocket
 
 HISTORY_LEN = 32  # readings kept per socket
 CLIMB_MS = 1000  # a fetch connection's long-polls keep its idle below this

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from kmon import classify
 from kmon.model import ClientInstance, Role
-from kmon.sources.librdkafka_stats import ClientStats
-from kmon.sources.resolve import Resolver, split_host_port
-from kmon.sources.sockets import Endpoint
+from kmon.sources.brokers.dns import Resolver, split_host_port
+from kmon.sources.clients.librdkafka_stats import ClientStats
+from kmon.sources.kernel.sockets import Endpoint
 
 MAX_BOOTSTRAP = 16  # entries of a process's bootstrap string kmon looks at
 

@@ -18,7 +18,7 @@ from functools import cache
 
 from kmon.evidence.claims import SOURCE_RANK, Claim, socket_key
 from kmon.model import Connection, Role
-from kmon.sources.sockets import TcpSocket
+from kmon.sources.kernel.sockets import TcpSocket
 
 WIRE = "wire"
 

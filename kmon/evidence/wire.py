@@ -20,7 +20,7 @@ Broker ids come from the Metadata and FindCoordinator responses the process
 received, else from the endpoints kmon already knows, else from one Metadata
 request kmon sends itself to a broker the process talks Kafka to in plaintext
 (the producer names those peers in ``Evidence.ask``; the sampler hands them to the
-wire source, ``kmon.sources.process_wire``, whose answer a later poll reads). A pure
+wire source, ``kmon.sources.packets.process_wire``, whose answer a later poll reads). A pure
 function of what was gathered: the tap is read by the source. Without CAP_NET_RAW
 the producer makes one notice and no claims.
 """
@@ -36,10 +36,10 @@ from kmon.classify import bootstrap_node_id, coordinator_node_id
 from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
 from kmon.evidence.logical import bootstrap_of, bootstrap_position
 from kmon.model import Role
-from kmon.sources import kafka_protocol as kp
-from kmon.sources.resolve import CACHE_SECONDS, Resolver
-from kmon.sources.sockets import Endpoint
-from kmon.sources.wire import Flow, WireView, last_seen
+from kmon.sources.brokers.dns import CACHE_SECONDS, Resolver
+from kmon.sources.kernel.sockets import Endpoint
+from kmon.sources.packets import kafka_protocol as kp
+from kmon.sources.packets.kafka_wire import Flow, WireView, last_seen
 
 AFTER_LEARNED = 0.7  # metadata only, once the cluster was known: a broker, or a re-bootstrap
 

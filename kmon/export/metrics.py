@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from kmon.evidence.findings.marks import coordinators
 from kmon.model import Connection, Event, EventKind, ProcessView, Snapshot
 from kmon.short_command import short_command
-from kmon.sources.fd_limits import open_fd_count, open_fd_limit
+from kmon.sources.processes.fd_limits import open_fd_count, open_fd_limit
 
 # idle age at close: a few small buckets, then the limits that matter (a cloud load
 # balancer's 4 min and 350 s, the Java client's 9 min, the broker's 10 min)

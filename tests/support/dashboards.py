@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.cluster_watch import ClusterWatcher
 from kmon.engine.facade import ClusterSession, ProcessSession
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
-from kmon.sources.socket_readers import open_socket_reader
+from kmon.present.dashboard_settings import DashboardSettings
+from kmon.sources.kernel.socket_readers import open_socket_reader
 from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.connection_table import ConnectionTable

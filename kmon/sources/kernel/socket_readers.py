@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import sys
 
-from kmon.sources.psutil_sockets import PsutilSocketReader
-from kmon.sources.sockdiag import SockDiagReader, SockDiagUnavailable
-from kmon.sources.sockets import SocketReader
+from kmon.sources.kernel.psutil_sockets import PsutilSocketReader
+from kmon.sources.kernel.sockdiag import SockDiagReader, SockDiagUnavailable
+from kmon.sources.kernel.sockets import SocketReader
 
 
 def open_socket_reader(prefer: str = "auto") -> SocketReader:

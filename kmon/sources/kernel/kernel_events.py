@@ -2,7 +2,7 @@
 ``sock:inet_sock_set_state``, ``tcp:tcp_receive_reset`` and ``tcp:tcp_send_reset``
 read through ``perf_event_open`` (one ring buffer per CPU), filtered in the kernel
 by the ports kmon follows, the connects to other ports in rings of their own
-(kmon.sources.kernel_filter); the records a full ring dropped are counted.
+(kmon.sources.kernel.kernel_filter); the records a full ring dropped are counted.
 
 Needs root (or CAP_PERFMON). The tracepoints' ids and record layouts come from
 tracefs's ``format`` files; where tracefs is not mounted, kmon mounts it on a
@@ -27,14 +27,14 @@ from operator import itemgetter
 from pathlib import Path
 from typing import NamedTuple
 
-from kmon.sources.kernel_filter import (  # noqa: F401  (the states, for the lives)
+from kmon.sources.brokers.dns import normalize_ip
+from kmon.sources.kernel.kernel_filter import (  # noqa: F401  (the states, for the lives)
     TCP_CLOSE,
     TCP_SYN_SENT,
     bounded_ports,
     connect_filter,
     port_filter,
 )
-from kmon.sources.resolve import normalize_ip
 
 TRACEPOINTS = ("sock/inet_sock_set_state", "tcp/tcp_receive_reset", "tcp/tcp_send_reset")
 TRACEFS_PLACES = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))

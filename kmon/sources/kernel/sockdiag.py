@@ -28,9 +28,9 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from kmon.sources.proc_fds import FdTable, socket_protocol
-from kmon.sources.sockets import Endpoint, TcpSocket, TcpStall
-from kmon.sources.sockstat import tcp_sockets
+from kmon.sources.kernel.proc_fds import FdTable, socket_protocol
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket, TcpStall
+from kmon.sources.kernel.sockstat import tcp_sockets
 from kmon.tcp_state import TcpState, kernel_number
 
 NETLINK_SOCK_DIAG = 4

@@ -6,8 +6,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from kmon.sources.resolve import Resolver
-from kmon.sources.sockets import Endpoint
+from kmon.sources.brokers.dns import Resolver
+from kmon.sources.kernel.sockets import Endpoint
 
 if TYPE_CHECKING:
     from confluent_kafka import ConsumerGroupState, KafkaError

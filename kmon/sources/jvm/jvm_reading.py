@@ -14,9 +14,9 @@ from pathlib import Path
 
 import psutil
 
-from kmon.sources.java_log import JavaLogEvent, LogFollower
-from kmon.sources.jmx import JmxReading, JmxSource, JmxUnavailable
-from kmon.sources.sockets import Endpoint, SocketReader
+from kmon.sources.jvm.java_log import JavaLogEvent, LogFollower
+from kmon.sources.jvm.jmx import JmxReading, JmxSource, JmxUnavailable
+from kmon.sources.kernel.sockets import Endpoint, SocketReader
 
 FIRST_READING_S = 20.0  # the first read waits this long for the helper's first reading
 JMX_INTERVAL_MS = 500  # how often the helper reads the MBeans

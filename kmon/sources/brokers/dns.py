@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterable
 
 from kmon.sources import bounded
-from kmon.sources.sockets import Endpoint
+from kmon.sources.kernel.sockets import Endpoint
 
 CACHE_SECONDS = 300.0
 MAX_CACHED = 1024  # names' answers kept (a cluster has a few dozen brokers)

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from kmon.config import DANGEROUS_PROPERTIES, ConfigError, is_dangerous_property
+from kmon.cli.config import DANGEROUS_PROPERTIES, ConfigError, is_dangerous_property
 from kmon.files import UnsafeFile, read_bounded
 
 MAX_PROPERTIES_BYTES = 256 * 1024
@@ -37,7 +37,7 @@ _MADE_FROM = {"sasl.username": "sasl.jaas.config", "sasl.password": "sasl.jaas.c
 def read_command_config(path: Path) -> dict[str, str]:
     """The librdkafka properties of the Java ``.properties`` file at ``path``; ConfigError
     for a file kmon may not trust or cannot use."""
-    from kmon.sources.cluster import refused_property
+    from kmon.sources.brokers.admin import refused_property
 
     try:
         text = read_bounded(path, MAX_PROPERTIES_BYTES, "--command-config", follow_links=False,

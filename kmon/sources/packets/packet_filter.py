@@ -27,7 +27,12 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 
-from kmon.sources.kafka_protocol import MAX_API_KEY, MAX_API_VERSION, MAX_CLIENT_ID, REQUEST_HEADER
+from kmon.sources.packets.kafka_protocol import (
+    MAX_API_KEY,
+    MAX_API_VERSION,
+    MAX_CLIENT_ID,
+    REQUEST_HEADER,
+)
 
 RESPONSE_BYTES = 1024
 TLS_BYTES = 4

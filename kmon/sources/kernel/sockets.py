@@ -1,7 +1,7 @@
 """The TCP sockets of one process, as the kernel sees them.
 
 `TcpSocket` is the record every socket reader returns and `SocketReader` what
-one offers (``kmon.sources.socket_readers`` picks the reader this host allows).
+one offers (``kmon.sources.kernel.socket_readers`` picks the reader this host allows).
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 
 ``PacketCapture(local_ports, remote_ports)`` sees the TCP segments of those
 local ports, and to or from those remote ports, on every interface, loopback
-included, cut short by ``kmon.sources.packet_filter``;
+included, cut short by ``kmon.sources.packets.packet_filter``;
 ``read()`` hands over what the kernel queued since the last call in a few
 block-sized batches (no system call per packet), and ``drops`` counts what the
 kernel could not queue. A segment that does not start at a Kafka frame boundary
-of its stream (``kmon.sources.frame_boundaries``: a frame's body, a spoofed
+of its stream (``kmon.sources.packets.frame_boundaries``: a frame's body, a spoofed
 segment) is not handed over. Needs CAP_NET_RAW: ``PermissionError`` otherwise.
 """
 
@@ -23,8 +23,8 @@ import socket
 import struct
 from typing import NamedTuple
 
-from kmon.sources import packet_filter
-from kmon.sources.frame_boundaries import FrameBoundaries
+from kmon.sources.packets import packet_filter
+from kmon.sources.packets.frame_boundaries import FrameBoundaries
 
 SOL_PACKET = 263
 PACKET_RX_RING, PACKET_STATISTICS, PACKET_VERSION = 5, 6, 10

@@ -26,8 +26,8 @@ import psutil
 
 from kmon.classify import java_node_id
 from kmon.files import UnsafeFile, private_cache_dir
-from kmon.sources import own_processes
-from kmon.sources.child_env import jvm_environment, trusted_program
+from kmon.sources.processes import own_processes
+from kmon.sources.processes.child_env import jvm_environment, trusted_program
 
 HELPER = "KmonJmx"
 # The helper is tiny: a small serial-GC heap, the quick JIT tier, no perf-data file of its own.

@@ -1,7 +1,7 @@
 """The wire of every watched process on the host, read once: one packet capture on the
 brokers' ports, its segments handed to each process by socket.
 
-``HostWire.share()`` gives each process's tap (``kmon.sources.wire.WireTap``) a
+``HostWire.share()`` gives each process's tap (``kmon.sources.packets.kafka_wire.WireTap``) a
 ``SharedCapture``: what the tap would ask of its own ``PacketCapture``, answered from the
 host's one. Each poll, a process names its sockets (``own``); the host's segments go to
 the process whose socket they belong to, by (local, remote) address in either direction.
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from kmon.sources.packet_capture import Address, PacketCapture, Segment
-from kmon.sources.packet_filter import MAX_PORTS
+from kmon.sources.packets.packet_capture import Address, PacketCapture, Segment
+from kmon.sources.packets.packet_filter import MAX_PORTS
 
 HOST_BLOCKS = 128  # 8 MiB of ring: a second of the cut-short segments of a busy host
 UNOWNED_FOR_MS = 10_000  # a segment of no watched socket (yet) waits this long

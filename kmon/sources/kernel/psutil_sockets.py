@@ -6,8 +6,8 @@ from collections.abc import Collection
 
 import psutil
 
-from kmon.sources.proc_fds import socket_inodes
-from kmon.sources.sockets import Endpoint, TcpSocket
+from kmon.sources.kernel.proc_fds import socket_inodes
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 
 _MAPPED_V4 = "::ffff:"
 

@@ -4,7 +4,7 @@ and coordinators its responses name.
 ``WireTap`` owns a ``PacketCapture`` filtered to the process's local ports and
 to its brokers' ports (so that a connection opened between two polls is seen
 from its first request), or reads its part of the host's one capture
-(``kmon.sources.host_wire``), and keeps one ``Flow`` per socket: the API key and
+(``kmon.sources.packets.host_wire``), and keeps one ``Flow`` per socket: the API key and
 client_id of every segment that starts with a request header (the kernel
 filter passes no other request bytes; a request that shares a segment with
 the one before it goes uncounted), and, while the brokers are not known yet,
@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 
 from kmon.model import WireClose
 from kmon.sources import bounded
-from kmon.sources import kafka_protocol as kp
-from kmon.sources.host_wire import SharedCapture
-from kmon.sources.packet_capture import Address, PacketCapture, Segment
-from kmon.sources.packet_filter import TCP_CLOSING, TCP_RST
-from kmon.sources.sockets import Endpoint, TcpSocket
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket
+from kmon.sources.packets import kafka_protocol as kp
+from kmon.sources.packets.host_wire import SharedCapture
+from kmon.sources.packets.packet_capture import Address, PacketCapture, Segment
+from kmon.sources.packets.packet_filter import TCP_CLOSING, TCP_RST
 
 MAX_PENDING = 64  # outstanding Metadata/FindCoordinator requests remembered per socket
 UNOWNED_FOR_MS = 10_000  # a stream not (yet) among the process's sockets is kept this long

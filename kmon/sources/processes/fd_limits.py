@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kmon.sources.proc_fds import open_fd_count
+from kmon.sources.kernel.proc_fds import open_fd_count
 
 __all__ = ["open_fd_count", "open_fd_limit"]
 

@@ -12,10 +12,10 @@ from collections.abc import Collection
 
 import psutil
 
-from kmon.sources.proc_fds import SocketOwners
-from kmon.sources.resolve import normalize_ip
-from kmon.sources.sockdiag import SockDiagReader, SockDiagUnavailable
-from kmon.sources.sockets import Endpoint
+from kmon.sources.brokers.dns import normalize_ip
+from kmon.sources.kernel.proc_fds import SocketOwners
+from kmon.sources.kernel.sockdiag import SockDiagReader, SockDiagUnavailable
+from kmon.sources.kernel.sockets import Endpoint
 
 WILDCARD_IPS = ("0.0.0.0", "::")
 
@@ -55,7 +55,7 @@ def client_pids(brokers: Collection[Endpoint],
 
 class HostClients:
     """``client_pids`` from a sock_diag dump filtered by the brokers' ports, with the owners
-    of the sockets found kept from search to search (kmon.sources.proc_fds.SocketOwners).
+    of the sockets found kept from search to search (kmon.sources.kernel.proc_fds.SocketOwners).
     Falls back to psutil's scan where the kernel refuses sock_diag."""
 
     def __init__(self) -> None:

@@ -17,8 +17,8 @@ from collections.abc import Collection
 
 import psutil
 
-from kmon.sources.resolve import normalize_ip
-from kmon.sources.sockdiag import (
+from kmon.sources.brokers.dns import normalize_ip
+from kmon.sources.kernel.sockdiag import (
     NETLINK_SOCK_DIAG,
     NLM_F_DUMP,
     NLM_F_REQUEST,
@@ -28,7 +28,7 @@ from kmon.sources.sockdiag import (
     diag_address,
     diag_request,
 )
-from kmon.sources.sockets import Endpoint
+from kmon.sources.kernel.sockets import Endpoint
 from kmon.tcp_state import TcpState, kernel_number
 
 Pair = tuple[Endpoint, Endpoint]  # (local, remote)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from kmon.sources import spool
+from kmon.sources.clients import spool
 
 # Statistics older than this are stale: the client was closed, or has not
 # served its callbacks (poll) for a long while.

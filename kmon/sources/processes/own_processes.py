@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from kmon.files import UnsafeFile, private_cache_dir, read_bounded
-from kmon.sources.process_info import running_since
+from kmon.sources.processes.process_info import running_since
 
 DIRECTORY = "processes"  # under kmon's private cache directory
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
