@@ -11,8 +11,6 @@ from dataclasses import InitVar, dataclass, field
 from itertools import chain
 from pathlib import Path
 
-import psutil
-
 from kmon.classify import BROKER_IDLE_MS
 from kmon.engine.directory import MAX_LEARNED, Directory
 from kmon.evidence.claims import Claim, Evidence, Gathered, Producer, socket_key
@@ -40,10 +38,14 @@ from kmon.sources.kernel.sockets import Endpoint, SocketReader
 from kmon.sources.packets.host_wire import HostWire
 from kmon.sources.packets.process_wire import ProcessWire
 from kmon.sources.processes.process_info import (
+    Process,
+    ProcessDenied,
+    ProcessVanished,
     describe,
     in_other_network_namespace,
     is_kernel_thread,
     loads_kafka_library,
+    real_uid,
     running_since,
 )
 from kmon.sources.text import valid
@@ -92,12 +94,12 @@ class SamplerSettings:
         return self.directory.broker_idle_ms or self.broker_idle_ms
 
 
-def _describe(process: psutil.Process) -> tuple[str, str, float]:
+def _describe(process: Process) -> tuple[str, str, float]:
     try:
         return describe(process)
-    except psutil.NoSuchProcess as err:
+    except ProcessVanished as err:
         raise ProcessGone(f"no process with PID {process.pid}") from err
-    except psutil.AccessDenied as err:
+    except ProcessDenied as err:
         raise NoPermission(f"no permission to inspect PID {process.pid}; "
                            f"{permission_hint(process.pid)}") from err
 
@@ -125,16 +127,16 @@ class ProcessSampler:
             raise ProcessGone(f"no process with PID {pid}" + (
                 " (it is a kernel thread)" if pid > 0 else ""))
         try:
-            self.process = psutil.Process(pid)
-        except psutil.NoSuchProcess as err:
+            self.process = Process(pid)
+        except ProcessVanished as err:
             raise ProcessGone(f"no process with PID {pid}") from err
         self.pid = pid
         self.name, self.cmdline, self.start_time = _describe(self.process)
         self.started = running_since(pid)  # the same process while this stays the same
         try:
-            self.uid = self.process.uids().real
+            self.uid = real_uid(self.process)
             self.spool_dirs = spool_dirs(self.process)
-        except psutil.NoSuchProcess as err:
+        except ProcessVanished as err:
             raise ProcessGone(f"no process with PID {pid}") from err
         self.reader = reader
         self.settings = settings
@@ -176,15 +178,15 @@ class ProcessSampler:
             now_ms += int((time.monotonic() - started) * 1000)  # are as of after it
         try:
             sockets = self.reader.sockets_of(self.pid)
-        except psutil.NoSuchProcess as err:
+        except ProcessVanished as err:
             raise ProcessGone(f"PID {self.pid} ({self.name}) has exited") from err
-        except psutil.AccessDenied as err:
+        except ProcessDenied as err:
             raise NoPermission(f"no permission to read the sockets of PID {self.pid} "
                                f"({self.name}); {permission_hint(self.pid)}") from err
         try:
             spooled = read_client_stats(self.process, self.start_time, self.uid,
                                         self.spool_dirs)
-        except psutil.NoSuchProcess as err:
+        except ProcessVanished as err:
             raise ProcessGone(f"PID {self.pid} ({self.name}) has exited") from err
         all_stats = spooled.stats
         fresh = [c for c in all_stats if not c.is_stale(now_ms)]

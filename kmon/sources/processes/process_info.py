@@ -15,6 +15,15 @@ from kmon.redact import redact_args
 from kmon.sources.text import valid
 
 KAFKA_LIBRARIES = ("librdkafka", "kafka-clients", "kafka_2.", "kafka-streams")
+# what the sources raise for a process that has gone, or that the OS keeps from kmon
+ProcessVanished = psutil.NoSuchProcess
+ProcessDenied = psutil.AccessDenied
+Process = psutil.Process  # a process by pid: ``Process(pid)`` raises ProcessVanished
+
+
+def real_uid(process: psutil.Process) -> int:
+    """The uid that runs ``process``; psutil's errors pass through."""
+    return process.uids().real
 
 
 def describe(process: psutil.Process) -> tuple[str, str, float]:
