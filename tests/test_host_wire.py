@@ -15,7 +15,7 @@ from kmon.engine.sampler import SamplerSettings
 from kmon.model import Role
 from kmon.sources.packets import kafka_protocol as kp
 from kmon.sources.packets.host_wire import HostWire
-from kmon.sources.packets.process_wire import ProcessWire
+from kmon.sources.process_wire import ProcessWire
 
 pytestmark = [pytest.mark.integration,  # real processes, a cluster, real packet capture
               pytest.mark.root(reason="the wire needs CAP_NET_RAW (root)")]

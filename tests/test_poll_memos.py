@@ -27,7 +27,7 @@ from kmon.model import Connection, Role
 from kmon.sources.brokers.dns import Resolver
 from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 from kmon.sources.packets.kafka_wire import WireTap
-from kmon.sources.packets.process_wire import WireReading
+from kmon.sources.process_wire import WireReading
 from kmon.sources.processes.process_info import running_since
 
 BROKER = Endpoint("127.0.0.1", 9092)

@@ -25,7 +25,7 @@ from kmon.sources.jvm.jvm_reading import JvmReading
 from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 from kmon.sources.packets import kafka_protocol as kp
 from kmon.sources.packets.kafka_wire import Flow, WireView
-from kmon.sources.packets.process_wire import NO_CAPTURE, WireReading
+from kmon.sources.process_wire import NO_CAPTURE, WireReading
 
 NOW_MS = 1_800_000_000_000
 BROKER = Endpoint("127.0.0.1", 9092)

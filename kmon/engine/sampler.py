@@ -36,7 +36,7 @@ from kmon.sources.jvm.jmx import is_jvm
 from kmon.sources.jvm.jvm_reading import JvmSource
 from kmon.sources.kernel.sockets import Endpoint, SocketReader
 from kmon.sources.packets.host_wire import HostWire
-from kmon.sources.packets.process_wire import ProcessWire
+from kmon.sources.process_wire import ProcessWire
 from kmon.sources.processes.process_info import (
     Process,
     ProcessDenied,

@@ -19,7 +19,7 @@ from kmon.sources.brokers.dns import Resolver
 from kmon.sources.clients.librdkafka_stats import ClientStats
 from kmon.sources.jvm.jvm_reading import JvmReading
 from kmon.sources.kernel.sockets import Endpoint, TcpSocket
-from kmon.sources.packets.process_wire import WireReading
+from kmon.sources.process_wire import WireReading
 
 # How much a claim's source is trusted for the whole row, highest first. The wire is
 # the authority on roles alone (see resolve); the rest fill the row from the best one.

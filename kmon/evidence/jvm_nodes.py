@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from kmon.classify import broker_of_node_id, role_of_node_id
 from kmon.evidence.java_log_nodes import ClientState, NodeState, NodeTable
 from kmon.model import ClientInstance, Role
-from kmon.sources.brokers.dns import Resolver, normalize_ip
+from kmon.sources.brokers.dns import Resolver
 from kmon.sources.jvm.jmx import JmxReading, JvmClient
-from kmon.sources.kernel.sockets import Endpoint
+from kmon.sources.kernel.sockets import Endpoint, normalize_ip
 
 COUNTERS = ("outgoing-byte-total", "incoming-byte-total", "request-total", "response-total")
 _CLOSED = ("disconnected", "idle_closed")

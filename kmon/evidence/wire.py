@@ -20,7 +20,7 @@ Broker ids come from the Metadata and FindCoordinator responses the process
 received, else from the endpoints kmon already knows, else from one Metadata
 request kmon sends itself to a broker the process talks Kafka to in plaintext
 (the producer names those peers in ``Evidence.ask``; the sampler hands them to the
-wire source, ``kmon.sources.packets.process_wire``, whose answer a later poll reads). A pure
+wire source, ``kmon.sources.process_wire``, whose answer a later poll reads). A pure
 function of what was gathered: the tap is read by the source. Without CAP_NET_RAW
 the producer makes one notice and no claims.
 """

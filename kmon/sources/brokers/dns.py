@@ -9,23 +9,12 @@ import time
 from collections.abc import Iterable
 
 from kmon.sources import bounded
-from kmon.sources.kernel.sockets import Endpoint
+from kmon.sources.kernel.sockets import Endpoint, normalize_ip
 
 CACHE_SECONDS = 300.0
 MAX_CACHED = 1024  # names' answers kept (a cluster has a few dozen brokers)
 MAX_QUEUED = 64  # names waiting for a lookup
 SETUP_WAIT_S = 5.0  # how long a command's setup waits for the names the user gave
-
-
-def normalize_ip(ip: str) -> str:
-    """An IPv4-mapped IPv6 address as plain IPv4; other addresses unchanged."""
-    try:
-        addr = ipaddress.ip_address(ip.split("%", 1)[0])
-    except ValueError:
-        return ip
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped:
-        return str(addr.ipv4_mapped)
-    return str(addr)
 
 
 def split_host_port(address: str) -> tuple[str, int] | None:

@@ -17,7 +17,6 @@ from collections.abc import Collection
 
 import psutil
 
-from kmon.sources.brokers.dns import normalize_ip
 from kmon.sources.kernel.sockdiag import (
     NETLINK_SOCK_DIAG,
     NLM_F_DUMP,
@@ -28,7 +27,7 @@ from kmon.sources.kernel.sockdiag import (
     diag_address,
     diag_request,
 )
-from kmon.sources.kernel.sockets import Endpoint
+from kmon.sources.kernel.sockets import Endpoint, normalize_ip
 from kmon.tcp_state import TcpState, kernel_number
 
 Pair = tuple[Endpoint, Endpoint]  # (local, remote)

@@ -12,10 +12,9 @@ from collections.abc import Collection
 
 import psutil
 
-from kmon.sources.brokers.dns import normalize_ip
 from kmon.sources.kernel.proc_fds import SocketOwners
 from kmon.sources.kernel.sockdiag import SockDiagReader, SockDiagUnavailable
-from kmon.sources.kernel.sockets import Endpoint
+from kmon.sources.kernel.sockets import Endpoint, normalize_ip
 
 WILDCARD_IPS = ("0.0.0.0", "::")
 

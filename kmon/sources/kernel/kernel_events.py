@@ -27,7 +27,6 @@ from operator import itemgetter
 from pathlib import Path
 from typing import NamedTuple
 
-from kmon.sources.brokers.dns import normalize_ip
 from kmon.sources.kernel.kernel_filter import (  # noqa: F401  (the states, for the lives)
     TCP_CLOSE,
     TCP_SYN_SENT,
@@ -35,6 +34,7 @@ from kmon.sources.kernel.kernel_filter import (  # noqa: F401  (the states, for 
     connect_filter,
     port_filter,
 )
+from kmon.sources.kernel.sockets import normalize_ip
 
 TRACEPOINTS = ("sock/inet_sock_set_state", "tcp/tcp_receive_reset", "tcp/tcp_send_reset")
 TRACEFS_PLACES = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))

@@ -6,9 +6,21 @@ one offers (``kmon.sources.kernel.socket_readers`` picks the reader this host al
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
+
+
+def normalize_ip(ip: str) -> str:
+    """An IPv4-mapped IPv6 address as plain IPv4; other addresses unchanged."""
+    try:
+        addr = ipaddress.ip_address(ip.split("%", 1)[0])
+    except ValueError:
+        return ip
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped:
+        return str(addr.ipv4_mapped)
+    return str(addr)
 
 
 @dataclass(frozen=True)
