@@ -88,6 +88,16 @@ def test_cadence_single_socket_needs_fetching_elsewhere():
     assert by_cadence(both, {"a": 2, "b": 2, "f": 1}) == {}
 
 
+def test_a_forwarder_that_heartbeats_is_no_coordinator():
+    """A socket to a load balancer in front of the cluster has an endpoint claim with no
+    broker (a bootstrap front): its cadence names no coordinator of a broker ``None``."""
+    producer = CadenceEvidence(lambda: None, [])
+    producer.history = {"front": deque(sawtooth(3000, 26)), "fetch": deque(fetching(26))}
+    earlier = {"front": [Claim("endpoint", Role.BOOTSTRAP, None, None, 0.6)],
+               "fetch": [Claim("endpoint", Role.BROKER, 1, 1, 0.6)]}
+    assert producer.infer(earlier, {"127.0.0.1"}) == {}
+
+
 def test_client_ids_from_a_command_line():
     assert client_ids(["kcat", "-X", "client.id=orders", "-G", "g", "t"]) == {"orders"}
     assert client_ids(["app", "-Xclient.id=a"]) == {"a"}

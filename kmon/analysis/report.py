@@ -135,8 +135,9 @@ def connections_over_time_chart(table: pa.Table) -> Figure | None:
     axes = figure.subplots()
     times = [_utc(b) for b in buckets]
     for role, per_bucket in sorted(counts.items()):
-        axes.step(times, [per_bucket.get(b, 0) for b in buckets], where="post", label=role,
-                  color=ROLE_COLOURS.get(role))
+        # matplotlib's types leave out the datetimes its date units convert
+        axes.step(times, [per_bucket.get(b, 0) for b in buckets],  # type: ignore[arg-type]
+                  where="post", label=role, color=ROLE_COLOURS.get(role))
     locator = AutoDateLocator()
     axes.xaxis.set_major_locator(locator)
     axes.xaxis.set_major_formatter(ConciseDateFormatter(locator))

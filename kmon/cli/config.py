@@ -21,6 +21,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kmon.errors import UserError
 from kmon.files import UnsafeFile, read_bounded
@@ -202,7 +203,7 @@ class _ConfigReader:
 
     def churn(self, raw: dict) -> ChurnThresholds:
         """The [churn] table: counts and durations, each optional."""
-        values = {}
+        values: dict[str, Any] = {}  # ChurnThresholds fields: a rate a float, the rest ints
         for key, (field_name, kind) in CHURN_KEYS_TO_FIELDS.items():
             if key not in raw:
                 continue

@@ -30,10 +30,11 @@ def run(args: argparse.Namespace) -> int:
         from kmon.devtools.mock_cluster import serve
 
         return serve(args.brokers or 3)
-    from kmon.devtools.kafka_cluster import ClusterError, serve
+    from kmon.devtools.kafka_cluster import ClusterError
+    from kmon.devtools.kafka_cluster import serve as serve_kafka
     from kmon.devtools.maven_jars import JarsUnavailable
 
     try:
-        return serve(args.brokers or 1, dict(args.broker_config))
+        return serve_kafka(args.brokers or 1, dict(args.broker_config))
     except (ClusterError, JarsUnavailable, OSError) as err:
         raise UserError(str(err)) from err

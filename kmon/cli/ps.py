@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
             session.close()
     except (SampleError, OSError) as err:
         raise UserError(str(err)) from err
-    if named is not None:
+    if named is not None and metadata is not None:
         labels = dict.fromkeys(wiring.clients_of(snapshot, wiring.broker_endpoints(metadata,
                                                                                  settings)),
                                named.name)

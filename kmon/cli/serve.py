@@ -82,7 +82,8 @@ class Agent:
         settings = wiring.sampler_settings(self.args, config, named, metadata,
                                            require_kafka=False)
         self.brokers = wiring.broker_endpoints(metadata, settings) if metadata else None
-        self.names = ClusterNames((metadata.cluster_id or named.name) if named else None)
+        self.names = ClusterNames((metadata.cluster_id or named.name)
+                                  if named and metadata else None)
         session = HostSession(settings, churn=config.churn,
                               interval_ms=round(self.args.interval * 1000))
         self.metrics.kernel_events = session.kernel_notice is None
@@ -158,7 +159,8 @@ class Agent:
                 f"under {self.recorder.root}")
 
 
-def _only(snapshot: Snapshot, events: list[Event], pids: Collection[int]):
+def _only(snapshot: Snapshot, events: list[Event], pids: Collection[int]
+          ) -> tuple[Snapshot, list[Event]]:
     """``snapshot`` and ``events`` of the processes ``pids`` only."""
     return (dataclasses.replace(snapshot, processes=[v for v in snapshot.processes
                                                      if v.pid in pids]),

@@ -6,7 +6,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 
-from kmon.devtools.children import python_module, spawn, stderr_tail, stop_all
+from kmon.devtools.children import Spawned, python_module, spawn, stderr_tail, stop_all
 
 SHORT_IDLE_MS = 5000
 
@@ -58,7 +58,7 @@ class Demo:
     """Starts the cluster and workload as children; ``close()`` stops them all."""
 
     def __init__(self, brokers: int = 3, kafka: bool = False) -> None:
-        self.children: list[subprocess.Popen] = []
+        self.children: list[subprocess.Popen[str]] = []
         self.brokers = brokers
         self.kafka = kafka
         self.bootstrap = ""
@@ -75,7 +75,7 @@ class Demo:
             _first_line(child, client.label)
             self.clients[child.pid] = client
 
-    def _spawn(self, argv: list[str]) -> subprocess.Popen:
+    def _spawn(self, argv: list[str]) -> Spawned:
         child = spawn(argv, env=dict(os.environ))
         self.children.append(child)
         return child
@@ -95,9 +95,9 @@ class Demo:
         self.close()
 
 
-def _first_line(child: subprocess.Popen, what: str) -> str:
+def _first_line(child: Spawned, what: str) -> str:
     """The child's first line of output (it exits by itself if it cannot start)."""
-    line = child.stdout.readline().strip()
+    line = child.stdout.readline().strip() if child.stdout else ""
     if not line:
         code = child.wait()
         said = stderr_tail(child)

@@ -89,7 +89,8 @@ def answered_clusters(snapshot: Snapshot,
     labels = {}
     for view in snapshot.processes:
         answered = {_named(*clusters[endpoint]) for conn in view.connections
-                    if (endpoint := parse_endpoint(conn.remote)) in clusters}
+                    if (endpoint := parse_endpoint(conn.remote or "")) is not None
+                    and endpoint in clusters}
         if answered:
             labels[view.pid] = min(answered)
     return labels

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from array import array
 from pathlib import Path
+from typing import Any
 
 from kmon.engine.recording_schema import SNAPSHOT, SchemaError, check, check_event
 from kmon.errors import UserError
@@ -39,7 +40,7 @@ class ReplayError(UserError):
     """A recording kmon cannot read."""
 
 
-def snapshot_from_dict(record: dict) -> Snapshot:
+def snapshot_from_dict(record: dict[str, Any]) -> Snapshot:
     """The Snapshot that ``Snapshot.to_dict()`` wrote."""
     processes = []
     for p in record["processes"]:
@@ -58,10 +59,10 @@ def snapshot_from_dict(record: dict) -> Snapshot:
     return Snapshot(record["ts_ms"], record["host"], processes, record.get("host_closed_1m"))
 
 
-def event_from_dict(record: dict) -> Event:
+def event_from_dict(record: dict[str, Any]) -> Event:
     """The Event that ``Event.to_dict()`` wrote."""
-    close = (CloseStory(**{k: record.get(k) for k in CloseStory.__dataclass_fields__})
-             if record.get("closed_by") else None)
+    story: dict[str, Any] = {k: record.get(k) for k in CloseStory.__dataclass_fields__}
+    close = CloseStory(**story) if record.get("closed_by") else None
     churn = (Churn(**{k: record[k] for k in Churn.__dataclass_fields__})
              if record.get("pattern") else None)
     return Event(record["ts_ms"], EventKind(record["kind"]), record["pid"], record["key"],
@@ -155,7 +156,7 @@ class Replay:
 
     def poll(self) -> tuple[Snapshot, list[Event]]:
         """The next recorded snapshot and its events (the last one again, without events)."""
-        if self.finished:  # a recording holds one frame at least: the last was shown
+        if self.finished and self.last is not None:  # a recording holds one frame at least
             return self.last, []
         snapshot, events = self.recording.frame(self.position)
         self.position += 1

@@ -34,7 +34,7 @@ from kmon.sources.brokers.dns import Resolver
 from kmon.sources.clients.librdkafka_stats import ClientStats, read_client_stats, spool_dirs
 from kmon.sources.jvm.jmx import is_jvm
 from kmon.sources.jvm.jvm_reading import JvmSource
-from kmon.sources.kernel.sockets import Endpoint, SocketReader
+from kmon.sources.kernel.sockets import Endpoint, SocketReader, TcpSocket
 from kmon.sources.packets.host_wire import HostWire
 from kmon.sources.process_wire import ProcessWire
 from kmon.sources.processes.process_info import (
@@ -248,7 +248,8 @@ class ProcessSampler:
 
     def _claims(self, gathered: Gathered) -> tuple[list[Evidence], dict[str, list[Claim]]]:
         """Every producer's findings, and the claims about each socket (by key)."""
-        found, claims = [], {}
+        found: list[Evidence] = []
+        claims: dict[str, list[Claim]] = {}
         for producer in self.producers():
             evidence = producer(gathered, claims)
             gathered.known.update(evidence.learned)
@@ -264,7 +265,8 @@ class ProcessSampler:
         bounded.put_all(self.learned, brokers, MAX_LEARNED)
         self.settings.directory.share(brokers)
 
-    def _check_kafka(self, has_clients: bool, known: dict, sockets: list) -> None:
+    def _check_kafka(self, has_clients: bool, known: dict[Endpoint, int],
+                     sockets: list[TcpSocket]) -> None:
         if has_clients or loads_kafka_library(self.pid) or "kafka" in self.cmdline.lower() or any(
                 s.remote in known for s in sockets):
             self._kafka_checked = True

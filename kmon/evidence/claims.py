@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from kmon.model import ClientInstance, Role, WireClose
 from kmon.sources.brokers.dns import Resolver
@@ -45,7 +46,7 @@ class Claim:
     detail: str = ""  # what decided, in a few words (pairing, rule, API keys)
 
     @cached_property
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         """The claim as the row keeps it (JSON-ready), for the detail pane and recordings:
         made once, the rows of every poll that hold this claim share it (never changed)."""
         return {"source": self.source, "role": self.role.value if self.role else None,

@@ -57,7 +57,7 @@ class WireEvidence:
         # the broker names last worked out, until when, and their endpoints
         self.endpoints_of_names: tuple[object, float, dict[Endpoint, int]] = (None, 0.0, {})
         # socket key -> (what FlowSays was worked out from, it): the sockets of the last poll
-        self.said: dict[str, tuple[tuple, FlowSays | None]] = {}
+        self.said: dict[str, tuple[tuple[object, ...], FlowSays | None]] = {}
         # what the last poll's claims were made from (Steady), while they may be kept
         self.steady: Steady | None = None
 
@@ -94,9 +94,9 @@ class WireEvidence:
             for sock in gathered.sockets:
                 pair = (sock.local, sock.remote)
                 keys[pair] = key = socket_key(sock)
-                flow = view.flows.get(pair)
-                if flow is not None:
-                    lasting &= self._say(key, flow, sock.remote, view, known, bootstrap, named,
+                seen = view.flows.get(pair)
+                if seen is not None:
+                    lasting &= self._say(key, seen, sock.remote, view, known, bootstrap, named,
                                          gathered.resolver, claims)
             self.said = {key: self.said[key] for key in keys.values() if key in self.said}
             steady = Steady(context, keys, {}, _unknown(view, known))
@@ -145,7 +145,7 @@ class Steady:
     """What one poll's wire claims were made from, while every claim lasts: the next poll
     with the same ``context`` keeps them, but for the sockets whose flows changed."""
 
-    context: tuple  # the sockets' inodes, the brokers known, the cluster learned, ...
+    context: tuple[object, ...]  # the sockets' inodes, the brokers known, the cluster learned, ...
     keys: dict[tuple[Endpoint, Endpoint], str]  # every socket's key, by its endpoints
     claims: dict[str, Claim]  # kept as they are: each poll's are a copy
     unknown: list[Endpoint]  # the peers to ask for their broker ids

@@ -13,7 +13,7 @@ from kmon.units import format_duration as duration  # the one format, for every 
 
 ROLE_STYLE = {"bootstrap": "yellow", "coordinator": "magenta", "broker": "green",
               "unknown": "dim"}
-STATE_STYLE = {TcpState.ESTABLISHED: "", TcpState.CLOSE_WAIT: "bold white on red",
+STATE_STYLE: dict[str, str] = {TcpState.ESTABLISHED: "", TcpState.CLOSE_WAIT: "bold white on red",
                TcpState.SYN_SENT: "bold yellow"}
 BAR_WIDTH = 3
 
@@ -44,6 +44,7 @@ def round_trip(rtt_ms: float | None, tcp_rtt_ms: float | None, long_poll: bool) 
         return styled("?", "dim")
     value, source = ((rtt_ms, " poll" if long_poll else "") if rtt_ms is not None
                      else (tcp_rtt_ms, " tcp"))
+    assert value is not None  # one of the two is known
     text = Text(f"{value:.1f} ms" if value < 100 else duration(value))
     text.append(source, style="dim")
     return text

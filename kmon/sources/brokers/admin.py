@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kmon.sources.brokers.dns import Resolver
 from kmon.sources.kernel.sockets import Endpoint
@@ -92,8 +92,9 @@ def admin_client(bootstrap: str, extra_conf: dict[str, str] | None = None) -> Ad
     from confluent_kafka.admin import AdminClient
 
     errors: list[KafkaError] = []  # what librdkafka reports while kmon waits (error_cb)
-    conf = {"bootstrap.servers": bootstrap, "client.id": "kmon", **(extra_conf or {}),
-            "error_cb": errors.append}
+    # confluent-kafka's types leave out a function-valued setting such as error_cb
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "client.id": "kmon",
+                            **(extra_conf or {}), "error_cb": errors.append}
     conf.setdefault("log_level", 0)  # failures are reported once, by the caller
     try:
         admin = AdminClient(conf)
@@ -101,7 +102,8 @@ def admin_client(bootstrap: str, extra_conf: dict[str, str] | None = None) -> Ad
         reason = err.args[0].str() if isinstance(err, KafkaException) else err
         raise ClusterUnreachable(
             f"invalid client configuration for {bootstrap}: {reason}") from err
-    admin.kmon_errors = errors
+    # the errors ride on the client, for every later call to read (_list_brokers)
+    admin.kmon_errors = errors  # type: ignore[attr-defined]
     return admin
 
 
@@ -165,7 +167,9 @@ def _list_brokers(admin: AdminClient, bootstrap: str, timeout_s: float) -> Clust
                 raise ClusterUnreachable(
                     f"cluster {bootstrap} did not answer within {waited:.1f}s "
                     f"({'every broker down' if down else err.args[0].str()})") from err
-    brokers = tuple(sorted((BrokerInfo(b.id, b.host, b.port) for b in metadata.brokers.values()),
+    # confluent-kafka types a broker's host as None, the value its C side replaces
+    brokers = tuple(sorted((BrokerInfo(b.id, b.host, b.port)  # type: ignore[arg-type]
+                            for b in metadata.brokers.values()),
                            key=lambda b: b.broker_id))
     controller = metadata.controller_id if metadata.controller_id >= 0 else None
     return ClusterMetadata(bootstrap=bootstrap, brokers=brokers, controller_id=controller,

@@ -189,7 +189,8 @@ class ConfirmedBrokers:
         has said one (a walk of the confirmed endpoints, at most ``MAX_ASKED``)."""
         with self._lock:
             limits = [limit for e in self._brokers if e in endpoints
-                      if (limit := self._idle.get(self._clusters.get(e))) is not None]
+                      if (cluster := self._clusters.get(e)) is not None
+                      and (limit := self._idle.get(cluster)) is not None]
         return min(limits, default=None)
 
     def unanswered(self, endpoints: Iterable[Endpoint]) -> bool:

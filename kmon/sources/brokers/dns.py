@@ -150,7 +150,7 @@ def _literal(host: str, port: int) -> frozenset[Endpoint] | None:
 def _getaddrinfo(host: str, port: int) -> frozenset[Endpoint]:
     """The endpoints the system's resolver gives for a name (none where it fails)."""
     try:
-        return frozenset(Endpoint(normalize_ip(info[4][0]), port)
+        return frozenset(Endpoint(normalize_ip(str(info[4][0])), port)
                          for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
     except (OSError, UnicodeError):
         return frozenset()

@@ -11,6 +11,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeGuard
 
 import psutil
 
@@ -172,7 +173,7 @@ MAX_COUNTER = 2**63 - 1  # what Parquet's int64 and the kernel's counters hold
 INT32 = (-(2**31), 2**31 - 1)  # Kafka node ids
 
 
-def _is_int(value: object, low: int = -1, high: int = MAX_COUNTER) -> bool:
+def _is_int(value: object, low: int = -1, high: int = MAX_COUNTER) -> TypeGuard[int]:
     """A whole number within [low, high] (bools are not numbers here)."""
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 

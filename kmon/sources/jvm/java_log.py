@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import BinaryIO, Literal, TypedDict
 
 from kmon.classify import MAX_INT, java_node_id
 from kmon.sources.text import decoded
@@ -46,7 +46,7 @@ class JavaLogEvent:
     client_type: ClientType | None = None
     ts_ms: int | None = None  # from the line's timestamp; the follower fills in the read time
     idle_ms: int | None = None  # how long the connection had been idle when closed
-    coordinator_type: Literal["group", "transaction"] | None = None
+    coordinator_type: CoordinatorType | None = None
     detail: str | None = None  # why a connection closed, when the line says
     raw: str = ""
 
@@ -69,7 +69,26 @@ _NODE = rf"(?P<host>\S+?):(?P<port>\d+) \(id: {_ID} rack: \S+?(?: [^()]*)?\)"
 # InetSocketAddress.toString: "host/ip:port", "/ip:port", "host/<unresolved>:port".
 _SOCKET = r"\((?P<socket>[^()]*)\)"
 
-Fields = dict[str, object]
+CoordinatorType = Literal["group", "transaction"]
+
+
+class Fields(TypedDict, total=False):
+    """The fields of a JavaLogEvent a line's message gives, by name."""
+
+    node_id: int | None
+    host: str
+    port: int
+    address: str | None
+    idle_ms: int
+    coordinator_type: CoordinatorType
+
+
+class ClientFields(TypedDict, total=False):
+    """The fields of a JavaLogEvent a line's LogContext prefix gives, by name."""
+
+    client_type: ClientType
+    client_id: str | None
+    group_id: str | None
 
 
 @dataclass(frozen=True)
@@ -200,7 +219,7 @@ def parse_timestamp(line: str) -> int | None:
     return int(whole.timestamp()) * 1000 + (int(frac[:3].ljust(3, "0")) if frac else 0)
 
 
-def _context(line: str) -> tuple[Fields, int]:
+def _context(line: str) -> tuple[ClientFields, int]:
     """The client fields of a LogContext prefix, and where the message starts."""
     m = _CONTEXT.search(line)
     if not m:
@@ -230,7 +249,7 @@ def _match(line: str) -> tuple[JavaLogEvent | None, bool]:
             continue
         ctype = m.groupdict().get("ctype")
         if rule.kind == "coordinator":
-            fields["coordinator_type"] = ctype or "group"
+            fields["coordinator_type"] = "transaction" if ctype == "transaction" else "group"
         return JavaLogEvent(kind=rule.kind, detail=rule.detail, ts_ms=parse_timestamp(line),
                             raw=line, **client, **fields), True
     return None, recognised
@@ -280,7 +299,7 @@ class LogFollower:
         if self._file is not None:
             st = self._stat()
             same = st is not None and (st.st_dev, st.st_ino) == self._identity
-            if same and st.st_size < self._offset:
+            if same and st is not None and st.st_size < self._offset:
                 self._restart()  # copytruncate
             if self._read(events) or same:
                 return events  # budget spent, or still the same file: nothing more to do

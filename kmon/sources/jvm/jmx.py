@@ -233,7 +233,7 @@ def _check_target(pid: int) -> None:
 
 def _helper_entry(java: str) -> list[str]:
     """Arguments naming the helper: compiled classes when javac exists, else its source."""
-    source = files("kmon").joinpath("java", f"{HELPER}.java").read_bytes()
+    source = (files("kmon") / "java" / f"{HELPER}.java").read_bytes()
     cache = _cache_dir() / hashlib.sha256(source).hexdigest()
     if (cache / f"{HELPER}.class").exists():
         return ["-cp", str(cache), HELPER]

@@ -105,7 +105,7 @@ def _by_psutil(wanted: set[Pair]) -> dict[Pair, str]:
     except psutil.Error:
         return found
     for conn in connections:
-        if not conn.raddr or conn.status not in CLOSING.values():
+        if not conn.laddr or not conn.raddr or conn.status not in CLOSING.values():
             continue
         pair = (Endpoint(normalize_ip(conn.laddr.ip), conn.laddr.port),
                 Endpoint(normalize_ip(conn.raddr.ip), conn.raddr.port))

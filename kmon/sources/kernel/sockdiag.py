@@ -219,7 +219,8 @@ class SockDiagReader:
         calls of the next _AHEAD_FRESH_S: the known sockets of those whose remote ports a
         filter can name, from one dump per family together where that pays (as for one
         process: ``_dump_pays``), the others' as ``sockets_of`` reads them."""
-        self._ahead = ahead = {}
+        ahead: dict[int, list[TcpSocket] | Exception] = {}
+        self._ahead = ahead
         ready: dict[int, tuple[_ProcessCache, dict[int, int]]] = {}
         for pid in pids:
             try:

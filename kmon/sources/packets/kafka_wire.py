@@ -140,7 +140,8 @@ class WireTap:
         same = pairs == self.pairs  # the sockets of the last poll (the same endpoints)
         mine = self.mine if same else {(_address(s.local), _address(s.remote)): s
                                          for s in sockets}
-        self.taken = taken = set()
+        taken: set[tuple[Address, Address]] = set()
+        self.taken = taken
         for seg in self.capture.read():
             self._take(seg, mine)
         flows, closes = self.flows, {}
@@ -167,16 +168,16 @@ class WireTap:
         if same and not trimmed:  # the last poll's flows, and those a segment went to
             found, changed = self.found, set()
             for key in taken:
-                sock, flow = mine.get(key), flows.get(key)
-                if sock is not None and flow is not None:
-                    found[sock.local, sock.remote] = flow
+                sock, seen = mine.get(key), flows.get(key)
+                if sock is not None and seen is not None:
+                    found[sock.local, sock.remote] = seen
                     changed.add((sock.local, sock.remote))
         else:
             found = {}
             for key, sock in mine.items():
-                flow = flows.get(key)
-                if flow is not None:
-                    found[sock.local, sock.remote] = flow
+                seen = flows.get(key)
+                if seen is not None:
+                    found[sock.local, sock.remote] = seen
         self.found = found
         self.polls += 1
         return WireView(dict(found), dict(self.brokers), dict(self.coordinators),
@@ -241,7 +242,8 @@ class WireTap:
             flow.pending[correlation_id] = (api_key, api_version)
 
     def _response(self, flow: Flow, seg: Segment) -> None:
-        api = flow.pending.pop(kp.response_correlation(seg.data), None)
+        correlation = kp.response_correlation(seg.data)
+        api = None if correlation is None else flow.pending.pop(correlation, None)
         if api is None:
             return
         key, version = api

@@ -67,9 +67,10 @@ class PacketCapture:
 
     def __init__(self, local_ports: set[int], remote_ports: set[int],
                  blocks: int = BLOCKS) -> None:
-        self.local_ports: set[int] | None = None  # none yet: the first set_ports attaches it
+        self.local_ports: set[int] = set()
         self.remote_ports: set[int] = set()
         self.responses = True
+        self.attached = False  # no filter yet: the first set_ports attaches one
         self.drops = 0
         self.blocks = blocks
         self.endpoints: dict[bytes, tuple[Address, Address]] = {}
@@ -96,7 +97,7 @@ class PacketCapture:
         """Keep the segments of these ports (responses too, if ``responses``) from now on; the
         kernel filter is rebuilt only when they changed."""
         wanted = (set(local_ports), set(remote_ports), responses)
-        if wanted == (self.local_ports, self.remote_ports, self.responses):
+        if self.attached and wanted == (self.local_ports, self.remote_ports, self.responses):
             return
         program = packet_filter.pack(packet_filter.build(local_ports, remote_ports,
                                                          self.loopback, responses))
@@ -104,6 +105,7 @@ class PacketCapture:
         fprog = struct.pack("HxxxxxxQ", len(program) // 8, ctypes.addressof(buffer))
         self.sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
         self.local_ports, self.remote_ports, self.responses = wanted
+        self.attached = True
 
     def read(self) -> list[Segment]:
         """Every segment queued since the last read, in order.
@@ -169,10 +171,10 @@ class PacketCapture:
                     key = raw + ring[payload + 4:payload + 8]
                 else:
                     key = len(runs)  # runs only grow: a key of its own
-                run = runs.pop(key, None) or [sec, nsec, raw, ring[payload:end], flags, 0,
-                                              _ms(sec, nsec)]
-                run[0], run[1], run[5] = sec, nsec, run[5] + 1
-                runs[key] = run
+                held = runs.pop(key, None) or [sec, nsec, raw, ring[payload:end], flags, 0,
+                                               _ms(sec, nsec)]
+                held[0], held[1], held[5] = sec, nsec, held[5] + 1
+                runs[key] = held
             struct.pack_into("=I", ring, base + 8, 0)  # the block goes back to the kernel
             self.block = (self.block + 1) % self.blocks
             taken += 1
@@ -195,7 +197,7 @@ class PacketCapture:
         self.sock.close()
 
 
-def _tcp(ring: mmap.mmap, start: int, snaplen: int) -> tuple[bytes, int, int] | None:
+def _tcp(ring: mmap.mmap, start: int, snaplen: int) -> tuple[bytes, int, int, int] | None:
     """(address and port bytes, sequence number, payload offset, TCP flags) of an IPv4
     packet with options or an IPv6 packet at ``start`` in the ring (None for an unreadable
     one)."""
