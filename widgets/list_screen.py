@@ -207,8 +207,8 @@ class ProcessListScreen(PollingScreen):
         if pid is not None:
             self._open(pid)
 
-    def on_data_table_row_selected(self, message: ProcessTable.RowSelected) -> None:
-        if isinstance(message.data_table, ProcessTable):
+    def on_keyed_table_row_selected(self, message: ProcessTable.RowSelected) -> None:
+        if isinstance(message.table, ProcessTable):
             self.action_attach()
 
     @work(thread=True, group="attach", exclusive=True, exit_on_error=False)
