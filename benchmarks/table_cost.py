@@ -56,6 +56,12 @@ def old_module(name: str) -> ModuleType:
     return module
 
 
+def old_process_table() -> type:
+    """The old ProcessTable, its ``show()`` under the new one's name, ``show_groups()``."""
+    old = old_module("process_table").ProcessTable
+    return type("ProcessTable", (old,), {"show_groups": old.show})
+
+
 def process_groups(processes: int, tick: int) -> list[tuple[str, str, list[tuple]]]:
     """The host view's rows at refresh ``tick``: one cluster, ``processes`` processes (cells as
     ``process_cells`` makes them), each one's idle age moving, one in ten's churn changing."""
@@ -103,7 +109,7 @@ class Tables(App):
 def feeder(kind: str, table, size: int):
     """``show(tick)`` for ``table``: the process rows or the connection rows at ``tick``."""
     if kind == "process":
-        return lambda tick: table.show(process_groups(size, tick))
+        return lambda tick: table.show_groups(process_groups(size, tick))
     return lambda tick: table.show(connection_rows(size, tick), lambda cells: cells)
 
 
@@ -122,7 +128,7 @@ async def refresh_ms(table, kind: str, size: int, refreshes: int, first_tick: in
 
 
 def measure(args: argparse.Namespace) -> Result:
-    old = {"process": old_module("process_table").ProcessTable,
+    old = {"process": old_process_table(),
            "connection": old_module("connection_table").ConnectionTable}
     new = {"process": ProcessTable, "connection": ConnectionTable}
     sizes = {"process": args.processes, "connection": args.connections}

@@ -261,9 +261,9 @@ def test_a_notice_that_comes_later_is_shown_whole():
     async def drive() -> None:
         async with Tables().run_test(size=(250, 10)) as pilot:
             table = pilot.app.query_one(ProcessTable)
-            table.show([("c", "", [row("")])])
+            table.show_groups([("c", "", [row("")])])
             await pilot.pause()
-            table.show([("c", "", [row(notice)])])
+            table.show_groups([("c", "", [row(notice)])])
             await pilot.pause()
             assert notice in table.render_line(1).text
 

@@ -186,30 +186,30 @@ def test_a_process_table_draws_anew_only_the_rows_that_changed():
         async with Tables().run_test(size=(150, 20)) as pilot:
             updated, fresh = pilot.app.query(ProcessTable)
             pilot.app.set_focus(updated)  # as on a screen: the cursor drawn as focused
-            updated.show([("c", "1 broker", [row(11, "2.0 s"), row(12, "5.0 s")])])
+            updated.show_groups([("c", "1 broker", [row(11, "2.0 s"), row(12, "5.0 s")])])
             await pilot.pause()
-            updated.show([("c", "1 broker", [row(11, "2.0 s"), row(12, "5.0 s"),
+            updated.show_groups([("c", "1 broker", [row(11, "2.0 s"), row(12, "5.0 s"),
                                              row(13, "1.0 s", "a-much-longer-command.py", "!"),
                                              row(14, "1.0 s")])])
             await pilot.pause()
             later = [row(11, "3.0 s"), row(12, "6.0 s"),  # the cursor's row and another
                      row(13, "1.0 s", "a-much-longer-command.py", "!"),
                      row(14, "1.0 s", notice="!")]
-            updated.show([("c", "1 broker", later)])
+            updated.show_groups([("c", "1 broker", later)])
             await pilot.pause()
             drawn: list[int] = []
             render_line = updated.render_line
             updated.render_line = lambda y: drawn.append(y) or render_line(y)
             later[3] = later[3][:-1] + (Text("!", style="yellow"),)  # only its style changed
-            updated.show([("c", "1 broker", later)])
+            updated.show_groups([("c", "1 broker", later)])
             await until(pilot, lambda: drawn, "the changed row drawn")
             await pilot.pause()
             assert set(drawn) == {5}  # the header, the heading, then pids 11 to 14
             before = [render_line(y) for y in range(updated.size.height)]
             drawn.clear()
             later[0], later[1] = row(11, "4.0 s"), row(12, "7.0 s")
-            updated.show([("c", "1 broker", later)])
-            fresh.show([("c", "1 broker", later)])
+            updated.show_groups([("c", "1 broker", later)])
+            fresh.show_groups([("c", "1 broker", later)])
             await until(pilot, lambda: drawn, "the changed rows drawn")
             await pilot.pause()
             assert set(drawn) == {2, 3}

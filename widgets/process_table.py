@@ -124,7 +124,7 @@ class ProcessTable(KeyedTable):
         super().__init__(**kwargs)
         self.grouped = grouped
 
-    def show(self, groups: list[tuple[str, str, list[tuple]]]) -> None:  # type: ignore[override]
+    def show_groups(self, groups: list[tuple[str, str, list[tuple]]]) -> None:
         """Hold exactly ``groups``: (cluster, its heading, rows of cells with the pid first),
         in order; the heading is drawn only when ``grouped``."""
         rows = []
@@ -134,7 +134,7 @@ class ProcessTable(KeyedTable):
                 rows.append((f"{HEADING}{cluster}",
                              (Text(), Text(heading, style="bold"), *blanks)))
             rows += [(str(row[0]), row) for row in cells]
-        super().show(rows, lambda cells: cells)
+        self.show(rows, lambda cells: cells)
 
     def home_row(self) -> int:
         """The first process's row (below its cluster's heading when grouped)."""
