@@ -47,7 +47,7 @@ def test_watch_lists_brokers_groups_and_discovered_processes(spool_dir, tmp_path
                 table = screen.query_one("#processes")
                 row = next(i for i, r in enumerate(cells(screen, "processes"))
                            if r[CLIENT_IDS] == "orders-reader-a")
-                table.move_cursor(row=row)
+                table.move_to(row)
                 await pilot.press("enter")
                 await until(pilot, lambda: isinstance(app.screen, AttachScreen), "attach")
                 attached = app.screen

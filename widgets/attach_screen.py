@@ -284,7 +284,7 @@ class AttachScreen(PollingScreen):
         self.app.push_screen(DetailScreen(f"PID {self.pid} connection {key}",
                                           lambda: self.details_of(key)))
 
-    def on_connection_table_row_selected(self, message: ConnectionTable.RowSelected) -> None:
+    def on_keyed_table_row_selected(self, message: ConnectionTable.RowSelected) -> None:
         self.action_details()
 
     def details_of(self, key: str) -> tuple:
