@@ -1,6 +1,7 @@
 """The wire of one process as the sampler gathers it: its packet tap (its own, or its part of
-the host's one capture), opened at the first read, and kmon's own Metadata query to a broker
-the process talks Kafka to.
+the host's one capture) and the request headers inside its TLS writes (kmon.sources.tls),
+opened at the first read, and kmon's own Metadata query to a broker the process talks Kafka
+to.
 
 ``read`` hands over what the tap saw since the last read (``WireReading``), with the brokers
 of a query that has answered taught to the tap first. ``ask`` starts one query, on a thread
@@ -14,9 +15,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kmon.sources.brokers.broker_query import BrokerQuery
+from kmon.sources.kernel.kernel_events import KernelEventsUnavailable
 from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 from kmon.sources.packets.host_wire import HostWire, SharedCapture
 from kmon.sources.packets.kafka_wire import WireTap, WireView
+from kmon.sources.tls.tls_tap import TlsTap, TlsUnavailable, TlsWrite
 
 MAX_ASKED = 16  # peers kmon asks for the cluster's brokers, at most, per process
 NO_CAPTURE = ("roles from the wire need CAP_NET_RAW (run kmon as root); they come from the "
@@ -29,13 +32,17 @@ class WireReading:
 
     view: WireView | None
     problem: str | None = None
+    notices: tuple[str, ...] = ()  # the TLS source's: why it cannot run, what it missed
 
 
 class ProcessWire:
     """The wire source of one process: its tap and kmon's own broker query."""
 
-    def __init__(self, host: HostWire | None = None) -> None:
+    def __init__(self, host: HostWire | None = None, tls_pid: int | None = None) -> None:
         self.host = host  # the host's one capture, else the process gets a tap of its own
+        self.tls_pid = tls_pid  # the process whose TLS writes are read (None: not read)
+        self.tls: TlsTap | None = None
+        self.tls_problem: str | None = None
         self.shared: SharedCapture | None = None
         self.tap: WireTap | None = None
         self.problem: str | None = None
@@ -59,7 +66,10 @@ class ProcessWire:
             answer = self._answer()
             if answer:
                 self.tap.learn(answer, now_ms)
-            return WireReading(self.tap.poll(sockets, now_ms))
+            view = self.tap.poll(sockets, now_ms, self._tls_writes())
+            if self.tls is None and any(f.tls for f in view.flows.values()):
+                self._open_tls()  # probed once it speaks TLS: read from the next poll
+            return WireReading(view, notices=self._tls_notices(view))
         except PermissionError:
             self.problem = NO_CAPTURE
         except OSError as err:
@@ -78,8 +88,46 @@ class ProcessWire:
             self.asked.add(peer)
             self.query = BrokerQuery(peer)
 
+    def _tls_writes(self) -> list[TlsWrite]:
+        """The process's TLS writes since the last read; none where the TLS source cannot run
+        (the reason kept for ``_tls_notices``)."""
+        if self.tls is None:
+            return []
+        try:
+            return self.tls.read()
+        except (TlsUnavailable, KernelEventsUnavailable, OSError) as err:
+            self._tls_failed(err)
+            return []
+
+    def _open_tls(self) -> None:
+        if self.tls_pid is None or self.tls_problem is not None:
+            return
+        try:
+            self.tls = TlsTap(self.tls_pid)
+        except (TlsUnavailable, KernelEventsUnavailable, OSError) as err:
+            self._tls_failed(err)
+
+    def _tls_failed(self, err: Exception) -> None:
+        self.tls_problem = str(err) or type(err).__name__
+        if self.tls is not None:
+            self.tls.close()
+            self.tls = None
+
+    def _tls_notices(self, view: WireView) -> tuple[str, ...]:
+        """Why the headers inside TLS cannot be read, once a socket speaks TLS; what the TLS
+        source missed."""
+        if self.tls_problem is not None and any(f.tls for f in view.flows.values()):
+            return (f"the Kafka headers inside TLS cannot be read ({self.tls_problem}); the "
+                    "TLS sockets' roles come from the other evidence",)
+        if self.tls is not None and self.tls.lost:
+            return (f"the TLS source missed {self.tls.lost:,} writes (kmon's ring was full)",)
+        return ()
+
     def close(self) -> None:
-        """Close the tap; idempotent."""
+        """Close the tap and the TLS source; idempotent."""
+        if self.tls is not None:
+            self.tls.close()
+            self.tls = None
         if self.tap is not None:
             self.tap.close()
             self.tap = None
