@@ -50,6 +50,20 @@ while True:
                  if conn.connected() and conn._sock is not None}
         print("TRUTH " + json.dumps(conns), flush=True)
 """
+CONFLUENT_KAFKA_TLS = """
+import sys
+from confluent_kafka import Consumer
+consumer = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
+                     "security.protocol": "SSL", "ssl.ca.location": sys.argv[4],
+                     "auto.offset.reset": "earliest", "debug": "broker"})
+consumer.subscribe([sys.argv[3]])
+read = 0
+while True:
+    if consumer.poll(0.2) is not None:
+        read += 1
+        if read == 20:
+            print("READ", flush=True)
+"""
 LIBRDKAFKA_LINE = re.compile(r"\[thrd:(?P<thread>[^\]]+)\]: (?P<name>\S+?): ")
 LIBRDKAFKA_SOCKET = re.compile(r"Connecting to \S+ \(ssl\) with socket (?P<fd>\d+)")
 
@@ -108,6 +122,8 @@ def scored_until_right(pid: int, truth) -> dict:
 
 def check(tally: dict) -> None:
     assert not tally["confident_wrong"], tally
+    # named by the headers read inside TLS: the wire's evidence lists the APIs it saw
+    assert all(wire and wire != "tls" for *_, wire in tally["roles"]), tally
     assert tally["verdict_s"] is not None and tally["right"] == tally["total"] > 0, (
         json.dumps(tally))
     print(f"TLS roles: {tally['right']}/{tally['total']} right, verdict in "
@@ -138,30 +154,45 @@ def test_kafka_python_consumer_over_tls(kafka, topic):
         client.stop()
 
 
+def librdkafka_truth(client: Child):
+    """librdkafka's debug log (``debug=broker``) as the truth: each socket's fd -> the role of
+    the broker its thread speaks for now (a bootstrap thread takes its broker's name once the
+    metadata names it)."""
+    names, fds = {}, {}
+    for line in list(client.stderr):
+        match = LIBRDKAFKA_LINE.search(line)
+        if match:
+            names[match["thread"]] = match["name"]
+            socket_line = LIBRDKAFKA_SOCKET.search(line)
+            if socket_line:
+                fds[int(socket_line["fd"])] = match["thread"]
+    roles = {fd: librdkafka_role(names[thread]) for fd, thread in fds.items()}
+    return lambda row: roles.get(row["fd"])
+
+
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
 def test_kcat_group_consumer_over_tls(kafka, topic):
+    """kcat: librdkafka with the system's libssl."""
     client = Child([KCAT, "-b", kafka.bootstrap("SSL"), "-X", "security.protocol=SSL",
                     "-X", f"ssl.ca.location={kafka.ca_file}", "-G", f"g-{topic}",
                     "-o", "beginning", "-d", "broker", topic])
     try:
         wait_for(lambda: sum("Reached end of topic" in line for line in client.stderr) >= 3,
                  "kcat at the end of the topic's three partitions", 60)
+        check(scored_until_right(client.pid, lambda: librdkafka_truth(client)))
+    finally:
+        client.stop()
 
-        def truth():
-            """Each socket's fd -> the role of the broker its thread speaks for now (a
-            bootstrap thread takes its broker's name once the metadata names it)."""
-            names, fds = {}, {}
-            for line in list(client.stderr):
-                match = LIBRDKAFKA_LINE.search(line)
-                if match:
-                    names[match["thread"]] = match["name"]
-                    socket_line = LIBRDKAFKA_SOCKET.search(line)
-                    if socket_line:
-                        fds[int(socket_line["fd"])] = match["thread"]
-            roles = {fd: librdkafka_role(names[thread]) for fd, thread in fds.items()}
-            return lambda row: roles.get(row["fd"])
 
-        check(scored_until_right(client.pid, truth))
+def test_confluent_kafka_consumer_over_tls_without_the_agent(kafka, topic):
+    """confluent-kafka's wheel: OpenSSL linked into its librdkafka (``SSL_write`` only in the
+    library's .symtab), and no kmon agent in the client."""
+    pytest.importorskip("confluent_kafka")
+    client = Child([sys.executable, "-c", CONFLUENT_KAFKA_TLS, kafka.bootstrap("SSL"),
+                    f"g-{topic}", topic, str(kafka.ca_file)])
+    try:
+        client.wait_line("READ", timeout=60)
+        check(scored_until_right(client.pid, lambda: librdkafka_truth(client)))
     finally:
         client.stop()
 

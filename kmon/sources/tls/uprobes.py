@@ -120,32 +120,44 @@ def _append(root: Path, line: str, missing_ok: bool = False) -> int:
 
 _registry: Uprobes | None = None
 _registry_lock = threading.Lock()
+_hooked = False
 
 
 def registry() -> Uprobes:
-    """This kmon's one ``Uprobes``, its removal hooked to every exit at its first use."""
+    """This kmon's one ``Uprobes``, its removal hooked to atexit at its first use (and to the
+    signals, from the main thread: ``hook_exit_signals``)."""
     global _registry
     with _registry_lock:
         if _registry is None:
             _registry = Uprobes()
             atexit.register(_registry.remove_all)
-            if threading.current_thread() is threading.main_thread():
-                for sig in EXIT_SIGNALS:
-                    previous = signal.getsignal(sig)
-                    signal.signal(sig, _on_signal(_registry, previous))
+        if threading.current_thread() is threading.main_thread():
+            hook_exit_signals()
         return _registry
 
 
-def _on_signal(probes: Uprobes, previous) -> Callable:
+def hook_exit_signals() -> None:
+    """Remove kmon's uprobes when a signal ends it (from the main thread, once: the command
+    line calls it at start, since the samplers may make the uprobes on other threads)."""
+    global _hooked
+    if _hooked:
+        return
+    _hooked = True
+    for sig in EXIT_SIGNALS:
+        signal.signal(sig, _on_signal(signal.getsignal(sig)))
+
+
+def _on_signal(previous) -> Callable:
     """A handler doing what the signal did before: kmon's own handler (which ends in an
     orderly exit, atexit's removal included, or goes on: ``kmon serve``'s reload); else,
-    where the signal would end kmon at once, removing the events first."""
+    where the signal would end kmon at once, removing the uprobes first."""
 
     def handle(signum, frame) -> None:
         if callable(previous):
             previous(signum, frame)
         elif previous != signal.SIG_IGN:
-            probes.remove_all()
+            if _registry is not None:
+                _registry.remove_all()
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
 
