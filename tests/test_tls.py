@@ -16,12 +16,13 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import time
 import uuid
 
 import pytest
-from helpers import Child, attach_stream, produce, wait_for
+from helpers import Child, attach_stream, produce, python_as, wait_for
 
 from kmon.sources.kernel.kernel_events import tracefs
 from kmon.sources.tls.uprobes import MAX_EVENTS_FILE
@@ -221,3 +222,26 @@ def test_a_killed_kmon_leaves_no_probe_once_kmon_starts_again(kafka, topic):
         for stream in streams:
             stream.stop()
         client.stop()
+
+
+WITHOUT_PRIVILEGE = """
+import os, ssl
+from kmon.sources.tls.tls_tap import TlsTap, TlsUnavailable
+try:
+    TlsTap(os.getpid())
+except TlsUnavailable as err:
+    print("UNAVAILABLE", err)
+"""
+
+
+def test_without_privilege_the_tls_source_says_why_and_makes_no_uprobe(throwaway_user):
+    """As a user without privilege (libssl mapped: ``import ssl``): one reason, no traceback,
+    nothing added to tracefs."""
+    prefix, env = python_as(throwaway_user.pw_name)
+    before = uprobe_events()
+    result = subprocess.run([*prefix, "-c", WITHOUT_PRIVILEGE], capture_output=True, text=True,
+                            env=env, timeout=60)
+    assert result.returncode == 0 and not result.stderr, result
+    (line,) = result.stdout.splitlines()
+    assert line.startswith("UNAVAILABLE ") and len(line) > len("UNAVAILABLE "), line
+    assert uprobe_events() == before
