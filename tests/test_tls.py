@@ -22,7 +22,7 @@ import time
 import uuid
 
 import pytest
-from helpers import Child, attach_stream, produce, python_as, wait_for
+from helpers import Child, attach_stream, produce, python_as, rows_until, wait_for
 
 from kmon.sources.kernel.kernel_events import tracefs
 from kmon.sources.tls.uprobes import MAX_EVENTS_FILE
@@ -79,6 +79,13 @@ def topic(kafka) -> str:
 def uprobe_events() -> str:
     with tracefs() as root, open(root / "uprobe_events", encoding="ascii") as handle:
         return handle.read(MAX_EVENTS_FILE)
+
+
+def uprobe_hits() -> int:
+    """The times the host's uprobes on OpenSSL's writes were hit (tracefs's own count)."""
+    with tracefs() as root, open(root / "uprobe_profile", encoding="ascii") as handle:
+        return sum(int(line.split()[-1]) for line in handle.read(MAX_EVENTS_FILE).splitlines()
+                   if "libssl" in line)
 
 
 def kafka_python_role(node: str) -> str:
@@ -245,3 +252,30 @@ def test_without_privilege_the_tls_source_says_why_and_makes_no_uprobe(throwaway
     (line,) = result.stdout.splitlines()
     assert line.startswith("UNAVAILABLE ") and len(line) > len("UNAVAILABLE "), line
     assert uprobe_events() == before
+
+
+def test_the_probes_close_once_every_tls_socket_is_decided(kafka, topic):
+    """The client pays for the probes only until its TLS sockets' roles are read: then the
+    breakpoints go (tracefs's hit count stops) while the client goes on writing."""
+    pytest.importorskip("kafka", reason="kafka-python 2.0.x is in the test extra")
+    client = Child([sys.executable, "-c", KAFKA_PYTHON_TLS, kafka.bootstrap("SSL"),
+                    f"g-{topic}", topic, str(kafka.ca_file)])
+    stream = None
+    try:
+        wait_for(lambda: "coordinator" in client.wait_line("TRUTH ", timeout=60),
+                 "kafka-python's coordinator connection", 60)
+        stream = attach_stream(client.pid, "--any-process", interval="500ms")
+        rows_until(stream, lambda rows: all(r["confidence"] >= SURE and "over TLS" in
+                                            " ".join(c["detail"] for c in r["claims"])
+                                            for r in rows))
+        hits = uprobe_hits()
+        assert hits > 0
+        written = client.lines.qsize()
+        wait_for(lambda: client.lines.qsize() >= written + 6, "the client going on", 30)
+        assert uprobe_hits() == hits
+        (process,) = json.loads(stream.wait_line("{"))["processes"]
+        assert all(r["confidence"] >= SURE for r in process["connections"])  # roles stay
+    finally:
+        if stream is not None:
+            stream.stop()
+        client.stop()

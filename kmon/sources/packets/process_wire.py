@@ -1,7 +1,8 @@
 """The wire of one process as the sampler gathers it: its packet tap (its own, or its part of
-the host's one capture) and the request headers inside its TLS writes (kmon.sources.tls),
-opened at the first read, and kmon's own Metadata query to a broker the process talks Kafka
-to.
+the host's one capture), opened at the first read; the request headers inside its TLS
+writes (kmon.sources.tls), read only while one of its TLS sockets has not yet carried a
+request that decides its role; and kmon's own Metadata query to a broker the process talks
+Kafka to.
 
 ``read`` hands over what the tap saw since the last read (``WireReading``), with the brokers
 of a query that has answered taught to the tap first. ``ask`` starts one query, on a thread
@@ -11,16 +12,20 @@ was not asked yet: a slow peer delays no poll, and its answer is in a later read
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kmon.sources.brokers.broker_query import BrokerQuery
 from kmon.sources.kernel.kernel_events import KernelEventsUnavailable
 from kmon.sources.kernel.sockets import Endpoint, TcpSocket
+from kmon.sources.packets import kafka_protocol as kp
 from kmon.sources.packets.host_wire import HostWire, SharedCapture
 from kmon.sources.packets.kafka_wire import WireTap, WireView
 from kmon.sources.tls.tls_tap import TlsTap, TlsUnavailable, TlsWrite
 
+PROBE_S = 30.0  # the TLS source runs this long at most for sockets it cannot decide
+DECIDING_APIS = kp.BROKER_APIS | kp.GROUP_APIS | kp.TXN_APIS  # a TLS socket's role is known
 MAX_ASKED = 16  # peers kmon asks for the cluster's brokers, at most, per process
 NO_CAPTURE = ("roles from the wire need CAP_NET_RAW (run kmon as root); they come from the "
               "other evidence")
@@ -43,6 +48,9 @@ class ProcessWire:
         self.tls_pid = tls_pid  # the process whose TLS writes are read (None: not read)
         self.tls: TlsTap | None = None
         self.tls_problem: str | None = None
+        self.tls_since = 0.0  # when the TLS source last opened (monotonic)
+        self.tls_lost = 0  # writes the TLS source missed before it last closed
+        self.given_up: set[tuple[Endpoint, Endpoint]] = set()  # TLS sockets probed PROBE_S
         self.shared: SharedCapture | None = None
         self.tap: WireTap | None = None
         self.problem: str | None = None
@@ -67,8 +75,7 @@ class ProcessWire:
             if answer:
                 self.tap.learn(answer, now_ms)
             view = self.tap.poll(sockets, now_ms, self._tls_writes())
-            if self.tls is None and any(f.tls for f in view.flows.values()):
-                self._open_tls()  # probed once it speaks TLS: read from the next poll
+            self._probe_while_undecided(view)
             return WireReading(view, notices=self._tls_notices(view))
         except PermissionError:
             self.problem = NO_CAPTURE
@@ -99,6 +106,25 @@ class ProcessWire:
             self._tls_failed(err)
             return []
 
+    def _probe_while_undecided(self, view: WireView) -> None:
+        """The TLS source runs while a TLS socket has carried no request that decides its
+        role (a broker's, a coordinator's), for PROBE_S at most: a socket it gave up on
+        opens it again only once it is gone; every probe's cost is the client's."""
+        flows = view.flows
+        undecided = {key for key, f in flows.items()
+                     if f.tls and not f.api_counts.keys() & DECIDING_APIS}
+        self.given_up &= flows.keys()
+        now = time.monotonic()
+        if self.tls is None:
+            if undecided - self.given_up:
+                self._open_tls()  # read from the next poll
+                self.tls_since = now
+        elif not undecided or now - self.tls_since > PROBE_S:
+            self.given_up |= undecided
+            self.tls_lost += self.tls.lost
+            self.tls.close()
+            self.tls = None
+
     def _open_tls(self) -> None:
         if self.tls_pid is None or self.tls_problem is not None:
             return
@@ -119,8 +145,9 @@ class ProcessWire:
         if self.tls_problem is not None and any(f.tls for f in view.flows.values()):
             return (f"the Kafka headers inside TLS cannot be read ({self.tls_problem}); the "
                     "TLS sockets' roles come from the other evidence",)
-        if self.tls is not None and self.tls.lost:
-            return (f"the TLS source missed {self.tls.lost:,} writes (kmon's ring was full)",)
+        lost = self.tls_lost + (self.tls.lost if self.tls is not None else 0)
+        if lost:
+            return (f"the TLS source missed {lost:,} writes (kmon's ring was full)",)
         return ()
 
     def close(self) -> None:
