@@ -279,3 +279,26 @@ def test_the_probes_close_once_every_tls_socket_is_decided(kafka, topic):
         if stream is not None:
             stream.stop()
         client.stop()
+
+
+def test_a_library_path_that_could_break_a_tracefs_line_is_never_written(tmp_path):
+    """A process maps OpenSSL from a path of its choosing: one with a space (which would split
+    a uprobe_events line) is refused with its reason, and tracefs is left as it was."""
+    libssl = "/usr/lib/x86_64-linux-gnu/libssl.so.3"
+    if not os.path.exists(libssl):
+        pytest.skip("no libssl.so.3 here")
+    from kmon.sources.tls.tls_tap import TlsTap, TlsUnavailable
+
+    planted = tmp_path / "a b" / "libssl.so.3"
+    planted.parent.mkdir()
+    shutil.copy(libssl, planted)
+    client = Child([sys.executable, "-c", f"import ctypes; ctypes.CDLL({str(planted)!r}); "
+                    "print('READY', flush=True); input()"])
+    try:
+        client.wait_line("READY")
+        before = uprobe_events()
+        with pytest.raises(TlsUnavailable, match="a b/libssl"):
+            TlsTap(client.pid)
+        assert uprobe_events() == before
+    finally:
+        client.stop()

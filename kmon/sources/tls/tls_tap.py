@@ -36,7 +36,7 @@ from kmon.sources.kernel.kernel_events import (
     tracepoint_attr,
 )
 from kmon.sources.tls.elf_symbols import NotElf, function_offsets
-from kmon.sources.tls.uprobes import registry
+from kmon.sources.tls.uprobes import SAFE_PATH, registry
 
 FUNCTIONS = ("SSL_write", "SSL_write_ex")  # (SSL *, const void *buf, int/size_t num, ...)
 FETCH = "buf=+0(%si):x8[16] len=%dx:s32"  # x86-64: the 2nd argument in rsi, the 3rd in rdx
@@ -80,6 +80,7 @@ class TlsTap:
         self.probes = registry()
         self.events: dict[int, tuple[str, dict[str, Field]]] = {}  # tracepoint id -> kind
         self.files: set[tuple[int, int]] = set()  # (device, inode) of the files probed
+        self.refused: list[str] = []  # the paths of those that could not be
         self.threads: dict[int, _Thread] = {}
         self.lost = 0  # records the kernel dropped (a thread's ring was full)
         self.scanned = 0.0
@@ -142,6 +143,9 @@ class TlsTap:
                 if ident in self.files:
                     continue
                 self.files.add(ident)
+                if not SAFE_PATH.fullmatch(path):  # never written to tracefs
+                    self.refused.append(path)
+                    continue
                 try:
                     offsets = function_offsets(path, FUNCTIONS)
                 except (OSError, NotElf, ValueError, struct.error):
@@ -149,9 +153,10 @@ class TlsTap:
                 for offset in sorted(set(offsets.values())):
                     event_id, fields = self.probes.event(path, offset, FETCH)
                     self.events[event_id] = ("ssl", fields)
-                    for thread in self.threads.values():  # threads followed before it
-                        self._add_event(thread, event_id)
         if not self.probed:
+            if self.refused:
+                raise TlsUnavailable(f"OpenSSL is in a file whose path kmon does not write to "
+                                     f"tracefs: {self.refused[0]!r}")
             return
         try:
             tids = sorted(int(t) for t in os.listdir(f"/proc/{self.pid}/task"))[:MAX_THREADS]
@@ -186,9 +191,8 @@ class TlsTap:
             return None
         return thread
 
-    def _add_event(self, thread: _Thread, event_id: int, tid: int | None = None) -> None:
-        if tid is None:
-            tid = next(t for t, th in self.threads.items() if th is thread)
+    def _add_event(self, thread: _Thread, event_id: int, tid: int) -> None:
+        """One more event of the thread, recorded into its ring."""
         fd = perf_event_open(tracepoint_attr(event_id), -1, tid)
         thread.fds.append(fd)
         perf_ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, ctypes.c_int(thread.fds[0]))
