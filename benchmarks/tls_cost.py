@@ -9,6 +9,11 @@ bytes its broker acknowledged. Each round runs three phases of --seconds after a
 of WARM_UP_S: no kmon; ``kmon attach PID --json --tls off``; ``--tls auto``. kmon's CPU is
 read from /proc/*/schedstat; the producer's throughput from its delivery reports in the
 same window; the TLS source's drops from kmon's notices. Needs root and a JDK.
+
+This is the steady state: the probes close once every TLS socket carried a request that
+decides its role (the producer's first Produce, within the warm-up). While they are on, the
+client pays a trap per SSL_write: with the probes kept on for a whole run (before they
+closed), this producer used 9.2% -> 14.6% of a core and sent 0.91x its unwatched MB/s.
 """
 
 from __future__ import annotations
