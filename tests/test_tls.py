@@ -218,10 +218,14 @@ def test_a_killed_kmon_leaves_no_probe_once_kmon_starts_again(kafka, topic):
         os.kill(killed.pid, signal.SIGKILL)
         killed.proc.wait(10)
         assert f"kmon_{killed.pid}/" in uprobe_events()  # left behind: nothing ran at its end
+        # any kmon command started as root removes them, one that probes nothing too
+        listed = subprocess.run([sys.executable, "-m", "kmon", "ps"], capture_output=True,
+                                text=True, timeout=60)
+        assert listed.returncode == 0, listed.stderr
+        assert f"kmon_{killed.pid}/" not in uprobe_events()
         again = attach_stream(client.pid, "--any-process", interval="500ms")
         streams.append(again)
         wait_for(lambda: f"kmon_{again.pid}/" in uprobe_events(), "the second kmon's uprobes")
-        assert f"kmon_{killed.pid}/" not in uprobe_events()
         again.stop()  # SIGTERM: an orderly exit removes its own
         assert again.proc.returncode is not None
         assert f"kmon_{again.pid}/" not in uprobe_events()

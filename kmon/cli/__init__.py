@@ -73,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     if own:  # never listed by kmon as a Kafka client (kmon.sources.processes.own_processes)
         own_processes.register(os.getpid())
         uprobes.hook_exit_signals()  # the TLS source's uprobes go when a signal ends kmon
+        if os.geteuid() == 0:
+            uprobes.remove_stale()  # and those a killed kmon left
     try:
         return _command(args.command).run(args)
     except KeyboardInterrupt:
