@@ -12,8 +12,7 @@ NAMES = (
     "analyze_cost", "analyze_driver_memory", "analyze_scale", "confirm_cost", "dashboard_cost",
     "host_view_cost", "jmx_cost", "json_cost", "kafka_cluster_start", "kernel_events_cost",
     "poll_cost", "record_cost", "replay_memory", "sampler_cost", "serve_cost", "table_cost",
-    "terminal_cost",
-    "test_durations", "wire_cost", "wire_flood",
+    "terminal_cost", "test_durations", "tls_cost", "wire_cost", "wire_flood",
 )
 #: the package's modules that are not benchmarks: the runner and what benchmarks share
 SUPPORT = ("__init__", "__main__", "api", "helpers", "registry", "results")

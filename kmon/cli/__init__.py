@@ -11,6 +11,7 @@ from kmon.cli import inherited  # noqa: F401  (first: see its docstring)
 from kmon.cli.options import EXIT_ERROR, Parser
 from kmon.errors import UserError
 from kmon.sources.processes import own_processes
+from kmon.sources.tls import uprobes
 
 # command -> (module under kmon.cli, help)
 COMMANDS = {
@@ -71,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     own = args.command not in BECOMES_THE_PROGRAM
     if own:  # never listed by kmon as a Kafka client (kmon.sources.processes.own_processes)
         own_processes.register(os.getpid())
+        uprobes.hook_exit_signals()  # the TLS source's uprobes go when a signal ends kmon
+        if os.geteuid() == 0:
+            uprobes.remove_stale()  # and those a killed kmon left
     try:
         return _command(args.command).run(args)
     except KeyboardInterrupt:

@@ -67,10 +67,15 @@ def broker_idle(parser: argparse.ArgumentParser) -> None:
 
 
 def wire(parser: argparse.ArgumentParser) -> None:
-    """``--wire``: read the Kafka request headers on the client's own sockets (needs root)."""
+    """``--wire``, ``--tls``: read the Kafka request headers on the client's own sockets, and
+    inside their TLS (needs root)."""
     parser.add_argument("--wire", choices=("auto", "off"), default="auto",
                         help="roles from the Kafka headers on the client's sockets where kmon "
                              "may capture packets (CAP_NET_RAW): auto (default) or off")
+    parser.add_argument("--tls", choices=("auto", "off"), default="auto",
+                        help="the same inside TLS: uprobes on the client's OpenSSL writes, "
+                             "reading each request's first 16 bytes (root): auto (default) or "
+                             "off")
 
 
 def interval(parser: argparse.ArgumentParser, what: str = "snapshots",

@@ -63,7 +63,9 @@ def sampler_settings(args: argparse.Namespace, config: Config, named: ClusterCon
                            cluster=metadata, groups=groups,
                            require_kafka=require_kafka,
                            middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
-                           wire=getattr(args, "wire", "auto"), not_kafka_hint=not_kafka_hint)
+                           wire=getattr(args, "wire", "auto"),
+                           tls=getattr(args, "tls", "auto") == "auto",
+                           not_kafka_hint=not_kafka_hint)
 
 
 def monitor(samplers: Iterable[ProcessSampler], config: Config, **kwargs) -> Monitor:

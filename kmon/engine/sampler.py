@@ -79,6 +79,7 @@ class SamplerSettings:
     resolver: Resolver = field(default_factory=Resolver)
     middlebox_idle_ms: int | None = None  # a load balancer's or NAT's idle timeout, if any
     wire: str = "auto"  # "auto": read the Kafka headers on the process's sockets where allowed
+    tls: bool = True  # ... and inside its TLS writes (uprobes on OpenSSL's)
     not_kafka_hint: str = "pass --any-process"  # the command's own way past NotAKafkaClient
     cluster: InitVar[ClusterMetadata | None] = None  # the cluster, when known at the start
     groups: InitVar[tuple[GroupInfo, ...] | None] = None  # and its groups
@@ -151,7 +152,8 @@ class ProcessSampler:
         jvm = is_jvm(pid)
         self.jvm_source = (JvmSource(pid, client_log, jmx=jvm, reader=reader)
                            if jvm or client_log else None)
-        self.wire_source = ProcessWire(host_wire) if settings.wire == "auto" else None
+        self.wire_source = (ProcessWire(host_wire, pid if settings.tls else None)
+                            if settings.wire == "auto" else None)
         args = shlex.split(self.cmdline)
         self.cadence = CadenceEvidence(lambda: directory.groups, args)
         self.jvm = JvmEvidence(pid, self.start_time) if self.jvm_source else None

@@ -14,7 +14,9 @@
 * Metadata to an address none of the brokers its answers named advertises, whenever
   opened: **bootstrap** (a forwarder, a load balancer or a Kubernetes service in front of
   the brokers: clients reach brokers by their advertised addresses only);
-* a TLS socket: a note (``tls``); its role comes from the other evidence.
+* a TLS socket: the same rules, from the request headers the TLS source read inside its
+  writes (kmon.sources.tls); where it cannot, a note (``tls``), and its role comes from the
+  other evidence.
 
 Broker ids come from the Metadata and FindCoordinator responses the process
 received, else from the endpoints kmon already knows, else from one Metadata
@@ -72,6 +74,7 @@ class WireEvidence:
         view = reading.view
         if view is None:
             return Evidence(notices=[reading.problem] if reading.problem else [])
+        notices = list(reading.notices)
         learned = self._broker_endpoints(view, gathered.resolver)
         known = {**gathered.known, **learned}
         bootstrap = bootstrap_of(gathered.stats, self.cmdline_bootstrap)
@@ -102,8 +105,8 @@ class WireEvidence:
             steady = Steady(context, keys, {}, _unknown(view, known))
         steady.claims, steady.polls = claims, view.polls
         self.steady = steady if lasting else None
-        notices = [f"the wire missed {view.drops:,} packets (kmon's ring was full)"] \
-            if view.drops else []
+        if view.drops:
+            notices.append(f"the wire missed {view.drops:,} packets (kmon's ring was full)")
         return Evidence(claims=claims, learned=learned, notices=notices,
                         closes=view.closes, ask=steady.unknown)
 
@@ -189,17 +192,18 @@ def flow_says(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endpo
               bootstrap: str, resolver: Resolver) -> FlowSays | None:
     """What the traffic of a socket to ``remote`` says, if it says enough (its claim's detail
     says when each API was last seen)."""
-    if flow.tls:
+    keys = flow.api_counts.keys()
+    if flow.tls and not keys:
         return FlowSays(None, None, None, 0.0, {"wire": "tls"},
                         "TLS: the Kafka headers are encrypted")
-    keys = flow.api_counts.keys()
     if not keys:
         return None
     broker_id = known.get(remote)
     seen = flow.seen()
     apis = " ".join(text for text, _ in seen)
     evidence = {"role": "wire", "wire": apis}
-    client = f" · client_id {flow.client_id}" if flow.client_id else ""
+    client = (f" · client_id {flow.client_id}" if flow.client_id else "") + (
+        " · over TLS" if flow.tls else "")
     if keys & (kp.GROUP_APIS | kp.TXN_APIS):
         node_id = None if broker_id is None else coordinator_node_id(broker_id)
         which = "group" if keys & kp.GROUP_APIS else "transaction"

@@ -11,6 +11,7 @@ private directory just long enough to read them, and unmounts it at once.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import ipaddress
@@ -21,7 +22,7 @@ import re
 import struct
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
@@ -190,20 +191,20 @@ class _Ring:
     followed: bool  # the followed ports' (else the connect ring)
 
 
-def _perf_event_open(attr: bytes, cpu: int) -> int:
+def perf_event_open(attr: bytes, cpu: int, pid: int = -1) -> int:
     number = PERF_EVENT_OPEN.get(platform.machine())
     if number is None:
         raise KernelEventsUnavailable(f"perf_event_open not known on {platform.machine()}")
     libc = ctypes.CDLL(None, use_errno=True)
     buf = ctypes.create_string_buffer(attr, len(attr))
-    fd = libc.syscall(number, buf, -1, cpu, -1, 0)
+    fd = libc.syscall(number, buf, pid, cpu, -1, 0)
     if fd < 0:
         err = ctypes.get_errno()
         raise KernelEventsUnavailable(f"perf_event_open: {os.strerror(err)}")
     return fd
 
 
-def _attr(config: int) -> bytes:
+def tracepoint_attr(config: int) -> bytes:
     """A ``struct perf_event_attr`` (128 bytes) for one tracepoint, sampling every hit."""
     head = struct.pack("<IIQQQQQII", PERF_TYPE_TRACEPOINT, 128, config, 1,
                        PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW, 0,
@@ -215,9 +216,18 @@ def _attr(config: int) -> bytes:
 
 def read_formats() -> dict[str, tuple[int, dict[str, Field]]]:
     """Each tracepoint's id and fields, from tracefs (mounted for the read if need be)."""
+    with tracefs() as root:
+        return _formats_in(root)
+
+
+@contextlib.contextmanager
+def tracefs() -> Iterator[Path]:
+    """tracefs's root where it is mounted, else mounted on a private directory for the
+    block and unmounted after it."""
     for place in TRACEFS_PLACES:
         if (place / "events").is_dir():
-            return _formats_in(place)
+            yield place
+            return
     libc = ctypes.CDLL(None, use_errno=True)
     scratch = tempfile.mkdtemp(prefix="kmon-tracefs-")
     try:
@@ -225,7 +235,7 @@ def read_formats() -> dict[str, tuple[int, dict[str, Field]]]:
             raise KernelEventsUnavailable(
                 f"tracefs cannot be mounted: {os.strerror(ctypes.get_errno())}")
         try:
-            return _formats_in(Path(scratch))
+            yield Path(scratch)
         finally:
             libc.umount2(scratch.encode(), MNT_DETACH)
     finally:
@@ -273,10 +283,10 @@ class KernelEvents:
                     ring = self._open(name, cpu, self.pages[ring_of], ring_of == name)
                     if ring is not None:
                         rings.append(ring)
-                        _ioctl(ring.fd, PERF_EVENT_IOC_SET_FILTER,
+                        perf_ioctl(ring.fd, PERF_EVENT_IOC_SET_FILTER,
                                ctypes.c_char_p(text.encode()))
             for ring in rings:
-                _ioctl(ring.fd, PERF_EVENT_IOC_ENABLE, 0)
+                perf_ioctl(ring.fd, PERF_EVENT_IOC_ENABLE, 0)
         except BaseException:
             _close(rings)
             raise
@@ -284,7 +294,7 @@ class KernelEvents:
 
     def _open(self, name: str, cpu: int, pages: int, followed: bool) -> _Ring | None:
         try:
-            fd = _perf_event_open(_attr(self.formats[name][0]), cpu)
+            fd = perf_event_open(tracepoint_attr(self.formats[name][0]), cpu)
         except KernelEventsUnavailable:
             if cpu == 0:
                 raise
@@ -324,44 +334,62 @@ class KernelEvents:
         return sorted(set(out) if overlap else out, key=lambda e: e.ts_ms)
 
     def _drain(self, ring: _Ring, out: list[TcpEvent], retiring: bool = False) -> bool:
-        """The records between the ring's tail and head, copied out in one or two slices
-        (where they wrap), then read in place; True when there were any. A ring replaced by
-        a new filter (``retiring``) gives only the count of records it lost before: the
-        record the kernel writes first once it has room (what follows is the new rings')."""
-        buf, size = ring.buffer, ring.pages * self._page
-        head, tail = struct.unpack_from("<QQ", buf, 1024)
-        start, end = self._page + tail % size, self._page + tail % size + min(head - tail, size)
-        data = buf[start:min(end, self._page + size)]
-        if end > self._page + size:
-            data += buf[self._page:end - size]
+        """The ring's records into ``out`` (``read_ring``); True when there were any. A ring
+        replaced by a new filter (``retiring``) gives only the count of records it lost before:
+        the record the kernel writes first once it has room (what follows is the new rings')."""
         decode = self.layouts[ring.name].decode
-        epoch_ms = (time.time() - time.monotonic()) * 1000
-        at, room = 0, MAX_EVENTS_PER_READ - len(out)
-        while at + 8 <= len(data) and room > 0:
-            kind, _, length = HEADER.unpack_from(data, at)
-            if length < 8 or at + length > len(data):
-                at = head - tail  # a corrupt ring: start again from the head
-                break
-            if kind == PERF_RECORD_LOST and length >= 24 and not (retiring and at):
-                lost = struct.unpack_from("<Q", data, at + 16)[0]
-                if ring.followed:
-                    self.lost += lost
-                else:
-                    self.lost_connects += lost
-            elif kind == PERF_RECORD_SAMPLE and length >= 28 and not retiring:
-                pid, _tid, ts_ns, raw_size = SAMPLE.unpack_from(data, at + 8)
-                event = decode(pid, ts_ns / 1e6 + epoch_ms, data[at + 28:at + 28 + raw_size])
-                if event is not None:
-                    out.append(event)
-                    room -= 1
-            at += length
-        struct.pack_into("<Q", buf, 1032, tail + at)
-        return at > 0
+
+        def sample(pid: int, _tid: int, ts_ms: float, raw: bytes) -> bool:
+            event = decode(pid, ts_ms, raw)
+            if event is not None:
+                out.append(event)
+            return event is not None
+
+        def lost(count: int) -> None:
+            if ring.followed:
+                self.lost += count
+            else:
+                self.lost_connects += count
+
+        return read_ring(ring.buffer, ring.pages, sample, lost,
+                         MAX_EVENTS_PER_READ - len(out), retiring)
 
     def close(self) -> None:
         """Stop the events and free their rings."""
         _close(self.rings + [ring for ring, _ in self._retiring])
         self.rings, self._retiring = [], []
+
+
+def read_ring(buf: mmap.mmap, pages: int, sample: Callable[[int, int, float, bytes], bool],
+              lost: Callable[[int], None], room: int, retiring: bool = False) -> bool:
+    """The records between a perf ring's tail and head, copied out in one or two slices
+    (where they wrap), then read in place: each sample handed to ``sample(pid, tid, ts_ms,
+    raw)`` (True: it counts against ``room``, the most taken), each count of records the
+    kernel dropped to ``lost``; True when there were any. ``retiring``: only the count of
+    records lost, and only the first record's."""
+    page = mmap.PAGESIZE
+    size = pages * page
+    head, tail = struct.unpack_from("<QQ", buf, 1024)
+    start, end = page + tail % size, page + tail % size + min(head - tail, size)
+    data = buf[start:min(end, page + size)]
+    if end > page + size:
+        data += buf[page:end - size]
+    epoch_ms = (time.time() - time.monotonic()) * 1000
+    at = 0
+    while at + 8 <= len(data) and room > 0:
+        kind, _, length = HEADER.unpack_from(data, at)
+        if length < 8 or at + length > len(data):
+            at = head - tail  # a corrupt ring: start again from the head
+            break
+        if kind == PERF_RECORD_LOST and length >= 24 and not (retiring and at):
+            lost(struct.unpack_from("<Q", data, at + 16)[0])
+        elif kind == PERF_RECORD_SAMPLE and length >= 28 and not retiring:
+            pid, tid, ts_ns, raw_size = SAMPLE.unpack_from(data, at + 8)
+            if sample(pid, tid, ts_ns / 1e6 + epoch_ms, data[at + 28:at + 28 + raw_size]):
+                room -= 1
+        at += length
+    struct.pack_into("<Q", buf, 1032, tail + at)
+    return at > 0
 
 
 def _close(rings: list[_Ring]) -> None:
@@ -370,7 +398,7 @@ def _close(rings: list[_Ring]) -> None:
         os.close(ring.fd)
 
 
-def _ioctl(fd: int, request: int, arg) -> None:
+def perf_ioctl(fd: int, request: int, arg) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.ioctl(fd, ctypes.c_ulong(request), arg) < 0:
         err = ctypes.get_errno()

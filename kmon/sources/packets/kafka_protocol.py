@@ -62,8 +62,9 @@ class RequestHeader(NamedTuple):
 _REQUEST_HEADER = struct.Struct(">ihhih")
 
 
-def request_header(data: bytes) -> RequestHeader | None:
-    """The request header at the start of ``data``, if it is there and plausible."""
+def request_header(data: bytes, prefix: bool = False) -> RequestHeader | None:
+    """The request header at the start of ``data``, if it is there and plausible; with
+    ``prefix`` (a few bytes read over TLS), a client_id cut short is left unnamed."""
     if len(data) < REQUEST_HEADER:
         return None
     size, key, version, correlation, length = _REQUEST_HEADER.unpack_from(data)
@@ -73,6 +74,8 @@ def request_header(data: bytes) -> RequestHeader | None:
     client_id = None
     if length >= 0:
         raw = data[REQUEST_HEADER:REQUEST_HEADER + length]
+        if len(raw) < length and prefix:
+            return RequestHeader(size, key, version, correlation, None)
         client_id = _client_id(raw) if len(raw) == length else None
         if client_id is None:
             return None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kmon.model import WireClose
@@ -134,8 +135,11 @@ class WireTap:
         self.capture.set_ports(self.capture.local_ports, self.capture.remote_ports | {
             port for _, port in brokers.values()}, responses=False)
 
-    def poll(self, sockets: list[TcpSocket], now_ms: int) -> WireView:
-        """Take in the segments queued since the last poll; follow ``sockets`` from now on."""
+    def poll(self, sockets: list[TcpSocket], now_ms: int,
+             tls_writes: Sequence[tuple[int, float, bytes]] = ()) -> WireView:
+        """Take in the segments queued since the last poll, and ``tls_writes``, the starts of
+        the process's TLS writes as (socket inode, epoch ms, bytes) (kmon.sources.tls); follow
+        ``sockets`` from now on."""
         pairs = [(s.local, s.remote) for s in sockets]
         same = pairs == self.pairs  # the sockets of the last poll (the same endpoints)
         mine = self.mine if same else {(_address(s.local), _address(s.remote)): s
@@ -144,6 +148,8 @@ class WireTap:
         self.taken = taken
         for seg in self.capture.read():
             self._take(seg, mine)
+        if tls_writes:
+            self._take_tls(tls_writes, sockets)
         flows, closes = self.flows, {}
         gone = set() if same else self.last_polled - mine.keys()
         # every flow a socket's of the last poll, and no segment of another: none to drop
@@ -222,8 +228,23 @@ class WireTap:
         else:
             self._response(flow, seg)
 
-    def _request(self, flow: Flow, seg: Segment) -> None:
-        header = kp.request_header(seg.data)
+    def _take_tls(self, writes: Sequence[tuple[int, float, bytes]],
+                  sockets: list[TcpSocket]) -> None:
+        """The request headers at the start of TLS writes, into their sockets' flows (marked
+        TLS: kmon's own plaintext query is not sent to their peers)."""
+        by_inode = {s.inode: (_address(s.local), _address(s.remote)) for s in sockets}
+        for inode, ts_ms, data in writes:
+            key = by_inode.get(inode)
+            if key is None:
+                continue
+            ts = int(ts_ms)
+            flow = self.flows.get(key) or self._flow(key, ts)
+            flow.tls = True
+            self.taken.add(key)
+            self._request(flow, Segment(ts, key[0], key[1], data, 0, 1, ts), prefix=True)
+
+    def _request(self, flow: Flow, seg: Segment, prefix: bool = False) -> None:
+        header = kp.request_header(seg.data, prefix)
         flow.requests += 1
         if header is None:
             flow.tls |= flow.first_request_ms is None and seg.data.startswith(TLS_RECORDS)
