@@ -2,9 +2,11 @@
 bootstraps through a TCP forwarder in the test (as through a Kubernetes service or a load
 balancer) to a node whose ``advertised.listeners`` names a port nothing listens on; ``kmon
 attach --json`` names the broker, its advertised address and the bootstrap that answered,
-and calls the forwarder's socket a bootstrap connection. Its negative twin, the same
-consumer through the same kind of forwarder to a node advertising its real port, raises
-nothing."""
+and calls the forwarder's socket a bootstrap connection, with and without ``-b FORWARDER``
+(the client library kmon asks the cluster with waits for the advertised brokers; kmon's own
+Metadata query to the bootstrap answers). Its negative twin, the same consumer through the
+same kind of forwarder to the session's cluster, whose nodes advertise their real ports,
+raises nothing."""
 
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ import threading
 import time
 
 import pytest
-from helpers import Child, attach_stream, free_port
+from helpers import Child, attach_stream, free_port, require_java, unique
+
+from kmon.devtools.kafka_cluster import KafkaCluster
 
 pytestmark = pytest.mark.integration
 
@@ -60,24 +64,36 @@ def _pipe(source: socket.socket, sink: socket.socket) -> None:
                 sock.shutdown(socket.SHUT_RDWR)
 
 
-def through_forwarder(start_kafka, **broker_config: str):
-    """A 1-node cluster, a forwarder to its client port, and a kcat consumer bootstrapping
-    through the forwarder."""
-    cluster = start_kafka(1, **broker_config)
+@pytest.fixture(scope="module")
+def unreachable():
+    """A 1-node cluster advertising a port nothing listens on (the connects to it are
+    refused), and that port; shared by the module's tests."""
+    require_java()
+    dead = free_port()
+    with KafkaCluster(1, {"advertised.listeners": f"PLAINTEXT://127.0.0.1:{dead}"}) as cluster:
+        yield cluster, dead
+
+
+def through_forwarder(cluster: KafkaCluster):
+    """A forwarder to the cluster's first node's client port, and a kcat consumer
+    bootstrapping through it."""
     forwarder = Forwarder(("127.0.0.1", cluster.nodes[0].ports["PLAINTEXT"]))
+    topic = unique(TOPIC)
     # the topic is made by a consumer's Metadata request (through the forwarder too); its
     # message is delivered, or not, within a second
-    subprocess.run(["kcat", "-P", "-b", forwarder.address, "-t", TOPIC,
+    subprocess.run(["kcat", "-P", "-b", forwarder.address, "-t", topic,
                     "-X", "message.timeout.ms=1000"], input=b"a message", timeout=30,
                    capture_output=True)
-    consumer = Child(["kcat", "-C", "-b", forwarder.address, "-t", TOPIC])
+    consumer = Child(["kcat", "-C", "-b", forwarder.address, "-t", topic])
     return forwarder, consumer
 
 
-def findings_until(pid: int, done, seconds: float) -> tuple[list[dict], dict, float]:
-    """The findings of a streamed ``kmon attach PID --json`` until ``done(findings)`` or
-    ``seconds``, its last record, and how long after the attach began."""
-    stream = attach_stream(pid, interval="500ms")
+def findings_until(pid: int, done, seconds: float, *extra: str
+                   ) -> tuple[list[dict], dict, float]:
+    """The findings of a streamed ``kmon attach PID --json [extra]`` until
+    ``done(findings)`` or ``seconds``, its last record, and how long after the attach
+    began."""
+    stream = attach_stream(pid, *extra, interval="500ms")
     started = time.monotonic()
     try:
         while True:
@@ -89,14 +105,15 @@ def findings_until(pid: int, done, seconds: float) -> tuple[list[dict], dict, fl
         stream.stop()
 
 
-def test_an_unreachable_advertised_address_behind_a_forwarder_is_named(start_kafka):
-    dead = free_port()  # nothing listens there: the connects to it are refused
-    forwarder, consumer = through_forwarder(
-        start_kafka, **{"advertised.listeners": f"PLAINTEXT://127.0.0.1:{dead}"})
+@pytest.mark.parametrize("given", [False, True], ids=["alone", "with -b FORWARDER"])
+def test_an_unreachable_advertised_address_behind_a_forwarder_is_named(unreachable, given):
+    cluster, dead = unreachable
+    forwarder, consumer = through_forwarder(cluster)
     try:
         findings, process, took = findings_until(
             consumer.pid, lambda found: any(f["reason"] == "advertised_unreachable"
-                                            for f in found), FINDING_WITHIN_S)
+                                            for f in found), FINDING_WITHIN_S,
+            *(["-b", forwarder.address] if given else []))
     finally:
         consumer.stop()
         forwarder.close()
@@ -112,10 +129,12 @@ def test_an_unreachable_advertised_address_behind_a_forwarder_is_named(start_kaf
     print(f"advertised_unreachable: {took:.1f} s after the attach began: {found['detail']}")
 
 
-def test_a_reachable_advertised_address_behind_a_forwarder_raises_nothing(start_kafka):
-    forwarder, consumer = through_forwarder(start_kafka)
+@pytest.mark.parametrize("given", [False, True], ids=["alone", "with -b FORWARDER"])
+def test_a_reachable_advertised_address_behind_a_forwarder_raises_nothing(kafka, given):
+    forwarder, consumer = through_forwarder(kafka)
     try:
-        findings, process, _ = findings_until(consumer.pid, bool, TWIN_WATCHED_S)
+        findings, process, _ = findings_until(consumer.pid, bool, TWIN_WATCHED_S,
+                                              *(["-b", forwarder.address] if given else []))
     finally:
         consumer.stop()
         forwarder.close()

@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from kmon.sources.broker_query import bootstrap_brokers
+from kmon.sources.kafka_protocol import IDLE_LIMIT
 from kmon.sources.resolve import Resolver
 from kmon.sources.sockets import Endpoint
 
@@ -14,7 +16,6 @@ if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
 
 GROUPS_UNSUPPORTED = "the cluster does not answer ListGroups/DescribeGroups"
-IDLE_LIMIT = "connections.max.idle.ms"
 ASK_STEP_S = 0.5  # the metadata asked in steps: a refused or failed login ends the wait
 AUTHENTICATION, ALL_BROKERS_DOWN = -169, -187  # librdkafka's local error codes
 
@@ -102,6 +103,7 @@ def admin_client(bootstrap: str, extra_conf: dict[str, str] | None = None) -> Ad
         raise ClusterUnreachable(
             f"invalid client configuration for {bootstrap}: {reason}") from err
     admin.kmon_errors = errors
+    admin.kmon_plaintext = conf.get("security.protocol", "PLAINTEXT").upper() == "PLAINTEXT"
     return admin
 
 
@@ -161,6 +163,9 @@ def _list_brokers(admin: AdminClient, bootstrap: str, timeout_s: float) -> Clust
                     "sasl.mechanism, sasl.username and sasl.password (-X or -F FILE)") from err
             down = any(e.code() == ALL_BROKERS_DOWN for e in errors)
             if down or left <= ASK_STEP_S:
+                answered = _bootstrap_only(admin, bootstrap, left)
+                if answered is not None:
+                    return answered
                 waited = time.monotonic() - started
                 raise ClusterUnreachable(
                     f"cluster {bootstrap} did not answer within {waited:.1f}s "
@@ -170,6 +175,23 @@ def _list_brokers(admin: AdminClient, bootstrap: str, timeout_s: float) -> Clust
     controller = metadata.controller_id if metadata.controller_id >= 0 else None
     return ClusterMetadata(bootstrap=bootstrap, brokers=brokers, controller_id=controller,
                            cluster_id=getattr(metadata, "cluster_id", None) or None)
+
+
+def _bootstrap_only(admin: AdminClient, bootstrap: str,
+                    left_s: float) -> ClusterMetadata | None:
+    """The cluster as its bootstrap answers kmon's own Metadata query (plaintext only), for a
+    cluster whose bootstrap answers while the brokers it advertises cannot be reached (the
+    client library waits for them: a forwarder or load balancer in front of brokers
+    advertising addresses this host cannot reach); None where none answers."""
+    if not getattr(admin, "kmon_plaintext", False):
+        return None
+    answer = bootstrap_brokers(bootstrap, max(left_s, ASK_STEP_S))
+    if not answer:
+        return None
+    brokers = tuple(sorted((BrokerInfo(i, host, port) for i, (host, port) in answer.items()),
+                           key=lambda b: b.broker_id))
+    return ClusterMetadata(bootstrap=bootstrap, brokers=brokers, controller_id=None,
+                           cluster_id=answer.cluster_id)
 
 
 def _with_racks(admin: AdminClient, metadata: ClusterMetadata, timeout_s: float) -> ClusterMetadata:
