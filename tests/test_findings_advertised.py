@@ -22,7 +22,7 @@ from helpers import Child, attach_stream, free_port, require_java, unique
 
 from kmon.devtools.kafka_cluster import KafkaCluster
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 FINDING_WITHIN_S = 25  # the acceptance: the finding appears within 25 s
 TWIN_WATCHED_S = 12  # the negative twin is watched this long (past its first connects)
