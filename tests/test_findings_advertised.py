@@ -10,16 +10,14 @@ raises nothing."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 import subprocess
-import threading
 import time
 
 import pytest
 from helpers import Child, attach_stream, free_port, require_java, unique
 
+from kmon.devtools.forwarder import Forwarder
 from kmon.devtools.kafka_cluster import KafkaCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
@@ -27,41 +25,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 FINDING_WITHIN_S = 25  # the issue's acceptance: the finding appears within 25 s
 TWIN_WATCHED_S = 12  # the negative twin is watched this long (past its first connects)
 TOPIC = "advertised-topic"
-
-
-class Forwarder:
-    """A TCP forwarder on a loopback port of its own to ``target``, a thread per direction."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self.server.getsockname()[1]}"
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                client, _ = self.server.accept()
-                upstream = socket.create_connection(self.target)
-            except OSError:
-                return
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=_pipe, args=(source, sink), daemon=True).start()
-
-    def close(self) -> None:
-        self.server.close()
-
-
-def _pipe(source: socket.socket, sink: socket.socket) -> None:
-    try:
-        while data := source.recv(65536):
-            sink.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for sock in (source, sink):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
 
 
 @pytest.fixture(scope="module")
