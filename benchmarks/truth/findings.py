@@ -9,8 +9,8 @@ client retransmitted that no ack ever covered; for ``advertised_unreachable``, t
 own debug log (``Connect to ipv4#... failed``); for ``fd_near_limit``, /proc/PID/limits and
 /proc/PID/fd counted here; for ``duplicate_client_id``, the client.id each client's own
 debug log names it by; for ``rebootstrap``, librdkafka's debug log (``Starting re-bootstrap
-sequence``). ``coordinator_flapping`` is not in it yet (tests/test_findings_coordinator.py
-checks it against the client's statistics).
+sequence``); for ``coordinator_flapping``, the client's own debug log naming each new
+coordinator (``changing coordinator 1 -> 2``).
 """
 
 from __future__ import annotations
@@ -53,7 +53,12 @@ BEDS = {  # the clusters the scenarios run on: (nodes, broker settings)
     "three nodes": (3, {}),
     "advertising a dead port": (1, {}),  # its advertised.listeners set when it starts
     "reaping idle after 4 s": (1, {"connections.max.idle.ms": "4000"}),
+    # the group offsets in one partition on every node: its leader moves when one is killed
+    "three nodes, offsets on one partition": (3, {"offsets.topic.replication.factor": "3",
+                                                  "offsets.topic.num.partitions": "1"}),
 }
+MOVES = 3  # coordinator_flapping's threshold
+MOVED = re.compile(r"changing coordinator (-?\d+) -> (\d+)")
 _tables = itertools.count()
 
 
@@ -152,9 +157,11 @@ class Packets:
 
 
 def unacked_retransmits(lines: list[str]) -> list[str]:
-    """The connections whose client resent a segment (the same sequence range twice) that
-    no ack of the other side covered afterwards, as "client port>server port"."""
-    sent: dict[tuple[int, int], dict[int, int]] = {}  # flow -> segment end -> times sent
+    """The connections whose client resent data (a segment starting below the highest
+    sequence it had sent: the kernel may resend several segments as one) that no ack of
+    the other side covered afterwards, as "client port>server port"."""
+    highest: dict[tuple[int, int], int] = {}  # flow -> the end of the data it sent
+    resent: dict[tuple[int, int], int] = {}  # flow -> the highest end it resent
     acked: dict[tuple[int, int], int] = {}  # flow -> the highest ack the other side sent
     for line in lines:
         match = PACKET.match(line)
@@ -163,14 +170,14 @@ def unacked_retransmits(lines: list[str]) -> list[str]:
         _, _, sport, _, dport, _, seq, seq_end, ack, length = match.groups()
         flow = (int(sport), int(dport))
         if int(length) > 0 and seq_end is not None:
-            ends = sent.setdefault(flow, {})
-            ends[int(seq_end)] = ends.get(int(seq_end), 0) + 1
+            if int(seq) < highest.get(flow, int(seq)):
+                resent[flow] = max(resent.get(flow, 0), int(seq_end))
+            highest[flow] = max(highest.get(flow, 0), int(seq_end))
         if ack is not None:
             back = (flow[1], flow[0])
             acked[back] = max(acked.get(back, 0), int(ack))
-    return [f"{sport}>{dport}" for (sport, dport), ends in sent.items()
-            if any(times > 1 and acked.get((sport, dport), 0) < end
-                   for end, times in ends.items())]
+    return [f"{sport}>{dport}" for (sport, dport), end in resent.items()
+            if acked.get((sport, dport), 0) < end]
 
 
 def logged(log: Path, pattern: str) -> list[str]:
@@ -363,6 +370,46 @@ def rebootstrap(reaped: bool, play: Play, scenario: FindingScenario) -> list[Tol
                  f"its log: {len(went_back)} re-bootstraps")]
 
 
+def coordinator_moves(log: Path) -> list[int]:
+    """The coordinators the client's own log named in turn (the first one found, then each
+    new one)."""
+    path = []
+    for line in logged(log, "CGRPCOORD"):
+        if (found := MOVED.search(line)) and (not path or path[-1] != int(found[2])):
+            path.append(int(found[2]))
+    return path
+
+
+def coordinator_flapping(moved: bool, play: Play, scenario: FindingScenario) -> list[Told]:
+    """A group member whose coordinator's node is killed (and started again) MOVES times,
+    the coordinator moving each time (or, the twin, a member left alone)."""
+    client = consumer(play, "confluent-kafka consumer", instrument=True)
+    stream = Stream(client.pid, play.cluster.bootstrap()).start()
+    started = time.monotonic()
+    try:
+        for move in range(MOVES if moved else 0):
+            path = coordinator_moves(client.log)
+            victim = next(n for n in play.cluster.nodes if n.node_id == path[-1])
+            play.cluster.kill(victim)
+            deadline = time.monotonic() + 60
+            while len(coordinator_moves(client.log)) == len(path):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the coordinator did not move")
+                time.sleep(0.5)
+            if move < MOVES - 1:
+                play.cluster.start_node(victim)
+                play.cluster.wait_ready()
+                time.sleep(3)  # back in the partition's ISR, ready to lead again
+        started = time.monotonic()
+        found, others = watch(stream, scenario.reason, WITHIN_S if moved else TWIN_S)
+    finally:
+        stream.stop()
+        client.stop()
+    path = coordinator_moves(client.log)
+    return [told(scenario, client.name, len(path) - 1 >= MOVES, found, started, others,
+                 f"its log: coordinator {' -> '.join(map(str, path))}")]
+
+
 SCENARIOS = {s.name: s for s in [
     FindingScenario("silent-drop", "every segment of one consumer's broker connection "
                     "dropped (nftables)", "silent_drop", "three nodes",
@@ -394,6 +441,13 @@ SCENARIOS = {s.name: s for s in [
                     partial(rebootstrap, True)),
     FindingScenario("rebootstrap-twin", "a producer of three nodes reaping nothing soon",
                     "rebootstrap", "three nodes", partial(rebootstrap, False)),
+    FindingScenario("coordinator-flapping", f"a group member whose coordinator's node is "
+                    f"killed {MOVES} times", "coordinator_flapping",
+                    "three nodes, offsets on one partition",
+                    partial(coordinator_flapping, True)),
+    FindingScenario("coordinator-flapping-twin", "a group member left alone",
+                    "coordinator_flapping", "three nodes",
+                    partial(coordinator_flapping, False)),
 ]}
 # run in kmon's suite (tests/test_truth_findings.py) on a cluster it shares: some 30 s
 FAST = ("fd-near-limit", "fd-near-limit-twin", "duplicate-client-id")
