@@ -19,6 +19,7 @@ import itertools
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -83,7 +84,6 @@ class Play:
 
     cluster: KafkaCluster
     workdir: Path
-    dead_port: int | None = None
 
     def log(self, name: str) -> Path:
         return self.workdir / f"{name}.log"
@@ -467,11 +467,10 @@ def run(names: list[str], cluster: KafkaCluster | None = None) -> list[Told]:
 def _run_bed(bed: str, scenarios: list[FindingScenario],
              given: KafkaCluster | None) -> list[Told]:
     brokers, config = BEDS[bed]
-    config, dead = dict(config), None
-    if bed == "advertising a dead port":
-        dead = _free_port()
-        config["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{dead}"
-    cluster = given if given is not None and dead is None and not config else None
+    config = dict(config)
+    if bed == "advertising a dead port":  # nothing listens there: connects to it are refused
+        config["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{_free_port()}"
+    cluster = given if given is not None and not config else None
     own = cluster is None
     if own:
         cluster = KafkaCluster(brokers, config)
@@ -485,7 +484,7 @@ def _run_bed(bed: str, scenarios: list[FindingScenario],
     try:
         for scenario in scenarios:
             print(f"running {scenario.name}...", file=sys.stderr, flush=True)
-            play = Play(cluster, Path(tempfile.mkdtemp(prefix="kmon-truth-")), dead)
+            play = Play(cluster, Path(tempfile.mkdtemp(prefix="kmon-truth-")))
             try:
                 out += scenario.play(play, scenario)
             except Exception as err:  # noqa: BLE001
@@ -498,8 +497,6 @@ def _run_bed(bed: str, scenarios: list[FindingScenario],
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]

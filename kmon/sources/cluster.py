@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -148,6 +150,7 @@ def _list_brokers(admin: AdminClient, bootstrap: str, timeout_s: float) -> Clust
     from confluent_kafka import KafkaException
 
     errors: list[KafkaError] = getattr(admin, "kmon_errors", [])
+    errors.clear()  # what librdkafka reports from this question on
     started = time.monotonic()
     while True:
         left = timeout_s - (time.monotonic() - started)
@@ -206,8 +209,10 @@ def _with_racks(admin: AdminClient, metadata: ClusterMetadata, timeout_s: float)
     if metadata.controller_id not in {b.broker_id for b in metadata.brokers}:
         return metadata
     try:
-        described = admin.describe_cluster(request_timeout=timeout_s).result()
+        described = _result(admin, admin.describe_cluster(request_timeout=timeout_s), timeout_s)
     except KafkaException:
+        return metadata
+    if described is None:
         return metadata
     brokers = tuple(sorted((BrokerInfo(n.id, n.host, n.port, n.rack or None)
                             for n in described.nodes), key=lambda b: b.broker_id))
@@ -227,11 +232,29 @@ def _with_idle_limit(admin: AdminClient, metadata: ClusterMetadata,
         return metadata
     resource = ConfigResource(ResourceType.BROKER, str(metadata.brokers[0].broker_id))
     try:
-        described = admin.describe_configs([resource], request_timeout=timeout_s)[resource]
-        idle_ms = int(described.result()[IDLE_LIMIT].value)
+        described = _result(admin, admin.describe_configs([resource],
+                                                          request_timeout=timeout_s)[resource],
+                            timeout_s)
+        idle_ms = int(described[IDLE_LIMIT].value)
     except (KafkaException, KeyError, ValueError, TypeError):
         return metadata
     return replace(metadata, broker_idle_ms=idle_ms) if 0 < idle_ms < 1 << 63 else metadata
+
+
+def _result(admin: AdminClient, future: Future, timeout_s: float):
+    """``future``'s result, waited for in steps; None after ``timeout_s``, or at once when
+    librdkafka has said every broker is down since the metadata was asked (the brokers the
+    cluster advertises cannot be reached: none would answer); KafkaException as it raises."""
+    errors: list[KafkaError] = getattr(admin, "kmon_errors", [])
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return future.result(timeout=ASK_STEP_S)
+        except FutureTimeout:
+            admin.poll(0)  # serves error_cb
+            if (any(e.code() == ALL_BROKERS_DOWN for e in errors)
+                    or time.monotonic() >= deadline):
+                return None
 
 
 def _groups(admin: AdminClient,
