@@ -1,6 +1,7 @@
 """What the host view costs on a busy host: one packet capture for every process, in tmux.
 
     python -m benchmarks host_view_cost [--processes 50] [--connections 100] [--seconds 30]
+                                        [--beside-old-table]
 
 --processes helper processes (each with librdkafka mapped, so the host view takes them
 for Kafka clients) hold --connections connections each to a listener helper that answers
@@ -17,6 +18,10 @@ the helper's measured ones, after its warm-up (the helper's start and the burst 
 flows are in neither). Each share is user + system CPU seconds of that process (all its
 threads) over wall seconds. The engine helpers count the "wire missed" notices their
 polls made. Targets: the host view under 10% of one core, no packet missed.
+
+With --beside-old-table, a second host view runs in a tmux session of its own, the process
+table of commit ``table_cost.OLD_COMMIT`` (DataTable-based) in place of kmon's (read from git
+into that process only), and its share is taken over the same seconds: "new / old table".
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import psutil
 from benchmarks.api import BenchmarkError, Result, UsageError
 from benchmarks.dashboard_cost import FD_SLACK
 from benchmarks.helpers import (
+    REPO,
     Helpers,
     cpu_seconds,
     exit_when_parent_goes,
@@ -167,8 +173,8 @@ def tmux(*args: str) -> str:
 
 
 def engine_share(helpers: Helpers, clients: list[subprocess.Popen[str]], seconds: float,
-                 per_process: bool, view: int) -> tuple[float, float, int]:
-    """(the engine helper's CPU share, the host view's (pid ``view``) over the same seconds,
+                 per_process: bool, views: list[int]) -> tuple[float, list[float], int]:
+    """(the engine helper's CPU share, each host view's (pids ``views``) over the same seconds,
     rows with a "wire missed" notice); once the helper watches every client, each sends a
     request on every connection (SIGUSR1), and both shares are taken from the helper's
     "ready" on, so both measure the steady state of a long run: every socket with a wire
@@ -179,10 +185,12 @@ def engine_share(helpers: Helpers, clients: list[subprocess.Popen[str]], seconds
     for client in clients:
         os.kill(client.pid, signal.SIGUSR1)
     helpers.line(engine, "ready")
-    before, view_before, began = cpu_seconds(engine.pid), cpu_seconds(view), time.perf_counter()
+    before, views_before = cpu_seconds(engine.pid), [cpu_seconds(view) for view in views]
+    began = time.perf_counter()
     _, missed = helpers.line(engine, "polls")
     wall = time.perf_counter() - began
-    return ((cpu_seconds(engine.pid) - before) / wall, (cpu_seconds(view) - view_before) / wall,
+    return ((cpu_seconds(engine.pid) - before) / wall,
+            [(cpu_seconds(view) - b) / wall for view, b in zip(views, views_before, strict=True)],
             int(missed))
 
 
@@ -200,6 +208,25 @@ def start_load(helpers: Helpers, processes: int, connections: int,
     return clients
 
 
+def host_view(session: str, role: str = "") -> psutil.Process:
+    """A host view (``kmon``, at 1 s) in tmux session ``session``, SIZE large: kmon itself, or
+    this benchmark in helper ``role`` (the old table's view)."""
+    argv = ["-m", "benchmarks", "host_view_cost", "--role", role] if role else ["-m", "kmon"]
+    tmux("new-session", "-d", "-x", str(SIZE[0]), "-y", str(SIZE[1]), "-s", session,
+         "-c", str(REPO), f"exec {shlex.join([sys.executable, *argv])}")
+    return psutil.Process(int(tmux("list-panes", "-t", session, "-F", "#{pane_pid}").split()[0]))
+
+
+def showing(session: str, clients: list[subprocess.Popen[str]]) -> None:
+    """Wait until the host view in ``session`` shows the last client."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while str(clients[-1].pid) not in tmux("capture-pane", "-p", "-t", session):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the host view never showed every client:\n"
+                               + tmux("capture-pane", "-p", "-t", session))
+        time.sleep(1.0)
+
+
 def measure(args: argparse.Namespace) -> Result:
     if shutil.which("tmux") is None:
         raise BenchmarkError("needs tmux (apt-get install tmux)")
@@ -207,26 +234,23 @@ def measure(args: argparse.Namespace) -> Result:
         raise BenchmarkError("the wire needs CAP_NET_RAW: run as root")
     with Helpers("host_view_cost", READY_TIMEOUT_S) as helpers:
         clients = start_load(helpers, args.processes, args.connections, args.rate)
-        command = shlex.join([sys.executable, "-m", "kmon"])  # the host view, at 1 s
-        tmux("new-session", "-d", "-x", str(SIZE[0]), "-y", str(SIZE[1]), "-s", "kmon",
-             f"exec {command}")
         try:
-            kmon = psutil.Process(int(tmux("list-panes", "-F", "#{pane_pid}").split()[0]))
-            deadline = time.monotonic() + READY_TIMEOUT_S
-            while str(clients[-1].pid) not in tmux("capture-pane", "-p"):
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the host view never showed every client:\n"
-                                       + tmux("capture-pane", "-p"))
-                time.sleep(1.0)
+            views = [host_view("kmon")]
+            if args.beside_old_table:
+                views.append(host_view("kmon-old", "old_table_view"))
+            for session in ("kmon", "kmon-old")[:len(views)]:
+                showing(session, clients)
+            pids = [view.pid for view in views]
             print("host view and engine alone ...", file=sys.stderr, flush=True)
-            engine, view, missed = engine_share(helpers, clients, args.seconds, False, kmon.pid)
-            screen = tmux("capture-pane", "-p")
+            engine, shares, missed = engine_share(helpers, clients, args.seconds, False, pids)
+            screen = tmux("capture-pane", "-p", "-t", "kmon")
             print("host view and engine with a tap per process ...", file=sys.stderr,
                   flush=True)
-            taps, view_beside_taps, taps_missed = engine_share(helpers, clients, args.seconds,
-                                                               True, kmon.pid)
+            taps, beside_taps, taps_missed = engine_share(helpers, clients, args.seconds, True,
+                                                          pids)
         finally:
             subprocess.run(["tmux", "-L", TMUX_SOCKET, "kill-server"], capture_output=True)
+    view, view_beside_taps = shares[0], beside_taps[0]
     print(f"host view of {args.processes} processes x {args.connections} connections, "
           f"{args.rate:g} Produce requests/s each, 1 s interval, --wire auto, tmux "
           f"{SIZE[0]}x{SIZE[1]}, {args.seconds:.0f} s each (user + system CPU / wall)")
@@ -234,6 +258,10 @@ def measure(args: argparse.Namespace) -> Result:
           f"{engine:7.2%}   ratio {view / engine:.2f}x")
     print(f"  host view, beside the taps run {view_beside_taps:7.2%}   engine, a tap per "
           f"process {taps:7.2%}   one capture / taps {engine / taps:.2f}x")
+    if args.beside_old_table:
+        print(f"  host view with the old table   {shares[1]:7.2%}   beside the taps run "
+              f"{beside_taps[1]:7.2%}   new / old table {view / shares[1]:.2f}x, "
+              f"{view_beside_taps / beside_taps[1]:.2f}x")
     print(f"  rows with '{MISSED}': one capture {missed} of {args.processes} x polls, "
           f"a tap per process {taps_missed}; on the host view's screen: "
           f"{'yes' if MISSED in screen else 'no'}")
@@ -247,6 +275,14 @@ def measure(args: argparse.Namespace) -> Result:
     result.ratio("host view / engine alone", "host view", "engine alone beside it")
     result.ratio("one capture / a tap per process", "engine alone beside it",
                  "engine, a tap per process")
+    if args.beside_old_table:
+        result.figure("host view, old table", shares[1] * 100, "% of a core")
+        result.figure("host view beside the taps", view_beside_taps * 100, "% of a core")
+        result.figure("host view beside the taps, old table", beside_taps[1] * 100,
+                      "% of a core")
+        result.ratio("host view: new / old table", "host view", "host view, old table")
+        result.ratio("host view beside the taps: new / old table", "host view beside the taps",
+                     "host view beside the taps, old table")
     return result
 
 
@@ -260,15 +296,24 @@ def load_arguments(parser: argparse.ArgumentParser) -> None:
 def options(parser: argparse.ArgumentParser) -> None:
     load_arguments(parser)
     parser.add_argument("--seconds", type=float, default=30.0, help="of each measurement")
+    parser.add_argument("--beside-old-table", action="store_true",
+                        help="a second host view beside, with the old (DataTable) process table")
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--per-process", action="store_true", help=argparse.SUPPRESS)
 
 
-ROLES = ("listener", "client", "engine")
+ROLES = ("listener", "client", "engine", "old_table_view")
 
 
 def helper(args: argparse.Namespace) -> int:
+    if args.role == "old_table_view":  # in tmux: ends with its session
+        from benchmarks.table_cost import old_process_table
+        from kmon import cli
+        from kmon.widgets import process_table
+
+        process_table.ProcessTable = old_process_table()  # for the screens yet to be imported
+        return cli.main([])
     exit_when_parent_goes()
     if args.role == "listener":
         role_listener(args.count)

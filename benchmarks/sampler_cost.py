@@ -33,8 +33,8 @@ def measure(args: argparse.Namespace) -> Result:
     from kmon.engine.heap import settle_heap
     from kmon.engine.sampler import ProcessSampler, SamplerSettings
     from kmon.model import Role
-    from kmon.sources.host_wire import HostWire
-    from kmon.sources.socket_readers import open_socket_reader
+    from kmon.sources.kernel.socket_readers import open_socket_reader
+    from kmon.sources.packets.host_wire import HostWire
 
     with Helpers("host_view_cost", host_view_cost.READY_TIMEOUT_S) as helpers:
         clients = host_view_cost.start_load(helpers, args.processes, args.connections,

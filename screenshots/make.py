@@ -19,11 +19,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kmon.dashboard_settings import DashboardSettings
-from kmon.devtools.demo import Demo
+from kmon.devtools.demo_workload import Demo
 from kmon.engine.cluster_watch import ClusterWatcher
 from kmon.engine.facade import ClusterSession, HostSession
 from kmon.engine.sampler import SamplerSettings
+from kmon.present.dashboard_settings import DashboardSettings
 from kmon.widgets.app import KmonApp
 from kmon.widgets.host_screen import HostScreen
 from kmon.widgets.watch_screen import WatchScreen

@@ -21,10 +21,10 @@ from helpers import (
     until,
 )
 
-from kmon.dashboard_settings import DashboardSettings
-from kmon.devtools.demo import Demo
+from kmon.devtools.demo_workload import Demo
 from kmon.engine.facade import HostSession
 from kmon.engine.sampler import SamplerSettings
+from kmon.present.dashboard_settings import DashboardSettings
 from kmon.widgets.app import KmonApp
 from kmon.widgets.host_screen import HostScreen
 

@@ -28,9 +28,9 @@ from helpers import (
     watch_app,
 )
 
-from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import HostSession
 from kmon.engine.sampler import SamplerSettings
+from kmon.present.dashboard_settings import DashboardSettings
 from kmon.widgets.app import KmonApp
 from kmon.widgets.host_screen import HostScreen
 

@@ -20,7 +20,7 @@ import pytest
 from helpers import Drops, attach_stream, wait_for
 
 from kmon.evidence.findings import silent_drop
-from kmon.sources.sockdiag import SockDiagReader
+from kmon.sources.kernel.sockdiag import SockDiagReader
 
 pytestmark = [
     pytest.mark.integration,

@@ -28,9 +28,9 @@ from kmon.evidence.infer import (
 )
 from kmon.evidence.resolve import kernel_limits, resolve_one, socket_row
 from kmon.model import Connection, Role
-from kmon.sources.cluster import GroupInfo, GroupMember, fetch_metadata
-from kmon.sources.socket_readers import open_socket_reader
-from kmon.sources.sockets import Endpoint, TcpSocket
+from kmon.sources.brokers.admin import GroupInfo, GroupMember, fetch_metadata
+from kmon.sources.kernel.socket_readers import open_socket_reader
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 
 KCAT = "/usr/bin/kcat"
 POLLS = 60  # at most this many polls for the cadence rule to speak (2 cycles take ~12)
@@ -86,6 +86,16 @@ def test_cadence_single_socket_needs_fetching_elsewhere():
     # two look-alike heartbeating sockets to one broker: no choice is made
     both = {"a": sawtooth(3000, 24), "b": sawtooth(3000, 24, start_bytes=7), "f": fetching(24)}
     assert by_cadence(both, {"a": 2, "b": 2, "f": 1}) == {}
+
+
+def test_a_forwarder_that_heartbeats_is_no_coordinator():
+    """A socket to a load balancer in front of the cluster has an endpoint claim with no
+    broker (a bootstrap front): its cadence names no coordinator of a broker ``None``."""
+    producer = CadenceEvidence(lambda: None, [])
+    producer.history = {"front": deque(sawtooth(3000, 26)), "fetch": deque(fetching(26))}
+    earlier = {"front": [Claim("endpoint", Role.BOOTSTRAP, None, None, 0.6)],
+               "fetch": [Claim("endpoint", Role.BROKER, 1, 1, 0.6)]}
+    assert producer.infer(earlier, {"127.0.0.1"}) == {}
 
 
 def test_client_ids_from_a_command_line():

@@ -24,11 +24,11 @@ from kmon.evidence.resolve import (
 )
 from kmon.evidence.wire import WireEvidence
 from kmon.model import Connection, Role
-from kmon.sources.process_info import running_since
+from kmon.sources.brokers.dns import Resolver
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket
+from kmon.sources.packets.kafka_wire import WireTap
 from kmon.sources.process_wire import WireReading
-from kmon.sources.resolve import Resolver
-from kmon.sources.sockets import Endpoint, TcpSocket
-from kmon.sources.wire import WireTap
+from kmon.sources.processes.process_info import running_since
 
 BROKER = Endpoint("127.0.0.1", 9092)
 OTHER = Endpoint("127.0.0.1", 9093)

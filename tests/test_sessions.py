@@ -14,7 +14,7 @@ from kmon.engine.cluster_watch import ClusterWatcher
 from kmon.engine.facade import ClusterSession, ProcessSession, SessionClosed
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
-from kmon.sources.socket_readers import open_socket_reader
+from kmon.sources.kernel.socket_readers import open_socket_reader
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 

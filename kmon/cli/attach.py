@@ -35,14 +35,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Attach to ``args.pid`` until the user quits, once, or the process exits."""
     from kmon.cli import wiring
+    from kmon.cli.config import load_config
     from kmon.cli.dashboard import checked_theme
     from kmon.cli.text_view import print_snapshots
-    from kmon.config import load_config
     from kmon.engine.host_churn import HostTimeWaits
     from kmon.engine.sampler import ProcessSampler, SampleError
-    from kmon.sources.resolve import SETUP_WAIT_S
-    from kmon.sources.socket_readers import open_socket_reader
-    from kmon.sources.spool import SpoolError
+    from kmon.sources.brokers.dns import SETUP_WAIT_S
+    from kmon.sources.clients.spool import SpoolError
+    from kmon.sources.kernel.socket_readers import open_socket_reader
 
     if args.client_log is not None and args.client_log.exists() and not (
             args.client_log.is_file()):

@@ -26,13 +26,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Start the cluster and the clients, watch them, and stop every child at the end."""
     from kmon.cli import wiring
+    from kmon.cli.config import load_config
     from kmon.cli.dashboard import checked_theme
     from kmon.cli.text_view import print_snapshots
-    from kmon.config import load_config
-    from kmon.devtools.demo import Demo, DemoError
+    from kmon.devtools.demo_workload import Demo, DemoError
     from kmon.engine.kernel_watch import open_kernel_watch
     from kmon.engine.sampler import ProcessSampler, SampleError
-    from kmon.sources.socket_readers import open_socket_reader
+    from kmon.sources.kernel.socket_readers import open_socket_reader
 
     config = load_config(args.config)
     interactive = options.interactive(args)

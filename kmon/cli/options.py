@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from kmon.classify import BROKER_IDLE_MS
 from kmon.units import duration_arg, duration_ms_arg, interval_arg, positive_int_arg, property_arg
@@ -19,7 +20,7 @@ CLUSTER_TIMEOUT_S = 10.0  # every command waits this long for a cluster's answer
 class Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one clear line."""
 
-    def error(self, message: str) -> None:
+    def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"kmon: error: {message} (see '{self.prog} --help')\n")
 
 

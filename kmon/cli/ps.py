@@ -8,7 +8,7 @@ import sys
 
 from kmon.cli import options, settle
 from kmon.errors import UserError
-from kmon.plain_text import one_line
+from kmon.present.plain_text import one_line
 
 SEARCH_ROUNDS = 4  # polls at most: each finds the clients of the brokers the last one learned
 CONFIRM_WAIT_S = 2.5  # and then polls while kmon's own queries (2 s each) name the clusters
@@ -27,10 +27,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Search the host, print the rows; exit 0, even with none."""
     from kmon.cli import wiring
-    from kmon.config import load_config
+    from kmon.cli.config import load_config
+    from kmon.cli.json_lines import json_line
     from kmon.engine.facade import HostSession
     from kmon.engine.sampler import SampleError
-    from kmon.json_lines import json_line
 
     config = load_config(args.config)
     named = wiring.named_cluster(args, config)
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
             session.close()
     except (SampleError, OSError) as err:
         raise UserError(str(err)) from err
-    if named is not None:
+    if named is not None and metadata is not None:
         labels = dict.fromkeys(wiring.clients_of(snapshot, wiring.broker_endpoints(metadata,
                                                                                  settings)),
                                named.name)
@@ -71,7 +71,7 @@ def text_lines(rows: list[dict], fmt: str) -> list[str]:
     """``rows`` as text: wide and tsv with a cluster column; a table grouped under one line
     per cluster (its name and how many processes), so that the name is never cut."""
     from kmon.cli.text_table import render
-    from kmon.columns import PROCESS_COLUMNS
+    from kmon.present.columns import PROCESS_COLUMNS
 
     if fmt != "table":
         return render(rows, PROCESS_COLUMNS, fmt)
@@ -109,11 +109,11 @@ def _search(session, settings) -> list:
 
 
 def process_rows(snapshot, labels: dict[int, str], events) -> list[dict]:
-    """One row per process in ``labels`` (kmon.columns.PROCESS_COLUMNS' keys), in cluster
+    """One row per process in ``labels`` (kmon.present.columns.PROCESS_COLUMNS' keys), in cluster
     order."""
     from kmon.model import EventKind, Role
     from kmon.short_command import short_command
-    from kmon.sources.process_info import owner
+    from kmon.sources.processes.process_info import owner
 
     churn = {e.pid: f"{e.churn.pattern.replace('_', ' ')} {e.churn.rate:g}/min"
              for e in events if e.kind is EventKind.CHURN and e.churn is not None}

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # the rest is imported when the command runs: every kmon comm
     from kmon.model import Event, Snapshot
     from kmon.record.recorder import Summary
     from kmon.record.rotation import Limits, RotatingRecorder
-    from kmon.sources.sockets import Endpoint
+    from kmon.sources.kernel.sockets import Endpoint
 
 DISCOVER_EVERY_S = 10.0  # --cluster: how often the host's sockets are searched for clients
 
@@ -50,7 +50,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Record until the duration ends, a stop signal, or (with --pid) every process exits."""
     from kmon.cli import wiring
-    from kmon.config import load_config
+    from kmon.cli.config import load_config
     from kmon.engine.discovery import ClientDiscovery
     from kmon.engine.heap import settle_heap
     from kmon.engine.host_churn import HostTimeWaits
@@ -58,9 +58,9 @@ def run(args: argparse.Namespace) -> int:
     from kmon.engine.sampler import ProcessSampler, SampleError
     from kmon.export.loop import Signals, run_loop
     from kmon.record.rotation import RotatingRecorder
-    from kmon.sources.host_wire import HostWire
-    from kmon.sources.socket_readers import open_socket_reader
-    from kmon.sources.spool import SpoolError
+    from kmon.sources.clients.spool import SpoolError
+    from kmon.sources.kernel.socket_readers import open_socket_reader
+    from kmon.sources.packets.host_wire import HostWire
 
     root = _writable_dir(args.out)
     try:

@@ -27,10 +27,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Play the recording until the user quits."""
+    from kmon.cli.config import load_config
     from kmon.cli.dashboard import checked_theme, dashboard_settings
-    from kmon.config import load_config
     from kmon.engine.facade import ProcessSession
-    from kmon.engine.replay import Replay, ReplayError, read_recording, recorded_interval_s
+    from kmon.engine.playback import Replay, ReplayError, read_recording, recorded_interval_s
     from kmon.widgets.launch import run_attach
 
     config = load_config(args.config)

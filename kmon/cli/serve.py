@@ -15,7 +15,7 @@ from kmon.errors import UserError
 from kmon.export.cluster_names import ClusterNames
 
 if TYPE_CHECKING:  # imported when the command runs (see kmon.cli.record)
-    from kmon.config import Config
+    from kmon.cli.config import Config
     from kmon.engine.facade import HostSession
     from kmon.export.metrics import HostMetrics
     from kmon.model import Event, Snapshot
@@ -65,7 +65,7 @@ class Agent:
 
     def __init__(self, args: argparse.Namespace, metrics: HostMetrics,
                  recorder: RotatingRecorder | None) -> None:
-        from kmon.config import load_config
+        from kmon.cli.config import load_config
 
         self.args, self.metrics, self.recorder = args, metrics, recorder
         self.brokers: frozenset | None = None  # -b: the named cluster's, else every cluster
@@ -82,7 +82,8 @@ class Agent:
         settings = wiring.sampler_settings(self.args, config, named, metadata,
                                            require_kafka=False)
         self.brokers = wiring.broker_endpoints(metadata, settings) if metadata else None
-        self.names = ClusterNames((metadata.cluster_id or named.name) if named else None)
+        self.names = ClusterNames((metadata.cluster_id or named.name)
+                                  if named and metadata else None)
         session = HostSession(settings, churn=config.churn,
                               interval_ms=round(self.args.interval * 1000))
         self.metrics.kernel_events = session.kernel_notice is None
@@ -125,7 +126,7 @@ class Agent:
     def reload(self) -> None:
         """SIGHUP: read the config file again and start a new session from it; a bad file
         is told and the running session kept."""
-        from kmon.config import load_config
+        from kmon.cli.config import load_config
 
         try:
             session = self._session(load_config(self.args.config))
@@ -138,7 +139,7 @@ class Agent:
         print("kmon serve: config reloaded", file=sys.stderr, flush=True)
 
     def _tell(self, message: str) -> None:
-        from kmon.plain_text import one_line
+        from kmon.present.plain_text import one_line
 
         if message != self.last_error:  # the same failure every 5 s is told once
             self.last_error = message
@@ -158,7 +159,8 @@ class Agent:
                 f"under {self.recorder.root}")
 
 
-def _only(snapshot: Snapshot, events: list[Event], pids: Collection[int]):
+def _only(snapshot: Snapshot, events: list[Event], pids: Collection[int]
+          ) -> tuple[Snapshot, list[Event]]:
     """``snapshot`` and ``events`` of the processes ``pids`` only."""
     return (dataclasses.replace(snapshot, processes=[v for v in snapshot.processes
                                                      if v.pid in pids]),

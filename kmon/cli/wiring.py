@@ -7,13 +7,13 @@ import argparse
 from collections.abc import Iterable
 
 from kmon.classify import BROKER_IDLE_MS
-from kmon.config import ClusterConfig, Config
+from kmon.cli.config import ClusterConfig, Config
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
 from kmon.errors import UserError
 from kmon.model import Snapshot
-from kmon.sources.cluster import ClusterMetadata, GroupInfo
-from kmon.sources.sockets import Endpoint
+from kmon.sources.brokers.admin import ClusterMetadata, GroupInfo
+from kmon.sources.kernel.sockets import Endpoint
 
 
 def named_cluster(args: argparse.Namespace, config: Config) -> ClusterConfig | None:
@@ -29,7 +29,7 @@ def named_cluster(args: argparse.Namespace, config: Config) -> ClusterConfig | N
             raise UserError("-X and -F are properties of a cluster: name it with -b NAME or "
                             "-b HOST:PORT")
         return None
-    from kmon.command_config import read_command_config
+    from kmon.cli.command_config import read_command_config
 
     extra = read_command_config(args.command_config) if args.command_config else {}
     return config.resolve_cluster(name, {**extra, **dict(args.properties)})
@@ -37,7 +37,7 @@ def named_cluster(args: argparse.Namespace, config: Config) -> ClusterConfig | N
 
 def require_processes(pids: Iterable[int]) -> None:
     """A UserError for the first PID with no process: said before any cluster is asked."""
-    from kmon.sources.process_info import exists
+    from kmon.sources.processes.process_info import exists
 
     for pid in pids:
         if not exists(pid):
@@ -81,7 +81,7 @@ def broker_endpoints(cluster: ClusterMetadata, settings: SamplerSettings) -> fro
 def clients_of(snapshot: Snapshot, brokers: frozenset[Endpoint]) -> set[int]:
     """The processes of ``snapshot`` with a connection to one of ``brokers`` (a named
     cluster's clients, for ``ps -b`` and ``serve -b``)."""
-    from kmon.sources.resolve import parse_endpoint
+    from kmon.sources.brokers.dns import parse_endpoint
 
     return {view.pid for view in snapshot.processes
             if any(parse_endpoint(c.remote or "") in brokers for c in view.connections)}
@@ -90,8 +90,13 @@ def clients_of(snapshot: Snapshot, brokers: frozenset[Endpoint]) -> set[int]:
 def cluster_state(named: ClusterConfig, timeout_s: float, groups: bool = False):
     """The named cluster's metadata (a ClusterState with its groups when ``groups``); a
     UserError saying why it did not answer, and what to try next."""
-    from kmon.sources.cluster import ClusterUnreachable, admin_client, fetch_cluster, fetch_metadata
-    from kmon.sources.reachability import why_unreachable
+    from kmon.sources.brokers.admin import (
+        ClusterUnreachable,
+        admin_client,
+        fetch_cluster,
+        fetch_metadata,
+    )
+    from kmon.sources.brokers.reachability import why_unreachable
 
     try:
         if groups:

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kmon.model import ConnectionLife
-from kmon.sources.kernel_events import TCP_CLOSE, TCP_SYN_SENT, TcpEvent
+from kmon.sources.kernel.kernel_events import TCP_CLOSE, TCP_SYN_SENT, TcpEvent
 
 MAX_OPEN = 8192  # connections followed at once; past it the oldest are forgotten
 REJECTED_WITHIN_MS = 250  # closed by the broker this soon after its connect: refused
@@ -77,7 +77,7 @@ class KernelLife:
 
 
 def _text(address: tuple[str, int] | None) -> str | None:
-    """An address as kmon prints endpoints (kmon.sources.sockets.Endpoint)."""
+    """An address as kmon prints endpoints (kmon.sources.kernel.sockets.Endpoint)."""
     if address is None:
         return None
     ip, port = address

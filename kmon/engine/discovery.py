@@ -11,10 +11,10 @@ from collections.abc import Callable, Collection
 
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
-from kmon.sources.host_sockets import HostClients
-from kmon.sources.host_wire import HostWire
-from kmon.sources.own_processes import own_pids
-from kmon.sources.sockets import Endpoint, SocketReader
+from kmon.sources.kernel.host_sockets import HostClients
+from kmon.sources.kernel.sockets import Endpoint, SocketReader
+from kmon.sources.packets.host_wire import HostWire
+from kmon.sources.processes.own_processes import own_pids
 
 
 class ClientDiscovery:
@@ -36,7 +36,7 @@ class ClientDiscovery:
 
     def update(self, monitor: Monitor, brokers: Collection[Endpoint]) -> None:
         """Search the host when due; new clients join ``monitor`` (never one of kmon's own
-        processes: kmon.sources.own_processes)."""
+        processes: kmon.sources.processes.own_processes)."""
         if time.monotonic() < self.next_search:
             return
         self.next_search = time.monotonic() + self.every_s

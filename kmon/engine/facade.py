@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import platform
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Protocol
 
@@ -38,10 +38,10 @@ from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
 from kmon.model import ChurnThresholds, Event, Snapshot
 from kmon.sources import bounded
-from kmon.sources.host_wire import HostWire
-from kmon.sources.resolve import parse_endpoint, split_host_port
-from kmon.sources.socket_readers import open_socket_reader
-from kmon.sources.sockets import Endpoint
+from kmon.sources.brokers.dns import parse_endpoint, split_host_port
+from kmon.sources.kernel.socket_readers import open_socket_reader
+from kmon.sources.kernel.sockets import Endpoint
+from kmon.sources.packets.host_wire import HostWire
 
 __all__ = ["UNKNOWN_CLUSTER", "AttachFailed", "ClusterSession", "ClusterView", "GroupRow",
            "HostSession", "ProcessSession", "SessionClosed", "SnapshotSource",
@@ -170,7 +170,8 @@ class LocalClients(Recordable):
     what the watch screen and the host view share. The kernel's TCP events, where kmon may
     read them, follow the brokers' ``ports`` and those the clients use."""
 
-    def __init__(self, settings: SamplerSettings, find: Callable | None,
+    def __init__(self, settings: SamplerSettings,
+                 find: Callable[[Collection[Endpoint]], set[int]] | None,
                  discover_every_s: float, interval_ms: int,
                  churn: ChurnThresholds | None, kernel_events: bool = True,
                  ports: Iterable[int] = ()) -> None:
@@ -349,4 +350,4 @@ class HostSession(LocalClients):
         ask) which cluster they serve."""
         directory = self.settings.directory
         return {view.pid for view in snapshot.processes if directory.confirmed.unanswered(
-            directory.learned.keys() & {parse_endpoint(c.remote) for c in view.connections})}
+            directory.learned.keys() & {parse_endpoint(c.remote or "") for c in view.connections})}

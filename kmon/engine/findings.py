@@ -17,7 +17,7 @@ from kmon.evidence.findings import FINDERS, Look
 from kmon.evidence.findings.marks import MARKS, Mark, mark
 from kmon.evidence.findings.rebootstrap import HOLD_MS, VISIT_MS
 from kmon.model import ConnectionLife, Finding, ProcessView
-from kmon.sources.fd_limits import open_fd_limit
+from kmon.sources.processes.fd_limits import open_fd_limit
 
 FD_SAMPLES = 32  # open-fd counts kept per process (one every few seconds)
 FAILED_SAMPLES = 64  # failed connects kept per process ...

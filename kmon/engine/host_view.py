@@ -22,11 +22,11 @@ from collections.abc import Collection, Mapping
 from kmon.engine.sampler import bootstrap_argument
 from kmon.evidence.logical import bootstrap_entries, bootstrap_of
 from kmon.model import ProcessView, Snapshot
-from kmon.sources.host_sockets import HostClients, client_pids
-from kmon.sources.process_info import LibraryScan
-from kmon.sources.resolve import parse_endpoint
-from kmon.sources.sockdiag import SockDiagUnavailable
-from kmon.sources.sockets import Endpoint
+from kmon.sources.brokers.dns import parse_endpoint
+from kmon.sources.kernel.host_sockets import HostClients, client_pids
+from kmon.sources.kernel.sockdiag import SockDiagUnavailable
+from kmon.sources.kernel.sockets import Endpoint
+from kmon.sources.processes.process_info import LibraryScan
 
 UNKNOWN_CLUSTER = "(brokers not known yet)"
 MAX_CLUSTER_ID = 64  # longer is no Kafka cluster id (22 characters): the brokers name it
@@ -89,7 +89,8 @@ def answered_clusters(snapshot: Snapshot,
     labels = {}
     for view in snapshot.processes:
         answered = {_named(*clusters[endpoint]) for conn in view.connections
-                    if (endpoint := parse_endpoint(conn.remote)) in clusters}
+                    if (endpoint := parse_endpoint(conn.remote or "")) is not None
+                    and endpoint in clusters}
         if answered:
             labels[view.pid] = min(answered)
     return labels

@@ -10,9 +10,9 @@ from collections.abc import Iterable
 
 from kmon.engine.connection_lives import ConnectionLives, KernelLife
 from kmon.model import CloseStory, Event, EventKind, ProcessView
-from kmon.sources.kernel_events import KernelEvents, KernelEventsUnavailable
-from kmon.sources.resolve import parse_endpoint
-from kmon.sources.sockets import Endpoint
+from kmon.sources.brokers.dns import parse_endpoint
+from kmon.sources.kernel.kernel_events import KernelEvents, KernelEventsUnavailable
+from kmon.sources.kernel.sockets import Endpoint
 
 MAX_LEARNED_PORTS = 48  # remote ports learned from the watched processes' own sockets
 UNAVAILABLE = ("kernel TCP events unavailable ({}; they need root, CAP_PERFMON or "
@@ -170,7 +170,8 @@ def seen_pairs(views: list[ProcessView], remotes: set[tuple[str, int]]
     kernel's (ip, port) pairs): the polls' sockets parsed only when a life ended badly."""
     if not remotes:
         return set()
-    wanted = {text for view in views for text in view.summary.remotes
+    wanted = {text: endpoint for view in views for text in view.summary.remotes
               if (endpoint := parse_endpoint(text)) and (endpoint.ip, endpoint.port) in remotes}
-    return {(parse_endpoint(conn.local or ""), parse_endpoint(conn.remote))
-            for view in views for conn in view.connections if conn.remote in wanted}
+    return {(parse_endpoint(conn.local or ""), wanted[conn.remote])
+            for view in views for conn in view.connections
+            if conn.remote is not None and conn.remote in wanted}

@@ -28,8 +28,8 @@ from itertools import pairwise
 from kmon.classify import coordinator_node_id
 from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
 from kmon.model import Role
-from kmon.sources.cluster import GroupInfo
-from kmon.sources.sockets import TcpSocket
+from kmon.sources.brokers.admin import GroupInfo
+from kmon.sources.kernel.sockets import TcpSocket
 
 HISTORY_LEN = 32  # readings kept per socket
 CLIMB_MS = 1000  # a fetch connection's long-polls keep its idle below this
@@ -107,7 +107,7 @@ def cadence_confidence(cycles: int, beside_other: bool) -> float:
     return round(min(0.8 if beside_other else 0.7, 0.5 + 0.1 * (cycles - MIN_CYCLES)), 2)
 
 
-def by_cadence(readings: dict[str, Sequence[Reading]],
+def by_cadence(readings: Mapping[str, Sequence[Reading]],
                broker_of: dict[str, int]) -> dict[str, Inference]:
     """Socket key -> coordinator inference by the shape of the sockets' traffic.
 
@@ -191,8 +191,9 @@ class CadenceEvidence:
     def infer(self, earlier: Mapping[str, Sequence[Claim]],
               local_ips: set[str]) -> dict[str, Claim]:
         """Socket key -> coordinator claim, from the readings remembered so far."""
-        broker_of = {key: claims[0].broker_id for key, claims in earlier.items()
-                     if len(claims) == 1 and claims[0].source == "endpoint"}
+        broker_of = {key: broker for key, claims in earlier.items()
+                     if len(claims) == 1 and claims[0].source == "endpoint"
+                     and (broker := claims[0].broker_id) is not None}
         found = by_cadence(self.history, broker_of)
         groups = self.groups()
         if groups:

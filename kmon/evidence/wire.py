@@ -36,10 +36,10 @@ from kmon.classify import bootstrap_node_id, coordinator_node_id
 from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
 from kmon.evidence.logical import bootstrap_of, bootstrap_position
 from kmon.model import Role
-from kmon.sources import kafka_protocol as kp
-from kmon.sources.resolve import CACHE_SECONDS, Resolver
-from kmon.sources.sockets import Endpoint
-from kmon.sources.wire import Flow, WireView, last_seen
+from kmon.sources.brokers.dns import CACHE_SECONDS, Resolver
+from kmon.sources.kernel.sockets import Endpoint
+from kmon.sources.packets import kafka_protocol as kp
+from kmon.sources.packets.kafka_wire import Flow, WireView, last_seen
 
 AFTER_LEARNED = 0.7  # metadata only, once the cluster was known: a broker, or a re-bootstrap
 
@@ -57,7 +57,7 @@ class WireEvidence:
         # the broker names last worked out, until when, and their endpoints
         self.endpoints_of_names: tuple[object, float, dict[Endpoint, int]] = (None, 0.0, {})
         # socket key -> (what FlowSays was worked out from, it): the sockets of the last poll
-        self.said: dict[str, tuple[tuple, FlowSays | None]] = {}
+        self.said: dict[str, tuple[tuple[object, ...], FlowSays | None]] = {}
         # what the last poll's claims were made from (Steady), while they may be kept
         self.steady: Steady | None = None
 
@@ -94,9 +94,9 @@ class WireEvidence:
             for sock in gathered.sockets:
                 pair = (sock.local, sock.remote)
                 keys[pair] = key = socket_key(sock)
-                flow = view.flows.get(pair)
-                if flow is not None:
-                    lasting &= self._say(key, flow, sock.remote, view, known, bootstrap, named,
+                seen = view.flows.get(pair)
+                if seen is not None:
+                    lasting &= self._say(key, seen, sock.remote, view, known, bootstrap, named,
                                          gathered.resolver, claims)
             self.said = {key: self.said[key] for key in keys.values() if key in self.said}
             steady = Steady(context, keys, {}, _unknown(view, known))
@@ -145,7 +145,7 @@ class Steady:
     """What one poll's wire claims were made from, while every claim lasts: the next poll
     with the same ``context`` keeps them, but for the sockets whose flows changed."""
 
-    context: tuple  # the sockets' inodes, the brokers known, the cluster learned, ...
+    context: tuple[object, ...]  # the sockets' inodes, the brokers known, the cluster learned, ...
     keys: dict[tuple[Endpoint, Endpoint], str]  # every socket's key, by its endpoints
     claims: dict[str, Claim]  # kept as they are: each poll's are a copy
     unknown: list[Endpoint]  # the peers to ask for their broker ids

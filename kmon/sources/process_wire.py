@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kmon.sources.broker_query import BrokerQuery
-from kmon.sources.host_wire import HostWire, SharedCapture
-from kmon.sources.sockets import Endpoint, TcpSocket
-from kmon.sources.wire import WireTap, WireView
+from kmon.sources.brokers.broker_query import BrokerQuery
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket
+from kmon.sources.packets.host_wire import HostWire, SharedCapture
+from kmon.sources.packets.kafka_wire import WireTap, WireView
 
 MAX_ASKED = 16  # peers kmon asks for the cluster's brokers, at most, per process
 NO_CAPTURE = ("roles from the wire need CAP_NET_RAW (run kmon as root); they come from the "

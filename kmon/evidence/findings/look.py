@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from kmon.evidence.findings.marks import Mark
 from kmon.model import ConnectionLife, ProcessView
@@ -33,6 +34,6 @@ class Raised:
     pid: int
     reason: str
     detail: str
-    evidence: dict
+    evidence: dict[str, Any]
     fix: str
     key: str = ""

@@ -73,8 +73,8 @@ def last_episode(marks: Sequence[Mark], visited: Sequence[ConnectionLife] = ()
         closed_ms = max((life.closed_ms for life in seen), default=marks[i].ts_ms)
         back = next((m for m in after if m.brokers and m.ts_ms >= closed_ms), None)
         during = after[:after.index(back) + 1] if back is not None else after
-        bootstraps = frozenset().union(*(m.bootstraps for m in during),
-                                       (life.remote for life in seen))
+        bootstraps = frozenset[str]().union(*(m.bootstraps for m in during),
+                                            (life.remote for life in seen if life.remote))
         if bootstraps:
             return marks[i - 1], marks[i], bootstraps, back
     return None
