@@ -23,6 +23,7 @@ class Look:
     fd_limits: Mapping[int, int | None] = field(default_factory=dict)
     marks: Mapping[int, Sequence[Mark]] = field(default_factory=dict)
     failed_connects: Mapping[int, Sequence[ConnectionLife]] = field(default_factory=dict)
+    short_closes: Mapping[int, Sequence[ConnectionLife]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from kmon.sources.brokers.broker_query import bootstrap_brokers
 from kmon.sources.brokers.dns import Resolver
 from kmon.sources.kernel.sockets import Endpoint
+from kmon.sources.packets.kafka_protocol import IDLE_LIMIT
 
 if TYPE_CHECKING:
     from confluent_kafka import ConsumerGroupState, KafkaError
     from confluent_kafka.admin import AdminClient
 
 GROUPS_UNSUPPORTED = "the cluster does not answer ListGroups/DescribeGroups"
-IDLE_LIMIT = "connections.max.idle.ms"
 ASK_STEP_S = 0.5  # the metadata asked in steps: a refused or failed login ends the wait
 AUTHENTICATION, ALL_BROKERS_DOWN = -169, -187  # librdkafka's local error codes
 
@@ -102,8 +105,11 @@ def admin_client(bootstrap: str, extra_conf: dict[str, str] | None = None) -> Ad
         reason = err.args[0].str() if isinstance(err, KafkaException) else err
         raise ClusterUnreachable(
             f"invalid client configuration for {bootstrap}: {reason}") from err
-    # the errors ride on the client, for every later call to read (_list_brokers)
+    # the errors and the protocol ride on the client, for every later call to read
+    # (_list_brokers, _result, _bootstrap_only)
     admin.kmon_errors = errors  # type: ignore[attr-defined]
+    admin.kmon_plaintext = (  # type: ignore[attr-defined]
+        str(conf.get("security.protocol", "PLAINTEXT")).upper() == "PLAINTEXT")
     return admin
 
 
@@ -148,6 +154,7 @@ def _list_brokers(admin: AdminClient, bootstrap: str, timeout_s: float) -> Clust
     from confluent_kafka import KafkaException
 
     errors: list[KafkaError] = getattr(admin, "kmon_errors", [])
+    errors.clear()  # what librdkafka reports from this question on
     started = time.monotonic()
     while True:
         left = timeout_s - (time.monotonic() - started)
@@ -163,6 +170,9 @@ def _list_brokers(admin: AdminClient, bootstrap: str, timeout_s: float) -> Clust
                     "sasl.mechanism, sasl.username and sasl.password (-X or -F FILE)") from err
             down = any(e.code() == ALL_BROKERS_DOWN for e in errors)
             if down or left <= ASK_STEP_S:
+                answered = _bootstrap_only(admin, bootstrap, left)
+                if answered is not None:
+                    return answered
                 waited = time.monotonic() - started
                 raise ClusterUnreachable(
                     f"cluster {bootstrap} did not answer within {waited:.1f}s "
@@ -174,6 +184,23 @@ def _list_brokers(admin: AdminClient, bootstrap: str, timeout_s: float) -> Clust
     controller = metadata.controller_id if metadata.controller_id >= 0 else None
     return ClusterMetadata(bootstrap=bootstrap, brokers=brokers, controller_id=controller,
                            cluster_id=getattr(metadata, "cluster_id", None) or None)
+
+
+def _bootstrap_only(admin: AdminClient, bootstrap: str,
+                    left_s: float) -> ClusterMetadata | None:
+    """The cluster as its bootstrap answers kmon's own Metadata query (plaintext only), for a
+    cluster whose bootstrap answers while the brokers it advertises cannot be reached (the
+    client library waits for them: a forwarder or load balancer in front of brokers
+    advertising addresses this host cannot reach); None where none answers."""
+    if not getattr(admin, "kmon_plaintext", False):
+        return None
+    answer = bootstrap_brokers(bootstrap, max(left_s, ASK_STEP_S))
+    if not answer:
+        return None
+    brokers = tuple(sorted((BrokerInfo(i, host, port) for i, (host, port) in answer.items()),
+                           key=lambda b: b.broker_id))
+    return ClusterMetadata(bootstrap=bootstrap, brokers=brokers, controller_id=None,
+                           cluster_id=answer.cluster_id)
 
 
 def _with_racks(admin: AdminClient, metadata: ClusterMetadata, timeout_s: float) -> ClusterMetadata:
@@ -188,8 +215,10 @@ def _with_racks(admin: AdminClient, metadata: ClusterMetadata, timeout_s: float)
     if metadata.controller_id not in {b.broker_id for b in metadata.brokers}:
         return metadata
     try:
-        described = admin.describe_cluster(request_timeout=timeout_s).result()
+        described = _result(admin, admin.describe_cluster(request_timeout=timeout_s), timeout_s)
     except KafkaException:
+        return metadata
+    if described is None:
         return metadata
     brokers = tuple(sorted((BrokerInfo(n.id, n.host, n.port, n.rack or None)
                             for n in described.nodes), key=lambda b: b.broker_id))
@@ -209,11 +238,29 @@ def _with_idle_limit(admin: AdminClient, metadata: ClusterMetadata,
         return metadata
     resource = ConfigResource(ResourceType.BROKER, str(metadata.brokers[0].broker_id))
     try:
-        described = admin.describe_configs([resource], request_timeout=timeout_s)[resource]
-        idle_ms = int(described.result()[IDLE_LIMIT].value)
+        described = _result(admin, admin.describe_configs([resource],
+                                                          request_timeout=timeout_s)[resource],
+                            timeout_s)
+        idle_ms = int(described[IDLE_LIMIT].value)
     except (KafkaException, KeyError, ValueError, TypeError):
         return metadata
     return replace(metadata, broker_idle_ms=idle_ms) if 0 < idle_ms < 1 << 63 else metadata
+
+
+def _result(admin: AdminClient, future: Future, timeout_s: float):
+    """``future``'s result, waited for in steps; None after ``timeout_s``, or at once when
+    librdkafka has said every broker is down since the metadata was asked (the brokers the
+    cluster advertises cannot be reached: none would answer); KafkaException as it raises."""
+    errors: list[KafkaError] = getattr(admin, "kmon_errors", [])
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return future.result(timeout=ASK_STEP_S)
+        except FutureTimeout:
+            admin.poll(0)  # serves error_cb
+            if (any(e.code() == ALL_BROKERS_DOWN for e in errors)
+                    or time.monotonic() >= deadline):
+                return None
 
 
 def _groups(admin: AdminClient,

@@ -22,10 +22,10 @@ from itertools import islice
 from typing import Any
 
 from kmon.sources import bounded
-from kmon.sources.brokers.admin import IDLE_LIMIT
-from kmon.sources.brokers.dns import Resolver
-from kmon.sources.kernel.sockets import Endpoint
+from kmon.sources.brokers.dns import Resolver, split_host_port
+from kmon.sources.kernel.sockets import Endpoint, normalize_ip
 from kmon.sources.packets import kafka_protocol as kp
+from kmon.sources.packets.kafka_protocol import IDLE_LIMIT
 
 DEADLINE_S = 2.0  # connect, ask and read the whole answer in this long, or give up
 MAX_RESPONSE = 64 * 1024  # a Metadata answer without topics: some 40 bytes a broker
@@ -35,6 +35,7 @@ METADATA_VERSION = 2  # the first whose answer carries the cluster id
 MAX_ENTRIES = 1024  # entries of one answer kept (a cluster has a few dozen brokers)
 MAX_PENDING = 64  # answers kept until what their entries name is known
 MAX_WALKED = 256  # entries of the kept answers one check looks at
+MAX_BOOTSTRAPS = 8  # of a bootstrap list, the first few are asked
 
 
 def ask_brokers(broker: Endpoint, deadline_s: float = DEADLINE_S
@@ -46,6 +47,27 @@ def ask_brokers(broker: Endpoint, deadline_s: float = DEADLINE_S
     answer = _exchange(broker, kp.metadata_request(CORRELATION_ID, version=METADATA_VERSION),
                        deadline_s)
     return None if answer is None else kp.metadata_brokers(answer, METADATA_VERSION)
+
+
+def bootstrap_brokers(bootstrap: str, deadline_s: float = DEADLINE_S
+                      ) -> kp.MetadataAnswer | None:
+    """``ask_brokers`` of the first of ``bootstrap``'s addresses (``host:port,...``; at most
+    ``MAX_BOOTSTRAPS`` looked up) that answers with brokers, each given ``deadline_s``; None
+    when none does."""
+    for address in bootstrap.split(",")[:MAX_BOOTSTRAPS]:
+        parts = split_host_port(address)
+        if parts is None:
+            continue
+        host, port = parts
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError):
+            continue
+        for info in infos[:1]:
+            answer = ask_brokers(Endpoint(normalize_ip(str(info[4][0])), port), deadline_s)
+            if answer:
+                return answer
+    return None
 
 
 def ask_idle_limit(broker: Endpoint, deadline_s: float = DEADLINE_S, *, broker_id: int

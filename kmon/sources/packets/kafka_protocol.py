@@ -38,6 +38,7 @@ MAX_API_VERSION = 31
 MAX_CLIENT_ID = 255
 REQUEST_HEADER = 14  # size .. client_id length
 METADATA, FIND_COORDINATOR, API_VERSIONS, DESCRIBE_CONFIGS = 3, 10, 18, 32
+IDLE_LIMIT = "connections.max.idle.ms"  # the broker and client setting
 BROKER_RESOURCE = 4  # DescribeConfigs' resource type of one broker's configuration
 MAX_CONFIGS = 64  # config entries read of one answer (kmon asks for one)
 # first flexible (compact, tagged) version of each response kmon parses (SaslHandshake: none)
