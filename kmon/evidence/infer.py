@@ -77,6 +77,8 @@ def remember(history: SocketReadings, sockets: Iterable[TcpSocket], now_ms: int)
         if readings is None:
             readings = history[key] = deque(maxlen=HISTORY_LEN)
         elif sock.idle_ms > HEARTBEAT_MAX_MS:
+            if len(readings) == 1 and readings[0].idle_ms > HEARTBEAT_MAX_MS:
+                continue  # still silent: the one reading says all (it leaves no sooner)
             readings.clear()
         readings.append(Reading(now_ms, sock.idle_ms, sock.bytes_sent + sock.bytes_received))
     for key in history.keys() - seen:
