@@ -15,7 +15,7 @@ NAMES = (
     "terminal_cost", "test_durations", "tls_cost", "wire_cost", "wire_flood",
 )
 #: the package's modules that are not benchmarks: the runner and what benchmarks share
-SUPPORT = ("__init__", "__main__", "api", "helpers", "registry", "results")
+SUPPORT = ("__init__", "__main__", "api", "helpers", "host_loads", "registry", "results")
 #: not a cost but kmon's correctness against ground truth: run as is, no result file
 TRUTH = "truth"
 

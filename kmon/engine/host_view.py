@@ -58,6 +58,18 @@ class KafkaProcesses:
         self.serving |= self.sockets.serving(connected | mapped)
         return (connected | mapped) - self.serving - {os.getpid()}
 
+    def check(self, strangers: Mapping[int, Collection[Endpoint]],
+              brokers: Collection[Endpoint]) -> set[int]:
+        """Of the processes that just connected (PID -> the endpoints each connected to),
+        the clients, as a search would find them, without listing the host: connected to a
+        broker, or with a Kafka library mapped, and serving no one."""
+        connected = {pid for pid, remotes in strangers.items()
+                     if any(remote in brokers for remote in remotes)}
+        candidates = connected | self.libraries.of(strangers.keys() - connected)
+        serving = self.sockets.serving(candidates, self.confirmed)
+        self.serving |= serving
+        return candidates - serving - {os.getpid()}
+
     def close(self) -> None:
         """Release the netlink socket."""
         self.sockets.close()

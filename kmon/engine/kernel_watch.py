@@ -44,6 +44,7 @@ class KernelWatch:
             OrderedDict())
         self.polled: list[ProcessView] = []  # the last poll's views
         self.held: list[KernelLife] = []  # refusals at once, told after one more poll
+        self._losses_told = 0  # the rings' losses as ``strangers`` last saw them
 
     def poll(self, views: list[ProcessView]) -> tuple[list[KernelLife], list[KernelLife],
                                                       list[Event]]:
@@ -74,6 +75,17 @@ class KernelWatch:
             for view in views:
                 view.notices.append(note)
         return opened, closed, events
+
+    def strangers(self) -> dict[int, set[tuple[str, int]]] | None:
+        """The processes not watched that connected since the last call (PID -> the (ip,
+        port) they connected to); None when some may be missing (a ring or the table was
+        full)."""
+        strangers, overflowed = self.lives.take_strangers()
+        losses = self.source.lost + self.source.lost_connects
+        if overflowed or losses != self._losses_told:
+            self._losses_told = losses
+            return None
+        return strangers
 
     @property
     def lost(self) -> int:

@@ -61,15 +61,26 @@ SocketReadings = dict[str, deque[Reading]]
 
 
 def remember(history: SocketReadings, sockets: Iterable[TcpSocket], now_ms: int) -> SocketReadings:
-    """Add this poll's readings to ``history`` (by socket key) and forget closed sockets."""
+    """Add this poll's readings to ``history`` (by socket key) and forget closed sockets.
+
+    A reading idle past HEARTBEAT_MAX_MS rules its socket out of both rules for as long as
+    it is among the last HISTORY_LEN, and every reading before it leaves them first: it is
+    kept alone, so that a socket that never talks costs one reading, whatever the history's
+    length, and every verdict is the one the whole history gives."""
     seen = set()
     for sock in sockets:
         if sock.idle_ms is None or sock.bytes_sent is None or sock.bytes_received is None:
             continue
         key = socket_key(sock)
         seen.add(key)
-        history.setdefault(key, deque(maxlen=HISTORY_LEN)).append(
-            Reading(now_ms, sock.idle_ms, sock.bytes_sent + sock.bytes_received))
+        readings = history.get(key)
+        if readings is None:
+            readings = history[key] = deque(maxlen=HISTORY_LEN)
+        elif sock.idle_ms > HEARTBEAT_MAX_MS:
+            if len(readings) == 1 and readings[0].idle_ms > HEARTBEAT_MAX_MS:
+                continue  # still silent: the one reading says all (it leaves no sooner)
+            readings.clear()
+        readings.append(Reading(now_ms, sock.idle_ms, sock.bytes_sent + sock.bytes_received))
     for key in history.keys() - seen:
         del history[key]
     return history

@@ -90,20 +90,25 @@ class HostClients:
         return ({owners[i] for i in clients if i in owners},
                 {owners[i] for i in servers if i in owners})
 
-    def serving(self, candidates: Collection[int]) -> set[int]:
+    def serving(self, candidates: Collection[int],
+                servers_of: Collection[Endpoint] = ()) -> set[int]:
         """Of ``candidates``, those serving the others: each owns a listening socket that a
-        connection of a candidate (its own included) reaches. The kernel's facts, not what
-        any client says, whether or not the brokers are known: a broker JVM (it carries the
-        client classes) or an embedded cluster is never taken for a client. Sock_diag only
-        (none where the kernel refuses it)."""
+        connection of a candidate (its own included) reaches, or one on an endpoint of
+        ``servers_of`` (as ``search`` tells them). The kernel's facts, not what any client
+        says, whether or not the brokers are known: a broker JVM (it carries the client
+        classes) or an embedded cluster is never taken for a client. Sock_diag only (none
+        where the kernel refuses it)."""
         if self._diag is None or not candidates:
             return set()
         listeners = self._diag.listeners()
-        owners = self._owners.owners({s.inode for s in listeners})
+        owners = self._owners.owners({s.inode for s in listeners}, among=candidates)
         served: dict[Endpoint, int] = {}  # a candidate's listening endpoint -> the candidate
         for sock in listeners:
             if owners.get(sock.inode) in candidates:
                 served[_plain(sock.local)] = owners[sock.inode]
+        ports = {e.port for e in servers_of}
+        named = {pid for local, pid in served.items() if local in servers_of
+                 or (local.ip in WILDCARD_IPS and local.port in ports)}
         if not served:
             return set()
         reaching = {}  # a connection's inode -> the candidate it reaches
@@ -114,8 +119,8 @@ class HostClients:
                 None)
             if not sock.listening and server is not None:
                 reaching[sock.inode] = server
-        clients = self._owners.owners(reaching)
-        return {reaching[inode] for inode, pid in clients.items() if pid in candidates}
+        clients = self._owners.owners(reaching, among=candidates)
+        return named | {reaching[inode] for inode, pid in clients.items() if pid in candidates}
 
     def close(self) -> None:
         """Close the netlink socket."""

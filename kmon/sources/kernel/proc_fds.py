@@ -86,14 +86,19 @@ class SocketOwners:
         self.reread_s = reread_s
         self._tables: dict[int, FdTable] = {}
 
-    def owners(self, inodes: Collection[int]) -> dict[int, int]:
-        """inode -> PID for the ``inodes`` some readable process holds."""
+    def owners(self, inodes: Collection[int],
+               among: Collection[int] | None = None) -> dict[int, int]:
+        """inode -> PID for the ``inodes`` some readable process holds (of ``among`` only,
+        when given: the fd tables of those alone are looked at)."""
         wanted = set(inodes)
         if not wanted:
             return {}
-        pids = {int(name) for name in os.listdir("/proc") if name.isdigit()}
-        for gone in self._tables.keys() - pids:
-            del self._tables[gone]
+        if among is None:
+            pids = {int(name) for name in os.listdir("/proc") if name.isdigit()}
+            for gone in self._tables.keys() - pids:
+                del self._tables[gone]
+        else:
+            pids = set(among)
         found: dict[int, int] = {}
         for pid in pids:
             table = self._tables.get(pid)

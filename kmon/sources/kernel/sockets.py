@@ -6,12 +6,14 @@ one offers (``kmon.sources.kernel.socket_readers`` picks the reader this host al
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 
+@functools.lru_cache(maxsize=4096)  # a host's sockets share a few addresses
 def normalize_ip(ip: str) -> str:
     """An IPv4-mapped IPv6 address as plain IPv4; other addresses unchanged."""
     try:

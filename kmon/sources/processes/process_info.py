@@ -115,6 +115,12 @@ class LibraryScan:
             del self._mapped[gone]
         return {pid for pid in pids.difference(skip) if self._has_library(pid, now)}
 
+    def of(self, pids: Collection[int]) -> set[int]:
+        """Those of ``pids`` with a Kafka client library mapped (as ``__call__`` finds them,
+        without listing /proc)."""
+        now = time.monotonic()
+        return {pid for pid in pids if self._has_library(pid, now)}
+
     def _has_library(self, pid: int, now: float) -> bool:
         known = self._mapped.get(pid)
         if known is not None and (known[0] or now - known[1] < self.recheck_s):
