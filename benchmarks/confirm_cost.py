@@ -20,9 +20,9 @@ import time
 
 from benchmarks.api import Result
 from kmon.devtools.hostile_broker import HostileBroker, crowd
-from kmon.sources.broker_query import ConfirmedBrokers
-from kmon.sources.resolve import Resolver
-from kmon.sources.sockets import Endpoint
+from kmon.sources.brokers.broker_query import ConfirmedBrokers
+from kmon.sources.brokers.dns import Resolver
+from kmon.sources.kernel.sockets import Endpoint
 
 ENDPOINTS, ENTRIES = 60, 2_600
 

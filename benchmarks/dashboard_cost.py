@@ -61,7 +61,6 @@ from benchmarks.helpers import (
     no_time_wait,
     raise_fd_limit,
 )
-from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import ProcessSession, settle_heap
 from kmon.engine.monitor import Monitor, diff
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
@@ -73,7 +72,8 @@ from kmon.model import (
     Role,
     Snapshot,
 )
-from kmon.sources.socket_readers import open_socket_reader
+from kmon.present.dashboard_settings import DashboardSettings
+from kmon.sources.kernel.socket_readers import open_socket_reader
 from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.connection_table import ConnectionTable

@@ -34,9 +34,10 @@ class Helpers:
         self.name, self.ready_timeout_s = name, ready_timeout_s
         self.procs: list[subprocess.Popen[str]] = []
 
-    def start(self, *args: str) -> subprocess.Popen[str]:
+    def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        """Start a helper (``env``: its whole environment, when not this process's)."""
         proc = subprocess.Popen(command(self.name, *args), cwd=REPO, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, text=True, env=env)
         self.procs.append(proc)
         return proc
 

@@ -1,138 +1,71 @@
-"""What the host view costs on a busy host: one packet capture for every process, in tmux.
+"""What the host view, the engine and ``kmon serve`` cost on a busy host, against a baseline.
 
-    python -m benchmarks host_view_cost [--processes 50] [--connections 100] [--seconds 30]
+    python -m benchmarks host_view_cost [--load talking|silent|many] [--seconds 30]
+                                        [--baseline DIR] [--processes N] [--connections N]
 
---processes helper processes (each with librdkafka mapped, so the host view takes them
-for Kafka clients) hold --connections connections each to a listener helper that answers
-like a broker; each process sends --rate Produce requests a second (a real request
-header with its client_id, then a body), on its connections in turn, and reads the
-answer. ``kmon`` (the host view, ``--wire auto``: as root, the wire of every process)
-runs in a 200 x 60 tmux session at the default 1 s; beside it, over the same seconds,
-the engine alone (a HostSession polled every second, no screen, the collector set as
-the host view sets it) in a helper process, and the engine with a packet tap per process
-(as before one capture served the host). Once each engine helper watches every client,
-the clients send a request on every connection, so what is measured is the steady state
-of a long run: every socket has a wire flow. Both shares are taken over the same seconds,
-the helper's measured ones, after its warm-up (the helper's start and the burst of new
-flows are in neither). Each share is user + system CPU seconds of that process (all its
-threads) over wall seconds. The engine helpers count the "wire missed" notices their
-polls made. Targets: the host view under 10% of one core, no packet missed.
+The loads (benchmarks/host_loads.py): ``talking``, 50 processes x 100 connections, each
+process sending 2 Produce requests a second on its connections in turn; ``silent``, 50
+processes each running a real librdkafka producer (2 messages a second, the embedded mock
+cluster) beside 100 more connections to the brokers that never carry a request; ``many``,
+``talking`` at 500 processes x 10 connections. Every process has librdkafka mapped.
+
+Three measurements, one after the other, each of kmon and, with ``--baseline DIR`` (a
+kmon source tree: ``mkdir DIR && git archive COMMIT kmon widgets | tar -x -C DIR``), of
+the baseline beside it over the same seconds (the machine is shared and noisy: only ratios
+within one run count):
+
+1. the host view (``kmon``, ``--wire auto``: as root, the wire of every process) in a
+   200 x 60 tmux session at the default 1 s;
+2. the engine alone: a HostSession polled every second, no screen, the collector set as
+   the host view sets it, in a helper process; its poll times' p50 and p95, and the rows
+   with a "wire missed" notice;
+3. ``kmon serve`` at its default 5 s.
+
+Each starts once the process watches every client; then (``talking``, ``many``) every
+client sends a request on every connection, so that every socket has a wire flow (the
+steady state of a long run), and the share is taken after a warm-up. A share is user +
+system CPU seconds of that process (all its threads) over wall seconds. Targets: the host
+view under 5% of a core at 50 x 100 and under 10% at 500 x 10, serve under 1%, no packet
+missed.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import selectors
+import re
 import shlex
 import shutil
 import signal
-import socket
+import statistics
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
-import psutil
-
+from benchmarks import host_loads
 from benchmarks.api import BenchmarkError, Result, UsageError
-from benchmarks.dashboard_cost import FD_SLACK
-from benchmarks.helpers import (
-    Helpers,
-    cpu_seconds,
-    exit_when_parent_goes,
-    listening,
-    no_time_wait,
-    raise_fd_limit,
-)
+from benchmarks.helpers import REPO, Helpers, cpu_seconds, exit_when_parent_goes
+from benchmarks.host_loads import LOADS
 
-READY_TIMEOUT_S = 240.0
+READY_TIMEOUT_S = 300.0
 WARM_UP_S = 10.0
 SIZE = (200, 60)
 TMUX_SOCKET = f"kmon-host-bench-{os.getpid()}"
-CPU_TARGET = 0.10
+VIEW_TARGET = {"many": 0.10}  # else 5%
+SERVE_TARGET = 0.01
 MISSED = "the wire missed"
-PRODUCE = 0  # the Produce API key
+WATCHING = re.compile(r"(\d+) Kafka client process")
 
 
-def produce_request(correlation: int, client_id: str) -> bytes:
-    """A Produce request frame (v9 header, client_id) with a small body after its header."""
-    header = (PRODUCE.to_bytes(2, "big") + (9).to_bytes(2, "big")
-              + correlation.to_bytes(4, "big") + len(client_id).to_bytes(2, "big")
-              + client_id.encode())
-    body = bytes(200)
-    return (len(header) + len(body)).to_bytes(4, "big") + header + body
+# -- the engine helper -----------------------------------------------------------------------
 
 
-# -- helper roles -------------------------------------------------------------------------------
-
-
-def role_listener(count: int) -> None:
-    """Accept connections on 127.0.0.1 and answer each request with a short response frame
-    carrying its correlation id; print the port first."""
-    selector, listener = listening(count + FD_SLACK)
-    while True:
-        for key, _ in selector.select():
-            sock = key.fileobj
-            if sock is listener:
-                try:
-                    while True:
-                        conn = no_time_wait(listener.accept()[0])
-                        conn.setblocking(False)
-                        selector.register(conn, selectors.EVENT_READ)
-                except BlockingIOError:
-                    pass
-                continue
-            try:
-                data = sock.recv(65536)
-            except BlockingIOError:
-                continue
-            except OSError:
-                data = b""
-            if not data:
-                selector.unregister(sock)
-                sock.close()
-                continue
-            if len(data) >= 12:
-                sock.send((8).to_bytes(4, "big") + data[8:12] + bytes(4))
-
-
-def role_client(port: int, count: int, rate: float) -> None:
-    """Hold ``count`` connections to the listener, with librdkafka mapped (as every
-    confluent-kafka program has), and send ``rate`` Produce requests a second on them in
-    turn; on SIGUSR1, one on each connection (the steady state of a long run, at once)."""
-    import confluent_kafka  # noqa: F401  (mapped: the host view's sign of a Kafka client)
-
-    raise_fd_limit(count + FD_SLACK)
-    conns = []
-    for _ in range(count):
-        conn = no_time_wait(socket.socket())
-        conn.settimeout(10)
-        conn.connect(("127.0.0.1", port))
-        conns.append(conn)
-    primed: list[int] = []
-    signal.signal(signal.SIGUSR1, lambda *_: primed.append(1))
-    print("ready", len(conns), flush=True)
-    client_id = f"bench-producer-{os.getpid()}"
-    sent = 0
-    while True:
-        time.sleep(1.0 / rate)
-        turn = [conns[sent % len(conns)]]
-        if primed:
-            primed.clear()
-            turn = conns
-        for conn in turn:
-            sent += 1
-            try:
-                conn.sendall(produce_request(sent, client_id))
-                conn.recv(65536)
-            except OSError:
-                continue
-
-
-def role_engine(seconds: float, processes: int, per_process: bool) -> None:
-    """The engine alone: a HostSession polled every second, ready once it watches
-    ``processes``; prints its poll count and the "wire missed" notices its polls made.
-    ``per_process``: each process with a packet tap of its own, as before the host's one."""
+def role_engine(seconds: float, processes: int) -> None:
+    """The engine alone: a HostSession polled every second, "watching" once it watches
+    ``processes``, "ready" after a warm-up; then prints its polls, the "wire missed"
+    notices they made, and its poll times' p50 and p95 (ms)."""
     from kmon.engine.facade import (
         EngineSettings,
         HostTarget,
@@ -142,8 +75,6 @@ def role_engine(seconds: float, processes: int, per_process: bool) -> None:
     )
 
     session = open_session(HostTarget(), EngineSettings(SamplerSettings(require_kafka=False)))
-    if per_process:
-        session.discovery.wire = None  # the samplers open their own taps
     while len(session.poll()[0].processes) < processes:
         time.sleep(1.0)
     settle_heap()  # the collector as the host view sets it
@@ -152,18 +83,52 @@ def role_engine(seconds: float, processes: int, per_process: bool) -> None:
         session.poll()
         time.sleep(1.0)
     print("ready", flush=True)
-    ends, polls, missed = time.monotonic() + seconds, 0, 0
+    ends, missed, times = time.monotonic() + seconds, 0, []
     while time.monotonic() < ends:
         began = time.monotonic()
         snapshot, _ = session.poll()
-        polls += 1
+        times.append((time.monotonic() - began) * 1000)
         missed += sum(any(MISSED in n for n in view.notices) for view in snapshot.processes)
         time.sleep(max(0.0, began + 1.0 - time.monotonic()))
-    print("polls", polls, missed, flush=True)
-    session.close()
+    p50, p95 = percentiles(times)
+    print("polls", len(times), missed, f"{p50:.1f}", f"{p95:.1f}", flush=True)
+    time.sleep(READY_TIMEOUT_S)  # until the benchmark, its CPU time read, closes stdin
 
 
-# -- the run --------------------------------------------------------------------------------------
+def percentiles(times: list[float]) -> tuple[float, float]:
+    """(p50, p95) of ``times``."""
+    if len(times) < 2:
+        return (times[0], times[0]) if times else (0.0, 0.0)
+    return statistics.median(times), statistics.quantiles(times, n=20)[18]
+
+
+# -- the kmon trees ----------------------------------------------------------------------------
+
+
+class Tree:
+    """One kmon to measure: this checkout, or a baseline source tree (its ``kmon`` first
+    on the path: PYTHONSAFEPATH keeps the working directory's off it)."""
+
+    def __init__(self, name: str, root: Path | None) -> None:
+        self.name = name
+        self.env = None if root is None else {
+            **os.environ, "PYTHONSAFEPATH": "1", "PYTHONPATH": f"{root}{os.pathsep}{REPO}"}
+
+    def command(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "kmon", *args]
+
+
+def baseline_tree(path: Path) -> Path:
+    """``path`` checked as a kmon source tree, its widgets linked in as kmon.widgets."""
+    if not (path / "kmon" / "__init__.py").is_file() or not (path / "widgets").is_dir():
+        raise UsageError(f"--baseline {path}: not a kmon source tree (kmon/ and widgets/)")
+    link = path / "kmon" / "widgets"
+    if not link.exists():
+        link.symlink_to(Path("..") / "widgets")
+    return path.resolve()
+
+
+# -- the three measurements ----------------------------------------------------------------------
 
 
 def tmux(*args: str) -> str:
@@ -171,38 +136,112 @@ def tmux(*args: str) -> str:
                           capture_output=True).stdout
 
 
-def engine_share(helpers: Helpers, clients: list[subprocess.Popen[str]], seconds: float,
-                 per_process: bool, view: int) -> tuple[float, float, int]:
-    """(the engine helper's CPU share, the host view's (pid ``view``) over the same seconds,
-    rows with a "wire missed" notice); once the helper watches every client, each sends a
-    request on every connection (SIGUSR1), and both shares are taken from the helper's
-    "ready" on, so both measure the steady state of a long run: every socket with a wire
-    flow (not the helper's start, nor the burst of new flows)."""
-    engine = helpers.start("--role", "engine", "--seconds", str(seconds), "--count",
-                           str(len(clients)), *(["--per-process"] if per_process else []))
-    helpers.line(engine, "watching")
-    for client in clients:
-        os.kill(client.pid, signal.SIGUSR1)
-    helpers.line(engine, "ready")
-    before, view_before, began = cpu_seconds(engine.pid), cpu_seconds(view), time.perf_counter()
-    _, missed = helpers.line(engine, "polls")
+def wait_for(what: str, ready) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not ready():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} never watched every client")
+        time.sleep(1.0)
+
+
+def shares(pids: list[int], seconds: float) -> list[float]:
+    """Each process's CPU share over the same ``seconds``."""
+    before, began = [cpu_seconds(pid) for pid in pids], time.perf_counter()
+    time.sleep(seconds)
     wall = time.perf_counter() - began
-    return ((cpu_seconds(engine.pid) - before) / wall, (cpu_seconds(view) - view_before) / wall,
-            int(missed))
+    return [(cpu_seconds(pid) - b) / wall for pid, b in zip(pids, before, strict=True)]
 
 
-def start_load(helpers: Helpers, processes: int, connections: int,
-               rate: float) -> list[subprocess.Popen[str]]:
-    """The listener, and ``processes`` clients of ``connections`` connections each sending
-    ``rate`` requests a second, ready (``helpers`` run this benchmark)."""
-    print(f"opening {processes} x {connections} connections ...", file=sys.stderr, flush=True)
-    listener = helpers.start("--role", "listener", "--count", str(processes * connections))
-    port = helpers.line(listener, "port")[0]
-    clients = [helpers.start("--role", "client", "--port", port, "--count", str(connections),
-                             "--rate", str(rate)) for _ in range(processes)]
-    for client in clients:
-        helpers.line(client, "ready")
-    return clients
+def host_views(trees: list[Tree], prime, processes: int,
+               seconds: float) -> tuple[list[float], list[bool]]:
+    """Each tree's host view in tmux: (CPU shares, "wire missed" on its screen)."""
+    pids = []
+    try:
+        for tree in trees:
+            env = "" if tree.env is None else "env PYTHONSAFEPATH=1 " + shlex.quote(
+                f"PYTHONPATH={tree.env['PYTHONPATH']}") + " "
+            tmux("new-session", "-d", "-x", str(SIZE[0]), "-y", str(SIZE[1]), "-s", tree.name,
+                 "-c", str(REPO), f"exec {env}{shlex.join(tree.command())}")
+            pids.append(int(tmux("list-panes", "-t", tree.name, "-F", "#{pane_pid}").split()[0]))
+        for tree in trees:
+            wait_for(f"the host view ({tree.name})", lambda t=tree: (
+                (found := WATCHING.search(tmux("capture-pane", "-p", "-t", t.name)))
+                is not None and int(found[1]) >= processes))
+        prime()
+        time.sleep(WARM_UP_S)
+        got = shares(pids, seconds)
+        return got, [MISSED in tmux("capture-pane", "-p", "-t", t.name) for t in trees]
+    finally:
+        subprocess.run(["tmux", "-L", TMUX_SOCKET, "kill-server"], capture_output=True)
+
+
+def engines(helpers: Helpers, trees: list[Tree], prime, processes: int,
+            seconds: float) -> list[tuple[float, int, float, float]]:
+    """Each tree's engine helper: (CPU share, rows missing a packet, poll p50, p95 ms)."""
+    procs = [helpers.start("--role", "engine", "--seconds", str(seconds), "--count",
+                           str(processes), env=tree.env) for tree in trees]
+    for proc in procs:
+        helpers.line(proc, "watching")
+    prime()
+    for proc in procs:
+        helpers.line(proc, "ready")
+    before, began = [cpu_seconds(p.pid) for p in procs], time.perf_counter()
+    ends = [helpers.line(proc, "polls") for proc in procs]
+    wall = time.perf_counter() - began
+    spent = [cpu_seconds(p.pid) for p in procs]
+    for proc in procs:
+        proc.stdin.close()  # type: ignore[union-attr]
+        proc.wait()
+    return [((after - b) / wall, int(end[1]), float(end[2]), float(end[3]))
+            for after, b, end in zip(spent, before, ends, strict=True)]
+
+
+def serves(trees: list[Tree], prime, processes: int, seconds: float) -> list[float]:
+    """Each tree's ``kmon serve`` (5 s): CPU shares over the same seconds."""
+    from benchmarks.serve_cost import scrape, watched
+
+    procs, addresses = [], []
+    try:
+        for tree in trees:
+            proc = subprocess.Popen(tree.command("serve", "--listen", "127.0.0.1:0"), cwd=REPO,
+                                    env=tree.env, stderr=subprocess.PIPE, text=True)
+            procs.append(proc)
+            line = proc.stderr.readline()  # type: ignore[union-attr]
+            if "/metrics" not in line:
+                raise RuntimeError(f"kmon serve ({tree.name}) did not start: {line}")
+            threading.Thread(target=proc.stderr.read, daemon=True).start()  # type: ignore
+            addresses.append(line.split("http://", 1)[1].split("/metrics", 1)[0])
+        for tree, address in zip(trees, addresses, strict=True):
+            wait_for(f"kmon serve ({tree.name})",
+                     lambda a=address: watched(scrape(a)[1]) >= processes)
+        prime()
+        time.sleep(WARM_UP_S)
+        return shares([p.pid for p in procs], seconds)
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait()
+
+
+# -- the run -------------------------------------------------------------------------------------
+
+
+def start_load(helpers: Helpers, load: str, processes: int, connections: int,
+               rate: float) -> tuple[subprocess.Popen[str], list[int]]:
+    """The load's broker side and its fleet of clients, ready: the fleet's helper (SIGUSR1:
+    a request on every connection) and the clients' PIDs."""
+    print(f"{load}: opening {processes} x {connections} connections ...", file=sys.stderr,
+          flush=True)
+    if load == "silent":
+        server = helpers.start("--role", "mock", "--count", str(processes * (connections + 8)))
+        target = helpers.line(server, "bootstrap")[0]
+    else:
+        server = helpers.start("--role", "listener", "--count", str(processes * connections))
+        target = helpers.line(server, "port")[0]
+    fleet = helpers.start("--role", "fleet", "--load", load, "--target", target,
+                          "--processes", str(processes), "--connections", str(connections),
+                          "--rate", str(rate))
+    return fleet, [int(pid) for pid in helpers.line(fleet, "ready")]
 
 
 def measure(args: argparse.Namespace) -> Result:
@@ -210,84 +249,105 @@ def measure(args: argparse.Namespace) -> Result:
         raise BenchmarkError("needs tmux (apt-get install tmux)")
     if os.geteuid() != 0:
         raise BenchmarkError("the wire needs CAP_NET_RAW: run as root")
+    processes, connections = args.processes, args.connections
+    trees = [Tree("kmon", None)]
+    if args.baseline is not None:
+        trees.append(Tree("baseline", baseline_tree(args.baseline)))
     with Helpers("host_view_cost", READY_TIMEOUT_S) as helpers:
-        clients = start_load(helpers, args.processes, args.connections, args.rate)
-        command = shlex.join([sys.executable, "-m", "kmon"])  # the host view, at 1 s
-        tmux("new-session", "-d", "-x", str(SIZE[0]), "-y", str(SIZE[1]), "-s", "kmon",
-             f"exec {command}")
-        try:
-            kmon = psutil.Process(int(tmux("list-panes", "-F", "#{pane_pid}").split()[0]))
-            deadline = time.monotonic() + READY_TIMEOUT_S
-            while str(clients[-1].pid) not in tmux("capture-pane", "-p"):
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the host view never showed every client:\n"
-                                       + tmux("capture-pane", "-p"))
-                time.sleep(1.0)
-            print("host view and engine alone ...", file=sys.stderr, flush=True)
-            engine, view, missed = engine_share(helpers, clients, args.seconds, False, kmon.pid)
-            screen = tmux("capture-pane", "-p")
-            print("host view and engine with a tap per process ...", file=sys.stderr,
-                  flush=True)
-            taps, view_beside_taps, taps_missed = engine_share(helpers, clients, args.seconds,
-                                                               True, kmon.pid)
-        finally:
-            subprocess.run(["tmux", "-L", TMUX_SOCKET, "kill-server"], capture_output=True)
-    print(f"host view of {args.processes} processes x {args.connections} connections, "
-          f"{args.rate:g} Produce requests/s each, 1 s interval, --wire auto, tmux "
-          f"{SIZE[0]}x{SIZE[1]}, {args.seconds:.0f} s each (user + system CPU / wall)")
-    print(f"  host view (one capture)        {view:7.2%}   engine alone beside it "
-          f"{engine:7.2%}   ratio {view / engine:.2f}x")
-    print(f"  host view, beside the taps run {view_beside_taps:7.2%}   engine, a tap per "
-          f"process {taps:7.2%}   one capture / taps {engine / taps:.2f}x")
-    print(f"  rows with '{MISSED}': one capture {missed} of {args.processes} x polls, "
-          f"a tap per process {taps_missed}; on the host view's screen: "
-          f"{'yes' if MISSED in screen else 'no'}")
-    met = view < CPU_TARGET and not missed and MISSED not in screen
-    print(f"target (<{CPU_TARGET:.0%} of a core, no packet missed) {'met' if met else 'NOT met'}")
+        fleet, _ = start_load(helpers, args.load, processes, connections, args.rate)
+
+        def prime() -> None:  # a request on every connection (talking, many)
+            os.kill(fleet.pid, signal.SIGUSR1)
+
+        print("the host views ...", file=sys.stderr, flush=True)
+        views, screens = host_views(trees, prime, processes, args.seconds)
+        print("the engines ...", file=sys.stderr, flush=True)
+        engine = engines(helpers, trees, prime, processes, args.seconds)
+        print("kmon serve ...", file=sys.stderr, flush=True)
+        serve = serves(trees, prime, processes, args.seconds)
+    return report(args, trees, views, screens, engine, serve)
+
+
+def report(args: argparse.Namespace, trees: list[Tree], views: list[float],
+           screens: list[bool], engine: list[tuple[float, int, float, float]],
+           serve: list[float]) -> Result:
+    print(f"{args.load}: {args.processes} processes x {args.connections} connections, "
+          f"{args.rate:g}/s each, host view and engine at 1 s, serve at 5 s, --wire auto, "
+          f"{args.seconds:.0f} s each (user + system CPU / wall)")
+    print(f"  {'':10} {'host view':>10} {'engine':>10} {'serve':>10} {'poll p50':>10} "
+          f"{'poll p95':>10}  missed (engine rows, screen)")
     result = Result()
-    result.figure("host view", view * 100, "% of a core")
-    result.figure("engine alone beside it", engine * 100, "% of a core")
-    result.figure("engine, a tap per process", taps * 100, "% of a core")
-    result.figure("rows with a missed packet", missed)
-    result.ratio("host view / engine alone", "host view", "engine alone beside it")
-    result.ratio("one capture / a tap per process", "engine alone beside it",
-                 "engine, a tap per process")
+    for i, tree in enumerate(trees):
+        share, missed, p50, p95 = engine[i]
+        print(f"  {tree.name:10} {views[i]:10.2%} {share:10.2%} {serve[i]:10.2%} "
+              f"{p50:8.1f}ms {p95:8.1f}ms  {missed}, {'yes' if screens[i] else 'no'}")
+        suffix = "" if i == 0 else ", baseline"
+        result.figure(f"host view{suffix}", views[i] * 100, "% of a core")
+        result.figure(f"engine{suffix}", share * 100, "% of a core")
+        result.figure(f"serve{suffix}", serve[i] * 100, "% of a core")
+        result.figure(f"engine poll p50{suffix}", p50, "ms")
+        result.figure(f"engine poll p95{suffix}", p95, "ms")
+        result.figure(f"rows with a missed packet{suffix}", missed)
+    if len(trees) > 1:
+        for what in ("host view", "engine", "serve", "engine poll p95"):
+            result.ratio(f"{what} / baseline", what, f"{what}, baseline")
+    else:
+        result.ratio("host view / engine", "host view", "engine")
+    target = VIEW_TARGET.get(args.load, 0.05)
+    met = (views[0] < target and serve[0] < SERVE_TARGET and not engine[0][1]
+           and not screens[0])
+    print(f"target (host view <{target:.0%}, serve <{SERVE_TARGET:.0%}, no packet missed) "
+          f"{'met' if met else 'NOT met'}")
     return result
 
 
 def load_arguments(parser: argparse.ArgumentParser) -> None:
-    """The load's options: --processes, --connections, --rate (``start_load``'s)."""
-    parser.add_argument("--processes", type=int, default=50)
-    parser.add_argument("--connections", type=int, default=100, help="per process")
-    parser.add_argument("--rate", type=float, default=2.0, help="Produce requests/s a process")
+    """The load's options (``start_load``'s): --load, --processes, --connections, --rate."""
+    parser.add_argument("--load", choices=tuple(LOADS), default="talking")
+    parser.add_argument("--processes", type=int, help="default: the load's")
+    parser.add_argument("--connections", type=int, help="per process; default: the load's")
+    parser.add_argument("--rate", type=float, default=2.0,
+                        help="requests (or messages) a second, each process")
+
+
+def load_shape(args: argparse.Namespace) -> None:
+    """Fill in the load's own --processes and --connections where not given."""
+    default_processes, default_connections = LOADS[args.load]
+    args.processes = args.processes or default_processes
+    args.connections = args.connections or default_connections
 
 
 def options(parser: argparse.ArgumentParser) -> None:
     load_arguments(parser)
     parser.add_argument("--seconds", type=float, default=30.0, help="of each measurement")
-    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--baseline", type=Path, metavar="DIR",
+                        help="a kmon source tree measured beside this one")
+    parser.add_argument("--target", help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--per-process", action="store_true", help=argparse.SUPPRESS)
 
 
-ROLES = ("listener", "client", "engine")
+ROLES = ("listener", "mock", "fleet", "engine")
 
 
 def helper(args: argparse.Namespace) -> int:
     exit_when_parent_goes()
     if args.role == "listener":
-        role_listener(args.count)
-    elif args.role == "client":
-        role_client(args.port, args.count, args.rate)
+        host_loads.role_listener(args.count)
+    elif args.role == "mock":
+        host_loads.role_mock(args.count)
+    elif args.role == "fleet":
+        host_loads.role_fleet(args.load, args.target, args.processes, args.connections,
+                              args.rate)
     else:
-        role_engine(args.seconds, args.count, args.per_process)
+        role_engine(args.seconds, args.count)
     return 0
 
 
 def run(args: argparse.Namespace) -> Result:
+    load_shape(args)
     if args.processes < 1 or args.connections < 1 or args.seconds < 5 or args.rate <= 0:
         raise UsageError("need --processes >= 1, --connections >= 1, --seconds >= 5, "
-                             "--rate > 0")
+                         "--rate > 0")
     try:
         return measure(args)
     except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:

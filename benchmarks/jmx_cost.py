@@ -37,8 +37,8 @@ import psutil
 
 from benchmarks.api import BenchmarkError, Result
 from benchmarks.helpers import REPO
-from kmon.sources.child_env import launching_with
-from kmon.sources.jmx import JmxReading, JmxSource
+from kmon.sources.jvm.jmx import JmxReading, JmxSource
+from kmon.sources.processes.child_env import launching_with
 
 FAKE = REPO / "tests" / "java" / "FakeKafkaClient.java"
 WARMUP_POLLS = 3  # the helper's and target's JIT warm up over the first polls

@@ -3,7 +3,7 @@
     python -m benchmarks json_cost [--connections 2000] [--rounds 7]
 
 Times one ``--json`` line as ``kmon attach`` makes it (``Snapshot.to_dict()``, then the
-bytes) with the escape (``kmon.json_lines.json_line``) and without it (``orjson.dumps``
+bytes) with the escape (``kmon.cli.json_lines.json_line``) and without it (``orjson.dumps``
 alone, the baseline), in the same run, each the median of --rounds taken turn about.
 Prints the rows a second each way, and the ratio. Twice: with ordinary strings, and
 with every client id and process name full of C1 controls (each one is replaced).
@@ -18,7 +18,7 @@ import time
 import orjson
 
 from benchmarks.api import Result
-from kmon.json_lines import escape_c1, json_line
+from kmon.cli.json_lines import escape_c1, json_line
 from kmon.model import ClientInstance, Connection, ProcessView, Role, Snapshot
 
 

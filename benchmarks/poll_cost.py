@@ -43,10 +43,10 @@ from benchmarks.api import BenchmarkError, Result, UsageError
 from benchmarks.helpers import Helpers, exit_when_parent_goes, no_time_wait, raise_fd_limit
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
-from kmon.sources.host_sockets import HostClients, client_pids
-from kmon.sources.sockdiag import SockDiagReader
-from kmon.sources.sockets import Endpoint
-from kmon.sources.sockstat import tcp_sockets
+from kmon.sources.kernel.host_sockets import HostClients, client_pids
+from kmon.sources.kernel.sockdiag import SockDiagReader
+from kmon.sources.kernel.sockets import Endpoint
+from kmon.sources.kernel.sockstat import tcp_sockets
 
 CLIENT_CONNECTIONS = 10
 PER_PORT = 10_000  # connections per listening port: well inside the ephemeral port range

@@ -25,8 +25,8 @@ from pathlib import Path
 from benchmarks.api import Result
 from benchmarks.helpers import REPO, command
 from benchmarks.json_cost import snapshot
-from kmon.engine.replay import Recording, Replay, frame_from_line
-from kmon.json_lines import json_line
+from kmon.cli.json_lines import json_line
+from kmon.engine.playback import Recording, Replay, frame_from_line
 
 #: the helper's roles: how it reads the recording
 ROLES = ("streamed", "held")

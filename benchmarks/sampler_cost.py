@@ -33,15 +33,15 @@ def measure(args: argparse.Namespace) -> Result:
     from kmon.engine.heap import settle_heap
     from kmon.engine.sampler import ProcessSampler, SamplerSettings
     from kmon.model import Role
-    from kmon.sources.host_wire import HostWire
-    from kmon.sources.socket_readers import open_socket_reader
+    from kmon.sources.kernel.socket_readers import open_socket_reader
+    from kmon.sources.packets.host_wire import HostWire
 
     with Helpers("host_view_cost", host_view_cost.READY_TIMEOUT_S) as helpers:
-        clients = host_view_cost.start_load(helpers, args.processes, args.connections,
-                                            args.rate)
+        fleet, clients = host_view_cost.start_load(helpers, args.load, args.processes,
+                                                   args.connections, args.rate)
         reader, wire = open_socket_reader(), HostWire()
         settings = SamplerSettings(require_kafka=False)
-        samplers = [ProcessSampler(c.pid, reader, settings, host_wire=wire) for c in clients]
+        samplers = [ProcessSampler(pid, reader, settings, host_wire=wire) for pid in clients]
         settle_heap()  # as the host view does before its refreshes
         sample_s = read_s = 0.0
         rows = wired = measured = 0
@@ -51,12 +51,11 @@ def measure(args: argparse.Namespace) -> Result:
                 cpu = time.process_time()
                 views = [s.sample(int(time.time() * 1000)) for s in samplers]
                 sampled = time.process_time()
-                for client in clients:
-                    reader.sockets_of(client.pid)
+                for pid in clients:
+                    reader.sockets_of(pid)
                 read = time.process_time()
                 if poll == 0:
-                    for client in clients:
-                        client.send_signal(signal.SIGUSR1)
+                    fleet.send_signal(signal.SIGUSR1)
                 broker = sum(c.role is Role.BROKER for v in views for c in v.connections)
                 if measured or broker == args.processes * args.connections:
                     sample_s += sampled - cpu
@@ -95,6 +94,7 @@ def options(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> Result:
+    host_view_cost.load_shape(args)
     if args.processes < 1 or args.connections < 1 or args.polls < 1 or args.rate <= 0:
         raise UsageError("need --processes >= 1, --connections >= 1, --polls >= 1, --rate > 0")
     if os.geteuid() != 0:

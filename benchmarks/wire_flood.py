@@ -37,8 +37,8 @@ import psutil
 
 from benchmarks.api import BenchmarkError, Result
 from kmon.devtools.hostile_broker import HostileBroker, find_coordinator_request
-from kmon.sources import spool
-from kmon.sources.librdkafka_stats import read_client_stats
+from kmon.sources.clients import spool
+from kmon.sources.clients.librdkafka_stats import read_client_stats
 
 MB = 1 << 20
 
@@ -139,7 +139,7 @@ def spool_flood(result: Result) -> None:
 def _read_headers(headers: int = 20_000, rounds: int = 5) -> float:
     """Seconds ``PacketCapture.read`` takes over ``headers`` one-segment requests (the best
     of ``rounds``; the ring holds some 10,000 at a time: read as they come)."""
-    from kmon.sources.packet_capture import PacketCapture
+    from kmon.sources.packets.packet_capture import PacketCapture
 
     request = find_coordinator_request(0)
     best = float("inf")
@@ -169,7 +169,7 @@ def _read_headers(headers: int = 20_000, rounds: int = 5) -> float:
 
 
 def frame_boundaries(result: Result) -> None:
-    from kmon.sources import frame_boundaries as fb
+    from kmon.sources.packets import frame_boundaries as fb
 
     checked = _read_headers()
     follows = fb.FrameBoundaries.follows

@@ -43,11 +43,11 @@ def read_bounded(path: str | os.PathLike[str], limit: int, what: str = "file",
             err.strerror or str(err))
         raise UnsafeFile(f"{what} {path}: {why}") from err
     info = os.fstat(fd)
-    why = "not a regular file" if not stat.S_ISREG(info.st_mode) else (
+    refused = "not a regular file" if not stat.S_ISREG(info.st_mode) else (
         untrusted_because(info) if trusted_only else None)
-    if why:
+    if refused:
         os.close(fd)
-        raise UnsafeFile(f"{what} {path}: {why}")
+        raise UnsafeFile(f"{what} {path}: {refused}")
     with os.fdopen(fd, "rb") as file:
         if info.st_size > limit:
             raise UnsafeFile(f"{what} {path}: larger than {limit:,} bytes")

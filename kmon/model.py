@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from functools import cached_property
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from kmon.short_command import short_command
 from kmon.tcp_state import TcpState
@@ -67,7 +67,7 @@ class ClientInstance:
     group_assignment_size: int | None = None
     group_coordinator_id: int | None = None  # broker the client uses as its group coordinator
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -97,13 +97,13 @@ class Connection:
     inode: int | None = None
     evidence: dict[str, str] = field(default_factory=dict)  # fact -> stats|kernel|inferred|...
     confidence: float = 1.0
-    claims: list[dict] = field(default_factory=list)  # every source's claim (Claim.summary)
+    claims: list[dict[str, Any]] = field(default_factory=list)  # each source's Claim.summary
     # every idle limit that may close it (client, broker, middlebox); idle_limit_ms is the least
     idle_limits: dict[str, int] = field(default_factory=dict)
     idle_limit_by: str | None = None  # which of idle_limits will reap it first
-    # the kernel's figures of its unanswered sending (kmon.sources.sockets.TcpStall), while
+    # the kernel's figures of its unanswered sending (kmon.sources.kernel.sockets.TcpStall), while
     # it retransmits or probes: None while everything sent is answered
-    tcp_stall: dict | None = None
+    tcp_stall: dict[str, Any] | None = None
 
     @property
     def reap_in_ms(self) -> int | None:
@@ -112,14 +112,14 @@ class Connection:
             return None
         return max(0, self.idle_limit_ms - self.idle_ms)
 
-    def display_order(self) -> tuple:
+    def display_order(self) -> tuple[int, str, int, str, str]:
         """How kmon lists connections everywhere: by role, then client (connections no
         client claims last), node id, address."""
         return (ROLE_RANK[self.role], self.client or "~",
                 self.node_id if self.node_id is not None else 1 << 32, self.remote or "",
                 self.key)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The row as JSON-ready values (its dicts and lists shared, not copied: 2,000 rows
         a second must not cost a deep copy each)."""
         out = {name: getattr(self, name) for name in _CONNECTION_FIELDS}
@@ -185,7 +185,7 @@ class Finding:
         (process-controlled text: for ``plain`` or ``one_line``)."""
         return f"{self.reason.replace('_', ' ')}: {self.detail} → {self.fix}"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -221,7 +221,7 @@ class ProcessView:
         """Its connections summed up, once: a view's connections never change once made."""
         return summarize(self.connections)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"pid": self.pid, "name": self.name, "cmdline": self.cmdline,
                 "clients": [c.to_dict() for c in self.clients],
                 "connections": [c.to_dict() for c in self.connections],
@@ -255,7 +255,7 @@ class Snapshot:
     host_closed_1m: int | None = None
     lives: list[ConnectionLife] = field(default_factory=list)  # ended since the last poll
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"ts_ms": self.ts_ms, "host": self.host,
                 "processes": [p.to_dict() for p in self.processes],
                 "host_closed_1m": self.host_closed_1m}
@@ -292,7 +292,7 @@ class Event:
     close: CloseStory | None = None  # closed events: who closed it and why
     churn: Churn | None = None  # churn events: the pattern and its rate
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         out = {"ts_ms": self.ts_ms, "kind": self.kind.value, "pid": self.pid, "key": self.key,
                "role": self.role.value if self.role else None, "node_id": self.node_id,
                "remote": self.remote, "detail": self.detail, "client": self.client,

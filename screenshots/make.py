@@ -19,11 +19,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kmon.dashboard_settings import DashboardSettings
-from kmon.devtools.demo import Demo
-from kmon.engine.cluster_watch import ClusterWatcher
-from kmon.engine.facade import ClusterSession, HostSession
-from kmon.engine.sampler import SamplerSettings
+from kmon.devtools.demo_workload import Demo
+from kmon.engine.facade import (
+    ClusterTarget,
+    EngineSettings,
+    HostTarget,
+    SamplerSettings,
+    open_session,
+)
+from kmon.present.dashboard_settings import DashboardSettings
 from kmon.widgets.app import KmonApp
 from kmon.widgets.host_screen import HostScreen
 from kmon.widgets.watch_screen import WatchScreen
@@ -32,6 +36,7 @@ OUT = Path(__file__).parent
 SIZE = (170, 48)
 SETTLE_SECONDS = 20
 CHARTS = ("connections_over_time", "churn_per_broker", "idle_age")
+ENGINE = EngineSettings(SamplerSettings(require_kafka=False))  # the demo's clients, all of them
 
 
 def save(app: KmonApp, name: str) -> None:
@@ -57,8 +62,8 @@ async def attach_to(app: KmonApp, pilot, screen: WatchScreen, label: str) -> Non
 
 async def dashboard_screens(demo: Demo) -> None:
     labels = {pid: c.label for pid, c in demo.clients.items()}
-    watcher = ClusterWatcher(demo.bootstrap, {}, refresh_s=10.0)
-    session = ClusterSession(watcher, SamplerSettings(require_kafka=False), list(demo.clients))
+    session = open_session(ClusterTarget(demo.bootstrap, refresh_s=10.0,
+                                         pids=tuple(demo.clients)), ENGINE)
     screen = WatchScreen("demo", session, DashboardSettings(), labels)
     app = KmonApp(screen)
     async with app.run_test(size=SIZE) as pilot:
@@ -76,8 +81,7 @@ async def dashboard_screens(demo: Demo) -> None:
 
 async def host_view() -> None:
     """``kmon`` with no arguments: every Kafka client on this host, by cluster."""
-    app = KmonApp(HostScreen(HostSession(SamplerSettings(require_kafka=False)),
-                             DashboardSettings()))
+    app = KmonApp(HostScreen(open_session(HostTarget(), ENGINE), DashboardSettings()))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause(SETTLE_SECONDS)
         save(app, "host")

@@ -17,7 +17,7 @@ from helpers import TESTS, Child, KafkaClient, debug_log_options, refuse_process
 # ``unit`` here (``python -m pytest -m unit`` is the fast inner loop), and may start no process.
 INTEGRATION_FIXTURES = {"cluster", "start_client", "start_client_at", "spool_dir",
                         "spark_session", "kafka", "start_kafka", "java_clients", "java_program",
-                        "start_java", "start_module_client", "throwaway_user"}
+                        "start_java", "start_module_client", "start_on", "throwaway_user"}
 # What a fixture needs beyond this Python: the marker it gives the tests that use it.
 NEEDS = {"kafka": "kafka", "start_kafka": "kafka", "spark_session": "spark",
          "java_clients": "java", "java_program": "java", "start_java": "java",
@@ -236,6 +236,15 @@ def start_client_at(spool_dir):
     yield client_starter(started)
     for client in started:
         client.stop()
+
+
+@pytest.fixture(params=["mock", pytest.param("kafka", marks=pytest.mark.kafka)])
+def start_on(request, start_client_at):
+    """start_client on each cluster in turn: the mock cluster, then the session's real Apache
+    Kafka cluster (a test written once, run against both)."""
+    cluster = request.getfixturevalue("cluster" if request.param == "mock" else "kafka")
+    bootstrap = cluster if request.param == "mock" else cluster.bootstrap()
+    return lambda kind, **options: start_client_at(bootstrap, kind, **options)
 
 
 @pytest.fixture(scope="module")

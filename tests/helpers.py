@@ -9,6 +9,8 @@ from support.common import *  # noqa: F403
 from support.common import __all__ as _common
 from support.dashboards import *  # noqa: F403
 from support.dashboards import __all__ as _dashboards
+from support.drops import *  # noqa: F403
+from support.drops import __all__ as _drops
 from support.processes import *  # noqa: F403
 from support.processes import __all__ as _processes
 from support.recordings import *  # noqa: F403
@@ -22,5 +24,5 @@ from support.users import __all__ as _users
 from support.wire import *  # noqa: F403
 from support.wire import __all__ as _wire
 
-__all__ = [*_assertions, *_clusters, *_common, *_dashboards, *_processes, *_recordings,
+__all__ = [*_assertions, *_clusters, *_common, *_dashboards, *_drops, *_processes, *_recordings,
            *_replays, *_serve, *_users, *_wire]

@@ -9,7 +9,7 @@ import time
 import pytest
 from helpers import Child, attach_once, connections_of
 
-from kmon.sources.resolve import split_host_port
+from kmon.sources.brokers.dns import split_host_port
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 

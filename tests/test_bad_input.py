@@ -190,7 +190,7 @@ def test_bad_config_file_is_one_clear_line(tmp_path):
 
 
 def test_corrupt_replayed_recording_is_one_clear_line(tmp_path):
-    from kmon.engine.replay import ReplayError, read_recording
+    from kmon.engine.playback import ReplayError, read_recording
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"ts_ms": 1, "host": "h", "processes": [{"pid": "x"}]}\n')

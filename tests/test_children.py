@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kmon.devtools.children import python_module, spawn, stderr_tail, stop_all
-from kmon.devtools.demo import DemoError, _first_line
+from kmon.devtools.demo_workload import DemoError, _first_line
 
 pytestmark = pytest.mark.integration  # real processes
 

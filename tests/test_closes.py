@@ -82,7 +82,7 @@ def test_a_close_is_never_idle_longer_than_it_lived():
 
 
 def test_the_error_code_of_a_sasl_response_is_read_in_either_header_layout():
-    from kmon.sources.kafka_protocol import SASL_AUTHENTICATE, SASL_HANDSHAKE, error_code
+    from kmon.sources.packets.kafka_protocol import SASL_AUTHENTICATE, SASL_HANDSHAKE, error_code
 
     def response(correlation: int, body: bytes, flexible: bool) -> bytes:
         header = correlation.to_bytes(4, "big") + (b"\x00" if flexible else b"")
@@ -374,8 +374,8 @@ def test_a_producer_per_message_raises_churn_and_a_steady_consumer_none(cluster,
 @pytest.mark.integration
 def test_the_kernel_lookup_is_what_kmon_runs(tmp_path):
     """closing_states on real sockets: the first closer in TIME_WAIT, the other CLOSE_WAIT."""
-    from kmon.sources.closing_sockets import closing_states
-    from kmon.sources.sockets import Endpoint
+    from kmon.sources.kernel.closing_sockets import closing_states
+    from kmon.sources.kernel.sockets import Endpoint
 
     with socket.create_server(("127.0.0.1", 0)) as server:
         port = server.getsockname()[1]

@@ -28,9 +28,9 @@ from helpers import (
     until,
 )
 
-from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.cluster_watch import ClusterWatcher
 from kmon.engine.facade import ClusterSession, EngineSettings, SamplerSettings
+from kmon.present.dashboard_settings import DashboardSettings
 from kmon.widgets.app import KmonApp
 from kmon.widgets.watch_screen import WatchScreen
 

@@ -11,9 +11,9 @@ import pytest
 from helpers import Child, assert_one_clear_line, cluster_id, get, kmon, start_serve, wait_for
 
 from kmon.cli import build_parser
+from kmon.cli.command_config import as_librdkafka, parse_properties
+from kmon.cli.config import ConfigError, load_config
 from kmon.cli.wiring import named_cluster
-from kmon.command_config import as_librdkafka, parse_properties
-from kmon.config import ConfigError, load_config
 
 pytestmark = pytest.mark.integration
 
@@ -117,7 +117,7 @@ def test_what_f_props_cannot_take_is_refused_without_showing_secrets(tmp_path, t
     props = tmp_path / "p.properties"
     props.write_text(text)
     with pytest.raises(ConfigError) as err:
-        from kmon.command_config import read_command_config
+        from kmon.cli.command_config import read_command_config
 
         read_command_config(props)
     assert all(word in str(err.value) for word in words) and "hunter2" not in str(err.value)

@@ -24,12 +24,12 @@ from kmon.engine.cluster_watch import (
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
 from kmon.model import Role
-from kmon.sources.cluster import GROUPS_UNSUPPORTED, GroupInfo, GroupMember
-from kmon.sources.host_sockets import client_pids
-from kmon.sources.librdkafka_stats import parse_record
-from kmon.sources.resolve import Resolver
-from kmon.sources.socket_readers import open_socket_reader
-from kmon.sources.spool import SpoolError
+from kmon.sources.brokers.admin import GROUPS_UNSUPPORTED, GroupInfo, GroupMember
+from kmon.sources.brokers.dns import Resolver
+from kmon.sources.clients.librdkafka_stats import parse_record
+from kmon.sources.clients.spool import SpoolError
+from kmon.sources.kernel.host_sockets import client_pids
+from kmon.sources.kernel.socket_readers import open_socket_reader
 
 
 class FakeClock:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kmon.config import ENV_CONFIG, ConfigError, load_config
+from kmon.cli.config import ENV_CONFIG, ConfigError, load_config
 from kmon.engine.monitor import NEAR_REAP_FRACTION
 from kmon.errors import UserError
 from kmon.units import property_arg

@@ -10,11 +10,11 @@ import pytest
 from helpers import GatedMonitor, attach_app, process_session, table_rows, until
 from textual.screen import Screen
 
-from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import ProcessSession
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
-from kmon.sources.socket_readers import open_socket_reader
+from kmon.present.dashboard_settings import DashboardSettings
+from kmon.sources.kernel.socket_readers import open_socket_reader
 from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.connection_table import ConnectionTable

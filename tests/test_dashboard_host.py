@@ -21,9 +21,9 @@ from helpers import (
     until,
 )
 
-from kmon.dashboard_settings import DashboardSettings
-from kmon.devtools.demo import Demo
+from kmon.devtools.demo_workload import Demo
 from kmon.engine.facade import EngineSettings, HostTarget, SamplerSettings, open_session
+from kmon.present.dashboard_settings import DashboardSettings
 from kmon.widgets.app import KmonApp
 from kmon.widgets.host_screen import HostScreen
 

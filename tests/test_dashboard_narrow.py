@@ -11,8 +11,8 @@ import pytest
 from helpers import ReplayedClients, play_all, play_listed, replayed, until, utc
 from rich.text import Text
 
-from kmon.dashboard_settings import DashboardSettings
 from kmon.model import Connection, Event, EventKind, ProcessView, Role
+from kmon.present.dashboard_settings import DashboardSettings
 from kmon.widgets.app import KmonApp
 from kmon.widgets.churn_board import ChurnBoard
 from kmon.widgets.connection_table import ConnectionTable
@@ -212,8 +212,8 @@ def test_less_and_greater_pick_the_sort_column_and_its_heading_shows_the_arrow()
             await pilot.pause()
             assert "max idle ▼" in table.render_line(0).text
             assert table.selected_pid == 16175  # the cursor stays on its process
-            assert [row[0] for row in (table.get_row_at(i) for i in range(1, 3))] == [
-                Text("16172"), Text("16175")]  # 28 s idle, then 2.7 s
+            assert [table.row_text(i)[0] for i in range(1, 3)] == [
+                "16172", "16175"]  # 28 s idle, then 2.7 s
 
     asyncio.run(drive_list())
 
@@ -261,9 +261,9 @@ def test_a_notice_that_comes_later_is_shown_whole():
     async def drive() -> None:
         async with Tables().run_test(size=(250, 10)) as pilot:
             table = pilot.app.query_one(ProcessTable)
-            table.show([("c", "", [row("")])])
+            table.show_groups([("c", "", [row("")])])
             await pilot.pause()
-            table.show([("c", "", [row(notice)])])
+            table.show_groups([("c", "", [row(notice)])])
             await pilot.pause()
             assert notice in table.render_line(1).text
 

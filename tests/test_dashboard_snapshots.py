@@ -2,7 +2,7 @@
 
 ``tests/data/*.jsonl`` were recorded side by side with ``kmon attach PID --json`` on
 the demo's consumer and on its producer with ``connections.max.idle.ms=5000``.
-Played back (``kmon.engine.replay``), they draw the same screen every time: each alone
+Played back (``kmon.engine.playback``), they draw the same screen every time: each alone
 in the attach screen, both together as the clients of the watch and host screens. Update
 the stored screens with ``python -m pytest tests/test_dashboard_snapshots.py
 --snapshot-update`` after a deliberate change, and look at them.
@@ -15,8 +15,8 @@ import asyncio
 from helpers import ReplayedClients, play_all, play_listed, replayed, until, utc
 from rich.text import Text
 
-from kmon.dashboard_settings import DashboardSettings
 from kmon.model import Event
+from kmon.present.dashboard_settings import DashboardSettings
 from kmon.widgets.app import KmonApp
 from kmon.widgets.connection_table import ConnectionTable
 from kmon.widgets.host_screen import HostScreen
@@ -156,19 +156,18 @@ def test_a_cursor_move_draws_only_the_lines_it_leaves_and_enters():
     asyncio.run(drive())
 
 
-def test_a_process_table_draws_anew_only_the_cells_that_changed():
-    """Not a snapshot: a refresh that changes one process's cells draws those again (and
-    only their rows' lines, into the row's kept drawing), keeps every other cell's drawing,
-    and the table then reads as one built from scratch with the new rows (a column widened
-    by a new row included) and draws as itself drawn from scratch, styles and all."""
+def test_a_process_table_draws_anew_only_the_rows_that_changed():
+    """Not a snapshot: a refresh that changes some processes' cells (one of them only in
+    style) draws their rows' lines again and no other, keeps every other row's line as it
+    was drawn, and the table then draws as one built from scratch with the new rows (a column
+    widened by a new row included), styles and all, focused or not."""
     from textual.app import App
-    from textual.widgets.data_table import RowKey
 
     from kmon.widgets.process_table import COLUMNS, ProcessTable
 
-    def row(pid: int, idle: str, command: str = "producer.py") -> tuple:  # as process_cells
-        return tuple(map(Text, (str(pid), command, idle, "", "", "3", "", "", "orders", "", "",
-                                "")))
+    def row(pid: int, idle: str, command: str = "producer.py", notice: str = "") -> tuple:
+        return (*map(Text, (str(pid), command, idle, "", "", "3", "", "", "orders", "", "")),
+                Text(notice, style="yellow" if pid == 13 else "red"))  # as process_cells
 
     assert len(row(1, "")) == len(COLUMNS)
 
@@ -187,61 +186,44 @@ def test_a_process_table_draws_anew_only_the_cells_that_changed():
         async with Tables().run_test(size=(150, 20)) as pilot:
             updated, fresh = pilot.app.query(ProcessTable)
             pilot.app.set_focus(updated)  # as on a screen: the cursor drawn as focused
-            updated.show([("c", "1 broker", [row(11, "2.0 s"), row(12, "5.0 s")])])
+            updated.show_groups([("c", "1 broker", [row(11, "2.0 s"), row(12, "5.0 s")])])
             await pilot.pause()
-            lines(updated)
-            updated.show([("c", "1 broker", [row(11, "2.0 s"), row(12, "5.0 s"),
-                                             row(13, "1.0 s", "a-much-longer-command.py")])])
+            updated.show_groups([("c", "1 broker", [row(11, "2.0 s"), row(12, "5.0 s"),
+                                             row(13, "1.0 s", "a-much-longer-command.py", "!"),
+                                             row(14, "1.0 s")])])
             await pilot.pause()
-            lines(updated)  # drawn: every cell's drawing cached
-            pilot.app.set_focus(None)
-            await pilot.pause()
-            lines(updated)  # drawn unfocused too: rows drawn in a state not the current one
-            pilot.app.set_focus(updated)
-            await pilot.pause()
-            lines(updated)
-            cache, count = updated._cell_render_cache, updated._update_count
-            current = [key for key in list(cache.keys()) if key[6] == count]  # Textual's key
-            drawings = {key[:2]: cache.get(key) for key in current}
             later = [row(11, "3.0 s"), row(12, "6.0 s"),  # the cursor's row and another
-                     row(13, "1.0 s", "a-much-longer-command.py")]
+                     row(13, "1.0 s", "a-much-longer-command.py", "!"),
+                     row(14, "1.0 s", notice="!")]
+            updated.show_groups([("c", "1 broker", later)])
+            await pilot.pause()
             drawn: list[int] = []
-            render_line, render_cell = updated.render_line, updated._render_cell
+            render_line = updated.render_line
             updated.render_line = lambda y: drawn.append(y) or render_line(y)
-            cells_drawn: list[tuple[int, int]] = []
-            updated._render_cell = lambda row, column, *rest, **flags: (
-                cells_drawn.append((row, column)) or render_cell(row, column, *rest, **flags))
-            rows_formatted: list[int] = []
-            compute = updated._compute_row_renderables
-            updated._compute_row_renderables = lambda row: rows_formatted.append(row) or compute(
-                row)
-            updated.show([("c", "1 broker", later)])
-            fresh.show([("c", "1 broker", later)])
+            later[3] = later[3][:-1] + (Text("!", style="yellow"),)  # only its style changed
+            updated.show_groups([("c", "1 broker", later)])
             await until(pilot, lambda: drawn, "the changed row drawn")
             await pilot.pause()
-            assert set(drawn) == {2, 3}  # the header, the heading, then pids 11 and 12
-            assert cells_drawn == []  # plain text: drawn without Rich, no other cell looked at
-            assert rows_formatted == []  # the row's other cells not formatted again
-            assert lines(updated) == lines(fresh)
-            kept_drawing = styled(updated)
-            assert "3.0 s" in lines(updated)[2] and "6.0 s" in lines(updated)[3]
-            assert "a-much-longer-command.py" in lines(fresh)[4]
-            columns = list(updated.columns)
-            assert updated._update_count == count  # no cell's drawing made stale
-            kept = {(key[0].value, COLUMNS[columns.index(key[1])]):
-                    cache.get(key) is drawings[key[:2]]
-                    for key in list(cache.keys()) if key[6] == count}
-            assert all(kept.values())  # every other cell's drawing kept; the two old ones gone
-            assert set(drawings) - {key[:2] for key in list(cache.keys())} == {
-                (RowKey("11"), columns[COLUMNS.index("max idle")]),
-                (RowKey("12"), columns[COLUMNS.index("max idle")])}
-            updated._clear_caches()  # every line drawn from scratch
-            assert styled(updated) == kept_drawing
-            pilot.app.set_focus(None)  # the rows drawn unfocused before: not kept as they were
+            assert set(drawn) == {5}  # the header, the heading, then pids 11 to 14
+            before = [render_line(y) for y in range(updated.size.height)]
+            drawn.clear()
+            later[0], later[1] = row(11, "4.0 s"), row(12, "7.0 s")
+            updated.show_groups([("c", "1 broker", later)])
+            fresh.show_groups([("c", "1 broker", later)])
+            await until(pilot, lambda: drawn, "the changed rows drawn")
             await pilot.pause()
-            unfocused = styled(updated)
-            updated._clear_caches()
-            assert styled(updated) == unfocused
+            assert set(drawn) == {2, 3}
+            after = [render_line(y) for y in range(updated.size.height)]
+            assert all(after[y] is before[y] for y in (1, 4, 5))  # their lines kept
+            assert "4.0 s" in lines(updated)[2] and "7.0 s" in lines(updated)[3]
+            assert "a-much-longer-command.py" in lines(fresh)[4]
+            focused = styled(updated)
+            pilot.app.set_focus(fresh)
+            await pilot.pause()
+            assert styled(fresh) == focused and styled(updated) != focused
+            pilot.app.set_focus(None)
+            await pilot.pause()
+            assert styled(updated) == styled(fresh)
 
     asyncio.run(drive())
 

@@ -9,7 +9,7 @@ import time
 import pytest
 from helpers import PER_MESSAGE, Child, cells, table_rows, the_list_keys_work, until, watch_app
 
-from kmon.devtools.demo import Demo
+from kmon.devtools.demo_workload import Demo
 from kmon.model import Churn, Event, EventKind, Snapshot
 from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.process_table import COLUMNS
@@ -47,7 +47,7 @@ def test_watch_lists_brokers_groups_and_discovered_processes(spool_dir, tmp_path
                 table = screen.query_one("#processes")
                 row = next(i for i, r in enumerate(cells(screen, "processes"))
                            if r[CLIENT_IDS] == "orders-reader-a")
-                table.move_cursor(row=row)
+                table.move_to(row)
                 await pilot.press("enter")
                 await until(pilot, lambda: isinstance(app.screen, AttachScreen), "attach")
                 attached = app.screen

@@ -7,8 +7,8 @@ from kmon.engine.directory import Directory
 from kmon.engine.discovery import ClientDiscovery
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import SamplerSettings
-from kmon.sources.socket_readers import open_socket_reader
-from kmon.sources.sockets import Endpoint
+from kmon.sources.kernel.socket_readers import open_socket_reader
+from kmon.sources.kernel.sockets import Endpoint
 
 
 def test_search_now_makes_the_next_update_search_however_soon():

@@ -1,7 +1,8 @@
-"""Findings against real confluent-kafka clients of the mock cluster: ``fd_near_limit`` (a
-consumer whose soft RLIMIT_NOFILE is low, holding descriptors up to near it) and
-``duplicate_client_id`` (two consumers with one client.id), each in ``kmon attach --json``
-and ``kmon ps -o json``, and each one's negative twin raising nothing."""
+"""Findings against real confluent-kafka clients of the mock cluster and of the real Apache
+Kafka cluster: ``fd_near_limit`` (a consumer whose soft RLIMIT_NOFILE is low, holding
+descriptors up to near it) and ``duplicate_client_id`` (two consumers of one group with one
+client.id), each in ``kmon attach --json`` and ``kmon ps -o json``, and each one's negative
+twin raising nothing (a tenth of the limit; two client ids of their own)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ from helpers import (
     watch_app,
 )
 
-from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import EngineSettings, HostTarget, SamplerSettings, open_session
+from kmon.present.dashboard_settings import DashboardSettings
 from kmon.widgets.app import KmonApp
 from kmon.widgets.host_screen import HostScreen
 
@@ -95,9 +96,9 @@ def of(findings: list[dict], reason: str) -> list[dict]:
     return [f for f in findings if f["reason"] == reason]
 
 
-def test_a_consumer_near_its_fd_limit_is_named_with_its_figures(start_client):
+def test_a_consumer_near_its_fd_limit_is_named_with_its_figures(start_on):
     started = time.monotonic()
-    client = fd_holder(start_client, held=210)
+    client = fd_holder(start_on, held=210)
     (found,) = wait_for(lambda: of(attach_findings(client.pid), "fd_near_limit"),
                         "fd_near_limit in kmon attach --json", FINDING_WITHIN_S, every=0.5)
     took = time.monotonic() - started
@@ -132,15 +133,18 @@ def test_a_count_rising_across_polls_is_named_a_leak(start_client):
           f"{found[0]['detail']}")
 
 
-def test_a_consumer_at_a_tenth_of_its_fd_limit_raises_nothing(start_client):
-    client = fd_holder(start_client, held=0)
+def test_a_consumer_at_a_tenth_of_its_fd_limit_raises_nothing(start_on):
+    client = fd_holder(start_on, held=0)
     assert attach_findings(client.pid) == []
     assert ps_findings(client.pid) == {client.pid: []}
 
 
-def test_two_consumers_with_one_client_id_are_named_together(start_client):
-    shared = unique("orders-app")
-    clients = [start_client("consumer", extra_args=("--client-id", shared)) for _ in range(2)]
+def test_two_consumers_with_one_client_id_are_named_together(start_on):
+    shared, group = unique("orders-app"), unique("orders")
+    clients = [start_on("consumer", extra_args=("--client-id", shared, "--group", group),
+                        ready=False) for _ in range(2)]
+    for client in clients:  # joined together: one's join is the other's rebalance
+        client.wait_line("READY", timeout=90)
     started = time.monotonic()
     pids = {c.pid for c in clients}
     rows = wait_for(lambda: (r := ps_findings(*pids)).keys() == pids
@@ -158,8 +162,8 @@ def test_two_consumers_with_one_client_id_are_named_together(start_client):
     print(f"duplicate_client_id: {took:.1f} s from both READY to both named in ps")
 
 
-def test_two_consumers_with_their_own_client_ids_raise_nothing(start_client):
-    clients = [start_client("consumer", extra_args=("--client-id", unique("orders-app")))
+def test_two_consumers_with_their_own_client_ids_raise_nothing(start_on):
+    clients = [start_on("consumer", extra_args=("--client-id", unique("orders-app")))
                for _ in range(2)]
     rows = ps_findings(*(c.pid for c in clients))
     assert rows == {c.pid: [] for c in clients}

@@ -2,82 +2,61 @@
 bootstraps through a TCP forwarder in the test (as through a Kubernetes service or a load
 balancer) to a node whose ``advertised.listeners`` names a port nothing listens on; ``kmon
 attach --json`` names the broker, its advertised address and the bootstrap that answered,
-and calls the forwarder's socket a bootstrap connection. Its negative twin, the same
-consumer through the same kind of forwarder to a node advertising its real port, raises
-nothing."""
+and calls the forwarder's socket a bootstrap connection, with and without ``-b FORWARDER``
+(the client library kmon asks the cluster with waits for the advertised brokers; kmon's own
+Metadata query to the bootstrap answers). Its negative twin, the same consumer through the
+same kind of forwarder to the session's cluster, whose nodes advertise their real ports,
+raises nothing."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 import subprocess
-import threading
 import time
 
 import pytest
-from helpers import Child, attach_stream, free_port
+from helpers import Child, attach_stream, free_port, require_java, unique
 
-pytestmark = pytest.mark.integration
+from kmon.devtools.forwarder import Forwarder
+from kmon.devtools.kafka_cluster import KafkaCluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 FINDING_WITHIN_S = 25  # the issue's acceptance: the finding appears within 25 s
 TWIN_WATCHED_S = 12  # the negative twin is watched this long (past its first connects)
 TOPIC = "advertised-topic"
 
 
-class Forwarder:
-    """A TCP forwarder on a loopback port of its own to ``target``, a thread per direction."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self.server.getsockname()[1]}"
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                client, _ = self.server.accept()
-                upstream = socket.create_connection(self.target)
-            except OSError:
-                return
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=_pipe, args=(source, sink), daemon=True).start()
-
-    def close(self) -> None:
-        self.server.close()
+@pytest.fixture(scope="module")
+def unreachable():
+    """A 1-node cluster advertising a port nothing listens on (the connects to it are
+    refused), and that port; shared by the module's tests."""
+    require_java()
+    dead = free_port()
+    with KafkaCluster(1, {"advertised.listeners": f"PLAINTEXT://127.0.0.1:{dead}"}) as cluster:
+        yield cluster, dead
 
 
-def _pipe(source: socket.socket, sink: socket.socket) -> None:
-    try:
-        while data := source.recv(65536):
-            sink.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for sock in (source, sink):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-
-def through_forwarder(start_kafka, **broker_config: str):
-    """A 1-node cluster, a forwarder to its client port, and a kcat consumer bootstrapping
-    through the forwarder."""
-    cluster = start_kafka(1, **broker_config)
+def through_forwarder(cluster: KafkaCluster):
+    """A forwarder to the cluster's first node's client port, and a kcat consumer
+    bootstrapping through it."""
     forwarder = Forwarder(("127.0.0.1", cluster.nodes[0].ports["PLAINTEXT"]))
+    topic = unique(TOPIC)
     # the topic is made by a consumer's Metadata request (through the forwarder too); its
     # message is delivered, or not, within a second
-    subprocess.run(["kcat", "-P", "-b", forwarder.address, "-t", TOPIC,
+    subprocess.run(["kcat", "-P", "-b", forwarder.address, "-t", topic,
                     "-X", "message.timeout.ms=1000"], input=b"a message", timeout=30,
                    capture_output=True)
-    consumer = Child(["kcat", "-C", "-b", forwarder.address, "-t", TOPIC])
+    consumer = Child(["kcat", "-C", "-b", forwarder.address, "-t", topic])
     return forwarder, consumer
 
 
-def findings_until(pid: int, done, seconds: float) -> tuple[list[dict], dict, float]:
-    """The findings of a streamed ``kmon attach PID --json`` until ``done(findings)`` or
-    ``seconds``, its last record, and how long after the attach began."""
-    stream = attach_stream(pid, interval="500ms")
+def findings_until(pid: int, done, seconds: float, *extra: str
+                   ) -> tuple[list[dict], dict, float]:
+    """The findings of a streamed ``kmon attach PID --json [extra]`` until
+    ``done(findings)`` or ``seconds``, its last record, and how long after the attach
+    began."""
+    stream = attach_stream(pid, *extra, interval="500ms")
     started = time.monotonic()
     try:
         while True:
@@ -89,14 +68,15 @@ def findings_until(pid: int, done, seconds: float) -> tuple[list[dict], dict, fl
         stream.stop()
 
 
-def test_an_unreachable_advertised_address_behind_a_forwarder_is_named(start_kafka):
-    dead = free_port()  # nothing listens there: the connects to it are refused
-    forwarder, consumer = through_forwarder(
-        start_kafka, **{"advertised.listeners": f"PLAINTEXT://127.0.0.1:{dead}"})
+@pytest.mark.parametrize("given", [False, True], ids=["alone", "with -b FORWARDER"])
+def test_an_unreachable_advertised_address_behind_a_forwarder_is_named(unreachable, given):
+    cluster, dead = unreachable
+    forwarder, consumer = through_forwarder(cluster)
     try:
         findings, process, took = findings_until(
             consumer.pid, lambda found: any(f["reason"] == "advertised_unreachable"
-                                            for f in found), FINDING_WITHIN_S)
+                                            for f in found), FINDING_WITHIN_S,
+            *(["-b", forwarder.address] if given else []))
     finally:
         consumer.stop()
         forwarder.close()
@@ -112,10 +92,12 @@ def test_an_unreachable_advertised_address_behind_a_forwarder_is_named(start_kaf
     print(f"advertised_unreachable: {took:.1f} s after the attach began: {found['detail']}")
 
 
-def test_a_reachable_advertised_address_behind_a_forwarder_raises_nothing(start_kafka):
-    forwarder, consumer = through_forwarder(start_kafka)
+@pytest.mark.parametrize("given", [False, True], ids=["alone", "with -b FORWARDER"])
+def test_a_reachable_advertised_address_behind_a_forwarder_raises_nothing(kafka, given):
+    forwarder, consumer = through_forwarder(kafka)
     try:
-        findings, process, _ = findings_until(consumer.pid, bool, TWIN_WATCHED_S)
+        findings, process, _ = findings_until(consumer.pid, bool, TWIN_WATCHED_S,
+                                              *(["-b", forwarder.address] if given else []))
     finally:
         consumer.stop()
         forwarder.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kmon.engine.findings import FindingWatch
 from kmon.evidence.findings import Look, coordinator_flapping, rebootstrap
-from kmon.model import ClientInstance, Connection, ProcessView, Role
+from kmon.model import ClientInstance, Connection, ConnectionLife, ProcessView, Role
 
 
 def conn(key: str, role: Role, broker: int | None, remote: str,
@@ -17,7 +17,8 @@ def conn(key: str, role: Role, broker: int | None, remote: str,
 
 def view(*conns: Connection, coordinator: int | None = None) -> ProcessView:
     member = ClientInstance("c1", "orders-app", "consumer", group_id="orders",
-                            group_coordinator_id=coordinator)
+                            group_coordinator_id=coordinator,
+                            config={"bootstrap.servers": "10.0.0.1:9092"})
     return ProcessView(7, "python", "python app.py", [member], list(conns))
 
 
@@ -25,12 +26,18 @@ B1, B2, B3 = (conn(f"b{i}", Role.BROKER, i, f"10.0.0.{i}:9092") for i in (1, 2, 
 BOOT = conn("boot", Role.BOOTSTRAP, None, "lb:9092")
 
 
-def run(polls: list[tuple[int, ProcessView]]) -> ProcessView:
-    """Each (UTC epoch ms, view) observed in turn; the last view, with its findings."""
+def run(polls: list[tuple]) -> ProcessView:
+    """Each (UTC epoch ms, view[, the kernel's lives closed since the last]) observed in
+    turn; the last view, with its findings."""
     watch = FindingWatch()
-    for ts_ms, polled in polls:
-        watch.observe(ts_ms, [polled], {})
+    for ts_ms, polled, *lives in polls:
+        watch.observe(ts_ms, [polled], {}, *lives)
     return polls[-1][1]
+
+
+def closed(opened_ms: int, closed_ms: int, remote: str = "10.0.0.1:9092",
+           by: str = "client") -> list[ConnectionLife]:
+    return [ConnectionLife(7, "127.0.0.1:6", remote, opened_ms, closed_ms, by, None)]
 
 
 def reasons(polled: ProcessView) -> list[str]:
@@ -69,6 +76,32 @@ def test_a_later_loss_without_a_bootstrap_leaves_the_rebootstrap_named():
 def test_a_bootstrap_seen_only_beside_the_first_broker_back_still_counts():
     marks = run([(0, view(B1)), (1_000, view()), (2_000, view(BOOT, B1))])
     assert reasons(marks) == ["rebootstrap"]
+
+
+# librdkafka's bootstrap connection to its only broker's address, up for a second: the one
+# poll that caught it took it for broker 1, the kernel saw the client close it
+MISREAD = conn("boot", Role.BROKER, 1, "10.0.0.1:9092")
+
+
+def test_a_bootstrap_visit_only_the_kernel_saw_whole_is_a_rebootstrap():
+    polls = [(0, view(B1)), (1_000, view()), (1_500, view(MISREAD)),
+             (2_500, view(), closed(1_300, 2_300)), (3_500, view(B1))]
+    (found,) = run(polls).findings
+    assert found.reason == "rebootstrap", found
+    assert found.evidence["bootstraps"] == ["10.0.0.1:9092"]
+    assert found.evidence["lost_ms"] == 1_000 and found.evidence["recovered_ms"] == 3_500
+    between = [(0, view(B1)), (1_000, view()), (2_000, view(), closed(1_100, 1_900)),
+               (3_000, view(B1))]  # no poll caught it at all
+    assert reasons(run(between)) == ["rebootstrap"]
+
+
+def test_closes_that_are_no_bootstrap_visit_raise_nothing():
+    for lives in (closed(1_300, 3_300),  # held longer than librdkafka's bootstrap broker
+                  closed(1_300, 2_300, by="broker"),  # the broker closed it
+                  closed(1_300, 2_300, remote="10.0.0.9:9092")):  # no bootstrap server
+        polls = [(0, view(B1)), (1_000, view()), (1_500, view(MISREAD)),
+                 (2_500, view(), lives), (3_500, view(B1))]
+        assert reasons(run(polls)) == [], lives
 
 
 def test_look_alikes_of_a_rebootstrap_raise_nothing():

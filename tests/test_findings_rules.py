@@ -95,8 +95,8 @@ def test_a_finding_that_holds_keeps_the_time_it_was_first_raised():
 def test_a_recorded_finding_replays_as_it_was_and_bad_evidence_is_refused():
     import pytest
 
+    from kmon.engine.playback import snapshot_from_dict
     from kmon.engine.recording_schema import SNAPSHOT, SchemaError, check
-    from kmon.engine.replay import snapshot_from_dict
     from kmon.model import Finding, Snapshot
 
     finding = Finding("fd_near_limit", 1_000, "230 of 256", {"open_fds": 230, "who": [1, 2]},

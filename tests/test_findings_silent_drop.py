@@ -1,6 +1,7 @@
-"""``silent_drop`` against a real confluent-kafka consumer of the mock cluster: nftables on
-loopback drops every segment sent to one broker's port (the rule matches that port alone:
-the other xdist worker's cluster has ports of its own), and ``kmon attach --json`` names the
+"""``silent_drop`` against a real confluent-kafka consumer of the mock cluster and of the
+real Apache Kafka cluster: nftables on loopback drops every segment the consumer sends on
+one broker connection (the rule matches its two ports: the brokers' other connections, and
+the other xdist worker's clusters, are untouched), and ``kmon attach --json`` names the
 connection while the kernel retransmits into nothing, then the close says ``silent_drop``.
 Its negative twins: a broker slow to answer (a fetch it holds for seconds) raises nothing,
 nor does a peer that stops reading (its zero window probed, each probe answered). The idle
@@ -9,19 +10,17 @@ variant, keepalive probes unanswered, is read from a plain socket of this proces
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import os
 import shutil
 import socket
-import subprocess
 import time
 
 import pytest
-from helpers import attach_stream, wait_for
+from helpers import Drops, attach_stream, wait_for
 
 from kmon.evidence.findings import silent_drop
-from kmon.sources.sockdiag import SockDiagReader
+from kmon.sources.kernel.sockdiag import SockDiagReader
 
 pytestmark = [
     pytest.mark.integration,
@@ -31,26 +30,15 @@ pytestmark = [
 
 FINDING_WITHIN_S = 25  # the issue's acceptance: the finding appears within 25 s
 SOCKET_TIMEOUT_MS = 15_000  # the consumer gives up on an unanswered request after this
-_tables = itertools.count()
 
 
 @pytest.fixture
 def drop_to():
-    """drop_to(port): nftables drops every TCP segment sent to ``port`` on loopback (in the
-    input hook: the sender's kernel counts them sent, and retransmits them); the table is
-    deleted when the test ends, whatever happens."""
-    made = []
-
-    def drop(port: int) -> None:
-        table = f"kmon_test_{os.getpid()}_{next(_tables)}"
-        rules = (f"table inet {table} {{\n chain input {{\n type filter hook input priority 0;"
-                 f" policy accept;\n iifname \"lo\" tcp dport {port} drop\n }}\n}}\n")
-        made.append(table)
-        subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True)
-
-    yield drop
-    for table in made:
-        subprocess.run(["nft", "delete", "table", "inet", table], capture_output=True)
+    """drop_to(port, from_port=None): nftables drops the TCP segments sent to ``port`` on
+    loopback (``Drops``); the tables are deleted when the test ends, whatever happens."""
+    drops = Drops()
+    yield drops.drop
+    drops.close()
 
 
 def stream_records(stream, seconds: float):
@@ -85,14 +73,14 @@ def busiest_broker_connection(stream) -> dict | None:
     return last[busiest] if busiest is not None and grown[busiest] > 0 else None
 
 
-def test_a_silently_dropped_broker_connection_is_named_then_its_close(start_client, drop_to):
-    client = start_client("consumer", properties={"socket.timeout.ms": str(SOCKET_TIMEOUT_MS)})
+def test_a_silently_dropped_broker_connection_is_named_then_its_close(start_on, drop_to):
+    client = start_on("consumer", properties={"socket.timeout.ms": str(SOCKET_TIMEOUT_MS)})
     stream = attach_stream(client.pid, interval="500ms")
     try:
         conn = wait_for(lambda: busiest_broker_connection(stream),
                         "a broker connection the consumer fetches on", 30)
         remote = conn["remote"]
-        drop_to(int(remote.rsplit(":", 1)[1]))
+        drop_to(int(remote.rsplit(":", 1)[1]), int(conn["local"].rsplit(":", 1)[1]))
         dropped = time.monotonic()
         found = None
         for _, process in stream_records(stream, FINDING_WITHIN_S):
@@ -122,10 +110,10 @@ def test_a_silently_dropped_broker_connection_is_named_then_its_close(start_clie
         stream.stop()
 
 
-def test_a_broker_slow_to_answer_is_not_a_silent_drop(start_client):
+def test_a_broker_slow_to_answer_is_not_a_silent_drop(start_on):
     """The broker holds each fetch for 3 s before it answers (fetch.wait.max.ms with nothing
     to fetch): requests wait long, their segments are acked at once."""
-    client = start_client("consumer", properties={"fetch.wait.max.ms": "3000"})
+    client = start_on("consumer", properties={"fetch.wait.max.ms": "3000"})
     stream = attach_stream(client.pid, interval="500ms")
     try:
         seen = [p for _, p in stream_records(stream, 12)]

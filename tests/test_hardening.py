@@ -22,9 +22,10 @@ from kmon.files import root_only
 from kmon.model import Connection, ProcessView, Role, Snapshot
 from kmon.record.recorder import Recorder
 from kmon.record.schema import SCHEMAS
-from kmon.sources import jmx, spool
-from kmon.sources.child_env import trusted_program
-from kmon.sources.librdkafka_stats import parse_record, read_client_stats
+from kmon.sources.clients import spool
+from kmon.sources.clients.librdkafka_stats import parse_record, read_client_stats
+from kmon.sources.jvm import jmx
+from kmon.sources.processes.child_env import trusted_program
 
 NOBODY = 65534  # a uid that is not root and not us: the "other user" of these tests
 as_root = pytest.mark.root(reason="the attack is on kmon running as root")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kmon.engine.host_view import UNKNOWN_CLUSTER, cluster_labels
 from kmon.model import ClientInstance, Connection, ProcessView, Role, Snapshot
-from kmon.sources.sockets import Endpoint
+from kmon.sources.kernel.sockets import Endpoint
 
 
 def process(pid: int, *remotes: str, role: Role = Role.BROKER) -> ProcessView:

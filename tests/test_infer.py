@@ -15,7 +15,7 @@ from helpers import Child
 
 from kmon.engine.directory import Directory
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
-from kmon.evidence.claims import Claim
+from kmon.evidence.claims import Claim, socket_key
 from kmon.evidence.infer import (
     HISTORY_LEN,
     CadenceEvidence,
@@ -29,9 +29,9 @@ from kmon.evidence.infer import (
 )
 from kmon.evidence.resolve import kernel_limits, resolve_one, socket_row
 from kmon.model import Connection, Role
-from kmon.sources.cluster import GroupInfo, GroupMember, fetch_metadata
-from kmon.sources.socket_readers import open_socket_reader
-from kmon.sources.sockets import Endpoint, TcpSocket
+from kmon.sources.brokers.admin import GroupInfo, GroupMember, fetch_metadata
+from kmon.sources.kernel.socket_readers import open_socket_reader
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 
 KCAT = "/usr/bin/kcat"
 POLLS = 60  # at most this many polls for the cadence rule to speak (2 cycles take ~12)
@@ -87,6 +87,16 @@ def test_cadence_single_socket_needs_fetching_elsewhere():
     # two look-alike heartbeating sockets to one broker: no choice is made
     both = {"a": sawtooth(3000, 24), "b": sawtooth(3000, 24, start_bytes=7), "f": fetching(24)}
     assert by_cadence(both, {"a": 2, "b": 2, "f": 1}) == {}
+
+
+def test_a_forwarder_that_heartbeats_is_no_coordinator():
+    """A socket to a load balancer in front of the cluster has an endpoint claim with no
+    broker (a bootstrap front): its cadence names no coordinator of a broker ``None``."""
+    producer = CadenceEvidence(lambda: None, [])
+    producer.history = {"front": deque(sawtooth(3000, 26)), "fetch": deque(fetching(26))}
+    earlier = {"front": [Claim("endpoint", Role.BOOTSTRAP, None, None, 0.6)],
+               "fetch": [Claim("endpoint", Role.BROKER, 1, 1, 0.6)]}
+    assert producer.infer(earlier, {"127.0.0.1"}) == {}
 
 
 def test_client_ids_from_a_command_line():
@@ -184,6 +194,53 @@ def test_history_is_bounded_and_forgets_closed_sockets():
     assert history["sock:1"][-1] == Reading(HISTORY_LEN + 4, HISTORY_LEN + 4, 30)
     remember(history, [sock(2, 0)], 99)
     assert list(history) == ["sock:2"]
+
+
+def test_a_history_kept_short_gives_every_verdict_the_whole_history_gives():
+    """A reading idle past HEARTBEAT_MAX_MS is kept alone (a socket that never talks costs
+    one reading a poll, not HISTORY_LEN): at every poll of sockets that heartbeat, fetch,
+    fall silent and wake, the producer's claims are those made from the whole history."""
+    groups = [_group(2, ("rdkafka", "127.0.0.1"))]
+    shapes = {  # socket key -> (idle ms, bytes) at poll t, 500 ms apart
+        "beat": lambda t: ((t * 500) % 3000, 61 * ((t * 500) // 3000 + 1)),
+        "fetch": lambda t: (80, 150 * (t + 1)),
+        "silent": lambda t: (10_000 + t * 500, 800),
+        # heartbeats, then silent from poll 20 to 40, then heartbeats again
+        "wakes": lambda t: ((t * 500) % 3000 if not 20 <= t < 40 else (t - 19) * 500,
+                            61 * ((min(t, 20) * 500) // 3000 + 1 + max(0, t - 40) // 6)),
+    }
+    brokers = {"beat": 2, "fetch": 1, "silent": 2, "wakes": 3}
+    earlier = {KEYS[name]: [Claim("endpoint", Role.BROKER, b, b, 0.6,
+                                  evidence={"role": "inferred"})]
+               for name, b in brokers.items()}
+    kept = CadenceEvidence(lambda: groups, [])
+    whole: dict[str, deque[Reading]] = {}
+    for t in range(HISTORY_LEN * 3):
+        sockets = [_sock(key, *shape(t)) for key, shape in shapes.items()]
+        remember(kept.history, sockets, t * 500)
+        for key, shape in shapes.items():
+            whole.setdefault(KEYS[key], deque(maxlen=HISTORY_LEN)).append(
+                Reading(t * 500, shape(t)[0], shape(t)[1] + 30))
+        scratch = CadenceEvidence(lambda: groups, [])
+        scratch.history = whole
+        assert kept.infer(earlier, {"127.0.0.1"}) == scratch.infer(earlier, {"127.0.0.1"})
+        assert {k: heartbeat_cycles(kept.history[k]) for k in whole} == {
+            k: heartbeat_cycles(whole[k]) for k in whole}
+    assert KEYS["beat"] in kept.infer(earlier, {"127.0.0.1"})  # the rules spoke
+    assert len(kept.history[KEYS["silent"]]) == 1
+    assert len(kept.history[KEYS["wakes"]]) == HISTORY_LEN  # awake again for long enough
+
+
+KEYS = {"beat": "sock:1", "fetch": "sock:2", "silent": "sock:3", "wakes": "sock:4"}
+
+
+def _sock(name: str, idle_ms: int, moved: int) -> TcpSocket:
+    inode = int(KEYS[name].split(":")[1])
+    sock = TcpSocket(inode, inode, Endpoint("127.0.0.1", 5000 + inode),
+                     Endpoint("127.0.0.1", 9092), "ESTABLISHED", idle_ms, idle_ms, 10,
+                     moved + 20)
+    assert socket_key(sock) == KEYS[name]
+    return sock
 
 
 # --- against the mock cluster, with kcat: a client kmon has no metrics for ---

@@ -16,7 +16,7 @@ import pytest
 from helpers import JAVA_VERSIONS, Child, attach_once, connections_of, log_table, unique
 
 from kmon.classify import MAX_INT
-from kmon.sources.java_log import LogFollower
+from kmon.sources.jvm.java_log import LogFollower
 
 VERSIONS = JAVA_VERSIONS
 CONFIDENT = 0.9

@@ -11,7 +11,7 @@ import pytest
 from kmon.classify import MAX_INT
 from kmon.evidence.java_log_nodes import NodeTable
 from kmon.model import Role
-from kmon.sources.java_log import JavaLogEvent, LogFollower, parse_line, parse_timestamp
+from kmon.sources.jvm.java_log import JavaLogEvent, LogFollower, parse_line, parse_timestamp
 
 NC = "(org.apache.kafka.clients.NetworkClient)"
 

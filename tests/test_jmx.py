@@ -13,9 +13,9 @@ import pytest
 from helpers import JAVA_VERSIONS, TESTS, log_table, unique, unused_pid, wait_for
 
 from kmon.classify import MAX_INT
-from kmon.sources.java_log import LogFollower
-from kmon.sources.jmx import JmxReading, JmxSource, JmxUnavailable, JvmClient, is_jvm
-from kmon.sources.socket_readers import open_socket_reader
+from kmon.sources.jvm.java_log import LogFollower
+from kmon.sources.jvm.jmx import JmxReading, JmxSource, JmxUnavailable, JvmClient, is_jvm
+from kmon.sources.kernel.socket_readers import open_socket_reader
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("private_cache"),
               pytest.mark.skipif(shutil.which("java") is None,

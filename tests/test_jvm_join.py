@@ -9,10 +9,10 @@ from kmon.evidence.java_log_nodes import NodeTable
 from kmon.evidence.jvm_join import join_jvm
 from kmon.evidence.jvm_nodes import CounterHistory, JvmNode, jvm_clients
 from kmon.evidence.stats_join import JoinSettings
-from kmon.sources.java_log import parse_line
-from kmon.sources.jmx import parse_reading
-from kmon.sources.resolve import Resolver
-from kmon.sources.sockets import Endpoint, TcpSocket
+from kmon.sources.brokers.dns import Resolver
+from kmon.sources.jvm.java_log import parse_line
+from kmon.sources.jvm.jmx import parse_reading
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 
 NOW = 1_800_000_000_000
 BROKER = Endpoint("127.0.0.1", 9092)

@@ -31,7 +31,7 @@ from helpers import (
 )
 
 from kmon.engine.connection_lives import MAX_OPEN, ConnectionLives
-from kmon.sources.kernel_events import TcpEvent, decode, parse_format, read_formats
+from kmon.sources.kernel.kernel_events import TcpEvent, decode, parse_format, read_formats
 
 as_root = pytest.mark.root(reason="the kernel's TCP events need root")
 
@@ -539,7 +539,7 @@ class RecordedEvents:
 def test_a_refusal_a_poll_saw_open_is_told_once_with_the_kernel_s_story():
     from kmon.engine.kernel_watch import KernelWatch
     from kmon.model import Connection, ProcessView, Role
-    from kmon.sources.sockets import Endpoint
+    from kmon.sources.kernel.sockets import Endpoint
 
     conn = Connection("sock:1", Role.BROKER, 1, 1, None, "127.0.0.1:50000", "127.0.0.1:9092",
                       "ESTABLISHED")
@@ -568,7 +568,7 @@ def test_a_refusal_this_poll_saw_is_left_to_its_row_s_close_one_verdict():
     and the kernel's story; a role-less kernel event beside it would count it twice."""
     from kmon.engine.kernel_watch import KernelWatch
     from kmon.model import Connection, ProcessView, Role
-    from kmon.sources.sockets import Endpoint
+    from kmon.sources.kernel.sockets import Endpoint
 
     conn = Connection("sock:1", Role.BROKER, 1, 1, None, "127.0.0.1:50000", "127.0.0.1:9092",
                       "CLOSE_WAIT")
@@ -624,7 +624,7 @@ def test_events_the_kernel_lost_become_a_standing_notice_with_their_total():
 
 @as_root
 def test_a_full_ring_is_counted_as_lost_events_by_the_kernel():
-    from kmon.sources.kernel_events import RING_PAGES, KernelEvents
+    from kmon.sources.kernel.kernel_events import RING_PAGES, KernelEvents
 
     with socket.create_server(("127.0.0.1", 0), backlog=4096) as server:
         port = server.getsockname()[1]

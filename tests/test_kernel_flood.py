@@ -14,7 +14,7 @@ from helpers import Child, free_port, get, python_as, start_serve, wait_for
 
 from kmon.engine.kernel_watch import KernelWatch
 from kmon.model import ProcessView
-from kmon.sources.kernel_events import RING_PAGES, KernelEvents
+from kmon.sources.kernel.kernel_events import RING_PAGES, KernelEvents
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.root(reason="the kernel's TCP events need root")]
@@ -152,7 +152,7 @@ def lost_total(address: str) -> float | None:
 
 def test_events_a_full_ring_dropped_are_counted_in_kmon_serve_s_metrics(tmp_path):
     """A watched process connects 60,000 times to a port kmon follows (two records each),
-    over one or two 20 s poll intervals, far past the 10,000 or so records the kernel's
+    over one or two 10 s poll intervals, far past the 10,000 or so records the kernel's
     1 MiB rings a CPU hold: kmon serve's kmon_kernel_events_lost_total goes from 0 to the
     kernel's count."""
     listener = Listener()
@@ -160,7 +160,7 @@ def test_events_a_full_ring_dropped_are_counted_in_kmon_serve_s_metrics(tmp_path
     script.write_text(BURSTER)
     burster = Child([sys.executable, str(script), str(listener.port)])
     burster.wait_line("READY")
-    serve, address = start_serve("--interval", "20s")
+    serve, address = start_serve("--interval", "10s")
     try:
         assert lost_total(address) == 0
         wait_for(lambda: 'process="flood_burster.py"' in get(f"http://{address}/metrics")[2],

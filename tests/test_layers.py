@@ -1,6 +1,7 @@
 """The layering the import contracts cannot see, read from the source with an AST walk: no
-import cycle anywhere in kmon (widgets/ read as kmon.widgets); no socket, subprocess, ctypes
-or /proc, /sys, /dev path outside kmon/sources/ (but the parts named in ``OUTSIDE_SOURCES``);
+import cycle anywhere in kmon (widgets/ read as kmon.widgets); no socket, subprocess, ctypes,
+psutil or pyarrow import, no ``os.open``/``os.scandir``/``os.listdir``/``open()`` call and no
+/proc, /sys, /dev path outside kmon/sources/ (but the parts named in ``OUTSIDE_SOURCES``);
 no module imports another's private names; the screens import no I/O at all; the commands
 reach the engine, the evidence and the sources through the engine's facade only."""
 
@@ -17,17 +18,24 @@ WIDGETS = REPO / "widgets"
 NO_IO = {"socket", "subprocess", "psutil", "pyarrow", "confluent_kafka", "kmon.sources",
          "kmon.record", "kmon.evidence"}
 # What reads or changes the world: its own module (the sources), or one of these
-IO_MODULES = {"socket", "subprocess", "ctypes"}
+IO_MODULES = {"socket", "subprocess", "ctypes", "psutil", "pyarrow"}
+IO_CALLS = {("os", "open"), ("os", "scandir"), ("os", "listdir"), ("os", "walk")}
 SYSTEM_PATH = re.compile(r"/(proc|sys|dev)(/|$)")
-# The parts that do I/O of their own outside kmon/sources/ (the architecture names them): the
-# agent runs inside the user's process, the devtools start clusters and demo processes,
-# the analysis starts Spark, the export serves kmon serve's metrics over HTTP
-OUTSIDE_SOURCES = ("kmon/agent/", "kmon/devtools/", "kmon/analysis/", "kmon/export/")
+# The parts that do I/O of their own outside kmon/sources/ (README and the architecture name
+# them): the agent runs inside the user's process, the devtools start clusters and demo
+# processes, the analysis starts Spark, the export serves kmon serve's metrics over HTTP, the
+# recorder writes the user's recording, and files.py is the one door for files (bounded
+# reads of regular files, private directories) that the commands and the recorder go through
+OUTSIDE_SOURCES = ("kmon/agent/", "kmon/devtools/", "kmon/analysis/", "kmon/export/",
+                   "kmon/record/", "kmon/files.py")
 # What the commands (kmon.cli) must not import but through the facade, and what they may: the
-# facade, and own_processes, which kmon.cli imports to register kmon's own PID before any
-# command runs (the facade would load the whole engine for ``kmon --help`` and ``kmon run``)
+# facade; own_processes, which kmon.cli imports to register kmon's own PID before any command
+# runs, and the TLS source's uprobes, whose stale probes go (and whose exit signals are hooked)
+# before any command runs too (the facade would load the whole engine for ``kmon --help`` and
+# ``kmon run``)
 BEHIND_THE_FACADE = ("kmon.engine", "kmon.evidence", "kmon.sources")
-CLI_MAY_IMPORT = {"kmon.engine.facade", "kmon.sources.own_processes"}
+CLI_MAY_IMPORT = {"kmon.engine.facade", "kmon.sources.processes.own_processes",
+                  "kmon.sources.tls.uprobes"}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -105,16 +113,33 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def io_calls(tree: ast.AST) -> set[str]:
+    """The file-system calls of ``IO_CALLS`` and the builtin ``open()`` a module makes."""
+    found = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id == "open":
+            found.add("open()")
+        elif (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+              and (func.value.id, func.attr) in IO_CALLS):
+            found.add(f"{func.value.id}.{func.attr}()")
+    return found
+
+
 def io_outside_sources(root: Path) -> dict[str, list[str]]:
-    """Per file outside kmon/sources/ (and ``OUTSIDE_SOURCES``), the I/O modules it imports
-    and the system paths it names."""
+    """Per file outside kmon/sources/ (and ``OUTSIDE_SOURCES``), the I/O modules it imports,
+    the file-system calls it makes and the system paths it names."""
     offenders = {}
     for path in sorted([*(root / "kmon").rglob("*.py"), *(root / "widgets").rglob("*.py")]):
         relative = path.relative_to(root).as_posix()
         if relative.startswith(("kmon/sources/", *OUTSIDE_SOURCES)):
             continue
+        tree = ast.parse(path.read_text())
         bad = {m for m in imported_modules(path) if m.split(".")[0] in IO_MODULES}
-        bad |= {node.value for node in ast.walk(ast.parse(path.read_text()))
+        bad |= io_calls(tree)
+        bad |= {node.value for node in ast.walk(tree)
                 if isinstance(node, ast.Constant) and isinstance(node.value, str)
                 and SYSTEM_PATH.match(node.value)}
         if bad:
@@ -185,13 +210,16 @@ def offending_tree(tmp_path: Path) -> Path:
     (tmp_path / "kmon/__init__.py").write_text("")
     (tmp_path / "kmon/sources/sockets.py").write_text("import socket\n")
     (tmp_path / "kmon/engine/host.py").write_text(
-        "import os\nfrom subprocess import run\nfrom kmon.widgets import screen\n"
-        "def pids():\n    return os.listdir('/proc')\n")
+        "import os\nimport psutil\nfrom subprocess import run\nfrom kmon.widgets import screen\n"
+        "def pids():\n    return os.listdir('/proc')\n"
+        "def first(path):\n    return open(path).read(1)\n")
     (tmp_path / "widgets/screen.py").write_text("from ..engine import host\n")
     (tmp_path / "kmon/sources/closing.py").write_text("from kmon.sources.sockets import _pack\n")
     (tmp_path / "kmon/cli").mkdir()
-    (tmp_path / "kmon/cli/__init__.py").write_text("from kmon.sources import own_processes\n")
-    (tmp_path / "kmon/sources/own_processes.py").write_text("")
+    (tmp_path / "kmon/sources/processes").mkdir()
+    (tmp_path / "kmon/cli/__init__.py").write_text(
+        "from kmon.sources.processes import own_processes\n")
+    (tmp_path / "kmon/sources/processes/own_processes.py").write_text("")
     (tmp_path / "kmon/engine/facade.py").write_text("")
     (tmp_path / "kmon/cli/watch.py").write_text(
         "from kmon.engine.facade import open_session\n"
@@ -201,7 +229,8 @@ def offending_tree(tmp_path: Path) -> Path:
 
 def test_the_checks_see_an_offender(offending_tree: Path, tmp_path: Path):
     assert cycles(import_graph(offending_tree)) == [["kmon.engine.host", "kmon.widgets.screen"]]
-    assert io_outside_sources(offending_tree) == {"kmon/engine/host.py": ["/proc", "subprocess"]}
+    assert io_outside_sources(offending_tree) == {
+        "kmon/engine/host.py": ["/proc", "open()", "os.listdir()", "psutil", "subprocess"]}
     assert private_imports(offending_tree) == {"kmon/sources/closing.py": ["_pack"]}
     assert past_the_facade(offending_tree) == {
         "kmon.cli.watch": ["kmon.engine.host", "kmon.sources.sockets"]}

@@ -26,9 +26,8 @@ from rich.console import Console
 from kmon.analysis import report
 from kmon.analysis.jobs import ANALYSES
 from kmon.cli.tables import snapshot_renderable
-from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import ProcessSession
-from kmon.engine.replay import Replay, read_recording
+from kmon.engine.playback import Replay, read_recording
 from kmon.model import (
     ClientInstance,
     Connection,
@@ -38,6 +37,7 @@ from kmon.model import (
     Role,
     Snapshot,
 )
+from kmon.present.dashboard_settings import DashboardSettings
 from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.detail import DetailScreen
@@ -234,8 +234,8 @@ def test_the_host_view_shows_clients_named_like_markup_and_keeps_running(start_c
 
     def rows() -> dict[int, list]:
         table = screen.query_one("#processes")
-        return {int(str(r[0])): r for r in map(table.get_row_at, range(table.row_count))
-                if str(r[0]) and int(str(r[0])) in ours}  # cluster headings have no pid
+        return {int(r[0]): r for r in map(table.row_text, range(table.row_count))
+                if r[0] and int(r[0]) in ours}  # cluster headings have no pid
 
     async def drive() -> tuple[str, str]:
         async with app.run_test(size=(250, 50)) as pilot:
@@ -243,10 +243,10 @@ def test_the_host_view_shows_clients_named_like_markup_and_keeps_running(start_c
                 "no client" not in str(r[2]) for r in rows().values()), "both clients",
                 polls=1200)
             table = screen.query_one("#processes")
-            pids = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+            pids = [table.row_text(i)[0] for i in range(table.row_count)]
             host = ""
             for pid in (consumer.pid, named.pid):  # each scrolled into view on a busy host
-                table.move_cursor(row=pids.index(str(pid)))
+                table.move_to(pids.index(str(pid)))
                 await pilot.pause()
                 host += app.export_screenshot()
             attached = await attach_to(pilot, screen, named.pid)

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration  # a mock cluster, real clients, a throwawa
 FORGER = """\
 import os, runpy, sys
 from pathlib import Path
-from kmon.sources import own_processes
+from kmon.sources.processes import own_processes
 own_processes.register(os.getpid())
 try:
     Path("/var/cache/kmon/processes", str(os.getpid())).write_text("forged")

@@ -15,6 +15,8 @@ import pytest
 from helpers import request_to, wait_for
 
 from kmon.evidence.claims import Claim, Gathered, socket_key
+from kmon.evidence.endpoints import endpoint_evidence
+from kmon.evidence.infer import CadenceEvidence
 from kmon.evidence.resolve import (
     RowResolver,
     kernel_limits,
@@ -24,11 +26,11 @@ from kmon.evidence.resolve import (
 )
 from kmon.evidence.wire import WireEvidence
 from kmon.model import Connection, Role
-from kmon.sources.process_info import running_since
+from kmon.sources.brokers.dns import Resolver
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket
+from kmon.sources.packets.kafka_wire import WireTap
 from kmon.sources.process_wire import WireReading
-from kmon.sources.resolve import Resolver
-from kmon.sources.sockets import Endpoint, TcpSocket
-from kmon.sources.wire import WireTap
+from kmon.sources.processes.process_info import running_since
 
 BROKER = Endpoint("127.0.0.1", 9092)
 OTHER = Endpoint("127.0.0.1", 9093)
@@ -149,6 +151,32 @@ def test_each_row_is_the_one_its_claims_make_from_scratch():
         (row, _), _ = resolved([tcp(11, 9, OTHER, idle), new],
                                {"sock:11": [stats], "sock:12": [endpoint]})
         assert row.idle_ms == 7
+
+
+def test_rows_of_sockets_that_never_talk_are_carried_and_are_those_made_from_scratch():
+    """The endpoint claims of a process's sockets to known brokers, poll after poll: the
+    same claim while nothing changes (its rows carried at a glance, their ages advancing),
+    another once the broker's id does; every row the one its claims make from scratch."""
+    rows, cadence = RowResolver(), CadenceEvidence(lambda: None, [])
+    silent = [4, 5, 6]  # fds of sockets that never carry a request
+    kept = None
+    for poll, broker_id in enumerate((1, 1, 1, 2, 2)):
+        now = 1_000_000 + poll * 1_000
+        sockets = [tcp(fd + 10, fd, BROKER, 9_000 + poll * 1_000) for fd in silent]
+        gathered = Gathered(now_ms=now, sockets=sockets, known={BROKER: broker_id},
+                            resolver=Resolver(), broker_idle_ms=600_000)
+        claims: dict[str, list[Claim]] = {}
+        for producer in (endpoint_evidence, cadence.evidence):
+            for key, claim in producer(gathered, claims).claims.items():
+                claims.setdefault(key, []).append(claim)
+        made = rows.resolve(sockets, claims, 600_000)
+        assert made == from_scratch(sockets, claims)
+        assert [r.broker_id for r in made[0]] == [broker_id] * len(silent)
+        assert [r.idle_ms for r in made[0]] == [9_000 + poll * 1_000] * len(silent)
+        said = claims["sock:14"][0]
+        assert len(claims["sock:14"]) == 1  # nothing inferred of a socket that never talks
+        assert (said is kept) == (poll not in (0, 3))  # a new claim only once the id changed
+        kept = said
 
 
 def test_a_process_runs_until_it_exits_even_unreaped():

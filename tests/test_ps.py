@@ -16,7 +16,7 @@ import sys
 import pytest
 from helpers import Child, cluster_id, kmon, python_as
 
-from kmon.columns import CONNECTION_COLUMNS, PROCESS_COLUMNS
+from kmon.present.columns import CONNECTION_COLUMNS, PROCESS_COLUMNS
 
 pytestmark = pytest.mark.integration
 

@@ -24,7 +24,7 @@ from kmon.engine.facade import (
     open_session,
 )
 from kmon.model import EventKind
-from kmon.sources.host_sockets import HostClients
+from kmon.sources.kernel.host_sockets import HostClients
 
 
 def closes(events: list[dict], reason: str | None = None) -> list[dict]:
@@ -301,9 +301,9 @@ def test_the_wire_follows_a_broker_with_no_socket_open_at_a_poll_and_reads_a_fai
     seen. A plain socket server stands in for the broker (it answers SaslAuthenticate with
     an error, as a real broker does for a wrong password: the real one is
     test_a_wrong_sasl_password_is_auth_failed_and_the_right_one_gives_roles)."""
-    from kmon.sources import kafka_protocol as kp
-    from kmon.sources.sockets import Endpoint, TcpSocket
-    from kmon.sources.wire import WireTap
+    from kmon.sources.kernel.sockets import Endpoint, TcpSocket
+    from kmon.sources.packets import kafka_protocol as kp
+    from kmon.sources.packets.kafka_wire import WireTap
 
     def connect(server):
         client = socket.create_connection(server.getsockname()[:2])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kmon.engine.replay import snapshot_from_dict
+from kmon.engine.playback import snapshot_from_dict
 from kmon.model import Connection, ProcessView, Role, Snapshot
 
 

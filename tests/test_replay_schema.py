@@ -14,7 +14,7 @@ import pytest
 from helpers import assert_one_clear_line, kmon
 
 from kmon.engine.facade import ProcessSession
-from kmon.engine.replay import Replay, ReplayError, read_recording, recorded_interval_s
+from kmon.engine.playback import Replay, ReplayError, read_recording, recorded_interval_s
 from kmon.model import (
     ClientInstance,
     CloseStory,
@@ -132,7 +132,7 @@ def test_a_recording_changed_while_it_plays_is_an_error_of_that_frame(tmp_path):
 
 
 def test_a_line_over_the_line_cap_is_refused_without_reading_it_whole(tmp_path, monkeypatch):
-    from kmon.engine import replay
+    from kmon.engine import playback as replay
 
     monkeypatch.setattr(replay, "MAX_LINE_BYTES", 2000)
     path = tmp_path / "r.jsonl"

@@ -17,7 +17,7 @@ from helpers import Child, require_java
 from kmon.devtools import maven_jars
 from kmon.devtools.kafka_cluster import KafkaCluster
 from kmon.files import ROOT_CACHE, root_only
-from kmon.sources.child_env import trusted_program
+from kmon.sources.processes.child_env import trusted_program
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.root(reason="the attack is on kmon as root")]

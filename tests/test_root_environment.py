@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from helpers import Child, assert_one_clear_line
 
-from kmon.command_config import read_command_config
-from kmon.config import ClusterConfig, Config, ConfigError, load_config
+from kmon.cli.command_config import read_command_config
+from kmon.cli.config import ClusterConfig, Config, ConfigError, load_config
 from kmon.files import root_only
-from kmon.sources import jmx
-from kmon.sources.child_env import (
+from kmon.sources.jvm import jmx
+from kmon.sources.processes.child_env import (
     JVM_INJECTION,
     SYSTEM_PATH,
     jvm_environment,

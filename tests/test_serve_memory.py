@@ -12,7 +12,7 @@ from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
 from kmon.export.collector import HostCollector
 from kmon.export.metrics import MAX_CLIENT_IDS, OTHER, HostMetrics
-from kmon.sources.socket_readers import open_socket_reader
+from kmon.sources.kernel.socket_readers import open_socket_reader
 
 
 @pytest.mark.integration

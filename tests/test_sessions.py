@@ -25,7 +25,7 @@ from kmon.engine.facade import (
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
 from kmon.model import ChurnThresholds
-from kmon.sources.socket_readers import open_socket_reader
+from kmon.sources.kernel.socket_readers import open_socket_reader
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 

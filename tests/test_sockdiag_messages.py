@@ -11,9 +11,9 @@ import struct
 
 import pytest
 
-from kmon.sources import sockdiag
-from kmon.sources.sockdiag import _Known, _MessageReader
-from kmon.sources.sockets import Endpoint, TcpSocket
+from kmon.sources.kernel import sockdiag
+from kmon.sources.kernel.sockdiag import _Known, _MessageReader
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 
 INET_DIAG_SHUTDOWN = 8
 KNOWN = {inode: _Known(b"", Endpoint("10.0.0.1", 40000 + inode), Endpoint("10.0.0.2", 9092),

@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 
-from kmon.sources.psutil_sockets import PsutilSocketReader
-from kmon.sources.sockdiag import SockDiagReader, SockDiagUnavailable, _short_tcp_info
-from kmon.sources.socket_readers import open_socket_reader
-from kmon.sources.sockets import Endpoint, TcpSocket
+from kmon.sources.kernel.psutil_sockets import PsutilSocketReader
+from kmon.sources.kernel.sockdiag import SockDiagReader, SockDiagUnavailable, _short_tcp_info
+from kmon.sources.kernel.socket_readers import open_socket_reader
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 
@@ -210,7 +210,7 @@ def test_many_sockets_come_from_one_filtered_dump_as_from_exact_lookups(
     """From sockdiag._DUMP_FROM sockets on, a dump filtered by remote port in the kernel
     replaces the per-socket lookups, unless the kernel holds too many other TCP sockets for
     the dump's walk to pay: either way the same sockets are found."""
-    from kmon.sources import sockdiag
+    from kmon.sources.kernel import sockdiag
 
     clients = [stack.enter_context(socket.create_connection(("127.0.0.1", listener_process)))
                for _ in range(2 * sockdiag._DUMP_FROM)]
@@ -249,7 +249,7 @@ def test_read_ahead_reads_many_processes_in_one_dump_as_each_alone(
     """``read_ahead`` of several processes: their sockets from one filtered dump, as exact
     lookups of each process find them (a socket two processes share under its fd in each);
     a process gone raises as ``sockets_of`` would; a stale read-ahead is read again."""
-    from kmon.sources import sockdiag
+    from kmon.sources.kernel import sockdiag
 
     mine = [stack.enter_context(socket.create_connection(("127.0.0.1", listener_process)))
             for _ in range(sockdiag._DUMP_FROM)]
@@ -313,7 +313,7 @@ def test_read_ahead_reads_many_processes_in_one_dump_as_each_alone(
 def test_host_clients_from_a_filtered_dump_agree_with_psutils_scan(stack, listener_process):
     """Discovery: the processes connected to the "brokers" (a listener in a child process,
     and one here), not the processes serving them, not kmon; as psutil's scan says."""
-    from kmon.sources.host_sockets import HostClients, client_pids
+    from kmon.sources.kernel.host_sockets import HostClients, client_pids
 
     here = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
     brokers = {Endpoint("127.0.0.1", listener_process), _endpoint(here.getsockname())}

@@ -3,7 +3,7 @@
 import contextlib
 import socket
 
-from kmon.sources.sockstat import tcp_sockets
+from kmon.sources.kernel.sockstat import tcp_sockets
 
 
 def test_counts_the_sockets_this_test_holds():

@@ -7,7 +7,7 @@ import asyncio
 from textual.app import App, ComposeResult
 
 from kmon.model import Connection, ProcessView, Role
-from kmon.timeline import History
+from kmon.present.history import History
 from kmon.widgets.sparklines import SERIES, CountSparklines
 
 

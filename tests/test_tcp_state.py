@@ -2,8 +2,8 @@
 
 import socket
 
-from kmon.sources.closing_sockets import CLOSING
-from kmon.sources.sockdiag import STATE_NAMES
+from kmon.sources.kernel.closing_sockets import CLOSING
+from kmon.sources.kernel.sockdiag import STATE_NAMES
 from kmon.tcp_state import TcpState, kernel_number
 
 # include/net/tcp_states.h

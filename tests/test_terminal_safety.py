@@ -18,13 +18,13 @@ from helpers import Child, assert_one_clear_line, kmon, until
 from rich.segment import ControlType, Segment
 from rich.style import Style
 
-from kmon.dashboard_settings import DashboardSettings
+from kmon.cli.json_lines import json_line
 from kmon.engine.facade import ProcessSession
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
-from kmon.json_lines import json_line
-from kmon.plain_text import WithoutControls, one_line, strip_controls
-from kmon.sources.socket_readers import open_socket_reader
+from kmon.present.dashboard_settings import DashboardSettings
+from kmon.present.plain_text import WithoutControls, one_line, strip_controls
+from kmon.sources.kernel.socket_readers import open_socket_reader
 from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen
 

@@ -21,8 +21,8 @@ import psutil
 import pytest
 from helpers import get, kmon, python_as, start_serve, wait_for
 
+from kmon.engine.playback import frame_from_line
 from kmon.engine.recording_schema import SchemaError
-from kmon.engine.replay import frame_from_line
 from kmon.sources.text import decoded, json_value, valid
 
 pytestmark = pytest.mark.integration  # a throwaway user's process, the real kmon commands

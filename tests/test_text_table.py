@@ -4,7 +4,7 @@ on, and piped (no terminal, no $COLUMNS) nothing is cut."""
 import pytest
 
 from kmon.cli.text_table import ELLIPSIS, render
-from kmon.columns import PROCESS_COLUMNS
+from kmon.present.columns import PROCESS_COLUMNS
 
 pytestmark = pytest.mark.unit
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from kmon.model import Connection, ProcessView, Role
-from kmon.timeline import History, Mark, Rates
+from kmon.present.history import History, Mark, Rates
 
 
 def row(key: str, role: Role = Role.BROKER, node_id: int | None = 1, state: str = "ESTABLISHED",

@@ -36,10 +36,10 @@ from helpers import (
 )
 
 from kmon.classify import MAX_INT
-from kmon.sources import kafka_protocol as kp
-from kmon.sources import packet_filter
-from kmon.sources.broker_query import ask_brokers
-from kmon.sources.sockets import Endpoint
+from kmon.sources.brokers.broker_query import ask_brokers
+from kmon.sources.kernel.sockets import Endpoint
+from kmon.sources.packets import kafka_protocol as kp
+from kmon.sources.packets import packet_filter
 
 pytestmark = [pytest.mark.integration,  # real processes, a cluster, real packet capture
               pytest.mark.root(reason="the wire needs CAP_NET_RAW (root)")]
@@ -174,7 +174,7 @@ def test_kafkajs_consumer(cluster, brokers, topic, tmp_path):
 
 ONE_REQUEST_CLIENT = """
 import socket, sys
-from kmon.sources import kafka_protocol as kp
+from kmon.sources.packets import kafka_protocol as kp
 host, port = sys.argv[1].split(",")[0].rsplit(":", 1)
 conn = socket.create_connection((host, int(port)))
 conn.sendall(kp.metadata_request(7, "kmon-one-request"))
@@ -206,7 +206,7 @@ def test_the_filter_fits_the_kernel_and_a_request_body_is_never_captured(watched
     """A request's header and client_id are captured, its body (a SaslAuthenticate's
     credentials) never; a TLS record shows its first bytes only; other bytes nothing. So too
     while the process has no socket yet and any port's request headers are kept."""
-    from kmon.sources.packet_capture import PacketCapture
+    from kmon.sources.packets.packet_capture import PacketCapture
 
     assert len(packet_filter.build(range(10_000, 12_000), range(9092, 9200), 1)) <= 4096
     with socket.create_server(("127.0.0.1", 0)) as server:
@@ -236,9 +236,9 @@ def test_repeated_request_headers_come_as_one_counted_segment(host):
     """Once responses are not kept, a socket's requests of one API and version come as one
     segment with their count, at the place of the last; the tap counts every one (IPv4 and
     IPv6 frames read differently)."""
-    from kmon.sources.packet_capture import PacketCapture
-    from kmon.sources.sockets import Endpoint, TcpSocket
-    from kmon.sources.wire import WireTap, last_seen
+    from kmon.sources.kernel.sockets import Endpoint, TcpSocket
+    from kmon.sources.packets.kafka_wire import WireTap, last_seen
+    from kmon.sources.packets.packet_capture import PacketCapture
 
     produce = 0
 
@@ -290,7 +290,7 @@ def test_a_new_connection_is_seen_from_its_first_request():
     """The first request of a socket no poll has shown yet is read as the request it is:
     while the process has no socket (any port's request headers kept), and to a broker kmon
     has just learned (watched at once, not from the next poll)."""
-    from kmon.sources.wire import WireTap
+    from kmon.sources.packets.kafka_wire import WireTap
 
     with socket.create_server(("127.0.0.1", 0)) as first, \
             socket.create_server(("127.0.0.1", 0)) as second:
@@ -323,7 +323,7 @@ def test_a_forged_segment_with_no_tcp_header_length_is_read_without_harm():
     packet socket sees it before TCP drops it, and its bytes also pass for a request header
     (the header's fields overlap the TCP header's). The read goes on, drops it as TCP does, and
     a real request after it is still counted."""
-    from kmon.sources.packet_capture import PacketCapture
+    from kmon.sources.packets.packet_capture import PacketCapture
 
     with socket.create_server(("127.0.0.1", 0)) as server:
         client = socket.create_connection(server.getsockname())
@@ -356,7 +356,7 @@ def test_a_sasl_password_appears_in_no_capture_output_recording_or_log(cluster, 
     """A SASL_PLAINTEXT client (kcat) connecting again and again (the mock cluster has no
     SASL): nothing of its password leaves the kernel's filter, or reaches kmon's output, its
     recording or its log. (A framed SaslAuthenticate: the test above.)"""
-    from kmon.sources.packet_capture import PacketCapture
+    from kmon.sources.packets.packet_capture import PacketCapture
 
     ports = {int(address.rsplit(":", 1)[1]) for address in cluster.split(",")}
     capture = PacketCapture(set(), ports)

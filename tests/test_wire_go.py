@@ -19,8 +19,8 @@ import pytest
 from helpers import all_named, apis, from_start, produce, wire_sure
 
 from kmon.classify import MAX_INT
-from kmon.sources.broker_query import ask_brokers
-from kmon.sources.sockets import Endpoint
+from kmon.sources.brokers.broker_query import ask_brokers
+from kmon.sources.kernel.sockets import Endpoint
 
 pytestmark = [
     pytest.mark.integration,

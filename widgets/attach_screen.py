@@ -9,13 +9,13 @@ from textual.containers import Horizontal, Vertical
 from textual.reactive import var
 from textual.widgets import Input
 
-from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import ProcessSession
 from kmon.model import ClientInstance, Connection, Event, EventKind, ProcessView, Snapshot
-from kmon.plain_text import plain
+from kmon.present import format as fmt
+from kmon.present.dashboard_settings import DashboardSettings
+from kmon.present.history import History
+from kmon.present.plain_text import plain
 from kmon.tcp_state import CLOSING_STATES
-from kmon.timeline import History
-from kmon.widgets import format as fmt
 from kmon.widgets.connection_table import (
     COLUMNS,
     SORT_ORDERS,
@@ -284,7 +284,7 @@ class AttachScreen(PollingScreen):
         self.app.push_screen(DetailScreen(f"PID {self.pid} connection {key}",
                                           lambda: self.details_of(key)))
 
-    def on_connection_table_row_selected(self, message: ConnectionTable.RowSelected) -> None:
+    def on_keyed_table_row_selected(self, message: ConnectionTable.RowSelected) -> None:
         self.action_details()
 
     def details_of(self, key: str) -> tuple:

@@ -7,11 +7,11 @@ from rich.segment import Segment
 from textual.color import Color
 from textual.filter import LineFilter
 
-from kmon.plain_text import strip_controls
+from kmon.present.plain_text import strip_controls
 
 
 class ControlCharacterFilter(LineFilter):
-    """Every line a widget draws, without control characters (``kmon.plain_text``)."""
+    """Every line a widget draws, without control characters (``kmon.present.plain_text``)."""
 
     def apply(self, segments: list[Segment], background: Color) -> list[Segment]:
         return strip_controls(segments)

@@ -14,9 +14,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from kmon.model import ClientInstance, Connection, Event
-from kmon.plain_text import plain
-from kmon.timeline import Mark, Track
-from kmon.widgets import format as fmt
+from kmon.present import format as fmt
+from kmon.present.history import Mark, Track
+from kmon.present.plain_text import plain
 from kmon.widgets.event_log import event_line
 from kmon.widgets.footer import PriorityFooter
 

@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.widgets import RichLog
 
 from kmon.model import Event, EventKind
-from kmon.widgets import format as fmt
+from kmon.present import format as fmt
 
 KIND_STYLE = {
     EventKind.OPENED: "green", EventKind.CLOSED: "grey62", EventKind.STATE_CHANGE: "cyan",

@@ -10,9 +10,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 
-from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import UNKNOWN_CLUSTER, HostSession
 from kmon.model import Event, ProcessView, Snapshot
+from kmon.present.dashboard_settings import DashboardSettings
 from kmon.widgets.footer import PriorityFooter
 from kmon.widgets.list_screen import ProcessListScreen
 from kmon.widgets.process_table import cluster_heading

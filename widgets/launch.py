@@ -3,8 +3,8 @@ the host view for every Kafka client on this host."""
 
 from __future__ import annotations
 
-from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import ClusterSession, HostSession, ProcessSession, settle_heap
+from kmon.present.dashboard_settings import DashboardSettings
 from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.host_screen import HostScreen

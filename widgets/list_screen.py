@@ -9,11 +9,11 @@ from textual.message import Message
 from textual.reactive import var
 from textual.widgets import Input
 
-from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import AttachFailed, ProcessSession
 from kmon.model import Event, ProcessView, Snapshot
-from kmon.plain_text import plain
-from kmon.widgets import format as fmt
+from kmon.present import format as fmt
+from kmon.present.dashboard_settings import DashboardSettings
+from kmon.present.plain_text import plain
 from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.churn_board import ChurnBoard
 from kmon.widgets.event_log import EventLog
@@ -153,7 +153,7 @@ class ProcessListScreen(PollingScreen):
         now_ms = self.snapshot.ts_ms if self.snapshot else 0
         table = self.query_one(ProcessTable)
         table.sort_by(order.column, order.descending)
-        table.show([(cluster, self.group_heading(cluster, members),
+        table.show_groups([(cluster, self.group_heading(cluster, members),
                      [process_cells(v, self.labels.get(v.pid, ""), self.churn, now_ms)
                       for v in members]) for cluster, members in clusters.items()])
         self.title_table()
@@ -207,8 +207,8 @@ class ProcessListScreen(PollingScreen):
         if pid is not None:
             self._open(pid)
 
-    def on_data_table_row_selected(self, message: ProcessTable.RowSelected) -> None:
-        if isinstance(message.data_table, ProcessTable):
+    def on_keyed_table_row_selected(self, message: ProcessTable.RowSelected) -> None:
+        if isinstance(message.table, ProcessTable):
             self.action_attach()
 
     @work(thread=True, group="attach", exclusive=True, exit_on_error=False)

@@ -7,8 +7,8 @@ from textual.geometry import Size
 from textual.renderables.sparkline import Sparkline
 from textual.strip import Strip
 
+from kmon.present.history import History
 from kmon.tcp_state import TcpState
-from kmon.timeline import History
 from kmon.widgets.line_view import ChangedLinesView
 
 SERIES = (("role", "bootstrap"), ("role", "coordinator"), ("role", "broker"),

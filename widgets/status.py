@@ -7,8 +7,8 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from kmon.plain_text import one_line, plain
-from kmon.widgets import format as fmt
+from kmon.present import format as fmt
+from kmon.present.plain_text import one_line, plain
 
 
 class StatusHeader(Widget):

@@ -23,8 +23,8 @@ from textual.geometry import Size
 from textual.strip import Strip
 
 from kmon.model import Connection
-from kmon.timeline import History, Mark, Track
-from kmon.widgets import format as fmt
+from kmon.present import format as fmt
+from kmon.present.history import History, Mark, Track
 from kmon.widgets.line_view import ChangedLinesView
 
 LABEL_WIDTH = 26

@@ -10,7 +10,6 @@ from textual.app import ComposeResult
 from textual.message import Message
 from textual.widgets import DataTable
 
-from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import (
     ClusterSession,
     ClusterView,
@@ -19,8 +18,9 @@ from kmon.engine.facade import (
     groups_view,
 )
 from kmon.model import Role
-from kmon.plain_text import plain
-from kmon.widgets import format as fmt
+from kmon.present import format as fmt
+from kmon.present.dashboard_settings import DashboardSettings
+from kmon.present.plain_text import plain
 from kmon.widgets.footer import PriorityFooter
 from kmon.widgets.list_screen import ProcessListScreen
 

@@ -34,11 +34,13 @@ class Client:
 
 
 def workload(name: str, kind: str, bootstrap: str, log: Path, *args: str,
-             instrument: bool = False, ready: bool = True) -> Client:
+             instrument: bool = False, ready: bool = True,
+             wrapper: tuple[str, ...] = ()) -> Client:
     """``python -m kmon.devtools.workload KIND`` with librdkafka's debug log in ``log``;
     returns once it is READY (its connections settled), or with ``ready=False`` once it
-    has logged its first connect (a client that cannot settle)."""
-    argv = [sys.executable, "-m", "kmon.devtools.workload", kind, bootstrap,
+    has logged its first connect (a client that cannot settle). ``wrapper``: a command that
+    runs the workload's command line after it, in its place."""
+    argv = [*wrapper, sys.executable, "-m", "kmon.devtools.workload", kind, bootstrap,
             "-X", f"debug={DEBUG}", *args, *(["--instrument"] if instrument else [])]
     with open(log, "w") as out:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

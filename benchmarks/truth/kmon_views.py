@@ -190,7 +190,7 @@ def command_of(pid: int) -> str:
     import psutil
 
     from kmon.short_command import short_command
-    from kmon.sources.process_info import describe
+    from kmon.sources.processes.process_info import describe
 
     try:
         name, cmdline, _ = describe(psutil.Process(pid))

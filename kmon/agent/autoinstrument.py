@@ -12,6 +12,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from kmon.agent import instrument
 
@@ -26,7 +27,7 @@ CLIENT_CLASSES = (
 BOOTSTRAP_DIR = Path(__file__).parent / "bootstrap"
 
 
-def instrumented_class(cls: type, client_type: str) -> type:
+def instrumented_class(cls: type[Any], client_type: str) -> type:
     """A subclass of ``cls`` whose constructor instruments its configuration."""
 
     def __init__(self, *args, **kwargs):

@@ -17,9 +17,13 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kmon.agent import spool_writer
-from kmon.sources import spool
+from kmon.sources.clients import spool
+
+if TYPE_CHECKING:
+    from kmon.sources.kernel.sockdiag import SockDiagReader
 
 DEFAULT_STATS_INTERVAL_MS = 1000
 CLIENTS_WRITE_EVERY_MS = 500
@@ -94,7 +98,7 @@ class _SpoolWriter:
         self.proc_start = _process_start_time()
         self.directory = _spool_directory()
         self.written: set[Path] = set()
-        self.socket_reader = None
+        self.socket_reader: SockDiagReader | None = None
         self.sockets_unreadable = False
         self.failed = False
         atexit.register(self.remove_all, self.pid)
@@ -109,7 +113,7 @@ class _SpoolWriter:
             return None
         try:
             if self.socket_reader is None:
-                from kmon.sources.sockdiag import SockDiagReader
+                from kmon.sources.kernel.sockdiag import SockDiagReader
 
                 self.socket_reader = SockDiagReader()
             sockets = self.socket_reader.sockets_of(self.pid)

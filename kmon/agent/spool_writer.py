@@ -1,6 +1,6 @@
 """Writing the agent's spool: one private directory per user, one atomic file per client.
 
-The format, the directory's location and the reader are in ``kmon.sources.spool``.
+The format, the directory's location and the reader are in ``kmon.sources.clients.spool``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from kmon.sources.spool import SpoolError
+from kmon.sources.clients.spool import SpoolError
 
 
 def ensure_private_dir(path: Path) -> Path:

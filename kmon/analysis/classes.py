@@ -54,7 +54,11 @@ def keep(partial: Path, archive: Path | None, timeout: float = 120) -> None:
     as ``archive``."""
     from pyspark import SparkContext
 
-    jvm = SparkContext._gateway.proc
+    gateway = SparkContext._gateway
+    if gateway is None:  # no JVM is running: none writes ``partial``
+        partial.unlink(missing_ok=True)
+        return
+    jvm = gateway.proc
     jvm.stdin.close()  # pyspark's gateway exits when its stdin closes
     try:
         jvm.wait(timeout)

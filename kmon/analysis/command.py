@@ -66,7 +66,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Check the inputs, run every analysis, show and write the results."""
     from kmon.analysis.inputs import discover
-    from kmon.plain_text import one_line
+    from kmon.present.plain_text import one_line
 
     inputs = discover(args.path)
     for skipped in inputs.skipped:

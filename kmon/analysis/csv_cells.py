@@ -4,7 +4,7 @@
 that watched processes chose. In a CSV such a cell could carry escape sequences for the
 terminal that shows the file, or start with ``=``, ``+``, ``-`` or ``@``, which a
 spreadsheet runs as a formula (``=HYPERLINK(...)``). Every text cell loses its control
-characters (``kmon.plain_text.CONTROL_CODES``), and one that would start a formula gets
+characters (``kmon.present.plain_text.CONTROL_CODES``), and one that would start a formula gets
 a leading ``'``, so the spreadsheet shows it as the text it is.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kmon.plain_text import CONTROL_CODES
+from kmon.present.plain_text import CONTROL_CODES
 
 _CONTROLS = "[" + "".join(f"\\x{{{code:x}}}" for code in CONTROL_CODES) + "]"  # RE2 syntax
 _FORMULA = r"^(\s*[=+\-@])"

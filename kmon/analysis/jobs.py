@@ -179,7 +179,8 @@ def peak_connections(snapshots: DataFrame, lifetimes: DataFrame) -> DataFrame:
 
 def recording_span(lifetimes: DataFrame) -> tuple[int | None, int | None]:
     """The first and last poll of the recording."""
-    return tuple(lifetimes.agg(F.min("first_seen_ts"), F.max("last_seen_ts")).first())
+    row = lifetimes.agg(F.min("first_seen_ts"), F.max("last_seen_ts")).first()
+    return (row[0], row[1]) if row is not None else (None, None)
 
 
 def connections_over_time(snapshots: DataFrame, span: tuple[int | None, int | None],
@@ -187,8 +188,8 @@ def connections_over_time(snapshots: DataFrame, span: tuple[int | None, int | No
     """Distinct connections per role in each time bucket (about ``buckets`` buckets over the
     recording's ``span``, each a whole number of seconds)."""
     first, last = span
-    span = (last - first + 1) if first is not None else 1
-    width = 1000 * max(1, math.ceil(span / buckets / 1000))
+    length = (last - first + 1) if first is not None and last is not None else 1
+    width = 1000 * max(1, math.ceil(length / buckets / 1000))
     bucket = (F.floor(F.col("ts_ms") / width) * width).cast("bigint").alias("bucket_ts")
     return (snapshots.select(bucket, "role", *CONNECTION).distinct()
             .groupBy("bucket_ts", "role").agg(F.count("*").alias("connections"))

@@ -24,7 +24,7 @@ from rich.text import Text
 from kmon.analysis.csv_cells import spreadsheet_safe
 from kmon.analysis.jobs import total_rows
 from kmon.files import OutputDir
-from kmon.plain_text import WithoutControls, plain
+from kmon.present.plain_text import WithoutControls, plain
 
 if TYPE_CHECKING:
     from kmon.analysis.jobs import Analysis
@@ -135,8 +135,9 @@ def connections_over_time_chart(table: pa.Table) -> Figure | None:
     axes = figure.subplots()
     times = [_utc(b) for b in buckets]
     for role, per_bucket in sorted(counts.items()):
-        axes.step(times, [per_bucket.get(b, 0) for b in buckets], where="post", label=role,
-                  color=ROLE_COLOURS.get(role))
+        # matplotlib's types leave out the datetimes its date units convert
+        axes.step(times, [per_bucket.get(b, 0) for b in buckets],  # type: ignore[arg-type]
+                  where="post", label=role, color=ROLE_COLOURS.get(role))
     locator = AutoDateLocator()
     axes.xaxis.set_major_locator(locator)
     axes.xaxis.set_major_formatter(ConciseDateFormatter(locator))

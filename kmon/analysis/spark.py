@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 
 from kmon.analysis import classes
 from kmon.errors import UserError
-from kmon.sources.child_env import launching_with, spark_launch_environment
+from kmon.sources.processes.child_env import launching_with, spark_launch_environment
 
 BYTES_PER_PARTITION = 16 << 20  # of Parquet input, per shuffle partition
 MAX_SHUFFLE_PARTITIONS = 200

@@ -10,7 +10,8 @@ from kmon import __version__
 from kmon.cli import inherited  # noqa: F401  (first: see its docstring)
 from kmon.cli.options import EXIT_ERROR, Parser
 from kmon.errors import UserError
-from kmon.sources import own_processes
+from kmon.sources.processes import own_processes
+from kmon.sources.tls import uprobes
 
 # command -> (module under kmon.cli, help)
 COMMANDS = {
@@ -69,8 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(with_command(parser, argv))
     own = args.command not in BECOMES_THE_PROGRAM
-    if own:  # never listed by kmon as a Kafka client (kmon.sources.own_processes)
+    if own:  # never listed by kmon as a Kafka client (kmon.sources.processes.own_processes)
         own_processes.register(os.getpid())
+        uprobes.hook_exit_signals()  # the TLS source's uprobes go when a signal ends kmon
+        if os.geteuid() == 0:
+            uprobes.remove_stale()  # and those a killed kmon left
     try:
         return _command(args.command).run(args)
     except KeyboardInterrupt:
@@ -79,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.close()  # the reader went away (| head): nothing left to say
         return 0
     except UserError as err:
-        from kmon.plain_text import one_line  # names others chose: no escape reaches stderr
+        from kmon.present.plain_text import one_line  # names others chose: no escape reaches stderr
 
         print(f"kmon: error: {one_line(err)}", file=sys.stderr)
         return EXIT_ERROR

@@ -35,9 +35,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Attach to ``args.pid`` until the user quits, once, or the process exits."""
     from kmon.cli import wiring
+    from kmon.cli.config import load_config
     from kmon.cli.dashboard import checked_theme
     from kmon.cli.text_view import print_snapshots
-    from kmon.config import load_config
     from kmon.engine.facade import AttachFailed, ProcessTarget, open_session
 
     if args.client_log is not None and args.client_log.exists() and not (

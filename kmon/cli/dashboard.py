@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kmon.config import Config, ConfigError
-from kmon.dashboard_settings import DashboardSettings
+from kmon.cli.config import Config, ConfigError
 from kmon.errors import UserError
+from kmon.present.dashboard_settings import DashboardSettings
 
 
 def dashboard_settings(config: Config, interval_s: float | None,

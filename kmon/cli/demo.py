@@ -26,10 +26,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Start the cluster and the clients, watch them, and stop every child at the end."""
     from kmon.cli import wiring
+    from kmon.cli.config import load_config
     from kmon.cli.dashboard import checked_theme
     from kmon.cli.text_view import print_snapshots
-    from kmon.config import load_config
-    from kmon.devtools.demo import Demo, DemoError
+    from kmon.devtools.demo_workload import Demo, DemoError
     from kmon.engine.facade import AttachFailed, ProcessTarget, open_session
 
     config = load_config(args.config)

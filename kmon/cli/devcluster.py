@@ -27,13 +27,14 @@ def run(args: argparse.Namespace) -> int:
         if args.broker_config:
             raise UserError("--broker-config needs --kafka: the mock cluster has no broker "
                             "properties")
-        from kmon.devtools.devcluster import serve
+        from kmon.devtools.mock_cluster import serve
 
         return serve(args.brokers or 3)
-    from kmon.devtools.kafka_cluster import ClusterError, serve
+    from kmon.devtools.kafka_cluster import ClusterError
+    from kmon.devtools.kafka_cluster import serve as serve_kafka
     from kmon.devtools.maven_jars import JarsUnavailable
 
     try:
-        return serve(args.brokers or 1, dict(args.broker_config))
+        return serve_kafka(args.brokers or 1, dict(args.broker_config))
     except (ClusterError, JarsUnavailable, OSError) as err:
         raise UserError(str(err)) from err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from kmon.classify import BROKER_IDLE_MS
 from kmon.units import duration_arg, duration_ms_arg, interval_arg, positive_int_arg, property_arg
@@ -19,7 +20,7 @@ CLUSTER_TIMEOUT_S = 10.0  # every command waits this long for a cluster's answer
 class Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one clear line."""
 
-    def error(self, message: str) -> None:
+    def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"kmon: error: {message} (see '{self.prog} --help')\n")
 
 
@@ -66,10 +67,15 @@ def broker_idle(parser: argparse.ArgumentParser) -> None:
 
 
 def wire(parser: argparse.ArgumentParser) -> None:
-    """``--wire``: read the Kafka request headers on the client's own sockets (needs root)."""
+    """``--wire``, ``--tls``: read the Kafka request headers on the client's own sockets, and
+    inside their TLS (needs root)."""
     parser.add_argument("--wire", choices=("auto", "off"), default="auto",
                         help="roles from the Kafka headers on the client's sockets where kmon "
                              "may capture packets (CAP_NET_RAW): auto (default) or off")
+    parser.add_argument("--tls", choices=("auto", "off"), default="auto",
+                        help="the same inside TLS: uprobes on the client's OpenSSL writes, "
+                             "reading each request's first 16 bytes (root): auto (default) or "
+                             "off")
 
 
 def interval(parser: argparse.ArgumentParser, what: str = "snapshots",

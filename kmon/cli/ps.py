@@ -8,7 +8,7 @@ import sys
 
 from kmon.cli import options, settle
 from kmon.errors import UserError
-from kmon.plain_text import one_line
+from kmon.present.plain_text import one_line
 
 SEARCH_ROUNDS = 4  # polls at most: each finds the clients of the brokers the last one learned
 CONFIRM_WAIT_S = 2.5  # and then polls while kmon's own queries (2 s each) name the clusters
@@ -27,9 +27,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Search the host, print the rows; exit 0, even with none."""
     from kmon.cli import wiring
-    from kmon.config import load_config
+    from kmon.cli.config import load_config
+    from kmon.cli.json_lines import json_line
     from kmon.engine.facade import HostTarget, open_session
-    from kmon.json_lines import json_line
 
     config = load_config(args.config)
     named = wiring.named_cluster(args, config)
@@ -67,7 +67,7 @@ def text_lines(rows: list[dict], fmt: str) -> list[str]:
     """``rows`` as text: wide and tsv with a cluster column; a table grouped under one line
     per cluster (its name and how many processes), so that the name is never cut."""
     from kmon.cli.text_table import render
-    from kmon.columns import PROCESS_COLUMNS
+    from kmon.present.columns import PROCESS_COLUMNS
 
     if fmt != "table":
         return render(rows, PROCESS_COLUMNS, fmt)
@@ -105,7 +105,7 @@ def _search(session) -> list:
 
 
 def process_rows(snapshot, labels: dict[int, str], events) -> list[dict]:
-    """One row per process in ``labels`` (kmon.columns.PROCESS_COLUMNS' keys), in cluster
+    """One row per process in ``labels`` (kmon.present.columns.PROCESS_COLUMNS' keys), in cluster
     order."""
     from kmon.engine.facade import owner
     from kmon.model import EventKind, Role

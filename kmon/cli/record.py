@@ -48,8 +48,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Record until the duration ends, a stop signal, or (with --pid) every process exits."""
     from kmon.cli import wiring
-    from kmon.config import load_config
-    from kmon.engine.facade import AttachFailed, ProcessTarget, open_session, settle_heap
+    from kmon.cli.config import load_config
+    from kmon.engine.facade import (
+        AttachFailed,
+        LiveSession,
+        ProcessTarget,
+        open_session,
+        settle_heap,
+    )
     from kmon.export.loop import Signals, run_loop
     from kmon.record.rotation import RotatingRecorder
 
@@ -72,8 +78,9 @@ def run(args: argparse.Namespace) -> int:
         first = session.poll()  # bad PIDs fail here, before any file is written
     except (AttachFailed, OSError) as err:
         raise UserError(str(err)) from err
-    if named is None and session.all_exited:
-        raise UserError(session.last_loss)
+    by_pid = session if isinstance(session, LiveSession) else None  # --pid: processes named
+    if by_pid is not None and by_pid.all_exited:
+        raise UserError(by_pid.last_loss)
 
     watching = (f"clients of {args.bootstrap} ({len(session.pids)} found so far)" if named
                 else "PID " + ", ".join(str(pid) for pid in session.pids))
@@ -84,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     settle_heap()
     with Signals() as signals:
         try:
-            why = run_loop(_recording_step(session, recorder, first, named is None),
+            why = run_loop(_recording_step(session, recorder, first, by_pid),
                            args.interval, signals, args.duration)
         except Exception as err:  # noqa: BLE001 - whatever broke the loop, close the session
             summary = _close(recorder, root)
@@ -120,16 +127,16 @@ def _cluster_session(target, settings) -> ClusterSession:
 
 def _recording_step(session: LiveSession | ClusterSession, recorder: RotatingRecorder,
                     first: tuple[Snapshot, list[Event]],
-                    by_pid: bool) -> Callable[[], str | None]:
-    """One poll into the recording (the first one already taken); why to stop, if so (``by_pid``:
-    once every process named has exited)."""
+                    by_pid: LiveSession | None) -> Callable[[], str | None]:
+    """One poll into the recording (the first one already taken); why to stop, if so (``by_pid``,
+    the session of the processes named by PID: once every one has exited)."""
     polled = [first]
 
     def step() -> str | None:
         if not polled:
             polled.append(session.poll())
         recorder.add(*polled.pop())
-        if by_pid and session.all_exited:
+        if by_pid is not None and by_pid.all_exited:
             return "every recorded process exited"
         return None
     return step

@@ -27,8 +27,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Play the recording until the user quits."""
+    from kmon.cli.config import load_config
     from kmon.cli.dashboard import checked_theme, dashboard_settings
-    from kmon.config import load_config
     from kmon.engine.facade import (
         EngineSettings,
         ReplayError,

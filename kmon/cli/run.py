@@ -10,7 +10,7 @@ import os
 import sys
 
 from kmon.cli.options import EXIT_ERROR, EXIT_USAGE
-from kmon.plain_text import one_line
+from kmon.present.plain_text import one_line
 
 EXIT_CANNOT_RUN, EXIT_NOT_FOUND = 126, 127  # as env(1) and the shell say them
 

@@ -15,7 +15,7 @@ from kmon.errors import UserError
 from kmon.export.cluster_names import ClusterNames
 
 if TYPE_CHECKING:  # imported when the command runs (see kmon.cli.record)
-    from kmon.config import Config
+    from kmon.cli.config import Config
     from kmon.engine.facade import HostSession
     from kmon.export.metrics import HostMetrics
     from kmon.model import Event, Snapshot
@@ -65,7 +65,7 @@ class Agent:
 
     def __init__(self, args: argparse.Namespace, metrics: HostMetrics,
                  recorder: RotatingRecorder | None) -> None:
-        from kmon.config import load_config
+        from kmon.cli.config import load_config
 
         self.args, self.metrics, self.recorder = args, metrics, recorder
         self.lost_before = 0  # kernel events dropped under the sessions a reload replaced
@@ -78,7 +78,8 @@ class Agent:
 
         named = wiring.named_cluster(self.args, config)
         cluster = wiring.cluster_state(named, self.args) if named else None
-        self.names = ClusterNames((cluster.metadata.cluster_id or named.name) if named else None)
+        self.names = ClusterNames((cluster.metadata.cluster_id or named.name)
+                                  if named and cluster else None)
         session = open_session(HostTarget(cluster), wiring.engine_settings(
             self.args, config, named, cluster, require_kafka=False,
             interval_ms=round(self.args.interval * 1000)))
@@ -119,7 +120,7 @@ class Agent:
     def reload(self) -> None:
         """SIGHUP: read the config file again and start a new session from it; a bad file
         is told and the running session kept."""
-        from kmon.config import load_config
+        from kmon.cli.config import load_config
 
         try:
             session = self._session(load_config(self.args.config))
@@ -132,7 +133,7 @@ class Agent:
         print("kmon serve: config reloaded", file=sys.stderr, flush=True)
 
     def _tell(self, message: str) -> None:
-        from kmon.plain_text import one_line
+        from kmon.present.plain_text import one_line
 
         if message != self.last_error:  # the same failure every 5 s is told once
             self.last_error = message
@@ -152,7 +153,8 @@ class Agent:
                 f"under {self.recorder.root}")
 
 
-def _only(snapshot: Snapshot, events: list[Event], pids: Collection[int]):
+def _only(snapshot: Snapshot, events: list[Event], pids: Collection[int]
+          ) -> tuple[Snapshot, list[Event]]:
     """``snapshot`` and ``events`` of the processes ``pids`` only."""
     return (dataclasses.replace(snapshot, processes=[v for v in snapshot.processes
                                                      if v.pid in pids]),

@@ -9,8 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kmon.model import Event, ProcessView, Snapshot
-from kmon.plain_text import WithoutControls, plain
-from kmon.widgets.format import (
+from kmon.present.format import (
     ROLE_STYLE,
     STATE_STYLE,
     clock,
@@ -19,6 +18,7 @@ from kmon.widgets.format import (
     node,
     number,
 )
+from kmon.present.plain_text import WithoutControls, plain
 
 
 def process_table(view: ProcessView, label: str = "") -> Table:

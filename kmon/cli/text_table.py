@@ -1,6 +1,6 @@
 """Rows as text for pipes and terminals (``-o``): a table that fits the terminal (whole when
 piped: no terminal to fit), wide columns that never truncate, or tsv for awk; no box
-drawing, headers from kmon.columns."""
+drawing, headers from kmon.present.columns."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from collections.abc import Iterable, Sequence
 
 from rich.cells import cell_len, set_cell_size
 
-from kmon.columns import Column
-from kmon.plain_text import one_line
+from kmon.present.columns import Column
+from kmon.present.plain_text import one_line
 from kmon.units import format_duration as duration
 
 GAP = "  "
@@ -41,7 +41,7 @@ def text_cell(column: Column, value: object) -> str:
     value = cell_value(column, value)
     if value is None or value == "":
         return "-"
-    if column.kind == "ms":
+    if column.kind == "ms" and isinstance(value, (int, float)):
         return duration(value)
     if column.kind == "fraction":
         return f"{value:.2f}"
@@ -74,8 +74,8 @@ def render(rows: Iterable[dict], columns: Sequence[Column], fmt: str,
     if fmt == "table" and width is not None:
         widths = _fitted(shown, widths, width)
         shown, texts = shown[:len(widths)], [cells[:len(widths)] for cells in texts]
-    lines = [[c.header for c in shown]] if header else []
-    return [_line(cells, shown, widths) for cells in lines + texts]
+    heads = [[c.header for c in shown]] if header else []
+    return [_line(cells, shown, widths) for cells in heads + texts]
 
 
 def _fitted(columns: Sequence[Column], widths: list[int], width: int) -> list[int]:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import sys
 import time
 
+from kmon.cli.json_lines import json_line
 from kmon.cli.settle import settled_look
 from kmon.engine.facade import LiveSession, settle_heap
 from kmon.errors import UserError
-from kmon.json_lines import json_line
 from kmon.model import EventKind
-from kmon.plain_text import one_line
+from kmon.present.plain_text import one_line
 
 
 def print_snapshots(session: LiveSession, interval: float, output: str | None,
@@ -76,7 +76,7 @@ def _print_rows(snapshot, output: str, first_frame: bool) -> None:
     stderr. A tsv stream has one header; table and wide repeat theirs, a blank line between
     frames."""
     from kmon.cli.text_table import render
-    from kmon.columns import CONNECTION_COLUMNS
+    from kmon.present.columns import CONNECTION_COLUMNS
 
     rows = [{"pid": view.pid, **c.to_dict()} for view in snapshot.processes
             for c in view.connections]

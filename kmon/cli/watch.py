@@ -27,8 +27,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """The watch dashboard until the user quits."""
     from kmon.cli import wiring
+    from kmon.cli.config import load_config
     from kmon.cli.dashboard import checked_theme, dashboard_settings
-    from kmon.config import load_config
     from kmon.engine.facade import HostTarget, open_session
     from kmon.widgets.launch import run_host, run_watch
 

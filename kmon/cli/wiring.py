@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterable
+from typing import Any
 
 from kmon.classify import BROKER_IDLE_MS
-from kmon.config import ClusterConfig, Config
+from kmon.cli.config import ClusterConfig, Config
 from kmon.engine.facade import (
     ClusterState,
     ClusterTarget,
@@ -33,7 +34,7 @@ def named_cluster(args: argparse.Namespace, config: Config) -> ClusterConfig | N
             raise UserError("-X and -F are properties of a cluster: name it with -b NAME or "
                             "-b HOST:PORT")
         return None
-    from kmon.command_config import read_command_config
+    from kmon.cli.command_config import read_command_config
 
     extra = read_command_config(args.command_config) if args.command_config else {}
     return config.resolve_cluster(name, {**extra, **dict(args.properties)})
@@ -62,7 +63,7 @@ def configured_idle_ms(args: argparse.Namespace, named: ClusterConfig | None) ->
 def engine_settings(args: argparse.Namespace, config: Config, named: ClusterConfig | None = None,
                     cluster: ClusterState | None = None, require_kafka: bool = True,
                     not_kafka_hint: str = "pass --any-process",
-                    **session: object) -> EngineSettings:
+                    **session: Any) -> EngineSettings:
     """Settings for a command's session: the idle limits, wire capture, the command's own
     hint for a process that shows no sign of Kafka, the config's thresholds, and the
     ``session``'s own fields (kmon.engine.targets.EngineSettings)."""
@@ -72,7 +73,9 @@ def engine_settings(args: argparse.Namespace, config: Config, named: ClusterConf
     sampler = SamplerSettings(broker_idle_ms=idle_ms, idle_from_cluster=configured is None,
                               require_kafka=require_kafka,
                               middlebox_idle_ms=config.thresholds.middlebox_idle_ms,
-                              wire=getattr(args, "wire", "auto"), not_kafka_hint=not_kafka_hint)
+                              wire=getattr(args, "wire", "auto"),
+                              tls=getattr(args, "tls", "auto") == "auto",
+                              not_kafka_hint=not_kafka_hint)
     return EngineSettings(sampler, near_reap_fraction=config.thresholds.idle_warning,
                           churn=config.churn, **session)
 

@@ -28,16 +28,21 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
 
 
-def spawn(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+class Spawned(subprocess.Popen[str]):
+    """A child of ``spawn``: its stderr is kept in an unnamed file, open until ``stop_all``."""
+
+    kmon_stderr: int | None = None
+
+
+def spawn(argv: list[str], env: dict[str, str] | None = None) -> Spawned:
     """Start ``argv`` with piped stdout and its stderr kept in an unnamed file (for
     ``stderr_tail``); on Linux it gets SIGTERM when kmon dies. Python 3.10 has no -P: its
     children start in / so that no working directory is on their path."""
     with tempfile.TemporaryFile() as stderr:
-        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=stderr, text=True, env=env,
-                                 cwd=None if SAFE_PATH else "/",
-                                 preexec_fn=die_with_parent if sys.platform.startswith("linux")
-                                 else None)
+        child = Spawned(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
+                        text=True, env=env, cwd=None if SAFE_PATH else "/",
+                        preexec_fn=die_with_parent if sys.platform.startswith("linux")
+                        else None)
         child.kmon_stderr = os.dup(stderr.fileno())  # kept past this block, closed by stop_all
     return child
 
@@ -63,6 +68,7 @@ def stop_all(children: list[subprocess.Popen], grace_s: float = 5.0) -> None:
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
-        with contextlib.suppress(OSError, TypeError, AttributeError):
-            os.close(child.kmon_stderr)
+        if isinstance(child, Spawned) and child.kmon_stderr is not None:
+            with contextlib.suppress(OSError):
+                os.close(child.kmon_stderr)
             child.kmon_stderr = None

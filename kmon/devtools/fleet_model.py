@@ -245,6 +245,7 @@ class _Model:
                                          broker_address(position + 1), client.started,
                                          closed=client.started + drop_bootstrap))
         learned = self._learned(client)
+        assert client.group is not None, "every consumer the fleet makes is in a group"
         coordinator = coordinator_of(int(client.group.split("-")[1]), self.spec.brokers)
         self._active(client, Role.COORDINATOR, coordinator_node_id(coordinator), coordinator,
                      learned, "coordinator")
@@ -314,7 +315,7 @@ class Host:
         self.ticks = Ticks(spec, index, self.lifetimes)
         self.seen = [int(f) < int(s) for f, s in zip(self.ticks.first, self.ticks.stop,
                                                       strict=True)]
-        self.process_first = {}  # client index -> first tick that saw the process
+        self.process_first: dict[int, int] = {}  # client index -> first tick it was seen
         for i, owner in enumerate(self.owners):
             if self.seen[i]:
                 first = int(self.ticks.first[i])
@@ -339,7 +340,7 @@ class Host:
         closed (who and why), churn."""
         out = self._per_message_events()
         at = self.ticks.at
-        cycles: dict[tuple[int, int], int] = {}  # (pid, broker) -> refresh reopens seen
+        cycles: dict[tuple[int, int | None], int] = {}  # (pid, broker) -> refresh reopens seen
         for i, conn in enumerate(self.lifetimes):
             if not self.seen[i]:
                 continue
@@ -418,9 +419,9 @@ class Host:
             linked = [i for i in mine if self.lifetimes[i].role is not Role.BOOTSTRAP]
             learned = min(int(self.ticks.first[i]) for i in linked)
             process_first_ms = at(self.process_first[owner])
-            churn: dict[tuple[str, int], list[int]] = {}
-            brokers: dict[int, list[bool]] = {}  # broker -> [traffic, all closed]
-            previous_idle: dict[tuple[str, int], bool] = {}
+            churn: dict[tuple[str, int | None], list[int]] = {}
+            brokers: dict[int | None, list[bool]] = {}  # broker -> [traffic, all closed]
+            previous_idle: dict[tuple[str, int | None], bool] = {}
             for i in mine:
                 conn = self.lifetimes[i]
                 last_seen = at(int(self.ticks.stop[i]) - 1)

@@ -28,8 +28,8 @@ from pathlib import Path
 
 from kmon.devtools import maven_jars
 from kmon.devtools.children import die_with_parent
-from kmon.sources import own_processes
-from kmon.sources.child_env import jvm_environment, trusted_program
+from kmon.sources.processes import own_processes
+from kmon.sources.processes.child_env import jvm_environment, trusted_program
 
 LISTENERS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "CONTROLLER")
 SASL_USER = "kmon"
@@ -71,6 +71,11 @@ class KafkaNode:
     def pid(self) -> int | None:
         return self.process.pid if self.process and self.process.poll() is None else None
 
+    def exit_code(self) -> int | None:
+        """The node's exit code once its JVM ended (-1 if it never started); None while it
+        runs."""
+        return -1 if self.process is None else self.process.poll()
+
 
 @dataclass
 class KafkaCluster:
@@ -86,12 +91,19 @@ class KafkaCluster:
         return ",".join(node.address(listener) for node in self.nodes)
 
     @property
+    def home(self) -> Path:
+        """The started cluster's directory: its keys, client configs and nodes."""
+        if self.workdir is None:
+            raise ClusterError("the Kafka cluster is not started")
+        return self.workdir
+
+    @property
     def ca_file(self) -> Path:
-        return self.workdir / "ca.pem"
+        return self.home / "ca.pem"
 
     def client_config(self, listener: str, dialect: str = "librdkafka") -> Path:
         """A properties file with what a client needs for ``listener`` (mode 0600)."""
-        return self.workdir / f"{listener.lower()}-{dialect}.properties"
+        return self.home / f"{listener.lower()}-{dialect}.properties"
 
     def prepare(self) -> None:
         """Find Java and the broker's jars (fetched with Maven the first time)."""
@@ -159,9 +171,9 @@ class KafkaCluster:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for node in self.nodes:
-                if node.process.poll() is not None:
+                if (code := node.exit_code()) is not None:
                     raise ClusterError(f"Kafka node {node.node_id} exited with code "
-                                       f"{node.process.returncode}: {_log_tail(node)}")
+                                       f"{code}: {_log_tail(node)}")
             with contextlib.suppress(Exception):
                 if len(admin.list_topics(timeout=2).brokers) == len(self.nodes):
                     return
@@ -204,7 +216,7 @@ class KafkaCluster:
             "listener.name.sasl_plaintext.plain.sasl.jaas.config":
                 "org.apache.kafka.common.security.plain.PlainLoginModule required "
                 f'username="admin" password="{self.sasl_password}" {users};',
-            "ssl.keystore.location": str(self.workdir / "broker.p12"),
+            "ssl.keystore.location": str(self.home / "broker.p12"),
             "ssl.keystore.type": "PKCS12",
             "ssl.keystore.password": keystore_password,
             "ssl.key.password": keystore_password,
@@ -250,9 +262,9 @@ def serve(brokers: int, broker_config: dict[str, str]) -> int:
               "(Ctrl-C to stop)", file=sys.stderr, flush=True)
         while not stop:
             for node in cluster.nodes:
-                if node.process.poll() is not None:
+                if (code := node.exit_code()) is not None:
                     print(f"kmon devcluster: node {node.node_id} exited "
-                          f"({node.process.returncode}): {_log_tail(node)}", file=sys.stderr)
+                          f"({code}): {_log_tail(node)}", file=sys.stderr)
                     return 1
             time.sleep(0.5)
         return 0

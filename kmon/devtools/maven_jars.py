@@ -6,7 +6,7 @@ dependencies by ``mvn dependency:copy-dependencies`` into
 ``/var/cache/kmon/jars/NAME``, see ``kmon.files.private_cache_dir``: the jars run as
 root); a later call finds them there and asks nothing of the network. A lock keeps
 two kmon processes from resolving the same set at once. Maven and its Java are
-found, and run, as ``kmon.sources.child_env`` says.
+found, and run, as ``kmon.sources.processes.child_env`` says.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from xml.sax.saxutils import escape
 
 from kmon.files import UnsafeFile, private_cache_dir
-from kmon.sources.child_env import maven_environment, trusted_program
+from kmon.sources.processes.child_env import maven_environment, trusted_program
 
 KAFKA_VERSION = "4.4.0"
 BROKER_JARS = ("broker-" + KAFKA_VERSION, (

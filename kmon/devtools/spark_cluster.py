@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from kmon.sources.child_env import spark_launch_environment
+from kmon.sources.processes.child_env import spark_launch_environment
 
 HOST = "127.0.0.1"
 MASTER_STARTED = re.compile(r"Starting Spark master at (spark://\S+)")

@@ -114,6 +114,8 @@ class Clients:
         return True
 
     def consumer_settled(self, stats: dict) -> bool:
+        if self.consumer is None:  # a consumer's statistics, but no consumer yet
+            return False
         assigned = self.consumer.assignment()
         partitions = stats.get("topics", {}).get(self.args.topic, {}).get("partitions", {})
         leaders = {partitions.get(str(tp.partition), {}).get("leader", -1) for tp in assigned}
@@ -130,8 +132,12 @@ def main() -> None:
     args = parse_args()
     clients = Clients(args)
     commands: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [commands.put(line.strip()) for line in sys.stdin],
-                     daemon=True).start()
+
+    def read_commands() -> None:
+        for line in sys.stdin:
+            commands.put(line.strip())
+
+    threading.Thread(target=read_commands, daemon=True).start()
 
     deadline = time.monotonic() + 60
     while not clients.ready():

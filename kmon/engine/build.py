@@ -14,12 +14,12 @@ from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SampleError
 from kmon.engine.sessions import AttachFailed, LiveSession
 from kmon.engine.targets import EngineSettings, ProcessTarget
-from kmon.sources.cluster import ClusterMetadata, ClusterState
-from kmon.sources.host_wire import HostWire
-from kmon.sources.resolve import SETUP_WAIT_S, Resolver
-from kmon.sources.socket_readers import open_socket_reader
-from kmon.sources.sockets import Endpoint
-from kmon.sources.spool import SpoolError
+from kmon.sources.brokers.admin import ClusterMetadata, ClusterState
+from kmon.sources.brokers.dns import SETUP_WAIT_S, Resolver
+from kmon.sources.clients.spool import SpoolError
+from kmon.sources.kernel.socket_readers import open_socket_reader
+from kmon.sources.kernel.sockets import Endpoint
+from kmon.sources.packets.host_wire import HostWire
 
 
 def monitor(settings: EngineSettings, samplers: list[ProcessSampler],
@@ -80,7 +80,8 @@ def processes(target: ProcessTarget, settings: EngineSettings,
         for sampler in samplers:
             sampler.close()
         raise AttachFailed(str(err)) from err
-    watch, notice = monitor(settings, samplers, broker_ports(cluster and cluster.metadata))
-    for sampler in samplers if notice else ():
-        sampler.standing_notices.append(notice)
+    watch, notice = monitor(settings, samplers, broker_ports(cluster.metadata if cluster else None))
+    if notice is not None:
+        for sampler in samplers:
+            sampler.standing_notices.append(notice)
     return LiveSession(watch, settings.interval_ms, notice)

@@ -244,21 +244,21 @@ class ChurnWatch:
             for closes in table.values():
                 while closes and ts_ms - closes[0] > keep:
                     closes.popleft()
-        for table in (self.broker_opens, self.broker_drops):
-            for opens in table.values():
+        for by_broker in (self.broker_opens, self.broker_drops):
+            for opens in by_broker.values():
                 while opens and ts_ms - opens[0][0] > keep:
                     opens.popleft()
         for times in self.cycles.values():
             while times and ts_ms - times[0] > CYCLE_MEMORY_MS:
                 times.popleft()
-        for table in (self.opened, self.closed, self.short, self.fds, self.created,
-                      self.first_seen):
-            for pid in [p for p in table if p not in live]:
-                del table[pid]
-        for key in [k for k in self.cycles if k[0] not in live or not self.cycles[k]]:
-            del self.cycles[key]
-        for key in [k for k in self.endings if k[0] not in live or not self.endings[k]]:
-            del self.endings[key]
+        for by_pid in (self.opened, self.closed, self.short, self.fds, self.created,
+                       self.first_seen):
+            for pid in [p for p in by_pid if p not in live]:
+                del by_pid[pid]
+        for cycle in [k for k in self.cycles if k[0] not in live or not self.cycles[k]]:
+            del self.cycles[cycle]
+        for ending in [k for k in self.endings if k[0] not in live or not self.endings[k]]:
+            del self.endings[ending]
         self.exact &= live
         for key in [k for k in self.reaped if k[0] not in live]:
             del self.reaped[key]

@@ -12,10 +12,11 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from kmon.errors import UserError
 from kmon.model import ClientInstance, Role, Snapshot
-from kmon.sources.cluster import (
+from kmon.sources.brokers.admin import (
     BrokerInfo,
     ClusterMetadata,
     ClusterState,
@@ -25,7 +26,10 @@ from kmon.sources.cluster import (
     fetch_cluster,
     fetch_metadata,
 )
-from kmon.sources.reachability import why_unreachable
+from kmon.sources.brokers.reachability import why_unreachable
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
 
 SOURCE_CLUSTER = "cluster"
 SOURCE_LOCAL = "local clients"
@@ -70,7 +74,7 @@ class ClusterWatcher:
         self.max_backoff_s = max_backoff_s
         self.clock = clock
         self.view = ClusterView(bootstrap)
-        self._admin = None
+        self._admin: AdminClient | None = None
         self._next_at = clock()
         self._failed_in_row = 0
         self._lock = threading.Lock()

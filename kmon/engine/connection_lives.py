@@ -15,9 +15,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kmon.model import ConnectionLife
-from kmon.sources.kernel_events import TCP_CLOSE, TCP_SYN_SENT, TcpEvent
+from kmon.sources.kernel.kernel_events import TCP_CLOSE, TCP_SYN_SENT, TcpEvent
 
 MAX_OPEN = 8192  # connections followed at once; past it the oldest are forgotten
+MAX_STRANGERS = 1024  # processes not watched that connected, kept between two searches
+MAX_STRANGER_REMOTES = 64  # ... and the remotes each connected to
 REJECTED_WITHIN_MS = 250  # closed by the broker this soon after its connect: refused
 TCP_ESTABLISHED, TCP_FIN_WAIT1, TCP_CLOSE_WAIT = 1, 4, 8
 
@@ -77,7 +79,7 @@ class KernelLife:
 
 
 def _text(address: tuple[str, int] | None) -> str | None:
-    """An address as kmon prints endpoints (kmon.sources.sockets.Endpoint)."""
+    """An address as kmon prints endpoints (kmon.sources.kernel.sockets.Endpoint)."""
     if address is None:
         return None
     ip, port = address
@@ -90,6 +92,9 @@ class ConnectionLives:
     def __init__(self) -> None:
         self.open: dict[int, KernelLife] = {}  # by socket address, oldest first
         self.forgotten = 0  # connections dropped because the table was full
+        # processes not watched that connected since ``take_strangers``: PID -> remotes
+        self.strangers: dict[int, set[tuple[str, int]]] = {}
+        self.strangers_overflowed = False  # more of them than MAX_STRANGERS
 
     def feed(self, events: Iterable[TcpEvent],
              watched: set[int]) -> tuple[list[KernelLife], list[KernelLife]]:
@@ -104,6 +109,7 @@ class ConnectionLives:
                     opened.append(self._start(event))
                 else:
                     self.open.pop(event.skaddr, None)  # the address now holds another socket
+                    self._stranger(event)
                 continue
             life = self.open.get(event.skaddr)
             if life is None:
@@ -120,6 +126,26 @@ class ConnectionLives:
                 life.closed_ms = event.ts_ms
             closed.append(self.open.pop(event.skaddr))
         return opened, closed
+
+    def _stranger(self, event: TcpEvent) -> None:
+        ports = self.strangers.get(event.pid)
+        if ports is None:
+            if len(self.strangers) >= MAX_STRANGERS:
+                self.strangers_overflowed = True
+                return
+            ports = self.strangers[event.pid] = set()
+        if event.remote is not None:
+            if len(ports) >= MAX_STRANGER_REMOTES:
+                self.strangers_overflowed = True
+                return
+            ports.add(event.remote)
+
+    def take_strangers(self) -> tuple[dict[int, set[tuple[str, int]]], bool]:
+        """The processes not watched that connected since the last call (PID -> the (ip,
+        port) they connected to), and whether there were more than could be kept."""
+        strangers, overflowed = self.strangers, self.strangers_overflowed
+        self.strangers, self.strangers_overflowed = {}, False
+        return strangers, overflowed
 
     def _start(self, event: TcpEvent) -> KernelLife:
         self.open.pop(event.skaddr, None)

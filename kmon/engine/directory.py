@@ -12,10 +12,10 @@ from __future__ import annotations
 import threading
 
 from kmon.sources import bounded
-from kmon.sources.broker_query import ConfirmedBrokers
-from kmon.sources.cluster import ClusterMetadata, GroupInfo
-from kmon.sources.resolve import Resolver
-from kmon.sources.sockets import Endpoint
+from kmon.sources.brokers.admin import ClusterMetadata, GroupInfo
+from kmon.sources.brokers.broker_query import ConfirmedBrokers
+from kmon.sources.brokers.dns import Resolver
+from kmon.sources.kernel.sockets import Endpoint
 
 MAX_LEARNED = 1024  # broker endpoints remembered from what processes named, the latest kept
 

@@ -27,7 +27,7 @@ from kmon.engine.cluster_watch import (
 from kmon.engine.heap import settle_heap
 from kmon.engine.host_view import UNKNOWN_CLUSTER
 from kmon.engine.local_clients import ClusterSession, HostSession, LocalClients
-from kmon.engine.replay import Replay, ReplayError, read_recording, recorded_interval_s
+from kmon.engine.playback import Replay, ReplayError, read_recording, recorded_interval_s
 from kmon.engine.sampler import SamplerSettings
 from kmon.engine.sessions import (
     AttachFailed,
@@ -44,8 +44,8 @@ from kmon.engine.targets import (
     ReplayTarget,
     Target,
 )
-from kmon.sources.cluster import ClusterState
-from kmon.sources.process_info import exists, owner
+from kmon.sources.brokers.admin import ClusterState, refused_property
+from kmon.sources.processes.process_info import exists, owner
 
 __all__ = ["UNKNOWN_CLUSTER", "AttachFailed", "ClusterSession", "ClusterState", "ClusterTarget",
            "ClusterUnanswered", "ClusterView", "EngineSettings", "GroupRow", "HostSession",
@@ -53,7 +53,7 @@ __all__ = ["UNKNOWN_CLUSTER", "AttachFailed", "ClusterSession", "ClusterState", 
            "ReplayTarget", "SamplerSettings", "SessionClosed", "SnapshotSource", "Target",
            "ask_cluster", "broker_connection_counts", "exists", "groups_coordinated",
            "groups_view", "open_session", "owner", "read_recording", "recorded_interval_s",
-           "settle_heap"]
+           "refused_property", "settle_heap"]
 
 
 @overload

@@ -1,8 +1,9 @@
 """The findings of each poll (kmon.evidence.findings), dated and carried on the views.
 
 ``FindingWatch.observe`` keeps each process's recent open-fd counts and reads the limit on
-them when they are counted, keeps its recent marks (kmon.evidence.findings.marks) and its
-connects that failed lately (the kernel's TCP events), runs every finder over the poll, and
+them when they are counted, keeps its recent marks (kmon.evidence.findings.marks), its
+connects that failed lately and the connections it closed itself soon after opening them
+(the kernel's TCP events), runs every finder over the poll, and
 dates each finding by when it was first raised: a finding that holds from poll to poll keeps
 its ``since_ms``.
 """
@@ -14,12 +15,15 @@ from collections.abc import Iterable, Sequence
 
 from kmon.evidence.findings import FINDERS, Look
 from kmon.evidence.findings.marks import MARKS, Mark, mark
+from kmon.evidence.findings.rebootstrap import HOLD_MS, VISIT_MS
 from kmon.model import ConnectionLife, Finding, ProcessView
-from kmon.sources.fd_limits import open_fd_limit
+from kmon.sources.processes.fd_limits import open_fd_limit
 
 FD_SAMPLES = 32  # open-fd counts kept per process (one every few seconds)
 FAILED_SAMPLES = 64  # failed connects kept per process ...
 FAILED_WITHIN_MS = 60_000  # ... for this long
+SHORT_SAMPLES = 64  # closes soon after the open kept per process, for as long as a
+# rebootstrap is named
 
 
 class FindingWatch:
@@ -33,6 +37,8 @@ class FindingWatch:
         self.since: dict[tuple[int, str, str], int] = {}  # (pid, reason, key) -> first raised
         self.failed: dict[int, deque[ConnectionLife]] = defaultdict(
             lambda: deque(maxlen=FAILED_SAMPLES))
+        self.short: dict[int, deque[ConnectionLife]] = defaultdict(
+            lambda: deque(maxlen=SHORT_SAMPLES))
 
     def observe(self, ts_ms: int, views: Sequence[ProcessView],
                 fd_counts: dict[int, int | None],
@@ -51,12 +57,11 @@ class FindingWatch:
         for life in lives:
             if life.ending == "connect_failed":
                 self.failed[life.pid].append(life)
-        for pid, failed in list(self.failed.items()):
-            while failed and ts_ms - failed[0].closed_ms > FAILED_WITHIN_MS:
-                failed.popleft()
-            if not failed:
-                del self.failed[pid]
-        look = Look(ts_ms, views, self.fds, self.limits, self.marks, self.failed)
+            elif life.closed_by == "client" and life.closed_ms - life.opened_ms <= VISIT_MS:
+                self.short[life.pid].append(life)
+        _forget(self.failed, ts_ms - FAILED_WITHIN_MS)
+        _forget(self.short, ts_ms - HOLD_MS)
+        look = Look(ts_ms, views, self.fds, self.limits, self.marks, self.failed, self.short)
         found: dict[int, list[Finding]] = defaultdict(list)
         since = {}
         for finder in FINDERS:
@@ -74,3 +79,12 @@ class FindingWatch:
             self.limits.pop(pid, None)
         for pid in self.marks.keys() - alive:
             del self.marks[pid]
+
+
+def _forget(lives: dict[int, deque[ConnectionLife]], before_ms: int) -> None:
+    """Drop the lives closed before ``before_ms``, and the processes left with none."""
+    for pid, kept in list(lives.items()):
+        while kept and kept[0].closed_ms < before_ms:
+            kept.popleft()
+        if not kept:
+            del lives[pid]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable
 
-from kmon.sources.closing_sockets import Pair, time_wait_pairs
+from kmon.sources.kernel.closing_sockets import Pair, time_wait_pairs
 
 MAX_OWNED = 16_384  # the watched processes' recent sockets remembered
 MAX_PORTS = 64  # the brokers' ports followed (the latest)

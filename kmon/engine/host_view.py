@@ -22,11 +22,11 @@ from collections.abc import Collection, Mapping
 from kmon.engine.sampler import bootstrap_argument
 from kmon.evidence.logical import bootstrap_entries, bootstrap_of
 from kmon.model import ProcessView, Snapshot
-from kmon.sources.host_sockets import HostClients, client_pids
-from kmon.sources.process_info import LibraryScan
-from kmon.sources.resolve import parse_endpoint
-from kmon.sources.sockdiag import SockDiagUnavailable
-from kmon.sources.sockets import Endpoint
+from kmon.sources.brokers.dns import parse_endpoint
+from kmon.sources.kernel.host_sockets import HostClients, client_pids
+from kmon.sources.kernel.sockdiag import SockDiagUnavailable
+from kmon.sources.kernel.sockets import Endpoint
+from kmon.sources.processes.process_info import LibraryScan
 
 UNKNOWN_CLUSTER = "(brokers not known yet)"
 MAX_CLUSTER_ID = 64  # longer is no Kafka cluster id (22 characters): the brokers name it
@@ -57,6 +57,18 @@ class KafkaProcesses:
         mapped = self.libraries(skip=connected)
         self.serving |= self.sockets.serving(connected | mapped)
         return (connected | mapped) - self.serving - {os.getpid()}
+
+    def check(self, strangers: Mapping[int, Collection[Endpoint]],
+              brokers: Collection[Endpoint]) -> set[int]:
+        """Of the processes that just connected (PID -> the endpoints each connected to),
+        the clients, as a search would find them, without listing the host: connected to a
+        broker, or with a Kafka library mapped, and serving no one."""
+        connected = {pid for pid, remotes in strangers.items()
+                     if any(remote in brokers for remote in remotes)}
+        candidates = connected | self.libraries.of(strangers.keys() - connected)
+        serving = self.sockets.serving(candidates, self.confirmed)
+        self.serving |= serving
+        return candidates - serving - {os.getpid()}
 
     def close(self) -> None:
         """Release the netlink socket."""
@@ -89,7 +101,8 @@ def answered_clusters(snapshot: Snapshot,
     labels = {}
     for view in snapshot.processes:
         answered = {_named(*clusters[endpoint]) for conn in view.connections
-                    if (endpoint := parse_endpoint(conn.remote)) in clusters}
+                    if (endpoint := parse_endpoint(conn.remote or "")) is not None
+                    and endpoint in clusters}
         if answered:
             labels[view.pid] = min(answered)
     return labels

@@ -10,9 +10,9 @@ from collections.abc import Iterable
 
 from kmon.engine.connection_lives import ConnectionLives, KernelLife
 from kmon.model import CloseStory, Event, EventKind, ProcessView
-from kmon.sources.kernel_events import KernelEvents, KernelEventsUnavailable
-from kmon.sources.resolve import parse_endpoint
-from kmon.sources.sockets import Endpoint
+from kmon.sources.brokers.dns import parse_endpoint
+from kmon.sources.kernel.kernel_events import KernelEvents, KernelEventsUnavailable
+from kmon.sources.kernel.sockets import Endpoint
 
 MAX_LEARNED_PORTS = 48  # remote ports learned from the watched processes' own sockets
 UNAVAILABLE = ("kernel TCP events unavailable ({}; they need root, CAP_PERFMON or "
@@ -44,6 +44,7 @@ class KernelWatch:
             OrderedDict())
         self.polled: list[ProcessView] = []  # the last poll's views
         self.held: list[KernelLife] = []  # refusals at once, told after one more poll
+        self._losses_told = 0  # the rings' losses as ``strangers`` last saw them
 
     def poll(self, views: list[ProcessView]) -> tuple[list[KernelLife], list[KernelLife],
                                                       list[Event]]:
@@ -74,6 +75,17 @@ class KernelWatch:
             for view in views:
                 view.notices.append(note)
         return opened, closed, events
+
+    def strangers(self) -> dict[int, set[tuple[str, int]]] | None:
+        """The processes not watched that connected since the last call (PID -> the (ip,
+        port) they connected to); None when some may be missing (a ring or the table was
+        full)."""
+        strangers, overflowed = self.lives.take_strangers()
+        losses = self.source.lost + self.source.lost_connects
+        if overflowed or losses != self._losses_told:
+            self._losses_told = losses
+            return None
+        return strangers
 
     @property
     def lost(self) -> int:
@@ -170,7 +182,8 @@ def seen_pairs(views: list[ProcessView], remotes: set[tuple[str, int]]
     kernel's (ip, port) pairs): the polls' sockets parsed only when a life ended badly."""
     if not remotes:
         return set()
-    wanted = {text for view in views for text in view.summary.remotes
+    wanted = {text: endpoint for view in views for text in view.summary.remotes
               if (endpoint := parse_endpoint(text)) and (endpoint.ip, endpoint.port) in remotes}
-    return {(parse_endpoint(conn.local or ""), parse_endpoint(conn.remote))
-            for view in views for conn in view.connections if conn.remote in wanted}
+    return {(parse_endpoint(conn.local or ""), wanted[conn.remote])
+            for view in views for conn in view.connections
+            if conn.remote is not None and conn.remote in wanted}

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from kmon.engine import host_churn
 from kmon.engine.build import broker_endpoints, broker_ports, monitor, new_directory, processes
@@ -15,11 +15,11 @@ from kmon.engine.sessions import LiveSession, Recordable, check_open
 from kmon.engine.targets import EngineSettings, ProcessTarget
 from kmon.model import Event, Snapshot
 from kmon.sources import bounded
-from kmon.sources.cluster import ClusterState
-from kmon.sources.host_wire import HostWire
-from kmon.sources.resolve import parse_endpoint, split_host_port
-from kmon.sources.socket_readers import open_socket_reader
-from kmon.sources.sockets import Endpoint
+from kmon.sources.brokers.admin import ClusterState
+from kmon.sources.brokers.dns import parse_endpoint, split_host_port
+from kmon.sources.kernel.socket_readers import open_socket_reader
+from kmon.sources.kernel.sockets import Endpoint
+from kmon.sources.packets.host_wire import HostWire
 
 EARLY_FOR_S = 10.0  # a local group the cluster has not described: asked early this long
 EARLY_EVERY_S = 1.0  # at most this often
@@ -33,7 +33,8 @@ class LocalClients(Recordable):
     read them, follow the brokers' ``ports`` and those the clients use; what the polls
     learn is ``directory``, knowing ``cluster`` from the start."""
 
-    def __init__(self, settings: EngineSettings, find: Callable | None,
+    def __init__(self, settings: EngineSettings,
+                 find: Callable[[Collection[Endpoint]], set[int]] | None,
                  ports: Iterable[int] = (), cluster: ClusterState | None = None) -> None:
         self.settings, self.interval_ms = settings, settings.interval_ms
         self.directory = new_directory(cluster)
@@ -188,7 +189,8 @@ class HostSession(LocalClients):
 
     def __init__(self, settings: EngineSettings, cluster: ClusterState | None = None) -> None:
         self.search = KafkaProcesses()
-        super().__init__(settings, self.search, broker_ports(cluster and cluster.metadata), cluster)
+        super().__init__(settings, self.search,
+                         broker_ports(cluster.metadata if cluster else None), cluster)
         self._brokers: frozenset[Endpoint] = frozenset()
         self._named = None if cluster is None else broker_endpoints(
             cluster.metadata, self.directory.resolver)
@@ -231,4 +233,4 @@ class HostSession(LocalClients):
         ask) which cluster they serve."""
         directory = self.directory
         return {view.pid for view in snapshot.processes if directory.confirmed.unanswered(
-            directory.learned.keys() & {parse_endpoint(c.remote) for c in view.connections})}
+            directory.learned.keys() & {parse_endpoint(c.remote or "") for c in view.connections})}

@@ -29,11 +29,11 @@ from kmon.model import (
     Snapshot,
     Thresholds,
 )
-from kmon.sources.closing_sockets import closing_states
-from kmon.sources.proc_fds import open_fd_count
-from kmon.sources.resolve import parse_endpoint
-from kmon.sources.sockets import Endpoint
-from kmon.sources.spool import SpoolError
+from kmon.sources.brokers.dns import parse_endpoint
+from kmon.sources.clients.spool import SpoolError
+from kmon.sources.kernel.closing_sockets import closing_states
+from kmon.sources.kernel.proc_fds import open_fd_count
+from kmon.sources.kernel.sockets import Endpoint
 from kmon.tcp_state import TcpState
 from kmon.units import format_duration
 
@@ -143,7 +143,8 @@ class Monitor:
     def poll(self) -> tuple[Snapshot, list[Event]]:
         """One snapshot of every live process, and what changed since the last one."""
         ts_ms = int(time.time() * 1000)
-        views, events = [], []
+        views: list[ProcessView] = []
+        events: list[Event] = []
         changes: list[tuple[ProcessView, ProcessView]] = []  # (before, after) to diff
         read_ahead(self.samplers.values())
         for pid, sampler in list(self.samplers.items()):
@@ -208,10 +209,13 @@ class Monitor:
         if self.host_closes is not None:
             self.host_closes.own(pairs.values())
         exact = self.kernel.life_of if self.kernel else lambda _: None
-        return {(pid, key): story(life, kernel.get(pairs.get((pid, key))), ts_ms,
-                                  wire.get((life.last.local, life.last.remote)),
-                                  exact(pairs.get((pid, key))))
-                for pid, key, life, wire in closed}
+        stories = {}
+        for pid, key, life, wire in closed:
+            pair = pairs.get((pid, key))
+            wire_close = wire.get((life.last.local or "", life.last.remote or ""))
+            stories[(pid, key)] = story(life, kernel.get(pair) if pair else None, ts_ms,
+                                        wire_close, exact(pair))
+        return stories
 
     def _remember(self, views: list[ProcessView], ts_ms: int) -> None:
         for view in views:

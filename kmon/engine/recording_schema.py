@@ -58,16 +58,22 @@ def _shape(cls: type, written: dict[str, Any] | None = None, unwritten: tuple[st
     return Shape(kinds, frozenset(needed))
 
 
+def _list_of(shape: Shape) -> types.GenericAlias:
+    """``list[shape]``, a list of records of ``shape``, written so (a shape is a value, and
+    the type checker reads ``list[...]`` as a type)."""
+    return types.GenericAlias(list, (shape,))
+
+
 CLAIM = Shape({"source": str, "role": str | None, "node_id": int | None,
                "broker_id": int | None, "confidence": float, "detail": str},
               frozenset({"source", "role", "node_id", "broker_id", "confidence"}))
 CLIENT = _shape(ClientInstance)
-CONNECTION = _shape(Connection, {"claims": list[CLAIM], "reap_in_ms": int | None})
+CONNECTION = _shape(Connection, {"claims": _list_of(CLAIM), "reap_in_ms": int | None})
 FINDING = _shape(Finding)
-PROCESS = _shape(ProcessView, {"clients": list[CLIENT], "connections": list[CONNECTION],
-                               "findings": list[FINDING]},
+PROCESS = _shape(ProcessView, {"clients": _list_of(CLIENT), "connections": _list_of(CONNECTION),
+                               "findings": _list_of(FINDING)},
                  unwritten=("wire_closes",), required=("clients", "connections"))
-SNAPSHOT = _shape(Snapshot, {"processes": list[PROCESS]}, unwritten=("lives",),
+SNAPSHOT = _shape(Snapshot, {"processes": _list_of(PROCESS)}, unwritten=("lives",),
                   required=("processes",))
 EVENT = _shape(Event, unwritten=("close", "churn"))
 CLOSE = _shape(CloseStory)

@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 
-import psutil
-
 from kmon.classify import BROKER_IDLE_MS
 from kmon.engine.directory import MAX_LEARNED, Directory
 from kmon.evidence.claims import Claim, Evidence, Gathered, Producer, socket_key
@@ -31,19 +29,23 @@ from kmon.evidence.stats_join import stats_evidence
 from kmon.evidence.wire import WireEvidence
 from kmon.model import ClientInstance, Connection, ProcessView
 from kmon.sources import bounded
-from kmon.sources.host_wire import HostWire
-from kmon.sources.jmx import is_jvm
-from kmon.sources.jvm_reading import JvmSource
-from kmon.sources.librdkafka_stats import ClientStats, read_client_stats, spool_dirs
-from kmon.sources.process_info import (
+from kmon.sources.clients.librdkafka_stats import ClientStats, read_client_stats, spool_dirs
+from kmon.sources.jvm.jmx import is_jvm
+from kmon.sources.jvm.jvm_reading import JvmSource
+from kmon.sources.kernel.sockets import Endpoint, SocketReader, TcpSocket
+from kmon.sources.packets.host_wire import HostWire
+from kmon.sources.process_wire import ProcessWire
+from kmon.sources.processes.process_info import (
+    Process,
+    ProcessDenied,
+    ProcessVanished,
     describe,
     in_other_network_namespace,
     is_kernel_thread,
     loads_kafka_library,
+    real_uid,
     running_since,
 )
-from kmon.sources.process_wire import ProcessWire
-from kmon.sources.sockets import Endpoint, SocketReader
 from kmon.sources.text import valid
 
 
@@ -74,15 +76,16 @@ class SamplerSettings:
     require_kafka: bool = True
     middlebox_idle_ms: int | None = None  # a load balancer's or NAT's idle timeout, if any
     wire: str = "auto"  # "auto": read the Kafka headers on the process's sockets where allowed
+    tls: bool = True  # ... and inside its TLS writes (uprobes on OpenSSL's)
     not_kafka_hint: str = "pass --any-process"  # the command's own way past NotAKafkaClient
 
 
-def _describe(process: psutil.Process) -> tuple[str, str, float]:
+def _describe(process: Process) -> tuple[str, str, float]:
     try:
         return describe(process)
-    except psutil.NoSuchProcess as err:
+    except ProcessVanished as err:
         raise ProcessGone(f"no process with PID {process.pid}") from err
-    except psutil.AccessDenied as err:
+    except ProcessDenied as err:
         raise NoPermission(f"no permission to inspect PID {process.pid}; "
                            f"{permission_hint(process.pid)}") from err
 
@@ -111,16 +114,16 @@ class ProcessSampler:
             raise ProcessGone(f"no process with PID {pid}" + (
                 " (it is a kernel thread)" if pid > 0 else ""))
         try:
-            self.process = psutil.Process(pid)
-        except psutil.NoSuchProcess as err:
+            self.process = Process(pid)
+        except ProcessVanished as err:
             raise ProcessGone(f"no process with PID {pid}") from err
         self.pid = pid
         self.name, self.cmdline, self.start_time = _describe(self.process)
         self.started = running_since(pid)  # the same process while this stays the same
         try:
-            self.uid = self.process.uids().real
+            self.uid = real_uid(self.process)
             self.spool_dirs = spool_dirs(self.process)
-        except psutil.NoSuchProcess as err:
+        except ProcessVanished as err:
             raise ProcessGone(f"no process with PID {pid}") from err
         self.reader = reader
         self.settings = settings
@@ -136,7 +139,8 @@ class ProcessSampler:
         jvm = is_jvm(pid)
         self.jvm_source = (JvmSource(pid, client_log, jmx=jvm, reader=reader)
                            if jvm or client_log else None)
-        self.wire_source = ProcessWire(host_wire) if settings.wire == "auto" else None
+        self.wire_source = (ProcessWire(host_wire, pid if settings.tls else None)
+                            if settings.wire == "auto" else None)
         args = shlex.split(self.cmdline)
         self.cadence = CadenceEvidence(lambda: directory.groups, args)
         self.jvm = JvmEvidence(pid, self.start_time) if self.jvm_source else None
@@ -163,15 +167,15 @@ class ProcessSampler:
             now_ms += int((time.monotonic() - started) * 1000)  # are as of after it
         try:
             sockets = self.reader.sockets_of(self.pid)
-        except psutil.NoSuchProcess as err:
+        except ProcessVanished as err:
             raise ProcessGone(f"PID {self.pid} ({self.name}) has exited") from err
-        except psutil.AccessDenied as err:
+        except ProcessDenied as err:
             raise NoPermission(f"no permission to read the sockets of PID {self.pid} "
                                f"({self.name}); {permission_hint(self.pid)}") from err
         try:
             spooled = read_client_stats(self.process, self.start_time, self.uid,
                                         self.spool_dirs)
-        except psutil.NoSuchProcess as err:
+        except ProcessVanished as err:
             raise ProcessGone(f"PID {self.pid} ({self.name}) has exited") from err
         all_stats = spooled.stats
         fresh = [c for c in all_stats if not c.is_stale(now_ms)]
@@ -234,7 +238,8 @@ class ProcessSampler:
 
     def _claims(self, gathered: Gathered) -> tuple[list[Evidence], dict[str, list[Claim]]]:
         """Every producer's findings, and the claims about each socket (by key)."""
-        found, claims = [], {}
+        found: list[Evidence] = []
+        claims: dict[str, list[Claim]] = {}
         for producer in self.producers():
             evidence = producer(gathered, claims)
             gathered.known.update(evidence.learned)
@@ -250,7 +255,8 @@ class ProcessSampler:
         bounded.put_all(self.learned, brokers, MAX_LEARNED)
         self.directory.share(brokers)
 
-    def _check_kafka(self, has_clients: bool, known: dict, sockets: list) -> None:
+    def _check_kafka(self, has_clients: bool, known: dict[Endpoint, int],
+                     sockets: list[TcpSocket]) -> None:
         if has_clients or loads_kafka_library(self.pid) or "kafka" in self.cmdline.lower() or any(
                 s.remote in known for s in sockets):
             self._kafka_checked = True

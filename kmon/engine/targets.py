@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kmon.engine.monitor import NEAR_REAP_FRACTION
-from kmon.engine.replay import Recording
+from kmon.engine.playback import Recording
 from kmon.engine.sampler import SamplerSettings
 from kmon.model import ChurnThresholds
-from kmon.sources.cluster import ClusterState
+from kmon.sources.brokers.admin import ClusterState
 
 DISCOVER_EVERY_S = 5.0  # how often the host is searched for new clients, by default
 MAX_EVENTS = 5000  # events a session remembers, by default
@@ -68,6 +68,6 @@ class EngineSettings:
     churn: ChurnThresholds | None = None
     max_events: int = MAX_EVENTS
     kernel_events: bool = True  # the kernel's TCP events, where kmon may read them
-    socket_reader: str = "auto"  # kmon.sources.socket_readers.open_socket_reader's kind
+    socket_reader: str = "auto"  # kmon.sources.kernel.socket_readers.open_socket_reader's kind
     discover_every_s: float = DISCOVER_EVERY_S
     one_look: bool = False  # a single snapshot (``--once``): worth waiting for the names it meets

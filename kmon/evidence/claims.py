@@ -13,13 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from kmon.model import ClientInstance, Role, WireClose
-from kmon.sources.jvm_reading import JvmReading
-from kmon.sources.librdkafka_stats import ClientStats
+from kmon.sources.brokers.dns import Resolver
+from kmon.sources.clients.librdkafka_stats import ClientStats
+from kmon.sources.jvm.jvm_reading import JvmReading
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 from kmon.sources.process_wire import WireReading
-from kmon.sources.resolve import Resolver
-from kmon.sources.sockets import Endpoint, TcpSocket
 
 # How much a claim's source is trusted for the whole row, highest first. The wire is
 # the authority on roles alone (see resolve); the rest fill the row from the best one.
@@ -45,7 +46,7 @@ class Claim:
     detail: str = ""  # what decided, in a few words (pairing, rule, API keys)
 
     @cached_property
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         """The claim as the row keeps it (JSON-ready), for the detail pane and recordings:
         made once, the rows of every poll that hold this claim share it (never changed)."""
         return {"source": self.source, "role": self.role.value if self.role else None,
@@ -66,7 +67,7 @@ class Gathered:
     wire: WireReading | None = None  # what the process's packet tap read, when it has one
     jvm: JvmReading | None = None  # a JVM's JMX reading and client log events, when a JVM
     # endpoints answering for brokers other than themselves, with the brokers they advertise
-    # (kmon.sources.broker_query.ConfirmedBrokers.fronts)
+    # (kmon.sources.brokers.broker_query.ConfirmedBrokers.fronts)
     fronts: dict[Endpoint, tuple[tuple[int, str], ...]] = field(default_factory=dict)
 
 

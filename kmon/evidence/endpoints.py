@@ -9,10 +9,12 @@ forwarder, which other evidence can tell.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 
 from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
 from kmon.model import Role
+from kmon.sources.kernel.sockets import Endpoint
 
 ENDPOINT_CONFIDENCE = 0.6
 
@@ -31,8 +33,14 @@ def endpoint_evidence(gathered: Gathered, earlier: Mapping[str, Sequence[Claim]]
                 detail=f"{sock.remote} answers Metadata for brokers advertised elsewhere "
                        f"({advertised}): a forwarder or load balancer to bootstrap through")
         elif broker_id is not None:
-            claims[socket_key(sock)] = Claim(
-                source="endpoint", role=Role.BROKER, node_id=broker_id, broker_id=broker_id,
-                confidence=ENDPOINT_CONFIDENCE, evidence={"role": "inferred"},
-                detail=f"{sock.remote} is broker {broker_id}")
+            claims[socket_key(sock)] = broker_claim(sock.remote, broker_id)
     return Evidence(claims=claims)
+
+
+@functools.lru_cache(maxsize=4096)
+def broker_claim(remote: Endpoint, broker_id: int) -> Claim:
+    """The claim of a socket to a known broker: one (immutable) claim shared by every
+    socket to it, poll after poll, so a row made from it is seen unchanged at a glance."""
+    return Claim(source="endpoint", role=Role.BROKER, node_id=broker_id, broker_id=broker_id,
+                 confidence=ENDPOINT_CONFIDENCE, evidence={"role": "inferred"},
+                 detail=f"{remote} is broker {broker_id}")

@@ -28,8 +28,8 @@ from itertools import pairwise
 from kmon.classify import coordinator_node_id
 from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
 from kmon.model import Role
-from kmon.sources.cluster import GroupInfo
-from kmon.sources.sockets import TcpSocket
+from kmon.sources.brokers.admin import GroupInfo
+from kmon.sources.kernel.sockets import TcpSocket
 
 HISTORY_LEN = 32  # readings kept per socket
 CLIMB_MS = 1000  # a fetch connection's long-polls keep its idle below this
@@ -61,15 +61,26 @@ SocketReadings = dict[str, deque[Reading]]
 
 
 def remember(history: SocketReadings, sockets: Iterable[TcpSocket], now_ms: int) -> SocketReadings:
-    """Add this poll's readings to ``history`` (by socket key) and forget closed sockets."""
+    """Add this poll's readings to ``history`` (by socket key) and forget closed sockets.
+
+    A reading idle past HEARTBEAT_MAX_MS rules its socket out of both rules for as long as
+    it is among the last HISTORY_LEN, and every reading before it leaves them first: it is
+    kept alone, so that a socket that never talks costs one reading, whatever the history's
+    length, and every verdict is the one the whole history gives."""
     seen = set()
     for sock in sockets:
         if sock.idle_ms is None or sock.bytes_sent is None or sock.bytes_received is None:
             continue
         key = socket_key(sock)
         seen.add(key)
-        history.setdefault(key, deque(maxlen=HISTORY_LEN)).append(
-            Reading(now_ms, sock.idle_ms, sock.bytes_sent + sock.bytes_received))
+        readings = history.get(key)
+        if readings is None:
+            readings = history[key] = deque(maxlen=HISTORY_LEN)
+        elif sock.idle_ms > HEARTBEAT_MAX_MS:
+            if len(readings) == 1 and readings[0].idle_ms > HEARTBEAT_MAX_MS:
+                continue  # still silent: the one reading says all (it leaves no sooner)
+            readings.clear()
+        readings.append(Reading(now_ms, sock.idle_ms, sock.bytes_sent + sock.bytes_received))
     for key in history.keys() - seen:
         del history[key]
     return history
@@ -107,7 +118,7 @@ def cadence_confidence(cycles: int, beside_other: bool) -> float:
     return round(min(0.8 if beside_other else 0.7, 0.5 + 0.1 * (cycles - MIN_CYCLES)), 2)
 
 
-def by_cadence(readings: dict[str, Sequence[Reading]],
+def by_cadence(readings: Mapping[str, Sequence[Reading]],
                broker_of: dict[str, int]) -> dict[str, Inference]:
     """Socket key -> coordinator inference by the shape of the sockets' traffic.
 
@@ -191,8 +202,9 @@ class CadenceEvidence:
     def infer(self, earlier: Mapping[str, Sequence[Claim]],
               local_ips: set[str]) -> dict[str, Claim]:
         """Socket key -> coordinator claim, from the readings remembered so far."""
-        broker_of = {key: claims[0].broker_id for key, claims in earlier.items()
-                     if len(claims) == 1 and claims[0].source == "endpoint"}
+        broker_of = {key: broker for key, claims in earlier.items()
+                     if len(claims) == 1 and claims[0].source == "endpoint"
+                     and (broker := claims[0].broker_id) is not None}
         found = by_cadence(self.history, broker_of)
         groups = self.groups()
         if groups:

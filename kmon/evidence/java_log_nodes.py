@@ -9,7 +9,7 @@ from typing import Literal
 
 from kmon.classify import role_of_node_id
 from kmon.model import Role
-from kmon.sources.java_log import ClientType, JavaLogEvent
+from kmon.sources.jvm.java_log import ClientType, JavaLogEvent
 
 NodeStatus = Literal["known", "connecting", "connected", "disconnected", "idle_closed"]
 _OPEN: tuple[NodeStatus, ...] = ("known", "connecting", "connected")

@@ -3,7 +3,7 @@ about sockets out.
 
 One ``JvmEvidence`` per watched JVM keeps what the readings add up to (the log's node
 table, the JMX counters' history, when each socket was first seen); it reads nothing
-itself: ``kmon.sources.jvm_reading`` gathers ``Gathered.jvm``. When JMX cannot be had, a
+itself: ``kmon.sources.jvm.jvm_reading`` gathers ``Gathered.jvm``. When JMX cannot be had, a
 notice says why and the connections are named from the log and the sockets alone.
 """
 
@@ -16,7 +16,7 @@ from kmon.evidence.java_log_nodes import NodeTable
 from kmon.evidence.jvm_join import join_jvm
 from kmon.evidence.jvm_nodes import CounterHistory, jvm_clients, log_brokers
 from kmon.evidence.stats_join import JoinSettings
-from kmon.sources.jvm_reading import JvmReading
+from kmon.sources.jvm.jvm_reading import JvmReading
 
 CLOCK_SLACK_MS = 1000  # log lines this much older than the process are of an earlier run
 

@@ -20,7 +20,7 @@ from kmon.evidence.claims import Claim
 from kmon.evidence.jvm_nodes import Activity, JvmNode
 from kmon.evidence.stats_join import JoinSettings, assign_pairs, relative_gap
 from kmon.model import Role
-from kmon.sources.sockets import Endpoint, TcpSocket
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 
 SLACK_MS = 300  # reading times against kernel idle times
 BYTES_REJECT = 1.2  # a socket that carried this much more than a node's totals is not it

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from kmon.classify import broker_of_node_id, role_of_node_id
 from kmon.evidence.java_log_nodes import ClientState, NodeState, NodeTable
 from kmon.model import ClientInstance, Role
-from kmon.sources.jmx import JmxReading, JvmClient
-from kmon.sources.resolve import Resolver, normalize_ip
-from kmon.sources.sockets import Endpoint
+from kmon.sources.brokers.dns import Resolver
+from kmon.sources.jvm.jmx import JmxReading, JvmClient
+from kmon.sources.kernel.sockets import Endpoint, normalize_ip
 
 COUNTERS = ("outgoing-byte-total", "incoming-byte-total", "request-total", "response-total")
 _CLOSED = ("disconnected", "idle_closed")
 CLOSE_LINGER_MS = 2000  # a socket may outlive its close line in the log by this much
+NodeKey = tuple[str, str, int]  # a JVM client's type, its client.id, and the node id
 
 
 @dataclass(frozen=True)
@@ -40,9 +41,9 @@ class CounterHistory:
     """Remembers each node's counters across readings, to see which ones move."""
 
     def __init__(self) -> None:
-        self._values: dict[tuple, tuple] = {}
-        self._moved: dict[tuple, tuple[int, int]] = {}
-        self._steady: dict[tuple, int] = {}
+        self._values: dict[NodeKey, tuple[float | None, ...]] = {}
+        self._moved: dict[NodeKey, tuple[int, int]] = {}
+        self._steady: dict[NodeKey, int] = {}
         self._last_ms: int | None = None
 
     def update(self, reading: JmxReading) -> None:
@@ -182,11 +183,13 @@ def jvm_clients(reading: JmxReading | None, table: NodeTable, history: CounterHi
     not moved since, are left out.
     """
     jmx = reading.clients if reading is not None else []
-    entries = [(c, _log_client(table, c.client_id, c.type, len(jmx) == 1)) for c in jmx]
+    entries: list[tuple[JvmClient | None, ClientState | None]] = [
+        (c, _log_client(table, c.client_id, c.type, len(jmx) == 1)) for c in jmx]
     matched = [id(state) for _, state in entries if state is not None]
-    entries += [(None, s) for s in table.clients() if id(s) not in matched]
-    pairs = [(c.client_id, c.type) if c else (s.client_id or "java client",
-                                              s.client_type or "unknown") for c, s in entries]
+    logged_only = [s for s in table.clients() if id(s) not in matched]
+    entries += [(None, s) for s in logged_only]
+    pairs = [(c.client_id, c.type) for c in jmx] + [
+        (s.client_id or "java client", s.client_type or "unknown") for s in logged_only]
     instances, nodes = [], []
     for name, (jmx_client, state), (client_id, ctype) in zip(_instance_names(pairs), entries,
                                                             pairs, strict=True):

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from kmon import classify
 from kmon.model import ClientInstance, Role
-from kmon.sources.librdkafka_stats import ClientStats
-from kmon.sources.resolve import Resolver, split_host_port
-from kmon.sources.sockets import Endpoint
+from kmon.sources.brokers.dns import Resolver, split_host_port
+from kmon.sources.clients.librdkafka_stats import ClientStats
+from kmon.sources.kernel.sockets import Endpoint
 
 MAX_BOOTSTRAP = 16  # entries of a process's bootstrap string kmon looks at
 
@@ -71,13 +72,13 @@ def bootstrap_position(address: str, bootstrap_servers: str) -> int | None:
     return None
 
 
-def broker_ids_by_address(brokers: dict[str, dict]) -> dict[str, int]:
+def broker_ids_by_address(brokers: dict[str, dict[str, Any]]) -> dict[str, int]:
     """Broker id of each learned broker, by its ``host:port`` nodename."""
     return {b["nodename"]: b["nodeid"] for b in brokers.values()
             if b.get("source") == "learned" and b.get("nodeid", -1) >= 0 and b.get("nodename")}
 
 
-def classify_broker_entry(name: str, entry: dict, learned: dict[str, int],
+def classify_broker_entry(name: str, entry: dict[str, Any], learned: dict[str, int],
                           bootstrap_servers: str) -> tuple[Role, int | None, int | None]:
     """(role, Java node id, broker id) of one librdkafka statistics broker entry."""
     nodeid = entry.get("nodeid", -1)

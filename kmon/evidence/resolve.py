@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
+from typing import Any
 
 from kmon.evidence.claims import SOURCE_RANK, Claim, socket_key
 from kmon.model import Connection, Role
-from kmon.sources.sockets import TcpSocket
+from kmon.sources.kernel.sockets import TcpSocket
 
 WIRE = "wire"
 
@@ -93,7 +94,7 @@ def resolve_one(base: Connection, claims: Sequence[Claim]) -> tuple[Connection, 
     """The row of one socket, and a notice where the wire contradicts the other evidence."""
     if not claims:
         return base, None
-    changes: dict = {}
+    changes: dict[str, Any] = {}
     evidence = dict(base.evidence)
     chosen = best(claims)
     if chosen is not None:
@@ -104,8 +105,8 @@ def resolve_one(base: Connection, claims: Sequence[Claim]) -> tuple[Connection, 
         evidence.update(note.evidence)
     notice = None
     wire = next((c for c in claims if c.source == WIRE and c.role is not None), None)
-    if wire is not None:
-        if chosen is not None and chosen.source != "endpoint" and (
+    if wire is not None and wire.role is not None:  # (the search above: it has a role)
+        if chosen is not None and chosen.role is not None and chosen.source != "endpoint" and (
                 chosen.role, chosen.node_id) != (wire.role, wire.node_id):
             notice = (f"{base.remote} (fd {base.fd}): the wire says {wire.role.value} "
                       f"{wire.node_id}, {chosen.source} said {chosen.role.value} "
@@ -187,7 +188,7 @@ class _Made:
     row: Connection
     notice: str | None
     lasting: bool = field(init=False)  # no claim has a fact in place of the kernel's
-    summaries: list[dict] = field(init=False)  # the claims as rows keep them, shared
+    summaries: list[dict[str, Any]] = field(init=False)  # the claims as rows keep them, shared
 
     def __post_init__(self) -> None:
         self.lasting = not any(_KERNEL_FIELDS.intersection(c.facts) for c in self.claims)

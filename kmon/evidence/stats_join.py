@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from kmon.classify import BROKER_IDLE_MS
 from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
 from kmon.evidence.logical import LogicalConnection, logical_connections
-from kmon.sources.sockets import Endpoint, TcpSocket
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 
 MAX_EXHAUSTIVE = 4  # larger groups of look-alike sockets are paired greedily
 GREEDY_CONFIDENCE = 0.5  # a greedy pairing has no runner-up to measure its margin against

@@ -14,7 +14,9 @@
 * Metadata to an address none of the brokers its answers named advertises, whenever
   opened: **bootstrap** (a forwarder, a load balancer or a Kubernetes service in front of
   the brokers: clients reach brokers by their advertised addresses only);
-* a TLS socket: a note (``tls``); its role comes from the other evidence.
+* a TLS socket: the same rules, from the request headers the TLS source read inside its
+  writes (kmon.sources.tls); where it cannot, a note (``tls``), and its role comes from the
+  other evidence.
 
 Broker ids come from the Metadata and FindCoordinator responses the process
 received, else from the endpoints kmon already knows, else from one Metadata
@@ -36,10 +38,10 @@ from kmon.classify import bootstrap_node_id, coordinator_node_id
 from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
 from kmon.evidence.logical import bootstrap_of, bootstrap_position
 from kmon.model import Role
-from kmon.sources import kafka_protocol as kp
-from kmon.sources.resolve import CACHE_SECONDS, Resolver
-from kmon.sources.sockets import Endpoint
-from kmon.sources.wire import Flow, WireView, last_seen
+from kmon.sources.brokers.dns import CACHE_SECONDS, Resolver
+from kmon.sources.kernel.sockets import Endpoint
+from kmon.sources.packets import kafka_protocol as kp
+from kmon.sources.packets.kafka_wire import Flow, WireView, last_seen
 
 AFTER_LEARNED = 0.7  # metadata only, once the cluster was known: a broker, or a re-bootstrap
 
@@ -57,7 +59,7 @@ class WireEvidence:
         # the broker names last worked out, until when, and their endpoints
         self.endpoints_of_names: tuple[object, float, dict[Endpoint, int]] = (None, 0.0, {})
         # socket key -> (what FlowSays was worked out from, it): the sockets of the last poll
-        self.said: dict[str, tuple[tuple, FlowSays | None]] = {}
+        self.said: dict[str, tuple[tuple[object, ...], FlowSays | None]] = {}
         # what the last poll's claims were made from (Steady), while they may be kept
         self.steady: Steady | None = None
 
@@ -72,6 +74,7 @@ class WireEvidence:
         view = reading.view
         if view is None:
             return Evidence(notices=[reading.problem] if reading.problem else [])
+        notices = list(reading.notices)
         learned = self._broker_endpoints(view, gathered.resolver)
         known = {**gathered.known, **learned}
         bootstrap = bootstrap_of(gathered.stats, self.cmdline_bootstrap)
@@ -94,16 +97,16 @@ class WireEvidence:
             for sock in gathered.sockets:
                 pair = (sock.local, sock.remote)
                 keys[pair] = key = socket_key(sock)
-                flow = view.flows.get(pair)
-                if flow is not None:
-                    lasting &= self._say(key, flow, sock.remote, view, known, bootstrap, named,
+                seen = view.flows.get(pair)
+                if seen is not None:
+                    lasting &= self._say(key, seen, sock.remote, view, known, bootstrap, named,
                                          gathered.resolver, claims)
             self.said = {key: self.said[key] for key in keys.values() if key in self.said}
             steady = Steady(context, keys, {}, _unknown(view, known))
         steady.claims, steady.polls = claims, view.polls
         self.steady = steady if lasting else None
-        notices = [f"the wire missed {view.drops:,} packets (kmon's ring was full)"] \
-            if view.drops else []
+        if view.drops:
+            notices.append(f"the wire missed {view.drops:,} packets (kmon's ring was full)")
         return Evidence(claims=claims, learned=learned, notices=notices,
                         closes=view.closes, ask=steady.unknown)
 
@@ -145,7 +148,7 @@ class Steady:
     """What one poll's wire claims were made from, while every claim lasts: the next poll
     with the same ``context`` keeps them, but for the sockets whose flows changed."""
 
-    context: tuple  # the sockets' inodes, the brokers known, the cluster learned, ...
+    context: tuple[object, ...]  # the sockets' inodes, the brokers known, the cluster learned, ...
     keys: dict[tuple[Endpoint, Endpoint], str]  # every socket's key, by its endpoints
     claims: dict[str, Claim]  # kept as they are: each poll's are a copy
     unknown: list[Endpoint]  # the peers to ask for their broker ids
@@ -189,17 +192,18 @@ def flow_says(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endpo
               bootstrap: str, resolver: Resolver) -> FlowSays | None:
     """What the traffic of a socket to ``remote`` says, if it says enough (its claim's detail
     says when each API was last seen)."""
-    if flow.tls:
+    keys = flow.api_counts.keys()
+    if flow.tls and not keys:
         return FlowSays(None, None, None, 0.0, {"wire": "tls"},
                         "TLS: the Kafka headers are encrypted")
-    keys = flow.api_counts.keys()
     if not keys:
         return None
     broker_id = known.get(remote)
     seen = flow.seen()
     apis = " ".join(text for text, _ in seen)
     evidence = {"role": "wire", "wire": apis}
-    client = f" · client_id {flow.client_id}" if flow.client_id else ""
+    client = (f" · client_id {flow.client_id}" if flow.client_id else "") + (
+        " · over TLS" if flow.tls else "")
     if keys & (kp.GROUP_APIS | kp.TXN_APIS):
         node_id = None if broker_id is None else coordinator_node_id(broker_id)
         which = "group" if keys & kp.GROUP_APIS else "transaction"

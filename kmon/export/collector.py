@@ -6,6 +6,7 @@ import operator
 import platform
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -19,6 +20,7 @@ from prometheus_client.registry import Collector
 from kmon import __version__
 from kmon.export.metrics import OTHER, HostMetrics, ProcessMetrics
 
+Family = GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily | InfoMetricFamily
 MAX_LABEL_VALUES = 200  # distinct values of one label in one family; more are "(other)"
 # a process by what it runs and its cluster, never by its pid: series that outlive a restart
 # and can be joined across hosts; processes of one command add up (kmon_client_processes)
@@ -161,7 +163,8 @@ class _Families:
 
     def __init__(self, cap: LabelCap | None = None) -> None:
         self.cap = cap or LabelCap()
-        self._rows: dict[str, dict[tuple, object]] = {}
+        # family -> labels -> a number, a histogram's (buckets, sum) or an info's dict
+        self._rows: dict[str, dict[tuple[str, ...], Any]] = {}
         self._label_names: dict[str, tuple[str, ...]] = {}
 
         def family(kind, name: str, *extra: str, base=CONNECTION):
@@ -189,7 +192,7 @@ class _Families:
         self.max_fds = family(GaugeMetricFamily, "process_max_fds", base=PROCESS)
         self.findings = family(GaugeMetricFamily, "findings", "reason", base=PROCESS)
 
-    def _add(self, family: Metric, labels: list[str], value, combine=operator.add) -> None:
+    def _add(self, family: Family, labels: list[str], value, combine=operator.add) -> None:
         """One series' value (a number, a (buckets, sum) pair or an info dict) under its
         capped labels, combined with what the same labels hold (numbers by ``combine``)."""
         names = self._label_names[family.name]
@@ -243,12 +246,10 @@ class _Families:
     def all(self, with_empty: bool = False) -> Iterator[Metric]:
         for family in self._families():
             for labels, value in self._rows.get(family.name, {}).items():
-                if isinstance(value, tuple):
-                    family.add_metric(list(labels), *value)
-                else:
-                    family.add_metric(list(labels), value)
+                # a histogram's value is its (buckets, sum), every other kind's one value
+                family.add_metric(list(labels), *(value if isinstance(value, tuple) else (value,)))
             if with_empty or family.samples:
                 yield family
 
-    def _families(self) -> list[Metric]:
-        return [value for value in vars(self).values() if isinstance(value, Metric)]
+    def _families(self) -> list[Family]:
+        return [value for value in vars(self).values() if isinstance(value, Family)]

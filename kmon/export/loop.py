@@ -6,6 +6,8 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 CHECK_S = 0.1  # how quickly a signal ends the wait between steps
@@ -19,7 +21,8 @@ class Signals:
         self.reloads = reloads
         self.received: str | None = None  # the stop signal's name
         self.reload_asked = False
-        self._previous: dict[int, object] = {}
+        # each signal's handler before: a function, SIG_DFL or SIG_IGN, or None (not Python's)
+        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
 
     def __enter__(self) -> Signals:
         for sig in (*STOP_SIGNALS, signal.SIGHUP):

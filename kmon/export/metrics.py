@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from kmon.evidence.findings.marks import coordinators
 from kmon.model import Connection, Event, EventKind, ProcessView, Snapshot
 from kmon.short_command import short_command
-from kmon.sources.fd_limits import open_fd_count, open_fd_limit
+from kmon.sources.processes.fd_limits import open_fd_count, open_fd_limit
 
 # idle age at close: a few small buckets, then the limits that matter (a cloud load
 # balancer's 4 min and 350 s, the Java client's 9 min, the broker's 10 min)
@@ -167,7 +167,7 @@ class HostMetrics:
         metrics.client_ids = {c.name: c.client_id for c in view.clients}
         for conn in view.connections:
             labels = _labels(metrics, conn.client, conn.role.value, conn.broker_id)
-            metrics.connections[(*labels, conn.state)] += 1
+            metrics.connections[labels + (conn.state,)] += 1
             _keep_idlest(metrics.idle, labels, conn)
         metrics.clients.update(c.type for c in view.clients)
         metrics.clients_created = view.clients_created
@@ -230,7 +230,7 @@ def _count(metrics: ProcessMetrics, event: Event) -> None:
         metrics.opened[labels] += 1
     elif event.kind is EventKind.CLOSED and event.close is not None:
         story = event.close
-        metrics.closed[(*labels, story.closed_by, story.reason)] += 1
+        metrics.closed[labels + (story.closed_by, story.reason)] += 1
         if story.reason == "connect_failed":
             metrics.connect_failures[labels] += 1
         if story.idle_before_ms is not None:

@@ -175,8 +175,8 @@ class Recorder:
                 directory.rename(parts[0], target)
             else:  # several parts, or none
                 _concatenate(directory, parts, target, SCHEMAS[table])
-                for part in parts:
-                    directory.remove(part)
+                for name in parts:
+                    directory.remove(name)
                 directory.sync()
             files.append((path / target, directory.size(target)))
         self.parts[table] = [path for path, _ in files]

@@ -1,6 +1,8 @@
 """The wire of one process as the sampler gathers it: its packet tap (its own, or its part of
-the host's one capture), opened at the first read, and kmon's own Metadata query to a broker
-the process talks Kafka to.
+the host's one capture), opened at the first read; the request headers inside its TLS
+writes (kmon.sources.tls), read only while one of its TLS sockets has not yet carried a
+request that decides its role; and kmon's own Metadata query to a broker the process talks
+Kafka to.
 
 ``read`` hands over what the tap saw since the last read (``WireReading``), with the brokers
 of a query that has answered taught to the tap first. ``ask`` starts one query, on a thread
@@ -10,14 +12,20 @@ was not asked yet: a slow peer delays no poll, and its answer is in a later read
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kmon.sources.broker_query import BrokerQuery
-from kmon.sources.host_wire import HostWire, SharedCapture
-from kmon.sources.sockets import Endpoint, TcpSocket
-from kmon.sources.wire import WireTap, WireView
+from kmon.sources.brokers.broker_query import BrokerQuery
+from kmon.sources.kernel.kernel_events import KernelEventsUnavailable
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket
+from kmon.sources.packets import kafka_protocol as kp
+from kmon.sources.packets.host_wire import HostWire, SharedCapture
+from kmon.sources.packets.kafka_wire import WireTap, WireView
+from kmon.sources.tls.tls_tap import TlsTap, TlsUnavailable, TlsWrite
 
+PROBE_S = 30.0  # the TLS source runs this long at most for sockets it cannot decide
+DECIDING_APIS = kp.BROKER_APIS | kp.GROUP_APIS | kp.TXN_APIS  # a TLS socket's role is known
 MAX_ASKED = 16  # peers kmon asks for the cluster's brokers, at most, per process
 NO_CAPTURE = ("roles from the wire need CAP_NET_RAW (run kmon as root); they come from the "
               "other evidence")
@@ -29,13 +37,20 @@ class WireReading:
 
     view: WireView | None
     problem: str | None = None
+    notices: tuple[str, ...] = ()  # the TLS source's: why it cannot run, what it missed
 
 
 class ProcessWire:
     """The wire source of one process: its tap and kmon's own broker query."""
 
-    def __init__(self, host: HostWire | None = None) -> None:
+    def __init__(self, host: HostWire | None = None, tls_pid: int | None = None) -> None:
         self.host = host  # the host's one capture, else the process gets a tap of its own
+        self.tls_pid = tls_pid  # the process whose TLS writes are read (None: not read)
+        self.tls: TlsTap | None = None
+        self.tls_problem: str | None = None
+        self.tls_since = 0.0  # when the TLS source last opened (monotonic)
+        self.tls_lost = 0  # writes the TLS source missed before it last closed
+        self.given_up: set[tuple[Endpoint, Endpoint]] = set()  # TLS sockets probed PROBE_S
         self.shared: SharedCapture | None = None
         self.tap: WireTap | None = None
         self.problem: str | None = None
@@ -59,7 +74,9 @@ class ProcessWire:
             answer = self._answer()
             if answer:
                 self.tap.learn(answer, now_ms)
-            return WireReading(self.tap.poll(sockets, now_ms))
+            view = self.tap.poll(sockets, now_ms, self._tls_writes())
+            self._probe_while_undecided(view)
+            return WireReading(view, notices=self._tls_notices(view))
         except PermissionError:
             self.problem = NO_CAPTURE
         except OSError as err:
@@ -78,8 +95,66 @@ class ProcessWire:
             self.asked.add(peer)
             self.query = BrokerQuery(peer)
 
+    def _tls_writes(self) -> list[TlsWrite]:
+        """The process's TLS writes since the last read; none where the TLS source cannot run
+        (the reason kept for ``_tls_notices``)."""
+        if self.tls is None:
+            return []
+        try:
+            return self.tls.read()
+        except (TlsUnavailable, KernelEventsUnavailable, OSError) as err:
+            self._tls_failed(err)
+            return []
+
+    def _probe_while_undecided(self, view: WireView) -> None:
+        """The TLS source runs while a TLS socket has carried no request that decides its
+        role (a broker's, a coordinator's), for PROBE_S at most: a socket it gave up on
+        opens it again only once it is gone; every probe's cost is the client's."""
+        flows = view.flows
+        undecided = {key for key, f in flows.items()
+                     if f.tls and not f.api_counts.keys() & DECIDING_APIS}
+        self.given_up &= flows.keys()
+        now = time.monotonic()
+        if self.tls is None:
+            if undecided - self.given_up:
+                self._open_tls()  # read from the next poll
+                self.tls_since = now
+        elif not undecided or now - self.tls_since > PROBE_S:
+            self.given_up |= undecided
+            self.tls_lost += self.tls.lost
+            self.tls.close()
+            self.tls = None
+
+    def _open_tls(self) -> None:
+        if self.tls_pid is None or self.tls_problem is not None:
+            return
+        try:
+            self.tls = TlsTap(self.tls_pid)
+        except (TlsUnavailable, KernelEventsUnavailable, OSError) as err:
+            self._tls_failed(err)
+
+    def _tls_failed(self, err: Exception) -> None:
+        self.tls_problem = str(err) or type(err).__name__
+        if self.tls is not None:
+            self.tls.close()
+            self.tls = None
+
+    def _tls_notices(self, view: WireView) -> tuple[str, ...]:
+        """Why the headers inside TLS cannot be read, once a socket speaks TLS; what the TLS
+        source missed."""
+        if self.tls_problem is not None and any(f.tls for f in view.flows.values()):
+            return (f"the Kafka headers inside TLS cannot be read ({self.tls_problem}); the "
+                    "TLS sockets' roles come from the other evidence",)
+        lost = self.tls_lost + (self.tls.lost if self.tls is not None else 0)
+        if lost:
+            return (f"the TLS source missed {lost:,} writes (kmon's ring was full)",)
+        return ()
+
     def close(self) -> None:
-        """Close the tap; idempotent."""
+        """Close the tap and the TLS source; idempotent."""
+        if self.tls is not None:
+            self.tls.close()
+            self.tls = None
         if self.tap is not None:
             self.tap.close()
             self.tap = None

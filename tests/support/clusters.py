@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kmon.evidence.java_log_nodes import NodeTable
-from kmon.sources.java_log import LogFollower
+from kmon.sources.jvm.java_log import LogFollower
 
 __all__ = ["JAVA_VERSIONS", "require_java", "debug_log_options", "KAFKA_PYTHON_CONSUMER",
            "PER_MESSAGE", "produce", "cluster_id", "log_table"]

@@ -7,16 +7,17 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.cluster_watch import ClusterWatcher
 from kmon.engine.facade import ClusterSession, EngineSettings, ProcessSession
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
-from kmon.sources.socket_readers import open_socket_reader
+from kmon.present.dashboard_settings import DashboardSettings
+from kmon.sources.kernel.socket_readers import open_socket_reader
 from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.connection_table import ConnectionTable
 from kmon.widgets.help import HelpScreen
+from kmon.widgets.keyed_table import KeyedTable
 from kmon.widgets.watch_screen import WatchScreen
 
 __all__ = ["watch_app", "cells", "help_rows", "the_list_keys_work", "process_session", "attach_app",
@@ -36,7 +37,11 @@ def watch_app(bootstrap: str, pids: list[int] | None = None, labels=None,
 
 
 def cells(screen: WatchScreen, table_id: str) -> list[list[str]]:
+    """The text of each row of table ``table_id``: the process table (a KeyedTable) or a
+    DataTable (the brokers', the groups')."""
     table = screen.query_one(f"#{table_id}")
+    if isinstance(table, KeyedTable):
+        return [table.row_text(i) for i in range(table.row_count)]
     return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
 
 
@@ -100,7 +105,7 @@ async def attach_to(pilot, screen, pid: int) -> AttachScreen:
     """``pid``'s attach screen, opened from a list screen: its row picked and attached in one
     step, as rows move between a cursor move and a key on a busy host."""
     table = screen.query_one("#processes")
-    table.move_cursor(row=[r[0] for r in cells(screen, "processes")].index(str(pid)))
+    table.move_to([r[0] for r in cells(screen, "processes")].index(str(pid)))
     screen.action_attach()
     await until(pilot, lambda: isinstance(screen.app.screen, AttachScreen), "attach")
     assert screen.app.screen.pid == pid

@@ -9,13 +9,13 @@ import pytest
 from support.common import TESTS
 from support.dashboards import until
 
-from kmon.dashboard_settings import DashboardSettings
 from kmon.engine.facade import AttachFailed, ClusterView, ProcessSession
 from kmon.engine.host_view import cluster_labels
-from kmon.engine.replay import Replay, read_recording
+from kmon.engine.playback import Replay, read_recording
 from kmon.model import Event, Role, Snapshot
-from kmon.sources.cluster import BrokerInfo
-from kmon.sources.sockets import Endpoint
+from kmon.present.dashboard_settings import DashboardSettings
+from kmon.sources.brokers.admin import BrokerInfo
+from kmon.sources.kernel.sockets import Endpoint
 from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.event_log import EventLog

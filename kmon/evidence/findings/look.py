@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from kmon.evidence.findings.marks import Mark
 from kmon.model import ConnectionLife, ProcessView
@@ -22,6 +23,7 @@ class Look:
     fd_limits: Mapping[int, int | None] = field(default_factory=dict)
     marks: Mapping[int, Sequence[Mark]] = field(default_factory=dict)
     failed_connects: Mapping[int, Sequence[ConnectionLife]] = field(default_factory=dict)
+    short_closes: Mapping[int, Sequence[ConnectionLife]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,6 @@ class Raised:
     pid: int
     reason: str
     detail: str
-    evidence: dict
+    evidence: dict[str, Any]
     fix: str
     key: str = ""

@@ -4,6 +4,8 @@ lasts, from the kernel's tcp_info (``Connection.tcp_stall``)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from kmon.evidence.findings.look import Look, Raised
 from kmon.model import Connection
 from kmon.tcp_state import TcpState
@@ -34,14 +36,14 @@ def find(look: Look) -> list[Raised]:
     return out
 
 
-def unanswered(stall: dict) -> bool:
+def unanswered(stall: dict[str, Any]) -> bool:
     """Whether a socket's ``tcp_stall`` figures say its peer has gone silent."""
     tries = KEEPALIVE_PROBES if stall["timer"] == "keepalive" else UNANSWERED_TRIES
     return ((stall["last_ack_ms"] or 0) >= MIN_UNANSWERED_MS
             and max(stall["retransmits"], stall["probes"]) >= tries)
 
 
-def _raised(pid: int, conn: Connection, stall: dict) -> Raised:
+def _raised(pid: int, conn: Connection, stall: dict[str, Any]) -> Raised:
     silent_s = stall["last_ack_ms"] / 1000
     to = f"broker {conn.broker_id} ({conn.remote})" if conn.broker_id is not None else conn.remote
     if stall["timer"] == "keepalive":

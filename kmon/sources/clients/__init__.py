@@ -1,0 +1,1 @@
+"""librdkafka clients' own statistics, left in kmon's spool by the agent."""

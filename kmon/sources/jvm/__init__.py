@@ -1,0 +1,1 @@
+"""A JVM client's own view: JMX metrics and its log."""

@@ -1,0 +1,180 @@
+"""The wire of every watched process on the host, read once: one packet capture on the
+brokers' ports, its segments handed to each process by socket.
+
+``HostWire.share()`` gives each process's tap (``kmon.sources.packets.kafka_wire.WireTap``) a
+``SharedCapture``: what the tap would ask of its own ``PacketCapture``, answered from the
+host's one. Each poll, a process names its sockets (``own``); the host's segments go to
+the process whose socket they belong to, by (local, remote) address in either direction.
+A segment of no watched socket (one a process opened since its last poll, or another
+process's) waits ``UNOWNED_FOR_MS`` for a process whose poll shows its socket; every such
+table is bounded. The kernel filter keeps the ports every tap asks for (the brokers'),
+with the local ports left out: thousands of them would not fit the filter, and every
+segment of a Kafka connection has a broker's port on one side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from kmon.sources.packets.packet_capture import Address, PacketCapture, Segment
+from kmon.sources.packets.packet_filter import MAX_PORTS
+
+HOST_BLOCKS = 128  # 8 MiB of ring: a second of the cut-short segments of a busy host
+UNOWNED_FOR_MS = 10_000  # a segment of no watched socket (yet) waits this long
+MAX_UNOWNED_STREAMS = 1024  # sockets whose segments wait for an owner
+MAX_UNOWNED_SEGMENTS = 16  # segments kept per waiting socket, the first ones
+MAX_QUEUED = 65_536  # segments a process has not read yet; beyond, they count as drops
+
+Key = tuple[Address, Address]
+
+
+class SharedCapture:
+    """One process's part of the host capture, read as its own ``PacketCapture``."""
+
+    def __init__(self, host: HostWire) -> None:
+        self.host = host
+        self.queue: list[Segment] = []
+        self.keys: set[Key] = set()  # the process's sockets at its last poll
+        self.wanted: tuple[set[int], bool] = (set(), True)  # its remote ports, responses
+        self.missed = 0  # segments dropped from a full queue
+        self.drops_before = host.capture.drops if host.capture else 0  # the ring's, until now
+
+    @property
+    def local_ports(self) -> set[int]:
+        return set()  # the host filter keeps no local port
+
+    @property
+    def remote_ports(self) -> set[int]:
+        return self.host.capture.remote_ports if self.host.capture else set()
+
+    @property
+    def drops(self) -> int:
+        """The packets the host ring missed while the process was watched (whose they were,
+        nobody knows), and the segments its own full queue did."""
+        ring = self.host.capture.drops - self.drops_before if self.host.capture else 0
+        return self.missed + ring
+
+    def own(self, sockets: Collection[Key], now_ms: int) -> None:
+        """The process's sockets now: their segments are its own from here on."""
+        self.host.own(self, set(sockets), now_ms)
+
+    def set_ports(self, local_ports: set[int], remote_ports: set[int],
+                  responses: bool = True) -> None:
+        """The remote ports the process's tap follows, and whether it needs responses (the
+        filter made again when they change)."""
+        del local_ports  # every segment of a Kafka connection has a broker's port
+        wanted = (set(remote_ports), responses)
+        if wanted != self.wanted:
+            self.wanted = wanted
+            self.host.refilter()
+
+    def read(self) -> list[Segment]:
+        """The process's segments since its last read."""
+        self.host.drain()
+        queue, self.queue = self.queue, []
+        return queue
+
+    def take(self, segments: list[Segment]) -> None:
+        room = MAX_QUEUED - len(self.queue)
+        self.queue.extend(segments[:room])
+        self.missed += max(0, len(segments) - room)
+
+    def close(self) -> None:
+        self.host.leave(self)
+
+
+class HostWire:
+    """The host's one packet capture, opened with the first share, closed with the last."""
+
+    def __init__(self) -> None:
+        self.capture: PacketCapture | None = None
+        self.shares: list[SharedCapture] = []
+        self.owners: dict[Key, SharedCapture] = {}  # socket (either direction) -> process
+        self.unowned: dict[Key, list[Segment]] = {}  # insertion-ordered: the oldest first
+        self.captures_opened = 0
+
+    def share(self) -> SharedCapture:
+        """A new process's part of the capture (opening it: ``PermissionError`` without
+        CAP_NET_RAW, as ``PacketCapture``)."""
+        if self.capture is None:
+            self.capture = PacketCapture(set(), set(), blocks=HOST_BLOCKS)
+            self.captures_opened += 1
+        share = SharedCapture(self)
+        self.shares.append(share)
+        self.refilter()  # its responses wanted, until its tap says otherwise
+        return share
+
+    def own(self, share: SharedCapture, keys: set[Key], now_ms: int) -> None:
+        """``share``'s sockets are ``keys`` now; the segments that waited for them are its."""
+        self.drain()
+        owners = self.owners
+        for key in share.keys - keys:
+            for either in (key, (key[1], key[0])):
+                if owners.get(either) is share:
+                    del owners[either]
+        for key in keys - share.keys:
+            owners[key] = owners[key[1], key[0]] = share
+            waited = self.unowned.pop(key, []) + self.unowned.pop((key[1], key[0]), [])
+            share.take(sorted(waited, key=lambda seg: seg.ts_ms))
+        share.keys = keys
+        self.expire(now_ms)
+
+    def refilter(self) -> None:
+        """Rebuild the kernel filter for the ports every share follows (only if changed)."""
+        if self.capture is None:
+            return
+        ports: dict[int, None] = {}
+        for share in self.shares:
+            ports.update(dict.fromkeys(share.wanted[0]))
+        remote = set(list(ports)[:MAX_PORTS // 4])
+        self.capture.set_ports(set(), remote,
+                               responses=any(share.wanted[1] for share in self.shares))
+
+    def drain(self) -> None:
+        """Hand what the capture queued since the last drain to the processes it belongs to."""
+        if self.capture is None:
+            return
+        owners, unowned = self.owners, self.unowned
+        routed: dict[SharedCapture, list[Segment]] = {}
+        for seg in self.capture.read():
+            share = owners.get((seg.src, seg.dst))
+            if share is not None:
+                routed.setdefault(share, []).append(seg)
+                continue
+            waiting = unowned.get((seg.src, seg.dst))
+            if waiting is None:
+                if len(unowned) >= MAX_UNOWNED_STREAMS:
+                    del unowned[next(iter(unowned))]
+                waiting = unowned[seg.src, seg.dst] = []
+            if len(waiting) < MAX_UNOWNED_SEGMENTS:
+                waiting.append(seg)
+        for share, segments in routed.items():
+            share.take(segments)
+
+    def leave(self, share: SharedCapture) -> None:
+        """``share``'s process is no longer watched; the capture closes with the last one."""
+        if share not in self.shares:
+            return
+        self.shares.remove(share)
+        self.own(share, set(), 0)
+        if not self.shares:
+            self.close()
+        else:
+            self.refilter()
+
+    def close(self) -> None:
+        """Close the capture; idempotent (a later share opens a new one)."""
+        if self.capture is not None:
+            self.capture.close()
+            self.capture = None
+        self.owners.clear()
+        self.unowned.clear()
+
+    def expire(self, now_ms: int) -> None:
+        """Forget the oldest waiting segments once no poll has claimed them for long."""
+        unowned = self.unowned
+        while unowned:
+            oldest = next(iter(unowned))
+            if now_ms - unowned[oldest][-1].ts_ms <= UNOWNED_FOR_MS:
+                break
+            del unowned[oldest]

@@ -1,0 +1,283 @@
+"""What a process's Kafka connections carry on the wire: API keys, client ids, the brokers
+and coordinators its responses name.
+
+``WireTap`` owns a ``PacketCapture`` filtered to the process's local ports and
+to its brokers' ports (so that a connection opened between two polls is seen
+from its first request), or reads its part of the host's one capture
+(``kmon.sources.packets.host_wire``), and keeps one ``Flow`` per socket: the API key and
+client_id of every segment that starts with a request header (the kernel
+filter passes no other request bytes; a request that shares a segment with
+the one before it goes uncounted), and, while the brokers are not known yet,
+the Metadata and FindCoordinator responses. Segments of another process's
+sockets to the same brokers are dropped once the polls show they are not
+this process's. Every table here has a bound (the brokers and coordinators
+named keep the latest ``MAX_BROKERS``/``MAX_COORDINATORS``): a peer that
+answers with endless names costs a bounded table.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kmon.model import WireClose
+from kmon.sources import bounded
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket
+from kmon.sources.packets import kafka_protocol as kp
+from kmon.sources.packets.host_wire import SharedCapture
+from kmon.sources.packets.packet_capture import Address, PacketCapture, Segment
+from kmon.sources.packets.packet_filter import TCP_CLOSING, TCP_RST
+
+MAX_PENDING = 64  # outstanding Metadata/FindCoordinator requests remembered per socket
+UNOWNED_FOR_MS = 10_000  # a stream not (yet) among the process's sockets is kept this long
+MAX_FLOWS = 4096
+MAX_BROKERS = 256  # broker ids remembered from Metadata responses, the latest kept
+MAX_COORDINATORS = 256  # coordinators remembered from FindCoordinator responses, the latest kept
+MAX_REMOTE_PORTS = 256  # the remote ports remembered: a broker with no socket open stays watched
+TLS_RECORDS = (b"\x15\x03", b"\x16\x03", b"\x17\x03")  # alert, handshake, application data
+# their responses name brokers, or say that a login failed
+ANSWERS_KMON_READS = frozenset({kp.METADATA, kp.FIND_COORDINATOR, *kp.SASL_APIS})
+
+
+@dataclass
+class Flow:
+    """What one socket carried, as far as kmon has seen."""
+
+    first_ms: int
+    api_counts: Counter = field(default_factory=Counter)
+    api_last_ms: dict[int, int] = field(default_factory=dict)
+    first_request_ms: int | None = None
+    client_id: str | None = None
+    tls: bool = False
+    from_start: bool = False  # opened after the tap started: its first requests were seen
+    pending: dict[int, tuple[int, int]] = field(default_factory=dict)  # correlation -> api
+    last_api: int | None = None  # the API key of the last request seen
+    close: WireClose | None = None  # the first FIN or RST seen, and from which side
+    auth_failed: bool = False  # a SASL request was answered with an error
+    requests: int = 0  # request segments taken: what the flow says changes with each only
+
+    def seen(self) -> tuple[tuple[str, int], ...]:
+        """The API keys seen, most frequent first, each as ``Fetch×12`` and when it was last
+        seen (``last_seen`` says when)."""
+        return tuple((f"{kp.api_name(key)}×{count}", self.api_last_ms[key])
+                     for key, count in self.api_counts.most_common())
+
+
+def last_seen(seen: tuple[tuple[str, int], ...]) -> str:
+    """``Flow.seen`` with the local time each was last seen: ``Fetch×12 (last 14:02:07.4)
+    Heartbeat×3 (last 14:02:05.1)``; the same text poll after poll while nothing new is
+    seen."""
+    return " ".join([f"{text} (last {_clock(last_ms)})" for text, last_ms in seen])
+
+
+def _clock(ts_ms: int) -> str:
+    """``14:02:07.4``: the local time of ``ts_ms`` to a tenth of a second."""
+    return time.strftime("%H:%M:%S", time.localtime(ts_ms // 1000)) + f".{ts_ms % 1000 // 100}"
+
+
+@dataclass
+class WireView:
+    """What the tap knows after a poll."""
+
+    flows: dict[tuple[Endpoint, Endpoint], Flow]  # (local, remote) of the process's sockets
+    brokers: dict[int, tuple[str, int]]  # broker id -> (host, port), from Metadata responses
+    coordinators: dict[tuple[str, int], int]  # (host, port) -> broker id, from FindCoordinator
+    cluster_learned_ms: int | None  # the first Metadata response naming brokers
+    drops: int  # packets the kernel could not queue
+    closes: dict[tuple[Endpoint, Endpoint], WireClose]  # sockets gone since the last poll
+    # the sockets whose flows took a segment since the last poll, when the sockets are the
+    # last poll's (None: any flow may have changed)
+    changed: set[tuple[Endpoint, Endpoint]] | None = None
+    polls: int = 0  # the tap's polls so far, this one included
+
+
+def _address(endpoint: Endpoint) -> Address:
+    return endpoint.ip, endpoint.port
+
+
+class WireTap:
+    """The wire source of one process."""
+
+    def __init__(self, sockets: list[TcpSocket], now_ms: int,
+                 capture: SharedCapture | None = None) -> None:
+        self.flows: dict[tuple[Address, Address], Flow] = {}
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.coordinators: dict[tuple[str, int], int] = {}
+        self.cluster_learned_ms: int | None = None
+        self.started = {(_address(s.local), _address(s.remote)) for s in sockets}
+        self.last_polled: set[tuple[Address, Address]] = set(self.started)
+        self.remote_ports: dict[int, None] = {}  # insertion-ordered, the latest last
+        # the last poll's sockets: their endpoints, by address, and the brokers then
+        self.pairs: list[tuple[Endpoint, Endpoint]] | None = None
+        self.mine: dict[tuple[Address, Address], TcpSocket] = {}
+        self.ported: dict[int, tuple[str, int]] = {}
+        self.found: dict[tuple[Endpoint, Endpoint], Flow] = {}  # the last poll's flows
+        self.taken: set[tuple[Address, Address]] = set()  # the flows a segment went to
+        self.polls = 0
+        ports = self._ports(sockets)
+        if capture is not None:  # the process's part of the host's one capture
+            capture.set_ports(*ports)
+        self.capture = capture or PacketCapture(*ports)
+
+    def close(self) -> None:
+        self.capture.close()
+
+    def learn(self, brokers: dict[int, tuple[str, int]], now_ms: int) -> None:
+        """Brokers named by another source (kmon's own Metadata request): the process, which
+        talks Kafka to them, knew them by ``now_ms``."""
+        bounded.put_all(self.brokers, brokers, MAX_BROKERS)
+        if self.cluster_learned_ms is None:
+            self.cluster_learned_ms = now_ms
+        # watched from now on, not from the next poll: a connection the process opens to one
+        # of them meanwhile is seen from its first request
+        self.capture.set_ports(self.capture.local_ports, self.capture.remote_ports | {
+            port for _, port in brokers.values()}, responses=False)
+
+    def poll(self, sockets: list[TcpSocket], now_ms: int,
+             tls_writes: Sequence[tuple[int, float, bytes]] = ()) -> WireView:
+        """Take in the segments queued since the last poll, and ``tls_writes``, the starts of
+        the process's TLS writes as (socket inode, epoch ms, bytes) (kmon.sources.tls); follow
+        ``sockets`` from now on."""
+        pairs = [(s.local, s.remote) for s in sockets]
+        same = pairs == self.pairs  # the sockets of the last poll (the same endpoints)
+        mine = self.mine if same else {(_address(s.local), _address(s.remote)): s
+                                         for s in sockets}
+        taken: set[tuple[Address, Address]] = set()
+        self.taken = taken
+        for seg in self.capture.read():
+            self._take(seg, mine)
+        if tls_writes:
+            self._take_tls(tls_writes, sockets)
+        flows, closes = self.flows, {}
+        gone = set() if same else self.last_polled - mine.keys()
+        # every flow a socket's of the last poll, and no segment of another: none to drop
+        kept = same and len(flows) == len(self.found) and taken <= mine.keys()
+        for key in [] if kept else [key for key in flows if key not in mine]:
+            flow = flows[key]
+            if key in gone:  # the process's socket, closed since the last poll
+                if flow.close is not None:
+                    closes[(Endpoint(*key[0]), Endpoint(*key[1]))] = flow.close
+                del flows[key]
+            elif now_ms - flow.first_ms > UNOWNED_FOR_MS:
+                del flows[key]
+        trimmed = len(flows) > MAX_FLOWS
+        while len(flows) > MAX_FLOWS:
+            del flows[next(iter(flows))]
+        if not same or self.brokers != self.ported:
+            self.capture.set_ports(*self._ports(sockets), responses=not self.brokers)
+            self.ported = dict(self.brokers)
+        if not same:
+            self.pairs, self.mine, self.last_polled = pairs, mine, set(mine)
+        changed: set[tuple[Endpoint, Endpoint]] | None = None
+        if same and not trimmed:  # the last poll's flows, and those a segment went to
+            found, changed = self.found, set()
+            for key in taken:
+                sock, seen = mine.get(key), flows.get(key)
+                if sock is not None and seen is not None:
+                    found[sock.local, sock.remote] = seen
+                    changed.add((sock.local, sock.remote))
+        else:
+            found = {}
+            for key, sock in mine.items():
+                seen = flows.get(key)
+                if seen is not None:
+                    found[sock.local, sock.remote] = seen
+        self.found = found
+        self.polls += 1
+        return WireView(dict(found), dict(self.brokers), dict(self.coordinators),
+                        self.cluster_learned_ms, self.capture.drops, closes, changed, self.polls)
+
+    def _ports(self, sockets: list[TcpSocket]) -> tuple[set[int], set[int]]:
+        """(local ports, remote ports) to capture: the process's, and its brokers' (those it
+        had a socket to lately too: a client reconnecting every few ms, refused by the broker,
+        may have none open at the instant of a poll)."""
+        ports = [s.remote.port for s in sockets] + [p for _, p in self.brokers.values()]
+        latest = dict.fromkeys(reversed(ports))  # each port once, where it was last named
+        for port in reversed(latest):
+            bounded.put(self.remote_ports, port, None, MAX_REMOTE_PORTS)
+        return {s.local.port for s in sockets}, set(self.remote_ports)
+
+    def _flow(self, key: tuple[Address, Address], ts_ms: int) -> Flow:
+        """A new flow for the socket ``key``, first seen at ``ts_ms``."""
+        flow = self.flows[key] = Flow(ts_ms, from_start=key not in self.started)
+        return flow
+
+    def _take(self, seg: Segment, mine: dict) -> None:
+        forward = seg.src, seg.dst
+        if forward in mine:
+            request, key = True, forward
+        elif (backward := (seg.dst, seg.src)) in mine:
+            request, key = False, backward
+        else:  # a socket the polls have not shown (yet): towards a broker port, a request;
+            # while no port was watched, the filter kept nothing but requests
+            capture = self.capture
+            request = seg.dst[1] in capture.remote_ports or not (capture.local_ports
+                                                                 or capture.remote_ports)
+            key = forward if request else (seg.dst, seg.src)
+        flow = self.flows.get(key) or self._flow(key, seg.first_ms)
+        self.taken.add(key)
+        if seg.flags & TCP_CLOSING:
+            if flow.close is None:
+                flow.close = WireClose("client" if request else "broker",
+                                       bool(seg.flags & TCP_RST), flow.last_api,
+                                       flow.auth_failed)
+        elif request:
+            self._request(flow, seg)
+        else:
+            self._response(flow, seg)
+
+    def _take_tls(self, writes: Sequence[tuple[int, float, bytes]],
+                  sockets: list[TcpSocket]) -> None:
+        """The request headers at the start of TLS writes, into their sockets' flows (marked
+        TLS: kmon's own plaintext query is not sent to their peers)."""
+        by_inode = {s.inode: (_address(s.local), _address(s.remote)) for s in sockets}
+        for inode, ts_ms, data in writes:
+            key = by_inode.get(inode)
+            if key is None:
+                continue
+            ts = int(ts_ms)
+            flow = self.flows.get(key) or self._flow(key, ts)
+            flow.tls = True
+            self.taken.add(key)
+            self._request(flow, Segment(ts, key[0], key[1], data, 0, 1, ts), prefix=True)
+
+    def _request(self, flow: Flow, seg: Segment, prefix: bool = False) -> None:
+        header = kp.request_header(seg.data, prefix)
+        flow.requests += 1
+        if header is None:
+            flow.tls |= flow.first_request_ms is None and seg.data.startswith(TLS_RECORDS)
+            return
+        _, api_key, api_version, correlation_id, client_id = header
+        flow.api_counts[api_key] += seg.repeats
+        flow.last_api = api_key
+        flow.api_last_ms[api_key] = seg.ts_ms
+        if flow.first_request_ms is None:
+            flow.first_request_ms = seg.first_ms
+        if client_id:
+            flow.client_id = client_id
+        if api_key in ANSWERS_KMON_READS:
+            if len(flow.pending) >= MAX_PENDING:
+                flow.pending.pop(next(iter(flow.pending)))
+            flow.pending[correlation_id] = (api_key, api_version)
+
+    def _response(self, flow: Flow, seg: Segment) -> None:
+        correlation = kp.response_correlation(seg.data)
+        api = None if correlation is None else flow.pending.pop(correlation, None)
+        if api is None:
+            return
+        key, version = api
+        if key == kp.METADATA:
+            brokers = kp.metadata_brokers(seg.data, version)
+            if brokers:
+                bounded.put_all(self.brokers, brokers, MAX_BROKERS)
+                if self.cluster_learned_ms is None:
+                    self.cluster_learned_ms = seg.ts_ms
+        elif key == kp.FIND_COORDINATOR:
+            answer = kp.coordinator_answer(seg.data, version)
+            if answer is not None:
+                broker_id, host, port = answer
+                bounded.put(self.coordinators, (host, port), broker_id, MAX_COORDINATORS)
+        elif key in kp.SASL_APIS:
+            flow.auth_failed |= kp.error_code(seg.data, key, version) not in (0, None)

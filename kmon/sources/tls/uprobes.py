@@ -1,0 +1,164 @@
+"""kmon's uprobe events in tracefs, safe by construction: every one in a group named by kmon's
+pid (``kmon_<pid>``), removed when kmon exits (normally, on SIGTERM or SIGHUP), and the groups
+of kmon processes that are gone (a SIGKILL leaves its group) removed before kmon makes its
+first.
+
+An event is a tracepoint of the kernel's (``uprobe_events``): one line says where (a file and
+an offset) and what it reads (fetch arguments). ``uprobe_events`` is only ever appended to
+(opening it with O_TRUNC would remove every uprobe on the host, other tools' too), and a path
+that could break a line or a field (whitespace, control characters) is never written.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import signal
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from kmon.sources.kernel.kernel_events import Field, KernelEventsUnavailable, parse_format, tracefs
+
+GROUP_PREFIX = "kmon_"
+MAX_EVENTS_FILE = 1 << 20  # uprobe_events read at most
+MAX_EVENTS = 64  # uprobe events one kmon makes, at most
+SAFE_PATH = re.compile(r"/[A-Za-z0-9._+@/-]{1,1024}")
+LINE = re.compile(r"^[pr]:(?P<group>kmon_(?P<pid>\d+))/(?P<event>\w+) ", re.M)
+EXIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Uprobes:
+    """kmon's uprobe events: made on demand, each once, all removed by ``remove_all``."""
+
+    def __init__(self) -> None:
+        self.group = f"{GROUP_PREFIX}{os.getpid()}"
+        self.made: dict[tuple[str, int, str], tuple[int, dict[str, Field]]] = {}
+        self.names: list[str] = []
+        self.before_removal: list[Callable[[], None]] = []  # perf events closed first
+        self.lock = threading.RLock()
+        self.removed_stale = remove_stale()
+
+    def event(self, path: str, offset: int, fetch: str) -> tuple[int, dict[str, Field]]:
+        """The tracepoint id and record fields of a uprobe at ``offset`` in ``path`` reading
+        ``fetch``; made at the first call."""
+        key = (path, offset, fetch)
+        with self.lock:
+            if key in self.made:
+                return self.made[key]
+            if not SAFE_PATH.fullmatch(path):
+                raise KernelEventsUnavailable(f"a path kmon does not write to tracefs: {path!r}")
+            if len(self.names) >= MAX_EVENTS:
+                raise KernelEventsUnavailable(f"more than {MAX_EVENTS} uprobes")
+            name = f"w{len(self.names)}"
+            with tracefs() as root:
+                _append(root, f"p:{self.group}/{name} {path}:{offset:#x} {fetch}\n")
+                self.names.append(name)
+                with open(root / "events" / self.group / name / "format",
+                          encoding="ascii") as handle:
+                    made = self.made[key] = parse_format(handle.read(64 * 1024))
+            return made
+
+    def remove_all(self) -> None:
+        """Close the perf events on them, then remove every event kmon made; idempotent."""
+        with self.lock:  # re-entrant: a second signal may come while the first is handled
+            closers, self.before_removal = self.before_removal, []
+            names, self.names, self.made = self.names, [], {}
+            for close in closers:
+                close()
+            if not names:
+                return
+            try:
+                with tracefs() as root:
+                    for name in names:
+                        _append(root, f"-:{self.group}/{name}\n", missing_ok=True)
+            except (OSError, KernelEventsUnavailable):
+                pass  # the next kmon removes them (remove_stale)
+
+
+def remove_stale() -> int:
+    """Remove the uprobe groups of kmon processes that are gone (and one of kmon's own pid,
+    left by an earlier kmon that had it): the events removed."""
+    try:
+        with tracefs() as root:
+            with open(root / "uprobe_events", encoding="ascii", errors="replace") as handle:
+                text = handle.read(MAX_EVENTS_FILE)
+            removed = 0
+            for line in LINE.finditer(text):
+                pid = int(line["pid"])
+                if pid == os.getpid() or not _alive(pid):
+                    removed += _append(root, f"-:{line['group']}/{line['event']}\n",
+                                       missing_ok=True)
+            return removed
+    except (OSError, KernelEventsUnavailable):
+        return 0
+
+
+def _alive(pid: int) -> bool:
+    """A process (not a thread: /proc shows threads' ids too) of this id is running."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
+            return f"\nTgid:\t{pid}\n" in handle.read(4096)
+    except OSError:
+        return False
+
+
+def _append(root: Path, line: str, missing_ok: bool = False) -> int:
+    """One command appended to ``uprobe_events`` (never truncated): 1 if it took."""
+    fd = os.open(root / "uprobe_events", os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, line.encode())
+        return 1
+    except OSError as err:
+        if missing_ok and err.errno in (2, 16):  # gone already; in use (a live kmon's)
+            return 0
+        raise KernelEventsUnavailable(f"uprobe_events: {err.strerror}") from err
+    finally:
+        os.close(fd)
+
+
+_registry: Uprobes | None = None
+_registry_lock = threading.Lock()
+_hooked = False
+
+
+def registry() -> Uprobes:
+    """This kmon's one ``Uprobes``, its removal hooked to atexit at its first use (and to the
+    signals, from the main thread: ``hook_exit_signals``)."""
+    global _registry
+    with _registry_lock:
+        if _registry is None:
+            _registry = Uprobes()
+            atexit.register(_registry.remove_all)
+        if threading.current_thread() is threading.main_thread():
+            hook_exit_signals()
+        return _registry
+
+
+def hook_exit_signals() -> None:
+    """Remove kmon's uprobes when a signal ends it (from the main thread, once: the command
+    line calls it at start, since the samplers may make the uprobes on other threads)."""
+    global _hooked
+    if _hooked:
+        return
+    _hooked = True
+    for sig in EXIT_SIGNALS:
+        signal.signal(sig, _on_signal(signal.getsignal(sig)))
+
+
+def _on_signal(previous) -> Callable:
+    """A handler doing what the signal did before: kmon's own handler (which ends in an
+    orderly exit, atexit's removal included, or goes on: ``kmon serve``'s reload); else,
+    where the signal would end kmon at once, removing the uprobes first."""
+
+    def handle(signum, frame) -> None:
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            if _registry is not None:
+                _registry.remove_all()
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    return handle

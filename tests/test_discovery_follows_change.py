@@ -1,0 +1,102 @@
+"""The host view's search follows what changes on the host: with the kernel's TCP events, a
+host where nothing connects is not searched again until the safety net is due, a process
+that connects to a broker joins at the next poll by a look at it alone, and without the
+events every due poll searches the whole host as before."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+import pytest
+from helpers import wait_for
+
+from kmon.engine.directory import Directory
+from kmon.engine.discovery import ClientDiscovery
+from kmon.engine.host_view import KafkaProcesses
+from kmon.engine.kernel_watch import open_kernel_watch
+from kmon.engine.monitor import Monitor
+from kmon.engine.sampler import SamplerSettings
+from kmon.sources.kernel.socket_readers import open_socket_reader
+from kmon.sources.kernel.sockets import Endpoint
+
+pytestmark = [pytest.mark.integration,  # a real child process, the kernel's real events
+              pytest.mark.root(reason="the kernel's TCP events need root")]
+
+
+class Counted(KafkaProcesses):
+    """The host view's own search, its whole-host searches and its looks counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.searches = self.looks = 0
+
+    def __call__(self, brokers):
+        self.searches += 1
+        return super().__call__(brokers)
+
+    def check(self, strangers, brokers):
+        self.looks += 1
+        return super().check(strangers, brokers)
+
+
+def connecting_child(port: int) -> subprocess.Popen:
+    """A process (no Kafka library) that connects to the broker at ``port`` and holds it."""
+    code = ("import socket, sys, time\n"
+            f"s = socket.create_connection(('127.0.0.1', {port}))\n"
+            "print('connected', flush=True)\n"
+            "sys.stdin.read()\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "connected"
+    return child
+
+
+def test_a_quiet_host_is_not_searched_again_and_a_new_client_joins_at_once():
+    kernel, notice = open_kernel_watch()
+    if kernel is None:
+        pytest.skip(notice)
+    search = Counted()
+    monitor = Monitor([], kernel=kernel)
+    discovery = ClientDiscovery(open_socket_reader(), SamplerSettings(require_kafka=False,
+                                                                      wire="off"),
+                                Directory(), every_s=0.0, find=search)
+    with socket.create_server(("127.0.0.1", 0)) as broker:
+        brokers = {Endpoint("127.0.0.1", broker.getsockname()[1])}
+        try:
+            for _ in range(4):  # every poll due (every_s 0): the old search ran each time
+                discovery.update(monitor, brokers)
+                monitor.poll()
+            assert search.searches == 1
+            child = connecting_child(broker.getsockname()[1])
+            try:
+                def joined() -> bool:
+                    monitor.poll()  # the kernel's events of the connect, read
+                    discovery.update(monitor, brokers)
+                    return child.pid in monitor.samplers
+                wait_for(joined, "the new client to join", seconds=60, every=0.2)
+                assert search.searches == 1 and search.looks >= 1
+                discovery.next_full = 0.0  # the safety net, due: the whole host again
+                discovery.update(monitor, brokers)
+                assert search.searches == 2
+            finally:
+                child.stdin.close()
+                child.wait()
+        finally:
+            monitor.close()
+            discovery.close()
+
+
+def test_without_the_kernel_s_events_every_due_poll_searches_the_host():
+    search = Counted()
+    monitor = Monitor([])
+    discovery = ClientDiscovery(open_socket_reader(), SamplerSettings(require_kafka=False,
+                                                                      wire="off"),
+                                Directory(), every_s=0.0, find=search)
+    try:
+        for _ in range(3):
+            discovery.update(monitor, set())
+        assert (search.searches, search.looks) == (3, 0)
+    finally:
+        discovery.close()

@@ -1,0 +1,93 @@
+"""Where OpenSSL's writes sit in the files a process maps: kmon's own ELF reading against the
+dynamic linker's (libssl) and binutils' ``nm`` (librdkafka's static OpenSSL, in ``.symtab``
+only); a hostile file costs a bounded read and one clear error."""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kmon.sources.tls.elf_symbols import ELF_HEADER, NotElf, function_offsets
+
+pytestmark = pytest.mark.integration  # binutils' nm and readelf are the independent truth
+
+LIBSSL = next(iter(sorted(glob.glob("/usr/lib/x86_64-linux-gnu/libssl.so.3"))), None)
+
+
+def _wheel_librdkafka() -> str | None:
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    found = sorted(Path(confluent_kafka.__file__).parent.parent.glob(
+        "confluent_kafka.libs/librdkafka-*.so*"))
+    return str(found[0]) if found else None
+
+
+@pytest.mark.skipif(LIBSSL is None, reason="no libssl.so.3 here")
+def test_libssl_offsets_are_where_the_dynamic_linker_puts_the_functions():
+    lib = ctypes.CDLL(LIBSSL)
+    offsets = function_offsets(LIBSSL, ["SSL_write", "SSL_write_ex"])
+    assert set(offsets) == {"SSL_write", "SSL_write_ex"}
+    base = _load_base(LIBSSL)
+    for name, offset in offsets.items():
+        address = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+        assert address - base == offset  # libssl's text maps at its file offset + base
+
+
+def test_static_openssl_inside_librdkafka_is_found_in_symtab():
+    path = _wheel_librdkafka()
+    if path is None or shutil.which("nm") is None:
+        pytest.skip("no confluent-kafka wheel library, or no nm")
+    dynamic = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True,
+                             text=True, check=True).stdout.split()
+    assert "SSL_write" not in dynamic  # not in the dynamic symbols: .symtab must be read
+    static = dict(line.split()[::-2] for line in subprocess.run(
+        ["nm", "--defined-only", path], capture_output=True, text=True, check=True
+    ).stdout.splitlines() if len(line.split()) == 3)
+    offsets = function_offsets(path, ["SSL_write", "SSL_write_ex"])
+    assert offsets and all(offset == _file_offset(path, int(static[name], 16))
+                           for name, offset in offsets.items())
+
+
+@pytest.mark.parametrize("damage", ["not elf", "cut", "huge tables", "32-bit"])
+def test_a_hostile_file_is_refused_in_a_bounded_read(tmp_path, damage):
+    data = bytearray(Path(LIBSSL or "/bin/ls").read_bytes()[:4096])
+    if damage == "not elf":
+        data[:4] = b"MZ\0\0"
+    elif damage == "cut":
+        del data[ELF_HEADER.size - 8:]
+    elif damage == "huge tables":  # a section table as long as 65535 entries, past the end
+        struct.pack_into("<QH", data, 0x28, 1 << 40, 0)
+        struct.pack_into("<H", data, 0x3C, 65535)
+    else:
+        data[4] = 1
+    path = tmp_path / "libssl.so.3"
+    path.write_bytes(bytes(data))
+    with pytest.raises(NotElf):
+        function_offsets(str(path), ["SSL_write"])
+
+
+def _load_base(path: str) -> int:
+    real = str(Path(path).resolve())
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        parts = line.split()
+        if parts[-1] in (path, real) and parts[2] == "00000000":
+            return int(parts[0].split("-")[0], 16)
+    raise AssertionError(f"{path} not mapped")
+
+
+def _file_offset(path: str, address: int) -> int:
+    """``readelf``'s view of which loadable segment holds an address."""
+    text = subprocess.run(["readelf", "-lW", path], capture_output=True, text=True,
+                          check=True).stdout
+    for line in text.splitlines():
+        parts = line.split()
+        if parts and parts[0] == "LOAD":
+            offset, vaddr, filesz = int(parts[1], 16), int(parts[2], 16), int(parts[4], 16)
+            if vaddr <= address < vaddr + filesz:
+                return address - vaddr + offset
+    raise AssertionError(hex(address))
