@@ -12,6 +12,7 @@ from functools import partial
 from pathlib import Path
 
 from benchmarks.truth import clients as start
+from benchmarks.truth import groups
 from benchmarks.truth.capture import Capture
 from benchmarks.truth.client_log import ClientLog
 from benchmarks.truth.kmon_views import NOT_LISTED, Serve, Stream, command_of, once, ps
@@ -51,6 +52,8 @@ class Run:
 
     cluster: KafkaCluster
     workdir: Path
+    clients: list[start.Client] = field(default_factory=list)  # started, for the act
+    joiners: list[Starter] = field(default_factory=list)  # more members, for the act
 
     def log(self, name: str) -> Path:
         return self.workdir / f"{name}.log"
@@ -95,7 +98,10 @@ def run(scenario: Scenario) -> list[Outcome]:
         the_run = Run(cluster, workdir)
         scenario.setup(the_run)
         for starter in scenario.clients(the_run):
+            began = time.time() * 1000
             started.append(starter())
+            started[-1].started_ms = began
+        the_run.clients = started
         bootstrap = cluster.bootstrap() if scenario.kmon_asks_cluster else None
         for client in started:
             streams[client.name] = Stream(client.pid, bootstrap).start()
@@ -129,7 +135,8 @@ def run(scenario: Scenario) -> list[Outcome]:
         stream = streams[client.name]
         ctx = Context(flows, ClientLog.read(client.log), owners.seen.get(client.pid, {}),
                       node_of_port, scenario.broker_idle_ms, rejected, failed_auth,
-                      frozenset(n.ports["SASL_PLAINTEXT"] for n in cluster.nodes))
+                      frozenset(n.ports["SASL_PLAINTEXT"] for n in cluster.nodes),
+                      first_syn(flows, client.started_ms))
         until_ms = stream.latest()["ts_ms"]
         notes = [f"the brokers' log: {count} × “{what}”" for count, what in
                  ((rejected, "Rejected connection from"),
@@ -178,6 +185,12 @@ def views_of(pid: int, bootstrap: str | None, stream: Stream, serve: Serve,
             [s.since(m) for s, m in zip(same_command, marks, strict=True)], roles)
         found["metrics"] = len(found["metrics_detail"])
     return found
+
+
+def first_syn(flows: dict, since_ms: float) -> float | None:
+    """The first connection attempt from ``since_ms`` on (a client's, when clients start one
+    after another, each once READY)."""
+    return min((f.syn_ms for f in flows.values() if f.syn_ms >= since_ms), default=None)
 
 
 def broker_log_count(cluster: KafkaCluster, text: str) -> int:
@@ -311,4 +324,41 @@ SCENARIOS = {s.name: s for s in [
              "and ps against the stream", plain_consumer, watch_s=6, brokers=2,
              client_names=("confluent-kafka consumer, plain",)),
 ]}
+
+
+def group_scenarios() -> list[Scenario]:
+    """Each library's group consumers (``groups.SETS``) in the scenarios that apply to them."""
+    made = []
+    for set_name, kinds in groups.SETS.items():
+        clients, names = groups.consumers(kinds), groups.names(kinds)
+        if set_name != "rdkafka":
+            made += [
+                Scenario(f"cluster-stopped/{set_name}", "the whole cluster stopped under "
+                         "attached group consumers", clients, stop_every_node,
+                         setup=groups.topic, watch_s=12, client_names=names),
+                Scenario(f"node-killed/{set_name}", "one node of two SIGKILLed under group "
+                         "consumers", clients, kill_last_node, setup=groups.topic,
+                         watch_s=12, brokers=2, client_names=names),
+                Scenario(f"group-member/{set_name}", "group consumers on two nodes: roles, "
+                         "--once and ps against the stream", clients, setup=groups.topic,
+                         watch_s=6, brokers=2, client_names=names)]
+        made += [
+            Scenario(f"group-rebalance/{set_name}", "a second member joins each consumer's "
+                     f"group, stays {groups.JOINED_S:g} s and leaves", clients,
+                     groups.join_and_leave, setup=groups.topic, watch_s=8, brokers=2,
+                     client_names=names),
+            Scenario(f"rolling-restart/{set_name}", "each of three nodes stopped (SIGTERM) "
+                     "and started again in turn under group consumers", clients,
+                     groups.rolling_restart, setup=groups.topic, watch_s=8, brokers=3,
+                     client_names=names)]
+        if set_name != "others":  # KIP-848: librdkafka ≥ 2.4 and the Java client ≥ 3.7
+            made.append(Scenario(
+                f"kip848-group/{set_name}", "consumers in KIP-848 groups "
+                "(group.protocol=consumer) on two nodes, a member joining and leaving",
+                groups.consumers(kinds, "group.protocol=consumer"), groups.join_and_leave,
+                setup=groups.topic, watch_s=8, brokers=2, client_names=names))
+    return made
+
+
+SCENARIOS.update((s.name, s) for s in group_scenarios())
 FAST = ("cluster-stopped", "client-idle-reap")

@@ -12,7 +12,12 @@ authentications, ``auth_failed``; a RST first, ``reset``; the client's,
 for the broker's limit (less 100 ms), else ``broker_closed``. A socket's role is the
 librdkafka handle whose ``connect()`` made it (by its fd in /proc, else the connect
 logged last before the SYN), under the name the handle bore then (``/bootstrap``,
-``/N``, ``GroupCoordinator``).
+``/N``, ``GroupCoordinator``). A client with no librdkafka log (kafka-python, Java,
+KafkaJS, Go) has its sockets' roles from the requests the packets show it sent:
+a group API on it (JoinGroup, Heartbeat, OffsetCommit, ConsumerGroupHeartbeat…), a
+coordinator of its broker; a Produce, Fetch or ListOffsets, a broker; both, either; only
+ApiVersions, Metadata and FindCoordinator on the client's first connection, bootstrap;
+anything else has no oracle.
 """
 
 from __future__ import annotations
@@ -45,8 +50,8 @@ class Tally:
         self.matrix[(truth, said)] += 1
         if unsettled:
             self.unsettled += 1
-        elif truth == said or (truth.startswith("both/") and said.partition("/")[2]
-                               == truth.partition("/")[2]):
+        elif said in truth.split(" or ") or (truth.startswith("both/") and said.partition("/")[2]
+                                          == truth.partition("/")[2]):
             self.right += 1
         else:
             self.wrong += 1
@@ -70,6 +75,7 @@ class Context:
     per_ip_rejections: int = 0  # the brokers' log's "Rejected connection" lines
     auth_failures: int = 0  # the brokers' log's "Failed authentication" lines
     sasl_ports: frozenset[int] = frozenset()
+    first_syn_ms: float | None = None  # the client's first connection attempt
 
 
 def close_truth(flow: Flow, ctx: Context) -> str:
@@ -157,21 +163,46 @@ def kmon_role(row: dict) -> str:
     return role or "unknown"
 
 
+GROUP_APIS = {8, 9, 11, 12, 13, 14, 68, 69, 24, 25, 26, 28}  # to a group's (txn) coordinator
+DATA_APIS = {0, 1, 2, 23}  # Produce, Fetch, ListOffsets, OffsetForLeaderEpoch
+METADATA_APIS = {3, 10, 17, 18, 36, 60, 71, 72}  # asked of any broker (and SASL's)
+
+
+def packet_role(flow: Flow, ctx: Context) -> str | None:
+    """A socket's role from the requests the client sent on it (None: they do not tell)."""
+    node = ctx.node_of_port.get(flow.server_port, "?")
+    group, data = flow.api_keys & GROUP_APIS, flow.api_keys & DATA_APIS
+    if group or data:
+        return " or ".join([f"coordinator:{node}"] * bool(group) + [f"broker:{node}"] * bool(data))
+    if flow.api_keys and flow.api_keys <= METADATA_APIS and flow.syn_ms == ctx.first_syn_ms:
+        return "bootstrap"
+    return None
+
+
 def score_roles(rows: dict[tuple[int, int], dict], ctx: Context) -> Tally:
-    """Each socket's role as kmon last showed it against the handle that opened it."""
+    """Each socket's role as kmon last showed it against the handle that opened it (or, for
+    a client with no librdkafka log, the requests it carried)."""
     tally = Tally()
     for ports, row in rows.items():
         flow = ctx.flows.get(ports)
         connect = handle(flow, ctx) if flow is not None else None
         said = kmon_role(row)
+        unsettled = row.get("role") in UNSETTLED
+        what = f"socket :{ports[0]}>:{ports[1]}"
+        if connect is None and flow is not None and not ctx.log.connects:
+            truth = packet_role(flow, ctx)
+            if truth is not None:
+                apis = ",".join(map(str, sorted(flow.api_keys)))
+                tally.add(truth, said, unsettled, row.get("confidence") or 0.0,
+                          f"{what} (API keys {apis})")
+                continue
         if connect is None:
             tally.no_oracle += 1
             tally.matrix[("(no log)", said)] += 1
             continue
-        unsettled = row.get("role") in UNSETTLED
         name = ctx.log.name_of(connect, flow.close_ms)
         tally.add(role_of(name, connect.port, ctx.node_of_port), said, unsettled,
-                  row.get("confidence") or 0.0, f"socket :{ports[0]}>:{ports[1]} ({name})")
+                  row.get("confidence") or 0.0, f"{what} ({name})")
     return tally
 
 
