@@ -156,6 +156,32 @@ def per_message(name: str, bootstrap: str, log: Path) -> Client:
     return client
 
 
+BURSTS = """
+import sys
+from confluent_kafka import Producer
+
+def one():
+    producer = Producer({"bootstrap.servers": sys.argv[1], "debug": "broker",
+                         "client.id": "kmon-truth-burst"})
+    producer.produce("kmon-workload", b"one message, one client")
+    producer.flush(10)
+
+one()
+print("READY", flush=True)
+for line in sys.stdin:
+    count = int(line.split()[1])
+    for n in range(1, count + 1):
+        one()
+        print(f"DONE {n}", file=sys.stderr, flush=True)
+"""
+
+
+def bursts(name: str, bootstrap: str, log: Path) -> Client:
+    """A client per message on demand: ``burst N`` on its stdin makes N producers one after
+    another, each dropped after its message (its log says ``DONE n`` after the n-th)."""
+    return program(name, [sys.executable, "-c", BURSTS, bootstrap], log)
+
+
 def kcat_producer(name: str, bootstrap: str, topic: str, log: Path) -> Client:
     """An idle ``kcat -P`` (its stdin held open): it connects and waits for messages."""
     with open(log, "w") as out:

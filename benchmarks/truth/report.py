@@ -17,7 +17,7 @@ NOT_COVERED = (
 
 HEADER = ("scenario", "client", "closes right/told", "wrong", "conf-wrong", "unsettled",
           "missed", "roles right/told", "wrong", "conf-wrong", "unsettled", "--once ≠ stream",
-          "ps ≠ stream", "/metrics ≠ stream")
+          "ps ≠ stream", "/metrics ≠ stream", "record ≠ stream")
 
 
 def percent(tally: Tally) -> str:
@@ -30,7 +30,7 @@ def summary_rows(outcomes: list[Outcome]) -> list[tuple[str, ...]]:
     rows = []
     for o in outcomes:
         if o.not_run:
-            rows.append((o.scenario, o.client, f"not run: {o.not_run}", *[""] * 11))
+            rows.append((o.scenario, o.client, f"not run: {o.not_run}", *[""] * 12))
             continue
         c, r, v = o.closes, o.roles, o.views
         once = v.get("once")
@@ -38,10 +38,12 @@ def summary_rows(outcomes: list[Outcome]) -> list[tuple[str, ...]]:
                      else f"not run: {once}")
         ps_text, metrics_text = (f"{v[k]} role counts" if isinstance(v.get(k), int)
                                  else f"not run: {v.get(k)}" for k in ("ps", "metrics"))
+        record_text = (f"{v['record']}" if isinstance(v.get("record"), int)
+                       else f"not run: {v.get('record')}")
         rows.append((o.scenario, o.client, percent(c), str(c.wrong), str(c.confident_wrong),
                      str(c.unsettled), str(c.missed), percent(r), str(r.wrong),
                      str(r.confident_wrong), str(r.unsettled), once_text, ps_text,
-                     metrics_text))
+                     metrics_text, record_text))
     return rows
 
 
@@ -51,7 +53,7 @@ def totals(outcomes: list[Outcome]) -> dict[str, int]:
     return {"verdicts": sum(t.told for t in tallies), "right": sum(t.right for t in tallies),
             "confident_wrong": sum(t.confident_wrong for t in tallies),
             "view_disagreements": sum(v for o in ran for key, v in o.views.items()
-                                      if key in ("once", "ps", "metrics")
+                                      if key in ("once", "ps", "metrics", "record")
                                       and isinstance(v, int)),
             "not_run": len(outcomes) - len(ran)}
 
@@ -112,7 +114,8 @@ def markdown(outcomes: list[Outcome], command: str) -> str:
             continue
         notes = [*o.notes, *(f"`--once` ≠ stream: {d}" for d in o.views.get("once_detail", [])),
                  *(f"`ps` ≠ stream: {d}" for d in o.views.get("ps_detail", [])),
-                 *(f"/metrics ≠ stream: {d}" for d in o.views.get("metrics_detail", []))]
+                 *(f"/metrics ≠ stream: {d}" for d in o.views.get("metrics_detail", [])),
+                 *(f"recording ≠ stream: {d}" for d in o.views.get("record_detail", []))]
         lines += [f"* {note}" for note in notes] + ([""] if notes else [])
         lines += matrix_markdown("Closes (side/reason)", o.closes)
         lines += matrix_markdown("Roles (role:node)", o.roles)

@@ -12,16 +12,25 @@ from functools import partial
 from pathlib import Path
 
 from benchmarks.truth import clients as start
-from benchmarks.truth import groups
+from benchmarks.truth import connection_count, groups
 from benchmarks.truth.capture import Capture
 from benchmarks.truth.client_log import ClientLog
-from benchmarks.truth.kmon_views import NOT_LISTED, Serve, Stream, command_of, once, ps
+from benchmarks.truth.kmon_views import (
+    NOT_LISTED,
+    Recording,
+    Serve,
+    Stream,
+    command_of,
+    once,
+    ps,
+)
 from benchmarks.truth.owners import Owners
 from benchmarks.truth.score import (
     Context,
     Tally,
     once_disagreements,
     ps_disagreements,
+    record_disagreements,
     score_closes,
     score_roles,
     summed_disagreements,
@@ -54,6 +63,8 @@ class Run:
     workdir: Path
     clients: list[start.Client] = field(default_factory=list)  # started, for the act
     joiners: list[Starter] = field(default_factory=list)  # more members, for the act
+    serve: Serve | None = None  # kmon serve, for an act that reads its /metrics
+    counts: dict = field(default_factory=dict)  # an act's connection counts (connection_count)
 
     def log(self, name: str) -> Path:
         return self.workdir / f"{name}.log"
@@ -93,6 +104,7 @@ def run(scenario: Scenario) -> list[Outcome]:
              if name in CLIENT_LISTENERS}
     node_of_port = {p: node.node_id for node in cluster.nodes for p in node.ports.values()}
     capture, owners, streams, started, serve = Capture(ports), Owners(), {}, [], None
+    recording, recorded = None, {}
     try:
         capture.start()
         the_run = Run(cluster, workdir)
@@ -106,7 +118,8 @@ def run(scenario: Scenario) -> list[Outcome]:
         for client in started:
             streams[client.name] = Stream(client.pid, bootstrap).start()
             owners.watch(client.pid)
-        serve = Serve(bootstrap)
+        serve = the_run.serve = Serve(bootstrap)
+        recording = Recording([c.pid for c in started], bootstrap, workdir / "recording")
         time.sleep(SETTLE_S)
         commands = {c.name: command_of(c.pid) for c in started}
         views = {c.name: views_of(c.pid, bootstrap, streams[c.name], serve,
@@ -115,6 +128,9 @@ def run(scenario: Scenario) -> list[Outcome]:
                  for c in started}
         scenario.act(the_run)
         time.sleep(scenario.watch_s)
+        recorded["error"] = recording.stop()
+        if recorded["error"] is None:
+            recorded.update((table, recording.rows(table)) for table in ("snapshots", "events"))
         rejected = broker_log_count(cluster, "Rejected connection from")
         failed_auth = broker_log_count(cluster, "Failed authentication with")
     except Exception as err:  # noqa: BLE001
@@ -123,6 +139,8 @@ def run(scenario: Scenario) -> list[Outcome]:
     finally:
         for stream in streams.values():
             stream.stop()
+        if recording is not None:
+            recording.stop()
         if serve is not None:
             serve.stop()
         for client in started:
@@ -141,6 +159,12 @@ def run(scenario: Scenario) -> list[Outcome]:
         notes = [f"the brokers' log: {count} × “{what}”" for count, what in
                  ((rejected, "Rejected connection from"),
                   (failed_auth, "Failed authentication with")) if count]
+        views[client.name].update(record_views(recorded, stream, client.pid))
+        if the_run.counts:
+            the_run.counts["packets"] = connection_count.accepted(flows,
+                                                                  the_run.counts["window_ms"])
+            views[client.name]["opens"] = dict(the_run.counts)
+            notes.append(connection_count.verdict(the_run.counts))
         outcomes.append(Outcome(
             scenario.name, client.name,
             closes=score_closes(stream.closes(), ctx, stream.started_ms + 1000, until_ms),
@@ -185,6 +209,16 @@ def views_of(pid: int, bootstrap: str | None, stream: Stream, serve: Serve,
             [s.since(m) for s, m in zip(same_command, marks, strict=True)], roles)
         found["metrics"] = len(found["metrics_detail"])
     return found
+
+
+def record_views(recorded: dict, stream: Stream, pid: int) -> dict:
+    """{"record": closes and roles the recording tells otherwise than the stream, or why
+    not run; "record_detail"}."""
+    if recorded.get("error"):
+        return {"record": recorded["error"]}
+    detail = record_disagreements(stream.history(), stream.closes(), recorded["snapshots"],
+                                  recorded["events"], pid)
+    return {"record": len(detail), "record_detail": detail}
 
 
 def first_syn(flows: dict, since_ms: float) -> float | None:
@@ -326,6 +360,11 @@ SCENARIOS = {s.name: s for s in [
 ]}
 
 
+def burst_client(run: Run) -> list[Starter]:
+    return [partial(start.bursts, "confluent-kafka, a client per message on demand",
+                    run.cluster.bootstrap(), run.log("bursts"))]
+
+
 def group_scenarios() -> list[Scenario]:
     """Each library's group consumers (``groups.SETS``) in the scenarios that apply to them."""
     made = []
@@ -361,4 +400,10 @@ def group_scenarios() -> list[Scenario]:
 
 
 SCENARIOS.update((s.name, s) for s in group_scenarios())
+SCENARIOS["connection-count"] = Scenario(
+    "connection-count", f"{connection_count.BURST} clients made for one message each on two "
+    "nodes: kmon's opens against the brokers' connection-creation-total (kmon without -b: "
+    "its own queries would count on the brokers)", burst_client, connection_count.measure,
+    watch_s=2, brokers=2, kmon_asks_cluster=False,
+    client_names=("confluent-kafka, a client per message on demand",))
 FAST = ("cluster-stopped", "client-idle-reap")

@@ -246,3 +246,37 @@ def summed_disagreements(arounds: list[list[list[dict]]], counts: dict,
             ranges[role][1] += max(c.get(role, 0) for c in seen)
     return [f"{role}: {low}–{high} in the streams, {counts.get(role, 0)} in {view}"
             for role, (low, high) in ranges.items() if not low <= counts.get(role, 0) <= high]
+
+
+def record_disagreements(history: dict[str, list[tuple[int, dict]]], closes: list[dict],
+                         snapshots: list[dict], events: list[dict], pid: int) -> list[str]:
+    """Where ``kmon record``'s tables say otherwise than the stream about ``pid``: a socket's
+    last recorded role that the stream never gave it within 2 s of that poll (``history``:
+    the stream's rows of each socket by time), a close told with another side or reason,
+    a close one told and the other not (away from the ends of the recording)."""
+    found = []
+    last: dict[str, dict] = {}
+    for row in snapshots:
+        if row["pid"] == pid and row["ts_ms"] >= last.get(row["key"], {}).get("ts_ms", 0):
+            last[row["key"]] = row
+    for key, row in last.items():
+        said = kmon_role(row)
+        near = {kmon_role(seen) for ts, seen in history.get(key, [])
+                if abs(ts - row["ts_ms"]) <= 2000}
+        if near and said not in near:
+            found.append(f"{key}: {said} recorded, {' / '.join(sorted(near))} in the stream")
+    recorded = {e["key"]: e for e in events if e["kind"] == "closed" and e["pid"] == pid}
+    told = {e["key"]: e for e in closes}
+    for key in recorded.keys() & told.keys():
+        ours, theirs = (f"{e.get('closed_by')}/{e.get('reason')}" for e in (recorded[key],
+                                                                            told[key]))
+        if ours != theirs:
+            found.append(f"close of {key}: {ours} recorded, {theirs} in the stream")
+    times = [row["ts_ms"] for row in snapshots]
+    if times:
+        inside = range(min(times) + 1000, max(times) - 2000)
+        found += [f"close of {key} in the stream only" for key in told.keys() - recorded.keys()
+                  if told[key]["ts_ms"] in inside]
+        found += [f"close of {key} recorded only" for key in recorded.keys() - told.keys()
+                  if recorded[key]["ts_ms"] in inside]
+    return found
