@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmarks.truth.clients import wait_logged
-from benchmarks.truth.kmon_views import last_poll_s
+from benchmarks.truth.kmon_views import LABEL, command_of, last_poll_s
 
 if TYPE_CHECKING:
     from benchmarks.truth.capture import Flow
@@ -47,14 +47,18 @@ def broker_creations(run: Run) -> int:
     return total
 
 
-def kmon_opened(run: Run) -> int:
-    """``kmon_connections_opened_total`` of every process, from a poll made after this call."""
-    asked, deadline = time.time(), time.monotonic() + 30
+def kmon_opened(run: Run, pid: int) -> int:
+    """``kmon_connections_opened_total`` of ``pid``'s command, from a poll made after this
+    call (kmon serve watches every client of the host: other processes are not the
+    scenario's)."""
+    process, asked, deadline = command_of(pid), time.time(), time.monotonic() + 30
     while time.monotonic() < deadline:
         text = run.serve.scrape()
         if last_poll_s(text) >= asked:
             return round(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                             if line.startswith("kmon_connections_opened_total{")))
+                             if line.startswith("kmon_connections_opened_total{")
+                             and dict(LABEL.findall(line.split("}", 1)[0])).get("process")
+                             == process))
         time.sleep(0.3)
     raise RuntimeError("kmon serve made no poll in 30 s")
 
@@ -63,15 +67,14 @@ def measure(run: Run) -> None:
     """The act: both counts read while the client is quiet, ``BURST`` clients made, both read
     again once it has logged the last one done and its sockets are closed."""
     client = run.clients[0]
-    run.serve.roles(client.pid)  # its address known, the process in /metrics
-    time.sleep(2)
+    run.serve.roles(client.pid, 5)  # its address known (the process has no socket yet)
     began_ms = time.time() * 1000
-    kmon_before, brokers_before = kmon_opened(run), broker_creations(run)
+    kmon_before, brokers_before = kmon_opened(run, client.pid), broker_creations(run)
     client.proc.stdin.write(f"burst {BURST}\n")
     client.proc.stdin.flush()
     wait_logged(client, f"DONE {BURST}", 120)
     time.sleep(3)
-    brokers_after, kmon_after = broker_creations(run), kmon_opened(run)
+    brokers_after, kmon_after = broker_creations(run), kmon_opened(run, client.pid)
     run.counts.update(kmon=kmon_after - kmon_before, brokers=brokers_after - brokers_before,
                       window_ms=(began_ms, time.time() * 1000))
 

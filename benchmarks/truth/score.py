@@ -187,7 +187,8 @@ def score_roles(rows: dict[tuple[int, int], dict], ctx: Context) -> Tally:
         flow = ctx.flows.get(ports)
         connect = handle(flow, ctx) if flow is not None else None
         said = kmon_role(row)
-        unsettled = row.get("role") in UNSETTLED
+        # a role whose node kmon does not name (broker:?) claims no node: unsettled
+        unsettled = row.get("role") in UNSETTLED or said.endswith(":?")
         what = f"socket :{ports[0]}>:{ports[1]}"
         if connect is None and flow is not None and not ctx.log.connects:
             truth = packet_role(flow, ctx)
