@@ -385,6 +385,25 @@ def test_the_watch_screen_counts_connections_no_poll_saw_and_names_a_client_per_
         maker.stop()
 
 
+@as_root
+@pytest.mark.integration
+def test_the_host_view_of_a_named_cluster_follows_its_brokers_ports_from_the_start(kafka):
+    """``ps``/``serve -b``: the kernel's events follow the named cluster's ports before any
+    connect to them is seen (a host's flood of other connects can fill the ring that shows
+    a connect to a port not yet followed, and its opens would never be counted)."""
+    from kmon.engine.facade import HostSession
+    from kmon.engine.sampler import SamplerSettings
+    from kmon.sources.cluster import fetch_metadata
+
+    metadata = fetch_metadata(kafka.bootstrap())
+    session = HostSession(SamplerSettings(cluster=metadata))
+    try:
+        assert session.monitor.kernel is not None, session.kernel_notice
+        assert {b.port for b in metadata.brokers} <= session.monitor.kernel.source.ports
+    finally:
+        session.close()
+
+
 KAFKA_PYTHON_PER_MESSAGE = """
 import sys, time
 from kafka import KafkaProducer

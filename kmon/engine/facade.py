@@ -306,15 +306,18 @@ class HostSession(LocalClients):
     confirmed itself is dropped. The brokers searched for are those the clients named
     and, when the command names a cluster (``-b``), that cluster's: a client with no
     library to map and no other client naming its brokers (kafka-python, KafkaJS, Go)
-    is found by them.
+    is found by them, and the kernel's events follow their ports from the start (not
+    only once a connect to one is seen: a host's flood of connects elsewhere can fill
+    that ring).
     """
 
     def __init__(self, settings: SamplerSettings, discover_every_s: float = DISCOVER_EVERY_S,
                  interval_ms: int = 1000, churn: ChurnThresholds | None = None,
                  kernel_events: bool = True) -> None:
         self.search = KafkaProcesses()
+        self.settings = settings
         super().__init__(settings, self.search, discover_every_s, interval_ms, churn,
-                         kernel_events)
+                         kernel_events, {endpoint.port for endpoint in self._named_brokers()})
         self._brokers: frozenset[Endpoint] = frozenset()
 
     @property
