@@ -9,11 +9,11 @@ from benchmarks.truth.score import Tally
 
 SHOWN = 6  # wrong verdicts listed per client
 NOT_COVERED = (
-    "Not in the harness yet (issue 33 asks for them): a rolling restart, a rebalancing group "
-    "(a member joins and leaves), a KIP-848 group; the Java client (4.x and 3.9, JMX on and "
-    "off), kafka-python, KafkaJS and Go clients; the recording view; kmon's "
-    "opens against the brokers' `connection-creation-total` over JMX. librdkafka's "
-    "re-bootstrap is measured inside broker-idle-reap (its `/bootstrap` sockets).")
+    "Not in the harness yet (issue 33 asks for them): the Java client 3.9; the Java client's "
+    "own view (its DEBUG log, its JMX node ids) as an oracle (its roles, like kafka-python's, "
+    "KafkaJS's and franz-go's, come from the requests the packets show); kafka-python, "
+    "KafkaJS and franz-go in KIP-848 groups. librdkafka's re-bootstrap is measured inside "
+    "broker-idle-reap (its `/bootstrap` sockets).")
 
 HEADER = ("scenario", "client", "closes right/told", "wrong", "conf-wrong", "unsettled",
           "missed", "roles right/told", "wrong", "conf-wrong", "unsettled", "--once ≠ stream",
@@ -100,7 +100,8 @@ def markdown(outcomes: list[Outcome], command: str) -> str:
         "closes of the client's sockets (by /proc, or its log's refused connects) that kmon "
         "never told. Views: sockets where `--once` names another role than the stream at "
         "the same moment; roles whose count `kmon ps` or the `kmon_connections` gauge of "
-        "`kmon serve`'s /metrics gives otherwise.", "",
+        "`kmon serve`'s /metrics gives otherwise; closes and sockets whose last role "
+        "`kmon record`'s Parquet tells otherwise than the stream.", "",
         NOT_COVERED, "",
         "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     lines += ["| " + " | ".join(row) + " |" for row in summary_rows(outcomes)]

@@ -402,8 +402,7 @@ def group_scenarios() -> list[Scenario]:
 SCENARIOS.update((s.name, s) for s in group_scenarios())
 SCENARIOS["connection-count"] = Scenario(
     "connection-count", f"{connection_count.BURST} clients made for one message each on two "
-    "nodes: kmon's opens against the brokers' connection-creation-total (kmon without -b: "
-    "its own queries would count on the brokers)", burst_client, connection_count.measure,
-    watch_s=2, brokers=2, kmon_asks_cluster=False,
+    "nodes: kmon's opens against the brokers' connection-creation-total",
+    burst_client, connection_count.measure, watch_s=2, brokers=2,
     client_names=("confluent-kafka, a client per message on demand",))
 FAST = ("cluster-stopped", "client-idle-reap")
