@@ -235,14 +235,16 @@ def connection_roles(text: str, pid: int) -> Counter:
 
 
 class Recording:
-    """``kmon record --pid PID... --out DIR`` over a whole scenario; its Parquet tables read
-    back once it has stopped (SIGTERM: it writes what it holds)."""
+    """``kmon record -b BOOT --out DIR`` (the cluster's local clients; without a cluster,
+    ``--pid PID...``) over a whole scenario; its Parquet tables read back once it has
+    stopped (SIGTERM: it writes what it holds)."""
 
     def __init__(self, pids: list[int], bootstrap: str | None, out: Path) -> None:
         self.out = out
+        which = cluster(bootstrap) or [a for p in pids for a in ("--pid", str(p))]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kmon", "record", *[a for p in pids for a in ("--pid", str(p))],
-             *cluster(bootstrap), "--out", str(out), "--interval", INTERVAL],
+            [sys.executable, "-m", "kmon", "record", *which, "--out", str(out),
+             "--interval", INTERVAL],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
     def stop(self) -> str | None:
