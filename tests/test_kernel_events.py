@@ -12,6 +12,7 @@ import struct
 import sys
 import tempfile
 import threading
+import time
 from contextlib import suppress
 from pathlib import Path
 
@@ -23,10 +24,13 @@ from helpers import (
     attach_stream,
     cells,
     closed_events,
+    get,
     kmon,
     python_as,
     read_until,
+    start_serve,
     until,
+    wait_for,
     watch_app,
 )
 
@@ -402,6 +406,52 @@ def test_the_host_view_of_a_named_cluster_follows_its_brokers_ports_from_the_sta
         assert {b.port for b in metadata.brokers} <= session.monitor.kernel.source.ports
     finally:
         session.close()
+
+
+SPARSE_MAKER = """
+import sys, time
+from confluent_kafka import Producer
+while True:
+    producer = Producer({"bootstrap.servers": sys.argv[1]})
+    producer.produce("kmon-sparse", b"one message, one client")
+    producer.flush(10)
+    del producer
+    print("SENT", flush=True)
+    time.sleep(2)
+"""
+
+
+@as_root
+@pytest.mark.integration
+def test_serve_of_a_named_cluster_keeps_a_client_idle_between_messages(kafka, tmp_path):
+    """``serve -b``: a process making a client per message holds no connection between
+    messages, so most polls find none; it stays the cluster's client, its series kept
+    and its opens (the kernel's, between two polls) counting on."""
+    script = tmp_path / "sparse_maker.py"
+    script.write_text(SPARSE_MAKER)
+    maker = Child([sys.executable, str(script), kafka.bootstrap()])
+    serve = None
+    try:
+        maker.wait_line("SENT")
+        serve, address = start_serve("-b", kafka.bootstrap(), "--interval", "250ms")
+
+        def opened() -> float | None:
+            lines = [line for line in get(f"http://{address}/metrics")[2].splitlines()
+                     if line.startswith("kmon_connections_opened_total{")
+                     and 'process="sparse_maker.py"' in line]
+            return sum(float(line.rsplit(" ", 1)[1]) for line in lines) if lines else None
+
+        first = wait_for(lambda: opened() is not None, "the maker's series in /metrics", 30)
+        seen = []
+        for _ in range(24):  # 12 s: six messages, most polls between them
+            seen.append(opened())
+            time.sleep(0.5)
+    finally:
+        if serve is not None:
+            serve.stop()
+        maker.stop()
+    assert first and None not in seen, seen
+    assert seen == sorted(seen) and seen[-1] >= seen[0] + 3, seen
 
 
 KAFKA_PYTHON_PER_MESSAGE = """
