@@ -69,6 +69,7 @@ class Agent:
 
         self.args, self.metrics, self.recorder = args, metrics, recorder
         self.brokers: frozenset | None = None  # -b: the named cluster's, else every cluster
+        self.members: set[int] = set()  # -b: the processes seen as its clients, while they live
         self.lost_before = 0  # kernel events dropped under the sessions a reload replaced
         self.session = self._session(load_config(args.config))
         self.last_error = ""
@@ -105,12 +106,10 @@ class Agent:
         self._tell(f"kmon serve: {what}: {err or type(err).__name__}")
 
     def _poll(self) -> None:
-        from kmon.cli import wiring
-
         began = time.monotonic()
         snapshot, events = self.session.poll()
         pids = ({v.pid for v in snapshot.processes} if self.brokers is None
-                else wiring.clients_of(snapshot, self.brokers))
+                else self._members(snapshot, events, self.brokers))
         labels = self.names(pids, self.session.answered_clusters(snapshot),
                             self.session.clusters_asked(snapshot))
         self.metrics.kernel_lost = self.lost_before + self.session.kernel_lost
@@ -122,6 +121,17 @@ class Agent:
             except OSError as err:  # a full disk stops the recording, not the metrics
                 self._tell(f"kmon serve: recording stopped: {err}")
                 self.recorder = None
+
+    def _members(self, snapshot, events, brokers: frozenset) -> set[int]:
+        """The named cluster's clients: the processes holding a connection to its brokers, or
+        that opened one since kmon saw them (a client made per message holds none between
+        messages: its series would come and go, its counters start again each time)."""
+        from kmon.cli import wiring
+
+        live = {view.pid for view in snapshot.processes}
+        self.members = live & (self.members | wiring.clients_of(snapshot, brokers)
+                               | wiring.connected_in(events, brokers))
+        return self.members
 
     def reload(self) -> None:
         """SIGHUP: read the config file again and start a new session from it; a bad file

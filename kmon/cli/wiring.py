@@ -89,6 +89,15 @@ def clients_of(snapshot: Snapshot, brokers: frozenset[Endpoint]) -> set[int]:
             if any(parse_endpoint(c.remote or "") in brokers for c in view.connections)}
 
 
+def connected_in(events, brokers: frozenset[Endpoint]) -> set[int]:
+    """The processes whose ``events`` (a poll's) tell a connection to one of ``brokers``
+    (one that opened and closed between two polls has no row)."""
+    from kmon.sources.brokers.dns import parse_endpoint
+
+    return {event.pid for event in events
+            if event.remote and parse_endpoint(event.remote) in brokers}
+
+
 def cluster_state(named: ClusterConfig, timeout_s: float, groups: bool = False):
     """The named cluster's metadata (a ClusterState with its groups when ``groups``); a
     UserError saying why it did not answer, and what to try next."""

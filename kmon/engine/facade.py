@@ -304,15 +304,21 @@ class HostSession(LocalClients):
 
     ``poll()`` (a worker thread) searches the host when due, and at once when the
     clients name brokers not seen before; a process found serving brokers kmon
-    confirmed itself is dropped.
+    confirmed itself is dropped. The brokers searched for are those the clients named
+    and, when the command names a cluster (``-b``), that cluster's: a client with no
+    library to map and no other client naming its brokers (kafka-python, KafkaJS, Go)
+    is found by them, and the kernel's events follow their ports from the start (not
+    only once a connect to one is seen: a host's flood of connects elsewhere can fill
+    that ring).
     """
 
     def __init__(self, settings: SamplerSettings, discover_every_s: float = DISCOVER_EVERY_S,
                  interval_ms: int = 1000, churn: ChurnThresholds | None = None,
                  kernel_events: bool = True) -> None:
         self.search = KafkaProcesses()
+        self.settings = settings
         super().__init__(settings, self.search, discover_every_s, interval_ms, churn,
-                         kernel_events)
+                         kernel_events, {endpoint.port for endpoint in self._named_brokers()})
         self._brokers: frozenset[Endpoint] = frozenset()
 
     @property
@@ -324,7 +330,7 @@ class HostSession(LocalClients):
         """Search for new clients when due, then one snapshot of every client."""
         with self._lock:
             _check_open(self._closed)
-            brokers = frozenset(self.settings.directory.learned)
+            brokers = frozenset(self.settings.directory.learned) | self._named_brokers()
             if brokers != self._brokers:
                 self._brokers = brokers
                 self.discovery.next_search = 0.0
@@ -334,6 +340,11 @@ class HostSession(LocalClients):
                 self.monitor.remove(pid)
             polled = self.monitor.poll()
         return self.recorded(polled)
+
+    def _named_brokers(self) -> frozenset[Endpoint]:
+        """The endpoints of the named cluster's brokers (its Metadata, kmon's own query)."""
+        cluster = self.settings.directory.cluster
+        return frozenset(cluster.endpoints(self.settings.resolver)) if cluster else frozenset()
 
     def cluster_labels(self, snapshot: Snapshot) -> dict[int, str]:
         """Each process's cluster, from kmon's own confirmed queries where there are any
