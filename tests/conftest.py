@@ -141,13 +141,6 @@ def spark_session():
         yield session
 
 
-# The real Java clients tested: kafka-clients from Maven Central with slf4j-simple for its log
-# (slf4j-api declared first, so that the binding's own slf4j version wins).
-JAVA_CLIENTS = {
-    "4.4.0": ("org.slf4j:slf4j-api:2.0.17", "org.apache.kafka:kafka-clients:4.4.0",
-              "org.slf4j:slf4j-simple:2.0.17"),
-    "3.9.1": ("org.apache.kafka:kafka-clients:3.9.1", "org.slf4j:slf4j-simple:1.7.36"),
-}
 JAVA_PROGRAM = TESTS / "java" / "KafkaClientProgram.java"
 
 
@@ -155,13 +148,12 @@ JAVA_PROGRAM = TESTS / "java" / "KafkaClientProgram.java"
 def java_clients() -> dict[str, str]:
     """Classpath of each tested kafka-clients release, fetched with Maven once into kmon's
     cache (``kmon.devtools.maven_jars``) and reused after."""
-    from kmon.devtools import maven_jars
+    from kmon.devtools import client_programs, maven_jars
 
     require_java()
     try:
-        return {version: maven_jars.classpath(maven_jars.resolved_jars(f"clients-{version}",
-                                                                       artifacts))
-                for version, artifacts in JAVA_CLIENTS.items()}
+        return {version: client_programs.java_jars(version)
+                for version in client_programs.JAVA_CLIENTS}
     except maven_jars.JarsUnavailable as err:
         pytest.skip(str(err))
 
@@ -170,13 +162,10 @@ def java_clients() -> dict[str, str]:
 def java_program(java_clients, tmp_path_factory) -> dict[str, str]:
     """The classpath that runs KafkaClientProgram on each tested release: the program
     compiled once a run (the source launcher would compile it again at every start)."""
-    classpaths = {}
-    for version, jars in java_clients.items():
-        classes = tmp_path_factory.mktemp(f"java-{version}")
-        subprocess.run(["javac", "-nowarn", "-cp", jars, "-d", str(classes), str(JAVA_PROGRAM)],
-                       check=True, capture_output=True, timeout=120)
-        classpaths[version] = f"{classes}:{jars}"
-    return classpaths
+    from kmon.devtools.client_programs import compile_java
+
+    return {version: compile_java(JAVA_PROGRAM, jars, tmp_path_factory.mktemp(f"java-{version}"))
+            for version, jars in java_clients.items()}
 
 
 @pytest.fixture

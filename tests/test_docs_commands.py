@@ -1,6 +1,6 @@
-"""Every ``kmon …`` command line in the README and docs/*.md parses with the real command
-line parser (parsed, never run), so the docs cannot name a command, option or value form
-kmon does not take."""
+"""Every ``kmon …`` command line in the README and every page under docs/ parses with the
+real command line parser (parsed, never run), so the docs cannot name a command, option or
+value form kmon does not take."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from helpers import REPO
 
 from kmon.cli import COMMANDS, build_parser, with_command
 
-DOCS = [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").rglob("*.md"))]
 SHELLS = ("bash", "sh", "console", "")
 INLINE = re.compile(r"(?<!`)`((?:sudo [^`]*)?kmon [^`]+)`(?!`)")
 KMON = {"kmon"}

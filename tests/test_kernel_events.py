@@ -12,6 +12,7 @@ import struct
 import sys
 import tempfile
 import threading
+import time
 from contextlib import suppress
 from pathlib import Path
 
@@ -23,10 +24,13 @@ from helpers import (
     attach_stream,
     cells,
     closed_events,
+    get,
     kmon,
     python_as,
     read_until,
+    start_serve,
     until,
+    wait_for,
     watch_app,
 )
 
@@ -374,8 +378,8 @@ def test_the_watch_screen_counts_connections_no_poll_saw_and_names_a_client_per_
                 await until(pilot, lambda: "client per message" in "".join(row()[-2:-1]),
                             "a client-per-message churn pattern", polls=600)
                 opened, closed = (int(n) for n in row()[-3].split("/"))
-                polled = [e for e in screen.session.events_of(maker.pid)
-                          if e.kind.value == "opened"]
+                polled = [e for e in screen.session.events_of(maker.pid)  # a row's own
+                          if e.kind.value == "opened" and not e.key.startswith("kernel:")]
                 assert opened > len(polled) and opened >= 10 and closed >= 5, (opened, polled)
                 assert [e for e in screen.session.events_of(maker.pid)
                         if e.churn is not None and e.churn.pattern == "client_per_message"]
@@ -383,6 +387,70 @@ def test_the_watch_screen_counts_connections_no_poll_saw_and_names_a_client_per_
         asyncio.run(drive())
     finally:
         maker.stop()
+
+
+@as_root
+@pytest.mark.integration
+def test_the_host_view_of_a_named_cluster_follows_its_brokers_ports_from_the_start(kafka):
+    """``ps``/``serve -b``: the kernel's events follow the named cluster's ports before any
+    connect to them is seen (a host's flood of other connects can fill the ring that shows
+    a connect to a port not yet followed, and its opens would never be counted)."""
+    from kmon.engine.facade import ClusterState, HostTarget, open_session
+    from kmon.sources.brokers.admin import fetch_metadata
+
+    metadata = fetch_metadata(kafka.bootstrap())
+    session = open_session(HostTarget(ClusterState(metadata, None, None)))
+    try:
+        assert session.monitor.kernel is not None, session.kernel_notice
+        assert {b.port for b in metadata.brokers} <= session.monitor.kernel.source.ports
+    finally:
+        session.close()
+
+
+SPARSE_MAKER = """
+import sys, time
+from confluent_kafka import Producer
+while True:
+    producer = Producer({"bootstrap.servers": sys.argv[1]})
+    producer.produce("kmon-sparse", b"one message, one client")
+    producer.flush(10)
+    del producer
+    print("SENT", flush=True)
+    time.sleep(2)
+"""
+
+
+@as_root
+@pytest.mark.integration
+def test_serve_of_a_named_cluster_keeps_a_client_idle_between_messages(kafka, tmp_path):
+    """``serve -b``: a process making a client per message holds no connection between
+    messages, so most polls find none; it stays the cluster's client, its series kept
+    and its opens (the kernel's, between two polls) counting on."""
+    script = tmp_path / "sparse_maker.py"
+    script.write_text(SPARSE_MAKER)
+    maker = Child([sys.executable, str(script), kafka.bootstrap()])
+    serve = None
+    try:
+        maker.wait_line("SENT")
+        serve, address = start_serve("-b", kafka.bootstrap(), "--interval", "250ms")
+
+        def opened() -> float | None:
+            lines = [line for line in get(f"http://{address}/metrics")[2].splitlines()
+                     if line.startswith("kmon_connections_opened_total{")
+                     and 'process="sparse_maker.py"' in line]
+            return sum(float(line.rsplit(" ", 1)[1]) for line in lines) if lines else None
+
+        first = wait_for(lambda: opened() is not None, "the maker's series in /metrics", 30)
+        seen = []
+        for _ in range(24):  # 12 s: six messages, most polls between them
+            seen.append(opened())
+            time.sleep(0.5)
+    finally:
+        if serve is not None:
+            serve.stop()
+        maker.stop()
+    assert first and None not in seen, seen
+    assert seen == sorted(seen) and seen[-1] >= seen[0] + 3, seen
 
 
 KAFKA_PYTHON_PER_MESSAGE = """
@@ -602,7 +670,29 @@ def test_a_refusal_at_once_is_told_a_poll_later_and_a_dying_broker_s_reset_is_no
     assert dying.poll(views)[1] == []
     _, (reset, refused), told = dying.poll(views)
     assert (reset.ending, reset.reset, refused.ending) == (None, "broker", "connect_failed")
-    assert [e.close.reason for e in told] == ["connect_failed"]
+    assert [e.close.reason for e in told if e.close] == ["connect_failed"]
+
+
+def test_a_connection_no_poll_saw_is_told_opened_once_and_one_a_poll_saw_is_not():
+    """Opened and closed between two polls (a client made per message): an ``opened`` event,
+    so that the opens kmon counts are the brokers'; a failed connect opened nothing, and a
+    socket a poll saw has its own ``opened`` from its row."""
+    from kmon.engine.kernel_watch import KernelWatch
+    from kmon.model import Connection, EventKind, ProcessView, Role
+
+    unseen = [state(0, 7, 2), state(1, 2, 1), state(400, 1, 4), state(401, 4, 5),
+              state(402, 5, 7)]
+    refused = [state(500, 7, 2, sk=2), TcpEvent(501, "reset_in", 0, 2, LOCAL, BROKER),
+               state(501, 2, 7, pid=0, sk=2)]
+    view = ProcessView(10, "p", "p")
+    watch = KernelWatch(RecordedEvents([unseen + refused]), {9092})
+    opened = [e for e in watch.poll([view])[2] if e.kind is EventKind.OPENED]
+    assert [(e.ts_ms, e.pid, e.remote) for e in opened] == [(0, 10, "127.0.0.1:9092")]
+    conn = Connection("sock:1", Role.BROKER, 1, 1, None, "127.0.0.1:50000", "127.0.0.1:9092",
+                      "ESTABLISHED")
+    seen = KernelWatch(RecordedEvents([[], unseen]), {9092})
+    seen.poll([ProcessView(10, "p", "p", connections=[conn])])
+    assert not [e for e in seen.poll([view])[2] if e.kind is EventKind.OPENED]
 
 
 def test_events_the_kernel_lost_become_a_standing_notice_with_their_total():

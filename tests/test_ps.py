@@ -1,6 +1,6 @@
 """``kmon ps``: the host's Kafka client processes as text and JSON, with no terminal, against
-real client processes of the mock cluster; and text for pipes (``-o tsv|wide``) parsed
-back to what ``--json`` says."""
+real client processes of the mock cluster (and of a real one); and text for pipes
+(``-o tsv|wide``) parsed back to what ``--json`` says."""
 
 from __future__ import annotations
 
@@ -14,7 +14,16 @@ import subprocess
 import sys
 
 import pytest
-from helpers import Child, cluster_id, kmon, python_as
+from helpers import (
+    KAFKA_PYTHON_CONSUMER,
+    Child,
+    cluster_id,
+    kmon,
+    produce,
+    python_as,
+    unique,
+    wait_for,
+)
 
 from kmon.present.columns import CONNECTION_COLUMNS, PROCESS_COLUMNS
 
@@ -149,3 +158,22 @@ def test_ps_as_a_user_with_no_clients_is_an_empty_list(throwaway_user, two_clien
                             text=True, env=env, cwd="/")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["processes"] == []
+
+
+def test_ps_of_a_named_cluster_finds_a_client_with_no_library_to_map(kafka):
+    """kafka-python maps no Kafka library, and no other client names the cluster's brokers:
+    ``ps -b`` finds it by the named cluster's own brokers, with its coordinator."""
+    pytest.importorskip("kafka", reason="kafka-python 2.0.x is in the test extra")
+    bootstrap, topic = kafka.bootstrap(), unique("kmon-ps-kafka-python")
+    produce(bootstrap, topic)
+    client = Child([sys.executable, "-c", KAFKA_PYTHON_CONSUMER, bootstrap, f"g-{topic}", topic])
+    try:
+        client.wait_line("READY")
+
+        def listed() -> list[dict]:
+            return [p for p in ps_json("-b", bootstrap)
+                    if p["pid"] == client.pid and p["coordinator"] == 1 and p["broker"]]
+
+        assert wait_for(listed, "kmon ps -b listing the kafka-python consumer", 40, 1)
+    finally:
+        client.stop()

@@ -6,13 +6,14 @@ import argparse
 
 import pytest
 
-from kmon.cli.settle import settle_arg, settled_look
+from kmon.cli import settle
+from kmon.cli.settle import QUIET_S, SETTLE_S, settle_arg, settled_look
 from kmon.model import Connection, Event, EventKind, ProcessView, Role, Snapshot
 
 
-def snapshot(*confidences: float) -> Snapshot:
+def snapshot(*confidences: float, idle_ms: int | None = None) -> Snapshot:
     rows = [Connection(f"sock:{i}", Role.BROKER, 1, 1, None, "127.0.0.1:5000",
-                       "127.0.0.1:9092", "ESTABLISHED", confidence=c)
+                       "127.0.0.1:9092", "ESTABLISHED", confidence=c, idle_ms=idle_ms)
             for i, c in enumerate(confidences)]
     return Snapshot(0, "h", [ProcessView(1, "p", "p", connections=rows)])
 
@@ -46,3 +47,35 @@ def test_the_settle_time_is_zero_to_a_minute():
     for bad in ("2m", "soon", "-1s"):
         with pytest.raises(argparse.ArgumentTypeError):
             settle_arg(bad)
+
+
+class Clock:
+    """A fake clock for the look, its sleeps advancing it: when a real member's heartbeat
+    falls within a look is not something a real client gives on demand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_the_default_look_waits_a_kip848_heartbeat_for_a_socket_that_speaks(monkeypatch):
+    """A KIP-848 member heartbeats every 5 s: its coordinator socket, unsure but carrying
+    data, is looked at until its next heartbeat names it."""
+    clock = Clock()
+    monkeypatch.setattr(settle, "time", clock)
+    speaking, named = snapshot(0.6, idle_ms=1000), snapshot(1.0)
+    found, _ = settled_look(lambda: (named if clock.now >= 4.8 else speaking, []), SETTLE_S)
+    assert found is named
+
+
+def test_sockets_silent_longer_than_a_heartbeat_are_looked_at_for_the_quiet_time(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(settle, "time", clock)
+    silent = snapshot(0.6, idle_ms=60_000)
+    found, _ = settled_look(lambda: (silent, []), SETTLE_S)
+    assert found is silent and QUIET_S <= clock.now < QUIET_S + 1

@@ -36,6 +36,7 @@ from helpers import (
 )
 
 from kmon.classify import MAX_INT
+from kmon.devtools.client_programs import KAFKAJS_CONSUMER
 from kmon.sources.brokers.broker_query import ask_brokers
 from kmon.sources.kernel.sockets import Endpoint
 from kmon.sources.packets import kafka_protocol as kp
@@ -46,18 +47,6 @@ pytestmark = [pytest.mark.integration,  # real processes, a cluster, real packet
 
 KCAT = "/usr/bin/kcat"
 NODE_MODULES = Path(__file__).parent / "node" / "node_modules"
-KAFKAJS_CONSUMER = """
-const { Kafka, logLevel } = require('kafkajs');
-const kafka = new Kafka({ clientId: 'kmon-kafkajs', brokers: process.argv[2].split(','),
-                          logLevel: logLevel.NOTHING });
-const consumer = kafka.consumer({ groupId: process.argv[3] });
-(async () => {
-  await consumer.connect();
-  await consumer.subscribe({ topic: process.argv[4], fromBeginning: true });
-  await consumer.run({ eachMessage: async () => {} });
-  console.log('READY');
-})();
-"""
 def wire_rows(pid: int, wanted) -> list[dict]:
     """Attached to a running client: its rows once ``wanted``."""
     stream = attach_stream(pid, "--any-process", interval="500ms")

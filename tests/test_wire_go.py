@@ -9,9 +9,7 @@ at confidence 1.0.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import pytest
 from helpers import all_named, apis, from_start, produce, wire_sure
 
 from kmon.classify import MAX_INT
+from kmon.devtools.client_programs import go_build
 from kmon.sources.brokers.broker_query import ask_brokers
 from kmon.sources.kernel.sockets import Endpoint
 
@@ -36,9 +35,7 @@ GROUP_APIS = {"JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit
 def go_consumer(tmp_path_factory) -> str:
     """The Go consumer program, built once a run (the module cache and build cache reused)."""
     binary = tmp_path_factory.mktemp("go") / "kmon-go-consumer"
-    result = subprocess.run(["go", "build", "-o", str(binary), "."], cwd=GO_SOURCE,
-                            capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "GOFLAGS": "-mod=mod"})
+    result = go_build(GO_SOURCE, binary)
     assert result.returncode == 0, result.stderr[-2000:]
     return str(binary)
 

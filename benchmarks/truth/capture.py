@@ -1,5 +1,6 @@
 """The packet oracle: ``tcpdump`` on loopback, each TCP connection's opening and closing
-packets in order, per 4-tuple."""
+packets in order, per 4-tuple, and the Kafka API keys of the requests the client sent on it
+(read from the first bytes of each segment that starts a request)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from dataclasses import dataclass, field
 # 1795620298.156956 IP 127.0.0.1.59964 > 127.0.0.1.54403: Flags [S], seq 1, ..., length 0
 LINE = re.compile(r"^(\d+\.\d+) IP6? (\S+)\.(\d+) > (\S+)\.(\d+): Flags \[([^\]]*)\]"
                   r"(?:, seq (\d+)(?::(\d+))?)?(?:, ack (\d+))?.*?length (\d+)")
+HEX = re.compile(r"^\s+0x[0-9a-f]+:\s+((?:[0-9a-f]{2,4} ?)+)")
+SNAP = 160  # bytes of each packet kept: the IP and TCP headers, a request's size and API key
 
 
 @dataclass
@@ -31,11 +34,27 @@ class Flow:
     simultaneous: bool = False
     first_fin_acked_by: int | None = None  # the ack that covers the first FIN
     answered: bool = False  # the other side's FIN or RST seen
+    api_keys: set[int] = field(default_factory=set)  # of the requests the client sent
+    next_request: int | None = None  # the relative seq where the client's next request starts
 
     @property
     def refused(self) -> bool:
         """A SYN answered by a RST: never a connection (nothing listens)."""
         return not self.accepted and self.first_close_kind == "RST"
+
+    def request(self, seq: int, payload: bytes) -> None:
+        """A client segment starting at relative ``seq``: a request's API key when a request
+        starts there (where the last one ended, or, once a boundary fell beyond the bytes
+        kept, a plausible header: size, API key and version)."""
+        if len(payload) < 8 or (self.next_request is not None and seq < self.next_request):
+            return
+        size, key, version = (int.from_bytes(payload[0:4], "big"),
+                              int.from_bytes(payload[4:6], "big"),
+                              int.from_bytes(payload[6:8], "big"))
+        if seq != self.next_request and not (0 < size < 1 << 24 and key < 100 and version < 30):
+            return
+        self.api_keys.add(key)
+        self.next_request = seq + 4 + size
 
     def idle_at_close_ms(self) -> float | None:
         if self.close_ms is None:
@@ -53,7 +72,7 @@ class Capture:
     def start(self) -> Capture:
         expression = "tcp and (" + " or ".join(f"port {p}" for p in sorted(self.ports)) + ")"
         self.proc = subprocess.Popen(
-            ["tcpdump", "-i", "lo", "-nn", "-tt", "-l", "--immediate-mode", "-s", "96",
+            ["tcpdump", "-i", "lo", "-nn", "-tt", "-l", "-x", "--immediate-mode", "-s", str(SNAP),
              expression], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.ready = threading.Event()
         self.lock = threading.Lock()
@@ -70,21 +89,31 @@ class Capture:
                 self.ready.set()
 
     def _read(self) -> None:
+        pending, data = None, bytearray()  # a client data segment's (flow, seq), its bytes
         for line in self.proc.stdout:
+            if pending and (hexes := HEX.match(line)):
+                data += bytes.fromhex(hexes[1].replace(" ", ""))
+                continue
+            if pending:
+                with self.lock:
+                    pending[0].request(pending[1], payload(bytes(data)))
+                pending, data = None, bytearray()
             match = LINE.match(line)
             if match:
                 with self.lock:
-                    self._segment(match)
+                    pending = self._segment(match)
 
-    def _segment(self, match: re.Match) -> None:
+    def _segment(self, match: re.Match) -> tuple[Flow, int] | None:
+        """Apply one packet's header line; (flow, seq) when it is a client data segment
+        (its bytes follow)."""
         ts, _, sport, _, dport, flags, seq, seq_end, ack, length = match.groups()
         ts_ms, sport, dport, length = float(ts) * 1000, int(sport), int(dport), int(length)
         if flags == "S":  # a new attempt (a reused 4-tuple starts afresh)
             self.flows[(sport, dport)] = Flow(sport, dport, ts_ms)
-            return
+            return None
         flow = self.flows.get((sport, dport)) or self.flows.get((dport, sport))
         if flow is None:
-            return  # opened before the capture started
+            return None  # opened before the capture started
         from_client = sport == flow.client_port
         if flags == "S.":
             flow.accepted = True
@@ -92,8 +121,9 @@ class Capture:
             flow.last_data_ms = ts_ms
             if not from_client:
                 flow.server_bytes += length
+        pending = (flow, int(seq)) if length > 0 and from_client and seq is not None else None
         if "F" not in flags and "R" not in flags:
-            return
+            return pending
         side = "client" if from_client else "server"
         if flow.close_ms is None:
             flow.first_close_by, flow.close_ms = side, ts_ms
@@ -105,6 +135,7 @@ class Capture:
             flow.simultaneous = ("F" in flags and ack is not None
                                  and flow.first_fin_acked_by is not None
                                  and int(ack) < flow.first_fin_acked_by)
+        return pending
 
     def stop(self) -> dict[tuple[int, int], Flow]:
         """Stop the capture; every flow seen."""
@@ -116,3 +147,14 @@ class Capture:
             self.proc.wait()
         self.reader.join(5)
         return self.flows
+
+
+def payload(packet: bytes) -> bytes:
+    """The TCP payload of an IPv4 or IPv6 packet as tcpdump ``-x`` prints it (from the IP
+    header on)."""
+    if len(packet) < 20:
+        return b""
+    ip = (packet[0] & 0x0F) * 4 if packet[0] >> 4 == 4 else 40
+    if len(packet) < ip + 13:
+        return b""
+    return packet[ip + (packet[ip + 12] >> 4) * 4:]

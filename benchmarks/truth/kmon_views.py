@@ -1,10 +1,12 @@
-"""kmon's side: the live stream (``kmon attach PID -b BOOT --json``), and the one-shot views
-(``--once --json``, ``kmon ps -o json``) taken beside it."""
+"""kmon's side: the live stream (``kmon attach PID -b BOOT --json``), the one-shot views
+(``--once --json``, ``kmon ps -o json``) taken beside it, ``kmon serve``'s /metrics and
+``kmon record``'s Parquet over the whole scenario."""
 
 from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -12,6 +14,7 @@ import time
 import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from kmon.devtools.children import stop_all
 
@@ -100,6 +103,16 @@ class Stream:
                 if local is None and event["key"].startswith("kernel:"):
                     local = event["key"][len("kernel:"):].split(">")[0]
                 found.append({**event, "ports": (port(local), port(event.get("remote")))})
+        return found
+
+    def history(self) -> dict[str, list[tuple[int, dict]]]:
+        """Each socket's rows by the time of the snapshot that showed them."""
+        found: dict[str, list[tuple[int, dict]]] = {}
+        with self.lock:
+            records = list(self.records)
+        for record in records:
+            for row in self.rows(record):
+                found.setdefault(row["key"], []).append((record["ts_ms"], row))
         return found
 
     def last_rows(self) -> dict[tuple[int, int], dict]:
@@ -219,3 +232,38 @@ def connection_roles(text: str, pid: int) -> Counter:
             if labels.get("process") == process:
                 counts[labels.get("role", "")] += round(float(line.rsplit(" ", 1)[1]))
     return counts
+
+
+class Recording:
+    """``kmon record -b BOOT --out DIR`` (the cluster's local clients; without a cluster,
+    ``--pid PID...``) over a whole scenario; its Parquet tables read back once it has
+    stopped (SIGTERM: it writes what it holds)."""
+
+    def __init__(self, pids: list[int], bootstrap: str | None, out: Path) -> None:
+        self.out = out
+        which = cluster(bootstrap) or [a for p in pids for a in ("--pid", str(p))]
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kmon", "record", *which, "--out", str(out),
+             "--interval", INTERVAL],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def stop(self) -> str | None:
+        """Stop it; why it failed, if it did."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = self.proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            stop_all([self.proc], 5)
+            return "kmon record did not stop within 30 s"
+        return None if self.proc.returncode == 0 else (
+            f"exit {self.proc.returncode}: {err.strip()[-200:]}")
+
+    def rows(self, table: str) -> list[dict]:
+        """Every row of one recorded table (none when it wrote no file)."""
+        import pyarrow.dataset as ds
+
+        if not any((self.out / table).rglob("*.parquet")):
+            return []
+        return ds.dataset(self.out / table, format="parquet",
+                          partitioning="hive").to_table().to_pylist()

@@ -9,15 +9,15 @@ from benchmarks.truth.score import Tally
 
 SHOWN = 6  # wrong verdicts listed per client
 NOT_COVERED = (
-    "Not in the harness yet (issue 33 asks for them): a rolling restart, a rebalancing group "
-    "(a member joins and leaves), a KIP-848 group; the Java client (4.x and 3.9, JMX on and "
-    "off), kafka-python, KafkaJS and Go clients; the recording view; kmon's "
-    "opens against the brokers' `connection-creation-total` over JMX. librdkafka's "
-    "re-bootstrap is measured inside broker-idle-reap (its `/bootstrap` sockets).")
+    "Not in the harness yet (issue 33 asks for them): the Java client 3.9; the Java client's "
+    "own view (its DEBUG log, its JMX node ids) as an oracle (its roles, like kafka-python's, "
+    "KafkaJS's and franz-go's, come from the requests the packets show); kafka-python, "
+    "KafkaJS and franz-go in KIP-848 groups. librdkafka's re-bootstrap is measured inside "
+    "broker-idle-reap (its `/bootstrap` sockets).")
 
 HEADER = ("scenario", "client", "closes right/told", "wrong", "conf-wrong", "unsettled",
           "missed", "roles right/told", "wrong", "conf-wrong", "unsettled", "--once ≠ stream",
-          "ps ≠ stream", "/metrics ≠ stream")
+          "ps ≠ stream", "/metrics ≠ stream", "record ≠ stream")
 
 
 def percent(tally: Tally) -> str:
@@ -30,7 +30,7 @@ def summary_rows(outcomes: list[Outcome]) -> list[tuple[str, ...]]:
     rows = []
     for o in outcomes:
         if o.not_run:
-            rows.append((o.scenario, o.client, f"not run: {o.not_run}", *[""] * 11))
+            rows.append((o.scenario, o.client, f"not run: {o.not_run}", *[""] * 12))
             continue
         c, r, v = o.closes, o.roles, o.views
         once = v.get("once")
@@ -38,10 +38,12 @@ def summary_rows(outcomes: list[Outcome]) -> list[tuple[str, ...]]:
                      else f"not run: {once}")
         ps_text, metrics_text = (f"{v[k]} role counts" if isinstance(v.get(k), int)
                                  else f"not run: {v.get(k)}" for k in ("ps", "metrics"))
+        record_text = (f"{v['record']}" if isinstance(v.get("record"), int)
+                       else f"not run: {v.get('record')}")
         rows.append((o.scenario, o.client, percent(c), str(c.wrong), str(c.confident_wrong),
                      str(c.unsettled), str(c.missed), percent(r), str(r.wrong),
                      str(r.confident_wrong), str(r.unsettled), once_text, ps_text,
-                     metrics_text))
+                     metrics_text, record_text))
     return rows
 
 
@@ -51,7 +53,7 @@ def totals(outcomes: list[Outcome]) -> dict[str, int]:
     return {"verdicts": sum(t.told for t in tallies), "right": sum(t.right for t in tallies),
             "confident_wrong": sum(t.confident_wrong for t in tallies),
             "view_disagreements": sum(v for o in ran for key, v in o.views.items()
-                                      if key in ("once", "ps", "metrics")
+                                      if key in ("once", "ps", "metrics", "record")
                                       and isinstance(v, int)),
             "not_run": len(outcomes) - len(ran)}
 
@@ -98,7 +100,8 @@ def markdown(outcomes: list[Outcome], command: str) -> str:
         "closes of the client's sockets (by /proc, or its log's refused connects) that kmon "
         "never told. Views: sockets where `--once` names another role than the stream at "
         "the same moment; roles whose count `kmon ps` or the `kmon_connections` gauge of "
-        "`kmon serve`'s /metrics gives otherwise.", "",
+        "`kmon serve`'s /metrics gives otherwise; closes and sockets whose last role "
+        "`kmon record`'s Parquet tells otherwise than the stream.", "",
         NOT_COVERED, "",
         "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     lines += ["| " + " | ".join(row) + " |" for row in summary_rows(outcomes)]
@@ -112,7 +115,8 @@ def markdown(outcomes: list[Outcome], command: str) -> str:
             continue
         notes = [*o.notes, *(f"`--once` ≠ stream: {d}" for d in o.views.get("once_detail", [])),
                  *(f"`ps` ≠ stream: {d}" for d in o.views.get("ps_detail", [])),
-                 *(f"/metrics ≠ stream: {d}" for d in o.views.get("metrics_detail", []))]
+                 *(f"/metrics ≠ stream: {d}" for d in o.views.get("metrics_detail", [])),
+                 *(f"recording ≠ stream: {d}" for d in o.views.get("record_detail", []))]
         lines += [f"* {note}" for note in notes] + ([""] if notes else [])
         lines += matrix_markdown("Closes (side/reason)", o.closes)
         lines += matrix_markdown("Roles (role:node)", o.roles)

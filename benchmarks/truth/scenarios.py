@@ -12,15 +12,25 @@ from functools import partial
 from pathlib import Path
 
 from benchmarks.truth import clients as start
+from benchmarks.truth import connection_count, groups
 from benchmarks.truth.capture import Capture
 from benchmarks.truth.client_log import ClientLog
-from benchmarks.truth.kmon_views import NOT_LISTED, Serve, Stream, command_of, once, ps
+from benchmarks.truth.kmon_views import (
+    NOT_LISTED,
+    Recording,
+    Serve,
+    Stream,
+    command_of,
+    once,
+    ps,
+)
 from benchmarks.truth.owners import Owners
 from benchmarks.truth.score import (
     Context,
     Tally,
     once_disagreements,
     ps_disagreements,
+    record_disagreements,
     score_closes,
     score_roles,
     summed_disagreements,
@@ -51,6 +61,10 @@ class Run:
 
     cluster: KafkaCluster
     workdir: Path
+    clients: list[start.Client] = field(default_factory=list)  # started, for the act
+    joiners: list[Starter] = field(default_factory=list)  # more members, for the act
+    serve: Serve | None = None  # kmon serve, for an act that reads its /metrics
+    counts: dict = field(default_factory=dict)  # an act's connection counts (connection_count)
 
     def log(self, name: str) -> Path:
         return self.workdir / f"{name}.log"
@@ -90,17 +104,22 @@ def run(scenario: Scenario) -> list[Outcome]:
              if name in CLIENT_LISTENERS}
     node_of_port = {p: node.node_id for node in cluster.nodes for p in node.ports.values()}
     capture, owners, streams, started, serve = Capture(ports), Owners(), {}, [], None
+    recording, recorded = None, {}
     try:
         capture.start()
         the_run = Run(cluster, workdir)
         scenario.setup(the_run)
         for starter in scenario.clients(the_run):
+            began = time.time() * 1000
             started.append(starter())
+            started[-1].started_ms = began
+        the_run.clients = started
         bootstrap = cluster.bootstrap() if scenario.kmon_asks_cluster else None
         for client in started:
             streams[client.name] = Stream(client.pid, bootstrap).start()
             owners.watch(client.pid)
-        serve = Serve(bootstrap)
+        serve = the_run.serve = Serve(bootstrap)
+        recording = Recording([c.pid for c in started], bootstrap, workdir / "recording")
         time.sleep(SETTLE_S)
         commands = {c.name: command_of(c.pid) for c in started}
         views = {c.name: views_of(c.pid, bootstrap, streams[c.name], serve,
@@ -109,6 +128,9 @@ def run(scenario: Scenario) -> list[Outcome]:
                  for c in started}
         scenario.act(the_run)
         time.sleep(scenario.watch_s)
+        recorded["error"] = recording.stop()
+        if recorded["error"] is None:
+            recorded.update((table, recording.rows(table)) for table in ("snapshots", "events"))
         rejected = broker_log_count(cluster, "Rejected connection from")
         failed_auth = broker_log_count(cluster, "Failed authentication with")
     except Exception as err:  # noqa: BLE001
@@ -117,6 +139,8 @@ def run(scenario: Scenario) -> list[Outcome]:
     finally:
         for stream in streams.values():
             stream.stop()
+        if recording is not None:
+            recording.stop()
         if serve is not None:
             serve.stop()
         for client in started:
@@ -129,11 +153,18 @@ def run(scenario: Scenario) -> list[Outcome]:
         stream = streams[client.name]
         ctx = Context(flows, ClientLog.read(client.log), owners.seen.get(client.pid, {}),
                       node_of_port, scenario.broker_idle_ms, rejected, failed_auth,
-                      frozenset(n.ports["SASL_PLAINTEXT"] for n in cluster.nodes))
+                      frozenset(n.ports["SASL_PLAINTEXT"] for n in cluster.nodes),
+                      first_syn(flows, client.started_ms))
         until_ms = stream.latest()["ts_ms"]
         notes = [f"the brokers' log: {count} × “{what}”" for count, what in
                  ((rejected, "Rejected connection from"),
                   (failed_auth, "Failed authentication with")) if count]
+        views[client.name].update(record_views(recorded, stream, client.pid))
+        if the_run.counts:
+            the_run.counts["packets"] = connection_count.accepted(flows,
+                                                                  the_run.counts["window_ms"])
+            views[client.name]["opens"] = dict(the_run.counts)
+            notes.append(connection_count.verdict(the_run.counts))
         outcomes.append(Outcome(
             scenario.name, client.name,
             closes=score_closes(stream.closes(), ctx, stream.started_ms + 1000, until_ms),
@@ -178,6 +209,22 @@ def views_of(pid: int, bootstrap: str | None, stream: Stream, serve: Serve,
             [s.since(m) for s, m in zip(same_command, marks, strict=True)], roles)
         found["metrics"] = len(found["metrics_detail"])
     return found
+
+
+def record_views(recorded: dict, stream: Stream, pid: int) -> dict:
+    """{"record": closes and roles the recording tells otherwise than the stream, or why
+    not run; "record_detail"}."""
+    if recorded.get("error"):
+        return {"record": recorded["error"]}
+    detail = record_disagreements(stream.history(), stream.closes(), recorded["snapshots"],
+                                  recorded["events"], pid)
+    return {"record": len(detail), "record_detail": detail}
+
+
+def first_syn(flows: dict, since_ms: float) -> float | None:
+    """The first connection attempt from ``since_ms`` on (a client's, when clients start one
+    after another, each once READY)."""
+    return min((f.syn_ms for f in flows.values() if f.syn_ms >= since_ms), default=None)
 
 
 def broker_log_count(cluster: KafkaCluster, text: str) -> int:
@@ -311,4 +358,51 @@ SCENARIOS = {s.name: s for s in [
              "and ps against the stream", plain_consumer, watch_s=6, brokers=2,
              client_names=("confluent-kafka consumer, plain",)),
 ]}
+
+
+def burst_client(run: Run) -> list[Starter]:
+    return [partial(start.bursts, "confluent-kafka, a client per message on demand",
+                    run.cluster.bootstrap(), run.log("bursts"))]
+
+
+def group_scenarios() -> list[Scenario]:
+    """Each library's group consumers (``groups.SETS``) in the scenarios that apply to them."""
+    made = []
+    for set_name, kinds in groups.SETS.items():
+        clients, names = groups.consumers(kinds), groups.names(kinds)
+        if set_name != "rdkafka":
+            made += [
+                Scenario(f"cluster-stopped/{set_name}", "the whole cluster stopped under "
+                         "attached group consumers", clients, stop_every_node,
+                         setup=groups.topic, watch_s=12, client_names=names),
+                Scenario(f"node-killed/{set_name}", "one node of two SIGKILLed under group "
+                         "consumers", clients, kill_last_node, setup=groups.topic,
+                         watch_s=12, brokers=2, client_names=names),
+                Scenario(f"group-member/{set_name}", "group consumers on two nodes: roles, "
+                         "--once and ps against the stream", clients, setup=groups.topic,
+                         watch_s=6, brokers=2, client_names=names)]
+        made += [
+            Scenario(f"group-rebalance/{set_name}", "a second member joins each consumer's "
+                     f"group, stays {groups.JOINED_S:g} s and leaves", clients,
+                     groups.join_and_leave, setup=groups.topic, watch_s=8, brokers=2,
+                     client_names=names),
+            Scenario(f"rolling-restart/{set_name}", "each of three nodes stopped (SIGTERM) "
+                     "and started again in turn under group consumers", clients,
+                     groups.rolling_restart, setup=groups.topic, watch_s=8, brokers=3,
+                     client_names=names)]
+        if set_name != "others":  # KIP-848: librdkafka ≥ 2.4 and the Java client ≥ 3.7
+            made.append(Scenario(
+                f"kip848-group/{set_name}", "consumers in KIP-848 groups "
+                "(group.protocol=consumer) on two nodes, a member joining and leaving",
+                groups.consumers(kinds, "group.protocol=consumer"), groups.join_and_leave,
+                setup=groups.topic, watch_s=8, brokers=2, client_names=names))
+    return made
+
+
+SCENARIOS.update((s.name, s) for s in group_scenarios())
+SCENARIOS["connection-count"] = Scenario(
+    "connection-count", f"{connection_count.BURST} clients made for one message each on two "
+    "nodes: kmon's opens against the brokers' connection-creation-total",
+    burst_client, connection_count.measure, watch_s=2, brokers=2,
+    client_names=("confluent-kafka, a client per message on demand",))
 FAST = ("cluster-stopped", "client-idle-reap")

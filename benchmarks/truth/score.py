@@ -12,7 +12,12 @@ authentications, ``auth_failed``; a RST first, ``reset``; the client's,
 for the broker's limit (less 100 ms), else ``broker_closed``. A socket's role is the
 librdkafka handle whose ``connect()`` made it (by its fd in /proc, else the connect
 logged last before the SYN), under the name the handle bore then (``/bootstrap``,
-``/N``, ``GroupCoordinator``).
+``/N``, ``GroupCoordinator``). A client with no librdkafka log (kafka-python, Java,
+KafkaJS, Go) has its sockets' roles from the requests the packets show it sent:
+a group API on it (JoinGroup, Heartbeat, OffsetCommit, ConsumerGroupHeartbeat…), a
+coordinator of its broker; a Produce, Fetch or ListOffsets, a broker; both, either; only
+ApiVersions, Metadata and FindCoordinator on the client's first connection, bootstrap;
+anything else has no oracle.
 """
 
 from __future__ import annotations
@@ -45,8 +50,8 @@ class Tally:
         self.matrix[(truth, said)] += 1
         if unsettled:
             self.unsettled += 1
-        elif truth == said or (truth.startswith("both/") and said.partition("/")[2]
-                               == truth.partition("/")[2]):
+        elif said in truth.split(" or ") or (truth.startswith("both/") and said.partition("/")[2]
+                                          == truth.partition("/")[2]):
             self.right += 1
         else:
             self.wrong += 1
@@ -70,6 +75,7 @@ class Context:
     per_ip_rejections: int = 0  # the brokers' log's "Rejected connection" lines
     auth_failures: int = 0  # the brokers' log's "Failed authentication" lines
     sasl_ports: frozenset[int] = frozenset()
+    first_syn_ms: float | None = None  # the client's first connection attempt
 
 
 def close_truth(flow: Flow, ctx: Context) -> str:
@@ -157,21 +163,47 @@ def kmon_role(row: dict) -> str:
     return role or "unknown"
 
 
+GROUP_APIS = {8, 9, 11, 12, 13, 14, 68, 69, 24, 25, 26, 28}  # to a group's (txn) coordinator
+DATA_APIS = {0, 1, 2, 23}  # Produce, Fetch, ListOffsets, OffsetForLeaderEpoch
+METADATA_APIS = {3, 10, 17, 18, 36, 60, 71, 72}  # asked of any broker (and SASL's)
+
+
+def packet_role(flow: Flow, ctx: Context) -> str | None:
+    """A socket's role from the requests the client sent on it (None: they do not tell)."""
+    node = ctx.node_of_port.get(flow.server_port, "?")
+    group, data = flow.api_keys & GROUP_APIS, flow.api_keys & DATA_APIS
+    if group or data:
+        return " or ".join([f"coordinator:{node}"] * bool(group) + [f"broker:{node}"] * bool(data))
+    if flow.api_keys and flow.api_keys <= METADATA_APIS and flow.syn_ms == ctx.first_syn_ms:
+        return "bootstrap"
+    return None
+
+
 def score_roles(rows: dict[tuple[int, int], dict], ctx: Context) -> Tally:
-    """Each socket's role as kmon last showed it against the handle that opened it."""
+    """Each socket's role as kmon last showed it against the handle that opened it (or, for
+    a client with no librdkafka log, the requests it carried)."""
     tally = Tally()
     for ports, row in rows.items():
         flow = ctx.flows.get(ports)
         connect = handle(flow, ctx) if flow is not None else None
         said = kmon_role(row)
+        # a role whose node kmon does not name (broker:?) claims no node: unsettled
+        unsettled = row.get("role") in UNSETTLED or said.endswith(":?")
+        what = f"socket :{ports[0]}>:{ports[1]}"
+        if connect is None and flow is not None and not ctx.log.connects:
+            truth = packet_role(flow, ctx)
+            if truth is not None:
+                apis = ",".join(map(str, sorted(flow.api_keys)))
+                tally.add(truth, said, unsettled, row.get("confidence") or 0.0,
+                          f"{what} (API keys {apis})")
+                continue
         if connect is None:
             tally.no_oracle += 1
             tally.matrix[("(no log)", said)] += 1
             continue
-        unsettled = row.get("role") in UNSETTLED
         name = ctx.log.name_of(connect, flow.close_ms)
         tally.add(role_of(name, connect.port, ctx.node_of_port), said, unsettled,
-                  row.get("confidence") or 0.0, f"socket :{ports[0]}>:{ports[1]} ({name})")
+                  row.get("confidence") or 0.0, f"{what} ({name})")
     return tally
 
 
@@ -215,3 +247,37 @@ def summed_disagreements(arounds: list[list[list[dict]]], counts: dict,
             ranges[role][1] += max(c.get(role, 0) for c in seen)
     return [f"{role}: {low}–{high} in the streams, {counts.get(role, 0)} in {view}"
             for role, (low, high) in ranges.items() if not low <= counts.get(role, 0) <= high]
+
+
+def record_disagreements(history: dict[str, list[tuple[int, dict]]], closes: list[dict],
+                         snapshots: list[dict], events: list[dict], pid: int) -> list[str]:
+    """Where ``kmon record``'s tables say otherwise than the stream about ``pid``: a socket's
+    last recorded role that the stream never gave it within 2 s of that poll (``history``:
+    the stream's rows of each socket by time), a close told with another side or reason,
+    a close one told and the other not (away from the ends of the recording)."""
+    found = []
+    last: dict[str, dict] = {}
+    for row in snapshots:
+        if row["pid"] == pid and row["ts_ms"] >= last.get(row["key"], {}).get("ts_ms", 0):
+            last[row["key"]] = row
+    for key, row in last.items():
+        said = kmon_role(row)
+        near = {kmon_role(seen) for ts, seen in history.get(key, [])
+                if abs(ts - row["ts_ms"]) <= 2000}
+        if near and said not in near:
+            found.append(f"{key}: {said} recorded, {' / '.join(sorted(near))} in the stream")
+    recorded = {e["key"]: e for e in events if e["kind"] == "closed" and e["pid"] == pid}
+    told = {e["key"]: e for e in closes}
+    for key in recorded.keys() & told.keys():
+        ours, theirs = (f"{e.get('closed_by')}/{e.get('reason')}" for e in (recorded[key],
+                                                                            told[key]))
+        if ours != theirs:
+            found.append(f"close of {key}: {ours} recorded, {theirs} in the stream")
+    times = [row["ts_ms"] for row in snapshots]
+    if times:
+        inside = range(min(times) + 1000, max(times) - 2000)
+        found += [f"close of {key} in the stream only" for key in told.keys() - recorded.keys()
+                  if told[key]["ts_ms"] in inside]
+        found += [f"close of {key} recorded only" for key in recorded.keys() - told.keys()
+                  if recorded[key]["ts_ms"] in inside]
+    return found

@@ -68,6 +68,7 @@ class Agent:
         from kmon.cli.config import load_config
 
         self.args, self.metrics, self.recorder = args, metrics, recorder
+        self.members: set[int] = set()  # the processes served, while they live
         self.lost_before = 0  # kernel events dropped under the sessions a reload replaced
         self.session = self._session(load_config(args.config))
         self.last_error = ""
@@ -104,7 +105,7 @@ class Agent:
     def _poll(self) -> None:
         began = time.monotonic()
         snapshot, events = self.session.poll()
-        labels = self.names(self.session.of_cluster(snapshot),
+        labels = self.names(self._members(snapshot, events),
                             self.session.answered_clusters(snapshot),
                             self.session.clusters_asked(snapshot))
         self.metrics.kernel_lost = self.lost_before + self.session.kernel_lost
@@ -116,6 +117,15 @@ class Agent:
             except OSError as err:  # a full disk stops the recording, not the metrics
                 self._tell(f"kmon serve: recording stopped: {err}")
                 self.recorder = None
+
+    def _members(self, snapshot: Snapshot, events: list[Event]) -> set[int]:
+        """The processes served: every one, or (-b) the named cluster's clients, those the
+        session finds now or found since kmon saw them, while they live (a client made per
+        message holds no connection between messages: its series would come and go, its
+        counters start again each time)."""
+        live = {view.pid for view in snapshot.processes}
+        self.members = live & (self.members | self.session.of_cluster(snapshot, events))
+        return self.members
 
     def reload(self) -> None:
         """SIGHUP: read the config file again and start a new session from it; a bad file

@@ -10,7 +10,12 @@ from collections.abc import Callable
 from kmon.model import Event, Snapshot
 from kmon.units import duration_arg
 
-SETTLE_S = 3.0  # a consumer heartbeats every 3 s by default: its coordinator on the wire
+# A group member heartbeats to its coordinator every 3 s by default with the classic
+# protocol, every 5 s in a KIP-848 group (the broker's group.consumer.heartbeat.interval.ms):
+# an unsure socket that carried data within that interval may be named on the wire yet.
+HEARTBEAT_MS = 5000
+SETTLE_S = 5.5  # the look's bound: a KIP-848 heartbeat interval, and a margin
+QUIET_S = 3.0  # how long sockets that have not spoken within it are looked at
 POLL_S = 0.25
 SURE = 0.9  # a verdict this sure needs no more looking
 MAX_SETTLE_S = 60.0
@@ -40,16 +45,26 @@ def unsure(snapshot: Snapshot) -> int:
     return sum(c.confidence < SURE for view in snapshot.processes for c in view.connections)
 
 
+def speaking(snapshot: Snapshot) -> bool:
+    """Whether an unsure connection carried data within a heartbeat interval (a member's
+    coordinator speaks again within it; one silent longer will not be named by looking)."""
+    return any(c.confidence < SURE and c.idle_ms is not None and c.idle_ms <= HEARTBEAT_MS
+               for view in snapshot.processes for c in view.connections)
+
+
 def settled_look(poll: Callable[[], tuple[Snapshot, list[Event]]], settle_s: float,
                  events: list[Event] | None = None) -> tuple[Snapshot, list[Event]]:
-    """Poll until no verdict is unsure or ``settle_s`` has passed: the last snapshot, and
-    every event on the way (after ``events``, those of earlier polls)."""
-    ends = time.monotonic() + settle_s
+    """Poll until no verdict is unsure or ``settle_s`` has passed (``QUIET_S`` when no
+    unsure socket is ``speaking``): the last snapshot, and every event on the way (after
+    ``events``, those of earlier polls)."""
+    begun = time.monotonic()
+    ends, quiet_ends = begun + settle_s, begun + min(settle_s, QUIET_S)
     events = list(events or ())
     while True:
         started = time.monotonic()
         snapshot, new = poll()
         events += new
-        if not unsure(snapshot) or started >= ends:
+        if (not unsure(snapshot) or started >= ends
+                or (started >= quiet_ends and not speaking(snapshot))):
             return snapshot, events
         time.sleep(max(0.0, min(POLL_S - (time.monotonic() - started), ends - started)))

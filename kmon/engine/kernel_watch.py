@@ -1,6 +1,8 @@
 """The kernel's TCP events for one Monitor: the brokers' ports kept in the kernel filter,
 each poll's events folded into connection lives, the lives that ended badly told as
-``closed`` events with their exact story, and the life of any socket a poll saw close.
+``closed`` events with their exact story, the connections no poll saw told as ``opened``
+(every open counted once: a poll's new row tells its own), and the life of any socket a
+poll saw close.
 """
 
 from __future__ import annotations
@@ -64,11 +66,13 @@ class KernelWatch:
             self._remember(life)
         # a socket a poll saw (the last, or this one) has a row: its close is the monitor's
         # to tell, with the row's role, so that every view counts it under one verdict
-        seen = seen_pairs(polled + views, {remote for life in closed
-                                           if life.ending is not None and (remote := life.remote)})
+        seen = seen_pairs(polled + views, {remote for life in closed if (remote := life.remote)})
         closed = self._decided(closed, seen)
         events = [event for life in closed if life.ending is not None
                   and (event := self._closed_event(life, seen)) is not None]
+        events += [self._opened_event(life) for life in closed
+                   if life.ending is None and not life.never_established
+                   and _pair(life) not in seen]
         if self.lost:  # standing from the first loss on, with the total
             note = (f"the kernel dropped {self.lost} TCP events (a ring buffer was "
                     "full): connection counts may be short")
@@ -142,6 +146,15 @@ class KernelWatch:
         return Event(int(life.closed_ms or 0), EventKind.CLOSED, life.pid,
                      f"kernel:{local}>{remote}", remote=str(remote) if remote else None,
                      detail=detail, close=story)
+
+    @staticmethod
+    def _opened_event(life: KernelLife) -> Event:
+        """The ``opened`` event of a connection that lived and closed between two polls (no
+        row of it, no role: the brokers counted it all the same)."""
+        local, remote = _pair(life)
+        return Event(round(life.opened_ms), EventKind.OPENED, life.pid,
+                     f"kernel:{local}>{remote}", remote=str(remote) if remote else None,
+                     detail=f"{life.where()}: lived {life.lifetime_ms} ms between two polls")
 
     @staticmethod
     def story(life: KernelLife) -> CloseStory:

@@ -184,7 +184,9 @@ class HostSession(LocalClients):
     ``poll()`` (a worker thread) searches the host when due, and at once when the
     clients name brokers not seen before; a process found serving brokers kmon
     confirmed itself is dropped. With ``cluster``, the user asked for that cluster's
-    clients (``of_cluster``).
+    clients (``of_cluster``): its brokers are searched for with those the clients named,
+    and the kernel's events follow their ports from the start (not only once a connect to
+    one is seen: a host's flood of connects elsewhere can fill that ring).
     """
 
     def __init__(self, settings: EngineSettings, cluster: ClusterState | None = None) -> None:
@@ -199,7 +201,9 @@ class HostSession(LocalClients):
         """Search for new clients when due, then one snapshot of every client."""
         with self._lock:
             check_open(self._closed)
-            brokers = self.known_brokers
+            # a named cluster's brokers too: a client with no library to map and no other
+            # client naming its brokers (kafka-python, KafkaJS, Go) is found by them
+            brokers = self.known_brokers | (self._named or frozenset())
             if brokers != self._brokers:
                 self._brokers = brokers
                 self.discovery.search_now()
@@ -210,13 +214,17 @@ class HostSession(LocalClients):
             polled = self.monitor.poll()
         return self.recorded(polled)
 
-    def of_cluster(self, snapshot: Snapshot) -> set[int]:
+    def of_cluster(self, snapshot: Snapshot, events: Iterable[Event] = ()) -> set[int]:
         """The processes of ``snapshot`` the user asked for: every one, or those with a
-        connection to the named cluster's brokers."""
-        if self._named is None:
+        connection to the named cluster's brokers, and those whose ``events`` (a poll's)
+        tell one (a connection that opened and closed between two polls has no row)."""
+        named = self._named
+        if named is None:
             return {view.pid for view in snapshot.processes}
         return {view.pid for view in snapshot.processes
-                if any(parse_endpoint(c.remote or "") in self._named for c in view.connections)}
+                if any(parse_endpoint(c.remote or "") in named for c in view.connections)} | {
+                    event.pid for event in events
+                    if event.remote and parse_endpoint(event.remote) in named}
 
     def cluster_labels(self, snapshot: Snapshot) -> dict[int, str]:
         """Each process's cluster, from kmon's own confirmed queries where there are any

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from kmon.devtools.client_programs import JAVA_CLIENTS, KAFKA_PYTHON_CONSUMER, produce
 from kmon.evidence.java_log_nodes import NodeTable
 from kmon.sources.jvm.java_log import LogFollower
 
 __all__ = ["JAVA_VERSIONS", "require_java", "debug_log_options", "KAFKA_PYTHON_CONSUMER",
            "PER_MESSAGE", "produce", "cluster_id", "log_table"]
 
-JAVA_VERSIONS = ("4.4.0", "3.9.1")  # the kafka-clients releases tested (conftest's JAVA_CLIENTS)
+JAVA_VERSIONS = tuple(JAVA_CLIENTS)  # the kafka-clients releases tested
 
 
 def require_java() -> None:
@@ -28,18 +29,6 @@ def debug_log_options(log: Path) -> list[str]:
             f"{prefix}showDateTime=true", f"{prefix}dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSSXXX"]
 
 
-KAFKA_PYTHON_CONSUMER = """
-import sys
-from kafka import KafkaConsumer
-consumer = KafkaConsumer(sys.argv[3], bootstrap_servers=sys.argv[1].split(","),
-                         group_id=sys.argv[2], client_id="kmon-kafka-python",
-                         api_version=(2, 0, 0))
-print("READY", flush=True)
-for _ in consumer:
-    pass
-"""
-
-
 PER_MESSAGE = """
 import sys, time
 from confluent_kafka import Producer
@@ -51,15 +40,6 @@ while True:
     print("SENT", flush=True)
     time.sleep(0.2)
 """
-
-
-def produce(cluster: str, topic: str) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": cluster})
-    for i in range(20):
-        producer.produce(topic, f"m{i}".encode())
-    producer.flush(10)
 
 
 def cluster_id(bootstrap: str) -> str:

@@ -1,0 +1,59 @@
+"""The ground-truth harness's packet oracle read on its own (benchmarks/truth/): the API key
+of each request a client sent, from the first bytes of its segments as tcpdump prints them,
+and a socket's role from those keys."""
+
+from __future__ import annotations
+
+from benchmarks.truth.capture import Flow, payload
+from benchmarks.truth.client_log import ClientLog
+from benchmarks.truth.score import Context, Tally, packet_role
+
+
+def request(key: int, size: int = 40, version: int = 3) -> bytes:
+    return size.to_bytes(4, "big") + key.to_bytes(2, "big") + version.to_bytes(2, "big")
+
+
+def test_requests_are_read_where_each_starts():
+    flow = Flow(50000, 9092, 0.0)
+    flow.request(1, request(18, size=20))  # ApiVersions, 24 bytes in all
+    flow.request(25, request(3, size=30))  # Metadata
+    flow.request(35, b"\xff" * 16)  # inside the Metadata request: no request starts there
+    flow.request(59, request(11, size=100))  # JoinGroup
+    assert flow.api_keys == {18, 3, 11}
+
+
+def test_a_boundary_beyond_the_bytes_kept_is_found_again_by_a_plausible_header():
+    flow = Flow(50000, 9092, 0.0)
+    flow.request(1, request(3, size=20))  # its end at 25, but the next segment starts later
+    flow.request(80, b"\x00\x01\x00\x00\xff\xff\x00\x00")  # an implausible key: not taken
+    flow.request(90, request(12, size=50))
+    assert flow.api_keys == {3, 12}
+
+
+def test_payload_skips_the_ip_and_tcp_headers():
+    ip = bytes([0x45]) + bytes(19)
+    tcp = bytes(12) + bytes([0x80]) + bytes(19)  # data offset 8 words: 32 bytes
+    assert payload(ip + tcp + request(1)) == request(1)
+    assert payload(bytes(10)) == b""
+
+
+def roles(keys: set[int], syn_ms: float = 5.0) -> str | None:
+    flow = Flow(50000, 9092, syn_ms)
+    flow.api_keys = keys
+    ctx = Context({}, ClientLog([], [], [], []), {}, {9092: 2}, first_syn_ms=1.0)
+    return packet_role(flow, ctx)
+
+
+def test_a_sockets_role_from_its_requests():
+    assert roles({18, 12}) == "coordinator:2"
+    assert roles({1, 18}) == "broker:2"
+    assert roles({1, 12}) == "coordinator:2 or broker:2"
+    assert roles({18, 3}) is None  # metadata alone, not the first connection: untold
+    assert roles({18, 3}, syn_ms=1.0) == "bootstrap"
+
+
+def test_either_role_of_a_socket_used_for_both_is_right():
+    tally = Tally()
+    tally.add("coordinator:2 or broker:2", "broker:2", False, 1.0)
+    tally.add("coordinator:2 or broker:2", "broker:1", False, 1.0)
+    assert (tally.right, tally.wrong, tally.confident_wrong) == (1, 1, 1)
