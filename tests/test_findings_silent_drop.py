@@ -42,15 +42,16 @@ def drop_to():
 
 
 def stream_records(stream, seconds: float):
-    """The records of a streamed ``kmon attach --json`` for ``seconds``."""
+    """The records of a streamed ``kmon attach --json`` for ``seconds``, each with its one
+    process (a record once the process has gone lists none, its events the last ones)."""
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0:
         try:
             line = stream.wait_line("{", left)
         except AssertionError:
             return
-        (process,) = json.loads(line)["processes"]
-        yield json.loads(line), process
+        record = json.loads(line)
+        yield record, next(iter(record["processes"]), {"connections": [], "findings": []})
 
 
 def broker_connection(process: dict) -> dict | None:

@@ -180,7 +180,7 @@ def test_the_tls_listener_is_noted_by_the_wire_and_roles_come_from_statistics(ka
                                                                               start_client_at):
     consumer = start_client_at(kafka.bootstrap("SSL"), "consumer",
                                extra_args=("--config", str(kafka.client_config("SSL"))))
-    stream = attach_stream(consumer.pid)
+    stream = attach_stream(consumer.pid, "--tls", "off")  # the TLS source: tests/test_tls.py
     try:
         _, record = read_until(stream, lambda found, _: False, 3)
     finally:
