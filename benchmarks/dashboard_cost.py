@@ -39,7 +39,6 @@ import gc
 import os
 import platform
 import random
-import selectors
 import signal
 import socket
 import statistics
@@ -57,9 +56,9 @@ from benchmarks.api import BenchmarkError, Result, UsageError
 from benchmarks.helpers import (
     Helpers,
     exit_when_parent_goes,
-    listening,
     no_time_wait,
     raise_fd_limit,
+    serve_connections,
 )
 from kmon.engine.facade import ProcessSession, settle_heap
 from kmon.engine.monitor import Monitor, diff
@@ -96,29 +95,9 @@ HISTORY_WINDOW_MIN = DashboardSettings().history / 60  # at a 1 s interval
 
 
 def role_listener(count: int) -> None:
-    """Accept connections on 127.0.0.1 and echo what arrives; print the port first."""
-    selector, listener = listening(count + FD_SLACK)
-    while True:
-        for key, _ in selector.select():
-            sock = key.fileobj
-            if sock is listener:
-                with contextlib.suppress(BlockingIOError):
-                    while True:
-                        conn = no_time_wait(listener.accept()[0])
-                        conn.setblocking(False)
-                        selector.register(conn, selectors.EVENT_READ)
-                continue
-            try:
-                data = sock.recv(65536)
-                if data:
-                    sock.send(data[:1024])  # a small reply: the client's in/s moves too
-                    continue
-            except BlockingIOError:
-                continue
-            except OSError:
-                pass
-            selector.unregister(sock)
-            sock.close()
+    """Accept connections on 127.0.0.1 and echo what arrives (a small reply: the client's
+    in/s moves too); print the port first."""
+    serve_connections(count + FD_SLACK, lambda data: data[:1024])
 
 
 def role_client(port: int, count: int) -> None:

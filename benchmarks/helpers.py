@@ -12,6 +12,7 @@ import struct
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -117,3 +118,33 @@ def listening(fds: int) -> tuple[selectors.BaseSelector, socket.socket]:
     selector.register(listener, selectors.EVENT_READ)
     print("port", listener.getsockname()[1], flush=True)
     return selector, listener
+
+
+def serve_connections(fds: int, answer: Callable[[bytes], bytes | None]) -> None:
+    """Accept connections on 127.0.0.1 (``listening``: the port printed first) and answer
+    what each sends with ``answer(data)`` (nothing when it gives None); let go of each one
+    its client closes."""
+    selector, listener = listening(fds)
+    while True:
+        for key, _ in selector.select():
+            sock = key.fileobj
+            if sock is listener:
+                with contextlib.suppress(BlockingIOError):
+                    while True:
+                        conn = no_time_wait(listener.accept()[0])
+                        conn.setblocking(False)
+                        selector.register(conn, selectors.EVENT_READ)
+                continue
+            try:
+                data = sock.recv(65536)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            reply = answer(data) if data else None
+            if reply:
+                with contextlib.suppress(OSError):
+                    sock.send(reply)
+            if not data:
+                selector.unregister(sock)
+                sock.close()

@@ -18,12 +18,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import selectors
 import signal
 import socket
 import time
 
-from benchmarks.helpers import listening, no_time_wait, raise_fd_limit
+from benchmarks.helpers import no_time_wait, raise_fd_limit, serve_connections
 
 PRODUCE = 0  # the Produce API key
 FD_SLACK = 100
@@ -43,29 +42,8 @@ def produce_request(correlation: int, client_id: str) -> bytes:
 def role_listener(count: int) -> None:
     """Accept connections on 127.0.0.1 and answer each request with a short response frame
     carrying its correlation id; print the port first."""
-    selector, listener = listening(count + FD_SLACK)
-    while True:
-        for key, _ in selector.select():
-            sock = key.fileobj
-            if sock is listener:
-                with contextlib.suppress(BlockingIOError):
-                    while True:
-                        conn = no_time_wait(listener.accept()[0])
-                        conn.setblocking(False)
-                        selector.register(conn, selectors.EVENT_READ)
-                continue
-            try:
-                data = sock.recv(65536)
-            except BlockingIOError:
-                continue
-            except OSError:
-                data = b""
-            if not data:
-                selector.unregister(sock)
-                sock.close()
-                continue
-            if len(data) >= 12:
-                sock.send((8).to_bytes(4, "big") + data[8:12] + bytes(4))
+    serve_connections(count + FD_SLACK, lambda data: (
+        (8).to_bytes(4, "big") + data[8:12] + bytes(4) if len(data) >= 12 else None))
 
 
 def role_mock(connections: int) -> None:
