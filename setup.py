@@ -1,16 +1,18 @@
-"""Packages derived from the tree: kmon/ and its subpackages, and widgets/ as kmon.widgets.
+"""The package list, derived from the tree: each folder of pyproject.toml's package-dir
+and its subpackages (setuptools' own finder cannot install widgets/ as kmon.widgets)."""
 
-pyproject.toml holds everything else; setuptools' own finder cannot install a top-level
-folder under another package's name, so this file only maps and lists.
-"""
+import sys
+from pathlib import Path
 
 from setuptools import find_packages, setup
 
-WIDGETS = {"kmon.widgets": "widgets"} | {
-    f"kmon.widgets.{name}": f"widgets/{name.replace('.', '/')}" for name in find_packages("widgets")
-}
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
 
-setup(
-    package_dir={"kmon": "kmon", **WIDGETS},
-    packages=find_packages(include=["kmon", "kmon.*"]) + sorted(WIDGETS),
-)
+FOLDERS = tomllib.loads(Path(__file__).with_name("pyproject.toml").read_text())[
+    "tool"]["setuptools"]["package-dir"]
+
+setup(packages=sorted({name: None for name in FOLDERS} | {
+    f"{name}.{sub}": None for name, folder in FOLDERS.items() for sub in find_packages(folder)}))
