@@ -39,7 +39,7 @@ ENV_DIR = "KMON_SPOOL_DIR"
 # the instance name of a process's client-count record (<pid>-clients.json); no librdkafka
 # instance is named so (theirs end in "#producer-1", "#consumer-2", ...)
 CLIENTS_INSTANCE = "clients"
-_LISTINGS: dict[Path, tuple[tuple, list[tuple[int, str, int]]]] = {}  # _listing's, kept
+_LISTINGS: dict[Path, tuple[tuple, dict[str, list[str]]]] = {}  # _names_by_pid's, kept
 _MAX_LISTINGS = 64
 _SETTLED_NS = 50_000_000  # a directory unchanged this long before it was listed: kept
 
@@ -99,7 +99,7 @@ def read_records(directory: Path, pid: int, owner_uid: int) -> SpoolRecords:
                 or info.st_mode & 0o022):
             raise SpoolUntrusted(f"spool {directory} is not a private directory of uid "
                                  f"{owner_uid}; its statistics are not read")
-        found = _newest_first(directory, info, f"{pid}-")
+        found = _newest_first(directory, info, pid)
     except FileNotFoundError:
         return SpoolRecords()
     except OSError as err:
@@ -122,37 +122,42 @@ def read_records(directory: Path, pid: int, owner_uid: int) -> SpoolRecords:
     return taken
 
 
-def _newest_first(directory: Path, info: os.stat_result, prefix: str
+def _newest_first(directory: Path, info: os.stat_result, pid: int
                   ) -> list[tuple[int, Path]]:
-    """(size, path) of the ``prefix*.json`` files in ``directory`` (``info``: its lstat),
-    newest first (as they are listed: links and other odd entries are refused when read)."""
-    return [(size, directory / name) for _, name, size in _listing(directory, info)
-            if name.startswith(prefix)]
+    """(size, path) of process ``pid``'s ``*.json`` files in ``directory`` (``info``: its
+    lstat), newest first (as they are listed: links and other odd entries are refused when
+    read). Only the process's own files are looked at: a spool shared by hundreds of
+    clients costs each of them a look up of its names, not a stat of every file."""
+    found = []
+    for name in _names_by_pid(directory, info).get(str(pid), ()):
+        try:
+            stats = os.lstat(directory / name)
+        except FileNotFoundError:
+            continue  # its client exited since the directory was listed
+        found.append((-stats.st_mtime_ns, name, stats.st_size))
+    found.sort()
+    return [(size, directory / name) for _, name, size in found]
 
 
-def _listing(directory: Path, info: os.stat_result) -> list[tuple[int, str, int]]:
-    """(-mtime, name, size) of every ``*.json`` file in ``directory``, newest first: listed
-    again only when the directory changed (every write of the agent renames a file into
-    it), not for each of the many processes a poll reads."""
+def _names_by_pid(directory: Path, info: os.stat_result) -> dict[str, list[str]]:
+    """The ``PID-*.json`` names in ``directory`` by the PID's text: listed again only when
+    the directory changed (every write of the agent renames a file into it), not for each
+    of the many processes a poll reads."""
     stamp = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
     kept = _LISTINGS.get(directory)
     if kept is not None and kept[0] == stamp:
         return kept[1]
     listed_ns = time.time_ns()
-    found = []
+    names: dict[str, list[str]] = {}
     with os.scandir(directory) as entries:
         for entry in entries:
-            if entry.name.endswith(".json"):
-                try:
-                    stats = entry.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue  # its client exited while the directory was listed
-                found.append((-stats.st_mtime_ns, entry.name, stats.st_size))
-    found.sort()
+            pid, dash, _ = entry.name.partition("-")
+            if dash and entry.name.endswith(".json"):
+                names.setdefault(pid, []).append(entry.name)
     # a change in the clock tick of the directory's last one may leave its time unchanged
     if listed_ns - info.st_mtime_ns > _SETTLED_NS:
-        bounded.put(_LISTINGS, directory, (stamp, found), _MAX_LISTINGS)
-    return found
+        bounded.put(_LISTINGS, directory, (stamp, names), _MAX_LISTINGS)
+    return names
 
 
 def _read_one(path: Path, owner_uid: int) -> dict | None:
