@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 import threading
@@ -14,6 +15,8 @@ from kmon.sources.kernel.sockets import Endpoint, normalize_ip
 CACHE_SECONDS = 300.0
 MAX_CACHED = 1024  # names' answers kept (a cluster has a few dozen brokers)
 MAX_QUEUED = 64  # names waiting for a lookup
+PARSED_KEPT = 16384  # parse_endpoint's answers (a host view of 5,000 connections asks
+#   for each of their remotes every poll)
 SETUP_WAIT_S = 5.0  # how long a command's setup waits for the names the user gave
 
 
@@ -28,8 +31,10 @@ def split_host_port(address: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
+@functools.lru_cache(maxsize=PARSED_KEPT)
 def parse_endpoint(text: str) -> Endpoint | None:
-    """An ``ip:port`` (or ``[v6]:port``) as kmon prints endpoints; None for anything else."""
+    """An ``ip:port`` (or ``[v6]:port``) as kmon prints endpoints; None for anything else.
+    Kept for the ``PARSED_KEPT`` last texts: each poll asks again for every connection."""
     parts = split_host_port(text)
     return Endpoint(normalize_ip(parts[0]), parts[1]) if parts else None
 
