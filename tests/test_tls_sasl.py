@@ -93,15 +93,18 @@ def test_confluent_kafka_consumer_over_sasl_ssl_without_the_agent(kafka, topic):
 
 
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
-def test_kcat_group_consumer_over_sasl_ssl(kafka, topic):
-    """kcat: librdkafka with the system's libssl, the listener's properties file (-F)."""
-    client = Child([KCAT, "-b", kafka.bootstrap("SASL_SSL"),
-                    "-F", str(kafka.client_config("SASL_SSL")), "-G", f"g-{topic}",
+def test_kcat_group_consumer_over_sasl_ssl_with_the_broker_ids(kafka, topic):
+    """kcat: librdkafka with the system's libssl, the listener's properties file (-F). The
+    headers inside TLS name the roles; kmon asks the cluster itself (``-b``/``-F``, the same
+    file) for the broker ids, which no request header carries."""
+    listener, config = kafka.bootstrap("SASL_SSL"), str(kafka.client_config("SASL_SSL"))
+    client = Child([KCAT, "-b", listener, "-F", config, "-G", f"g-{topic}",
                     "-o", "beginning", "-d", "broker", topic])
     try:
         wait_for(lambda: sum("Reached end of topic" in line for line in client.stderr) >= 3,
                  "kcat at the end of the topic's three partitions", 60)
-        check_tls_roles(scored_until_right(client.pid, lambda: librdkafka_truth(client)))
+        check_tls_roles(scored_until_right(client.pid, lambda: librdkafka_truth(client),
+                                           "-b", listener, "-F", config), broker_ids=True)
     finally:
         client.stop()
 

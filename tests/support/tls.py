@@ -46,14 +46,15 @@ def _broker_id(name: str) -> int | None:
     return int(tail) if "/" in name and tail.isdigit() else None
 
 
-def scored_until_right(pid: int, truth) -> dict:
+def scored_until_right(pid: int, truth, *kmon_args: str) -> dict:
     """``kmon attach PID --json`` scored snapshot by snapshot against ``truth()`` (each row's
     true role, or (role, broker id), or None where the client does not name it): until every
     socket is named right at SURE or better, or VERDICT_S after the first snapshot. The tally
     of the last one, the confidently wrong rows of any (a broker id named that is not the
-    client's counts as wrong), and when every socket was first right."""
+    client's counts as wrong), and when every socket was first right. ``kmon_args``: more
+    arguments to ``kmon attach`` (``-b``/``-F`` to name broker ids)."""
     started = time.monotonic()
-    stream = attach_stream(pid, "--any-process", interval="500ms")
+    stream = attach_stream(pid, "--any-process", *kmon_args, interval="500ms")
     first, confident_wrong, tally = None, [], {}
     try:
         while True:
@@ -84,13 +85,15 @@ def scored_until_right(pid: int, truth) -> dict:
         stream.stop()
 
 
-def check_tls_roles(tally: dict) -> None:
+def check_tls_roles(tally: dict, broker_ids: bool = False) -> None:
     """Every socket right at SURE, none confidently wrong, each named by the headers read
-    inside TLS (the wire's evidence lists the APIs it saw)."""
+    inside TLS (the wire's evidence lists the APIs it saw); with ``broker_ids``, every broker
+    id the client knows named too."""
     assert not tally["confident_wrong"], tally
     assert all(wire and wire != "tls" for *_, wire in tally["roles"]), tally
     assert tally["verdict_s"] is not None and tally["right"] == tally["total"] > 0, (
         json.dumps(tally))
+    assert not broker_ids or tally["ids_named"] == tally["ids_total"] > 0, json.dumps(tally)
     print(f"TLS roles: {tally['right']}/{tally['total']} right, verdict in "
           f"{tally['verdict_s']:.1f}s ({tally['from_attach_s']:.1f}s from attach); broker ids "
           f"named {tally.get('ids_named', 0)}/{tally.get('ids_total', 0)}")
