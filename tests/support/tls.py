@@ -28,15 +28,17 @@ def librdkafka_truth(client: Child):
     the broker its thread speaks for now (a bootstrap thread takes its broker's name once the
     metadata names it) and that broker's id (``host:port/3``, ``GroupCoordinator/3``; None for
     a bootstrap)."""
-    names, fds = {}, {}
+    names, ids, fds = {}, {}, {}
     for line in list(client.stderr):
         match = LIBRDKAFKA_LINE.search(line)
         if match:
             names[match["thread"]] = match["name"]
+            if (broker := _broker_id(match["name"])) is not None:
+                ids[match["thread"]] = broker  # the logical coordinator's lines also omit it
             socket_line = LIBRDKAFKA_SOCKET.search(line)
             if socket_line:
                 fds[int(socket_line["fd"])] = match["thread"]
-    roles = {fd: (librdkafka_role(names[thread]), _broker_id(names[thread]))
+    roles = {fd: (librdkafka_role(names[thread]), ids.get(thread))
              for fd, thread in fds.items()}
     return lambda row: roles.get(row["fd"])
 
