@@ -19,10 +19,12 @@ from support.replays import *  # noqa: F403
 from support.replays import __all__ as _replays
 from support.serve import *  # noqa: F403
 from support.serve import __all__ as _serve
+from support.tls import *  # noqa: F403
+from support.tls import __all__ as _tls
 from support.users import *  # noqa: F403
 from support.users import __all__ as _users
 from support.wire import *  # noqa: F403
 from support.wire import __all__ as _wire
 
 __all__ = [*_assertions, *_clusters, *_common, *_dashboards, *_drops, *_processes, *_recordings,
-           *_replays, *_serve, *_users, *_wire]
+           *_replays, *_serve, *_tls, *_users, *_wire]

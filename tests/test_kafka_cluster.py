@@ -22,7 +22,7 @@ def start_devcluster(*args: str) -> tuple[Child, list[str]]:
     require_java()
     child = Child([sys.executable, "-m", "kmon", "devcluster", "--kafka", *args])
     lines = [child.wait_line("127.0.0.1:", timeout=180), child.wait_line("SASL_PLAINTEXT "),
-             child.wait_line("SSL ")]
+             child.wait_line("SSL "), child.wait_line("SASL_SSL ")]
     return child, lines
 
 
@@ -42,7 +42,7 @@ def properties(path: str) -> dict[str, str]:
 def test_three_real_nodes_answer_on_every_listener_and_stop_with_sigterm() -> None:
     from confluent_kafka.admin import AdminClient, ConfigResource
 
-    child, (bootstrap, sasl, tls) = start_devcluster(
+    child, (bootstrap, sasl, tls, sasl_tls) = start_devcluster(
         "--brokers", "3", "--broker-config", "connections.max.idle.ms=8000")
     try:
         jvms = jvms_of(child)
@@ -52,7 +52,7 @@ def test_three_real_nodes_answer_on_every_listener_and_stop_with_sigterm() -> No
         assert sorted(admin.list_topics(timeout=10).brokers) == [1, 2, 3]
         (config,) = admin.describe_configs([ConfigResource("broker", "1")]).values()
         assert config.result(10)["connections.max.idle.ms"].value == "8000"
-        for line in (sasl, tls):
+        for line in (sasl, tls, sasl_tls):
             protocol, addresses = line.split()[:2]
             client = properties(field(line, "config"))
             assert client["security.protocol"] == protocol
@@ -61,7 +61,10 @@ def test_three_real_nodes_answer_on_every_listener_and_stop_with_sigterm() -> No
             assert sorted(served.list_topics(timeout=15).brokers) == [1, 2, 3], protocol
         assert Path(field(tls, "ssl.ca.location")).read_text().startswith("-----BEGIN CERT")
         password = properties(field(sasl, "config"))["sasl.password"]
-        assert password not in sasl + "".join(child.stderr)  # in the 0600 file only
+        assert properties(field(sasl_tls, "config"))["sasl.password"] == password
+        assert field(sasl_tls, "ssl.ca.location") == field(tls, "ssl.ca.location")
+        shown = sasl + sasl_tls + "".join(child.stderr)
+        assert password not in shown  # in the 0600 files only
         workdir = Path(field(sasl, "config")).parent
         child.proc.send_signal(signal.SIGTERM)
         assert child.proc.wait(30) == 0

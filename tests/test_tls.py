@@ -13,16 +13,25 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
-from helpers import Child, attach_stream, produce, python_as, rows_until, wait_for
+from helpers import (
+    SURE,
+    Child,
+    attach_stream,
+    check_tls_roles,
+    librdkafka_truth,
+    produce,
+    python_as,
+    rows_until,
+    scored_until_right,
+    wait_for,
+)
 
 from kmon.sources.kernel.kernel_events import tracefs
 from kmon.sources.tls.uprobes import MAX_EVENTS_FILE
@@ -31,8 +40,6 @@ pytestmark = [pytest.mark.integration,  # a real cluster, real clients, uprobes
               pytest.mark.root(reason="uprobes and the wire need root")]
 
 KCAT = "/usr/bin/kcat"
-VERDICT_S = 10.0  # the issue's bound: every socket named right within 10 s of attach
-SURE = 0.9
 KAFKA_PYTHON_TLS = """
 import json, sys, time
 from kafka import KafkaConsumer
@@ -65,8 +72,6 @@ while True:
         if read == 20:
             print("READ", flush=True)
 """
-LIBRDKAFKA_LINE = re.compile(r"\[thrd:(?P<thread>[^\]]+)\]: (?P<name>\S+?): ")
-LIBRDKAFKA_SOCKET = re.compile(r"Connecting to \S+ \(ssl\) with socket (?P<fd>\d+)")
 
 
 @pytest.fixture
@@ -93,51 +98,6 @@ def kafka_python_role(node: str) -> str:
             "bootstrap" if node.startswith("bootstrap") else "broker")
 
 
-def librdkafka_role(thread: str) -> str:
-    return ("coordinator" if thread.startswith(("GroupCoordinator", "TxnCoordinator")) else
-            "bootstrap" if thread.endswith("/bootstrap") else "broker")
-
-
-def scored_until_right(pid: int, truth) -> dict:
-    """``kmon attach PID --json`` scored snapshot by snapshot against ``truth()`` (each row's
-    true role, or None where the client does not name it): until every socket is named right
-    at SURE or better, or VERDICT_S after the first snapshot. The tally of the last one, the
-    confidently wrong rows of any, and when every socket was first right."""
-    started = time.monotonic()
-    stream = attach_stream(pid, "--any-process", interval="500ms")
-    first, confident_wrong, tally = None, [], {}
-    try:
-        while True:
-            (process,) = json.loads(stream.wait_line("{", timeout=60))["processes"]
-            now = time.monotonic()
-            first = first or now
-            rows, wanted = process["connections"], truth()
-            scored = [(r, wanted(r)) for r in rows if wanted(r) is not None]
-            confident_wrong += [(r["role"], role, r["confidence"]) for r, role in scored
-                                if r["role"] != role and r["confidence"] >= SURE]
-            right = [r for r, role in scored if r["role"] == role and r["confidence"] >= SURE]
-            tally = {"right": len(right), "total": len(scored), "rows": len(rows),
-                     "confident_wrong": confident_wrong, "notices": process["notices"],
-                     "roles": [(r["role"], role, r["confidence"], r["evidence"].get("wire"))
-                               for r, role in scored]}
-            if scored and len(right) == len(scored) == len(rows):
-                return {**tally, "verdict_s": now - first, "from_attach_s": now - started}
-            if now - first > VERDICT_S:
-                return {**tally, "verdict_s": None}
-    finally:
-        stream.stop()
-
-
-def check(tally: dict) -> None:
-    assert not tally["confident_wrong"], tally
-    # named by the headers read inside TLS: the wire's evidence lists the APIs it saw
-    assert all(wire and wire != "tls" for *_, wire in tally["roles"]), tally
-    assert tally["verdict_s"] is not None and tally["right"] == tally["total"] > 0, (
-        json.dumps(tally))
-    print(f"TLS roles: {tally['right']}/{tally['total']} right, verdict in "
-          f"{tally['verdict_s']:.1f}s ({tally['from_attach_s']:.1f}s from attach)")
-
-
 def test_kafka_python_consumer_over_tls(kafka, topic):
     pytest.importorskip("kafka", reason="kafka-python 2.0.x is in the test extra")
     client = Child([sys.executable, "-c", KAFKA_PYTHON_TLS, kafka.bootstrap("SSL"),
@@ -157,25 +117,9 @@ def test_kafka_python_consumer_over_tls(kafka, topic):
                                    json.loads(line[6:]).items()})
             return lambda row: latest.get(int(row["local"].rsplit(":", 1)[1]))
 
-        check(scored_until_right(client.pid, truth))
+        check_tls_roles(scored_until_right(client.pid, truth))
     finally:
         client.stop()
-
-
-def librdkafka_truth(client: Child):
-    """librdkafka's debug log (``debug=broker``) as the truth: each socket's fd -> the role of
-    the broker its thread speaks for now (a bootstrap thread takes its broker's name once the
-    metadata names it)."""
-    names, fds = {}, {}
-    for line in list(client.stderr):
-        match = LIBRDKAFKA_LINE.search(line)
-        if match:
-            names[match["thread"]] = match["name"]
-            socket_line = LIBRDKAFKA_SOCKET.search(line)
-            if socket_line:
-                fds[int(socket_line["fd"])] = match["thread"]
-    roles = {fd: librdkafka_role(names[thread]) for fd, thread in fds.items()}
-    return lambda row: roles.get(row["fd"])
 
 
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
@@ -187,7 +131,7 @@ def test_kcat_group_consumer_over_tls(kafka, topic):
     try:
         wait_for(lambda: sum("Reached end of topic" in line for line in client.stderr) >= 3,
                  "kcat at the end of the topic's three partitions", 60)
-        check(scored_until_right(client.pid, lambda: librdkafka_truth(client)))
+        check_tls_roles(scored_until_right(client.pid, lambda: librdkafka_truth(client)))
     finally:
         client.stop()
 
@@ -200,7 +144,7 @@ def test_confluent_kafka_consumer_over_tls_without_the_agent(kafka, topic):
                     f"g-{topic}", topic, str(kafka.ca_file)])
     try:
         client.wait_line("READ", timeout=60)
-        check(scored_until_right(client.pid, lambda: librdkafka_truth(client)))
+        check_tls_roles(scored_until_right(client.pid, lambda: librdkafka_truth(client)))
     finally:
         client.stop()
 

@@ -1,12 +1,12 @@
 """A real Apache Kafka cluster on loopback: KRaft nodes, each a combined broker+controller JVM.
 
-Every node listens on four loopback ports: PLAINTEXT (the bootstrap string),
+Every node listens on five loopback ports: PLAINTEXT (the bootstrap string),
 SASL_PLAINTEXT (PLAIN, a user made up at start), SSL (a key pair made with
-``keytool`` at start) and CONTROLLER. Everything lives in one private working
-directory, removed when the cluster stops. A node is stopped with SIGKILL, as
-its data is thrown away anyway (a graceful stop of the last nodes of a KRaft
-quorum waits for a quorum that is gone), and is killed if the process that
-started it dies.
+``keytool`` at start), SASL_SSL (that user over that key pair) and CONTROLLER.
+Everything lives in one private working directory, removed when the cluster
+stops. A node is stopped with SIGKILL, as its data is thrown away anyway (a
+graceful stop of the last nodes of a KRaft quorum waits for a quorum that is
+gone), and is killed if the process that started it dies.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from kmon.devtools.children import die_with_parent
 from kmon.sources.processes import own_processes
 from kmon.sources.processes.child_env import jvm_environment, trusted_program
 
-LISTENERS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "CONTROLLER")
+LISTENERS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL", "CONTROLLER")
+SASL_LISTENERS = ("SASL_PLAINTEXT", "SASL_SSL")
 SASL_USER = "kmon"
 HEAP = "-Xmx384m"
 SMALL_AND_FAST = {
@@ -127,7 +128,9 @@ class KafkaCluster:
         self.workdir = Path(_private_dir())
         self.sasl_password = secrets.token_urlsafe(12)
         ports = _free_ports(len(LISTENERS) * self.brokers)
-        self.nodes = [KafkaNode(n + 1, dict(zip(LISTENERS, ports[n * 4:n * 4 + 4], strict=True)),
+        each = len(LISTENERS)
+        self.nodes = [KafkaNode(n + 1, dict(zip(LISTENERS, ports[n * each:(n + 1) * each],
+                                                strict=True)),
                                 self.workdir / f"node-{n + 1}") for n in range(self.brokers)]
         keystore_password = secrets.token_urlsafe(12)
         _make_key_pair(java, self.workdir, keystore_password)
@@ -200,22 +203,23 @@ class KafkaCluster:
     def _node_config(self, node: KafkaNode, keystore_password: str) -> dict[str, str]:
         voters = ",".join(f"{n.node_id}@{n.address('CONTROLLER')}" for n in self.nodes)
         users = f'user_admin="{self.sasl_password}" user_{SASL_USER}="{self.sasl_password}"'
-        advertised = ",".join(f"{name}://{node.address(name)}" for name in LISTENERS[:3])
+        advertised = ",".join(f"{name}://{node.address(name)}" for name in LISTENERS[:-1])
+        login = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+                 f'username="admin" password="{self.sasl_password}" {users};')
         return {
             "process.roles": "broker,controller",
             "node.id": str(node.node_id),
             "controller.quorum.voters": voters,
             "listeners": ",".join(f"{name}://{node.address(name)}" for name in LISTENERS),
             "advertised.listeners": advertised,
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,"
-                                              "SSL:SSL,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": ",".join(
+                f"{name}:{'PLAINTEXT' if name == 'CONTROLLER' else name}" for name in LISTENERS),
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "log.dirs": str(node.directory / "data"),
             "sasl.enabled.mechanisms": "PLAIN",
-            "listener.name.sasl_plaintext.plain.sasl.jaas.config":
-                "org.apache.kafka.common.security.plain.PlainLoginModule required "
-                f'username="admin" password="{self.sasl_password}" {users};',
+            **{f"listener.name.{name.lower()}.plain.sasl.jaas.config": login
+               for name in SASL_LISTENERS},
             "ssl.keystore.location": str(self.home / "broker.p12"),
             "ssl.keystore.type": "PKCS12",
             "ssl.keystore.password": keystore_password,
@@ -225,21 +229,21 @@ class KafkaCluster:
         }
 
     def _write_client_configs(self) -> None:
-        sasl = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"}
-        files = {
-            ("SASL_PLAINTEXT", "librdkafka"): {**sasl, "sasl.username": SASL_USER,
-                                               "sasl.password": self.sasl_password},
-            ("SASL_PLAINTEXT", "java"): {**sasl, "sasl.jaas.config":
-                                         "org.apache.kafka.common.security.plain.PlainLoginModule"
-                                         f' required username="{SASL_USER}"'
-                                         f' password="{self.sasl_password}";'},
-            ("SSL", "librdkafka"): {"security.protocol": "SSL",
-                                    "ssl.ca.location": str(self.ca_file)},
-            ("SSL", "java"): {"security.protocol": "SSL", "ssl.truststore.type": "PEM",
-                              "ssl.truststore.location": str(self.ca_file)},
-        }
-        for (listener, dialect), values in files.items():
-            _write_private(self.client_config(listener, dialect), _properties(values))
+        tls = {"librdkafka": {"ssl.ca.location": str(self.ca_file)},
+               "java": {"ssl.truststore.type": "PEM",
+                        "ssl.truststore.location": str(self.ca_file)}}
+        sasl = {"librdkafka": {"sasl.mechanism": "PLAIN", "sasl.username": SASL_USER,
+                               "sasl.password": self.sasl_password},
+                "java": {"sasl.mechanism": "PLAIN", "sasl.jaas.config":
+                         "org.apache.kafka.common.security.plain.PlainLoginModule"
+                         f' required username="{SASL_USER}" password="{self.sasl_password}";'}}
+        for dialect in ("librdkafka", "java"):
+            for listener, parts in (("SASL_PLAINTEXT", [sasl]), ("SSL", [tls]),
+                                    ("SASL_SSL", [sasl, tls])):
+                values = {"security.protocol": listener}
+                for part in parts:
+                    values.update(part[dialect])
+                _write_private(self.client_config(listener, dialect), _properties(values))
 
 
 def serve(brokers: int, broker_config: dict[str, str]) -> int:
@@ -274,14 +278,12 @@ def serve(brokers: int, broker_config: dict[str, str]) -> int:
 
 def describe(cluster: KafkaCluster) -> list[str]:
     """The bootstrap string, then one line per secured listener with what a client needs."""
-    sasl, tls = "SASL_PLAINTEXT", "SSL"
-    return [
-        cluster.bootstrap(),
-        f"{sasl} {cluster.bootstrap(sasl)} sasl.mechanism=PLAIN sasl.username={SASL_USER} "
-        f"config={cluster.client_config(sasl)} java-config={cluster.client_config(sasl, 'java')}",
-        f"{tls} {cluster.bootstrap(tls)} ssl.ca.location={cluster.ca_file} "
-        f"config={cluster.client_config(tls)} java-config={cluster.client_config(tls, 'java')}",
-    ]
+    sasl = f"sasl.mechanism=PLAIN sasl.username={SASL_USER}"
+    tls = f"ssl.ca.location={cluster.ca_file}"
+    needs = {"SASL_PLAINTEXT": sasl, "SSL": tls, "SASL_SSL": f"{sasl} {tls}"}
+    return [cluster.bootstrap()] + [
+        f"{name} {cluster.bootstrap(name)} {what} config={cluster.client_config(name)} "
+        f"java-config={cluster.client_config(name, 'java')}" for name, what in needs.items()]
 
 
 def _java() -> str:

@@ -3,7 +3,9 @@ to: a Kafka request's header (size, api key, version, correlation id) over TLS.
 
 Uprobes (kmon.sources.tls.uprobes) on ``SSL_write``/``SSL_write_ex`` in the files the process
 maps (``libssl.so``; a librdkafka with OpenSSL linked in) read 16 bytes of the buffer and its
-length, never more. The thread's next ``write``/``sendto``/``sendmsg`` (the syscall
+length, never more, and keep of them only the Kafka request header they open (a raw SASL token
+is written this way too: kafka-python's PLAIN login puts the password's first bytes within
+the 16). The thread's next ``write``/``sendto``/``sendmsg`` (the syscall
 tracepoints) names the socket: OpenSSL's socket BIO writes the record on the thread that
 called it, and librdkafka runs one thread per broker connection. Every event is opened per
 thread of the process (perf_event_open with its tid): the kernel sets the breakpoints in this
@@ -35,6 +37,7 @@ from kmon.sources.kernel.kernel_events import (
     tracefs,
     tracepoint_attr,
 )
+from kmon.sources.packets import kafka_protocol as kp
 from kmon.sources.tls.elf_symbols import NotElf, function_offsets
 from kmon.sources.tls.uprobes import SAFE_PATH, registry
 
@@ -211,8 +214,8 @@ class TlsTap:
                 if buf is None or length is None or len(raw) < buf.offset + buf.size:
                     return False
                 size = struct.unpack_from("<i", raw, length.offset)[0]
-                thread.pending = raw[buf.offset:buf.offset + min(buf.size, HEADER_BYTES,
-                                                                 max(size, 0))]
+                thread.pending = _header_only(raw[buf.offset:buf.offset + min(
+                    buf.size, HEADER_BYTES, max(size, 0))])
             elif kind == "syscall" and thread.pending is not None:
                 fd = fields["fd"]
                 if len(raw) >= fd.offset + fd.size:
@@ -234,6 +237,15 @@ class TlsTap:
         for fd in thread.fds:
             os.close(fd)
         thread.fds = []
+
+
+def _header_only(start: bytes) -> bytes:
+    """``start`` cut to the Kafka request header it opens (size to client_id, as far as it
+    goes); nothing when it opens none (a SASL token, a write in the middle of a request)."""
+    header = kp.request_header(start, prefix=True)
+    if header is None:
+        return b""
+    return start[:kp.REQUEST_HEADER + len(header.client_id or "")]
 
 
 def _mapped_libraries(pid: int) -> list[tuple[str, tuple[int, int]]]:

@@ -1,0 +1,195 @@
+"""Roles over TLS with SASL (the real cluster's SASL_SSL listener, PLAIN) and a KIP-848 group,
+scored against librdkafka's own debug log as tests/test_tls.py does; and the password: the
+TLS source reads 16 bytes of each TLS write, and a SASL login is a TLS write too.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+import uuid
+
+import pytest
+from helpers import (
+    Child,
+    attach_stream,
+    check_tls_roles,
+    data_files,
+    librdkafka_truth,
+    produce,
+    read,
+    record_child,
+    scored_until_right,
+    wait_for,
+)
+
+from kmon.record.schema import SCHEMAS
+from kmon.sources.packets import kafka_protocol as kp
+
+pytestmark = [pytest.mark.integration,  # a real cluster, real clients, uprobes
+              pytest.mark.root(reason="uprobes and the wire need root")]
+
+KCAT = "/usr/bin/kcat"
+# a confluent-kafka consumer with the listener's own client properties (argv[4]), more on top
+CONFLUENT_KAFKA = """
+import json, sys
+from confluent_kafka import Consumer
+config = dict(line.split("=", 1) for line in open(sys.argv[4]).read().splitlines())
+consumer = Consumer({**config, **json.loads(sys.argv[5]), "bootstrap.servers": sys.argv[1],
+                     "group.id": sys.argv[2], "auto.offset.reset": "earliest",
+                     "debug": "broker"})
+if sys.argv[6:]:  # wait to be told: kmon watches from before the first login
+    print("WAITING", flush=True)
+    sys.stdin.readline()
+consumer.subscribe([sys.argv[3]])
+read = 0
+while True:
+    if consumer.poll(0.2) is not None:
+        read += 1
+        if read == 20:
+            print("READ", flush=True)
+"""
+# kafka-python 2.0.x logs in with SaslHandshake v0 and then the raw PLAIN token, one TLS write:
+# its size, then "user\0user\0password" - the password's start within its first 16 bytes
+KAFKA_PYTHON_LOGIN = """
+import sys
+from kafka import KafkaConsumer
+print("WAITING", flush=True)
+sys.stdin.readline()
+consumer = KafkaConsumer(sys.argv[3], bootstrap_servers=sys.argv[1].split(","),
+                         group_id=sys.argv[2], api_version=(2, 0, 0), client_id="kp",
+                         security_protocol="SASL_SSL", ssl_cafile=sys.argv[4],
+                         sasl_mechanism="PLAIN", sasl_plain_username=sys.argv[5],
+                         sasl_plain_password=sys.argv[6], auto_offset_reset="earliest")
+while True:
+    consumer.poll(200)
+"""
+
+
+@pytest.fixture
+def topic(kafka) -> str:
+    name = f"kmon-sasl-{uuid.uuid4().hex[:8]}"
+    produce(kafka.bootstrap(), name)
+    return name
+
+
+def confluent_consumer(kafka, topic: str, listener: str, *, properties: str = "{}",
+                       wait: bool = False) -> Child:
+    return Child([sys.executable, "-c", CONFLUENT_KAFKA, kafka.bootstrap(listener),
+                  f"g-{topic}", topic, str(kafka.client_config(listener)), properties,
+                  *(["wait"] if wait else [])])
+
+
+def test_confluent_kafka_consumer_over_sasl_ssl_without_the_agent(kafka, topic):
+    """OpenSSL inside the wheel's librdkafka; the first TLS writes of each socket are
+    SaslHandshake and SaslAuthenticate, which decide no role."""
+    client = confluent_consumer(kafka, topic, "SASL_SSL")
+    try:
+        client.wait_line("READ", timeout=60)
+        check_tls_roles(scored_until_right(client.pid, lambda: librdkafka_truth(client)))
+    finally:
+        client.stop()
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+def test_kcat_group_consumer_over_sasl_ssl_with_the_broker_ids(kafka, topic):
+    """kcat: librdkafka with the system's libssl, the listener's properties file (-F). The
+    headers inside TLS name the roles; kmon asks the cluster itself (``-b``/``-F``, the same
+    file) for the broker ids, which no request header carries."""
+    listener, config = kafka.bootstrap("SASL_SSL"), str(kafka.client_config("SASL_SSL"))
+    client = Child([KCAT, "-b", listener, "-F", config, "-G", f"g-{topic}",
+                    "-o", "beginning", "-d", "broker", topic])
+    try:
+        wait_for(lambda: sum("Reached end of topic" in line for line in client.stderr) >= 3,
+                 "kcat at the end of the topic's three partitions", 60)
+        check_tls_roles(scored_until_right(client.pid, lambda: librdkafka_truth(client),
+                                           "-b", listener, "-F", config), broker_ids=True)
+    finally:
+        client.stop()
+
+
+def test_a_kip848_consumer_over_tls_names_its_coordinator(kafka, topic):
+    """group.protocol=consumer: the coordinator's socket carries ConsumerGroupHeartbeat (api
+    68) and no JoinGroup/SyncGroup/Heartbeat; read inside TLS, it names the coordinator."""
+    client = confluent_consumer(kafka, topic, "SSL", properties='{"group.protocol": "consumer"}')
+    try:
+        client.wait_line("READ", timeout=60)
+        tally = scored_until_right(client.pid, lambda: librdkafka_truth(client))
+        check_tls_roles(tally)
+        assert any(role == "coordinator" and "ConsumerGroupHeartbeat" in wire
+                   for _, role, _, wire in tally["roles"]), tally
+    finally:
+        client.stop()
+
+
+def test_a_sasl_login_over_tls_hands_on_no_byte_of_the_password(kafka, topic):
+    """kafka-python's PLAIN login over TLS is one write of the raw token, the password's
+    first bytes within the 16 the probe reads: the TLS source keeps only what opens a Kafka
+    request header, so none of the token leaves it. The source is open before the client
+    logs in, so every login write passes through it."""
+    pytest.importorskip("kafka", reason="kafka-python 2.0.x is in the test extra")
+    from kmon.sources.tls.tls_tap import TlsTap
+
+    user = "kmon"
+    token = f"{user}\0{user}\0{kafka.sasl_password}".encode()
+    client = Child([sys.executable, "-c", KAFKA_PYTHON_LOGIN, kafka.bootstrap("SASL_SSL"),
+                    f"g-{topic}", topic, str(kafka.ca_file), user, kafka.sasl_password])
+    tap = None
+    try:
+        client.wait_line("WAITING", timeout=60)  # kafka-python imported: libssl is mapped
+        tap = TlsTap(client.pid)
+        client.send("")
+        writes, deadline = [], time.monotonic() + 30
+        while time.monotonic() < deadline and not any(
+                (h := kp.request_header(w.data, True)) and h.api_key in kp.BROKER_APIS
+                for w in writes):  # logged in and fetching
+            writes += tap.read()
+            time.sleep(0.1)
+        headers = [kp.request_header(w.data, True) for w in writes if w.data]
+        assert any(h and h.api_key == kp.SASL_HANDSHAKE for h in headers), headers
+        # the failures say how many, never the bytes (they hold the password's start)
+        assert headers.count(None) == 0  # what is handed on opens a request header
+        assert all(len(w.data) <= 16 for w in writes)
+        assert sum(token[:8] in w.data or kafka.sasl_password[:2].encode() in w.data[4:]
+                   for w in writes) == 0
+    finally:
+        if tap is not None:
+            tap.close()
+        client.stop()
+
+
+def test_the_password_is_in_no_output_nor_recording_of_kmon(kafka, topic, tmp_path):
+    """kmon watching (a stream and a recording) from before a SASL_SSL client logs in: the
+    password is in none of what it prints or writes."""
+    client = confluent_consumer(kafka, topic, "SASL_SSL", wait=True)
+    stream = record = None
+    out = tmp_path / "recording"
+    printed: list[str] = []
+
+    def named_inside_tls() -> bool:
+        printed.append(stream.wait_line("{", timeout=60))
+        return "over TLS" in printed[-1]
+
+    try:
+        client.wait_line("WAITING", timeout=60)
+        stream = attach_stream(client.pid, "--any-process", interval="500ms")
+        record = record_child("--pid", str(client.pid), "--any-process", "--out", str(out),
+                              "--interval", "500ms", "--rotate-every", "2s")
+        printed.append(stream.wait_line("{", timeout=60))
+        client.send("")
+        client.wait_line("READ", timeout=60)
+        wait_for(named_inside_tls, "a row named from inside TLS", 30)
+        time.sleep(3)  # a rotation: the recording's parts on disk
+    finally:
+        for child in (stream, record):
+            if child is not None:
+                child.stop()
+        client.stop()
+    secret = kafka.sasl_password
+    printed += [*stream.lines.queue, *stream.stderr, *record.lines.queue, *record.stderr]
+    assert not [line for line in printed if secret in line]
+    files = data_files(out)
+    assert files and not [f for f in files if secret.encode() in f.read_bytes()]
+    rows = [row for table in SCHEMAS if (out / table).exists() for row in read(out, table)]
+    assert rows and secret not in repr(rows)
