@@ -82,7 +82,7 @@ def test_a_close_is_never_idle_longer_than_it_lived():
 
 
 def test_the_error_code_of_a_sasl_response_is_read_in_either_header_layout():
-    from kmon.sources.packets.kafka_protocol import SASL_AUTHENTICATE, SASL_HANDSHAKE, error_code
+    from kmon.sources.kafka_protocol import SASL_AUTHENTICATE, SASL_HANDSHAKE, error_code
 
     def response(correlation: int, body: bytes, flexible: bool) -> bytes:
         header = correlation.to_bytes(4, "big") + (b"\x00" if flexible else b"")

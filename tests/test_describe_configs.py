@@ -13,10 +13,10 @@ import threading
 import time
 
 from kmon.devtools.hostile_broker import HostileBroker
+from kmon.sources import kafka_protocol as kp
 from kmon.sources.brokers.broker_query import CORRELATION_ID, ConfirmedBrokers, ask_idle_limit
 from kmon.sources.brokers.dns import Resolver
 from kmon.sources.kernel.sockets import Endpoint
-from kmon.sources.packets import kafka_protocol as kp
 
 
 def _string(text: str | None) -> bytes:

@@ -12,7 +12,7 @@ from helpers import Child, packet_sockets_held, produce, request_to, wait_for
 
 from kmon.engine.facade import EngineSettings, HostTarget, SamplerSettings, open_session
 from kmon.model import Role
-from kmon.sources.packets import kafka_protocol as kp
+from kmon.sources import kafka_protocol as kp
 from kmon.sources.packets.host_wire import HostWire
 from kmon.sources.process_wire import ProcessWire
 

@@ -18,12 +18,12 @@ from kmon.evidence.claims import Evidence, Gathered, socket_key
 from kmon.evidence.jvm import JvmEvidence
 from kmon.evidence.wire import WireEvidence
 from kmon.model import Role
+from kmon.sources import kafka_protocol as kp
 from kmon.sources.brokers.dns import Resolver
 from kmon.sources.clients.librdkafka_stats import ClientStats
 from kmon.sources.jvm.java_log import parse_line
 from kmon.sources.jvm.jvm_reading import JvmReading
 from kmon.sources.kernel.sockets import Endpoint, TcpSocket
-from kmon.sources.packets import kafka_protocol as kp
 from kmon.sources.packets.kafka_wire import Flow, WireView
 from kmon.sources.process_wire import NO_CAPTURE, WireReading
 

@@ -301,8 +301,8 @@ def test_the_wire_follows_a_broker_with_no_socket_open_at_a_poll_and_reads_a_fai
     seen. A plain socket server stands in for the broker (it answers SaslAuthenticate with
     an error, as a real broker does for a wrong password: the real one is
     test_a_wrong_sasl_password_is_auth_failed_and_the_right_one_gives_roles)."""
+    from kmon.sources import kafka_protocol as kp
     from kmon.sources.kernel.sockets import Endpoint, TcpSocket
-    from kmon.sources.packets import kafka_protocol as kp
     from kmon.sources.packets.kafka_wire import WireTap
 
     def connect(server):

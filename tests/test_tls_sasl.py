@@ -25,7 +25,7 @@ from helpers import (
 )
 
 from kmon.record.schema import SCHEMAS
-from kmon.sources.packets import kafka_protocol as kp
+from kmon.sources import kafka_protocol as kp
 
 pytestmark = [pytest.mark.integration,  # a real cluster, real clients, uprobes
               pytest.mark.root(reason="uprobes and the wire need root")]

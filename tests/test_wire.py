@@ -37,9 +37,9 @@ from helpers import (
 
 from kmon.classify import MAX_INT
 from kmon.devtools.client_programs import KAFKAJS_CONSUMER
+from kmon.sources import kafka_protocol as kp
 from kmon.sources.brokers.broker_query import ask_brokers
 from kmon.sources.kernel.sockets import Endpoint
-from kmon.sources.packets import kafka_protocol as kp
 from kmon.sources.packets import packet_filter
 
 pytestmark = [pytest.mark.integration,  # real processes, a cluster, real packet capture
@@ -163,7 +163,7 @@ def test_kafkajs_consumer(cluster, brokers, topic, tmp_path):
 
 ONE_REQUEST_CLIENT = """
 import socket, sys
-from kmon.sources.packets import kafka_protocol as kp
+from kmon.sources import kafka_protocol as kp
 host, port = sys.argv[1].split(",")[0].rsplit(":", 1)
 conn = socket.create_connection((host, int(port)))
 conn.sendall(kp.metadata_request(7, "kmon-one-request"))

@@ -24,12 +24,12 @@ from kmon.devtools.hostile_broker import (
     find_coordinator_request,
 )
 from kmon.engine.facade import EngineSettings, HostSession, HostTarget, open_session
+from kmon.sources import kafka_protocol as kp
 from kmon.sources.brokers.broker_query import MAX_ENTRIES, MAX_WALKED, ConfirmedBrokers, ask_brokers
 from kmon.sources.brokers.dns import Resolver
 from kmon.sources.clients import spool
 from kmon.sources.clients.librdkafka_stats import read_client_stats
 from kmon.sources.kernel.sockets import Endpoint, TcpSocket
-from kmon.sources.packets import kafka_protocol as kp
 from kmon.sources.packets.kafka_wire import MAX_COORDINATORS, WireTap
 
 # --- spool: a flood of files costs one bounded read a poll --------------------------------

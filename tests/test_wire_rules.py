@@ -13,9 +13,9 @@ from kmon.evidence.claims import Claim
 from kmon.evidence.resolve import resolve_one
 from kmon.evidence.wire import flow_says
 from kmon.model import Connection, Role
+from kmon.sources import kafka_protocol as kp
 from kmon.sources.brokers.dns import Resolver
 from kmon.sources.kernel.sockets import Endpoint
-from kmon.sources.packets import kafka_protocol as kp
 from kmon.sources.packets.kafka_wire import Flow, WireView
 
 BROKER = Endpoint("127.0.0.1", 9093)

@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 
-from kmon.sources.packets import kafka_protocol as kp
+from kmon.sources import kafka_protocol as kp
 
 KMON_CORRELATION = 0x6B6D6F6E  # kmon.sources.brokers.broker_query's own requests
 

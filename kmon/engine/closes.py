@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from kmon.engine.connection_lives import KernelLife
 from kmon.evidence.findings.silent_drop import unanswered
 from kmon.model import CloseStory, Connection, WireClose
-from kmon.sources.packets.kafka_protocol import SASL_APIS
+from kmon.sources.kafka_protocol import SASL_APIS
 from kmon.tcp_state import TcpState
 from kmon.units import format_duration
 

@@ -38,9 +38,9 @@ from kmon.classify import bootstrap_node_id, coordinator_node_id
 from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
 from kmon.evidence.logical import bootstrap_of, bootstrap_position
 from kmon.model import Role
+from kmon.sources import kafka_protocol as kp
 from kmon.sources.brokers.dns import CACHE_SECONDS, Resolver
 from kmon.sources.kernel.sockets import Endpoint
-from kmon.sources.packets import kafka_protocol as kp
 from kmon.sources.packets.kafka_wire import Flow, WireView, last_seen
 
 AFTER_LEARNED = 0.7  # metadata only, once the cluster was known: a broker, or a re-bootstrap

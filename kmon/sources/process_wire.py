@@ -16,10 +16,10 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kmon.sources import kafka_protocol as kp
 from kmon.sources.brokers.broker_query import BrokerQuery
 from kmon.sources.kernel.kernel_events import KernelEventsUnavailable
 from kmon.sources.kernel.sockets import Endpoint, TcpSocket
-from kmon.sources.packets import kafka_protocol as kp
 from kmon.sources.packets.host_wire import HostWire, SharedCapture
 from kmon.sources.packets.kafka_wire import WireTap, WireView
 from kmon.sources.tls.tls_tap import TlsTap, TlsUnavailable, TlsWrite

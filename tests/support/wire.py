@@ -16,8 +16,8 @@ __all__ = ["request_to", "rows_until", "from_start", "apis", "wire_sure", "all_n
 def request_to(server: socket.socket, client_id: str):
     """(a client socket connected to ``server`` that sent one Metadata request, as a
     TcpSocket, the server's end)."""
+    from kmon.sources import kafka_protocol as kp
     from kmon.sources.kernel.sockets import Endpoint, TcpSocket
-    from kmon.sources.packets import kafka_protocol as kp
 
     client = socket.create_connection(server.getsockname())
     peer, _ = server.accept()

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from kmon.sources.brokers.broker_query import bootstrap_brokers
 from kmon.sources.brokers.dns import Resolver
+from kmon.sources.kafka_protocol import IDLE_LIMIT
 from kmon.sources.kernel.sockets import Endpoint
-from kmon.sources.packets.kafka_protocol import IDLE_LIMIT
 
 if TYPE_CHECKING:
     from confluent_kafka import ConsumerGroupState, KafkaError

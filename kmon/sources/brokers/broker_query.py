@@ -22,10 +22,10 @@ from itertools import islice
 from typing import Any
 
 from kmon.sources import bounded
+from kmon.sources import kafka_protocol as kp
 from kmon.sources.brokers.dns import Resolver, split_host_port
+from kmon.sources.kafka_protocol import IDLE_LIMIT
 from kmon.sources.kernel.sockets import Endpoint, normalize_ip
-from kmon.sources.packets import kafka_protocol as kp
-from kmon.sources.packets.kafka_protocol import IDLE_LIMIT
 
 DEADLINE_S = 2.0  # connect, ask and read the whole answer in this long, or give up
 MAX_RESPONSE = 64 * 1024  # a Metadata answer without topics: some 40 bytes a broker

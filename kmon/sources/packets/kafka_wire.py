@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 from kmon.model import WireClose
 from kmon.sources import bounded
+from kmon.sources import kafka_protocol as kp
 from kmon.sources.kernel.sockets import Endpoint, TcpSocket
-from kmon.sources.packets import kafka_protocol as kp
 from kmon.sources.packets.host_wire import SharedCapture
 from kmon.sources.packets.packet_capture import Address, PacketCapture, Segment
 from kmon.sources.packets.packet_filter import TCP_CLOSING, TCP_RST

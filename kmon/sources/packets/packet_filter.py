@@ -27,7 +27,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 
-from kmon.sources.packets.kafka_protocol import (
+from kmon.sources.kafka_protocol import (
     MAX_API_KEY,
     MAX_API_VERSION,
     MAX_CLIENT_ID,

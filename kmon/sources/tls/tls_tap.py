@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from kmon.sources import kafka_protocol as kp
 from kmon.sources.kernel.kernel_events import (
     PERF_EVENT_IOC_ENABLE,
     Field,
@@ -37,7 +38,6 @@ from kmon.sources.kernel.kernel_events import (
     tracefs,
     tracepoint_attr,
 )
-from kmon.sources.packets import kafka_protocol as kp
 from kmon.sources.tls.elf_symbols import NotElf, function_offsets
 from kmon.sources.tls.uprobes import SAFE_PATH, registry
 
