@@ -354,6 +354,59 @@ def test_franz_go_consumer_over_tls(kafka, topic, go_consumer):
         client.stop()
 
 
+# python -c TWO_SOCKETS BOOTSTRAP CAFILE: two TLS sockets to one broker, silent until told;
+# "a" sends a Heartbeat on the first (a coordinator's request), "b" a ListOffsets on the
+# second (a partition leader's)
+TWO_SOCKETS = """
+import socket, ssl, struct, sys
+host, port = sys.argv[1].split(",")[0].rsplit(":", 1)
+context = ssl.create_default_context(cafile=sys.argv[2])
+a, b = (context.wrap_socket(socket.create_connection((host, int(port))), server_hostname=host)
+        for _ in range(2))
+def request(key, body, correlation=[0]):
+    correlation[0] += 1
+    header = struct.pack(">hhih", key, 0 if key == 12 else 1, correlation[0], 4) + b"kmon"
+    return struct.pack(">i", len(header) + len(body)) + header + body
+print("READY", a.getsockname()[1], b.getsockname()[1], flush=True)
+for line in sys.stdin:
+    if line.strip() == "a":
+        a.sendall(request(12, struct.pack(">h", 1) + b"g" + struct.pack(">ih", 0, 0)))
+    elif line.strip() == "b":
+        b.sendall(request(2, struct.pack(">ii", -1, 0)))
+"""
+
+
+def test_a_tls_socket_silent_at_attach_is_read_once_it_speaks(kafka):
+    """A TLS socket that says nothing after kmon attached carries no sign that it is TLS;
+    the probes stay on while it is undecided (PROBE_S at most), so its first request, once
+    the process's other sockets are decided, is read."""
+    client = Child([sys.executable, "-c", TWO_SOCKETS, kafka.bootstrap("SSL"),
+                    str(kafka.ca_file)])
+    stream = None
+    try:
+        _, a, b = client.wait_line("READY ", timeout=60).split()
+        stream = attach_stream(client.pid, "--any-process", interval="500ms")
+
+        def role(rows: list[dict], port: str) -> tuple:
+            (row,) = [r for r in rows if r["local"].endswith(f":{port}")]
+            return row["role"], row["confidence"]
+
+        def a_named(rows: list[dict]) -> bool:
+            client.send("a")  # until a heartbeat is read (the first opens the probes)
+            return role(rows, a) == ("coordinator", 1.0)
+
+        rows_until(stream, a_named)
+        for _ in range(3):  # polls with every socket that spoke decided
+            rows = rows_until(stream, lambda rows: True)
+            assert role(rows, b)[0] == "unknown", rows
+        client.send("b")  # once only
+        rows_until(stream, lambda rows: role(rows, b) == ("broker", 1.0), seconds=15)
+    finally:
+        if stream is not None:
+            stream.stop()
+        client.stop()
+
+
 def test_a_killed_kmon_leaves_no_probe_once_kmon_starts_again(kafka, topic):
     pytest.importorskip("kafka", reason="kafka-python 2.0.x is in the test extra")
     client = Child([sys.executable, "-c", KAFKA_PYTHON_TLS, kafka.bootstrap("SSL"),
