@@ -283,6 +283,7 @@ def scored_by_writes(written: Written) -> dict:
     first, confident_wrong, right_at = None, [], {}
     try:
         wait_for(lambda: f"kmon_{stream.pid}/" in uprobe_events(), "kmon's uprobes", 30)
+        stream.wait_line("{", timeout=60)  # a poll later: the perf events on them are open
         before = written.take()  # what was written before kmon could read it
         while first is None or time.monotonic() - first <= VERDICT_S:
             (process,) = json.loads(stream.wait_line("{", timeout=60))["processes"]
