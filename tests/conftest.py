@@ -127,6 +127,18 @@ def start_kafka():
 
 
 @pytest.fixture(scope="session")
+def go_consumer(tmp_path_factory) -> str:
+    """tests/go's consumer program, built once a run (the module cache and build cache
+    reused)."""
+    from kmon.devtools.client_programs import go_build
+
+    binary = tmp_path_factory.mktemp("go") / "kmon-go-consumer"
+    result = go_build(TESTS / "go", binary)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return str(binary)
+
+
+@pytest.fixture(scope="session")
 def spark_session():
     """One local Spark session (local[2]) for the run's in-process analyses. It maps the class
     archive a ``kmon analyze`` run keeps, when there is one, but never writes one itself: its

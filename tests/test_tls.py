@@ -1,9 +1,12 @@
 """Roles over TLS: real clients on the real cluster's SSL listener, no key, no agent, no change
 to the client. ``kmon attach PID --json`` reads the Kafka request headers inside their TLS
-writes (uprobes on OpenSSL's ``SSL_write``/``SSL_write_ex``) and every socket is scored against
+writes (uprobes on OpenSSL's ``SSL_write``/``SSL_write_ex``, in libssl, librdkafka or the
+``node`` executable; on Go's ``crypto/tls.(*Conn).Write``) and every socket is scored against
 the client's own view of it: kafka-python's connection table (node ``coordinator-N`` or a
 broker id, and the socket's local port), librdkafka's debug log (its broker threads,
-``GroupCoordinator`` or ``host:port/N``, and the fd each connected with).
+``GroupCoordinator`` or ``host:port/N``, and the fd each connected with), and for KafkaJS and
+franz-go the api key of each request as the client writes it (before TLS), with the local
+port of the socket it writes it to.
 
 Then the probes' safety: a kmon killed with SIGKILL leaves its uprobes behind; the next kmon
 removes them when it starts; a kmon that exits removes its own.
@@ -17,11 +20,15 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
+from collections import Counter
+from pathlib import Path
 
 import pytest
 from helpers import (
     SURE,
+    VERDICT_S,
     Child,
     attach_stream,
     check_tls_roles,
@@ -72,6 +79,35 @@ while True:
         if read == 20:
             print("READ", flush=True)
 """
+# node SCRIPT BOOTSTRAP GROUP TOPIC CAFILE; "WROTE <local port> <api key>" for each request
+# KafkaJS writes to a TLS socket (KafkaJS writes a request in one buffer)
+KAFKAJS_TLS = """
+const fs = require('fs');
+const tls = require('tls');
+const connect = tls.connect;
+tls.connect = function (...args) {
+  const socket = connect.apply(this, args);
+  const write = socket.write;
+  socket.write = function (chunk, ...rest) {
+    if (Buffer.isBuffer(chunk) && chunk.length >= 6) {
+      console.log(`WROTE ${socket.localPort} ${chunk.readInt16BE(4)}`);
+    }
+    return write.call(this, chunk, ...rest);
+  };
+  return socket;
+};
+const { Kafka, logLevel } = require('kafkajs');
+const kafka = new Kafka({ clientId: 'kmon-kafkajs', brokers: process.argv[2].split(','),
+  ssl: { ca: [fs.readFileSync(process.argv[5], 'utf-8')] }, logLevel: logLevel.NOTHING });
+const consumer = kafka.consumer({ groupId: process.argv[3] });
+(async () => {
+  await consumer.connect();
+  await consumer.subscribe({ topic: process.argv[4], fromBeginning: true });
+  await consumer.run({ eachMessage: async () => {} });
+  console.log('READY');
+})();
+"""
+NODE_MODULES = Path(__file__).parent / "node" / "node_modules"
 
 
 @pytest.fixture
@@ -146,6 +182,175 @@ def test_confluent_kafka_consumer_over_tls_without_the_agent(kafka, topic):
         client.wait_line("READ", timeout=60)
         check_tls_roles(scored_until_right(client.pid, lambda: librdkafka_truth(client)))
     finally:
+        client.stop()
+
+
+GROUP_KEYS = {8, 9, 11, 12, 13, 14}  # OffsetCommit, OffsetFetch, JoinGroup, Heartbeat, ...
+LEADER_KEYS = {0, 1, 2}  # Produce, Fetch, ListOffsets
+
+
+def written_role(keys) -> str | None:
+    """A socket's role by the requests written to it (None: only metadata and the like)."""
+    keys = set(keys)
+    return "coordinator" if keys & GROUP_KEYS else "broker" if keys & LEADER_KEYS else None
+
+
+class Written:
+    """A client's own account of its TLS sockets: the api keys of the requests it wrote to
+    each local port ("WROTE <port> <key>" lines), and whatever else it printed."""
+
+    def __init__(self, client: Child) -> None:
+        self.client = client
+        self.keys: dict[int, Counter] = {}
+        self.said: list[str] = []
+
+    def take(self) -> dict[int, Counter]:
+        while not self.client.lines.empty():
+            line = self.client.lines.get()
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == "WROTE" and parts[1].isdigit():
+                self.keys.setdefault(int(parts[1]), Counter())[int(parts[2])] += 1
+            else:
+                self.said.append(line)
+        return {port: Counter(keys) for port, keys in self.keys.items()}
+
+    def ready(self) -> bool:
+        self.take()
+        return "READY" in self.said and any(written_role(k) == "coordinator"
+                                            for k in self.keys.values())
+
+
+def scored_by_writes(written: Written) -> dict:
+    """``kmon attach PID --json`` for VERDICT_S after its first snapshot, each socket scored
+    against the requests the client wrote to it: since kmon's uprobes were made (what kmon
+    can have read), and over its life (any row at SURE or better must have that role). The
+    rows of the last snapshot, and when each socket was first right."""
+    stream = attach_stream(written.client.pid, "--any-process", interval="500ms")
+    first, confident_wrong, right_at = None, [], {}
+    try:
+        wait_for(lambda: f"kmon_{stream.pid}/" in uprobe_events(), "kmon's uprobes", 30)
+        stream.wait_line("{", timeout=60)  # a poll later: the perf events on them are open
+        before = written.take()  # what was written before kmon could read it
+        while first is None or time.monotonic() - first <= VERDICT_S:
+            (process,) = json.loads(stream.wait_line("{", timeout=60))["processes"]
+            first = first or time.monotonic()
+            now = written.take()
+            scored = []
+            for row in process["connections"]:
+                port = int(row["local"].rsplit(":", 1)[1])
+                ever = now.get(port, Counter())
+                since = written_role(ever - before.get(port, Counter()))
+                scored.append((row, written_role(ever), since))
+                if row["confidence"] >= SURE and written_role(ever) not in (None, row["role"]):
+                    confident_wrong.append((row["local"], row["role"], dict(ever)))
+                if since == row["role"] and row["confidence"] >= SURE:
+                    right_at.setdefault(port, time.monotonic() - first)
+    finally:
+        stream.stop()
+    decided = [(row, since) for row, _, since in scored if since]
+    right = [row for row, since in decided if row["role"] == since and row["confidence"] >= SURE]
+    return {"right": len(right), "decided": len(decided), "rows": len(scored),
+            "coordinators": sum(since == "coordinator" for _, since in decided),
+            "verdict_s": max(right_at.values(), default=None), "confident_wrong": confident_wrong,
+            "silent": [(row["local"], row["role"], row["confidence"], ever)
+                       for row, ever, since in scored if not since],
+            "decided_rows": [(row["local"], row["role"], row["confidence"],
+                              row["evidence"].get("wire"), since) for row, since in decided],
+            "notices": process["notices"]}
+
+
+def check_writes(tally: dict) -> None:
+    """Every socket that wrote a request deciding its role since attach named right at SURE
+    (a coordinator among them); none named wrong at SURE; a socket silent since attach keeps
+    the other evidence."""
+    assert not tally["confident_wrong"], json.dumps(tally)
+    assert tally["coordinators"] >= 1 and tally["right"] == tally["decided"], json.dumps(tally)
+    print(f"TLS roles: {tally['right']}/{tally['decided']} sockets that wrote since attach "
+          f"right, verdict in {tally['verdict_s']:.1f}s; {len(tally['silent'])} of "
+          f"{tally['rows']} silent since attach: {tally['silent']}")
+
+
+@pytest.mark.skipif(not (NODE_MODULES / "kafkajs").is_dir() or shutil.which("node") is None,
+                    reason="kafkajs is not installed (npm install --prefix tests/node)")
+def test_kafkajs_consumer_over_tls(kafka, topic, tmp_path):
+    """KafkaJS: OpenSSL built into the ``node`` executable (``SSL_write``, its writes through a
+    memory BIO then to the socket on node's one thread); six TLS sockets, two per broker."""
+    script = tmp_path / "consumer.js"
+    script.write_text(KAFKAJS_TLS)
+    client = Child(["node", str(script), kafka.bootstrap("SSL"), f"g-{topic}", topic,
+                    str(kafka.ca_file)], env={**os.environ, "NODE_PATH": str(NODE_MODULES)})
+    try:
+        written = Written(client)
+        wait_for(written.ready, "KafkaJS in its group", 60)
+        check_writes(scored_by_writes(written))
+    finally:
+        client.stop()
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="go is not installed")
+def test_franz_go_consumer_over_tls(kafka, topic, go_consumer):
+    """franz-go: Go's ``crypto/tls.(*Conn).Write`` in the program's own .symtab, each
+    record's socket read through the ``*tls.Conn`` itself; up to five sockets a broker."""
+    client = Child([go_consumer, "franz-go", kafka.bootstrap("SSL"), f"g-{topic}", topic,
+                    str(kafka.ca_file)])
+    try:
+        written = Written(client)
+        wait_for(written.ready, "franz-go in its group", 60)
+        check_writes(scored_by_writes(written))
+    finally:
+        client.stop()
+
+
+# python -c TWO_SOCKETS BOOTSTRAP CAFILE: two TLS sockets to one broker, silent until told;
+# "a" sends a Heartbeat on the first (a coordinator's request), "b" a ListOffsets on the
+# second (a partition leader's)
+TWO_SOCKETS = """
+import socket, ssl, struct, sys
+host, port = sys.argv[1].split(",")[0].rsplit(":", 1)
+context = ssl.create_default_context(cafile=sys.argv[2])
+a, b = (context.wrap_socket(socket.create_connection((host, int(port))), server_hostname=host)
+        for _ in range(2))
+def request(key, body, correlation=[0]):
+    correlation[0] += 1
+    header = struct.pack(">hhih", key, 0 if key == 12 else 1, correlation[0], 4) + b"kmon"
+    return struct.pack(">i", len(header) + len(body)) + header + body
+print("READY", a.getsockname()[1], b.getsockname()[1], flush=True)
+for line in sys.stdin:
+    if line.strip() == "a":
+        a.sendall(request(12, struct.pack(">h", 1) + b"g" + struct.pack(">ih", 0, 0)))
+    elif line.strip() == "b":
+        b.sendall(request(2, struct.pack(">ii", -1, 0)))
+"""
+
+
+def test_a_tls_socket_silent_at_attach_is_read_once_it_speaks(kafka):
+    """A TLS socket that says nothing after kmon attached carries no sign that it is TLS;
+    the probes stay on while it is undecided (PROBE_S at most), so its first request, once
+    the process's other sockets are decided, is read."""
+    client = Child([sys.executable, "-c", TWO_SOCKETS, kafka.bootstrap("SSL"),
+                    str(kafka.ca_file)])
+    stream = None
+    try:
+        _, a, b = client.wait_line("READY ", timeout=60).split()
+        stream = attach_stream(client.pid, "--any-process", interval="500ms")
+
+        def role(rows: list[dict], port: str) -> tuple:
+            (row,) = [r for r in rows if r["local"].endswith(f":{port}")]
+            return row["role"], row["confidence"]
+
+        def a_named(rows: list[dict]) -> bool:
+            client.send("a")  # until a heartbeat is read (the first opens the probes)
+            return role(rows, a) == ("coordinator", 1.0)
+
+        rows_until(stream, a_named)
+        for _ in range(3):  # polls with every socket that spoke decided
+            rows = rows_until(stream, lambda rows: True)
+            assert role(rows, b)[0] == "unknown", rows
+        client.send("b")  # once only
+        rows_until(stream, lambda rows: role(rows, b) == ("broker", 1.0), seconds=15)
+    finally:
+        if stream is not None:
+            stream.stop()
         client.stop()
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kmon.sources.tls.elf_symbols import ELF_HEADER, NotElf, function_offsets
+from kmon.sources.tls.elf_symbols import ELF_HEADER, NotElf, function_offsets, object_addresses
+from kmon.sources.tls.tls_tap import FUNCTIONS, GO_TCP_ITAB
 
 pytestmark = pytest.mark.integration  # binutils' nm and readelf are the independent truth
 
@@ -51,6 +52,38 @@ def test_static_openssl_inside_librdkafka_is_found_in_symtab():
     offsets = function_offsets(path, ["SSL_write", "SSL_write_ex"])
     assert offsets and all(offset == _file_offset(path, int(static[name], 16))
                            for name, offset in offsets.items())
+
+
+def _nm(path: str) -> dict[str, int]:
+    """binutils' view of a file's defined symbols: name -> address."""
+    lines = subprocess.run(["nm", "--defined-only", path], capture_output=True, text=True,
+                           check=True).stdout.splitlines()
+    return {parts[2]: int(parts[0], 16) for line in lines if len(parts := line.split(" ", 2)) == 3}
+
+
+@pytest.mark.skipif(shutil.which("node") is None or shutil.which("nm") is None,
+                    reason="no node, or no nm")
+def test_openssl_built_into_the_node_executable_is_found():
+    node = str(Path(shutil.which("node")).resolve())
+    offsets = function_offsets(node, FUNCTIONS)
+    assert "SSL_write" in offsets  # node's TLS sockets call SSL_write
+    symbols = _nm(node)
+    assert all(offset == _file_offset(node, symbols[name]) for name, offset in offsets.items())
+
+
+@pytest.mark.skipif(shutil.which("go") is None or shutil.which("nm") is None,
+                    reason="no go, or no nm")
+def test_go_tls_write_and_the_tcp_conn_table_are_found_in_a_go_program(go_consumer):
+    """``crypto/tls.(*Conn).Write`` (a function: its file offset) and ``*net.TCPConn``'s
+    ``net.Conn`` interface table (an object: its address) in the program's .symtab."""
+    symbols = _nm(go_consumer)
+    offsets = function_offsets(go_consumer, FUNCTIONS)
+    assert set(offsets) == {"crypto/tls.(*Conn).Write"}
+    assert offsets["crypto/tls.(*Conn).Write"] == _file_offset(
+        go_consumer, symbols["crypto/tls.(*Conn).Write"])
+    found, lowest = object_addresses(go_consumer, [GO_TCP_ITAB, "crypto/tls.(*Conn).Write"])
+    assert found == {GO_TCP_ITAB: symbols[GO_TCP_ITAB]}  # objects only, never a function
+    assert lowest == min(vaddr - offset for offset, vaddr in _loads(go_consumer))
 
 
 @pytest.mark.parametrize("damage", ["not elf", "cut", "huge tables", "32-bit"])
@@ -91,3 +124,11 @@ def _file_offset(path: str, address: int) -> int:
             if vaddr <= address < vaddr + filesz:
                 return address - vaddr + offset
     raise AssertionError(hex(address))
+
+
+def _loads(path: str) -> list[tuple[int, int]]:
+    """``readelf``'s loadable segments: (file offset, address)."""
+    text = subprocess.run(["readelf", "-lW", path], capture_output=True, text=True,
+                          check=True).stdout
+    return [(int(parts[1], 16), int(parts[2], 16)) for line in text.splitlines()
+            if (parts := line.split()) and parts[0] == "LOAD"]

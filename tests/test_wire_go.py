@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from pathlib import Path
 
 import pytest
 from helpers import all_named, apis, from_start, produce, wire_sure
 
 from kmon.classify import MAX_INT
-from kmon.devtools.client_programs import go_build
 from kmon.sources.brokers.broker_query import ask_brokers
 from kmon.sources.kernel.sockets import Endpoint
 
@@ -27,17 +25,7 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("go") is None, reason="go is not installed"),
 ]
 
-GO_SOURCE = Path(__file__).parent / "go"
 GROUP_APIS = {"JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit", "OffsetFetch"}
-
-
-@pytest.fixture(scope="session")
-def go_consumer(tmp_path_factory) -> str:
-    """The Go consumer program, built once a run (the module cache and build cache reused)."""
-    binary = tmp_path_factory.mktemp("go") / "kmon-go-consumer"
-    result = go_build(GO_SOURCE, binary)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return str(binary)
 
 
 @pytest.fixture

@@ -75,7 +75,7 @@ class ProcessWire:
             if answer:
                 self.tap.learn(answer, now_ms)
             view = self.tap.poll(sockets, now_ms, self._tls_writes())
-            self._probe_while_undecided(view)
+            self._probe_while_undecided(view, sockets)
             return WireReading(view, notices=self._tls_notices(view))
         except PermissionError:
             self.problem = NO_CAPTURE
@@ -106,14 +106,19 @@ class ProcessWire:
             self._tls_failed(err)
             return []
 
-    def _probe_while_undecided(self, view: WireView) -> None:
-        """The TLS source runs while a TLS socket has carried no request that decides its
-        role (a broker's, a coordinator's), for PROBE_S at most: a socket it gave up on
-        opens it again only once it is gone; every probe's cost is the client's."""
+    def _probe_while_undecided(self, view: WireView, sockets: list[TcpSocket]) -> None:
+        """The TLS source runs once a socket of the process has spoken TLS, while one of its
+        sockets has carried no request that decides its role (a broker's, a coordinator's;
+        one silent since kmon attached may be TLS too: its first record would be missed),
+        for PROBE_S at most: a socket it gave up on opens it again only once it is gone;
+        every probe's cost is the client's."""
         flows = view.flows
-        undecided = {key for key, f in flows.items()
-                     if f.tls and not f.api_counts.keys() & DECIDING_APIS}
-        self.given_up &= flows.keys()
+        pairs = {(s.local, s.remote) for s in sockets}
+        undecided = set()
+        if any(f.tls for f in flows.values()):
+            undecided = pairs - {key for key, f in flows.items()
+                                 if f.api_counts.keys() & DECIDING_APIS}
+        self.given_up &= pairs
         now = time.monotonic()
         if self.tls is None:
             if undecided - self.given_up:

@@ -1,15 +1,21 @@
 // A Go Kafka consumer in a group, for kmon's wire tests: franz-go or segmentio/kafka-go.
 //
-//	kmon-go-consumer franz-go|kafka-go BOOTSTRAP GROUP TOPIC
+//	kmon-go-consumer franz-go|kafka-go BOOTSTRAP GROUP TOPIC [CAFILE]
 //
 // It joins GROUP, consumes TOPIC from the beginning, prints READY once the group has
-// assigned it partitions, and exits when stdin ends or says "exit".
+// assigned it partitions, and exits when stdin ends or says "exit". With CAFILE (franz-go
+// only) it speaks TLS, trusting that CA, and prints its own view of each connection: a line
+// "WROTE <local port> <api key>" for each request it writes.
 package main
 
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -20,18 +26,22 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 5 {
-		fmt.Fprintln(os.Stderr, "usage: kmon-go-consumer franz-go|kafka-go BOOTSTRAP GROUP TOPIC")
+	if len(os.Args) != 5 && !(len(os.Args) == 6 && os.Args[1] == "franz-go") {
+		fmt.Fprintln(os.Stderr, "usage: kmon-go-consumer franz-go|kafka-go BOOTSTRAP GROUP TOPIC [CAFILE]")
 		os.Exit(2)
 	}
 	library, brokers, group, topic := os.Args[1], strings.Split(os.Args[2], ","), os.Args[3], os.Args[4]
+	var dial []kgo.Opt
+	if len(os.Args) == 6 {
+		dial = append(dial, kgo.Dialer(tlsDialer(os.Args[5])))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var ready sync.Once
 	assigned := func() { ready.Do(func() { fmt.Println("READY") }) }
 	var stop func()
 	switch library {
 	case "franz-go":
-		stop = franzGo(ctx, brokers, group, topic, assigned)
+		stop = franzGo(ctx, brokers, group, topic, assigned, dial...)
 	case "kafka-go":
 		stop = kafkaGo(ctx, brokers, group, topic, assigned)
 	default:
@@ -46,8 +56,8 @@ func main() {
 }
 
 // franzGo consumes with twmb/franz-go's kgo client; assigned runs when partitions arrive.
-func franzGo(ctx context.Context, brokers []string, group, topic string, assigned func()) func() {
-	client, err := kgo.NewClient(
+func franzGo(ctx context.Context, brokers []string, group, topic string, assigned func(), opts ...kgo.Opt) func() {
+	client, err := kgo.NewClient(append(opts,
 		kgo.SeedBrokers(brokers...),
 		kgo.ClientID("kmon-franz-go"),
 		kgo.ConsumerGroup(group),
@@ -58,7 +68,7 @@ func franzGo(ctx context.Context, brokers []string, group, topic string, assigne
 				assigned()
 			}
 		}),
-	)
+	)...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -95,4 +105,35 @@ func kafkaGo(ctx context.Context, brokers []string, group, topic string, assigne
 		}
 	}()
 	return func() { reader.Close() }
+}
+
+// tlsDialer dials TLS connections trusting the CA in caFile; each connection tells the api
+// key of each request written to it (franz-go writes a request in one Write).
+func tlsDialer(caFile string) func(ctx context.Context, network, host string) (net.Conn, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pem)
+	return func(ctx context.Context, network, host string) (net.Conn, error) {
+		name, _, _ := net.SplitHostPort(host)
+		dialer := &tls.Dialer{Config: &tls.Config{RootCAs: roots, ServerName: name}}
+		conn, err := dialer.DialContext(ctx, network, host)
+		if err != nil {
+			return nil, err
+		}
+		return told{conn}, nil
+	}
+}
+
+// told is a connection that prints "WROTE <local port> <api key>" for each request written.
+type told struct{ net.Conn }
+
+func (c told) Write(b []byte) (int, error) {
+	if len(b) >= 6 {
+		fmt.Printf("WROTE %d %d\n", c.LocalAddr().(*net.TCPAddr).Port, int16(binary.BigEndian.Uint16(b[4:6])))
+	}
+	return c.Conn.Write(b)
 }

@@ -1,17 +1,27 @@
-"""The first bytes of what one process writes through OpenSSL, tied to the socket each went
-to: a Kafka request's header (size, api key, version, correlation id) over TLS.
+"""The first bytes of what one process writes through its TLS library, tied to the socket each
+went to: a Kafka request's header (size, api key, version, correlation id) over TLS.
 
-Uprobes (kmon.sources.tls.uprobes) on ``SSL_write``/``SSL_write_ex`` in the files the process
-maps (``libssl.so``; a librdkafka with OpenSSL linked in) read 16 bytes of the buffer and its
-length, never more, and keep of them only the Kafka request header they open (a raw SASL token
-is written this way too: kafka-python's PLAIN login puts the password's first bytes within
-the 16). The thread's next ``write``/``sendto``/``sendmsg`` (the syscall
-tracepoints) names the socket: OpenSSL's socket BIO writes the record on the thread that
-called it, and librdkafka runs one thread per broker connection. Every event is opened per
-thread of the process (perf_event_open with its tid): the kernel sets the breakpoints in this
-process only and records nothing of another. One ring per thread, read like the TCP
-tracepoints' (``kernel_events.read_ring``); a full ring drops, and the kernel counts what it
-dropped.
+Uprobes (kmon.sources.tls.uprobes) read 16 bytes of the plaintext and its length, never more:
+on OpenSSL's ``SSL_write``/``SSL_write_ex`` in the files the process maps (``libssl.so``; a
+librdkafka with OpenSSL linked in; the ``node`` executable, OpenSSL built in), and on Go's
+``crypto/tls.(*Conn).Write`` in a Go executable (its register ABI: the slice in rbx and rcx;
+an entry probe only, never a return probe, which Go's moving stacks break). Of the 16 bytes
+only the Kafka request header they open is kept (a raw SASL token is written this way too:
+kafka-python's PLAIN login puts the password's first bytes within the 16). The thread's
+next ``write``/``sendto``/``sendmsg`` (the syscall tracepoints) names the socket: OpenSSL's
+socket BIO writes the record on the thread that called it, and librdkafka runs one thread per
+broker connection; Node's TLS writes its memory BIO's record to the socket right after
+``SSL_write``, on its one thread. Go's ``Conn.Write`` names its socket itself: the probe
+also reads the connection's interface table and, through it, its file descriptor
+(``Conn.conn`` -> ``*net.TCPConn`` -> ``netFD.pfd.Sysfd``), and the descriptor is taken only
+where the table is the program's own ``*net.TCPConn`` one (its address from the binary's
+``.symtab``): a connection of any other type (a wrapper, a proxy) falls back on the thread's
+next send, as the goroutine seals the record and writes it on the thread it runs on.
+
+Every event is opened per thread of the process (perf_event_open with its tid): the kernel
+sets the breakpoints in this process only and records nothing of another. One ring per
+thread, read like the TCP tracepoints' (``kernel_events.read_ring``); a full ring drops, and
+the kernel counts what it dropped.
 """
 
 from __future__ import annotations
@@ -38,14 +48,19 @@ from kmon.sources.kernel.kernel_events import (
     tracefs,
     tracepoint_attr,
 )
-from kmon.sources.tls.elf_symbols import NotElf, function_offsets
+from kmon.sources.tls.elf_symbols import NotElf, function_offsets, object_addresses
 from kmon.sources.tls.uprobes import SAFE_PATH, registry
 
-FUNCTIONS = ("SSL_write", "SSL_write_ex")  # (SSL *, const void *buf, int/size_t num, ...)
-FETCH = "buf=+0(%si):x8[16] len=%dx:s32"  # x86-64: the 2nd argument in rsi, the 3rd in rdx
+OPENSSL = "buf=+0(%si):x8[16] len=%dx:s32"  # (SSL *, const void *buf, int/size_t num, ...)
+# (c *Conn, b []byte): c in rax, the slice's ptr and len in rbx and rcx; c.conn's interface
+# table (+0) and data (+8): a *net.TCPConn, whose netFD's Sysfd is at +16 (after its fdMutex)
+GO = ("buf=+0(%bx):x8[16] len=%cx:s32 tab=+0(%ax):u64 fd=+16(+0(+8(%ax))):s32")
+GO_TCP_ITAB = "go:itab.*net.TCPConn,net.Conn"
+FUNCTIONS = {"SSL_write": OPENSSL, "SSL_write_ex": OPENSSL, "crypto/tls.(*Conn).Write": GO}
 HEADER_BYTES = 16
 SYSCALLS = ("sys_enter_write", "sys_enter_sendto", "sys_enter_sendmsg")
 LIBRARIES = re.compile(r"/lib(ssl|rdkafka)[^/]*\.so[^/]*$")  # where OpenSSL's writes are
+# (and the process's own executable: node's OpenSSL, a Go program's crypto/tls)
 MAX_MAPS_BYTES = 8 << 20
 MAX_THREADS = 256
 RING_PAGES = 16  # per thread: ~900 records between two polls
@@ -82,6 +97,7 @@ class TlsTap:
         self.pid = pid
         self.probes = registry()
         self.events: dict[int, tuple[str, dict[str, Field]]] = {}  # tracepoint id -> kind
+        self.tcp_itabs: dict[int, int] = {}  # a Go probe's id -> *net.TCPConn's table, mapped
         self.files: set[tuple[int, int]] = set()  # (device, inode) of the files probed
         self.refused: list[str] = []  # the paths of those that could not be
         self.threads: dict[int, _Thread] = {}
@@ -140,10 +156,10 @@ class TlsTap:
                     self.events[event_id] = ("syscall", fields)
 
     def _scan(self) -> None:
-        """Probe the OpenSSL writes of the files newly mapped; follow new threads."""
+        """Probe the TLS writes of the files newly mapped; follow new threads."""
         self.scanned = time.monotonic()
         if not self.probed:
-            for path, ident in _mapped_libraries(self.pid):
+            for path, ident, start in _mapped_libraries(self.pid):
                 if ident in self.files:
                     continue
                 self.files.add(ident)
@@ -154,13 +170,16 @@ class TlsTap:
                     offsets = function_offsets(path, FUNCTIONS)
                 except (OSError, NotElf, ValueError, struct.error):
                     continue
-                for offset in sorted(set(offsets.values())):
-                    event_id, fields = self.probes.event(path, offset, FETCH)
+                for offset, fetch in sorted({(offset, FUNCTIONS[name])
+                                             for name, offset in offsets.items()}):
+                    event_id, fields = self.probes.event(path, offset, fetch)
                     self.events[event_id] = ("ssl", fields)
+                    if fetch == GO and start is not None:
+                        self._go_tcp_itab(event_id, path, start)
         if not self.probed:
             if self.refused:
-                raise TlsUnavailable(f"OpenSSL is in a file whose path kmon does not write to "
-                                     f"tracefs: {self.refused[0]!r}")
+                raise TlsUnavailable(f"the TLS library is in a file whose path kmon does not "
+                                     f"write to tracefs: {self.refused[0]!r}")
             return
         try:
             tids = sorted(int(t) for t in os.listdir(f"/proc/{self.pid}/task"))[:MAX_THREADS]
@@ -171,6 +190,16 @@ class TlsTap:
                 thread = self._open_thread(tid)
                 if thread is not None:
                     self.threads[tid] = thread
+
+    def _go_tcp_itab(self, event_id: int, path: str, start: int) -> None:
+        """Where ``*net.TCPConn``'s table for ``net.Conn`` is in the process (the Go program
+        at ``path`` mapped from ``start``): a probe whose connection has it reads its fd."""
+        try:
+            found, lowest = object_addresses(path, [GO_TCP_ITAB])
+        except (OSError, NotElf, ValueError, struct.error):
+            return
+        if GO_TCP_ITAB in found:
+            self.tcp_itabs[event_id] = found[GO_TCP_ITAB] - lowest + start
 
     def _open_thread(self, tid: int) -> _Thread | None:
         ids = list(self.events)
@@ -203,19 +232,26 @@ class TlsTap:
         perf_ioctl(fd, PERF_EVENT_IOC_ENABLE, 0)
 
     def _drain(self, thread: _Thread, out: list[tuple[int, float, bytes]]) -> None:
-        events = self.events
+        events, itabs = self.events, self.tcp_itabs
 
         def sample(_pid: int, _tid: int, ts_ms: float, raw: bytes) -> bool:
             if len(raw) < 8:
                 return False
-            kind, fields = events.get(struct.unpack_from("<H", raw)[0], ("", {}))
+            event_id = struct.unpack_from("<H", raw)[0]
+            kind, fields = events.get(event_id, ("", {}))
             if kind == "ssl":
                 buf, length = fields.get("buf"), fields.get("len")
                 if buf is None or length is None or len(raw) < buf.offset + buf.size:
                     return False
                 size = struct.unpack_from("<i", raw, length.offset)[0]
-                thread.pending = _header_only(raw[buf.offset:buf.offset + min(
+                data = _header_only(raw[buf.offset:buf.offset + min(
                     buf.size, HEADER_BYTES, max(size, 0))])
+                own = _own_fd(raw, fields, itabs.get(event_id))
+                if own is None:
+                    thread.pending = data
+                    return False
+                out.append((own, ts_ms, data))
+                return True
             elif kind == "syscall" and thread.pending is not None:
                 fd = fields["fd"]
                 if len(raw) >= fd.offset + fd.size:
@@ -248,27 +284,47 @@ def _header_only(start: bytes) -> bytes:
     return start[:kp.REQUEST_HEADER + len(header.client_id or "")]
 
 
-def _mapped_libraries(pid: int) -> list[tuple[str, tuple[int, int]]]:
-    """The executable file mappings of the process that may hold OpenSSL's writes: (path,
-    (device, inode)), the path checked to be the file mapped (the same inode)."""
+def _mapped_libraries(pid: int) -> list[tuple[str, tuple[int, int], int | None]]:
+    """The executable file mappings of the process that may hold its TLS writes (``LIBRARIES``,
+    its own executable): (path, (device, inode), where its offset 0 is mapped), the path
+    checked to be the file mapped (the same inode)."""
     try:
         with open(f"/proc/{pid}/maps", "rb") as handle:
             text = handle.read(MAX_MAPS_BYTES).decode("utf-8", "replace")
+        executable = os.readlink(f"/proc/{pid}/exe")
     except OSError:
         return []
     found: dict[tuple[int, int], str] = {}
+    starts: dict[tuple[str, int], int] = {}  # (path, inode) -> where its offset 0 is mapped
     for line in text.splitlines():
         parts = line.split(None, 5)
-        if len(parts) < 6 or "x" not in parts[1] or not LIBRARIES.search(parts[5]):
+        if len(parts) < 6 or not (parts[5] == executable or LIBRARIES.search(parts[5])):
             continue
         path, inode = parts[5], int(parts[4])
+        if int(parts[2], 16) == 0:
+            starts.setdefault((path, inode), int(parts[0].split("-")[0], 16))
+        if "x" not in parts[1]:
+            continue
         try:
             stat = os.stat(path)
         except OSError:
             continue
         if stat.st_ino == inode:
             found.setdefault((stat.st_dev, inode), path)
-    return [(path, ident) for ident, path in found.items()]
+    return [(path, ident, starts.get((path, ident[1]))) for ident, path in found.items()]
+
+
+def _own_fd(raw: bytes, fields: dict[str, Field], tcp_itab: int | None) -> int | None:
+    """The fd a Go ``Conn.Write`` record read through its connection, where the connection
+    is a ``*net.TCPConn`` (its interface table is ``tcp_itab``); else None."""
+    tab, fd = fields.get("tab"), fields.get("fd")
+    if tcp_itab is None or tab is None or fd is None or len(raw) < max(
+            tab.offset + 8, fd.offset + 4):
+        return None
+    if struct.unpack_from("<Q", raw, tab.offset)[0] != tcp_itab:
+        return None
+    number = struct.unpack_from("<i", raw, fd.offset)[0]
+    return number if number >= 0 else None
 
 
 def _socket_inode(pid: int, fd: int) -> int | None:
