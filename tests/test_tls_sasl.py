@@ -111,14 +111,18 @@ def test_kcat_group_consumer_over_sasl_ssl_with_the_broker_ids(kafka, topic):
 
 def test_a_kip848_consumer_over_tls_names_its_coordinator(kafka, topic):
     """group.protocol=consumer: the coordinator's socket carries ConsumerGroupHeartbeat (api
-    68) and no JoinGroup/SyncGroup/Heartbeat; read inside TLS, it names the coordinator."""
+    68, every 5 s) and the offsets' requests, no JoinGroup/SyncGroup/Heartbeat; read inside
+    TLS, they name the coordinator."""
     client = confluent_consumer(kafka, topic, "SSL", properties='{"group.protocol": "consumer"}')
     try:
         client.wait_line("READ", timeout=60)
         tally = scored_until_right(client.pid, lambda: librdkafka_truth(client))
         check_tls_roles(tally)
-        assert any(role == "coordinator" and "ConsumerGroupHeartbeat" in wire
-                   for _, role, _, wire in tally["roles"]), tally
+        # named from the group's own requests inside TLS: the heartbeat, or the offsets
+        # committed between two heartbeats 5 s apart; never the classic group's
+        assert any(role == "coordinator" and wire and any(api in wire for api in (
+            "ConsumerGroupHeartbeat", "OffsetCommit", "OffsetFetch")) and "JoinGroup" not in wire
+            for _, role, _, wire in tally["roles"]), tally
     finally:
         client.stop()
 
