@@ -26,8 +26,8 @@ FD_SAMPLES = 64
 RATE_MIN_SPAN_MS = 5_000  # a rate of client creation needs this long a look
 MINUTE_MS = 60_000
 KERNEL_ENDINGS = {  # a kernel-seen ending -> how its churn event says it
-    "per_ip_rejected": "closed by the broker within {ms} ms of connecting (a per-IP "
-                       "connection limit refuses connections so)",
+    "per_ip_rejected": "reset by the broker within {ms} ms of connecting, unread (a "
+                       "per-IP connection limit refuses connections so)",
     "connect_failed": "connection attempts that never got established"}
 # how many in the window make a pattern: a per-IP limit refuses a client again and again,
 # where a broker starting up or going down closes one or two fresh connections so

@@ -20,7 +20,7 @@ from kmon.sources.kernel.kernel_events import TCP_CLOSE, TCP_SYN_SENT, TcpEvent
 MAX_OPEN = 8192  # connections followed at once; past it the oldest are forgotten
 MAX_STRANGERS = 1024  # processes not watched that connected, kept between two searches
 MAX_STRANGER_REMOTES = 64  # ... and the remotes each connected to
-REJECTED_WITHIN_MS = 250  # closed by the broker this soon after its connect: refused
+REJECTED_WITHIN_MS = 250  # reset by the broker this soon after its connect: refused
 TCP_ESTABLISHED, TCP_FIN_WAIT1, TCP_CLOSE_WAIT = 1, 4, 8
 
 
@@ -54,15 +54,22 @@ class KernelLife:
 
     @property
     def ending(self) -> str | None:
-        """connect_failed (never established), per_ip_rejected (closed or reset by the broker
-        within REJECTED_WITHIN_MS of its connect, while the broker still listens) or None
-        (an ordinary close, or one whose steps the port filter did not yet pass: its port was
-        learned from its open)."""
+        """connect_failed (never established), per_ip_rejected (reset by the broker, no FIN
+        first, within REJECTED_WITHIN_MS of its connect, while the broker still listens) or
+        None (an ordinary close, or one whose steps the port filter did not yet pass: its
+        port was learned from its open).
+
+        A per-IP limit's acceptor closes before reading a byte, and every Kafka client speaks
+        first (ApiVersions, a TLS ClientHello): Linux answers a close with unread data by a
+        RST. A broker's FIN says it had read all that came, so it may have answered: a failed
+        login is closed so, ``connection.failed.authentication.delay.ms`` (100 ms) after its
+        error, well within the window; a limit's FIN (a close that beat the client's first
+        bytes) is left an ordinary close."""
         if self.closed_ms is None:
             return None
         if self.never_established:
             return "connect_failed"
-        if (self.closed_by == "broker" and not self.listener_gone
+        if (self.reset == "broker" and self.first_fin is None and not self.listener_gone
                 and self.closed_ms - self.opened_ms <= REJECTED_WITHIN_MS):
             return "per_ip_rejected"
         return None
