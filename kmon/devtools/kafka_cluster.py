@@ -130,13 +130,15 @@ class KafkaCluster:
         self.nodes = [KafkaNode(n + 1, dict(zip(LISTENERS, ports[n * 4:n * 4 + 4], strict=True)),
                                 self.workdir / f"node-{n + 1}") for n in range(self.brokers)]
         keystore_password = secrets.token_urlsafe(12)
-        _make_key_pair(java, self.workdir, keystore_password)
         self._write_client_configs()
         cluster_id = _cluster_id()
         for node in self.nodes:
             _write_node_files(node, self._node_config(node, keystore_password))
-        with ThreadPoolExecutor(self.brokers) as pool:
-            list(pool.map(lambda node: _format(java, jars, node, cluster_id), self.nodes))
+        with ThreadPoolExecutor(self.brokers + 1) as pool:  # each a JVM: at once
+            done = [pool.submit(_make_key_pair, java, self.workdir, keystore_password),
+                    *(pool.submit(_format, java, jars, node, cluster_id) for node in self.nodes)]
+            for step in done:
+                step.result()
         for node in self.nodes:
             self.start_node(node)
         self.wait_ready(timeout_s)
