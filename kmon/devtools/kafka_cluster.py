@@ -147,9 +147,10 @@ class KafkaCluster:
     def start_node(self, node: KafkaNode) -> None:
         """Start (or restart, after ``kill``) the node's JVM on its own ports and data."""
         log = open(node.directory / "jvm.out", "ab")  # noqa: SIM115 (the JVM's, closed below)
-        with log:
+        with log:  # C1 alone: a node's start is class loading and warm-up, its load small
             node.process = subprocess.Popen(
-                [self._java, HEAP, "-XX:+UseSerialGC", "-Djava.awt.headless=true",
+                [self._java, HEAP, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                 "-Djava.awt.headless=true",
                  f"-Dlog4j2.configurationFile={node.directory / 'log4j2.properties'}",
                  "-cp", self._classpath, "kafka.Kafka", str(node.directory / "server.properties")],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
