@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -16,7 +17,9 @@ import time
 
 import psutil
 import pytest
-from helpers import kmon
+from helpers import Child, kmon
+
+from kmon.devtools.demo_workload import WORKLOAD
 
 pytestmark = pytest.mark.integration  # real processes, a cluster or Spark
 
@@ -46,6 +49,26 @@ def test_headless_demo_watches_its_workload_honours_the_config_and_cleans_up(tmp
     while any(psutil.pid_exists(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [pid for pid in pids if psutil.pid_exists(pid)], "demo left children behind"
+
+
+def test_a_demo_consumer_joining_its_settled_group_late_is_ready_before_44_s(cluster):
+    """librdkafka's mock cluster holds the rebalance a late member starts for the group's
+    session timeout less 1 s: at the 45 s default, 44 s (the demo's second consumer, slower
+    to start on a busy machine, then missed its 60 s settle wait). The bound is that hold:
+    the demo's consumers ask for a session short enough that the hold is seconds."""
+    group = f"late-joiner-{os.getpid()}"
+    first, late = (dataclasses.replace(c, group=group) for c in WORKLOAD if c.kind == "consumer")
+    children = [Child(first.argv(cluster))]
+    try:
+        children[0].wait_line("READY", timeout=60)  # the group is settled, with one member
+        started = time.monotonic()
+        children.append(Child(late.argv(cluster)))
+        children[1].wait_line("READY", timeout=60)
+        took = time.monotonic() - started
+    finally:
+        for child in children:
+            child.stop()
+    assert took < 44, f"the late consumer was ready after {took:.1f} s"
 
 
 def test_demo_on_a_terminal_opens_watch_and_ctrl_c_stops_every_child():

@@ -9,6 +9,10 @@ from dataclasses import dataclass
 from kmon.devtools.children import Spawned, python_module, spawn, stderr_tail, stop_all
 
 SHORT_IDLE_MS = 5000
+# librdkafka's mock cluster holds the rebalance a member joining a settled group starts for
+# the group's session timeout less 1 s: a consumer slower to start than the other (a busy
+# machine) waited 44 s at the 45 s default; at this one it waits 9 s
+GROUP_SESSION_MS = 10_000
 
 
 @dataclass(frozen=True)
@@ -22,6 +26,7 @@ class DemoClient:
     produce_every: float = 0.0
     group: str | None = None
     client_id: str | None = None
+    session_ms: int | None = None
 
     def argv(self, bootstrap: str) -> list[str]:
         argv = python_module("kmon.devtools.workload", self.kind, bootstrap)
@@ -35,15 +40,17 @@ class DemoClient:
             argv += ["--group", self.group]
         if self.client_id:
             argv += ["--client-id", self.client_id]
+        if self.session_ms:
+            argv += ["-X", f"session.timeout.ms={self.session_ms}"]
         return argv
 
 
 WORKLOAD = (
     DemoClient("producer", "producer", produce_every=1.0, client_id="orders-writer"),
     DemoClient("consumer A (group orders)", "consumer", group="orders",
-               client_id="orders-reader-a"),
+               client_id="orders-reader-a", session_ms=GROUP_SESSION_MS),
     DemoClient("consumer B (group orders)", "consumer", group="orders",
-               client_id="orders-reader-b"),
+               client_id="orders-reader-b", session_ms=GROUP_SESSION_MS),
     DemoClient("uninstrumented producer", "producer", instrument=False, produce_every=5.0),
     DemoClient(f"idle producer (reaped after {SHORT_IDLE_MS // 1000}s)", "producer",
                idle_ms=SHORT_IDLE_MS, client_id="audit-writer"),

@@ -133,13 +133,15 @@ class KafkaCluster:
                                                 strict=True)),
                                 self.workdir / f"node-{n + 1}") for n in range(self.brokers)]
         keystore_password = secrets.token_urlsafe(12)
-        _make_key_pair(java, self.workdir, keystore_password)
         self._write_client_configs()
         cluster_id = _cluster_id()
         for node in self.nodes:
             _write_node_files(node, self._node_config(node, keystore_password))
-        with ThreadPoolExecutor(self.brokers) as pool:
-            list(pool.map(lambda node: _format(java, jars, node, cluster_id), self.nodes))
+        with ThreadPoolExecutor(self.brokers + 1) as pool:  # each a JVM: at once
+            done = [pool.submit(_make_key_pair, java, self.workdir, keystore_password),
+                    *(pool.submit(_format, java, jars, node, cluster_id) for node in self.nodes)]
+            for step in done:
+                step.result()
         for node in self.nodes:
             self.start_node(node)
         self.wait_ready(timeout_s)
@@ -148,9 +150,10 @@ class KafkaCluster:
     def start_node(self, node: KafkaNode) -> None:
         """Start (or restart, after ``kill``) the node's JVM on its own ports and data."""
         log = open(node.directory / "jvm.out", "ab")  # noqa: SIM115 (the JVM's, closed below)
-        with log:
+        with log:  # C1 alone: a node's start is class loading and warm-up, its load small
             node.process = subprocess.Popen(
-                [self._java, HEAP, "-XX:+UseSerialGC", "-Djava.awt.headless=true",
+                [self._java, HEAP, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                 "-Djava.awt.headless=true",
                  f"-Dlog4j2.configurationFile={node.directory / 'log4j2.properties'}",
                  "-cp", self._classpath, "kafka.Kafka", str(node.directory / "server.properties")],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
