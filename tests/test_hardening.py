@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -92,6 +93,32 @@ def test_a_class_archive_another_user_could_have_written_is_never_used(tmp_path,
     archive.unlink()
     archive.symlink_to(tmp_path / "elsewhere.jsa")
     assert classes.java_options(archive) == ("", None)
+
+
+def test_pyspark_installed_again_at_the_same_path_gets_another_class_archive(tmp_path):
+    """The JVM refuses an archive made from other jars ("top archive failed to load") and
+    would never rebuild it: a reinstall at the same path names a new archive."""
+    (tmp_path / "jars").mkdir()
+    before = classes.install_digest(tmp_path)
+    assert classes.install_digest(tmp_path) == before
+    shutil.rmtree(tmp_path / "jars")
+    (tmp_path / "jars").mkdir()
+    assert classes.install_digest(tmp_path) != before
+
+
+def test_the_class_archive_cache_keeps_the_newest_few(tmp_path):
+    """Each virtual environment makes its own archive (about 170 MB): the cache keeps the
+    KEPT newest, and leaves what is not an archive of this user's alone."""
+    for age in range(classes.KEPT + 3):
+        path = tmp_path / f"spark-4.0.0-{age:010d}.jsa"
+        path.write_bytes(b"x")
+        path.chmod(0o600)
+        os.utime(path, (1_000_000 - age, 1_000_000 - age))
+    other = tmp_path / "notes.txt"
+    other.write_text("")
+    classes.prune(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [f"spark-4.0.0-{age:010d}.jsa" for age in range(classes.KEPT)] + ["notes.txt"])
 
 
 def test_root_only_sees_a_writable_directory_anywhere_above(tmp_path):
@@ -253,7 +280,6 @@ def test_fsynced_parts_and_directories_before_a_rename(tmp_path, monkeypatch):
 @pytest.mark.skipif(not Path("/usr/sbin/useradd").exists(), reason="needs useradd")
 def test_a_squatted_spool_cannot_blind_root_to_another_users_client(cluster, throwaway_user,
                                                                     tmp_path):
-    import shutil
 
     from helpers import Child, python_as
 

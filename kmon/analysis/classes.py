@@ -5,9 +5,11 @@ A session without one runs with ``-XX:ArchiveClassesAtExit``; when it ends, kmon
 its JVM, which writes the archive as it exits, and keeps it in ``~/.cache/kmon/spark``
 (``$XDG_CACHE_HOME``; as root ``/var/cache/kmon/spark``, never a directory another user
 could swap: the JVM maps the archive's classes as code) for the next runs. The name
-holds pyspark's version and a hash of its path, whose jars the archive must match; a
-JVM that cannot use it (another Java, say) says so in Spark's log and runs without it.
-Delete the file to rebuild it.
+holds pyspark's version and a hash of its path and of its jars folder's identity (inode
+and time: pyspark installed again at the same path makes another archive, since the JVM
+refuses one made from other jars); a JVM that cannot use it (another Java, say) says so
+in Spark's log and runs without it. The cache keeps the ``KEPT`` newest archives (each
+virtual environment has its own); delete a file to rebuild it.
 """
 
 from __future__ import annotations
@@ -20,19 +22,38 @@ from pathlib import Path
 from kmon.files import UnsafeFile, private_cache_dir, private_file
 
 QUIET = "-Xlog:disable -Xlog:all=warning:stderr"  # the JVM's own warnings to Spark's log
+KEPT = 4  # archives kept in the cache, the newest (some 170 MB each)
 
 
 def archive_path() -> Path | None:
     """Where the archive of this pyspark install lives (None: no private cache directory)."""
     import pyspark
 
-    home = str(Path(pyspark.__file__).resolve().parent)
-    digest = hashlib.sha1(home.encode()).hexdigest()[:10]
+    digest = install_digest(Path(pyspark.__file__).resolve().parent)
     try:
         cache = private_cache_dir("spark")
     except UnsafeFile:
         return None
     return cache / f"spark-{pyspark.__version__}-{digest}.jsa"
+
+
+def install_digest(home: Path) -> str:
+    """A short hash of a pyspark install: its path, and its jars folder's inode and time."""
+    try:
+        jars = os.stat(home / "jars")
+        identity = f"{home}\0{jars.st_dev}:{jars.st_ino}:{jars.st_mtime_ns}"
+    except OSError:
+        identity = str(home)
+    return hashlib.sha1(identity.encode()).hexdigest()[:10]
+
+
+def prune(cache: Path, kept: int = KEPT) -> None:
+    """Remove all but the ``kept`` newest archives (``spark-*.jsa``, this user's regular
+    files) from ``cache``."""
+    archives = sorted((path for path in cache.glob("spark-*.jsa") if private_file(path)),
+                      key=lambda path: path.stat().st_mtime_ns, reverse=True)
+    for old in archives[kept:]:
+        old.unlink(missing_ok=True)
 
 
 def java_options(archive: Path | None) -> tuple[str, Path | None]:
@@ -69,5 +90,6 @@ def keep(partial: Path, archive: Path | None, timeout: float = 120) -> None:
     try:
         if archive is not None and jvm.returncode == 0 and private_file(partial):
             os.replace(partial, archive)
+            prune(archive.parent)
     finally:
         partial.unlink(missing_ok=True)
