@@ -10,11 +10,24 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 import time
 
 import pytest
-from helpers import KafkaClient, attach_stream, kmon, read_until, wait_for
+from helpers import (
+    KafkaClient,
+    all_named,
+    attach_once,
+    attach_stream,
+    connections_of,
+    from_start,
+    kmon,
+    produce,
+    read_until,
+    wait_for,
+)
+from test_wire_go import go_consumer  # noqa: F401 (the fixture: the Go program, built once)
 
 pytestmark = pytest.mark.integration  # a real cluster, real clients, kmon as root
 
@@ -212,3 +225,51 @@ def test_librdkafka_s_rebootstrap_connection_is_a_bootstrap_never_broker_1(start
     for close in short:
         row = last_rows.get(close["key"])
         assert close["role"] == "bootstrap" or (row and row["confidence"] < 0.9), (close, row)
+
+
+def wire_truth(rows: list[dict]) -> dict[str, str]:
+    """Socket key -> role, as the wire named each socket from its first request on."""
+    return {r["key"]: r["role"] for r in rows}
+
+
+def named_with_a_bootstrap(rows: list[dict]) -> bool:
+    """Every socket named by the wire from its first request, a bootstrap among them."""
+    return all_named(rows) and any(r["role"] == "bootstrap" for r in rows)
+
+
+@pytest.mark.root(reason="the wire needs CAP_NET_RAW (root)")
+@pytest.mark.skipif(shutil.which("go") is None, reason="go is not installed")
+def test_a_silent_socket_beside_others_to_its_broker_is_unsettled_never_a_broker(
+        start_kafka, java_program, request):
+    """A Java consumer (JMX off: no node ids from the JVM) and a franz-go consumer on one
+    node: each holds its bootstrap (seed) socket, silent after the first Metadata, beside its
+    broker and coordinator sockets to the same address (franz-go one more, for JoinGroup and
+    SyncGroup, silent after the join). The oracle is kmon's wire attached before the client
+    opened a connection: it saw each socket's first requests. A second look, attached later,
+    hears nothing on the silent ones: they must be unsettled (or their true role), never a
+    broker — the endpoint alone cannot tell sockets to one address apart."""
+    cluster = start_kafka(brokers=1)
+    bootstrap = cluster.bootstrap()
+    produce(bootstrap, "kmon-trust-shared")
+    java = ["java", "-XX:TieredStopAtLevel=1", "-XX:+DisableAttachMechanism", "-cp",
+            java_program["4.4.0"], "KafkaClientProgram", "consumer", bootstrap, "--group",
+            "kmon-trust-java", "--topic", "kmon-trust-shared"]
+    go = [request.getfixturevalue("go_consumer"), "franz-go", bootstrap, "kmon-trust-go",
+          "kmon-trust-shared"]
+    for argv in (java, go):
+        client, rows = from_start(argv, named_with_a_bootstrap)
+        try:
+            truth = wire_truth(rows)
+            later = {r["key"]: r for r in connections_of(attach_once(
+                client.pid, "-b", bootstrap, "--settle", "1s"))}
+        finally:
+            client.stop()
+        silent = [later[key] for key, role in truth.items() if role != "broker"
+                  and key in later and later[key]["evidence"].get("role") != "wire"]
+        assert silent, (argv[0], truth, later)  # the bootstrap socket at least: never heard
+        for row in silent:
+            assert row["role"] in (truth[row["key"]], "unknown"), (row, truth)
+            assert row["role"] != "unknown" or row["confidence"] < 0.9, row
+        for key, role in truth.items():  # what the later look heard stays right
+            if key in later and later[key]["evidence"].get("role") == "wire":
+                assert later[key]["role"] == role or role == "bootstrap", (later[key], role)

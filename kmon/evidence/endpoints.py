@@ -4,12 +4,16 @@ load balancer, a Kubernetes service in front of them) is a bootstrap connection.
 
 The weakest claims (confidence 0.6): the socket may still be a coordinator or
 bootstrap connection to that broker, or carry more than bootstrap requests through a
-forwarder, which other evidence can tell.
+forwarder, which other evidence can tell. Where the process holds more than one socket to
+a broker's endpoint, the endpoint cannot say which is which (a client that keeps a bootstrap,
+a coordinator or a connection per request class beside its broker connection): each is
+unsettled (role unknown, its broker named, confidence 0.3) until other evidence names it.
 """
 
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
@@ -17,12 +21,14 @@ from kmon.model import Role
 from kmon.sources.kernel.sockets import Endpoint
 
 ENDPOINT_CONFIDENCE = 0.6
+SHARED_CONFIDENCE = 0.3  # one of several sockets to one broker endpoint: which one is unsaid
 
 
 def endpoint_evidence(gathered: Gathered, earlier: Mapping[str, Sequence[Claim]]) -> Evidence:
     """A broker claim for every socket whose remote endpoint is a known broker's, a bootstrap
     claim for every one to a forwarder kmon's own query found."""
     claims = {}
+    held = Counter(sock.remote for sock in gathered.sockets)
     for sock in gathered.sockets:
         broker_id = gathered.known.get(sock.remote)
         if broker_id is None and sock.remote in gathered.fronts:
@@ -33,7 +39,10 @@ def endpoint_evidence(gathered: Gathered, earlier: Mapping[str, Sequence[Claim]]
                 detail=f"{sock.remote} answers Metadata for brokers advertised elsewhere "
                        f"({advertised}): a forwarder or load balancer to bootstrap through")
         elif broker_id is not None:
-            claims[socket_key(sock)] = broker_claim(sock.remote, broker_id)
+            claims[socket_key(sock)] = (broker_claim(sock.remote, broker_id)
+                                        if held[sock.remote] == 1
+                                        else shared_claim(sock.remote, broker_id,
+                                                          held[sock.remote]))
     return Evidence(claims=claims)
 
 
@@ -44,3 +53,13 @@ def broker_claim(remote: Endpoint, broker_id: int) -> Claim:
     return Claim(source="endpoint", role=Role.BROKER, node_id=broker_id, broker_id=broker_id,
                  confidence=ENDPOINT_CONFIDENCE, evidence={"role": "inferred"},
                  detail=f"{remote} is broker {broker_id}")
+
+
+@functools.lru_cache(maxsize=4096)
+def shared_claim(remote: Endpoint, broker_id: int, sockets: int) -> Claim:
+    """The claim of one of ``sockets`` sockets to a known broker: its broker, no role."""
+    return Claim(source="endpoint", role=Role.UNKNOWN, node_id=None, broker_id=broker_id,
+                 confidence=SHARED_CONFIDENCE, evidence={"role": "inferred"},
+                 detail=f"{remote} is broker {broker_id}, one of {sockets} sockets to it: "
+                        "nothing tells which is the broker, coordinator or bootstrap "
+                        "connection")
