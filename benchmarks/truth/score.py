@@ -60,7 +60,9 @@ class Tally:
 
     @property
     def told(self) -> int:
-        return self.right + self.wrong + self.unsettled
+        """The verdicts kmon committed to: an unsettled one (``?``, unknown) is counted
+        apart, never right nor wrong."""
+        return self.right + self.wrong
 
 
 @dataclass
