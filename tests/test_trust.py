@@ -13,6 +13,7 @@ import re
 import shutil
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from helpers import (
@@ -28,6 +29,8 @@ from helpers import (
     wait_for,
 )
 from test_wire_go import go_consumer  # noqa: F401 (the fixture: the Go program, built once)
+
+from kmon.devtools.client_programs import KAFKAJS_CONSUMER
 
 pytestmark = pytest.mark.integration  # a real cluster, real clients, kmon as root
 
@@ -273,3 +276,38 @@ def test_a_silent_socket_beside_others_to_its_broker_is_unsettled_never_a_broker
         for key, role in truth.items():  # what the later look heard stays right
             if key in later and later[key]["evidence"].get("role") == "wire":
                 assert later[key]["role"] == role or role == "bootstrap", (later[key], role)
+
+
+NODE_MODULES = Path(__file__).parent / "node" / "node_modules"
+
+
+@pytest.mark.root(reason="the wire needs CAP_NET_RAW (root)")
+@pytest.mark.skipif(not (NODE_MODULES / "kafkajs").is_dir() or shutil.which("node") is None,
+                    reason="kafkajs is not installed (npm install --prefix tests/node)")
+def test_one_shot_views_never_call_kafkajs_s_coordinator_socket_a_broker(start_kafka, tmp_path):
+    """KafkaJS holds two sockets to the coordinator's broker, one fetching, one for the
+    group (its heartbeats, 3 to 5 s apart, follow its 5 s fetches). The oracle is kmon's wire
+    attached before its first connection (it saw each socket's requests from the start);
+    ``attach --once`` and ``ps``, attached later, may look between two heartbeats: they
+    must name the coordinator or leave it unsettled, never a broker, as the stream does."""
+    bootstrap = start_kafka(brokers=1).bootstrap()
+    produce(bootstrap, "kmon-trust-kafkajs")
+    script = tmp_path / "consumer.js"
+    script.write_text(KAFKAJS_CONSUMER)
+    client, rows = from_start(["node", str(script), bootstrap, "kmon-trust-kafkajs",
+                               "kmon-trust-kafkajs"], all_named,
+                              env={**os.environ, "NODE_PATH": str(NODE_MODULES)})
+    try:
+        truth = wire_truth(rows)
+        looks = [connections_of(attach_once(client.pid, "-b", bootstrap, "--settle", settle))
+                 for settle in ("0", "1s")]
+        ps = json.loads(kmon("ps", "-b", bootstrap, "-o", "json", "--settle", "0").stdout)
+    finally:
+        client.stop()
+    assert "coordinator" in truth.values(), rows
+    for look in looks:
+        for row in look:
+            if truth.get(row["key"]) == "coordinator":
+                assert row["role"] in ("coordinator", "unknown"), row
+    (line,) = [p for p in ps["processes"] if p["pid"] == client.pid]
+    assert line["broker"] <= sum(role == "broker" for role in truth.values()), (line, truth)
