@@ -311,3 +311,35 @@ def test_one_shot_views_never_call_kafkajs_s_coordinator_socket_a_broker(start_k
                 assert row["role"] in ("coordinator", "unknown"), row
     (line,) = [p for p in ps["processes"] if p["pid"] == client.pid]
     assert line["broker"] <= sum(role == "broker" for role in truth.values()), (line, truth)
+
+
+def jmx_helper_peers(pid: int) -> set[str]:
+    """The peers ("ip:port") of ``pid``'s TCP sockets that a kmon JMX helper JVM holds the
+    other end of, from the kernel's socket table and the owners' command lines."""
+    import psutil
+
+    owners = {(c.laddr.ip, c.laddr.port): c.pid for c in psutil.net_connections("tcp")
+              if c.pid and c.laddr}
+    peers = set()
+    for conn in psutil.Process(pid).net_connections("tcp"):
+        owner = owners.get((conn.raddr.ip, conn.raddr.port)) if conn.raddr else None
+        if owner and "KmonJmx" in psutil.Process(owner).cmdline():
+            peers.add(f"{conn.raddr.ip.removeprefix('::ffff:')}:{conn.raddr.port}")
+    return peers
+
+
+def test_no_view_shows_another_kmon_s_jmx_helper_as_a_socket_of_the_jvm(start_java, kafka):
+    """Every kmon command attached to a JVM runs a JMX helper that connects to it; each
+    hid its own helper's sockets only, so a live view and a one-shot view (or /metrics)
+    counted each other's helpers as unknown sockets of the client: two views, two counts.
+    None of them is the client's."""
+    client = start_java("consumer", "--group", "kmon-trust-jmx", "--topic", "kmon-trust-jmx")
+    stream = attach_stream(client.pid, "-b", kafka.bootstrap())
+    try:
+        read_until(stream, lambda events, record: True, 1)  # its helper attached
+        wait_for(lambda: jmx_helper_peers(client.pid), "the stream's JMX helper connected", 30)
+        once = connections_of(attach_once(client.pid, "-b", kafka.bootstrap()))
+        helpers = jmx_helper_peers(client.pid)
+    finally:
+        stream.stop()
+    assert not [r for r in once if r["remote"] in helpers], (once, helpers)
