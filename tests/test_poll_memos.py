@@ -15,7 +15,7 @@ import pytest
 from helpers import request_to, wait_for
 
 from kmon.evidence.claims import Claim, Gathered, socket_key
-from kmon.evidence.endpoints import endpoint_evidence
+from kmon.evidence.endpoints import EndpointEvidence
 from kmon.evidence.infer import CadenceEvidence
 from kmon.evidence.resolve import (
     RowResolver,
@@ -157,7 +157,7 @@ def test_rows_of_sockets_that_never_talk_are_carried_and_are_those_made_from_scr
     """The endpoint claims of a process's sockets to known brokers, poll after poll: the
     same claim while nothing changes (its rows carried at a glance, their ages advancing),
     another once the broker's id does; every row the one its claims make from scratch."""
-    rows, cadence = RowResolver(), CadenceEvidence(lambda: None, [])
+    rows, cadence, endpoints = RowResolver(), CadenceEvidence(lambda: None, []), EndpointEvidence()
     silent = [4, 5, 6]  # fds of sockets that never carry a request
     kept = None
     for poll, broker_id in enumerate((1, 1, 1, 2, 2)):
@@ -166,7 +166,7 @@ def test_rows_of_sockets_that_never_talk_are_carried_and_are_those_made_from_scr
         gathered = Gathered(now_ms=now, sockets=sockets, known={BROKER: broker_id},
                             resolver=Resolver(), broker_idle_ms=600_000)
         claims: dict[str, list[Claim]] = {}
-        for producer in (endpoint_evidence, cadence.evidence):
+        for producer in (endpoints.evidence, cadence.evidence):
             for key, claim in producer(gathered, claims).claims.items():
                 claims.setdefault(key, []).append(claim)
         made = rows.resolve(sockets, claims, 600_000)

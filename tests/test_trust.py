@@ -10,11 +10,27 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 import time
+from pathlib import Path
 
 import pytest
-from helpers import KafkaClient, attach_stream, kmon, read_until, wait_for
+from helpers import (
+    KafkaClient,
+    all_named,
+    attach_once,
+    attach_stream,
+    connections_of,
+    from_start,
+    kmon,
+    produce,
+    read_until,
+    wait_for,
+)
+from test_wire_go import go_consumer  # noqa: F401 (the fixture: the Go program, built once)
+
+from kmon.devtools.client_programs import KAFKAJS_CONSUMER
 
 pytestmark = pytest.mark.integration  # a real cluster, real clients, kmon as root
 
@@ -212,3 +228,118 @@ def test_librdkafka_s_rebootstrap_connection_is_a_bootstrap_never_broker_1(start
     for close in short:
         row = last_rows.get(close["key"])
         assert close["role"] == "bootstrap" or (row and row["confidence"] < 0.9), (close, row)
+
+
+def wire_truth(rows: list[dict]) -> dict[str, str]:
+    """Socket key -> role, as the wire named each socket from its first request on."""
+    return {r["key"]: r["role"] for r in rows}
+
+
+def named_with_a_bootstrap(rows: list[dict]) -> bool:
+    """Every socket named by the wire from its first request, a bootstrap among them."""
+    return all_named(rows) and any(r["role"] == "bootstrap" for r in rows)
+
+
+@pytest.mark.root(reason="the wire needs CAP_NET_RAW (root)")
+@pytest.mark.skipif(shutil.which("go") is None, reason="go is not installed")
+def test_a_silent_socket_beside_others_to_its_broker_is_unsettled_never_a_broker(
+        start_kafka, java_program, request):
+    """A Java consumer (JMX off: no node ids from the JVM) and a franz-go consumer on one
+    node: each holds its bootstrap (seed) socket, silent after the first Metadata, beside its
+    broker and coordinator sockets to the same address (franz-go one more, for JoinGroup and
+    SyncGroup, silent after the join). The oracle is kmon's wire attached before the client
+    opened a connection: it saw each socket's first requests. A second look, attached later,
+    hears nothing on the silent ones: they must be unsettled (or their true role), never a
+    broker — the endpoint alone cannot tell sockets to one address apart."""
+    cluster = start_kafka(brokers=1)
+    bootstrap = cluster.bootstrap()
+    produce(bootstrap, "kmon-trust-shared")
+    java = ["java", "-XX:TieredStopAtLevel=1", "-XX:+DisableAttachMechanism", "-cp",
+            java_program["4.4.0"], "KafkaClientProgram", "consumer", bootstrap, "--group",
+            "kmon-trust-java", "--topic", "kmon-trust-shared"]
+    go = [request.getfixturevalue("go_consumer"), "franz-go", bootstrap, "kmon-trust-go",
+          "kmon-trust-shared"]
+    for argv in (java, go):
+        client, rows = from_start(argv, named_with_a_bootstrap)
+        try:
+            truth = wire_truth(rows)
+            later = {r["key"]: r for r in connections_of(attach_once(
+                client.pid, "-b", bootstrap, "--settle", "1s"))}
+        finally:
+            client.stop()
+        silent = [later[key] for key, role in truth.items() if role != "broker"
+                  and key in later and later[key]["evidence"].get("role") != "wire"]
+        assert silent, (argv[0], truth, later)  # the bootstrap socket at least: never heard
+        for row in silent:
+            assert row["role"] in (truth[row["key"]], "unknown"), (row, truth)
+            assert row["role"] != "unknown" or row["confidence"] < 0.9, row
+        for key, role in truth.items():  # what the later look heard stays right
+            if key in later and later[key]["evidence"].get("role") == "wire":
+                assert later[key]["role"] == role or role == "bootstrap", (later[key], role)
+
+
+NODE_MODULES = Path(__file__).parent / "node" / "node_modules"
+
+
+@pytest.mark.root(reason="the wire needs CAP_NET_RAW (root)")
+@pytest.mark.skipif(not (NODE_MODULES / "kafkajs").is_dir() or shutil.which("node") is None,
+                    reason="kafkajs is not installed (npm install --prefix tests/node)")
+def test_one_shot_views_never_call_kafkajs_s_coordinator_socket_a_broker(start_kafka, tmp_path):
+    """KafkaJS holds two sockets to the coordinator's broker, one fetching, one for the
+    group (its heartbeats, 3 to 5 s apart, follow its 5 s fetches). The oracle is kmon's wire
+    attached before its first connection (it saw each socket's requests from the start);
+    ``attach --once`` and ``ps``, attached later, may look between two heartbeats: they
+    must name the coordinator or leave it unsettled, never a broker, as the stream does."""
+    bootstrap = start_kafka(brokers=1).bootstrap()
+    produce(bootstrap, "kmon-trust-kafkajs")
+    script = tmp_path / "consumer.js"
+    script.write_text(KAFKAJS_CONSUMER)
+    client, rows = from_start(["node", str(script), bootstrap, "kmon-trust-kafkajs",
+                               "kmon-trust-kafkajs"], all_named,
+                              env={**os.environ, "NODE_PATH": str(NODE_MODULES)})
+    try:
+        truth = wire_truth(rows)
+        looks = [connections_of(attach_once(client.pid, "-b", bootstrap, "--settle", settle))
+                 for settle in ("0", "1s")]
+        ps = json.loads(kmon("ps", "-b", bootstrap, "-o", "json", "--settle", "0").stdout)
+    finally:
+        client.stop()
+    assert "coordinator" in truth.values(), rows
+    for look in looks:
+        for row in look:
+            if truth.get(row["key"]) == "coordinator":
+                assert row["role"] in ("coordinator", "unknown"), row
+    (line,) = [p for p in ps["processes"] if p["pid"] == client.pid]
+    assert line["broker"] <= sum(role == "broker" for role in truth.values()), (line, truth)
+
+
+def jmx_helper_peers(pid: int) -> set[str]:
+    """The peers ("ip:port") of ``pid``'s TCP sockets that a kmon JMX helper JVM holds the
+    other end of, from the kernel's socket table and the owners' command lines."""
+    import psutil
+
+    owners = {(c.laddr.ip, c.laddr.port): c.pid for c in psutil.net_connections("tcp")
+              if c.pid and c.laddr}
+    peers = set()
+    for conn in psutil.Process(pid).net_connections("tcp"):
+        owner = owners.get((conn.raddr.ip, conn.raddr.port)) if conn.raddr else None
+        if owner and "KmonJmx" in psutil.Process(owner).cmdline():
+            peers.add(f"{conn.raddr.ip.removeprefix('::ffff:')}:{conn.raddr.port}")
+    return peers
+
+
+def test_no_view_shows_another_kmon_s_jmx_helper_as_a_socket_of_the_jvm(start_java, kafka):
+    """Every kmon command attached to a JVM runs a JMX helper that connects to it; each
+    hid its own helper's sockets only, so a live view and a one-shot view (or /metrics)
+    counted each other's helpers as unknown sockets of the client: two views, two counts.
+    None of them is the client's."""
+    client = start_java("consumer", "--group", "kmon-trust-jmx", "--topic", "kmon-trust-jmx")
+    stream = attach_stream(client.pid, "-b", kafka.bootstrap())
+    try:
+        read_until(stream, lambda events, record: True, 1)  # its helper attached
+        wait_for(lambda: jmx_helper_peers(client.pid), "the stream's JMX helper connected", 30)
+        once = connections_of(attach_once(client.pid, "-b", kafka.bootstrap()))
+        helpers = jmx_helper_peers(client.pid)
+    finally:
+        stream.stop()
+    assert not [r for r in once if r["remote"] in helpers], (once, helpers)

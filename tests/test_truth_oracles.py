@@ -57,3 +57,31 @@ def test_either_role_of_a_socket_used_for_both_is_right():
     tally.add("coordinator:2 or broker:2", "broker:2", False, 1.0)
     tally.add("coordinator:2 or broker:2", "broker:1", False, 1.0)
     assert (tally.right, tally.wrong, tally.confident_wrong) == (1, 1, 1)
+
+
+def test_an_unsettled_verdict_is_neither_told_nor_a_view_disagreement():
+    """A '?' declines to answer: counted apart from the verdicts kmon committed to, and a
+    one-shot view that leaves a socket unsettled does not contradict the stream (issue 33:
+    where it cannot tell, a view says so)."""
+    from collections import Counter
+
+    from benchmarks.truth.score import (
+        once_disagreements,
+        ps_disagreements,
+        summed_disagreements,
+    )
+
+    tally = Tally()
+    tally.add("coordinator:2", "broker:2", False, 0.6)
+    tally.add("bootstrap", "unknown", True, 0.3)
+    tally.add("broker:1", "broker:1", False, 1.0)
+    assert (tally.right, tally.wrong, tally.unsettled, tally.told) == (1, 1, 1, 2)
+    stream = [{"key": "a", "role": "broker", "broker_id": 2},
+              {"key": "b", "role": "coordinator", "broker_id": 2}]
+    assert once_disagreements([stream], [{"key": "b", "role": "unknown", "broker_id": 2}]) == []
+    assert once_disagreements([stream], [{"key": "b", "role": "broker", "broker_id": 2}]) == [
+        "coordinator:2 in the stream, broker:2 in --once"]
+    assert ps_disagreements([stream], {"broker": 1, "unknown": 1}) == []
+    assert ps_disagreements([stream], {"broker": 2}) != []
+    assert summed_disagreements([[stream]], Counter(broker=1, unknown=1)) == []
+    assert summed_disagreements([[stream]], Counter(broker=2)) != []

@@ -33,9 +33,12 @@ KINDS = {
     "franz-go": ("franz-go consumer", start.franz_go),
     "java-jmx": ("Java 4.4 consumer, JMX on", start.java),
     "java-no-jmx": ("Java 4.4 consumer, JMX off", partial(start.java, jmx=False)),
+    "java39-jmx": ("Java 3.9 consumer, JMX on", partial(start.java, version="3.9.1")),
+    "java39-no-jmx": ("Java 3.9 consumer, JMX off",
+                      partial(start.java, jmx=False, version="3.9.1")),
 }
 SETS = {"rdkafka": ("librdkafka",), "others": ("kafka-python", "kafkajs", "franz-go"),
-        "java": ("java-jmx", "java-no-jmx")}
+        "java": ("java-jmx", "java-no-jmx", "java39-jmx", "java39-no-jmx")}
 
 
 def names(kinds: tuple[str, ...]) -> tuple[str, ...]:

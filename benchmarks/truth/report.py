@@ -9,8 +9,8 @@ from benchmarks.truth.score import Tally
 
 SHOWN = 6  # wrong verdicts listed per client
 NOT_COVERED = (
-    "Not in the harness yet (issue 33 asks for them): the Java client 3.9; the Java client's "
-    "own view (its DEBUG log, its JMX node ids) as an oracle (its roles, like kafka-python's, "
+    "Not in the harness yet (issue 33 asks for them): the Java client's own view (its DEBUG "
+    "log, its JMX node ids) as an oracle (its roles, like kafka-python's, "
     "KafkaJS's and franz-go's, come from the requests the packets show); kafka-python, "
     "KafkaJS and franz-go in KIP-848 groups. librdkafka's re-bootstrap is measured inside "
     "broker-idle-reap (its `/bootstrap` sockets).")
@@ -52,6 +52,7 @@ def totals(outcomes: list[Outcome]) -> dict[str, int]:
     tallies = [t for o in ran for t in (o.closes, o.roles)]
     return {"verdicts": sum(t.told for t in tallies), "right": sum(t.right for t in tallies),
             "confident_wrong": sum(t.confident_wrong for t in tallies),
+            "unsettled": sum(t.unsettled for t in tallies),
             "view_disagreements": sum(v for o in ran for key, v in o.views.items()
                                       if key in ("once", "ps", "metrics", "record")
                                       and isinstance(v, int)),
@@ -91,12 +92,15 @@ def markdown(outcomes: list[Outcome], command: str) -> str:
         f"Made on commit `{commit}`{' (kmon/ modified)' if dirty else ''} with `{command}` "
         "(benchmarks/truth/: how each oracle decides is in its modules' docstrings).", "",
         f"**Totals:** {total['right']} of {total['verdicts']} verdicts right ({share:.1f}%), "
-        f"**{total['confident_wrong']} confidently wrong**, {total['view_disagreements']} "
+        f"{total['unsettled']} unsettled, **{total['confident_wrong']} confidently wrong**, "
+        f"{total['view_disagreements']} "
         f"view disagreements, {total['not_run']} scenario × client not run.", "",
         "A close is `side/reason`: the oracle's side is the first FIN or RST in the packet "
         "capture; a SYN answered by a RST is `-/connect_failed`. A close is confident "
         "unless kmon said `unknown`. A role is `role:node` from the librdkafka handle that "
-        "made the socket (its debug log); confident at kmon's confidence ≥ 0.9. `missed`: "
+        "made the socket (its debug log); confident at kmon's confidence ≥ 0.9. `told`: the "
+        "verdicts kmon committed to; `unsettled` (kmon said unknown, or named no node) are "
+        "counted apart, in neither right nor told. `missed`: "
         "closes of the client's sockets (by /proc, or its log's refused connects) that kmon "
         "never told. Views: sockets where `--once` names another role than the stream at "
         "the same moment; roles whose count `kmon ps` or the `kmon_connections` gauge of "

@@ -60,7 +60,9 @@ class Tally:
 
     @property
     def told(self) -> int:
-        return self.right + self.wrong + self.unsettled
+        """The verdicts kmon committed to: an unsettled one (``?``, unknown) is counted
+        apart, never right nor wrong."""
+        return self.right + self.wrong
 
 
 @dataclass
@@ -187,14 +189,13 @@ def score_roles(rows: dict[tuple[int, int], dict], ctx: Context) -> Tally:
         flow = ctx.flows.get(ports)
         connect = handle(flow, ctx) if flow is not None else None
         said = kmon_role(row)
-        # a role whose node kmon does not name (broker:?) claims no node: unsettled
-        unsettled = row.get("role") in UNSETTLED or said.endswith(":?")
+        unsure = unsettled(row)
         what = f"socket :{ports[0]}>:{ports[1]}"
         if connect is None and flow is not None and not ctx.log.connects:
             truth = packet_role(flow, ctx)
             if truth is not None:
                 apis = ",".join(map(str, sorted(flow.api_keys)))
-                tally.add(truth, said, unsettled, row.get("confidence") or 0.0,
+                tally.add(truth, said, unsure, row.get("confidence") or 0.0,
                           f"{what} (API keys {apis})")
                 continue
         if connect is None:
@@ -202,7 +203,7 @@ def score_roles(rows: dict[tuple[int, int], dict], ctx: Context) -> Tally:
             tally.matrix[("(no log)", said)] += 1
             continue
         name = ctx.log.name_of(connect, flow.close_ms)
-        tally.add(role_of(name, connect.port, ctx.node_of_port), said, unsettled,
+        tally.add(role_of(name, connect.port, ctx.node_of_port), said, unsure,
                   row.get("confidence") or 0.0, f"{what} ({name})")
     return tally
 
@@ -210,14 +211,21 @@ def score_roles(rows: dict[tuple[int, int], dict], ctx: Context) -> Tally:
 ROLES = ("bootstrap", "coordinator", "broker", "unknown")
 
 
+def unsettled(row: dict) -> bool:
+    """Whether kmon left a socket's role unsaid: unknown, or a role with no node (broker:?)."""
+    return row.get("role") in UNSETTLED or kmon_role(row).endswith(":?")
+
+
 def once_disagreements(around: list[list[dict]], once_rows: list[dict]) -> list[str]:
     """Sockets ``--once`` names otherwise than the stream did in every snapshot from just
     before it ran to just after (``around``: the stream's rows then; a socket that changed
-    meanwhile counts for whichever it matches)."""
+    meanwhile counts for whichever it matches). A socket ``--once`` leaves unsettled names
+    nothing: no disagreement (issue 33: a one-shot view that cannot tell says so)."""
     lives = [{row["key"]: kmon_role(row) for row in rows} for rows in around]
     return [f"{' / '.join(sorted({live[row['key']] for live in lives if row['key'] in live}))}"
             f" in the stream, {kmon_role(row)} in --once"
-            for row in once_rows if any(row["key"] in live for live in lives)
+            for row in once_rows if not unsettled(row)
+            and any(row["key"] in live for live in lives)
             and all(live.get(row["key"], kmon_role(row)) != kmon_role(row) for live in lives)]
 
 
@@ -228,10 +236,20 @@ def ps_disagreements(around: list[list[dict]], ps_row: dict | None,
     does not list counts none)."""
     counts = [Counter(row.get("role") for row in rows) for rows in around]
     mine = ps_row or {}
+    if any(not counts_differ(c, mine) for c in counts):
+        return []
     return [f"{role}: {' / '.join(sorted({str(c.get(role, 0)) for c in counts}))} in the "
             "stream, "
             f"{mine.get(role, 0)} in {view}{'' if ps_row else ' (the process not listed)'}"
             for role in ROLES if all(c.get(role, 0) != mine.get(role, 0) for c in counts)]
+
+
+def counts_differ(stream: Counter, view: dict) -> bool:
+    """Whether a view's {role: count} says otherwise than the stream's: not when every role
+    the view is short of is made up by sockets it left unknown (unsettled, not wrong)."""
+    short = [stream.get(role, 0) - view.get(role, 0) for role in ROLES if role != "unknown"]
+    spare = view.get("unknown", 0) - stream.get("unknown", 0)
+    return min(short) < 0 or sum(short) != spare
 
 
 def summed_disagreements(arounds: list[list[list[dict]]], counts: dict,
@@ -245,6 +263,13 @@ def summed_disagreements(arounds: list[list[list[dict]]], counts: dict,
         for role in ROLES:
             ranges[role][0] += min(c.get(role, 0) for c in seen)
             ranges[role][1] += max(c.get(role, 0) for c in seen)
+    # the roles the view is short of, made up by sockets it left unknown: unsettled, not wrong
+    short = {role: max(0, low - counts.get(role, 0)) for role, (low, _) in ranges.items()
+             if role != "unknown"}
+    if sum(short.values()) <= counts.get("unknown", 0) - ranges["unknown"][0]:
+        for role, missing in short.items():
+            ranges[role][0] -= missing
+        ranges["unknown"][1] += sum(short.values())
     return [f"{role}: {low}–{high} in the streams, {counts.get(role, 0)} in {view}"
             for role, (low, high) in ranges.items() if not low <= counts.get(role, 0) <= high]
 

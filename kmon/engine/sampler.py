@@ -14,7 +14,7 @@ from pathlib import Path
 from kmon.classify import BROKER_IDLE_MS
 from kmon.engine.directory import MAX_LEARNED, Directory
 from kmon.evidence.claims import Claim, Evidence, Gathered, Producer, socket_key
-from kmon.evidence.endpoints import endpoint_evidence
+from kmon.evidence.endpoints import EndpointEvidence
 from kmon.evidence.infer import CadenceEvidence
 from kmon.evidence.jvm import JvmEvidence
 from kmon.evidence.logical import (
@@ -143,6 +143,7 @@ class ProcessSampler:
                             if settings.wire == "auto" else None)
         args = shlex.split(self.cmdline)
         self.cadence = CadenceEvidence(lambda: directory.groups, args)
+        self.endpoints = EndpointEvidence()
         self.jvm = JvmEvidence(pid, self.start_time) if self.jvm_source else None
         self.bootstrap = bootstrap_argument(args)  # as its command line gives it, if it does
         self.wire = WireEvidence(self.bootstrap) if self.wire_source else None
@@ -234,7 +235,7 @@ class ProcessSampler:
             producers.append(self.jvm.evidence)
         if self.wire is not None:
             producers.append(self.wire.evidence)
-        return [*producers, endpoint_evidence, self.cadence.evidence]
+        return [*producers, self.endpoints.evidence, self.cadence.evidence]
 
     def _claims(self, gathered: Gathered) -> tuple[list[Evidence], dict[str, list[Claim]]]:
         """Every producer's findings, and the claims about each socket (by key)."""

@@ -4,37 +4,60 @@ load balancer, a Kubernetes service in front of them) is a bootstrap connection.
 
 The weakest claims (confidence 0.6): the socket may still be a coordinator or
 bootstrap connection to that broker, or carry more than bootstrap requests through a
-forwarder, which other evidence can tell.
+forwarder, which other evidence can tell. Where the process holds, or held while kmon
+watched, another established socket to a socket's broker endpoint, the endpoint cannot say
+which is which (a client that keeps a bootstrap, a coordinator or a connection per request
+class beside its broker connection; the one left once the others closed is no more told
+apart): the socket is unsettled (role unknown, its broker named, confidence 0.3) until other
+evidence names it.
 """
 
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
 from kmon.model import Role
 from kmon.sources.kernel.sockets import Endpoint
 
+ESTABLISHED = "ESTABLISHED"
 ENDPOINT_CONFIDENCE = 0.6
+SHARED_CONFIDENCE = 0.3  # one of several sockets to one broker endpoint: which one is unsaid
 
 
-def endpoint_evidence(gathered: Gathered, earlier: Mapping[str, Sequence[Claim]]) -> Evidence:
-    """A broker claim for every socket whose remote endpoint is a known broker's, a bootstrap
-    claim for every one to a forwarder kmon's own query found."""
-    claims = {}
-    for sock in gathered.sockets:
-        broker_id = gathered.known.get(sock.remote)
-        if broker_id is None and sock.remote in gathered.fronts:
-            advertised = ", ".join(address for _, address in gathered.fronts[sock.remote])
-            claims[socket_key(sock)] = Claim(
-                source="endpoint", role=Role.BOOTSTRAP, node_id=None, broker_id=None,
-                confidence=ENDPOINT_CONFIDENCE, evidence={"role": "inferred"},
-                detail=f"{sock.remote} answers Metadata for brokers advertised elsewhere "
-                       f"({advertised}): a forwarder or load balancer to bootstrap through")
-        elif broker_id is not None:
-            claims[socket_key(sock)] = broker_claim(sock.remote, broker_id)
-    return Evidence(claims=claims)
+class EndpointEvidence:
+    """The endpoint producer of one process: remembers, per socket, the most established
+    sockets it was seen beside to its endpoint (forgotten once it is gone)."""
+
+    def __init__(self) -> None:
+        self.beside: dict[str, int] = {}  # socket key -> the most sockets to its endpoint
+
+    def evidence(self, gathered: Gathered, earlier: Mapping[str, Sequence[Claim]]) -> Evidence:
+        """A broker claim for every socket whose remote endpoint is a known broker's (unsettled
+        where it shares that endpoint), a bootstrap claim for every one to a forwarder kmon's
+        own query found."""
+        claims = {}
+        held = Counter(sock.remote for sock in gathered.sockets if sock.state == ESTABLISHED)
+        beside, before = {}, self.beside
+        for sock in gathered.sockets:
+            key = socket_key(sock)
+            broker_id = gathered.known.get(sock.remote)
+            if broker_id is None and sock.remote in gathered.fronts:
+                advertised = ", ".join(address for _, address in gathered.fronts[sock.remote])
+                claims[key] = Claim(
+                    source="endpoint", role=Role.BOOTSTRAP, node_id=None, broker_id=None,
+                    confidence=ENDPOINT_CONFIDENCE, evidence={"role": "inferred"},
+                    detail=f"{sock.remote} answers Metadata for brokers advertised elsewhere "
+                           f"({advertised}): a forwarder or load balancer to bootstrap through")
+            elif broker_id is not None:
+                most = beside[key] = max(before.get(key, 0), held[sock.remote]
+                                         + (sock.state != ESTABLISHED))
+                claims[key] = (broker_claim(sock.remote, broker_id) if most <= 1
+                               else shared_claim(sock.remote, broker_id, most))
+        self.beside = beside
+        return Evidence(claims=claims)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -44,3 +67,13 @@ def broker_claim(remote: Endpoint, broker_id: int) -> Claim:
     return Claim(source="endpoint", role=Role.BROKER, node_id=broker_id, broker_id=broker_id,
                  confidence=ENDPOINT_CONFIDENCE, evidence={"role": "inferred"},
                  detail=f"{remote} is broker {broker_id}")
+
+
+@functools.lru_cache(maxsize=4096)
+def shared_claim(remote: Endpoint, broker_id: int, sockets: int) -> Claim:
+    """The claim of a socket seen among ``sockets`` to a known broker: its broker, no role."""
+    return Claim(source="endpoint", role=Role.UNKNOWN, node_id=None, broker_id=broker_id,
+                 confidence=SHARED_CONFIDENCE, evidence={"role": "inferred"},
+                 detail=f"{remote} is broker {broker_id}, seen among {sockets} sockets to it: "
+                        "nothing tells which is the broker, coordinator or bootstrap "
+                        "connection")

@@ -108,6 +108,20 @@ def _nodes(by_id: dict[str, dict[str, float]]) -> dict[int, dict[str, float]]:
     return nodes
 
 
+def helpers_of(pid: int) -> set[int]:
+    """The JMX helpers attached to ``pid``: this kmon's and every other kmon command's (kmon's
+    registry of its own processes names them, so their command lines are kmon's own)."""
+    found = set()
+    for own in own_processes.own_pids():
+        try:
+            argv = psutil.Process(own).cmdline()
+        except psutil.Error:
+            continue
+        if HELPER in argv and argv[argv.index(HELPER) + 1:][:1] == [str(pid)]:
+            found.add(own)
+    return found
+
+
 class JmxSource:
     """Kafka client metrics of one JVM, from a helper process attached to it.
 

@@ -3,7 +3,8 @@
 One ``JvmSource`` per JVM owns the long-lived JMX helper (started at the first read, stopped
 by ``close`` or when the source is collected) and the follower of the client log; ``read``
 hands over the newest JMX reading, the log lines read since the last read, and the local
-endpoints of the helper's own connection to the JVM (never the user's).
+endpoints of the JMX helpers' connections to the JVM, its own and other kmon commands' (never
+the user's): every view hides the same sockets.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 import psutil
 
 from kmon.sources.jvm.java_log import JavaLogEvent, LogFollower
-from kmon.sources.jvm.jmx import JmxReading, JmxSource, JmxUnavailable
+from kmon.sources.jvm.jmx import JmxReading, JmxSource, JmxUnavailable, helpers_of
 from kmon.sources.kernel.sockets import Endpoint, SocketReader
 
 FIRST_READING_S = 20.0  # the first read waits this long for the helper's first reading
@@ -30,7 +31,8 @@ class JvmReading:
     jmx_wanted: bool
     readings: tuple[JmxReading, ...] = ()  # new JMX readings, oldest first (the last is current)
     jmx_problem: str | None = None  # why JMX cannot be had
-    helper_locals: frozenset[Endpoint] = frozenset()  # kmon's own helper's connection to the JVM
+    # the JMX helpers' connections to the JVM (this kmon's and other kmon commands')
+    helper_locals: frozenset[Endpoint] = frozenset()
     has_log: bool = False
     log_events: list[JavaLogEvent] = field(default_factory=list)  # read since the last poll
     log_problem: str | None = None
@@ -110,9 +112,13 @@ class JvmSource:
         return events
 
     def _helper_locals(self) -> frozenset[Endpoint]:
-        if self._jmx is None or self._jmx_problem is not None:
-            return frozenset()
-        try:
-            return frozenset(s.local for s in self.reader.sockets_of(self._jmx.helper_pid))
-        except (psutil.Error, OSError):
-            return frozenset()
+        helpers = helpers_of(self.pid)
+        if self._jmx is not None and self._jmx_problem is None:
+            helpers.add(self._jmx.helper_pid)
+        found: set[Endpoint] = set()
+        for helper in helpers:
+            try:
+                found.update(s.local for s in self.reader.sockets_of(helper))
+            except (psutil.Error, OSError):
+                continue
+        return frozenset(found)
