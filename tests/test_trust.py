@@ -28,7 +28,6 @@ from helpers import (
     read_until,
     wait_for,
 )
-from test_wire_go import go_consumer  # noqa: F401 (the fixture: the Go program, built once)
 
 from kmon.devtools.client_programs import KAFKAJS_CONSUMER
 
