@@ -67,8 +67,11 @@ def test_the_host_view_opens_one_capture_and_names_each_processs_sockets(cluster
         assert all(c.confidence == 1.0 and c.broker_id is not None for c in wired(view))
         # a socket silent since the process was found keeps the other evidence
         assert all(c.confidence < 1.0 for c in view.connections if c not in wired(view))
-        others = {c.local for v in views.values() if v is not view for c in v.connections}
-        assert not {c.local for c in view.connections} & others  # its own sockets only
+        # its own sockets only (a local port may serve another process's connection to
+        # another broker once the first one closed: a socket is its local and remote ends)
+        others = {(c.local, c.remote) for v in views.values() if v is not view
+                  for c in v.connections}
+        assert not {(c.local, c.remote) for c in view.connections} & others
     assert packet_sockets_held() == 0  # the capture closed with the session
 
 
