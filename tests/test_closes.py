@@ -178,7 +178,7 @@ def test_a_killed_cluster_closes_as_the_broker_never_the_client(spool_dir):
         else:
             pytest.fail("the consumer's group never settled")
         # the sockets the cluster held: reconnects after the kill may reach a port another
-        # test's listener took over meanwhile (the suite runs on several workers)
+        # test's listener took over meanwhile (the suite runs on two workers)
         held = {c["key"] for view in views for c in view["connections"]}
         killed_ms = int(time.time() * 1000)
         cluster.proc.send_signal(signal.SIGKILL)
