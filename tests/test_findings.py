@@ -141,7 +141,10 @@ def test_a_consumer_at_a_tenth_of_its_fd_limit_raises_nothing(start_on):
 
 def test_two_consumers_with_one_client_id_are_named_together(start_on):
     shared, group = unique("orders-app"), unique("orders")
-    clients = [start_on("consumer", extra_args=("--client-id", shared, "--group", group),
+    # a short session: the mock cluster holds a late joiner's rebalance for the session
+    # timeout less 1 s (44 s at the default)
+    clients = [start_on("consumer", extra_args=("--client-id", shared, "--group", group,
+                                                "-X", "session.timeout.ms=10000"),
                         ready=False) for _ in range(2)]
     for client in clients:  # joined together: one's join is the other's rebalance
         client.wait_line("READY", timeout=90)
