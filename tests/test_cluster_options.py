@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 from helpers import Child, assert_one_clear_line, cluster_id, get, kmon, start_serve, wait_for
 
@@ -137,6 +138,7 @@ def test_ps_takes_b_name_and_f_props(start_client, named):
     result = kmon("ps", "--json", "-b", "local", "--config", str(config), "-F", str(props))
     assert result.returncode == 0, result.stderr
     rows = {row["pid"]: row for row in json.loads(result.stdout)["processes"]}
+    assert client.pid in rows, (result.stderr, rows, psutil.Process(client.pid).net_connections())
     assert rows[client.pid]["cluster"] == "local"
 
 

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
             snapshot, events = settle.settled_look(session.poll, args.settle, _search(session))
             labels = session.cluster_labels(snapshot)
             if named is not None:
-                labels = dict.fromkeys(session.of_cluster(snapshot), named.name)
+                labels = dict.fromkeys(session.of_cluster(snapshot, events), named.name)
             notices = list(session.notices)
         finally:
             session.close()
