@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import os
 import socket
 import struct
 import sys
@@ -788,9 +789,16 @@ def test_a_full_ring_is_counted_as_lost_events_by_the_kernel():
                     pass
                 server.accept()[0].close()
             events = source.read()
-            # the kernel writes its count of lost records once the ring has room again
-            with socket.create_connection(("127.0.0.1", port)):
-                server.accept()[0].close()
+            # the kernel writes its count of lost records once the ring has room again, at
+            # the next record on that CPU's ring: one connection on each CPU
+            cpus = os.sched_getaffinity(0)
+            try:
+                for cpu in cpus:
+                    os.sched_setaffinity(0, {cpu})
+                    with socket.create_connection(("127.0.0.1", port)):
+                        server.accept()[0].close()
+            finally:
+                os.sched_setaffinity(0, cpus)
             events += source.read()
         finally:
             source.close()
