@@ -407,6 +407,61 @@ def test_a_killed_kmon_leaves_no_probe_once_kmon_starts_again(kafka, topic):
         client.stop()
 
 
+# python -c THREAD_AND_CHILD BOOTSTRAP CAFILE: once told, a new thread and a forked child
+# process each open a TLS socket and write a request header on it (client id "thread",
+# "child"), and keep it open
+THREAD_AND_CHILD = """
+import os, socket, ssl, struct, sys, threading, time
+host, port = sys.argv[1].split(",")[0].rsplit(":", 1)
+context = ssl.create_default_context(cafile=sys.argv[2])
+kept = []
+def write(who):
+    tls = context.wrap_socket(socket.create_connection((host, int(port))), server_hostname=host)
+    tls.sendall(struct.pack(">ihhih", 20 + len(who), 3, 1, 7, len(who)) + who + bytes(6))
+    kept.append(tls)
+print("READY", flush=True)
+sys.stdin.readline()
+child = os.fork()
+if child == 0:
+    write(b"child")
+    time.sleep(30)
+    os._exit(0)
+thread = threading.Thread(target=write, args=(b"thread",))
+thread.start()
+thread.join()
+print("WROTE", flush=True)
+sys.stdin.readline()
+os.kill(child, 9)
+"""
+
+
+def test_the_probes_follow_new_threads_never_a_forked_process(kafka):
+    """The events are inherited by the threads the process makes after the source opened (a
+    librdkafka thread per failing login), not by a process it forks: the child's writes
+    are never recorded, though it runs the same code from the same files."""
+    from kmon.sources.tls.tls_tap import TlsTap
+
+    client = Child([sys.executable, "-c", THREAD_AND_CHILD, kafka.bootstrap("SSL"),
+                    str(kafka.ca_file)])
+    tap = None
+    try:
+        client.wait_line("READY", timeout=60)
+        tap = TlsTap(client.pid)
+        threads = set(tap.threads)
+        client.send("")
+        client.wait_line("WROTE", timeout=60)
+        writes = []
+        wait_for(lambda: writes.extend(tap.read()) or writes, "the new thread's write", 10)
+        time.sleep(1)  # the child's, were it recorded
+        writes += tap.read()
+        assert [w.data[4:6] for w in writes] == [b"\0\3"], writes  # the thread's Metadata
+        assert set(tap.threads) == threads  # followed by inheritance, not opened anew
+    finally:
+        if tap is not None:
+            tap.close()
+        client.stop()
+
+
 WITHOUT_PRIVILEGE = """
 import os, ssl
 from kmon.sources.tls.tls_tap import TlsTap, TlsUnavailable

@@ -20,8 +20,9 @@ next send, as the goroutine seals the record and writes it on the thread it runs
 
 Every event is opened per thread of the process (perf_event_open with its tid), inherited by
 the threads each creates from then on (a librdkafka broker thread lives for one connection
-when its login fails: made after the source opened, it is followed from its first write):
-the kernel sets the breakpoints in this process only and records nothing of another. One
+when its login fails: made after the source opened, it is followed from its first write),
+never by a process it forks: the kernel sets the breakpoints in this process only and
+records nothing of another (and a record of another pid would be dropped). One
 ring per thread listed at the start, its descendants' records in it, read like the TCP
 tracepoints' (``kernel_events.read_ring``); a full ring drops, and the kernel counts what it
 dropped.
@@ -270,8 +271,8 @@ class TlsTap:
         thread with a ring of its own taken from that one only (it may be in both)."""
         events, itabs, pending, threads = self.events, self.tcp_itabs, self.pending, self.threads
 
-        def sample(_pid: int, tid: int, ts_ms: float, raw: bytes) -> bool:
-            if tid != owner and tid in threads:
+        def sample(pid: int, tid: int, ts_ms: float, raw: bytes) -> bool:
+            if pid != self.pid or (tid != owner and tid in threads):
                 return False
             if len(raw) < 8:
                 return False
