@@ -8,15 +8,20 @@ Each client's producer pushes --mb-per-s over the real cluster's SSL listener (1
 messages, paced) and prints the bytes its broker acknowledged: confluent-kafka (OpenSSL
 linked into its librdkafka, no kmon agent), KafkaJS (node's built-in OpenSSL; tests/node's
 kafkajs), franz-go (Go's crypto/tls; tests/go's program, built here). Each round runs three
-phases of --seconds after a warm-up of WARM_UP_S: no kmon; ``kmon attach PID --json --tls
-off``; ``--tls auto``. kmon's CPU is read from /proc/*/schedstat; the producer's throughput
-from its delivery reports in the same window; the TLS source's drops from kmon's notices.
-Needs root and a JDK (and node, go for their clients).
+phases, each a producer started anew, of --seconds after a warm-up of WARM_UP_S: no kmon;
+``kmon attach PID --json --tls off``; ``--tls auto``, kmon attached before the producer
+connects. kmon's CPU is read from /proc/*/schedstat; the producer's throughput from its
+delivery reports in the same window; the TLS source's drops from kmon's notices; the
+sockets it named over TLS from kmon's last snapshot (none: the probes never opened, and
+the phase measured nothing of them). Needs root and a JDK (and node, go for their clients).
 
-This is the steady state: the probes close once every TLS socket carried a request that
-decides its role (the producer's first Produce, within the warm-up). While they are on, the
-client pays a trap per SSL_write: with the probes kept on for a whole run (before they
-closed), this producer used 9.2% -> 14.6% of a core and sent 0.91x its unwatched MB/s.
+This is the probes' worst case: they are on from the first connection's first TLS record
+(kmon is watching before it) while one of the producer's sockets has carried no request that
+decides its role (its bootstrap connection: 30 s at most, past the phase's end), a trap per
+SSL_write and a tracepoint per write syscall. A producer attached once at its steady state
+may never be probed: its one busy socket's segments rarely start with a TLS record (loopback
+sends 64 kB segments), so the wire may not see it speak TLS (0 sockets named over TLS, as
+for confluent-kafka and KafkaJS in the first runs of this benchmark).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from benchmarks.api import BenchmarkError, Result, UsageError
 from benchmarks.helpers import REPO, cpu_seconds
 from benchmarks.wire_cost import NODE_MODULES, Lines
 
-WARM_UP_S = 3  # kmon's first polls open the wire and the probes: the steady state after
+WARM_UP_S = 4  # the producer connects, kmon's first polls open the probes: measured after
 PHASES = ("unwatched", "tls off", "tls auto")
 CLIENTS = ("confluent-kafka", "kafkajs", "franz-go")
 
@@ -133,16 +138,22 @@ def acked(producer: Lines, since: float, until: float) -> float:
     return (b1 - b0) / (t1 - t0) / 1e6
 
 
-def phase(producer: Lines, phase_name: str, seconds: float) -> dict[str, float]:
-    """One phase: (kmon's share of a core, the producer's MB/s and share of a core, drops,
-    sockets named over TLS)."""
+def phase(argv: list[str], env: dict[str, str], phase_name: str,
+          seconds: float) -> dict[str, float]:
+    """One phase, a producer of its own (``argv``), kmon attached before it connects: (kmon's
+    share of a core, the producer's MB/s and share of a core, drops, sockets named over
+    TLS)."""
+    producer = Lines(["sh", "-c", 'read go; exec "$@"', "sh", *argv], env={**os.environ, **env})
     kmon = None
-    if phase_name != "unwatched":
-        kmon = Lines([sys.executable, "-m", "kmon", "attach", str(producer.proc.pid), "--json",
-                      "--interval", "1s", "--any-process", "--tls",
-                      phase_name.split()[1]])
-        kmon.wait_for("{")
     try:
+        if phase_name != "unwatched":
+            kmon = Lines([sys.executable, "-m", "kmon", "attach", str(producer.proc.pid),
+                          "--json", "--interval", "1s", "--any-process", "--tls",
+                          phase_name.split()[1]])
+            kmon.wait_for("{")
+        producer.proc.stdin.write("go\n")
+        producer.proc.stdin.flush()
+        producer.wait_for("READY")
         time.sleep(WARM_UP_S)
         begun = time.monotonic()
         kmon_start = cpu_seconds(kmon.proc.pid) if kmon else 0.0
@@ -156,6 +167,7 @@ def phase(producer: Lines, phase_name: str, seconds: float) -> dict[str, float]:
     finally:
         if kmon:
             kmon.stop()
+        producer.stop()
     for line in kmon.lines if kmon else []:
         if line.startswith("{"):
             (process,) = json.loads(line)["processes"]
@@ -203,16 +215,10 @@ def measure(client: str, cluster, args: argparse.Namespace, scratch: Path,
     with the client)."""
     argv, env = producer_argv(client, cluster.bootstrap("SSL"), args.mb_per_s,
                               str(cluster.ca_file), scratch)
-    producer = Lines(argv, env={**os.environ, **env})
-    try:
-        producer.wait_for("READY")
-        time.sleep(3)
-        runs: dict[str, list[dict[str, float]]] = {name: [] for name in PHASES}
-        for _ in range(args.rounds):
-            for name in PHASES:
-                runs[name].append(phase(producer, name, args.seconds))
-    finally:
-        producer.stop()
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in PHASES}
+    for _ in range(args.rounds):
+        for name in PHASES:
+            runs[name].append(phase(argv, env, name, args.seconds))
     mean = {name: {key: sum(r[key] for r in rs) / len(rs) for key in rs[0]}
             for name, rs in runs.items()}
     print(f"{client} producer over TLS, paced at {args.mb_per_s:g} MB/s, {args.rounds} "
