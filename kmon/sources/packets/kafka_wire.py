@@ -264,6 +264,11 @@ class WireTap:
             flow.pending[correlation_id] = (api_key, api_version)
 
     def _response(self, flow: Flow, seg: Segment) -> None:
+        if flow.first_request_ms is None and seg.data.startswith(TLS_RECORDS):
+            # the broker's TLS record (a plaintext response of this size would be ~386 MB): a
+            # socket busy since before kmon attached may start no request segment with one
+            flow.tls = True
+            return
         correlation = kp.response_correlation(seg.data)
         api = None if correlation is None else flow.pending.pop(correlation, None)
         if api is None:
