@@ -134,17 +134,22 @@ def test_a_failed_login_over_sasl_ssl_is_auth_failed_or_unsettled_never_wrong(ka
     login. Each login's requests are read from its first write and tied to its socket before
     it closes: a broker's close right after one is ``auth_failed``; the client's (its reply
     to the answer kmon cannot read) stays ``unknown``, as does one whose requests were read
-    too late: never ``client_closed``, ``broker_closed`` or ``reset``."""
+    too late: never ``client_closed``, ``broker_closed`` or ``reset``. A login under way
+    before kmon's first poll is not scored: kmon saw none of it but, maybe, its close (the
+    kernel's reason, as without the wire)."""
     client = confluent_consumer(kafka, topic, "SASL_SSL",
                                 properties='{"sasl.password": "not-the-password"}')
     stream = attach_stream(client.pid, "--any-process", interval="500ms")
     try:
+        stream.wait_line("{", timeout=60)
+        watched_ms = time.time() * 1000  # the wire's tap is open: logins from now on
         events, _ = read_until(stream, lambda found, _: sum(
             e["kind"] == "closed" and e["reason"] == "auth_failed" for e in found) >= 3, 40)
     finally:
         stream.stop()
         client.stop()
-    closes = [(e["reason"], e["closed_by"]) for e in events if e["kind"] == "closed"]
+    closes = [(e["reason"], e["closed_by"]) for e in events
+              if e["kind"] == "closed" and (e["opened_ms"] or 0) >= watched_ms]
     assert sum(reason == "auth_failed" for reason, _ in closes) >= 3, closes
     assert {reason for reason, _ in closes} <= {"auth_failed", "unknown"}, closes
 
