@@ -140,6 +140,8 @@ class WireClose:
     reset: bool  # the first was a RST
     last_api: int | None  # the API key of the last request the client sent on it
     auth_failed: bool = False  # the broker answered a SASL request with an error
+    tls: bool = False  # inside TLS: the requests are read from the client's TLS writes, when
+    # kmon's TLS source runs; the answers, never
 
 
 @dataclass(frozen=True)

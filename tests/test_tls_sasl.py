@@ -19,6 +19,7 @@ from helpers import (
     librdkafka_truth,
     produce,
     read,
+    read_until,
     record_child,
     scored_until_right,
     wait_for,
@@ -125,6 +126,32 @@ def test_a_kip848_consumer_over_tls_names_its_coordinator(kafka, topic):
             for _, role, _, wire in tally["roles"]), tally
     finally:
         client.stop()
+
+
+def test_a_failed_login_over_sasl_ssl_is_auth_failed_or_unsettled_never_wrong(kafka, topic):
+    """A wrong password: the broker answers SaslAuthenticate with an error, inside TLS, and
+    one side closes ~0.3 s later, on a connection (and a librdkafka thread) made for that one
+    login. Each login's requests are read from its first write and tied to its socket before
+    it closes: a broker's close right after one is ``auth_failed``; the client's (its reply
+    to the answer kmon cannot read) stays ``unknown``, as does one whose requests were read
+    too late: never ``client_closed``, ``broker_closed`` or ``reset``. A login under way
+    before kmon's first poll is not scored: kmon saw none of it but, maybe, its close (the
+    kernel's reason, as without the wire)."""
+    client = confluent_consumer(kafka, topic, "SASL_SSL",
+                                properties='{"sasl.password": "not-the-password"}')
+    stream = attach_stream(client.pid, "--any-process", interval="500ms")
+    try:
+        stream.wait_line("{", timeout=60)
+        watched_ms = time.time() * 1000  # the wire's tap is open: logins from now on
+        events, _ = read_until(stream, lambda found, _: sum(
+            e["kind"] == "closed" and e["reason"] == "auth_failed" for e in found) >= 3, 40)
+    finally:
+        stream.stop()
+        client.stop()
+    closes = [(e["reason"], e["closed_by"]) for e in events
+              if e["kind"] == "closed" and (e["opened_ms"] or 0) >= watched_ms]
+    assert sum(reason == "auth_failed" for reason, _ in closes) >= 3, closes
+    assert {reason for reason, _ in closes} <= {"auth_failed", "unknown"}, closes
 
 
 def test_a_sasl_login_over_tls_hands_on_no_byte_of_the_password(kafka, topic):

@@ -26,6 +26,7 @@ from kmon.sources.tls.tls_tap import TlsTap, TlsUnavailable, TlsWrite
 
 PROBE_S = 30.0  # the TLS source runs this long at most for sockets it cannot decide
 DECIDING_APIS = kp.BROKER_APIS | kp.GROUP_APIS | kp.TXN_APIS  # a TLS socket's role is known
+LOGIN = {*kp.SASL_APIS, None}  # the last request of a socket closed in a failed login
 MAX_ASKED = 16  # peers kmon asks for the cluster's brokers, at most, per process
 NO_CAPTURE = ("roles from the wire need CAP_NET_RAW (run kmon as root); they come from the "
               "other evidence")
@@ -48,9 +49,11 @@ class ProcessWire:
         self.tls_pid = tls_pid  # the process whose TLS writes are read (None: not read)
         self.tls: TlsTap | None = None
         self.tls_problem: str | None = None
-        self.tls_since = 0.0  # when the TLS source last opened (monotonic)
         self.tls_lost = 0  # writes the TLS source missed before it last closed
+        # undecided TLS sockets -> since when the TLS source is wanted for them (monotonic)
+        self.probing: dict[tuple[Endpoint, Endpoint], float] = {}
         self.given_up: set[tuple[Endpoint, Endpoint]] = set()  # TLS sockets probed PROBE_S
+        self.linger_until = 0.0  # the source stays open until then (a login may have failed)
         self.shared: SharedCapture | None = None
         self.tap: WireTap | None = None
         self.problem: str | None = None
@@ -74,7 +77,7 @@ class ProcessWire:
             answer = self._answer()
             if answer:
                 self.tap.learn(answer, now_ms)
-            view = self.tap.poll(sockets, now_ms, self._tls_writes())
+            view = self.tap.poll(sockets, now_ms, self._tls_writes(sockets))
             self._probe_while_undecided(view, sockets)
             return WireReading(view, notices=self._tls_notices(view))
         except PermissionError:
@@ -95,13 +98,13 @@ class ProcessWire:
             self.asked.add(peer)
             self.query = BrokerQuery(peer)
 
-    def _tls_writes(self) -> list[TlsWrite]:
+    def _tls_writes(self, sockets: list[TcpSocket]) -> list[TlsWrite]:
         """The process's TLS writes since the last read; none where the TLS source cannot run
         (the reason kept for ``_tls_notices``)."""
         if self.tls is None:
             return []
         try:
-            return self.tls.read()
+            return self.tls.read(sockets)
         except (TlsUnavailable, KernelEventsUnavailable, OSError) as err:
             self._tls_failed(err)
             return []
@@ -110,22 +113,28 @@ class ProcessWire:
         """The TLS source runs once a socket of the process has spoken TLS, while one of its
         sockets has carried no request that decides its role (a broker's, a coordinator's;
         one silent since kmon attached may be TLS too: its first record would be missed),
-        for PROBE_S at most: a socket it gave up on opens it again only once it is gone;
-        every probe's cost is the client's."""
+        for PROBE_S at most for each; a socket it gave up on keeps it open no more. A TLS
+        socket that closed after a SASL request (or none read) keeps it open PROBE_S more:
+        a client whose logins fail opens a new socket every few hundred ms, each to be read
+        from its first write (a source opened at a poll reads from then on). Every probe's
+        cost is the client's."""
         flows = view.flows
         pairs = {(s.local, s.remote) for s in sockets}
         undecided = set()
         if any(f.tls for f in flows.values()):
             undecided = pairs - {key for key, f in flows.items()
                                  if f.api_counts.keys() & DECIDING_APIS}
-        self.given_up &= pairs
         now = time.monotonic()
+        if any(close.tls and close.last_api in LOGIN for close in view.closes.values()):
+            self.linger_until = now + PROBE_S
+        self.given_up &= pairs
+        self.probing = {pair: self.probing.get(pair, now) for pair in undecided - self.given_up}
+        self.given_up |= {pair for pair, since in self.probing.items() if now - since > PROBE_S}
+        wanted = self.probing.keys() - self.given_up
         if self.tls is None:
-            if undecided - self.given_up:
+            if wanted:
                 self._open_tls()  # read from the next poll
-                self.tls_since = now
-        elif not undecided or now - self.tls_since > PROBE_S:
-            self.given_up |= undecided
+        elif not wanted and now >= self.linger_until:
             self.tls_lost += self.tls.lost
             self.tls.close()
             self.tls = None

@@ -3,9 +3,10 @@
 //	kmon-go-consumer franz-go|kafka-go BOOTSTRAP GROUP TOPIC [CAFILE]
 //
 // It joins GROUP, consumes TOPIC from the beginning, prints READY once the group has
-// assigned it partitions, and exits when stdin ends or says "exit". With CAFILE (franz-go
-// only) it speaks TLS, trusting that CA, and prints its own view of each connection: a line
-// "WROTE <local port> <api key>" for each request it writes.
+// assigned it partitions, and exits when stdin ends or says "exit". With CAFILE it speaks
+// TLS, trusting that CA, and prints its own view of each connection: a line
+// "WROTE <local port> <api key>" for each request it writes. (Its "produce" mode, a
+// producer for the benchmarks: produce.go.)
 package main
 
 import (
@@ -26,14 +27,18 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 5 && !(len(os.Args) == 6 && os.Args[1] == "franz-go") {
+	if len(os.Args) > 1 && os.Args[1] == "produce" {
+		produce(os.Args[2:])
+		return
+	}
+	if len(os.Args) != 5 && len(os.Args) != 6 {
 		fmt.Fprintln(os.Stderr, "usage: kmon-go-consumer franz-go|kafka-go BOOTSTRAP GROUP TOPIC [CAFILE]")
 		os.Exit(2)
 	}
 	library, brokers, group, topic := os.Args[1], strings.Split(os.Args[2], ","), os.Args[3], os.Args[4]
-	var dial []kgo.Opt
+	var dial func(ctx context.Context, network, host string) (net.Conn, error)
 	if len(os.Args) == 6 {
-		dial = append(dial, kgo.Dialer(tlsDialer(os.Args[5])))
+		dial = tlsDialer(os.Args[5])
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var ready sync.Once
@@ -41,9 +46,13 @@ func main() {
 	var stop func()
 	switch library {
 	case "franz-go":
-		stop = franzGo(ctx, brokers, group, topic, assigned, dial...)
+		var opts []kgo.Opt
+		if dial != nil {
+			opts = append(opts, kgo.Dialer(dial))
+		}
+		stop = franzGo(ctx, brokers, group, topic, assigned, opts...)
 	case "kafka-go":
-		stop = kafkaGo(ctx, brokers, group, topic, assigned)
+		stop = kafkaGo(ctx, brokers, group, topic, assigned, dial)
 	default:
 		fmt.Fprintf(os.Stderr, "unknown library %q\n", library)
 		os.Exit(2)
@@ -82,14 +91,16 @@ func franzGo(ctx context.Context, brokers []string, group, topic string, assigne
 }
 
 // kafkaGo consumes with segmentio/kafka-go's Reader; assigned runs when the reader, its
-// group synced, subscribes to its partitions (its logger says so: the Reader has no hook).
-func kafkaGo(ctx context.Context, brokers []string, group, topic string, assigned func()) func() {
+// group synced, subscribes to its partitions (its logger says so: the Reader has no hook);
+// dial, when not nil, makes its connections.
+func kafkaGo(ctx context.Context, brokers []string, group, topic string, assigned func(),
+	dial func(ctx context.Context, network, host string) (net.Conn, error)) func() {
 	reader := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:     brokers,
 		GroupID:     group,
 		Topic:       topic,
 		StartOffset: kafka.FirstOffset,
-		Dialer:      &kafka.Dialer{ClientID: "kmon-kafka-go", DualStack: true},
+		Dialer:      &kafka.Dialer{ClientID: "kmon-kafka-go", DualStack: true, DialFunc: dial},
 		Logger: kafka.LoggerFunc(func(format string, _ ...interface{}) {
 			if strings.HasPrefix(format, "subscribed to topics and partitions") {
 				assigned()
@@ -108,7 +119,7 @@ func kafkaGo(ctx context.Context, brokers []string, group, topic string, assigne
 }
 
 // tlsDialer dials TLS connections trusting the CA in caFile; each connection tells the api
-// key of each request written to it (franz-go writes a request in one Write).
+// key of each request written to it (franz-go and kafka-go write a request in one Write).
 func tlsDialer(caFile string) func(ctx context.Context, network, host string) (net.Conn, error) {
 	pem, err := os.ReadFile(caFile)
 	if err != nil {

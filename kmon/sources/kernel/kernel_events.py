@@ -48,7 +48,10 @@ RING_PAGES = {"inet_sock_set_state": 256, "tcp_receive_reset": 8, "tcp_send_rese
 MAX_EVENTS_PER_READ = 200_000  # a read stops here; the rest waits for the next
 RETIRING_READS = 2  # reads of a replaced ring, at most, for its count of lost records
 
-PERF_TYPE_TRACEPOINT = 2
+PERF_TYPE_SOFTWARE, PERF_TYPE_TRACEPOINT, PERF_COUNT_SW_DUMMY = 1, 2, 9
+# the event follows the threads its thread creates from now on (inherit, inherit_thread:
+# threads only, never a child process; Linux 5.13 and later)
+INHERIT_THREADS = 1 << 1 | 1 << 35
 PERF_SAMPLE_TID, PERF_SAMPLE_TIME, PERF_SAMPLE_RAW = 1 << 1, 1 << 2, 1 << 10
 PERF_RECORD_LOST, PERF_RECORD_SAMPLE = 2, 9
 USE_CLOCKID = 1 << 25
@@ -204,11 +207,16 @@ def perf_event_open(attr: bytes, cpu: int, pid: int = -1) -> int:
     return fd
 
 
-def tracepoint_attr(config: int) -> bytes:
-    """A ``struct perf_event_attr`` (128 bytes) for one tracepoint, sampling every hit."""
-    head = struct.pack("<IIQQQQQII", PERF_TYPE_TRACEPOINT, 128, config, 1,
+def tracepoint_attr(config: int, inherit: bool = False,
+                    kind: int = PERF_TYPE_TRACEPOINT) -> bytes:
+    """A ``struct perf_event_attr`` (128 bytes) for one tracepoint, sampling every hit;
+    ``inherit``: in the threads the thread creates too, not in the processes it forks (their
+    records go to the ring of the event they inherit: perf's own rule); ``kind``: another
+    type of event (``PERF_TYPE_SOFTWARE`` with ``PERF_COUNT_SW_DUMMY``: a ring that records
+    nothing of its own)."""
+    head = struct.pack("<IIQQQQQII", kind, 128, config, 1,
                        PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW, 0,
-                       USE_CLOCKID, 1, 0)
+                       USE_CLOCKID | (INHERIT_THREADS if inherit else 0), 1, 0)
     body = bytearray(head.ljust(128, b"\0"))
     struct.pack_into("<i", body, 92, CLOCK_MONOTONIC)  # clockid, after sample_stack_user
     return bytes(body)

@@ -146,10 +146,10 @@ class WireTap:
                                          for s in sockets}
         taken: set[tuple[Address, Address]] = set()
         self.taken = taken
+        if tls_writes:  # first: a socket's writes came before its close's FIN
+            self._take_tls(tls_writes, [*self.mine.values(), *sockets])
         for seg in self.capture.read():
             self._take(seg, mine)
-        if tls_writes:
-            self._take_tls(tls_writes, sockets)
         flows, closes = self.flows, {}
         gone = set() if same else self.last_polled - mine.keys()
         # every flow a socket's of the last poll, and no segment of another: none to drop
@@ -222,7 +222,7 @@ class WireTap:
             if flow.close is None:
                 flow.close = WireClose("client" if request else "broker",
                                        bool(seg.flags & TCP_RST), flow.last_api,
-                                       flow.auth_failed)
+                                       flow.auth_failed, flow.tls)
         elif request:
             self._request(flow, seg)
         else:
@@ -231,7 +231,8 @@ class WireTap:
     def _take_tls(self, writes: Sequence[tuple[int, float, bytes]],
                   sockets: list[TcpSocket]) -> None:
         """The request headers at the start of TLS writes, into their sockets' flows (marked
-        TLS: kmon's own plaintext query is not sent to their peers)."""
+        TLS: kmon's own plaintext query is not sent to their peers); ``sockets``: the last
+        poll's (one closed since wrote before it closed) and this one's."""
         by_inode = {s.inode: (_address(s.local), _address(s.remote)) for s in sockets}
         for inode, ts_ms, data in writes:
             key = by_inode.get(inode)
@@ -263,6 +264,11 @@ class WireTap:
             flow.pending[correlation_id] = (api_key, api_version)
 
     def _response(self, flow: Flow, seg: Segment) -> None:
+        if flow.first_request_ms is None and seg.data.startswith(TLS_RECORDS):
+            # the broker's TLS record (a plaintext response of this size would be ~386 MB): a
+            # socket busy since before kmon attached may start no request segment with one
+            flow.tls = True
+            return
         correlation = kp.response_correlation(seg.data)
         api = None if correlation is None else flow.pending.pop(correlation, None)
         if api is None:

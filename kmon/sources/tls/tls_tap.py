@@ -18,10 +18,20 @@ where the table is the program's own ``*net.TCPConn`` one (its address from the 
 ``.symtab``): a connection of any other type (a wrapper, a proxy) falls back on the thread's
 next send, as the goroutine seals the record and writes it on the thread it runs on.
 
-Every event is opened per thread of the process (perf_event_open with its tid): the kernel
-sets the breakpoints in this process only and records nothing of another. One ring per
-thread, read like the TCP tracepoints' (``kernel_events.read_ring``); a full ring drops, and
-the kernel counts what it dropped.
+Every event is opened per thread of the process (perf_event_open with its tid), inherited by
+the threads each creates from then on (a librdkafka broker thread lives for one connection
+when its login fails: made after the source opened, it is followed from its first write),
+never by a process it forks: the kernel sets the breakpoints in this process only and
+records nothing of another (and a record of another pid would be dropped). One
+ring per thread listed at the start, its descendants' records in it, read like the TCP
+tracepoints' (``kernel_events.read_ring``); a full ring drops, and the kernel counts what it
+dropped.
+
+A descriptor is the socket's only while it is open: the ``close`` syscalls are read too,
+and a write is tied to the socket its descriptor held then, in time order: before the
+descriptor's first close since the last read, the socket it held at the last read (one
+whose login failed closes between two reads); after its last, the one it holds now; between
+two, a socket no read saw, dropped.
 """
 
 from __future__ import annotations
@@ -33,12 +43,15 @@ import os
 import re
 import struct
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from kmon.sources import kafka_protocol as kp
 from kmon.sources.kernel.kernel_events import (
+    PERF_COUNT_SW_DUMMY,
     PERF_EVENT_IOC_ENABLE,
+    PERF_TYPE_SOFTWARE,
     Field,
     KernelEventsUnavailable,
     parse_format,
@@ -48,6 +61,7 @@ from kmon.sources.kernel.kernel_events import (
     tracefs,
     tracepoint_attr,
 )
+from kmon.sources.kernel.sockets import TcpSocket
 from kmon.sources.tls.elf_symbols import NotElf, function_offsets, object_addresses
 from kmon.sources.tls.uprobes import SAFE_PATH, registry
 
@@ -58,14 +72,16 @@ GO = ("buf=+0(%bx):x8[16] len=%cx:s32 tab=+0(%ax):u64 fd=+16(+0(+8(%ax))):s32")
 GO_TCP_ITAB = "go:itab.*net.TCPConn,net.Conn"
 FUNCTIONS = {"SSL_write": OPENSSL, "SSL_write_ex": OPENSSL, "crypto/tls.(*Conn).Write": GO}
 HEADER_BYTES = 16
-SYSCALLS = ("sys_enter_write", "sys_enter_sendto", "sys_enter_sendmsg")
+SYSCALLS = {"sys_enter_write": "send", "sys_enter_sendto": "send", "sys_enter_sendmsg": "send",
+            "sys_enter_close": "close"}
 LIBRARIES = re.compile(r"/lib(ssl|rdkafka)[^/]*\.so[^/]*$")  # where OpenSSL's writes are
 # (and the process's own executable: node's OpenSSL, a Go program's crypto/tls)
 MAX_MAPS_BYTES = 8 << 20
 MAX_THREADS = 256
 RING_PAGES = 16  # per thread: ~900 records between two polls
 MAX_RECORDS_PER_READ = 20_000
-RESCAN_S = 5.0  # the maps looked at again (while no library is found), the threads
+RESCAN_S = 5.0  # the maps looked at again, while no library is found
+MAX_PENDING = 4096  # threads with an SSL write whose socket is not seen yet, at most
 PERF_EVENT_IOC_SET_OUTPUT = 0x2405
 
 
@@ -85,7 +101,6 @@ class TlsWrite(NamedTuple):
 class _Thread:
     fds: list[int]
     ring: mmap.mmap
-    pending: bytes | None = None  # the last SSL write's start, its socket not yet seen
 
 
 class TlsTap:
@@ -100,7 +115,9 @@ class TlsTap:
         self.tcp_itabs: dict[int, int] = {}  # a Go probe's id -> *net.TCPConn's table, mapped
         self.files: set[tuple[int, int]] = set()  # (device, inode) of the files probed
         self.refused: list[str] = []  # the paths of those that could not be
-        self.threads: dict[int, _Thread] = {}
+        self.threads: dict[int, _Thread] = {}  # those listed when the probes were made
+        self.pending: dict[int, bytes] = {}  # tid -> its last SSL write's start, no socket yet
+        self.held: dict[int, int] = {}  # fd -> the socket's inode, as of the last read
         self.lost = 0  # records the kernel dropped (a thread's ring was full)
         self.scanned = 0.0
         try:
@@ -115,24 +132,38 @@ class TlsTap:
     def probed(self) -> bool:
         return any(kind == "ssl" for kind, _ in self.events.values())
 
-    def read(self) -> list[TlsWrite]:
-        """The TLS writes whose socket was seen since the last read, oldest first per thread."""
+    def read(self, sockets: Sequence[TcpSocket] = ()) -> list[TlsWrite]:
+        """The TLS writes since the last read whose socket is known, oldest first;
+        ``sockets``: the process's now (their fds), else each fd is looked up."""
         now = time.monotonic()
-        if now - self.scanned >= RESCAN_S:
+        if not self.probed and now - self.scanned >= RESCAN_S:
             self._scan()
-        out: list[tuple[int, float, bytes]] = []
-        for tid, thread in list(self.threads.items()):
-            self._drain(thread, out)
-            if not os.path.exists(f"/proc/{self.pid}/task/{tid}"):
-                self._close_thread(self.threads.pop(tid))
-        inodes: dict[int, int | None] = {}
+        out: list[tuple[float, int, bytes | None]] = []  # (ts, fd, data; None: a close)
+        for tid, thread in self.threads.items():
+            self._drain(tid, thread, out)
+        out.sort(key=lambda event: event[0])
+        first_close: dict[int, float] = {}
+        last_close: dict[int, float] = {}
+        for ts_ms, fd, data in out:
+            if data is None:
+                first_close.setdefault(fd, ts_ms)
+                last_close[fd] = ts_ms
+        held = {s.fd: s.inode for s in sockets if s.fd is not None}
         writes = []
-        for fd, ts_ms, data in out:
-            if fd not in inodes:
-                inodes[fd] = _socket_inode(self.pid, fd)
-            inode = inodes[fd]
+        for ts_ms, fd, data in out:
+            if data is None:
+                continue
+            if fd not in last_close or ts_ms > last_close[fd]:  # the socket it holds now
+                if fd not in held:
+                    held[fd] = _socket_inode(self.pid, fd)
+                inode = held[fd]
+            elif ts_ms < first_close[fd]:  # the one it held at the last read, closed since
+                inode = self.held.get(fd)
+            else:
+                inode = None
             if inode is not None:
                 writes.append(TlsWrite(inode, ts_ms, data))
+        self.held = {fd: inode for fd, inode in held.items() if inode is not None}
         return writes
 
     def close(self) -> None:
@@ -145,7 +176,7 @@ class TlsTap:
 
     def _syscalls(self) -> None:
         with tracefs() as root:
-            for name in SYSCALLS:
+            for name, kind in SYSCALLS.items():
                 try:
                     with open(root / "events" / "syscalls" / name / "format",
                               encoding="ascii") as handle:
@@ -153,43 +184,44 @@ class TlsTap:
                 except OSError as err:
                     raise KernelEventsUnavailable(f"tracepoint {name}: {err.strerror}") from err
                 if "fd" in fields:
-                    self.events[event_id] = ("syscall", fields)
+                    self.events[event_id] = (kind, fields)
 
     def _scan(self) -> None:
-        """Probe the TLS writes of the files newly mapped; follow new threads."""
+        """Probe the TLS writes of the files mapped; once there are some, follow the threads
+        (twice listed: one made while the first were opened may have inherited nothing)."""
         self.scanned = time.monotonic()
-        if not self.probed:
-            for path, ident, start in _mapped_libraries(self.pid):
-                if ident in self.files:
-                    continue
-                self.files.add(ident)
-                if not SAFE_PATH.fullmatch(path):  # never written to tracefs
-                    self.refused.append(path)
-                    continue
-                try:
-                    offsets = function_offsets(path, FUNCTIONS)
-                except (OSError, NotElf, ValueError, struct.error):
-                    continue
-                for offset, fetch in sorted({(offset, FUNCTIONS[name])
-                                             for name, offset in offsets.items()}):
-                    event_id, fields = self.probes.event(path, offset, fetch)
-                    self.events[event_id] = ("ssl", fields)
-                    if fetch == GO and start is not None:
-                        self._go_tcp_itab(event_id, path, start)
+        for path, ident, start in _mapped_libraries(self.pid):
+            if ident in self.files:
+                continue
+            self.files.add(ident)
+            if not SAFE_PATH.fullmatch(path):  # never written to tracefs
+                self.refused.append(path)
+                continue
+            try:
+                offsets = function_offsets(path, FUNCTIONS)
+            except (OSError, NotElf, ValueError, struct.error):
+                continue
+            for offset, fetch in sorted({(offset, FUNCTIONS[name])
+                                         for name, offset in offsets.items()}):
+                event_id, fields = self.probes.event(path, offset, fetch)
+                self.events[event_id] = ("ssl", fields)
+                if fetch == GO and start is not None:
+                    self._go_tcp_itab(event_id, path, start)
         if not self.probed:
             if self.refused:
                 raise TlsUnavailable(f"the TLS library is in a file whose path kmon does not "
                                      f"write to tracefs: {self.refused[0]!r}")
             return
-        try:
-            tids = sorted(int(t) for t in os.listdir(f"/proc/{self.pid}/task"))[:MAX_THREADS]
-        except OSError:
-            return
-        for tid in tids:
-            if tid not in self.threads:
-                thread = self._open_thread(tid)
-                if thread is not None:
-                    self.threads[tid] = thread
+        for _ in range(2):
+            try:
+                tids = sorted(int(t) for t in os.listdir(f"/proc/{self.pid}/task"))
+            except OSError:
+                return
+            for tid in tids:
+                if tid not in self.threads and len(self.threads) < MAX_THREADS:
+                    thread = self._open_thread(tid)
+                    if thread is not None:
+                        self.threads[tid] = thread
 
     def _go_tcp_itab(self, event_id: int, path: str, start: int) -> None:
         """Where ``*net.TCPConn``'s table for ``net.Conn`` is in the process (the Go program
@@ -202,9 +234,11 @@ class TlsTap:
             self.tcp_itabs[event_id] = found[GO_TCP_ITAB] - lowest + start
 
     def _open_thread(self, tid: int) -> _Thread | None:
-        ids = list(self.events)
+        """The thread's ring (a dummy event's, recording nothing itself) and every event,
+        inherited by the threads it creates, recorded into it."""
         try:
-            first = perf_event_open(tracepoint_attr(ids[0]), -1, tid)
+            first = perf_event_open(tracepoint_attr(PERF_COUNT_SW_DUMMY,
+                                                    kind=PERF_TYPE_SOFTWARE), -1, tid)
         except KernelEventsUnavailable:
             if not os.path.exists(f"/proc/{self.pid}/task/{tid}"):
                 return None  # gone meanwhile
@@ -217,7 +251,7 @@ class TlsTap:
             raise KernelEventsUnavailable(f"perf ring: {err.strerror}") from err
         thread = _Thread([first], ring)
         try:
-            for event_id in ids[1:]:
+            for event_id in self.events:
                 self._add_event(thread, event_id, tid)
         except KernelEventsUnavailable:
             self._close_thread(thread)
@@ -226,15 +260,20 @@ class TlsTap:
 
     def _add_event(self, thread: _Thread, event_id: int, tid: int) -> None:
         """One more event of the thread, recorded into its ring."""
-        fd = perf_event_open(tracepoint_attr(event_id), -1, tid)
+        fd = perf_event_open(tracepoint_attr(event_id, inherit=True), -1, tid)
         thread.fds.append(fd)
         perf_ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, ctypes.c_int(thread.fds[0]))
         perf_ioctl(fd, PERF_EVENT_IOC_ENABLE, 0)
 
-    def _drain(self, thread: _Thread, out: list[tuple[int, float, bytes]]) -> None:
-        events, itabs = self.events, self.tcp_itabs
+    def _drain(self, owner: int, thread: _Thread,
+               out: list[tuple[float, int, bytes | None]]) -> None:
+        """The thread's ring: its records and those of the threads it created, each of a
+        thread with a ring of its own taken from that one only (it may be in both)."""
+        events, itabs, pending, threads = self.events, self.tcp_itabs, self.pending, self.threads
 
-        def sample(_pid: int, _tid: int, ts_ms: float, raw: bytes) -> bool:
+        def sample(pid: int, tid: int, ts_ms: float, raw: bytes) -> bool:
+            if pid != self.pid or (tid != owner and tid in threads):
+                return False
             if len(raw) < 8:
                 return False
             event_id = struct.unpack_from("<H", raw)[0]
@@ -248,16 +287,17 @@ class TlsTap:
                     buf.size, HEADER_BYTES, max(size, 0))])
                 own = _own_fd(raw, fields, itabs.get(event_id))
                 if own is None:
-                    thread.pending = data
+                    if tid not in pending and len(pending) >= MAX_PENDING:
+                        pending.pop(next(iter(pending)))
+                    pending[tid] = data
                     return False
-                out.append((own, ts_ms, data))
+                out.append((ts_ms, own, data))
                 return True
-            elif kind == "syscall" and thread.pending is not None:
+            if kind == "close" or (kind == "send" and tid in pending):
                 fd = fields["fd"]
                 if len(raw) >= fd.offset + fd.size:
                     number = int.from_bytes(raw[fd.offset:fd.offset + fd.size], "little")
-                    out.append((number, ts_ms, thread.pending))
-                    thread.pending = None
+                    out.append((ts_ms, number, pending.pop(tid) if kind == "send" else None))
                     return True
             return False
 
