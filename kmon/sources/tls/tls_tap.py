@@ -148,11 +148,12 @@ class TlsTap:
             if data is None:
                 first_close.setdefault(fd, ts_ms)
                 last_close[fd] = ts_ms
-        held = {s.fd: s.inode for s in sockets if s.fd is not None}
+        held: dict[int, int | None] = {s.fd: s.inode for s in sockets if s.fd is not None}
         writes = []
         for ts_ms, fd, data in out:
             if data is None:
                 continue
+            inode: int | None
             if fd not in last_close or ts_ms > last_close[fd]:  # the socket it holds now
                 if fd not in held:
                     held[fd] = _socket_inode(self.pid, fd)
