@@ -15,6 +15,7 @@ import pytest
 from helpers import Child, python_as, wait_for
 from test_kernel_flood import FLOODER
 
+from kmon.engine import discovery as discovery_module
 from kmon.engine.directory import Directory
 from kmon.engine.discovery import ClientDiscovery
 from kmon.engine.host_view import KafkaProcesses
@@ -91,19 +92,52 @@ def test_a_quiet_host_is_not_searched_again_and_a_new_client_joins_at_once():
             discovery.close()
 
 
+def test_a_new_broker_s_clients_join_by_a_look_at_them_not_a_search_of_the_host():
+    """A process connected to a broker before kmon knew of it (no Kafka library: only its
+    connection tells it a client): once the broker is named, the processes connected to it
+    are looked at alone and it joins; the host is not searched again."""
+    with (socket.create_server(("127.0.0.1", 0)) as known,
+          socket.create_server(("127.0.0.1", 0)) as named_later):
+        child = connecting_child(named_later.getsockname()[1])
+        kernel, notice = open_kernel_watch()
+        if kernel is None:
+            child.kill()
+            pytest.skip(notice)
+        search = Counted()
+        monitor = Monitor([], kernel=kernel)
+        discovery = ClientDiscovery(open_socket_reader(), SamplerSettings(
+            require_kafka=False, wire="off"), Directory(), every_s=3600.0, find=search)
+        first = Endpoint("127.0.0.1", known.getsockname()[1])
+        try:
+            discovery.update(monitor, {first})
+            assert child.pid not in monitor.samplers
+            discovery.search_now()  # as the host view does once its clients name a broker
+            discovery.update(monitor, {first, Endpoint("127.0.0.1",
+                                                       named_later.getsockname()[1])})
+            assert child.pid in monitor.samplers
+            assert (search.searches, search.looks) == (1, 1)
+        finally:
+            child.stdin.close()
+            child.wait()
+            monitor.close()
+            discovery.close()
+
+
 LIBRARY_CLIENT = ("import sys, confluent_kafka\n"  # librdkafka mapped, no connect at all
                   "print('READY', flush=True)\n"
                   "sys.stdin.read()\n")
 
 
 def test_a_connect_flood_elsewhere_costs_no_search_and_a_new_client_still_joins(
-        throwaway_user):
+        throwaway_user, monkeypatch):
     """Two flooders of a throwaway user connect to a closed port of their own for 8 s: the
     connect rings drop thousands of records, none of the broker's followed port. Before,
     each poll then searched the whole host (every due poll: the flooder made kmon pay a
     search a poll); now the processes new on the host are looked at alone, and a client
     that appears meanwhile (a Kafka library mapped, no connect at all: nothing but a search
     or a look finds it) joins all the same."""
+    monkeypatch.setattr(discovery_module, "FULL_EVERY_S", 3600.0)  # a loaded host's slow
+    # test is not to meet the safety net
     with socket.create_server(("127.0.0.1", 0)) as broker:
         port = broker.getsockname()[1]
         kernel, notice = open_kernel_watch([port])  # the broker's port followed
