@@ -341,6 +341,28 @@ def test_host_clients_from_a_filtered_dump_agree_with_psutils_scan(stack, listen
             client.wait()
 
 
+def test_a_host_dump_of_ports_holds_their_clients_and_listeners_not_the_servers_ends(
+        reader, stack):
+    """The discovery dump of a port: the sockets connected to it and its listener, each once,
+    with their endpoints; the server's own end of each connection (as many again, on a busy
+    broker) is not read."""
+    server = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
+    port = server.getsockname()[1]
+    clients = [stack.enter_context(socket.create_connection(("127.0.0.1", port)))
+               for _ in range(3)]
+    for _ in clients:
+        stack.enter_context(server.accept()[0])
+    inode = {os.fstat(sock.fileno()).st_ino: sock for sock in (server, *clients)}
+    found = reader.host_sockets({port})
+    assert sorted(s.inode for s in found) == sorted(inode)
+    for host_socket in found:
+        sock = inode[host_socket.inode]
+        assert host_socket.listening == (sock is server)
+        assert host_socket.local == _endpoint(sock.getsockname())
+        if sock is not server:
+            assert host_socket.remote == Endpoint("127.0.0.1", port)
+
+
 def test_non_tcp_and_listening_sockets_are_skipped_without_new_dumps(reader, stack):
     client, _ = _pair(stack)
     listener = stack.enter_context(socket.socket())

@@ -58,6 +58,11 @@ class KafkaProcesses:
         self.serving |= self.sockets.serving(connected | mapped)
         return (connected | mapped) - self.serving - {os.getpid()}
 
+    def connected(self, brokers: Collection[Endpoint]) -> dict[int, set[Endpoint]]:
+        """The processes connected to ``brokers`` (PID -> those of them), for ``check``: the
+        host's sockets to their ports alone (SockDiagUnavailable where the kernel refuses)."""
+        return self.sockets.connected(brokers)
+
     def check(self, strangers: Mapping[int, Collection[Endpoint]],
               brokers: Collection[Endpoint]) -> set[int]:
         """Of the processes that just connected (PID -> the endpoints each connected to),

@@ -46,7 +46,11 @@ class KernelWatch:
             OrderedDict())
         self.polled: list[ProcessView] = []  # the last poll's views
         self.held: list[KernelLife] = []  # refusals at once, told after one more poll
-        self._losses_told = 0  # the rings' losses as ``strangers`` last saw them
+        self._losses_told = 0  # the followed rings' losses as ``strangers`` last saw them
+        self._connect_losses_told = 0  # ... and the connect rings'
+        # connects to ports not followed lost before the last ``strangers`` (a connect ring
+        # was full): a process's first connect to such a port may be missing from them
+        self.connects_missed = False
 
     def poll(self, views: list[ProcessView]) -> tuple[list[KernelLife], list[KernelLife],
                                                       list[Event]]:
@@ -82,14 +86,22 @@ class KernelWatch:
 
     def strangers(self) -> dict[int, set[tuple[str, int]]] | None:
         """The processes not watched that connected since the last call (PID -> the (ip,
-        port) they connected to); None when some may be missing (a ring or the table was
-        full)."""
+        port) they connected to); None when one connected to a followed port may be
+        missing (a followed ring or the table was full). Those only a full connect ring
+        lost (connects to other ports: a host's flood of them) set ``connects_missed``."""
         strangers, overflowed = self.lives.take_strangers()
-        losses = self.source.lost + self.source.lost_connects
-        if overflowed or losses != self._losses_told:
-            self._losses_told = losses
+        connect_losses = self.source.lost_connects
+        self.connects_missed = connect_losses != self._connect_losses_told
+        self._connect_losses_told = connect_losses
+        if overflowed or self.source.lost != self._losses_told:
+            self._losses_told = self.source.lost
             return None
         return strangers
+
+    @property
+    def followed(self) -> frozenset[int]:
+        """The ports whose connects the followed rings take (the kernel filter's)."""
+        return self.source.ports
 
     @property
     def lost(self) -> int:

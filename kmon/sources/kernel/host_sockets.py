@@ -90,6 +90,22 @@ class HostClients:
         return ({owners[i] for i in clients if i in owners},
                 {owners[i] for i in servers if i in owners})
 
+    def connected(self, brokers: Collection[Endpoint]) -> dict[int, set[Endpoint]]:
+        """The processes connected to ``brokers`` (PID -> those of them), kmon included;
+        sock_diag only (SockDiagUnavailable where the kernel refused it)."""
+        if self._diag is None:
+            raise SockDiagUnavailable("netlink sock_diag is not available here")
+        if not brokers:
+            return {}
+        sockets = [s for s in self._diag.host_sockets({b.port for b in brokers})
+                   if not s.listening and s.remote in brokers]
+        owners = self._owners.owners({s.inode for s in sockets})
+        found: dict[int, set[Endpoint]] = {}
+        for sock in sockets:
+            if sock.inode in owners:
+                found.setdefault(owners[sock.inode], set()).add(sock.remote)
+        return found
+
     def serving(self, candidates: Collection[int],
                 servers_of: Collection[Endpoint] = ()) -> set[int]:
         """Of ``candidates``, those serving the others: each owns a listening socket that a

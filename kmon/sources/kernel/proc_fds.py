@@ -9,6 +9,8 @@ from collections.abc import Collection
 
 import psutil
 
+from kmon.sources.processes.process_info import host_pids
+
 _SOCKET_PREFIX = "socket:["
 _DENIED = (errno.EACCES, errno.EPERM)
 
@@ -94,7 +96,7 @@ class SocketOwners:
         if not wanted:
             return {}
         if among is None:
-            pids = {int(name) for name in os.listdir("/proc") if name.isdigit()}
+            pids = host_pids()
             for gone in self._tables.keys() - pids:
                 del self._tables[gone]
         else:

@@ -291,10 +291,15 @@ class SockDiagReader:
         return found
 
     def host_sockets(self, ports: Collection[int]) -> list[HostSocket]:
-        """Every TCP socket of the host (this network namespace) whose local or remote
-        port is one of ``ports``, listeners included: one dump per family, filtered in the
-        kernel, so the cost follows the matches rather than the host's socket count."""
-        return self._host_dump(_DUMP_STATES, _port_filter(local=ports, remote=ports))
+        """The TCP sockets of the host (this network namespace) connected to one of
+        ``ports`` (their remote port), and those listening on one: one dump per family of
+        each, filtered in the kernel, so the cost follows the matches rather than the host's
+        socket count (a server's own ends of its connections, as many again, left out)."""
+        wanted = frozenset(ports)
+        if not wanted:  # an empty filter would pass every socket
+            return []
+        return (self._host_dump(_DUMP_STATES & ~(1 << _LISTEN), _remote_port_filter(wanted))
+                + self._host_dump(1 << _LISTEN, _port_filter(local=wanted)))
 
     def listeners(self) -> list[HostSocket]:
         """Every listening TCP socket of the host (this network namespace): a host has few."""
@@ -321,9 +326,8 @@ class SockDiagReader:
         for off, length in self._dump_messages():
             inode = unpack_u32(buf, off + _HDR + _INODE_AT)[0]
             if inode:
-                known = _known_from_msg(view[off + _HDR : off + length], inode)
-                found.append(HostSocket(inode, known.local, known.remote,
-                                        buf[off + _HDR + 1] == _LISTEN))
+                local, remote = _ends(view[off + _HDR : off + length])
+                found.append(HostSocket(inode, local, remote, buf[off + _HDR + 1] == _LISTEN))
 
     # -- cache upkeep -------------------------------------------------------
 
@@ -618,13 +622,20 @@ def _remote_port_filter(ports: frozenset[int]) -> bytes:
 def _known_from_msg(msg: memoryview, inode: int) -> _Known:
     """Remember a dumped socket's id as a ready exact-lookup request (seq = inode)."""
     family = msg[0]
-    sockid = bytes(msg[_SOCKID])
     request = diag_request(
-        inode, NLM_F_REQUEST, family, 1 << (INET_DIAG_INFO - 1), _DUMP_STATES, sockid
+        inode, NLM_F_REQUEST, family, 1 << (INET_DIAG_INFO - 1), _DUMP_STATES,
+        bytes(msg[_SOCKID])
     )
+    return _Known(request, *_ends(msg), family)
+
+
+def _ends(msg: memoryview) -> tuple[Endpoint, Endpoint]:
+    """A dumped socket's local and remote endpoints."""
+    family = msg[0]
+    sockid = bytes(msg[_SOCKID])
     sport, dport = struct.unpack_from(">HH", sockid)
-    local = Endpoint(diag_address(family, sockid[4:20]), sport)
-    return _Known(request, local, _remote(family, sockid[20:36], dport), family)
+    return (Endpoint(diag_address(family, sockid[4:20]), sport),
+            _remote(family, sockid[20:36], dport))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -96,6 +96,11 @@ def running_since(pid: int) -> int | None:
         return None
 
 
+def host_pids() -> set[int]:
+    """The processes of this host (those of kmon's PID namespace), by a listing of /proc."""
+    return {int(name) for name in os.listdir("/proc") if name.isdigit()}
+
+
 class LibraryScan:
     """The processes of this host with a Kafka client library mapped, by a listing of /proc.
 
@@ -110,7 +115,7 @@ class LibraryScan:
     def __call__(self, skip: Collection[int] = ()) -> set[int]:
         """Every process but ``skip`` with a Kafka client library mapped."""
         now = time.monotonic()
-        pids = {int(name) for name in os.listdir("/proc") if name.isdigit()}
+        pids = host_pids()
         for gone in self._mapped.keys() - pids:
             del self._mapped[gone]
         return {pid for pid in pids.difference(skip) if self._has_library(pid, now)}
