@@ -24,10 +24,10 @@ from kmon.engine.kernel_watch import KernelWatch
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import ProcessSampler, SampleError, SamplerSettings
 from kmon.sources.kernel.host_sockets import HostClients
+from kmon.sources.kernel.proc_fds import host_pids
 from kmon.sources.kernel.sockets import Endpoint, SocketReader, normalize_ip
 from kmon.sources.packets.host_wire import HostWire
 from kmon.sources.processes.own_processes import own_pids
-from kmon.sources.processes.process_info import host_pids
 
 FULL_EVERY_S = 30.0  # a search at least this often, whatever the kernel's events said
 MAX_PASSED = 4096  # processes a search passed over, remembered until the next full one

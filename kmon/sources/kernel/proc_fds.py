@@ -9,10 +9,13 @@ from collections.abc import Collection
 
 import psutil
 
-from kmon.sources.processes.process_info import host_pids
-
 _SOCKET_PREFIX = "socket:["
 _DENIED = (errno.EACCES, errno.EPERM)
+
+
+def host_pids() -> set[int]:
+    """The processes of this host (those of kmon's PID namespace), by a listing of /proc."""
+    return {int(name) for name in os.listdir("/proc") if name.isdigit()}
 
 
 def socket_inodes(pid: int) -> dict[int, int]:

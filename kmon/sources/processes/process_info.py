@@ -12,6 +12,7 @@ from collections.abc import Collection
 import psutil
 
 from kmon.redact import redact_args
+from kmon.sources.kernel.proc_fds import host_pids
 from kmon.sources.text import valid
 
 KAFKA_LIBRARIES = ("librdkafka", "kafka-clients", "kafka_2.", "kafka-streams")
@@ -94,11 +95,6 @@ def running_since(pid: int) -> int | None:
         return None if fields[0] in (b"Z", b"X") else int(fields[19])
     except (OSError, IndexError, ValueError):
         return None
-
-
-def host_pids() -> set[int]:
-    """The processes of this host (those of kmon's PID namespace), by a listing of /proc."""
-    return {int(name) for name in os.listdir("/proc") if name.isdigit()}
 
 
 class LibraryScan:
