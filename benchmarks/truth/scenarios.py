@@ -322,8 +322,9 @@ def wrong_password(run: Run) -> list[Starter]:
 PER_IP_LIMIT = 1  # a client per message opens two at once
 PRODUCERS = ("confluent-kafka producer, plain", "confluent-kafka producer, agent")
 SCENARIOS = {s.name: s for s in [
+    # its connections close at once; 8 s then hold some 150 refused reconnects
     Scenario("cluster-stopped", "the whole cluster stopped under an attached consumer",
-             plain_consumer, stop_every_node, watch_s=12,
+             plain_consumer, stop_every_node, watch_s=8,
              client_names=("confluent-kafka consumer, plain",)),
     # the client reaps (and reconnects) every 5 s from its start on: 12 s adds two reaps a
     # client to those before the views
