@@ -21,9 +21,9 @@ pytestmark = pytest.mark.integration  # a real cluster, a real client, kmon as r
 FINDING_WITHIN_S = 25  # the acceptance: the finding appears within 25 s
 MOVES = 3
 OFFSETS = "__consumer_offsets"
-# the controller moves a killed node's partitions once it stops hearing from it: after 5 s
-# of heartbeats a second apart here, not Kafka's 9 s of heartbeats 2 s apart
-FENCED_AFTER = {"broker.session.timeout.ms": "5000", "broker.heartbeat.interval.ms": "1000"}
+# the controller moves a killed node's partitions once it stops hearing from it: after 3 s
+# of heartbeats half a second apart here, not Kafka's 9 s of heartbeats 2 s apart
+FENCED_AFTER = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
 
 
 def coordinator(consumer: KafkaClient) -> int | None:

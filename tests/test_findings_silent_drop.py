@@ -29,7 +29,7 @@ pytestmark = [
 ]
 
 FINDING_WITHIN_S = 25  # the acceptance: the finding appears within 25 s
-SOCKET_TIMEOUT_MS = 15_000  # the consumer gives up on an unanswered request after this
+SOCKET_TIMEOUT_MS = 10_000  # the consumer gives up on an unanswered request after this
 
 
 @pytest.fixture

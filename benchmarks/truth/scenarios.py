@@ -322,11 +322,14 @@ def wrong_password(run: Run) -> list[Starter]:
 PER_IP_LIMIT = 1  # a client per message opens two at once
 PRODUCERS = ("confluent-kafka producer, plain", "confluent-kafka producer, agent")
 SCENARIOS = {s.name: s for s in [
+    # its connections close at once; 8 s then hold some 150 refused reconnects
     Scenario("cluster-stopped", "the whole cluster stopped under an attached consumer",
-             plain_consumer, stop_every_node, watch_s=12,
+             plain_consumer, stop_every_node, watch_s=8,
              client_names=("confluent-kafka consumer, plain",)),
+    # the client reaps (and reconnects) every 5 s from its start on: 12 s adds two reaps a
+    # client to those before the views
     Scenario("client-idle-reap", "the client reaps its idle connections "
-             "(connections.max.idle.ms=5000 on the client)", idle_producers(5000), watch_s=22,
+             "(connections.max.idle.ms=5000 on the client)", idle_producers(5000), watch_s=12,
              client_names=PRODUCERS),
     Scenario("broker-idle-reap", "the broker reaps idle connections "
              "(connections.max.idle.ms=5000 on the broker)", idle_producers(None),

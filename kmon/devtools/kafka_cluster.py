@@ -7,12 +7,20 @@ Everything lives in one private working directory, removed when the cluster
 stops. A node is stopped with SIGKILL, as its data is thrown away anyway (a
 graceful stop of the last nodes of a KRaft quorum waits for a quorum that is
 gone), and is killed if the process that started it dies.
+
+The nodes' JVMs map a class-data archive (AppCDS) of Kafka's classes kept in kmon's cache
+(``/var/cache/kmon/kafka`` as root, else ``~/.cache/kmon/kafka``): the first start
+formats a node with ``-XX:ArchiveClassesAtExit``, the storage tool's classes written as it
+exits; every later format and node start maps them instead of loading and verifying them
+from the jars again. Its name holds a hash of the JDK and the jars (path, size, time), so
+other jars make another; delete the file to rebuild it.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import os
 import re
 import secrets
@@ -28,6 +36,7 @@ from pathlib import Path
 
 from kmon.devtools import maven_jars
 from kmon.devtools.children import die_with_parent
+from kmon.files import UnsafeFile, private_cache_dir, private_file
 from kmon.sources.processes import own_processes
 from kmon.sources.processes.child_env import jvm_environment, trusted_program
 
@@ -35,6 +44,8 @@ LISTENERS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL", "CONTROLLER")
 SASL_LISTENERS = ("SASL_PLAINTEXT", "SASL_SSL")
 SASL_USER = "kmon"
 HEAP = "-Xmx384m"
+QUICK_JVM = ("-J-XX:+UseSerialGC", "-J-XX:TieredStopAtLevel=1")  # keytool: C1 alone, as a node
+QUIET_CDS = "-Xlog:cds=off,cds+dynamic=off"  # an archive it cannot map is no error of a node
 SMALL_AND_FAST = {
     "num.network.threads": "1",
     "num.io.threads": "2",
@@ -109,7 +120,9 @@ class KafkaCluster:
     def prepare(self) -> None:
         """Find Java and the broker's jars (fetched with Maven the first time)."""
         self._java = _java()
-        self._classpath = maven_jars.classpath(maven_jars.resolved_jars(*maven_jars.BROKER_JARS))
+        jars = maven_jars.resolved_jars(*maven_jars.BROKER_JARS)
+        self._classpath = maven_jars.classpath(jars)
+        self._archive = _archive_path(self._java, jars)
 
     def start(self, timeout_s: float = 120.0) -> KafkaCluster:
         """Start every node; tried a second time on new ports if a node does not start (its
@@ -137,11 +150,21 @@ class KafkaCluster:
         cluster_id = _cluster_id()
         for node in self.nodes:
             _write_node_files(node, self._node_config(node, keystore_password))
+        shared, partial = _archive_options(self._archive)
         with ThreadPoolExecutor(self.brokers + 1) as pool:  # each a JVM: at once
             done = [pool.submit(_make_key_pair, java, self.workdir, keystore_password),
-                    *(pool.submit(_format, java, jars, node, cluster_id) for node in self.nodes)]
-            for step in done:
-                step.result()
+                    *(pool.submit(_format, java, jars, node, cluster_id,
+                                  (f"-XX:ArchiveClassesAtExit={partial}" if partial and n == 0
+                                   else shared, QUIET_CDS))
+                      for n, node in enumerate(self.nodes))]
+            try:
+                for step in done:
+                    step.result()
+                if partial is not None and private_file(partial):
+                    os.replace(partial, self._archive)
+            finally:
+                if partial is not None:
+                    partial.unlink(missing_ok=True)
         for node in self.nodes:
             self.start_node(node)
         self.wait_ready(timeout_s)
@@ -153,7 +176,7 @@ class KafkaCluster:
         with log:  # C1 alone: a node's start is class loading and warm-up, its load small
             node.process = subprocess.Popen(
                 [self._java, HEAP, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                 "-Djava.awt.headless=true",
+                 _archive_options(self._archive)[0], QUIET_CDS, "-Djava.awt.headless=true",
                  f"-Dlog4j2.configurationFile={node.directory / 'log4j2.properties'}",
                  "-cp", self._classpath, "kafka.Kafka", str(node.directory / "server.properties")],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -304,6 +327,31 @@ def _java() -> str:
     return java
 
 
+def _archive_path(java: str, jars: list[Path]) -> Path | None:
+    """Where the class-data archive of this JDK and these jars lives (None: no private
+    cache directory)."""
+    identity = [os.path.realpath(java)]
+    for path in [Path(os.path.realpath(java)), *jars]:
+        info = path.stat()
+        identity.append(f"{path}:{info.st_size}:{info.st_mtime_ns}")
+    digest = hashlib.sha1("\0".join(identity).encode()).hexdigest()[:12]
+    try:
+        return private_cache_dir("kafka") / f"kafka-{maven_jars.KAFKA_VERSION}-{digest}.jsa"
+    except UnsafeFile:
+        return None
+
+
+def _archive_options(archive: Path | None) -> tuple[str, Path | None]:
+    """The JVM option that maps ``archive`` (a no-op option when there is none to map),
+    and the file a first format is to write it to (None: it exists, or has no place)."""
+    if archive is None:
+        return "-Xshare:auto", None
+    if archive.exists() or archive.is_symlink():
+        return (f"-XX:SharedArchiveFile={archive}" if private_file(archive)
+                else "-Xshare:auto"), None
+    return "-Xshare:auto", archive.with_name(f"{archive.name}.{os.getpid()}.tmp")
+
+
 def _cluster_id() -> str:
     """A random cluster id as Kafka writes them (base64url of a UUID), never starting with
     '-' (the storage tool would read it as an option, as Kafka's own Uuid avoids too)."""
@@ -342,7 +390,7 @@ def _make_key_pair(java: str, workdir: Path, password: str) -> None:
                   "-keypass", password, *store],
                  ["-exportcert", "-rfc", "-alias", "kmon", "-file", str(workdir / "ca.pem"),
                   *store]):
-        result = subprocess.run([keytool, *argv], capture_output=True, text=True,
+        result = subprocess.run([keytool, *QUICK_JVM, *argv], capture_output=True, text=True,
                                 env=jvm_environment(java))
         if result.returncode != 0:
             raise ClusterError(f"keytool could not make the TLS key pair: "
@@ -361,9 +409,12 @@ def _write_node_files(node: KafkaNode, config: dict[str, str]) -> None:
         "rootLogger.level = INFO\nrootLogger.appenderRef.file.ref = file\n")
 
 
-def _format(java: str, classpath: str, node: KafkaNode, cluster_id: str) -> None:
+def _format(java: str, classpath: str, node: KafkaNode, cluster_id: str,
+            archive: tuple[str, ...]) -> None:
+    """Format the node's storage (``archive``: the JVM's class-data archive options)."""
     result = subprocess.run(
-        [java, "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", classpath,
+        [java, "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *archive,
+         "-cp", classpath,
          f"-Dlog4j2.configurationFile={node.directory / 'log4j2.properties'}",
          "kafka.tools.StorageTool", "format", "-t", cluster_id,
          "-c", str(node.directory / "server.properties")],
