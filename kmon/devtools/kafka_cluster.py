@@ -160,7 +160,7 @@ class KafkaCluster:
             try:
                 for step in done:
                     step.result()
-                if partial is not None and private_file(partial):
+                if partial is not None and self._archive is not None and private_file(partial):
                     os.replace(partial, self._archive)
             finally:
                 if partial is not None:
