@@ -62,8 +62,14 @@ def test_process_that_exits_mid_run_ends_attach_json_with_exit_0(start_client):
         stream.stop()
 
 
-def test_unreachable_cluster(start_client):
-    client = start_client("producer")
+@pytest.fixture(scope="module")
+def looked_at(start_module_client):
+    """A producer that tests only point kmon at, started once for the module."""
+    return start_module_client("producer")
+
+
+def test_unreachable_cluster(looked_at):
+    client = looked_at
     # a port nothing listens on: the metadata request can never be answered
     import socket
 
@@ -78,11 +84,15 @@ def test_unreachable_cluster(start_client):
 class TestSpoolFiles:
     """Spool files the agent did not write as it should (placed here by the test)."""
 
+    @pytest.fixture(scope="class")
+    def producer(self, start_module_client):
+        """One producer for the class: each test plants its spool file, one kmon run reads it."""
+        return start_module_client("producer", instrument=False)
+
     @pytest.fixture
-    def client(self, start_client, spool_dir):
-        client = start_client("producer", instrument=False)
-        yield client
-        for path in spool_dir.glob(f"{client.pid}-*"):
+    def client(self, producer, spool_dir):
+        yield producer
+        for path in spool_dir.glob(f"{producer.pid}-*"):
             path.unlink()
 
     def test_corrupt_spool_file(self, client, spool_dir):
@@ -152,8 +162,8 @@ def test_process_in_another_network_namespace_gets_a_notice():
         sleeper.wait()
 
 
-def test_closed_output_pipe_is_not_an_error(start_client):
-    client = start_client("producer")
+def test_closed_output_pipe_is_not_an_error(looked_at):
+    client = looked_at
     attach = subprocess.Popen([sys.executable, "-m", "kmon", "attach", str(client.pid), "--json",
                                "--interval", "100ms"], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
@@ -170,8 +180,8 @@ def test_watch_unknown_cluster_name_lists_the_configured_ones(tmp_path):
     assert_one_clear_line(result, 1, "'staging'", "prod")
 
 
-def test_unknown_theme_is_one_clear_line(start_client):
-    client = start_client("producer")
+def test_unknown_theme_is_one_clear_line(looked_at):
+    client = looked_at
     assert_one_clear_line(kmon("attach", str(client.pid), "--once", "--theme", "nope"), 1,
                           "unknown theme 'nope'")
     assert_one_clear_line(kmon("watch", "127.0.0.1:9092", "--theme", "nope"), 1,

@@ -178,8 +178,16 @@ def bar_lines(screen) -> tuple[str, ...]:
     return bar.lines if bar.display else ()
 
 
-def test_the_attach_screen_at_80x24_shows_the_finding_and_keeps_its_rows(start_client):
-    near, far = fd_holder(start_client, held=210), fd_holder(start_client, held=0)
+@pytest.fixture(scope="module")
+def near_limit(start_module_client):
+    """A consumer of the mock cluster holding 210 of its 256 descriptors from its start, for
+    the tests that look at its held finding in one view each."""
+    return fd_holder(start_module_client, held=210)
+
+
+def test_the_attach_screen_at_80x24_shows_the_finding_and_keeps_its_rows(near_limit,
+                                                                        start_client):
+    near, far = near_limit, fd_holder(start_client, held=0)
 
     async def drive(pid: int, wanted: bool) -> tuple[str, ...]:
         app, screen = attach_app(pid)
@@ -223,8 +231,8 @@ def test_the_watch_and_host_screens_name_a_shared_client_id(start_client, cluste
     assert len(asyncio.run(drive(KmonApp(host), host))) == 2
 
 
-def test_kmon_serve_exposes_the_finding(start_client, cluster):
-    client = fd_holder(start_client, held=210)
+def test_kmon_serve_exposes_the_finding(near_limit, cluster):
+    client = near_limit
     serve, address = start_serve("--interval", "250ms")
     try:
         labels = (f'cluster="{cluster_id(cluster)}"', 'process="workload consumer"',
@@ -242,8 +250,8 @@ def test_kmon_serve_exposes_the_finding(start_client, cluster):
     assert client.proc.poll() is None
 
 
-def test_kmon_record_keeps_the_finding_and_analyze_tells_it_once(start_client, tmp_path):
-    client = fd_holder(start_client, held=210)
+def test_kmon_record_keeps_the_finding_and_analyze_tells_it_once(near_limit, tmp_path):
+    client = near_limit
     result = kmon("record", "--pid", str(client.pid), "--out", str(tmp_path / "rec"),
                   "--interval", "250ms", "--duration", "3s")
     assert result.returncode == 0, result.stderr

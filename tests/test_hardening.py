@@ -95,6 +95,27 @@ def test_a_class_archive_another_user_could_have_written_is_never_used(tmp_path,
     assert classes.java_options(archive) == ("", None)
 
 
+def test_one_run_at_a_time_writes_the_class_archive(tmp_path):
+    """Runs that start while another writes the archive go without one: on two cores, each
+    JVM dumping its own costs its run some 30 s of CPU; once the writer lets go (kmon ended,
+    or kept its archive), the next run writes it, and a run after that maps it."""
+    archive = tmp_path / "spark.jsa"
+    options, writer = classes.java_options(archive)
+    assert "ArchiveClassesAtExit" in options
+    assert classes.java_options(archive) == ("", None)  # another run meanwhile
+    assert writer is not None and f"ArchiveClassesAtExit={writer.partial} " in options
+    assert writer.partial.parent == tmp_path
+    writer.release()
+    options, second = classes.java_options(archive)
+    assert second is not None and "ArchiveClassesAtExit" in options
+    second.partial.write_bytes(b"dumped")
+    second.partial.chmod(0o444)
+    os.replace(second.partial, archive)
+    assert classes.java_options(archive)[0].startswith("-XX:SharedArchiveFile")  # held, kept
+    second.release()
+    assert classes.java_options(archive)[0].startswith("-XX:SharedArchiveFile")
+
+
 def test_pyspark_installed_again_at_the_same_path_gets_another_class_archive(tmp_path):
     """The JVM refuses an archive made from other jars ("top archive failed to load") and
     would never rebuild it: a reinstall at the same path names a new archive."""

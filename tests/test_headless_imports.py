@@ -34,3 +34,20 @@ def test_attach_once_json_loads_no_textual(start_client):
     modules = imported_modules(result.stderr)
     assert {"kmon.cli.text_view", "kmon.engine.sampler"} <= modules, "the import log was read"
     assert not {m for m in modules if m == "textual" or m.startswith("textual.")}
+
+
+def test_a_dashboard_refused_for_its_arguments_loads_no_textual(tmp_path):
+    """A config file kmon refuses, or no terminal, is said before Textual is imported: a
+    mistake costs no dashboard's start-up."""
+    config = tmp_path / "config.toml"
+    config.write_bytes(b"\xff\xfe not text")
+    for args in (["watch", "127.0.0.1:9", "--config", str(config)], ["watch", "127.0.0.1:9"]):
+        result = subprocess.run([sys.executable, "-X", "importtime", "-m", "kmon", *args],
+                                capture_output=True, text=True, timeout=60,
+                                stdin=subprocess.DEVNULL)
+        (said,) = [line for line in result.stderr.splitlines()
+                   if not line.startswith("import time:")]
+        assert result.returncode == 1 and said.startswith("kmon: error:"), result.stderr[-500:]
+        modules = imported_modules(result.stderr)
+        assert "kmon.cli.dashboard" in modules, "the import log was read"
+        assert not {m for m in modules if m == "textual" or m.startswith("textual.")}, args

@@ -62,9 +62,18 @@ def two_clients(start_module_client):
     return start_module_client("producer"), start_module_client("consumer")
 
 
-def test_ps_lists_the_clients_by_cluster_with_who_runs_what(two_clients, cluster):
+@pytest.fixture(scope="module")
+def two_clients_json(two_clients) -> dict[int, dict]:
+    """``kmon ps --json``'s rows of the two clients, by pid: one run for the tests that read
+    them (each then runs the other forms it checks)."""
     wanted = {client.pid for client in two_clients}
-    rows = {row["pid"]: row for row in ps_json() if row["pid"] in wanted}
+    return {row["pid"]: row for row in ps_json() if row["pid"] in wanted}
+
+
+def test_ps_lists_the_clients_by_cluster_with_who_runs_what(two_clients, two_clients_json,
+                                                            cluster):
+    wanted = {client.pid for client in two_clients}
+    rows = two_clients_json
     assert rows.keys() == wanted
     producer, consumer = (rows[client.pid] for client in two_clients)
     assert producer["cluster"] == consumer["cluster"] != "(brokers not known yet)"
@@ -90,9 +99,9 @@ def test_ps_lists_the_clients_by_cluster_with_who_runs_what(two_clients, cluster
     assert {int(line.split()[0]) for line in table[2:]} == set(by_pid)
 
 
-def test_ps_tsv_and_wide_parse_back_to_its_json(two_clients):
+def test_ps_tsv_and_wide_parse_back_to_its_json(two_clients, two_clients_json):
     wanted = {client.pid for client in two_clients}
-    by_json = {row["pid"]: row for row in ps_json() if row["pid"] in wanted}
+    by_json = two_clients_json
     tsv = kmon("ps", "-o", "tsv")
     assert tsv.returncode == 0 and "│" not in tsv.stdout  # no box drawing; nothing cut: below
     rows = tsv_rows(tsv.stdout)

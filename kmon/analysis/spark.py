@@ -93,14 +93,14 @@ def _stderr_to(path: Path) -> Iterator[None]:
 
 
 def start(master: str | None, conf: dict[str, str], input_bytes: int,
-          log: Path) -> tuple[SparkSession, Path | None]:
+          log: Path) -> tuple[SparkSession, classes.Dump | None]:
     """A Spark session, and the class archive its JVM is to write (see kmon.analysis.classes;
-    None: it has one, or kmon did not launch it); a JVM launched for it writes its stderr
-    to ``log``."""
-    options, partial = settings(master, conf, input_bytes), None
+    None: it has one, another run is writing it, or kmon did not launch the JVM); a JVM
+    launched for it writes its stderr to ``log``."""
+    options, dump = settings(master, conf, input_bytes), None
     launch = not under_spark_submit() and SparkContext._gateway is None
     if launch and "spark.driver.extraJavaOptions" not in conf:
-        extra, partial = classes.java_options(classes.archive_path())
+        extra, dump = classes.java_options(classes.archive_path())
         own = options.get("spark.driver.extraJavaOptions", "")
         options["spark.driver.extraJavaOptions"] = f"{own} {extra}".strip()
     builder = SparkSession.builder
@@ -114,10 +114,12 @@ def start(master: str | None, conf: dict[str, str], input_bytes: int,
         else:
             spark = builder.getOrCreate()
     except SPARK_ERRORS as err:
+        if dump is not None:
+            dump.release()  # another run may write the archive: this one has no session
         raise UserError(f"cannot start Spark (master {master or 'from spark-submit'}): "
                         f"{first_line(err)}; Spark's log: {log}") from err
     spark.sparkContext.setLogLevel("WARN")
-    return spark, partial
+    return spark, dump
 
 
 @contextlib.contextmanager
@@ -128,7 +130,7 @@ def session(master: str | None, conf: dict[str, str],
     fd, name = tempfile.mkstemp(prefix="kmon-spark-", suffix=".log")
     os.close(fd)
     log = Path(name)
-    spark, partial = start(master, conf, input_bytes, log)
+    spark, dump = start(master, conf, input_bytes, log)
     try:
         yield spark
     except SPARK_ERRORS as err:
@@ -137,8 +139,8 @@ def session(master: str | None, conf: dict[str, str],
         log.unlink(missing_ok=True)
     finally:
         spark.stop()
-        if partial is not None:
-            classes.keep(partial, classes.archive_path())
+        if dump is not None:
+            classes.keep(dump, classes.archive_path())
 
 
 def first_line(err: BaseException) -> str:

@@ -18,10 +18,12 @@ def dashboard_settings(config: Config, interval_s: float | None,
 
 def checked_theme(config: Config, theme: str | None) -> str | None:
     """The theme to use; a UserError for one Textual does not have."""
-    from textual.theme import BUILTIN_THEMES
-
     name = theme or config.dashboard.theme
-    if name is not None and name not in BUILTIN_THEMES:
+    if name is None:
+        return None
+    from textual.theme import BUILTIN_THEMES  # only to check a name: a second's import
+
+    if name not in BUILTIN_THEMES:
         error = ConfigError if theme is None else UserError
         raise error(f"unknown theme {name!r}; choose one of {', '.join(sorted(BUILTIN_THEMES))}")
     return name

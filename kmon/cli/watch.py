@@ -29,8 +29,6 @@ def run(args: argparse.Namespace) -> int:
     from kmon.cli import wiring
     from kmon.cli.config import load_config
     from kmon.cli.dashboard import checked_theme, dashboard_settings
-    from kmon.engine.facade import HostTarget, open_session
-    from kmon.widgets.launch import run_host, run_watch
 
     config = load_config(args.config)
     theme = checked_theme(config, args.theme)
@@ -39,6 +37,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("kmon watch (and kmon with no command) is a dashboard and needs a "
                         "terminal; for text use kmon ps [--json] (the host's clients), "
                         "kmon attach PID --once [--json] or kmon record -b CLUSTER")
+    # the engine and Textual once the arguments are known good: a mistake is told at once
+    from kmon.engine.facade import HostTarget, open_session
+    from kmon.widgets.launch import run_host, run_watch
+
     settings = dashboard_settings(config, args.interval, args.record_dir)
     engine = wiring.engine_settings(args, config, cluster, require_kafka=False,
                                     interval_ms=round(settings.interval_s * 1000))
