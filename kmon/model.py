@@ -140,6 +140,7 @@ class WireClose:
     reset: bool  # the first was a RST
     last_api: int | None  # the API key of the last request the client sent on it
     auth_failed: bool = False  # the broker answered a SASL request with an error
+    answers_heard: bool = True  # the broker's answers were captured then (auth_failed can tell)
 
 
 @dataclass(frozen=True)

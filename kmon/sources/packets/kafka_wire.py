@@ -124,6 +124,7 @@ class WireTap:
         # the last connection to close was one the process closed itself after bootstrap
         # requests only: it moves on to the brokers it learned (``Flow.after_loss``)
         self.moving_on = False
+        self.hearing = True  # the capture keeps the brokers' answers (until brokers are known)
         ports = self._ports(sockets)
         if capture is not None:  # the process's part of the host's one capture
             capture.set_ports(*ports)
@@ -140,6 +141,7 @@ class WireTap:
             self.cluster_learned_ms = now_ms
         # watched from now on, not from the next poll: a connection the process opens to one
         # of them meanwhile is seen from its first request
+        self.hearing = False
         self.capture.set_ports(self.capture.local_ports, self.capture.remote_ports | {
             port for _, port in brokers.values()}, responses=False)
 
@@ -174,7 +176,8 @@ class WireTap:
         while len(flows) > MAX_FLOWS:
             del flows[next(iter(flows))]
         if not same or self.brokers != self.ported:
-            self.capture.set_ports(*self._ports(sockets), responses=not self.brokers)
+            self.hearing = not self.brokers
+            self.capture.set_ports(*self._ports(sockets), responses=self.hearing)
             self.ported = dict(self.brokers)
         if not same:
             self.pairs, self.mine, self.last_polled = pairs, mine, set(mine)
@@ -252,7 +255,7 @@ class WireTap:
                                   and (key in mine or key in self.mine))
                 flow.close = WireClose("client" if request else "broker",
                                        bool(seg.flags & TCP_RST), flow.last_api,
-                                       flow.auth_failed)
+                                       flow.auth_failed, self.hearing)
         elif request:
             self._request(flow, seg)
         else:
