@@ -1,11 +1,14 @@
-"""The ground-truth harness's packet oracle when a client reuses a port (benchmarks/truth/):
-a connection the broker closed leaves no TIME_WAIT on the client's side, so the next
-connect to that broker may take the same 4-tuple, and be refused. kmon's close of the first
-connection is scored against the first attempt, not the refused one."""
+"""The ground-truth harness's packet oracles on their own (benchmarks/truth/): a client that
+reuses a port (a connection the broker closed leaves no TIME_WAIT on the client's side, so
+the next connect to that broker may take the same 4-tuple, and be refused: kmon's close of
+the first connection is scored against the first attempt, not the refused one); and the
+silent-drop oracle, whose drop is lifted once kmon spoke (a resend acked after that was
+unanswered while it lasted)."""
 
 from __future__ import annotations
 
 from benchmarks.truth.capture import LINE, Capture
+from benchmarks.truth.findings import unacked_retransmits
 from benchmarks.truth.score import nearest
 
 SERVER = 44649
@@ -34,3 +37,17 @@ def test_a_refused_connect_on_a_reused_port_keeps_the_closed_connection_before_i
     assert (first.first_close_by, first.refused) == ("server", False), first
     assert second.refused and second.syn_ms == 106_000, second  # its SYN sent twice: one try
     assert [f.syn_ms for f in capture.flows[(56290, SERVER)].attempts()] == [106_000, 100_000]
+
+
+def test_a_retransmission_acked_once_the_drop_is_lifted_still_went_unanswered():
+    lines = [f"200.000 IP 127.0.0.1.40000 > 127.0.0.1.{SERVER}: Flags [P.], seq 100:140, "
+             "ack 7, win 512, length 40",
+             f"200.300 IP 127.0.0.1.40000 > 127.0.0.1.{SERVER}: Flags [P.], seq 100:140, "
+             "ack 7, win 512, length 40",
+             # the drop lifted at 201.0; the next resend gets through and is acked
+             f"201.500 IP 127.0.0.1.40000 > 127.0.0.1.{SERVER}: Flags [P.], seq 100:140, "
+             "ack 7, win 512, length 40",
+             f"201.501 IP 127.0.0.1.{SERVER} > 127.0.0.1.40000: Flags [.], ack 140, win 512, "
+             "length 0"]
+    assert unacked_retransmits(lines, until=201.0) == [f"40000>{SERVER}"]
+    assert unacked_retransmits(lines) == []  # acked in the end: what the oracle said before
