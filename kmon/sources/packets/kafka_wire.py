@@ -125,6 +125,8 @@ class WireTap:
         # requests only: it moves on to the brokers it learned (``Flow.after_loss``)
         self.moving_on = False
         self.hearing = True  # the capture keeps the brokers' answers (until brokers are known)
+        # closes of sockets no poll showed (the kernel's events may know them the process's)
+        self.unpolled: dict[tuple[Address, Address], WireClose] = {}
         ports = self._ports(sockets)
         if capture is not None:  # the process's part of the host's one capture
             capture.set_ports(*ports)
@@ -172,6 +174,9 @@ class WireTap:
                 del flows[key]
             elif now_ms - flow.first_ms > UNOWNED_FOR_MS:
                 del flows[key]
+        for (local, remote), close in self.unpolled.items():
+            closes[(Endpoint(*local), Endpoint(*remote))] = close
+        self.unpolled = {}
         trimmed = len(flows) > MAX_FLOWS
         while len(flows) > MAX_FLOWS:
             del flows[next(iter(flows))]
@@ -256,6 +261,9 @@ class WireTap:
                 flow.close = WireClose("client" if request else "broker",
                                        bool(seg.flags & TCP_RST), flow.last_api,
                                        flow.auth_failed, self.hearing)
+                if (key not in mine and key not in self.last_polled
+                        and len(self.unpolled) < MAX_FLOWS):
+                    self.unpolled[key] = flow.close
         elif request:
             self._request(flow, seg)
         else:
