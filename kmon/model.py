@@ -142,6 +142,7 @@ class WireClose:
     auth_failed: bool = False  # the broker answered a SASL request with an error
     tls: bool = False  # inside TLS: the requests are read from the client's TLS writes, when
     # kmon's TLS source runs; the answers, never
+    answers_heard: bool = True  # the broker's answers were captured then (auth_failed can tell)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,15 @@ class Flow:
     answered: bool = False  # the other side's FIN or RST seen
     api_keys: set[int] = field(default_factory=set)  # of the requests the client sent
     next_request: int | None = None  # the relative seq where the client's next request starts
+    before: Flow | None = None  # the attempt that used this 4-tuple before (a reused port)
+
+    def attempts(self) -> list[Flow]:
+        """This attempt and those before it on its 4-tuple, latest first."""
+        found, flow = [], self
+        while flow is not None:
+            found.append(flow)
+            flow = flow.before
+        return found
 
     @property
     def refused(self) -> bool:
@@ -108,8 +117,11 @@ class Capture:
         (its bytes follow)."""
         ts, _, sport, _, dport, flags, seq, seq_end, ack, length = match.groups()
         ts_ms, sport, dport, length = float(ts) * 1000, int(sport), int(dport), int(length)
-        if flags == "S":  # a new attempt (a reused 4-tuple starts afresh)
-            self.flows[(sport, dport)] = Flow(sport, dport, ts_ms)
+        if flags == "S":  # a new attempt (a reused 4-tuple starts afresh, the last kept)
+            before = self.flows.get((sport, dport))
+            if before is not None and not before.accepted and before.close_ms is None:
+                return None  # a retransmitted SYN: the same attempt
+            self.flows[(sport, dport)] = Flow(sport, dport, ts_ms, before=before)
             return None
         flow = self.flows.get((sport, dport)) or self.flows.get((dport, sport))
         if flow is None:

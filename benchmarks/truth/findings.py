@@ -156,10 +156,11 @@ class Packets:
         return out.splitlines()
 
 
-def unacked_retransmits(lines: list[str]) -> list[str]:
+def unacked_retransmits(lines: list[str], until: float | None = None) -> list[str]:
     """The connections whose client resent data (a segment starting below the highest
     sequence it had sent: the kernel may resend several segments as one) that no ack of
-    the other side covered afterwards, as "client port>server port"."""
+    the other side covered afterwards, up to ``until`` (epoch s: the drop lifted, its resent
+    segments go through and are acked), as "client port>server port"."""
     highest: dict[tuple[int, int], int] = {}  # flow -> the end of the data it sent
     resent: dict[tuple[int, int], int] = {}  # flow -> the highest end it resent
     acked: dict[tuple[int, int], int] = {}  # flow -> the highest ack the other side sent
@@ -167,7 +168,9 @@ def unacked_retransmits(lines: list[str]) -> list[str]:
         match = PACKET.match(line)
         if not match:
             continue
-        _, _, sport, _, dport, _, seq, seq_end, ack, length = match.groups()
+        ts, _, sport, _, dport, _, seq, seq_end, ack, length = match.groups()
+        if until is not None and float(ts) > until:
+            break
         flow = (int(sport), int(dport))
         if int(length) > 0 and seq_end is not None:
             if int(seq) < highest.get(flow, int(seq)):
@@ -242,7 +245,7 @@ def silent_drop(dropped: bool, play: Play, scenario: FindingScenario) -> list[To
     holding each fetch 3 s)."""
     options = ("-X", "socket.timeout.ms=15000") if dropped else ("-X", "fetch.wait.max.ms=3000")
     client = consumer(play, "confluent-kafka consumer", *options)
-    stream, drop, packets = Stream(client.pid, None).start(), None, None
+    stream, drop, packets, lifted = Stream(client.pid, None).start(), None, None, None
     try:
         ports = sorted({n.ports["PLAINTEXT"] for n in play.cluster.nodes})
         packets = Packets(ports)
@@ -260,10 +263,11 @@ def silent_drop(dropped: bool, play: Play, scenario: FindingScenario) -> list[To
     finally:
         if drop is not None:
             drop.close()
+            lifted = time.time()
         stream.stop()
         client.stop()
         lines = packets.stop() if packets is not None else []
-    unanswered = unacked_retransmits(lines)
+    unanswered = unacked_retransmits(lines, lifted)
     return [told(scenario, client.name, bool(unanswered), found, started, others,
                  f"the capture: segments resent and never acked on {unanswered or 'none'}")]
 

@@ -143,7 +143,7 @@ def score_closes(closes: list[dict], ctx: Context, since_ms: int, until_ms: int)
         told.add((flow.client_port, flow.server_port, flow.syn_ms))
         tally.add(close_truth(flow, ctx), said, unsettled, 1.0,
                   f"close of :{flow.client_port}>:{flow.server_port}")
-    for flow in ctx.flows.values():
+    for flow in (f for latest in ctx.flows.values() for f in latest.attempts()):
         if (flow.close_ms is not None and since_ms <= flow.close_ms <= until_ms
                 and owned(flow, ctx)
                 and (flow.client_port, flow.server_port, flow.syn_ms) not in told):
@@ -153,9 +153,15 @@ def score_closes(closes: list[dict], ctx: Context, since_ms: int, until_ms: int)
 
 
 def nearest(flows: dict[tuple[int, int], Flow], event: dict) -> Flow | None:
-    """The flow of a close event's ports (one attempt per 4-tuple is kept: the latest)."""
+    """The attempt on a close event's ports whose first FIN or RST is nearest the close kmon
+    timed (a client reuses a port whose last connection the broker closed: no TIME_WAIT on
+    its side)."""
     ports = event["ports"]
-    return flows.get(ports) if None not in ports else None
+    flow = flows.get(ports) if None not in ports else None
+    if flow is None:
+        return None
+    at = event.get("closed_ms") or event["ts_ms"]
+    return min(flow.attempts(), key=lambda f: abs((f.close_ms or f.syn_ms) - at))
 
 
 def kmon_role(row: dict) -> str:

@@ -130,15 +130,20 @@ def wire_reason(wire: WireClose, kernel_reason: str) -> str:
     """The reason once the wire saw the close: a failed authentication (the broker answered a
     SASL request with an error, and whichever side closed first - librdkafka closes as soon as
     it reads the error - or the broker closed right after a SASL request), else a reset (unless
-    the idle time already explains it). Inside TLS the answers go unread: a close after a
-    SASL request that the broker did not make, or after no request kmon read, is unsettled
-    (``unknown``): it may be the client's reply to a failed login."""
+    the idle time already explains it). Where the answers went unheard the close is
+    unsettled (``unknown``): inside TLS (the answers are never read), after a SASL request
+    the broker did not close on, or after no request kmon read; in plaintext, where the
+    client closed right after a SASL request whose answer the capture did not keep (once
+    the brokers are known it keeps requests only). Either may be the client's reply to a
+    failed login."""
     if kernel_reason in IDLE_REASONS or kernel_reason == "connect_failed":
         return kernel_reason
     if wire.auth_failed or (wire.first_by == "broker" and wire.last_api in SASL_APIS):
         return "auth_failed"
     if wire.tls and (wire.last_api is None or wire.last_api in SASL_APIS):
         return "unknown"
+    if wire.first_by == "client" and wire.last_api in SASL_APIS and not wire.answers_heard:
+        return "unknown"  # closed after its login request, the answer unheard: failed or not
     if wire.reset:
         return "reset"
     return kernel_reason

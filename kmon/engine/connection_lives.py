@@ -37,6 +37,7 @@ class KernelLife:
     closed_ms: float | None = None  # its first FIN or RST (or CLOSE): when it began to close
     never_established: bool = False  # it went from SYN_SENT straight to CLOSE
     listener_gone: bool = False  # connects to its remote were refused right after it closed
+    login_failed: bool = False  # the wire saw the broker close it on a failed SASL login
 
     @property
     def lifetime_ms(self) -> int | None:
@@ -64,12 +65,14 @@ class KernelLife:
         RST. A broker's FIN says it had read all that came, so it may have answered: a failed
         login is closed so, ``connection.failed.authentication.delay.ms`` (100 ms) after its
         error, well within the window; a limit's FIN (a close that beat the client's first
-        bytes) is left an ordinary close."""
+        bytes) is left an ordinary close. A reset the wire saw end a failed login
+        (``login_failed``: the broker read the login and answered) is no refusal either."""
         if self.closed_ms is None:
             return None
         if self.never_established:
             return "connect_failed"
         if (self.reset == "broker" and self.first_fin is None and not self.listener_gone
+                and not self.login_failed
                 and self.closed_ms - self.opened_ms <= REJECTED_WITHIN_MS):
             return "per_ip_rejected"
         return None

@@ -11,8 +11,9 @@ from collections import OrderedDict
 from collections.abc import Iterable
 
 from kmon.engine.connection_lives import ConnectionLives, KernelLife
-from kmon.model import CloseStory, Event, EventKind, ProcessView
+from kmon.model import CloseStory, Event, EventKind, ProcessView, WireClose
 from kmon.sources.brokers.dns import parse_endpoint
+from kmon.sources.kafka_protocol import SASL_APIS
 from kmon.sources.kernel.kernel_events import KernelEvents, KernelEventsUnavailable
 from kmon.sources.kernel.sockets import Endpoint
 
@@ -46,6 +47,8 @@ class KernelWatch:
             OrderedDict())
         self.polled: list[ProcessView] = []  # the last poll's views
         self.held: list[KernelLife] = []  # refusals at once, told after one more poll
+        # the wire's closes of the last polls, by (local, remote) as the rows write them
+        self.wire: OrderedDict[tuple[str, str], WireClose] = OrderedDict()
         self._losses_told = 0  # the followed rings' losses as ``strangers`` last saw them
         self._connect_losses_told = 0  # ... and the connect rings'
         # connects to ports not followed lost before the last ``strangers`` (a connect ring
@@ -68,11 +71,12 @@ class KernelWatch:
         self._follow_ports()
         for life in closed:
             self._remember(life)
+        self._hear(views, [*self.held, *closed])
         # a socket a poll saw (the last, or this one) has a row: its close is the monitor's
         # to tell, with the row's role, so that every view counts it under one verdict
         seen = seen_pairs(polled + views, {remote for life in closed if (remote := life.remote)})
         closed = self._decided(closed, seen)
-        events = [event for life in closed if life.ending is not None
+        events = [event for life in closed if (life.ending is not None or life.login_failed)
                   and (event := self._closed_event(life, seen)) is not None]
         events += [self._opened_event(life) for life in closed
                    if life.ending is None and not life.never_established
@@ -129,6 +133,20 @@ class KernelWatch:
                 life.remote in refused and not life.never_established)
         return [*held, *now]
 
+    def _hear(self, views: list[ProcessView], lives: list[KernelLife]) -> None:
+        """Mark the ``lives`` whose close the wire saw end a failed login: the broker answered
+        a SASL request with an error, or reset the connection right after one."""
+        for view in views:
+            self.wire.update(view.wire_closes)
+        while len(self.wire) > MAX_ENDINGS:
+            self.wire.popitem(last=False)
+        for life in lives:
+            local, remote = _pair(life)
+            close = self.wire.get((local.text, remote.text)) if local and remote else None
+            if close is not None and (close.auth_failed or (close.first_by == "broker"
+                                                            and close.last_api in SASL_APIS)):
+                life.login_failed = True
+
     def _follow_ports(self) -> None:
         while len(self.learned) > MAX_LEARNED_PORTS:
             self.learned.popitem(last=False)
@@ -152,6 +170,8 @@ class KernelWatch:
         if life.refused:
             detail = (f"{life.where()}: connect_failed, refused in {story.lifetime_ms} ms (a "
                       "RST answered its SYN: nothing listens there)")
+        elif life.ending is None:
+            detail = f"{life.where()}: {story.reason} after {story.lifetime_ms} ms"
         else:
             detail = (f"{life.where()}: {life.ending} after {story.lifetime_ms} ms (first "
                       f"FIN: {life.first_fin or 'none'}, RST: {life.reset or 'none'})")
@@ -170,8 +190,10 @@ class KernelWatch:
 
     @staticmethod
     def story(life: KernelLife) -> CloseStory:
-        """The close story of a life that ended badly, from its exact times."""
-        return CloseStory(life.closed_by, life.ending or "unknown", None,
+        """The close story of a life that ended badly (or on a failed login), from its exact
+        times."""
+        why = life.ending or ("auth_failed" if life.login_failed else "unknown")
+        return CloseStory(life.closed_by, why, None,
                           life.lifetime_ms, opened_ms=round(life.opened_ms),
                           closed_ms=round(life.closed_ms or life.opened_ms))
 
