@@ -8,19 +8,16 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from helpers import ReplayedClients, play_all, play_listed, replayed, until, utc
+from helpers import play_all, replayed, replayed_list, until, utc
 from rich.text import Text
 
 from kmon.model import Connection, Event, EventKind, ProcessView, Role
-from kmon.present.dashboard_settings import DashboardSettings
 from kmon.widgets.app import KmonApp
 from kmon.widgets.churn_board import ChurnBoard
 from kmon.widgets.connection_table import ConnectionTable
 from kmon.widgets.detail import DetailScreen
 from kmon.widgets.filtering import parse_filter
-from kmon.widgets.host_screen import HostScreen
 from kmon.widgets.process_table import COLUMNS, ProcessTable
-from kmon.widgets.watch_screen import WatchScreen
 
 __all__ = ["utc"]  # the fixture: clock times in UTC
 
@@ -43,14 +40,6 @@ def rows_room(table) -> int:
     return table.scrollable_content_region.height - 1
 
 
-def list_screen(kind: str):
-    session = ReplayedClients()
-    settings = DashboardSettings(interval_s=3600)
-    screen = (WatchScreen("demo", session, settings, labels={16172: "orders consumer"})
-              if kind == "watch" else HostScreen(session, settings))
-    return KmonApp(screen), screen, play_listed(screen, session)
-
-
 def test_the_attach_screen_at_80x24_keeps_its_rows_idle_and_reap_in_and_q_and_help():
     app, screen, replay = replayed("consumer.jsonl")
 
@@ -71,7 +60,7 @@ def test_the_attach_screen_at_80x24_keeps_its_rows_idle_and_reap_in_and_q_and_he
 
 @pytest.mark.parametrize("kind", ["watch", "host"])
 def test_the_list_screens_at_80x24_keep_three_process_rows_max_idle_and_q_and_help(kind):
-    app, screen, play = list_screen(kind)
+    app, screen, play = replayed_list(kind)
 
     async def drive() -> None:
         async with app.run_test(size=NARROW) as pilot:
@@ -88,7 +77,7 @@ def test_the_list_screens_at_80x24_keep_three_process_rows_max_idle_and_q_and_he
 
 
 def test_the_watch_screen_at_100x30_keeps_its_events_small():
-    app, screen, play = list_screen("watch")
+    app, screen, play = replayed_list("watch")
 
     async def drive() -> None:
         async with app.run_test(size=(100, 30)) as pilot:
@@ -126,7 +115,7 @@ def test_the_detail_pane_and_the_help_at_80x24_keep_q_or_escape():
 
 
 def test_the_footer_says_what_a_key_does_now():
-    app, screen, play = list_screen("host")
+    app, screen, play = replayed_list("host")
 
     async def drive() -> None:
         async with app.run_test(size=(160, 40)) as pilot:
@@ -160,7 +149,7 @@ def test_j_k_g_and_shift_g_move_the_cursor_in_both_tables():
             assert table.cursor_row == 0
 
     asyncio.run(drive())
-    app, screen, play = list_screen("host")
+    app, screen, play = replayed_list("host")
 
     async def drive_list() -> None:
         async with app.run_test(size=NARROW) as pilot:
@@ -199,7 +188,7 @@ def test_less_and_greater_pick_the_sort_column_and_its_heading_shows_the_arrow()
             assert "state ▲" in table.render_line(0).text
 
     asyncio.run(drive())
-    app, screen, play = list_screen("host")
+    app, screen, play = replayed_list("host")
 
     async def drive_list() -> None:
         async with app.run_test(size=(160, 40)) as pilot:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
-from helpers import ReplayedClients, play_all, play_listed, replayed, until, utc
+from helpers import ReplayedClients, play_all, replayed, replayed_list, until, utc
 from rich.text import Text
 
 from kmon.model import Event
@@ -20,7 +20,6 @@ from kmon.present.dashboard_settings import DashboardSettings
 from kmon.widgets.app import KmonApp
 from kmon.widgets.connection_table import ConnectionTable
 from kmon.widgets.host_screen import HostScreen
-from kmon.widgets.watch_screen import WatchScreen
 
 __all__ = ["utc"]  # the fixture: clock times in UTC
 
@@ -66,33 +65,23 @@ def test_detail_pane(snap_compare):
 
 
 def test_watch_screen(snap_compare):
-    session = ReplayedClients()
-    screen = WatchScreen("demo", session, DashboardSettings(interval_s=3600),
-                         labels={16172: "orders consumer"})
-    assert snap_compare(KmonApp(screen), terminal_size=SIZE,
-                        run_before=play_listed(screen, session))
+    app, _, play = replayed_list("watch")
+    assert snap_compare(app, terminal_size=SIZE, run_before=play)
 
 
 def test_host_screen(snap_compare):
-    session = ReplayedClients()
-    screen = HostScreen(session, DashboardSettings(interval_s=3600))
-    assert snap_compare(KmonApp(screen), terminal_size=SIZE,
-                        run_before=play_listed(screen, session))
+    app, _, play = replayed_list("host")
+    assert snap_compare(app, terminal_size=SIZE, run_before=play)
 
 
 def test_watch_screen_at_80x24(snap_compare):
-    session = ReplayedClients()
-    screen = WatchScreen("demo", session, DashboardSettings(interval_s=3600),
-                         labels={16172: "orders consumer"})
-    assert snap_compare(KmonApp(screen), terminal_size=NARROW,
-                        run_before=play_listed(screen, session))
+    app, _, play = replayed_list("watch")
+    assert snap_compare(app, terminal_size=NARROW, run_before=play)
 
 
 def test_host_screen_at_80x24(snap_compare):
-    session = ReplayedClients()
-    screen = HostScreen(session, DashboardSettings(interval_s=3600))
-    assert snap_compare(KmonApp(screen), terminal_size=NARROW,
-                        run_before=play_listed(screen, session))
+    app, _, play = replayed_list("host")
+    assert snap_compare(app, terminal_size=NARROW, run_before=play)
 
 
 def test_a_refresh_sets_the_process_table_s_title_only_when_it_changes(monkeypatch):

@@ -32,6 +32,8 @@ from helpers import (
     Child,
     attach_stream,
     check_tls_roles,
+    confluent_consumer,
+    kcat_consumer,
     librdkafka_truth,
     produce,
     python_as,
@@ -40,13 +42,13 @@ from helpers import (
     wait_for,
 )
 
+from kmon.devtools.client_programs import KAFKAJS_CONSUMER
 from kmon.sources.kernel.kernel_events import tracefs
 from kmon.sources.tls.uprobes import MAX_EVENTS_FILE
 
 pytestmark = [pytest.mark.integration,  # a real cluster, real clients, uprobes
               pytest.mark.root(reason="uprobes and the wire need root")]
 
-KCAT = "/usr/bin/kcat"
 KAFKA_PYTHON_TLS = """
 import json, sys, time
 from kafka import KafkaConsumer
@@ -65,24 +67,9 @@ while True:
                  if conn.connected() and conn._sock is not None}
         print("TRUTH " + json.dumps(conns), flush=True)
 """
-CONFLUENT_KAFKA_TLS = """
-import sys
-from confluent_kafka import Consumer
-consumer = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
-                     "security.protocol": "SSL", "ssl.ca.location": sys.argv[4],
-                     "auto.offset.reset": "earliest", "debug": "broker"})
-consumer.subscribe([sys.argv[3]])
-read = 0
-while True:
-    if consumer.poll(0.2) is not None:
-        read += 1
-        if read == 20:
-            print("READ", flush=True)
-"""
-# node SCRIPT BOOTSTRAP GROUP TOPIC CAFILE; "WROTE <local port> <api key>" for each request
-# KafkaJS writes to a TLS socket (KafkaJS writes a request in one buffer)
-KAFKAJS_TLS = """
-const fs = require('fs');
+# put before KAFKAJS_CONSUMER: "WROTE <local port> <api key>" for each request KafkaJS writes
+# to a TLS socket (KafkaJS writes a request in one buffer)
+KAFKAJS_WRITES = """
 const tls = require('tls');
 const connect = tls.connect;
 tls.connect = function (...args) {
@@ -96,16 +83,6 @@ tls.connect = function (...args) {
   };
   return socket;
 };
-const { Kafka, logLevel } = require('kafkajs');
-const kafka = new Kafka({ clientId: 'kmon-kafkajs', brokers: process.argv[2].split(','),
-  ssl: { ca: [fs.readFileSync(process.argv[5], 'utf-8')] }, logLevel: logLevel.NOTHING });
-const consumer = kafka.consumer({ groupId: process.argv[3] });
-(async () => {
-  await consumer.connect();
-  await consumer.subscribe({ topic: process.argv[4], fromBeginning: true });
-  await consumer.run({ eachMessage: async () => {} });
-  console.log('READY');
-})();
 """
 NODE_MODULES = Path(__file__).parent / "node" / "node_modules"
 
@@ -169,12 +146,8 @@ def test_kafka_python_consumer_over_tls(kafka, topic):
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
 def test_kcat_group_consumer_over_tls(kafka, topic):
     """kcat: librdkafka with the system's libssl."""
-    client = Child([KCAT, "-b", kafka.bootstrap("SSL"), "-X", "security.protocol=SSL",
-                    "-X", f"ssl.ca.location={kafka.ca_file}", "-G", f"g-{topic}",
-                    "-o", "beginning", "-d", "broker", topic])
+    client = kcat_consumer(kafka, topic, "SSL")
     try:
-        wait_for(lambda: sum("Reached end of topic" in line for line in client.stderr) >= 3,
-                 "kcat at the end of the topic's three partitions", 60)
         check_tls_roles(scored_until_right(client.pid, lambda: librdkafka_truth(client)))
     finally:
         client.stop()
@@ -184,8 +157,7 @@ def test_confluent_kafka_consumer_over_tls_without_the_agent(kafka, topic):
     """confluent-kafka's wheel: OpenSSL linked into its librdkafka (``SSL_write`` only in the
     library's .symtab), and no kmon agent in the client."""
     pytest.importorskip("confluent_kafka")
-    client = Child([sys.executable, "-c", CONFLUENT_KAFKA_TLS, kafka.bootstrap("SSL"),
-                    f"g-{topic}", topic, str(kafka.ca_file)])
+    client = confluent_consumer(kafka, topic, "SSL")
     try:
         client.wait_line("READ", timeout=60)
         check_tls_roles(scored_until_right(client.pid, lambda: librdkafka_truth(client)))
@@ -323,6 +295,17 @@ def scored_by_writes(written: Written) -> dict:
             "notices": process["notices"]}
 
 
+def check_written_roles(client: Child, name: str) -> None:
+    """``client`` (``name``: a program printing READY once in its group and "WROTE <port>
+    <key>" for each request) scored by its writes with ``check_writes``; stopped after."""
+    try:
+        written = Written(client)
+        wait_for(written.ready, f"{name} in its group", 60)
+        check_writes(scored_by_writes(written))
+    finally:
+        client.stop()
+
+
 def check_writes(tally: dict) -> None:
     """Every socket that wrote a request deciding its role since attach named right at SURE
     (a coordinator among them); none named wrong at SURE; a socket silent since attach keeps
@@ -340,29 +323,18 @@ def test_kafkajs_consumer_over_tls(kafka, topic, tmp_path):
     """KafkaJS: OpenSSL built into the ``node`` executable (``SSL_write``, its writes through a
     memory BIO then to the socket on node's one thread); six TLS sockets, two per broker."""
     script = tmp_path / "consumer.js"
-    script.write_text(KAFKAJS_TLS)
-    client = Child(["node", str(script), kafka.bootstrap("SSL"), f"g-{topic}", topic,
-                    str(kafka.ca_file)], env={**os.environ, "NODE_PATH": str(NODE_MODULES)})
-    try:
-        written = Written(client)
-        wait_for(written.ready, "KafkaJS in its group", 60)
-        check_writes(scored_by_writes(written))
-    finally:
-        client.stop()
+    script.write_text(KAFKAJS_WRITES + KAFKAJS_CONSUMER)
+    check_written_roles(Child(["node", str(script), kafka.bootstrap("SSL"), f"g-{topic}", topic,
+                               str(kafka.ca_file)],
+                              env={**os.environ, "NODE_PATH": str(NODE_MODULES)}), "KafkaJS")
 
 
 @pytest.mark.skipif(shutil.which("go") is None, reason="go is not installed")
 def test_franz_go_consumer_over_tls(kafka, topic, go_consumer):
     """franz-go: Go's ``crypto/tls.(*Conn).Write`` in the program's own .symtab, each
     record's socket read through the ``*tls.Conn`` itself; up to five sockets a broker."""
-    client = Child([go_consumer, "franz-go", kafka.bootstrap("SSL"), f"g-{topic}", topic,
-                    str(kafka.ca_file)])
-    try:
-        written = Written(client)
-        wait_for(written.ready, "franz-go in its group", 60)
-        check_writes(scored_by_writes(written))
-    finally:
-        client.stop()
+    check_written_roles(Child([go_consumer, "franz-go", kafka.bootstrap("SSL"), f"g-{topic}",
+                               topic, str(kafka.ca_file)]), "franz-go")
 
 
 @pytest.mark.skipif(shutil.which("go") is None, reason="go is not installed")
@@ -370,14 +342,8 @@ def test_kafka_go_consumer_over_tls(kafka, topic, go_consumer):
     """segmentio/kafka-go: its Reader on Go's ``crypto/tls`` (a ``*tls.Conn`` from its
     Dialer's DialFunc), a socket per partition it fetches, one to the coordinator and short
     ones for metadata; each record's socket read through the ``*tls.Conn`` itself."""
-    client = Child([go_consumer, "kafka-go", kafka.bootstrap("SSL"), f"g-{topic}", topic,
-                    str(kafka.ca_file)])
-    try:
-        written = Written(client)
-        wait_for(written.ready, "kafka-go in its group", 60)
-        check_writes(scored_by_writes(written))
-    finally:
-        client.stop()
+    check_written_roles(Child([go_consumer, "kafka-go", kafka.bootstrap("SSL"), f"g-{topic}",
+                               topic, str(kafka.ca_file)]), "kafka-go")
 
 
 # python -c TWO_SOCKETS BOOTSTRAP CAFILE: two TLS sockets to one broker, silent until told;

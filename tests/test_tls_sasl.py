@@ -15,7 +15,9 @@ from helpers import (
     Child,
     attach_stream,
     check_tls_roles,
+    confluent_consumer,
     data_files,
+    kcat_consumer,
     librdkafka_truth,
     produce,
     read,
@@ -31,26 +33,6 @@ from kmon.sources import kafka_protocol as kp
 pytestmark = [pytest.mark.integration,  # a real cluster, real clients, uprobes
               pytest.mark.root(reason="uprobes and the wire need root")]
 
-KCAT = "/usr/bin/kcat"
-# a confluent-kafka consumer with the listener's own client properties (argv[4]), more on top
-CONFLUENT_KAFKA = """
-import json, sys
-from confluent_kafka import Consumer
-config = dict(line.split("=", 1) for line in open(sys.argv[4]).read().splitlines())
-consumer = Consumer({**config, **json.loads(sys.argv[5]), "bootstrap.servers": sys.argv[1],
-                     "group.id": sys.argv[2], "auto.offset.reset": "earliest",
-                     "debug": "broker"})
-if sys.argv[6:]:  # wait to be told: kmon watches from before the first login
-    print("WAITING", flush=True)
-    sys.stdin.readline()
-consumer.subscribe([sys.argv[3]])
-read = 0
-while True:
-    if consumer.poll(0.2) is not None:
-        read += 1
-        if read == 20:
-            print("READ", flush=True)
-"""
 # kafka-python 2.0.x logs in with SaslHandshake v0 and then the raw PLAIN token, one TLS write:
 # its size, then "user\0user\0password" - the password's start within its first 16 bytes
 KAFKA_PYTHON_LOGIN = """
@@ -75,13 +57,6 @@ def topic(kafka) -> str:
     return name
 
 
-def confluent_consumer(kafka, topic: str, listener: str, *, properties: str = "{}",
-                       wait: bool = False) -> Child:
-    return Child([sys.executable, "-c", CONFLUENT_KAFKA, kafka.bootstrap(listener),
-                  f"g-{topic}", topic, str(kafka.client_config(listener)), properties,
-                  *(["wait"] if wait else [])])
-
-
 def test_confluent_kafka_consumer_over_sasl_ssl_without_the_agent(kafka, topic):
     """OpenSSL inside the wheel's librdkafka; the first TLS writes of each socket are
     SaslHandshake and SaslAuthenticate, which decide no role."""
@@ -99,11 +74,8 @@ def test_kcat_group_consumer_over_sasl_ssl_with_the_broker_ids(kafka, topic):
     headers inside TLS name the roles; kmon asks the cluster itself (``-b``/``-F``, the same
     file) for the broker ids, which no request header carries."""
     listener, config = kafka.bootstrap("SASL_SSL"), str(kafka.client_config("SASL_SSL"))
-    client = Child([KCAT, "-b", listener, "-F", config, "-G", f"g-{topic}",
-                    "-o", "beginning", "-d", "broker", topic])
+    client = kcat_consumer(kafka, topic, "SASL_SSL")
     try:
-        wait_for(lambda: sum("Reached end of topic" in line for line in client.stderr) >= 3,
-                 "kcat at the end of the topic's three partitions", 60)
         check_tls_roles(scored_until_right(client.pid, lambda: librdkafka_truth(client),
                                            "-b", listener, "-F", config), broker_ids=True)
     finally:

@@ -376,12 +376,9 @@ def test_a_one_shot_caller_may_wait_a_bounded_while_for_names():
     assert 0 < resolver.patience_s < 30.0
 
 
-def test_an_endpoint_is_confirmed_only_by_its_own_answer():
-    """kmon's own query to a fake broker that names itself 7 and another endpoint 8: only
-    the endpoint asked is confirmed, and only as what it says of itself."""
-    liar = HostileBroker("liar")
-    asked = Endpoint("127.0.0.1", liar.port)
-    liar.lies.update({7: ("127.0.0.1", liar.port), 8: ("127.0.0.1", 9)})
+def confirmed_by(liar: HostileBroker, asked: Endpoint) -> dict[Endpoint, int]:
+    """What kmon's checks of ``asked`` (``liar``'s endpoint) confirm, checked until they
+    confirm one or for 30 s; ``liar`` closed after."""
     confirmed = ConfirmedBrokers(Resolver())
     try:
         deadline = time.monotonic() + 30
@@ -390,7 +387,16 @@ def test_an_endpoint_is_confirmed_only_by_its_own_answer():
             time.sleep(0.05)
     finally:
         liar.close()
-    assert confirmed.brokers == {asked: 7}
+    return confirmed.brokers
+
+
+def test_an_endpoint_is_confirmed_only_by_its_own_answer():
+    """kmon's own query to a fake broker that names itself 7 and another endpoint 8: only
+    the endpoint asked is confirmed, and only as what it says of itself."""
+    liar = HostileBroker("liar")
+    asked = Endpoint("127.0.0.1", liar.port)
+    liar.lies.update({7: ("127.0.0.1", liar.port), 8: ("127.0.0.1", 9)})
+    assert confirmed_by(liar, asked) == {asked: 7}
 
 
 def test_an_answer_naming_its_endpoint_by_a_name_confirms_it_once_the_name_is_looked_up():
@@ -399,15 +405,7 @@ def test_an_answer_naming_its_endpoint_by_a_name_confirms_it_once_the_name_is_lo
     liar = HostileBroker("liar")
     asked = Endpoint("127.0.0.1", liar.port)
     liar.lies.update({3: ("localhost", liar.port), 4: ("localhost", 9)})
-    confirmed = ConfirmedBrokers(Resolver())
-    try:
-        deadline = time.monotonic() + 30
-        while not confirmed.brokers and time.monotonic() < deadline:
-            confirmed.check([asked])
-            time.sleep(0.05)
-    finally:
-        liar.close()
-    assert confirmed.brokers == {asked: 3}
+    assert confirmed_by(liar, asked) == {asked: 3}
 
 
 HOSTILE_ENDPOINTS, HOSTILE_ENTRIES = 60, 2_600

@@ -28,9 +28,8 @@ from kmon.widgets.filter_input import FilterInput
 from kmon.widgets.filtering import FilterError, RowFilter, parse_filter
 from kmon.widgets.footer import PriorityFooter
 from kmon.widgets.help import CONNECTION_NOTES
-from kmon.widgets.polling import PollingScreen
-from kmon.widgets.sorting import SORT_COLUMN, order_by_column
 from kmon.widgets.sparklines import CountSparklines
+from kmon.widgets.table_screen import TableScreen, table_keys
 from kmon.widgets.timeline import Timeline, TimelineRows
 
 HIDE_IDLE_AFTER_MS = 10_000
@@ -49,35 +48,19 @@ def _client_line(client: ClientInstance) -> str:
     return f"{client.name} ({client.type}, client.id={client.client_id}{group})"
 
 
-class AttachScreen(PollingScreen):
+class AttachScreen(TableScreen):
     """Live dashboard of one Kafka client process."""
 
-    sort_index: var[int] = var(0, init=False)
-    hide_idle: var[bool] = var(False, init=False)
     row_filter: var[RowFilter] = var(RowFilter, init=False, always_update=True)
 
-    BINDINGS = [
+    ORDERS = SORT_ORDERS
+    COLUMN_KEYS = [key for key, _, _ in COLUMNS]
+    BINDINGS = table_keys(
         Binding("enter", "details", "details", tooltip="details of the selected connection"),
-        Binding("p", "pause", "pause", tooltip="pause / resume refreshing"),
-        Binding("f,slash", "filter", "filter", tooltip="filter the connections"),
-        Binding("s", "sort", "sort", tooltip="next sort order (" + ", ".join(
-            o.name for o in SORT_ORDERS) + ")"),
-        Binding("less_than_sign", "sort_column(-1)", "sort ◀", group=SORT_COLUMN,
-                tooltip="sort by the column left of the sorted one"),
-        Binding("greater_than_sign", "sort_column(1)", "sort ▶", group=SORT_COLUMN,
-                tooltip="sort by the column right of the sorted one"),
-        Binding("i", "hide_idle", "hide idle",
-                tooltip="hide idle rows (no traffic for 10 s) and closing sockets"),
-        Binding("space", "refresh_now", "refresh",
-                tooltip="refresh now (while paused: one step)"),
-        Binding("c", "clear_filter", "clear filter", tooltip="clear the filter"),
-        Binding("r", "record", "record",
-                tooltip="start / stop recording this session to Parquet"),
-        Binding("plus,equals_sign", "faster", "faster", tooltip="refresh more often"),
-        Binding("minus", "slower", "slower", tooltip="refresh less often"),
-        Binding("escape,q", "back", "back", tooltip="back to the list of processes"),
-        Binding("question_mark", "help", "help", tooltip="this help"),
-    ]
+        "connections", SORT_ORDERS,
+        hide_idle="hide idle rows (no traffic for 10 s) and closing sockets",
+        record="start / stop recording this session to Parquet",
+        back=[Binding("escape,q", "back", "back", tooltip="back to the list of processes")])
     HELP_NOTES = CONNECTION_NOTES
 
     def __init__(self, pid: int, session: ProcessSession, settings: DashboardSettings,
@@ -201,13 +184,6 @@ class AttachScreen(PollingScreen):
         if isinstance(self.app.screen, DetailScreen):
             self.app.screen.update_view()
 
-    def watch_sort_index(self) -> None:
-        self.redraw()
-
-    def watch_hide_idle(self) -> None:
-        self.refresh_bindings()
-        self.redraw()
-
     def watch_row_filter(self) -> None:
         self.redraw()
 
@@ -253,13 +229,6 @@ class AttachScreen(PollingScreen):
             return self.can_go_back
         return super().check_action(action, parameters)
 
-    def action_sort(self) -> None:
-        self.sort_index = (self.sort_index + 1) % len(SORT_ORDERS)
-
-    def action_sort_column(self, step: int) -> None:
-        self.sort_index = order_by_column([key for key, _, _ in COLUMNS],
-                                          [o.column for o in SORT_ORDERS], self.sort_index, step)
-
     def action_filter(self) -> None:
         self.query_one(FilterInput).open(self.row_filter.text, self.query_one(ConnectionTable))
 
@@ -273,9 +242,6 @@ class AttachScreen(PollingScreen):
 
     def action_clear_filter(self) -> None:
         self.row_filter = RowFilter()
-
-    def action_hide_idle(self) -> None:
-        self.hide_idle = not self.hide_idle
 
     def action_details(self) -> None:
         key = self.query_one(ConnectionTable).selected_key

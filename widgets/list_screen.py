@@ -19,7 +19,6 @@ from kmon.widgets.churn_board import ChurnBoard
 from kmon.widgets.event_log import EventLog
 from kmon.widgets.filter_input import FilterInput
 from kmon.widgets.help import PROCESS_NOTES
-from kmon.widgets.polling import PollingScreen
 from kmon.widgets.process_table import (
     COLUMNS,
     PROCESS_ORDERS,
@@ -28,7 +27,7 @@ from kmon.widgets.process_table import (
     matches,
     process_cells,
 )
-from kmon.widgets.sorting import SORT_COLUMN, order_by_column
+from kmon.widgets.table_screen import TableScreen, table_keys
 
 
 class Attached(Message):
@@ -47,35 +46,19 @@ class AttachRefused(Message):
         self.text = text
 
 
-class ProcessListScreen(PollingScreen):
+class ProcessListScreen(TableScreen):
     """A live table of local client processes; subclasses add what they know of clusters
     (``redraw``, ``cluster_of``) and say what heads the screen (``heading``)."""
 
-    sort_index: var[int] = var(0, init=False)
-    hide_idle: var[bool] = var(False, init=False)
     filter_text: var[str] = var("", init=False)
 
-    BINDINGS = [
+    ORDERS = PROCESS_ORDERS
+    COLUMN_KEYS = COLUMNS
+    BINDINGS = table_keys(
         Binding("enter", "attach", "attach", tooltip="attach to the selected process"),
-        Binding("p", "pause", "pause", tooltip="pause / resume refreshing"),
-        Binding("f,slash", "filter", "filter", tooltip="filter the processes"),
-        Binding("s", "sort", "sort", tooltip="next sort order (" + ", ".join(
-            o.name for o in PROCESS_ORDERS) + ")"),
-        Binding("less_than_sign", "sort_column(-1)", "sort ◀", group=SORT_COLUMN,
-                tooltip="sort by the column left of the sorted one"),
-        Binding("greater_than_sign", "sort_column(1)", "sort ▶", group=SORT_COLUMN,
-                tooltip="sort by the column right of the sorted one"),
-        Binding("i", "hide_idle", "hide idle",
-                tooltip="hide processes with no traffic on any connection for 10 s"),
-        Binding("space", "refresh_now", "refresh",
-                tooltip="refresh now (while paused: one step)"),
-        Binding("c", "clear_filter", "clear filter", tooltip="clear the filter"),
-        Binding("r", "record", "record",
-                tooltip="start / stop recording every listed process to Parquet"),
-        Binding("plus,equals_sign", "faster", "faster", tooltip="refresh more often"),
-        Binding("minus", "slower", "slower", tooltip="refresh less often"),
-        Binding("question_mark", "help", "help", tooltip="this help"),
-    ]
+        "processes", PROCESS_ORDERS,
+        hide_idle="hide processes with no traffic on any connection for 10 s",
+        record="start / stop recording every listed process to Parquet")
     HELP_NOTES = PROCESS_NOTES
     TABLE_NAME = "local client processes"
 
@@ -172,25 +155,8 @@ class ProcessListScreen(PollingScreen):
 
     # -- keys -------------------------------------------------------------------------------
 
-    def watch_sort_index(self) -> None:
-        self.redraw()
-
-    def watch_hide_idle(self) -> None:
-        self.refresh_bindings()
-        self.redraw()
-
     def watch_filter_text(self) -> None:
         self.redraw()
-
-    def action_sort(self) -> None:
-        self.sort_index = (self.sort_index + 1) % len(PROCESS_ORDERS)
-
-    def action_sort_column(self, step: int) -> None:
-        self.sort_index = order_by_column(COLUMNS, [o.column for o in PROCESS_ORDERS],
-                                          self.sort_index, step)
-
-    def action_hide_idle(self) -> None:
-        self.hide_idle = not self.hide_idle
 
     def action_filter(self) -> None:
         self.query_one(FilterInput).open(self.filter_text, self.query_one(ProcessTable))

@@ -35,10 +35,13 @@ for _ in consumer:
     pass
 """
 
-# node SCRIPT BOOTSTRAP GROUP TOPIC (NODE_PATH set to the node_modules holding kafkajs)
+# node SCRIPT BOOTSTRAP GROUP TOPIC [CAFILE] (NODE_PATH set to the node_modules holding
+# kafkajs): over TLS, trusting CAFILE's CA, when it is given
 KAFKAJS_CONSUMER = """
 const { Kafka, logLevel } = require('kafkajs');
+const ca = process.argv[5];
 const kafka = new Kafka({ clientId: 'kmon-kafkajs', brokers: process.argv[2].split(','),
+                          ssl: ca ? { ca: [require('fs').readFileSync(ca, 'utf-8')] } : undefined,
                           logLevel: logLevel.NOTHING });
 const consumer = kafka.consumer({ groupId: process.argv[3] });
 (async () => {

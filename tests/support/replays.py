@@ -19,9 +19,12 @@ from kmon.sources.kernel.sockets import Endpoint
 from kmon.widgets.app import KmonApp
 from kmon.widgets.attach_screen import AttachScreen
 from kmon.widgets.event_log import EventLog
+from kmon.widgets.host_screen import HostScreen
 from kmon.widgets.list_screen import ProcessListScreen
+from kmon.widgets.watch_screen import WatchScreen
 
-__all__ = ["DATA", "utc", "replayed", "play_all", "ReplayedClients", "play_listed"]
+__all__ = ["DATA", "utc", "replayed", "play_all", "ReplayedClients", "play_listed",
+           "replayed_list"]
 
 DATA = TESTS / "data"
 
@@ -118,3 +121,11 @@ def play_listed(screen: ProcessListScreen, session: ReplayedClients):
     return run_before
 
 
+def replayed_list(kind: str):
+    """The watch screen (``kind`` "watch") or the host screen over both recordings, in an
+    app; and its ``run_before``, which plays them to their end."""
+    session = ReplayedClients()
+    settings = DashboardSettings(interval_s=3600)
+    screen = (WatchScreen("demo", session, settings, labels={16172: "orders consumer"})
+              if kind == "watch" else HostScreen(session, settings))
+    return KmonApp(screen), screen, play_listed(screen, session)

@@ -5,15 +5,37 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 
+from support.common import wait_for
 from support.processes import Child, attach_stream
 
 __all__ = ["SURE", "VERDICT_S", "librdkafka_role", "librdkafka_truth", "scored_until_right",
-           "check_tls_roles"]
+           "check_tls_roles", "confluent_consumer", "kcat_consumer"]
 
+KCAT = "/usr/bin/kcat"
 VERDICT_S = 10.0  # the issue's bound: every socket named right within 10 s of attach
 SURE = 0.9
+# a confluent-kafka consumer with the listener's own client properties (argv[4]), more on top
+CONFLUENT_KAFKA = """
+import json, sys
+from confluent_kafka import Consumer
+config = dict(line.split("=", 1) for line in open(sys.argv[4]).read().splitlines())
+consumer = Consumer({**config, **json.loads(sys.argv[5]), "bootstrap.servers": sys.argv[1],
+                     "group.id": sys.argv[2], "auto.offset.reset": "earliest",
+                     "debug": "broker"})
+if sys.argv[6:]:  # wait to be told: kmon watches from before the first login
+    print("WAITING", flush=True)
+    sys.stdin.readline()
+consumer.subscribe([sys.argv[3]])
+read = 0
+while True:
+    if consumer.poll(0.2) is not None:
+        read += 1
+        if read == 20:
+            print("READ", flush=True)
+"""
 LIBRDKAFKA_LINE = re.compile(r"\[thrd:(?P<thread>[^\]]+)\]: (?P<name>\S+?): ")
 LIBRDKAFKA_SOCKET = re.compile(r"Connecting to \S+ \((?:sasl_)?ssl\) with socket (?P<fd>\d+)")
 
@@ -41,6 +63,32 @@ def librdkafka_truth(client: Child):
     roles = {fd: (librdkafka_role(names[thread]), ids.get(thread))
              for fd, thread in fds.items()}
     return lambda row: roles.get(row["fd"])
+
+
+def confluent_consumer(kafka, topic: str, listener: str, *, properties: str = "{}",
+                       wait: bool = False) -> Child:
+    """A confluent-kafka consumer of ``topic`` in group ``g-<topic>`` on ``kafka``'s
+    ``listener`` (its client properties file), ``properties`` (JSON) on top, logging
+    ``debug=broker``; prints READ once it has read 20 messages, and with ``wait`` waits to be
+    told (a line on stdin) before it subscribes."""
+    return Child([sys.executable, "-c", CONFLUENT_KAFKA, kafka.bootstrap(listener),
+                  f"g-{topic}", topic, str(kafka.client_config(listener)), properties,
+                  *(["wait"] if wait else [])])
+
+
+def kcat_consumer(kafka, topic: str, listener: str) -> Child:
+    """kcat in group ``g-<topic>`` on ``kafka``'s ``listener`` (its client properties file,
+    ``-F``), logging ``debug=broker``, once it has read to the end of the topic's three
+    partitions (stopped if it does not)."""
+    client = Child([KCAT, "-b", kafka.bootstrap(listener), "-F", str(kafka.client_config(listener)),
+                    "-G", f"g-{topic}", "-o", "beginning", "-d", "broker", topic])
+    try:
+        wait_for(lambda: sum("Reached end of topic" in line for line in client.stderr) >= 3,
+                 "kcat at the end of the topic's three partitions", 60)
+    except BaseException:
+        client.stop()
+        raise
+    return client
 
 
 def _broker_id(name: str) -> int | None:

@@ -64,12 +64,9 @@ class Resolver:
 
     def endpoints(self, address: str) -> frozenset[Endpoint]:
         """The endpoints ``address`` stands for, as far as kmon knows now."""
-        parts = split_host_port(address)
+        parts, answer = _to_look_up(address)
         if parts is None:
-            return frozenset()
-        literal = _literal(*parts)
-        if literal is not None:
-            return literal
+            return answer
         with self._lock:
             cached = self._cache.get(parts)
             if cached is not None:
@@ -89,12 +86,9 @@ class Resolver:
         """The endpoints of ``address`` once kmon knows them (an IP literal, a name looked
         up, even to nothing), else None with its lookup asked for: for a caller that
         decides once what an address names, never waiting."""
-        parts = split_host_port(address)
+        parts, answer = _to_look_up(address)
         if parts is None:
-            return frozenset()
-        literal = _literal(*parts)
-        if literal is not None:
-            return literal
+            return answer
         with self._lock:
             cached = self._cache.get(parts)
             if cached is None:
@@ -143,13 +137,18 @@ class Resolver:
                 self._wake.notify_all()
 
 
-def _literal(host: str, port: int) -> frozenset[Endpoint] | None:
-    """The endpoint of an IP literal host (no lookup needed); None for a name."""
+def _to_look_up(address: str) -> tuple[tuple[str, int] | None, frozenset[Endpoint]]:
+    """The name ``address`` asks to look up (host, port), or None and its endpoints where it
+    needs no lookup: none for what is no ``host:port``, its own for an IP literal host."""
+    parts = split_host_port(address)
+    if parts is None:
+        return None, frozenset()
+    host, port = parts
     try:
         ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
-        return None
-    return frozenset({Endpoint(normalize_ip(host), port)})
+        return parts, frozenset()  # a name
+    return None, frozenset({Endpoint(normalize_ip(host), port)})
 
 
 def _getaddrinfo(host: str, port: int) -> frozenset[Endpoint]:
