@@ -12,8 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import Child, python_as, wait_for
-from test_kernel_flood import FLOODER
+from helpers import FLOODER, Child, python_as, wait_for
 
 from kmon.engine import discovery as discovery_module
 from kmon.engine.directory import Directory

@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from helpers import Child, free_port, get, python_as, start_serve, wait_for
+from helpers import FLOODER, Child, free_port, get, python_as, start_serve, wait_for
 
 from kmon.engine.kernel_watch import KernelWatch
 from kmon.model import ProcessView
@@ -18,20 +18,6 @@ from kmon.sources.kernel.kernel_events import RING_PAGES, KernelEvents
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.root(reason="the kernel's TCP events need root")]
-
-FLOODER = """
-import socket, sys, time
-closed = socket.create_server(("127.0.0.1", 0))  # a port of its own, nothing listening
-port = closed.getsockname()[1]
-closed.close()
-print("READY", flush=True)
-until, made = time.monotonic() + float(sys.argv[1]), 0
-while time.monotonic() < until and made < 2_000_000:
-    with socket.socket() as sock:
-        sock.connect_ex(("127.0.0.1", port))
-    made += 1
-print("DONE", made, flush=True)
-"""
 
 VICTIM = """
 import socket, sys, time

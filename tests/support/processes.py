@@ -16,7 +16,23 @@ from support.common import wait_for
 
 __all__ = ["Child", "KafkaClient", "kmon", "attach_once", "connections_of", "attach_stream",
            "closed_events", "read_until", "record_child", "unused_pid", "packet_sockets_held",
-           "ProcessRefused", "refuse_processes"]
+           "ProcessRefused", "refuse_processes", "FLOODER"]
+
+# a process that connects to a closed port of its own as fast as it can for argv[1] seconds:
+# a flood of connects (and refusals) elsewhere on the host, filling the kernel's connect rings
+FLOODER = """
+import socket, sys, time
+closed = socket.create_server(("127.0.0.1", 0))  # a port of its own, nothing listening
+port = closed.getsockname()[1]
+closed.close()
+print("READY", flush=True)
+until, made = time.monotonic() + float(sys.argv[1]), 0
+while time.monotonic() < until and made < 2_000_000:
+    with socket.socket() as sock:
+        sock.connect_ex(("127.0.0.1", port))
+    made += 1
+print("DONE", made, flush=True)
+"""
 
 
 class Child:
