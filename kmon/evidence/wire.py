@@ -7,14 +7,10 @@
 * only ApiVersions, Metadata, FindCoordinator or SASL, Metadata among them, first
   sent before the process had learned the cluster: **bootstrap** (its position in
   ``bootstrap.servers`` when the client's configuration gives it);
-* only those (or ApiVersions alone so far), opened to a known broker while the process held
-  no other connection to the cluster, its last one closed by the broker or never
-  established (``Flow.after_loss``): unsettled (role unknown, its broker named, 0.3): a
-  client that lost every broker re-bootstraps (KIP-899, librdkafka >= 2.10) with the same
-  requests, to a bootstrap address that may be that broker's, and a new client in the
-  process bootstraps so (neither the wire nor the endpoint can tell them from a broker);
 * only those, opened after the cluster was known, to a known broker: a **broker**
-  connection (clients connect to brokers by node id once they know them), at 0.7;
+  connection (clients connect to brokers by node id once they know them), at 0.7: a
+  client that lost every broker re-bootstraps (KIP-899, librdkafka >= 2.10) with the same
+  requests, to a bootstrap address that may be that broker's;
 * Metadata to an address none of the brokers its answers named advertises, whenever
   opened: **bootstrap** (a forwarder, a load balancer or a Kubernetes service in front of
   the brokers: clients reach brokers by their advertised addresses only);
@@ -48,7 +44,6 @@ from kmon.sources.kernel.sockets import Endpoint
 from kmon.sources.packets.kafka_wire import Flow, WireView, last_seen
 
 AFTER_LEARNED = 0.7  # metadata only, once the cluster was known: a broker, or a re-bootstrap
-AFTER_LOSS = 0.3  # ... opened when the process held no connection it had not lost: unsettled
 
 
 class WireEvidence:
@@ -201,9 +196,9 @@ def flow_says(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endpo
     if flow.tls and not keys:
         return FlowSays(None, None, None, 0.0, {"wire": "tls"},
                         "TLS: the Kafka headers are encrypted")
-    broker_id = known.get(remote)
-    if not keys and not (flow.after_loss and broker_id is not None):
+    if not keys:
         return None
+    broker_id = known.get(remote)
     seen = flow.seen()
     apis = " ".join(text for text, _ in seen)
     evidence = {"role": "wire", "wire": apis}
@@ -221,13 +216,6 @@ def flow_says(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endpo
             learned_at is None or flow.first_request_ms <= learned_at):
         return _bootstrap(remote, bootstrap, resolver, evidence,
                           "before the cluster was known: ", client, seen)
-    if flow.from_start and flow.after_loss and broker_id is not None:
-        return FlowSays(Role.UNKNOWN, None, broker_id, AFTER_LOSS, evidence,
-                        f"opened to broker {broker_id} once the process had lost every "
-                        "connection to the cluster (a re-bootstrap, a new client's "
-                        "bootstrap or a broker connection): ", client, seen)
-    if not keys:
-        return None
     if flow.from_start and broker_id is not None and learned_at is not None:
         return FlowSays(Role.BROKER, broker_id, broker_id, AFTER_LEARNED, evidence,
                         f"opened to broker {broker_id} once the cluster was known (or a "

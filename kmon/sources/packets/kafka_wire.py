@@ -39,7 +39,6 @@ MAX_REMOTE_PORTS = 256  # the remote ports remembered: a broker with no socket o
 TLS_RECORDS = (b"\x15\x03", b"\x16\x03", b"\x17\x03")  # alert, handshake, application data
 # their responses name brokers, or say that a login failed
 ANSWERS_KMON_READS = frozenset({kp.METADATA, kp.FIND_COORDINATOR, *kp.SASL_APIS})
-SERVING_APIS = kp.BROKER_APIS | kp.GROUP_APIS | kp.TXN_APIS  # more than a bootstrap asks
 
 
 @dataclass
@@ -58,9 +57,6 @@ class Flow:
     close: WireClose | None = None  # the first FIN or RST seen, and from which side
     auth_failed: bool = False  # a SASL request was answered with an error
     requests: int = 0  # request segments taken: what the flow says changes with each only
-    # opened while the process held no other connection to the cluster, the last one to close
-    # not a bootstrap it closed itself: after a loss (a re-bootstrap, a new client's bootstrap)
-    after_loss: bool = False
 
     def seen(self) -> tuple[tuple[str, int], ...]:
         """The API keys seen, most frequent first, each as ``Fetch×12`` and when it was last
@@ -115,15 +111,11 @@ class WireTap:
         self.remote_ports: dict[int, None] = {}  # insertion-ordered, the latest last
         # the last poll's sockets: their endpoints, by address, and the brokers then
         self.pairs: list[tuple[Endpoint, Endpoint]] | None = None
-        self.mine: dict[tuple[Address, Address], TcpSocket] = {
-            (_address(s.local), _address(s.remote)): s for s in sockets}
+        self.mine: dict[tuple[Address, Address], TcpSocket] = {}
         self.ported: dict[int, tuple[str, int]] = {}
         self.found: dict[tuple[Endpoint, Endpoint], Flow] = {}  # the last poll's flows
         self.taken: set[tuple[Address, Address]] = set()  # the flows a segment went to
         self.polls = 0
-        # the last connection to close was one the process closed itself after bootstrap
-        # requests only: it moves on to the brokers it learned (``Flow.after_loss``)
-        self.moving_on = False
         self.hearing = True  # the capture keeps the brokers' answers (until brokers are known)
         # closes of sockets no poll showed (the kernel's events may know them the process's)
         self.unpolled: dict[tuple[Address, Address], WireClose] = {}
@@ -217,28 +209,8 @@ class WireTap:
 
     def _flow(self, key: tuple[Address, Address], ts_ms: int) -> Flow:
         """A new flow for the socket ``key``, first seen at ``ts_ms``."""
-        from_start = key not in self.started
-        flow = Flow(ts_ms, from_start=from_start,
-                    after_loss=from_start and not self.moving_on and not self._holding(key))
-        self.flows[key] = flow
+        flow = self.flows[key] = Flow(ts_ms, from_start=key not in self.started)
         return flow
-
-    def _holding(self, key: tuple[Address, Address]) -> bool:
-        """Whether the process held another connection to the cluster than ``key`` at the last
-        poll that is not closing since: one that carried Kafka, was open before the tap, or
-        reaches a broker's port (sockets of other processes to the brokers never count)."""
-        flows, ports = self.flows, {port for _, port in self.brokers.values()}
-        for other in self.mine:
-            if other == key:
-                continue
-            flow = flows.get(other)
-            if flow is None:
-                if other[1][1] in ports:
-                    return True
-            elif flow.close is None and (flow.requests or not flow.from_start
-                                         or other[1][1] in ports):
-                return True
-        return False
 
     def _take(self, seg: Segment, mine: dict) -> None:
         forward = seg.src, seg.dst
@@ -255,9 +227,7 @@ class WireTap:
         flow = self.flows.get(key) or self._flow(key, seg.first_ms)
         self.taken.add(key)
         if seg.flags & TCP_CLOSING:
-            if flow.close is None:  # moving on: the process's own close of a bootstrap only
-                self.moving_on = (request and not flow.api_counts.keys() & SERVING_APIS
-                                  and (key in mine or key in self.mine))
+            if flow.close is None:
                 flow.close = WireClose("client" if request else "broker",
                                        bool(seg.flags & TCP_RST), flow.last_api,
                                        flow.auth_failed, tls=flow.tls, answers_heard=self.hearing)
