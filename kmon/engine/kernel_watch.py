@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable
 
+from kmon.engine.closes import READABLE
 from kmon.engine.connection_lives import ConnectionLives, KernelLife
 from kmon.model import CloseStory, Event, EventKind, ProcessView, WireClose
 from kmon.sources.brokers.dns import parse_endpoint
@@ -171,7 +172,8 @@ class KernelWatch:
             detail = (f"{life.where()}: connect_failed, refused in {story.lifetime_ms} ms (a "
                       "RST answered its SYN: nothing listens there)")
         elif life.ending is None:
-            detail = f"{life.where()}: {story.reason} after {story.lifetime_ms} ms"
+            detail = (f"{life.where()}: {READABLE.get(story.reason, story.reason)} after "
+                      f"{story.lifetime_ms} ms")
         else:
             detail = (f"{life.where()}: {life.ending} after {story.lifetime_ms} ms (first "
                       f"FIN: {life.first_fin or 'none'}, RST: {life.reset or 'none'})")
