@@ -284,13 +284,14 @@ time.sleep(60)
 
 class ClosingBroker:
     """A stand-in for a broker that ends a busy connection on demand (the embedded cluster
-    cannot): after ``requests`` requests it resets it (``reset``) or closes it with a FIN,
-    as a broker does when an authentication fails."""
+    cannot): after ``requests`` requests, once told to (``go``), it resets it (``reset``) or
+    closes it with a FIN, as a broker does when an authentication fails."""
 
     def __init__(self, requests: int, reset: bool) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.requests, self.reset = requests, reset
+        self.go = threading.Event()
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
@@ -299,6 +300,7 @@ class ClosingBroker:
             for _ in range(self.requests):
                 (size,) = struct.unpack(">i", client.recv(4, socket.MSG_WAITALL))
                 client.recv(size, socket.MSG_WAITALL)
+            self.go.wait(60)
             if self.reset:
                 client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
@@ -321,6 +323,11 @@ def test_a_reset_and_a_failed_login_as_the_wire_sees_them(requests, reset, wire,
         talker.wait_line("CONNECTED")
         stream = Child([sys.executable, "-m", "kmon", "attach", str(talker.pid), "--json",
                         "--any-process", "--interval", "200ms", "--wire", wire])
+        # the close once kmon watches (two polls made: its wire and kernel events open at the
+        # first), not while it starts on a busy host
+        for _ in range(2):
+            stream.wait_line("{")
+        broker.go.set()
         (event,) = closed_events(stream)
         assert (event["closed_by"], event["reason"]) == ("broker", expected), event
     finally:
