@@ -4,9 +4,8 @@ The kernel's facts (state, idle time, bytes, rtt) make the row's base. The
 best-ranked claim (``claims.SOURCE_RANK``: the client's own metrics, then
 inference, then a known broker endpoint) names the role, node id, broker and
 owning client and fills in what the client knows. A claim from the wire
-overrides the role, node id and broker whatever the others say (one less than sure,
-not the client's own metrics or log where they are surer); where the best claim disagrees
-with it, a notice says so. A claim with no
+overrides the role, node id and broker (at confidence 1.0) whatever the others
+say; where the best claim disagrees with it, a notice says so. A claim with no
 role is a note (a TLS socket the wire cannot read): its evidence joins the row.
 Every claim stays on the row (``Connection.claims``), so the detail pane can show why.
 """
@@ -23,7 +22,6 @@ from kmon.model import Connection, Role
 from kmon.sources.kernel.sockets import TcpSocket
 
 WIRE = "wire"
-CLIENTS_OWN = SOURCE_RANK["stats"]  # the client's own metrics and log rank so
 
 
 LIMIT_ORDER = ("client", "broker", "middlebox")  # on a tie, the first named reaps
@@ -107,10 +105,6 @@ def resolve_one(base: Connection, claims: Sequence[Claim]) -> tuple[Connection, 
         evidence.update(note.evidence)
     notice = None
     wire = next((c for c in claims if c.source == WIRE and c.role is not None), None)
-    if (wire is not None and wire.confidence < 1.0 and chosen is not None
-            and SOURCE_RANK.get(chosen.source, 0) >= CLIENTS_OWN
-            and chosen.confidence > wire.confidence):
-        wire = None  # the wire unsure (0.7, or unsettled): the client's own surer evidence
     if wire is not None and wire.role is not None:  # (the search above: it has a role)
         if chosen is not None and chosen.role is not None and chosen.source != "endpoint" and (
                 chosen.role, chosen.node_id) != (wire.role, wire.node_id):
