@@ -423,14 +423,16 @@ def test_no_readable_snapshots_names_the_bad_file_then_stops(tmp_path):
 
 @pytest.fixture(scope="module")
 def standalone_run(fleet, tmp_path_factory):
-    """``kmon analyze`` of the fleet mixed with bad files, on a master with two one-core
-    workers on this machine (stopped after the run): (its result, its --out, the bad files).
-    Two executors and several shuffle partitions; one JVM launch serves the tests below."""
+    """``kmon analyze`` of the fleet mixed with bad files, on a master with a two-core worker
+    on this machine (stopped after the run): (its result, its --out, the bad files). Two
+    one-core executors and several shuffle partitions; one JVM launch serves the tests
+    below."""
     root = tmp_path_factory.mktemp("standalone")
     bad = spoil(fleet[0], root / "mixed")
-    settings = {**spark_cluster.DRIVER_CONF, "spark.sql.shuffle.partitions": "3"}
+    settings = {**spark_cluster.DRIVER_CONF, "spark.sql.shuffle.partitions": "3",
+                "spark.executor.cores": "1"}
     conf = [arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}")]
-    with spark_cluster.standalone(workers=2, cores=1) as url:
+    with spark_cluster.standalone(workers=1, cores=2, memory="2g") as url:
         result = kmon("analyze", str(root / "mixed"), "--out", str(root / "out"), "--master",
                       url, *conf, timeout=240)
     return result, root / "out", bad

@@ -23,6 +23,10 @@ MASTER_STARTED = re.compile(r"Starting Spark master at (spark://\S+)")
 WORKER_REGISTERED = re.compile(r"Successfully registered with master")
 # what the driver of an application on this cluster needs to be reachable from it
 DRIVER_CONF = {"spark.driver.host": HOST, "spark.driver.bindAddress": HOST}
+# the master's and workers' JVMs, and the launcher JVM spark-class runs before each: their
+# start is class loading and warm-up, their load small (C1 alone and one GC thread, as a
+# Kafka node of kafka_cluster)
+QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def spark_class() -> Path:
@@ -63,7 +67,8 @@ def standalone(workers: int = 2, cores: int = 1, memory: str = "1g",
     """The ``spark://`` URL of a running master with ``workers`` registered workers of
     ``cores`` cores and ``memory`` each."""
     env = {**spark_launch_environment(os.environ, as_root=os.geteuid() == 0),
-           "SPARK_LOCAL_IP": HOST}
+           "SPARK_LOCAL_IP": HOST, "SPARK_DAEMON_JAVA_OPTS": QUICK_JVM,
+           "SPARK_LAUNCHER_OPTS": QUICK_JVM}
     procs: list[subprocess.Popen] = []
     with tempfile.TemporaryDirectory(prefix="kmon-spark-cluster-") as tmp:
 
