@@ -16,12 +16,13 @@ from helpers import TESTS, Child, KafkaClient, debug_log_options, refuse_process
 # ``pytestmark``, or a decorator in a module that mixes both kinds. Every other test is marked
 # ``unit`` here (``python -m pytest -m unit`` is the fast inner loop), and may start no process.
 INTEGRATION_FIXTURES = {"cluster", "start_client", "start_client_at", "spool_dir",
-                        "spark_session", "kafka", "start_kafka", "java_clients", "java_program",
-                        "start_java", "start_module_client", "start_on", "throwaway_user"}
+                        "spark_session", "kafka", "kafka_one_node", "start_kafka",
+                        "java_clients", "java_program", "start_java", "start_module_client",
+                        "start_on", "throwaway_user"}
 # What a fixture needs beyond this Python: the marker it gives the tests that use it.
-NEEDS = {"kafka": "kafka", "start_kafka": "kafka", "spark_session": "spark",
-         "java_clients": "java", "java_program": "java", "start_java": "java",
-         "throwaway_user": "root"}
+NEEDS = {"kafka": "kafka", "kafka_one_node": "kafka", "start_kafka": "kafka",
+         "spark_session": "spark", "java_clients": "java", "java_program": "java",
+         "start_java": "java", "throwaway_user": "root"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -104,6 +105,18 @@ def kafka():
 
     require_java()
     with KafkaCluster(brokers=3) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def kafka_one_node():
+    """A real one-node Apache Kafka cluster of the default settings, shared by the run's
+    tests that need every socket of a client to reach one broker and leave the node
+    running (a test that kills a node, or needs other settings, starts its own)."""
+    from kmon.devtools.kafka_cluster import KafkaCluster
+
+    require_java()
+    with KafkaCluster(brokers=1) as cluster:
         yield cluster
 
 

@@ -82,13 +82,13 @@ KCAT = "/usr/bin/kcat"
 
 @pytest.mark.skipif(not os.access(KCAT, os.X_OK), reason="kcat is not installed (.ci/run does)")
 def test_an_idle_kcat_producer_has_no_coordinator_beside_a_member_sharing_its_client_id(
-        start_kafka):
+        kafka_one_node):
     """An idle kcat producer (client.id rdkafka, librdkafka's default) beside a group member
     whose client.id is also rdkafka: the cluster's group description matches both by host
     and client id, but only the member heartbeats. kcat's own debug log names no
     GroupCoordinator; kmon must name none either, in the stream and in --once. One node:
     kcat's one socket is to the group's coordinator."""
-    bootstrap = start_kafka(brokers=1).bootstrap()
+    bootstrap = kafka_one_node.bootstrap()
     member = started("consumer", bootstrap, "--client-id", "rdkafka")
     kcat = KafkaClient([KCAT, "-P", "-b", bootstrap, "-t", "kmon-trust-idle", "-d", "broker"])
     stream = None
@@ -242,7 +242,7 @@ def named_with_a_bootstrap(rows: list[dict]) -> bool:
 @pytest.mark.root(reason="the wire needs CAP_NET_RAW (root)")
 @pytest.mark.skipif(shutil.which("go") is None, reason="go is not installed")
 def test_a_silent_socket_beside_others_to_its_broker_is_unsettled_never_a_broker(
-        start_kafka, java_program, request):
+        kafka_one_node, java_program, request):
     """A Java consumer (JMX off: no node ids from the JVM) and a franz-go consumer on one
     node: each holds its bootstrap (seed) socket, silent after the first Metadata, beside its
     broker and coordinator sockets to the same address (franz-go one more, for JoinGroup and
@@ -250,8 +250,7 @@ def test_a_silent_socket_beside_others_to_its_broker_is_unsettled_never_a_broker
     opened a connection: it saw each socket's first requests. A second look, attached later,
     hears nothing on the silent ones: they must be unsettled (or their true role), never a
     broker — the endpoint alone cannot tell sockets to one address apart."""
-    cluster = start_kafka(brokers=1)
-    bootstrap = cluster.bootstrap()
+    bootstrap = kafka_one_node.bootstrap()
     produce(bootstrap, "kmon-trust-shared")
     java = ["java", "-XX:TieredStopAtLevel=1", "-XX:+DisableAttachMechanism", "-cp",
             java_program["4.4.0"], "KafkaClientProgram", "consumer", bootstrap, "--group",
@@ -283,13 +282,14 @@ NODE_MODULES = Path(__file__).parent / "node" / "node_modules"
 @pytest.mark.root(reason="the wire needs CAP_NET_RAW (root)")
 @pytest.mark.skipif(not (NODE_MODULES / "kafkajs").is_dir() or shutil.which("node") is None,
                     reason="kafkajs is not installed (npm install --prefix tests/node)")
-def test_one_shot_views_never_call_kafkajs_s_coordinator_socket_a_broker(start_kafka, tmp_path):
+def test_one_shot_views_never_call_kafkajs_s_coordinator_socket_a_broker(kafka_one_node,
+                                                                         tmp_path):
     """KafkaJS holds two sockets to the coordinator's broker, one fetching, one for the
     group (its heartbeats, 3 to 5 s apart, follow its 5 s fetches). The oracle is kmon's wire
     attached before its first connection (it saw each socket's requests from the start);
     ``attach --once`` and ``ps``, attached later, may look between two heartbeats: they
     must name the coordinator or leave it unsettled, never a broker, as the stream does."""
-    bootstrap = start_kafka(brokers=1).bootstrap()
+    bootstrap = kafka_one_node.bootstrap()
     produce(bootstrap, "kmon-trust-kafkajs")
     script = tmp_path / "consumer.js"
     script.write_text(KAFKAJS_CONSUMER)
