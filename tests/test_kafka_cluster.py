@@ -13,7 +13,15 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import Child, assert_one_clear_line, kmon, python_as, require_java, wait_for
+from helpers import (
+    Child,
+    assert_one_clear_line,
+    kmon,
+    python_as,
+    refuse_processes,
+    require_java,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -148,3 +156,24 @@ def test_maven_that_cannot_reach_a_repository_is_one_clear_line(throwaway_user) 
 
 def test_broker_config_needs_kafka() -> None:
     assert_one_clear_line(kmon("devcluster", "--broker-config", "a=b"), 1, "--kafka")
+
+
+def test_a_process_makes_its_clusters_key_pair_once(tmp_path) -> None:
+    """keytool (two JVM starts) runs for a process's first cluster only: a later one gets
+    the same key pair and its CA file, copied, with no process started."""
+    from kmon.devtools import kafka_cluster
+
+    require_java()
+    java = kafka_cluster._java()
+    first, later = tmp_path / "first", tmp_path / "later"
+    first.mkdir()
+    later.mkdir()
+    kafka_cluster._key_pair(java, first, "a-password")
+    refused: list[str] = []
+    with pytest.MonkeyPatch.context() as patch:
+        refuse_processes(patch, refused)
+        kafka_cluster._key_pair(java, later, kafka_cluster._KEY_PAIRS[java][0])
+    assert refused == []
+    for name in ("broker.p12", "ca.pem"):
+        assert (later / name).read_bytes() == (first / name).read_bytes()
+    assert stat.S_IMODE((later / "broker.p12").stat().st_mode) == 0o600

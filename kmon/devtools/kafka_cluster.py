@@ -2,7 +2,7 @@
 
 Every node listens on five loopback ports: PLAINTEXT (the bootstrap string),
 SASL_PLAINTEXT (PLAIN, a user made up at start), SSL (a key pair made with
-``keytool`` at start), SASL_SSL (that user over that key pair) and CONTROLLER.
+``keytool``, once a process), SASL_SSL (that user over that key pair) and CONTROLLER.
 Everything lives in one private working directory, removed when the cluster
 stops. A node is stopped with SIGKILL, as its data is thrown away anyway (a
 graceful stop of the last nodes of a KRaft quorum waits for a quorum that is
@@ -46,6 +46,8 @@ SASL_USER = "kmon"
 HEAP = "-Xmx384m"
 QUICK_JVM = ("-J-XX:+UseSerialGC", "-J-XX:TieredStopAtLevel=1")  # keytool: C1 alone, as a node
 QUIET_CDS = "-Xlog:cds=off,cds+dynamic=off"  # an archive it cannot map is no error of a node
+# java -> (keystore password, broker.p12, ca.pem): keytool's key pair, made once a process
+_KEY_PAIRS: dict[str, tuple[str, bytes, bytes]] = {}
 SMALL_AND_FAST = {
     "num.network.threads": "1",
     "num.io.threads": "2",
@@ -145,14 +147,15 @@ class KafkaCluster:
         self.nodes = [KafkaNode(n + 1, dict(zip(LISTENERS, ports[n * each:(n + 1) * each],
                                                 strict=True)),
                                 self.workdir / f"node-{n + 1}") for n in range(self.brokers)]
-        keystore_password = secrets.token_urlsafe(12)
+        made = _KEY_PAIRS.get(java)
+        keystore_password = made[0] if made else secrets.token_urlsafe(12)
         self._write_client_configs()
         cluster_id = _cluster_id()
         for node in self.nodes:
             _write_node_files(node, self._node_config(node, keystore_password))
         shared, partial = _archive_options(self._archive)
         with ThreadPoolExecutor(self.brokers + 1) as pool:  # each a JVM: at once
-            done = [pool.submit(_make_key_pair, java, self.workdir, keystore_password),
+            done = [pool.submit(_key_pair, java, self.workdir, keystore_password),
                     *(pool.submit(_format, java, jars, node, cluster_id,
                                   (f"-XX:ArchiveClassesAtExit={partial}" if partial and n == 0
                                    else shared, QUIET_CDS))
@@ -378,6 +381,20 @@ def _free_ports(count: int) -> list[int]:
             sock.close()
 
 
+def _key_pair(java: str, workdir: Path, password: str) -> None:
+    """The brokers' TLS key pair in ``workdir``: made with keytool by a process's first
+    cluster, copied for its later ones (keytool is two JVM starts; the clusters are
+    throwaway ones on loopback)."""
+    made = _KEY_PAIRS.get(java)
+    if made is None or made[0] != password:
+        _make_key_pair(java, workdir, password)
+        _KEY_PAIRS[java] = (password, (workdir / "broker.p12").read_bytes(),
+                            (workdir / "ca.pem").read_bytes())
+        return
+    _write_private(workdir / "broker.p12", made[1])
+    (workdir / "ca.pem").write_bytes(made[2])
+
+
 def _make_key_pair(java: str, workdir: Path, password: str) -> None:
     """The brokers' TLS key pair (``broker.p12``) and its certificate as the CA (``ca.pem``)."""
     keytool = trusted_program("keytool", {"PATH": str(Path(java).resolve().parent)})
@@ -428,9 +445,9 @@ def _properties(values: dict[str, str]) -> str:
     return "".join(f"{key}={value}\n" for key, value in values.items())
 
 
-def _write_private(path: Path, text: str) -> None:
+def _write_private(path: Path, text: str | bytes) -> None:
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(descriptor, "w") as out:
+    with os.fdopen(descriptor, "wb" if isinstance(text, bytes) else "w") as out:
         out.write(text)
 
 
