@@ -33,7 +33,7 @@ from kmon.sources.brokers.dns import parse_endpoint
 from kmon.sources.clients.spool import SpoolError
 from kmon.sources.kernel.closing_sockets import closing_states
 from kmon.sources.kernel.proc_fds import open_fd_count
-from kmon.sources.kernel.sockets import Endpoint
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 from kmon.tcp_state import TcpState
 from kmon.units import format_duration
 
@@ -124,8 +124,17 @@ class Monitor:
             self.add(sampler)
 
     def add(self, sampler: ProcessSampler) -> None:
-        """Watch one more process (a no-op for one already watched)."""
-        self.samplers.setdefault(sampler.pid, sampler)
+        """Watch one more process (a no-op for one already watched): it asks the kernel's
+        events which of its sockets were opened after a loss."""
+        if self.samplers.setdefault(sampler.pid, sampler) is sampler and self.kernel:
+            sampler.losses = self._after_loss
+
+    def _after_loss(self, pid: int, sockets: list[TcpSocket]
+                    ) -> frozenset[tuple[Endpoint, Endpoint]]:
+        kernel = self.kernel
+        assert kernel is not None  # (given only with one)
+        kernel.feed(set(self.samplers))
+        return kernel.after_loss(pid, sockets)
 
     def remove(self, pid: int) -> None:
         """Stop watching ``pid`` quietly (it turned out not to be a client)."""

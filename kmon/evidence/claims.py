@@ -69,6 +69,9 @@ class Gathered:
     # endpoints answering for brokers other than themselves, with the brokers they advertise
     # (kmon.sources.brokers.broker_query.ConfirmedBrokers.fronts)
     fronts: dict[Endpoint, tuple[tuple[int, str], ...]] = field(default_factory=dict)
+    # the sockets (local, remote) opened after the process had lost every connection to its
+    # cluster, from the kernel's connect and close times (kmon.engine.losses)
+    after_loss: frozenset[tuple[Endpoint, Endpoint]] = frozenset()
 
 
 @dataclass
