@@ -35,12 +35,18 @@ class View:
     def __init__(self) -> None:
         self.lives, self.losses = ConnectionLives(), LossHistory()
 
-    def poll(self, events: list[TcpEvent], holding: list[int]) -> set[int]:
-        """The ports of ``holding`` (the process's sockets now) opened after a loss."""
+    def poll(self, events: list[TcpEvent], holding: list[int], at_ms: float = 500) -> set[int]:
+        """The ports of ``holding`` (the process's sockets, read at ``at_ms``) opened after a
+        loss."""
+        return {port for port, lost in self.told(events, holding, at_ms).items() if lost}
+
+    def told(self, events: list[TcpEvent], holding: list[int],
+             at_ms: float = 500) -> dict[int, bool | None]:
         opened, _ = self.lives.feed(events, {PID})
         self.losses.opened(opened)
-        found = self.losses.after_loss(PID, [pair(p) for p in holding], self.lives.unfollowed)
-        return {local[1] for local, _ in found}
+        found = self.losses.after_loss(PID, [pair(p) for p in holding], self.lives.unfollowed,
+                                       at_ms)
+        return {local[1]: lost for (local, _), lost in found.items()}
 
 
 # librdkafka under a broker's idle limit: its broker connection (open before kmon looked) is
@@ -88,3 +94,23 @@ def test_a_socket_whose_predecessor_s_close_was_not_seen_is_not_decided():
     view = View()
     view.poll([], [1])  # port 1's close never reaches the events (its port not followed)
     assert view.poll(REBOOTSTRAP, [2]) == set()
+
+
+def test_a_socket_opened_before_a_view_s_first_look_is_not_told():
+    """A view whose first look came after the socket's connect (kmon started meanwhile)
+    does not know what the process held before it: it cannot tell, and says so."""
+    view = View()
+    assert view.told([*REAPED, *REBOOTSTRAP], [2], at_ms=1_500) == {2: None}
+
+
+def test_a_connection_caught_opening_at_the_first_look_is_no_socket_from_before():
+    """The first look read a socket whose life had no local port yet (its established step
+    came after): once the life has it, it is that life, not a connection from before kmon
+    looked that would still be held."""
+    view = View()
+    first = opens(400, 13, 3)
+    view.lives.feed(first[:1], {PID})  # its connect only, then the first look
+    view.losses.opened(view.lives.open.values())
+    assert view.told([], [3]) == {}
+    moved = [first[1], *closes(1_000, 13, 3, "broker"), *opens(1_001, 12, 2)]
+    assert view.poll(moved, [2], at_ms=1_100) == {2}

@@ -67,13 +67,15 @@ class KernelWatch:
         self.fed[0].extend(opened)
         self.fed[1].extend(closed)
 
-    def after_loss(self, pid: int, sockets: Iterable[TcpSocket]
-                   ) -> frozenset[tuple[Endpoint, Endpoint]]:
-        """Of the process's ``sockets``, those opened after it lost every connection to its
-        cluster (kmon.engine.losses), as (local, remote)."""
+    def after_loss(self, pid: int, sockets: Iterable[TcpSocket], now_ms: float
+                   ) -> dict[tuple[Endpoint, Endpoint], bool | None]:
+        """Of the process's ``sockets`` (read at ``now_ms``) the kernel saw open, by (local,
+        remote): whether each
+        was opened after the process lost every connection to its cluster (None: this view
+        cannot tell; kmon.engine.losses)."""
         pairs = {((s.local.ip, s.local.port), (s.remote.ip, s.remote.port)) for s in sockets}
-        return frozenset((Endpoint(*local), Endpoint(*remote)) for local, remote in
-                         self.losses.after_loss(pid, pairs, self.lives.unfollowed))
+        return {(Endpoint(*local), Endpoint(*remote)): lost for (local, remote), lost in
+                self.losses.after_loss(pid, pairs, self.lives.unfollowed, now_ms).items()}
 
     def poll(self, views: list[ProcessView]) -> tuple[list[KernelLife], list[KernelLife],
                                                       list[Event]]:

@@ -8,7 +8,9 @@ an address that may be a broker's. A socket is opened after a loss when, at its 
 process held no other connection the kernel followed or had shown at kmon's first look, and
 the last of them to close before it was closed by the broker first (or was a connect that
 never became a connection). A client's reconnect after it closed an idle connection itself,
-or after closing its bootstrap connection to move on to the brokers, is not.
+or after closing its bootstrap connection to move on to the brokers, is not. A view cannot
+tell for a socket opened before its first look at the process (what the process held then
+is unknown to it): it says so, where another view may know.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class LossHistory:
         self.lives: dict[int, list[KernelLife]] = {}  # open, then the latest closed
         # the sockets each process held at kmon's first look that no life follows
         self.before: dict[int, frozenset[Pair]] = {}
+        self.first_look: dict[int, float] = {}  # when (UTC epoch ms)
 
     def opened(self, lives: Iterable[KernelLife]) -> None:
         """Follow newly opened ``lives``; keep each process's latest closed ones only."""
@@ -44,26 +47,34 @@ class LossHistory:
             del self.lives[pid]
         for pid in set(self.before) - set(pids):
             del self.before[pid]
+            del self.first_look[pid]
 
     def after_loss(self, pid: int, pairs: Iterable[Pair],
-                   unfollowed: Mapping[Pair, tuple[float, str]]) -> frozenset[Pair]:
-        """Of the process's sockets ``pairs`` (now), those opened after a loss;
-        ``unfollowed``: the first close steps of connections no life follows."""
+                   unfollowed: Mapping[Pair, tuple[float, str]],
+                   now_ms: float) -> dict[Pair, bool | None]:
+        """Of the process's sockets ``pairs`` (read at ``now_ms``, UTC epoch) that the kernel
+        saw open: whether each was opened after a loss (None: opened before this view's first
+        look, it cannot tell); ``unfollowed``: the first close steps of connections no life
+        follows."""
         pairs = frozenset(pairs)
         lives = self.lives.get(pid, [])
+        followed = {(life.local, life.remote) for life in lives}
         if pid not in self.before:  # its first look: what has no life was open before
-            self.before[pid] = pairs - {(life.local, life.remote) for life in lives
-                                        if life.closed_ms is None}
-        found = set()
+            self.before[pid], self.first_look[pid] = pairs, now_ms
+        # a life whose local port came after the first look was no socket from before
+        before = self.before[pid] = self.before[pid] - followed
+        found: dict[Pair, bool | None] = {}
         for life in lives:
             pair = (life.local, life.remote)
             if life.closed_ms is not None or pair not in pairs:
                 continue
+            if life.opened_ms < self.first_look[pid]:
+                found[pair] = None
+                continue
             if life.after_loss is None:
-                life.after_loss = self._decide(life, lives, self.before[pid], unfollowed)
-            if life.after_loss:
-                found.add(pair)
-        return frozenset(found)
+                life.after_loss = self._decide(life, lives, before, unfollowed)
+            found[pair] = life.after_loss
+        return found
 
     @staticmethod
     def _decide(life: KernelLife, lives: list[KernelLife], before: frozenset[Pair],

@@ -129,12 +129,12 @@ class Monitor:
         if self.samplers.setdefault(sampler.pid, sampler) is sampler and self.kernel:
             sampler.losses = self._after_loss
 
-    def _after_loss(self, pid: int, sockets: list[TcpSocket]
-                    ) -> frozenset[tuple[Endpoint, Endpoint]]:
+    def _after_loss(self, pid: int, sockets: list[TcpSocket], now_ms: int
+                    ) -> dict[tuple[Endpoint, Endpoint], bool | None]:
         kernel = self.kernel
         assert kernel is not None  # (given only with one)
         kernel.feed(set(self.samplers))
-        return kernel.after_loss(pid, sockets)
+        return kernel.after_loss(pid, sockets, now_ms)
 
     def remove(self, pid: int) -> None:
         """Stop watching ``pid`` quietly (it turned out not to be a client)."""

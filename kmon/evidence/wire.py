@@ -11,7 +11,8 @@
   kernel's connect and close times: ``Gathered.after_loss``): **bootstrap**, at 0.7: a
   client that lost every broker re-bootstraps (KIP-899, librdkafka >= 2.10) with these
   requests, to a bootstrap address that may be a broker's (a client that reconnects to a
-  broker it knows shows it with its first Produce or Fetch);
+  broker it knows shows it with its first Produce or Fetch); opened before kmon's first
+  look at the process, where it cannot tell: unsettled (role unknown, its broker named, 0.3);
 * only those, opened after the cluster was known, to a known broker: a **broker**
   connection (clients connect to brokers by node id once they know them), at 0.7;
 * Metadata to an address none of the brokers its answers named advertises, whenever
@@ -48,6 +49,7 @@ from kmon.sources.packets.kafka_wire import Flow, WireView, last_seen
 
 AFTER_LEARNED = 0.7  # metadata only, once the cluster was known: a broker
 AFTER_LOSS = 0.7  # ... opened once the process had lost its cluster: a re-bootstrap
+UNPLACED = 0.3  # ... opened before kmon's first look: a re-bootstrap or a broker, unsettled
 
 
 class WireEvidence:
@@ -118,12 +120,12 @@ class WireEvidence:
     def _say(self, key: str, flow: Flow, pair: tuple[Endpoint, Endpoint], view: WireView,
              known: Mapping[Endpoint, int], bootstrap: str, named: frozenset[str],
              resolver: Resolver, claims: dict[str, Claim],
-             after_loss: frozenset[tuple[Endpoint, Endpoint]]) -> bool:
+             after_loss: Mapping[tuple[Endpoint, Endpoint], bool | None]) -> bool:
         """What the flow of the socket ``key`` (its (local, remote) ``pair``) says now, into
         ``claims`` and ``self.said``: worked out again only when something it depends on
         changed. False if it may say otherwise next time with nothing changed (it looked a
         name up)."""
-        is_named, remote, lost = key in named, pair[1], pair in after_loss
+        is_named, remote, lost = key in named, pair[1], after_loss.get(pair, False)
         inputs = (flow, flow.requests, known.get(remote), view.cluster_learned_ms, bootstrap,
                   is_named, lost)
         memo = self.said.get(key)
@@ -196,10 +198,11 @@ class FlowSays:
 
 
 def flow_says(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endpoint, int],
-              bootstrap: str, resolver: Resolver, after_loss: bool = False) -> FlowSays | None:
+              bootstrap: str, resolver: Resolver,
+              after_loss: bool | None = False) -> FlowSays | None:
     """What the traffic of a socket to ``remote`` says, if it says enough (its claim's detail
     says when each API was last seen); ``after_loss``: the socket was opened after the
-    process had lost every connection to its cluster."""
+    process had lost every connection to its cluster (None: kmon cannot tell)."""
     keys = flow.api_counts.keys()
     if flow.tls and not keys:
         return FlowSays(None, None, None, 0.0, {"wire": "tls"},
@@ -228,6 +231,10 @@ def flow_says(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endpo
         return _bootstrap(remote, bootstrap, resolver, evidence, "opened once the process had "
                           "lost every connection to the cluster (a re-bootstrap): ", client,
                           seen, AFTER_LOSS)
+    if flow.from_start and after_loss is None and broker_id is not None:
+        return FlowSays(Role.UNKNOWN, None, broker_id, UNPLACED, evidence,
+                        f"opened to broker {broker_id} before kmon's first look at the process "
+                        "(a re-bootstrap or a broker connection): ", client, seen)
     if flow.from_start and broker_id is not None and learned_at is not None:
         return FlowSays(Role.BROKER, broker_id, broker_id, AFTER_LEARNED, evidence,
                         f"opened to broker {broker_id} once the cluster was known: ", client,
