@@ -70,9 +70,8 @@ class KernelWatch:
     def after_loss(self, pid: int, sockets: Iterable[TcpSocket], now_ms: float
                    ) -> dict[tuple[Endpoint, Endpoint], bool | None]:
         """Of the process's ``sockets`` (read at ``now_ms``) the kernel saw open, by (local,
-        remote): whether each
-        was opened after the process lost every connection to its cluster (None: this view
-        cannot tell; kmon.engine.losses)."""
+        remote): whether each was opened after the process lost every connection to its
+        cluster (None: this view cannot tell; kmon.engine.losses)."""
         pairs = {((s.local.ip, s.local.port), (s.remote.ip, s.remote.port)) for s in sockets}
         return {(Endpoint(*local), Endpoint(*remote)): lost for (local, remote), lost in
                 self.losses.after_loss(pid, pairs, self.lives.unfollowed, now_ms).items()}
