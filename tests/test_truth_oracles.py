@@ -85,3 +85,29 @@ def test_an_unsettled_verdict_is_neither_told_nor_a_view_disagreement():
     assert ps_disagreements([stream], {"broker": 2}) != []
     assert summed_disagreements([[stream]], Counter(broker=1, unknown=1)) == []
     assert summed_disagreements([[stream]], Counter(broker=2)) != []
+
+
+def test_a_view_is_held_to_the_stream_s_snapshots_around_its_moment():
+    """/metrics answered from a poll that saw a socket opened after the stream's last printed
+    snapshot (a loaded host prints a snapshot a poll's work after its time): the stream's
+    snapshots run on to the first polled after the view answered, so that they hold the
+    view's moment between them, and the view agrees with them (client-idle-reap's
+    'broker: 1–1 in the streams, 2 in /metrics')."""
+    import threading
+    from collections import Counter
+
+    from benchmarks.truth.kmon_views import Stream
+    from benchmarks.truth.score import summed_disagreements
+
+    def record(ts_ms: int, *keys: str) -> dict:
+        rows = [{"key": key, "role": "broker", "broker_id": 1} for key in keys]
+        return {"ts_ms": ts_ms, "processes": [{"pid": 7, "connections": rows}], "events": []}
+
+    stream = Stream(7, None, records=[record(1_000, "a")])
+    mark = stream.mark()
+    late = threading.Timer(0.3, lambda: stream.records.append(record(2_500, "a", "b")))
+    late.start()
+    around = stream.since(mark, through_ms=2_000)  # the view answered at 2.0 s
+    late.join()
+    assert summed_disagreements([around], Counter(broker=2)) == []
+    assert summed_disagreements([around[:1]], Counter(broker=2)) != []  # the old window

@@ -93,3 +93,23 @@ def test_metadata_to_an_address_no_broker_advertises_is_a_bootstrap_whenever_ope
     unnamed = WireView({}, {}, {}, None, 0, {})
     assert flow_says(flow(kp.METADATA, from_start=False), forwarder, unnamed, KNOWN, "",
                      Resolver()).role is None
+
+
+def test_metadata_only_after_a_loss_is_a_bootstrap_not_the_broker_behind_its_address():
+    """A socket the kernel saw opened once the process had lost every connection to its
+    cluster (``Gathered.after_loss``), carrying only ApiVersions and Metadata: librdkafka's
+    re-bootstrap (KIP-899), to a bootstrap address that is broker 2's, is named bootstrap
+    (unsure: a client reconnecting to a broker shows it with its first Produce); without
+    the loss it stays broker 2; where kmon cannot tell (opened before its first look at the
+    process), it is unsettled."""
+    carried = flow(kp.API_VERSIONS, kp.METADATA, first_request_ms=8_000)
+    view = WireView({}, {}, {}, 5_000, 0, {})
+    lost = flow_says(carried, BROKER, view, KNOWN, "127.0.0.1:9093", Resolver(), True).claim
+    assert (lost.role, lost.node_id, lost.confidence) == (Role.BOOTSTRAP, -1, 0.7)
+    kept = flow_says(carried, BROKER, view, KNOWN, "127.0.0.1:9093", Resolver()).claim
+    assert (kept.role, kept.node_id, kept.confidence) == (Role.BROKER, 2, 0.7)
+    unplaced = flow_says(carried, BROKER, view, KNOWN, "", Resolver(), None).claim
+    assert (unplaced.role, unplaced.broker_id, unplaced.confidence) == (Role.UNKNOWN, 2, 0.3)
+    produced = flow(kp.API_VERSIONS, kp.METADATA, 0, first_request_ms=8_000)  # Produce
+    assert flow_says(produced, BROKER, view, KNOWN, "", Resolver(), True).claim.role is (
+        Role.BROKER)

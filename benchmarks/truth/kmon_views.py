@@ -20,6 +20,7 @@ from kmon.devtools.children import stop_all
 
 INTERVAL = "500ms"
 NOT_LISTED = "the process is not listed"
+CATCH_UP_S = 20.0  # a loaded host's stream may print its snapshots seconds late
 
 
 def kmon(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -35,13 +36,14 @@ class Stream:
     bootstrap: str | None  # kmon's -b (None: kmon asks no broker)
     records: list[dict] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    proc: subprocess.Popen | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> Stream:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kmon", "attach", str(self.pid), *cluster(self.bootstrap),
              "--json", "--interval", INTERVAL], stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True)
-        self.lock = threading.Lock()
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=lambda: self.errors.extend(self.proc.stderr),
                          daemon=True).start()
@@ -79,9 +81,17 @@ class Stream:
         with self.lock:
             return len(self.records) - 1
 
-    def since(self, mark: int) -> list[list[dict]]:
+    def since(self, mark: int, through_ms: float | None = None) -> list[list[dict]]:
         """The process's rows in every snapshot from ``mark`` on: what a one-shot view
-        that ran meanwhile may have seen at its moment."""
+        that ran meanwhile may have seen at its moment. ``through_ms``: when the view
+        answered (its moment is before); the snapshots run on to the first poll made then or
+        later, so that they hold its moment between them (a snapshot is printed a poll's
+        work after its time: the last one printed may be older than the view's moment)."""
+        deadline = time.monotonic() + CATCH_UP_S
+        while (through_ms is not None and self.latest()["ts_ms"] < through_ms
+               and time.monotonic() < deadline
+               and (self.proc is None or self.proc.poll() is None)):
+            time.sleep(0.1)
         with self.lock:
             records = self.records[mark:]
         return [self.rows(record) for record in records]

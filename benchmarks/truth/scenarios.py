@@ -177,14 +177,15 @@ def run(scenario: Scenario) -> list[Outcome]:
 def views_of(pid: int, bootstrap: str | None, stream: Stream, serve: Serve,
              same_command: list[Stream]) -> dict:
     """``--once``, ``ps`` and /metrics against every snapshot of the stream from just before
-    each ran to just after (a one-shot view answers for one moment of its run; /metrics
+    each ran to the first polled after it answered (``Stream.since``: a one-shot view answers
+    for one moment of its run, /metrics for its last poll; /metrics
     adds up the processes of one command, ``same_command``'s streams): {"once":
     sockets that differ, or why not run; "once_sockets"; "ps" and "metrics": role counts
     that differ, or why not run; and the details}."""
     found: dict = {}
     mark = stream.mark()
     once_rows = once(pid, bootstrap)
-    around = stream.since(mark)
+    around = stream.since(mark, now_ms())
     if isinstance(once_rows, str):
         found["once"] = once_rows
     else:
@@ -197,7 +198,7 @@ def views_of(pid: int, bootstrap: str | None, stream: Stream, serve: Serve,
     if isinstance(ps_row, str) and ps_row != NOT_LISTED:
         found["ps"] = ps_row
     else:
-        found["ps_detail"] = ps_disagreements(stream.since(mark),
+        found["ps_detail"] = ps_disagreements(stream.since(mark, now_ms()),
                                               None if ps_row == NOT_LISTED else ps_row)
         found["ps"] = len(found["ps_detail"])
     marks = [s.mark() for s in same_command]
@@ -205,10 +206,15 @@ def views_of(pid: int, bootstrap: str | None, stream: Stream, serve: Serve,
     if isinstance(roles, str):
         found["metrics"] = roles
     else:
+        answered = now_ms()
         found["metrics_detail"] = summed_disagreements(
-            [s.since(m) for s, m in zip(same_command, marks, strict=True)], roles)
+            [s.since(m, answered) for s, m in zip(same_command, marks, strict=True)], roles)
         found["metrics"] = len(found["metrics_detail"])
     return found
+
+
+def now_ms() -> float:
+    return time.time() * 1000
 
 
 def record_views(recorded: dict, stream: Stream, pid: int) -> dict:

@@ -11,6 +11,7 @@ cannot make it grow past ``MAX_OPEN``.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -18,6 +19,7 @@ from kmon.model import ConnectionLife
 from kmon.sources.kernel.kernel_events import TCP_CLOSE, TCP_SYN_SENT, TcpEvent
 
 MAX_OPEN = 8192  # connections followed at once; past it the oldest are forgotten
+MAX_UNFOLLOWED = 4096  # first close steps of connections not followed, the latest kept
 MAX_STRANGERS = 1024  # processes not watched that connected, kept between two searches
 MAX_STRANGER_REMOTES = 64  # ... and the remotes each connected to
 REJECTED_WITHIN_MS = 250  # reset by the broker this soon after its connect: refused
@@ -36,6 +38,8 @@ class KernelLife:
     reset: str | None = None  # who reset it: client or broker
     closed_ms: float | None = None  # its first FIN or RST (or CLOSE): when it began to close
     never_established: bool = False  # it went from SYN_SENT straight to CLOSE
+    # opened while the process held no other connection, its last one lost (``losses``)
+    after_loss: bool | None = None  # None: not decided yet
     listener_gone: bool = False  # connects to its remote were refused right after it closed
     login_failed: bool = False  # the wire saw the broker close it on a failed SASL login
 
@@ -105,6 +109,10 @@ class ConnectionLives:
         # processes not watched that connected since ``take_strangers``: PID -> remotes
         self.strangers: dict[int, set[tuple[str, int]]] = {}
         self.strangers_overflowed = False  # more of them than MAX_STRANGERS
+        # the first close step of a connection not followed (opened before the events ran):
+        # (local, remote) -> (when, who closed it first: client, broker or unknown)
+        self.unfollowed: OrderedDict[tuple[tuple[str, int], tuple[str, int]],
+                                     tuple[float, str]] = OrderedDict()
 
     def feed(self, events: Iterable[TcpEvent],
              watched: set[int]) -> tuple[list[KernelLife], list[KernelLife]]:
@@ -123,6 +131,7 @@ class ConnectionLives:
                 continue
             life = self.open.get(event.skaddr)
             if life is None:
+                self._unfollowed(event)
                 continue
             if event.kind == "reset_in":  # from the socket's side: its local address too
                 life.reset, life.local = "broker", event.local or life.local
@@ -136,6 +145,23 @@ class ConnectionLives:
                 life.closed_ms = event.ts_ms
             closed.append(self.open.pop(event.skaddr))
         return opened, closed
+
+    def _unfollowed(self, event: TcpEvent) -> None:
+        """Note the first close step of an established connection no life follows."""
+        if event.local is None or event.remote is None:
+            return
+        if event.kind == "reset_in":
+            side = "broker"
+        elif event.kind == "state" and event.old_state == TCP_ESTABLISHED:
+            side = {TCP_FIN_WAIT1: "client", TCP_CLOSE_WAIT: "broker"}.get(event.new_state,
+                                                                          "unknown")
+        else:
+            return
+        pair = (event.local, event.remote)
+        if pair not in self.unfollowed:
+            self.unfollowed[pair] = (event.ts_ms, side)
+            while len(self.unfollowed) > MAX_UNFOLLOWED:
+                self.unfollowed.popitem(last=False)
 
     def _stranger(self, event: TcpEvent) -> None:
         ports = self.strangers.get(event.pid)

@@ -12,11 +12,12 @@ from collections.abc import Iterable
 
 from kmon.engine.closes import READABLE
 from kmon.engine.connection_lives import ConnectionLives, KernelLife
+from kmon.engine.losses import LossHistory
 from kmon.model import CloseStory, Event, EventKind, ProcessView, WireClose
 from kmon.sources.brokers.dns import parse_endpoint
 from kmon.sources.kafka_protocol import SASL_APIS
 from kmon.sources.kernel.kernel_events import KernelEvents, KernelEventsUnavailable
-from kmon.sources.kernel.sockets import Endpoint
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 
 MAX_LEARNED_PORTS = 48  # remote ports learned from the watched processes' own sockets
 UNAVAILABLE = ("kernel TCP events unavailable ({}; they need root, CAP_PERFMON or "
@@ -55,6 +56,25 @@ class KernelWatch:
         # connects to ports not followed lost before the last ``strangers`` (a connect ring
         # was full): a process's first connect to such a port may be missing from them
         self.connects_missed = False
+        self.losses = LossHistory()
+        self.fed: tuple[list[KernelLife], list[KernelLife]] = ([], [])  # since the last poll
+
+    def feed(self, pids: set[int]) -> None:
+        """Fold in the events so far (of the processes ``pids``, watched): a poll's samplers
+        feed them before they decide, with every socket they read followed from its open."""
+        opened, closed = self.lives.feed(self.source.read(), pids)
+        self.losses.opened(opened)
+        self.fed[0].extend(opened)
+        self.fed[1].extend(closed)
+
+    def after_loss(self, pid: int, sockets: Iterable[TcpSocket], now_ms: float
+                   ) -> dict[tuple[Endpoint, Endpoint], bool | None]:
+        """Of the process's ``sockets`` (read at ``now_ms``) the kernel saw open, by (local,
+        remote): whether each was opened after the process lost every connection to its
+        cluster (None: this view cannot tell; kmon.engine.losses)."""
+        pairs = {((s.local.ip, s.local.port), (s.remote.ip, s.remote.port)) for s in sockets}
+        return {(Endpoint(*local), Endpoint(*remote)): lost for (local, remote), lost in
+                self.losses.after_loss(pid, pairs, self.lives.unfollowed, now_ms).items()}
 
     def poll(self, views: list[ProcessView]) -> tuple[list[KernelLife], list[KernelLife],
                                                       list[Event]]:
@@ -65,7 +85,10 @@ class KernelWatch:
             self.learned[port] = None
             self.learned.move_to_end(port)
         self._follow_ports()
-        opened, closed = self.lives.feed(self.source.read(), {v.pid for v in views})
+        pids = {v.pid for v in views}
+        self.feed(pids)
+        (opened, closed), self.fed = self.fed, ([], [])
+        self.losses.forget(pids)
         for life in opened:  # where the process connects is a broker port to follow
             if life.remote is not None:
                 self.learned[life.remote[1]] = None

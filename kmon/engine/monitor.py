@@ -33,12 +33,15 @@ from kmon.sources.brokers.dns import parse_endpoint
 from kmon.sources.clients.spool import SpoolError
 from kmon.sources.kernel.closing_sockets import closing_states
 from kmon.sources.kernel.proc_fds import open_fd_count
-from kmon.sources.kernel.sockets import Endpoint
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 from kmon.tcp_state import TcpState
 from kmon.units import format_duration
 
 NEAR_REAP_FRACTION = Thresholds.idle_warning
 FD_COUNT_EVERY_MS = 5000  # open fds are counted this often: a leak takes minutes to show
+# the kernel's events are fed to the lives at most this often within a poll (a host's
+# hundreds of samplers each ask which of their sockets were opened after a loss)
+FEED_EVERY_S = 0.005
 
 
 def near_reap(conn: Connection, fraction: float) -> bool:
@@ -118,14 +121,28 @@ class Monitor:
         self._fds_counted_ms = 0
         self._fds_counted: set[int] = set()  # the processes counted since the last due count
         self.kernel = kernel  # the kernel's TCP events, where kmon may read them
+        self._watched: set[int] = set()  # the samplers' processes, as this poll began
+        self._fed_s = 0.0  # when the kernel's events were last fed (monotonic)
         self.host_closes = host_closes  # without them: the host's unowned closes, counted
         self.host_closed_1m: int | None = None  # as the last poll counted them
         for sampler in samplers:
             self.add(sampler)
 
     def add(self, sampler: ProcessSampler) -> None:
-        """Watch one more process (a no-op for one already watched)."""
-        self.samplers.setdefault(sampler.pid, sampler)
+        """Watch one more process (a no-op for one already watched): it asks the kernel's
+        events which of its sockets were opened after a loss."""
+        if self.samplers.setdefault(sampler.pid, sampler) is sampler and self.kernel:
+            sampler.losses = self._after_loss
+
+    def _after_loss(self, pid: int, sockets: list[TcpSocket], now_ms: int
+                    ) -> dict[tuple[Endpoint, Endpoint], bool | None]:
+        kernel = self.kernel
+        assert kernel is not None  # (given only with one)
+        now = time.monotonic()
+        if now - self._fed_s > FEED_EVERY_S:  # after the sockets were read: their opens in
+            kernel.feed(self._watched)
+            self._fed_s = now
+        return kernel.after_loss(pid, sockets, now_ms)
 
     def remove(self, pid: int) -> None:
         """Stop watching ``pid`` quietly (it turned out not to be a client)."""
@@ -146,6 +163,7 @@ class Monitor:
         views: list[ProcessView] = []
         events: list[Event] = []
         changes: list[tuple[ProcessView, ProcessView]] = []  # (before, after) to diff
+        self._watched = set(self.samplers)
         read_ahead(self.samplers.values())
         for pid, sampler in list(self.samplers.items()):
             previous = self.last_views.get(pid)

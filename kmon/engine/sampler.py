@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -148,6 +148,10 @@ class ProcessSampler:
         self.bootstrap = bootstrap_argument(args)  # as its command line gives it, if it does
         self.wire = WireEvidence(self.bootstrap) if self.wire_source else None
         self.rows = RowResolver()
+        # which of the sockets were opened after the process lost its cluster (the kernel's
+        # events: kmon.engine.losses), where the monitor reads them
+        self.losses: Callable[[int, list[TcpSocket], int],
+                              dict[tuple[Endpoint, Endpoint], bool | None]] | None = None
 
     def close(self) -> None:
         """Release what the sampler's sources hold (the JMX helper of a JVM, the packet
@@ -199,7 +203,8 @@ class ProcessSampler:
                   if e in remotes}
         gathered = Gathered(now_ms=now_ms, sockets=sockets, known=known, resolver=resolver,
                             broker_idle_ms=idle_limit_ms, stats=fresh, wire=wire, jvm=jvm,
-                            fronts=fronts)
+                            fronts=fronts, after_loss=self.losses(self.pid, sockets, now_ms)
+                            if self.losses and wire is not None else {})
         found, claims = self._claims(gathered)
         if self.wire_source is not None:  # peers no evidence named: kmon asks one itself
             self.wire_source.ask(peer for e in found for peer in e.ask)

@@ -69,6 +69,10 @@ class Gathered:
     # endpoints answering for brokers other than themselves, with the brokers they advertise
     # (kmon.sources.brokers.broker_query.ConfirmedBrokers.fronts)
     fronts: dict[Endpoint, tuple[tuple[int, str], ...]] = field(default_factory=dict)
+    # of the sockets (local, remote) the kernel saw opened: whether each was opened after the
+    # process had lost every connection to its cluster, from the kernel's connect and close
+    # times (None: this view cannot tell; kmon.engine.losses)
+    after_loss: dict[tuple[Endpoint, Endpoint], bool | None] = field(default_factory=dict)
 
 
 @dataclass

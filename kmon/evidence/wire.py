@@ -7,10 +7,14 @@
 * only ApiVersions, Metadata, FindCoordinator or SASL, Metadata among them, first
   sent before the process had learned the cluster: **bootstrap** (its position in
   ``bootstrap.servers`` when the client's configuration gives it);
+* only those, opened after the process had lost every connection to its cluster (the
+  kernel's connect and close times: ``Gathered.after_loss``): **bootstrap**, at 0.7: a
+  client that lost every broker re-bootstraps (KIP-899, librdkafka >= 2.10) with these
+  requests, to a bootstrap address that may be a broker's (a client that reconnects to a
+  broker it knows shows it with its first Produce or Fetch); opened before kmon's first
+  look at the process, where it cannot tell: unsettled (role unknown, its broker named, 0.3);
 * only those, opened after the cluster was known, to a known broker: a **broker**
-  connection (clients connect to brokers by node id once they know them), at 0.7: a
-  client that lost every broker re-bootstraps (KIP-899, librdkafka >= 2.10) with the same
-  requests, to a bootstrap address that may be that broker's;
+  connection (clients connect to brokers by node id once they know them), at 0.7;
 * Metadata to an address none of the brokers its answers named advertises, whenever
   opened: **bootstrap** (a forwarder, a load balancer or a Kubernetes service in front of
   the brokers: clients reach brokers by their advertised addresses only);
@@ -43,7 +47,9 @@ from kmon.sources.brokers.dns import CACHE_SECONDS, Resolver
 from kmon.sources.kernel.sockets import Endpoint
 from kmon.sources.packets.kafka_wire import Flow, WireView, last_seen
 
-AFTER_LEARNED = 0.7  # metadata only, once the cluster was known: a broker, or a re-bootstrap
+AFTER_LEARNED = 0.7  # metadata only, once the cluster was known: a broker
+AFTER_LOSS = 0.7  # ... opened once the process had lost its cluster: a re-bootstrap
+UNPLACED = 0.3  # ... opened before kmon's first look: a re-bootstrap or a broker, unsettled
 
 
 class WireEvidence:
@@ -79,15 +85,16 @@ class WireEvidence:
         known = {**gathered.known, **learned}
         bootstrap = bootstrap_of(gathered.stats, self.cmdline_bootstrap)
         named = frozenset(key for key, claims in earlier.items() if _named_client(claims))
+        after_loss = gathered.after_loss
         context = ([s.inode for s in gathered.sockets], known, view.cluster_learned_ms,
-                   bootstrap, named)
+                   bootstrap, named, after_loss)
         steady = self.steady
         if (view.changed is not None and steady is not None and view.polls == steady.polls + 1
                 and steady.context == context and view.changed <= steady.keys.keys()):
             claims, lasting = dict(steady.claims), True  # the claims kept all last
             for pair in view.changed:
-                lasting &= self._say(steady.keys[pair], view.flows[pair], pair[1], view, known,
-                                     bootstrap, named, gathered.resolver, claims)
+                lasting &= self._say(steady.keys[pair], view.flows[pair], pair, view, known,
+                                     bootstrap, named, gathered.resolver, claims, after_loss)
                 flow = view.flows[pair]  # a flow's APIs only grow: it may join the unknown
                 if (flow.api_counts and not flow.tls and pair[1] not in known
                         and pair[1] not in steady.unknown):
@@ -99,8 +106,8 @@ class WireEvidence:
                 keys[pair] = key = socket_key(sock)
                 seen = view.flows.get(pair)
                 if seen is not None:
-                    lasting &= self._say(key, seen, sock.remote, view, known, bootstrap, named,
-                                         gathered.resolver, claims)
+                    lasting &= self._say(key, seen, pair, view, known, bootstrap, named,
+                                         gathered.resolver, claims, after_loss)
             self.said = {key: self.said[key] for key in keys.values() if key in self.said}
             steady = Steady(context, keys, {}, _unknown(view, known))
         steady.claims, steady.polls = claims, view.polls
@@ -110,18 +117,20 @@ class WireEvidence:
         return Evidence(claims=claims, learned=learned, notices=notices,
                         closes=view.closes, ask=steady.unknown)
 
-    def _say(self, key: str, flow: Flow, remote: Endpoint, view: WireView,
+    def _say(self, key: str, flow: Flow, pair: tuple[Endpoint, Endpoint], view: WireView,
              known: Mapping[Endpoint, int], bootstrap: str, named: frozenset[str],
-             resolver: Resolver, claims: dict[str, Claim]) -> bool:
-        """What the flow of the socket ``key`` says now, into ``claims`` and ``self.said``:
-        worked out again only when something it depends on changed. False if it may say
-        otherwise next time with nothing changed (it looked a name up)."""
-        is_named = key in named
+             resolver: Resolver, claims: dict[str, Claim],
+             after_loss: Mapping[tuple[Endpoint, Endpoint], bool | None]) -> bool:
+        """What the flow of the socket ``key`` (its (local, remote) ``pair``) says now, into
+        ``claims`` and ``self.said``: worked out again only when something it depends on
+        changed. False if it may say otherwise next time with nothing changed (it looked a
+        name up)."""
+        is_named, remote, lost = key in named, pair[1], after_loss.get(pair, False)
         inputs = (flow, flow.requests, known.get(remote), view.cluster_learned_ms, bootstrap,
-                  is_named)
+                  is_named, lost)
         memo = self.said.get(key)
         if memo is None or memo[0] != inputs or not (memo[1] is None or memo[1].lasting):
-            says = flow_says(flow, remote, view, known, bootstrap, resolver)
+            says = flow_says(flow, remote, view, known, bootstrap, resolver, lost)
             if says is not None and says.role is not None and not is_named:
                 says = says.with_client(flow.client_id)
             memo = self.said[key] = (inputs, says)
@@ -189,14 +198,16 @@ class FlowSays:
 
 
 def flow_says(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endpoint, int],
-              bootstrap: str, resolver: Resolver) -> FlowSays | None:
+              bootstrap: str, resolver: Resolver,
+              after_loss: bool | None = False) -> FlowSays | None:
     """What the traffic of a socket to ``remote`` says, if it says enough (its claim's detail
-    says when each API was last seen)."""
+    says when each API was last seen); ``after_loss``: the socket was opened after the
+    process had lost every connection to its cluster (None: kmon cannot tell)."""
     keys = flow.api_counts.keys()
     if flow.tls and not keys:
         return FlowSays(None, None, None, 0.0, {"wire": "tls"},
                         "TLS: the Kafka headers are encrypted")
-    if not keys:
+    if not keys and not (after_loss and flow.from_start):
         return None
     broker_id = known.get(remote)
     seen = flow.seen()
@@ -216,10 +227,18 @@ def flow_says(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endpo
             learned_at is None or flow.first_request_ms <= learned_at):
         return _bootstrap(remote, bootstrap, resolver, evidence,
                           "before the cluster was known: ", client, seen)
+    if flow.from_start and after_loss:
+        return _bootstrap(remote, bootstrap, resolver, evidence, "opened once the process had "
+                          "lost every connection to the cluster (a re-bootstrap): ", client,
+                          seen, AFTER_LOSS)
+    if flow.from_start and after_loss is None and broker_id is not None:
+        return FlowSays(Role.UNKNOWN, None, broker_id, UNPLACED, evidence,
+                        f"opened to broker {broker_id} before kmon's first look at the process "
+                        "(a re-bootstrap or a broker connection): ", client, seen)
     if flow.from_start and broker_id is not None and learned_at is not None:
         return FlowSays(Role.BROKER, broker_id, broker_id, AFTER_LEARNED, evidence,
-                        f"opened to broker {broker_id} once the cluster was known (or a "
-                        "re-bootstrap): ", client, seen)
+                        f"opened to broker {broker_id} once the cluster was known: ", client,
+                        seen)
     if kp.METADATA in keys and broker_id is None and view.brokers:
         # clients reach brokers by the addresses the brokers advertise only: Kafka to any
         # other address went through the bootstrap servers (a forwarder, a load balancer,
@@ -232,15 +251,15 @@ def flow_says(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endpo
 
 def _bootstrap(remote: Endpoint, bootstrap: str, resolver: Resolver,
                evidence: Mapping[str, str], before: str, client: str,
-               seen: tuple[tuple[str, int], ...]) -> FlowSays:
+               seen: tuple[tuple[str, int], ...], confidence: float = 1.0) -> FlowSays:
     """A bootstrap connection to ``remote``, its node id by its place in ``bootstrap``."""
     position = bootstrap_position(str(remote), bootstrap) if bootstrap else None
     looked_up = position is None and bool(bootstrap)
     if looked_up:
         position = next((i for i, entry in enumerate(bootstrap.split(","))
                          if remote in resolver.endpoints(entry.strip())), None)
-    return FlowSays(Role.BOOTSTRAP, bootstrap_node_id(position or 0), None, 1.0, evidence,
-                    before, client, seen, lasting=not looked_up)
+    return FlowSays(Role.BOOTSTRAP, bootstrap_node_id(position or 0), None, confidence,
+                    evidence, before, client, seen, lasting=not looked_up)
 
 
 def _broker_endpoints(view: WireView, resolver: Resolver) -> dict[Endpoint, int]:

@@ -19,15 +19,16 @@ CONNECTS = (f"newstate == {TCP_SYN_SENT} || "
 def port_filter(name: str, ports: Iterable[int]) -> str:
     """The filter of one tracepoint's followed-port rings: the client sockets to ``ports``
     (a broker on this host: its own sockets are not read) and, for state changes, only the
-    steps a life is told from (its connect, a failed connect, leaving ESTABLISHED: its
-    first FIN either way, or its abort)."""
+    steps a life is told from (its connect, a failed connect, its local port once
+    established, leaving ESTABLISHED: its first FIN either way, or its abort)."""
     if name == "tcp_send_reset":  # names no ports: a socket's own resets (joined by socket),
         return "skaddr != 0"  # not those answering a connect to a closed port
     by_port = " || ".join(f"dport == {p}" for p in sorted(ports))  # the clients' side only
     if not by_port:
         return "dport == 0"  # no port followed: nothing
     if name == "inet_sock_set_state":
-        return f"({by_port}) && ({CONNECTS} || oldstate == {TCP_ESTABLISHED})"
+        return (f"({by_port}) && ({CONNECTS} || oldstate == {TCP_SYN_SENT} "
+                f"|| oldstate == {TCP_ESTABLISHED})")
     return by_port
 
 
