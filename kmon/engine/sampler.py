@@ -284,9 +284,12 @@ def advertised(gathered: Gathered) -> dict[str, int]:
 
 def read_ahead(samplers: Iterable[ProcessSampler]) -> None:
     """Let each socket reader that samplers share read its processes' sockets together,
-    before the samplers ask for them in turn."""
+    before the samplers ask for them in turn (not a JVM's: its sampler reads them after its
+    JMX reading, which may wait)."""
     pids_of: dict[int, tuple[SocketReader, list[int]]] = {}
     for sampler in samplers:
+        if sampler.jvm_source is not None:
+            continue
         pids_of.setdefault(id(sampler.reader), (sampler.reader, []))[1].append(sampler.pid)
     for reader, pids in pids_of.values():
         if len(pids) > 1:
