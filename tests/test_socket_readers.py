@@ -366,6 +366,23 @@ def test_a_host_dump_of_ports_holds_their_clients_and_listeners_not_the_servers_
             assert host_socket.remote == Endpoint("127.0.0.1", port)
 
 
+def test_the_sockets_connected_to_ports_are_the_host_dumps_without_its_listeners(
+        reader, stack):
+    """``connected_to``: what a search for who reaches a listener reads, one dump per family
+    of the connections alone (the listeners' own dump left out)."""
+    server = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
+    port = server.getsockname()[1]
+    for _ in range(2):
+        stack.enter_context(socket.create_connection(("127.0.0.1", port)))
+        stack.enter_context(server.accept()[0])
+    dumped = []
+    real = reader._host_dump
+    reader._host_dump = lambda *args: dumped.append(args) or real(*args)
+    connected = reader.connected_to({port})
+    assert len(dumped) == 1 and len(connected) == 2
+    assert connected == [s for s in reader.host_sockets({port}) if not s.listening]
+
+
 def test_non_tcp_and_listening_sockets_are_skipped_without_new_dumps(reader, stack):
     client, _ = _pair(stack)
     listener = stack.enter_context(socket.socket())

@@ -97,8 +97,8 @@ class HostClients:
             raise SockDiagUnavailable("netlink sock_diag is not available here")
         if not brokers:
             return {}
-        sockets = [s for s in self._diag.host_sockets({b.port for b in brokers})
-                   if not s.listening and s.remote in brokers]
+        sockets = [s for s in self._diag.connected_to({b.port for b in brokers})
+                   if s.remote in brokers]
         owners = self._owners.owners({s.inode for s in sockets})
         found: dict[int, set[Endpoint]] = {}
         for sock in sockets:
@@ -128,12 +128,12 @@ class HostClients:
         if not served:
             return set()
         reaching = {}  # a connection's inode -> the candidate it reaches
-        for sock in self._diag.host_sockets({e.port for e in served}):
+        for sock in self._diag.connected_to({e.port for e in served}):
             remote = _plain(sock.remote)
             server = served.get(remote) or next(
                 (served[e] for ip in WILDCARD_IPS if (e := Endpoint(ip, remote.port)) in served),
                 None)
-            if not sock.listening and server is not None:
+            if server is not None:
                 reaching[sock.inode] = server
         clients = self._owners.owners(reaching, among=candidates)
         return named | {reaching[inode] for inode, pid in clients.items() if pid in candidates}

@@ -299,8 +299,16 @@ class SockDiagReader:
         wanted = frozenset(ports)
         if not wanted:  # an empty filter would pass every socket
             return []
-        return (self._host_dump(_DUMP_STATES & ~(1 << _LISTEN), _remote_port_filter(wanted))
-                + self._host_dump(1 << _LISTEN, _port_filter(local=wanted)))
+        return self.connected_to(wanted) + self._host_dump(1 << _LISTEN,
+                                                           _port_filter(local=wanted))
+
+    def connected_to(self, ports: Collection[int]) -> list[HostSocket]:
+        """The TCP sockets of the host (this network namespace) connected to one of ``ports``
+        (their remote port), listeners left out: ``host_sockets``' first half."""
+        wanted = frozenset(ports)
+        if not wanted:
+            return []
+        return self._host_dump(_DUMP_STATES & ~(1 << _LISTEN), _remote_port_filter(wanted))
 
     def listeners(self) -> list[HostSocket]:
         """Every listening TCP socket of the host (this network namespace): a host has few."""
