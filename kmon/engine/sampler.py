@@ -80,6 +80,25 @@ class SamplerSettings:
     not_kafka_hint: str = "pass --any-process"  # the command's own way past NotAKafkaClient
 
 
+@dataclass(frozen=True)
+class _Made:
+    """What a poll's producers made of a silent process (no client statistics, no JVM, its
+    sockets' cadence settled), and from what: the next poll takes them as they are while its
+    sockets' kernel facts and the brokers known are the same, and its wire heard nothing."""
+
+    inputs: tuple[object, ...]
+    found: list[Evidence]
+    claims: dict[str, list[Claim]]
+    brokers: dict[str, int]  # ``advertised``
+
+
+def socket_facts(sockets: Iterable[TcpSocket]) -> tuple[tuple[object, ...], ...]:
+    """What the kernel says of each socket but its ages: its id, fd, ends, state, byte counters
+    and stall; the same from poll to poll while it carries nothing."""
+    return tuple((s.inode, s.fd, s.local, s.remote, s.state, s.bytes_sent, s.bytes_received,
+                  s.stall) for s in sockets)
+
+
 def _describe(process: Process) -> tuple[str, str, float]:
     try:
         return describe(process)
@@ -148,6 +167,7 @@ class ProcessSampler:
         self.bootstrap = bootstrap_argument(args)  # as its command line gives it, if it does
         self.wire = WireEvidence(self.bootstrap) if self.wire_source else None
         self.rows = RowResolver()
+        self.made: _Made | None = None  # the last poll's claims, while they may be carried
 
     def close(self) -> None:
         """Release what the sampler's sources hold (the JMX helper of a JVM, the packet
@@ -194,21 +214,35 @@ class ProcessSampler:
         cluster = directory.cluster
         if cluster is not None:
             known.update(cluster.endpoints(resolver))
-        wire = None if self.wire_source is None else self.wire_source.read(sockets, now_ms)
         fronts = {e: brokers for e, brokers in directory.confirmed.fronts().items()
                   if e in remotes}
-        gathered = Gathered(now_ms=now_ms, sockets=sockets, known=known, resolver=resolver,
-                            broker_idle_ms=idle_limit_ms, stats=fresh, wire=wire, jvm=jvm,
-                            fronts=fronts)
-        found, claims = self._claims(gathered)
+        inputs = (socket_facts(sockets), dict(known), idle_limit_ms, directory.groups)
+        made = self.made
+        if (made is not None and made.inputs == inputs and not all_stats
+                and (self.wire_source is None or self.wire_source.quiet())):
+            found, claims, brokers = made.found, made.claims, made.brokers  # carried forward
+            closes = {}  # (none closed: its sockets are the last poll's)
+        else:
+            wire = None if self.wire_source is None else self.wire_source.read(sockets, now_ms)
+            gathered = Gathered(now_ms=now_ms, sockets=sockets, known=known, resolver=resolver,
+                                broker_idle_ms=idle_limit_ms, stats=fresh, wire=wire, jvm=jvm,
+                                fronts=fronts)
+            found, claims = self._claims(gathered)
+            brokers = advertised(gathered)
+            closes = {(local.text, remote.text): close for e in found
+                      for (local, remote), close in e.closes.items()}
+            # what a silent process's next polls would make again, while nothing changes
+            self.made = _Made(inputs, found, claims, brokers) if (
+                not all_stats and jvm is None and not fronts
+                and self.cadence.settled) else None
         if self.wire_source is not None:  # peers no evidence named: kmon asks one itself
             self.wire_source.ask(peer for e in found for peer in e.ask)
         hidden = set().union(*(e.hidden for e in found))
         if hidden:
             sockets = [s for s in sockets if socket_key(s) not in hidden]
         clients = [c for e in found for c in e.clients]
-        if not self._kafka_checked:
-            self._check_kafka(bool(all_stats or clients), gathered.known, sockets)
+        if not self._kafka_checked:  # (a carried poll's was checked: it raises once)
+            self._check_kafka(bool(all_stats or clients), known, sockets)
         connections, disagreements = self.rows.resolve(sockets, claims, idle_limit_ms,
                                                        self.settings.middlebox_idle_ms)
         connections.sort(key=Connection.display_order)
@@ -217,9 +251,8 @@ class ProcessSampler:
             clients=[_instance(c, now_ms) for c in all_stats] + clients,
             connections=connections,
             clients_created=spooled.clients_created,
-            brokers=advertised(gathered),
-            wire_closes={(local.text, remote.text): close for e in found
-                         for (local, remote), close in e.closes.items()},
+            brokers=dict(brokers),
+            wire_closes=closes,
             notices=[valid(notice) for notice in (  # they may name a path of the process's
                 self.standing_notices + spooled.notices + [
                     f"client {c.instance}: statistics {c.age_ms(now_ms) // 1000}s old "
