@@ -195,7 +195,7 @@ class ProcessSampler:
                                f"({self.name}); {permission_hint(self.pid)}") from err
         try:
             spooled = read_client_stats(self.process, self.start_time, self.uid,
-                                        self.spool_dirs)
+                                        self.spool_dirs, now_ms)
         except ProcessVanished as err:
             raise ProcessGone(f"PID {self.pid} ({self.name}) has exited") from err
         all_stats = spooled.stats
