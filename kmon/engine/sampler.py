@@ -86,7 +86,8 @@ class _Made:
     sockets' cadence settled), and from what: the next poll takes them as they are while its
     sockets' kernel facts and the brokers known are the same, and its wire heard nothing."""
 
-    inputs: tuple[object, ...]
+    sockets: tuple[tuple[object, ...], ...]  # ``socket_facts``
+    inputs: tuple[object, ...]  # the brokers known, the idle limit, the groups
     found: list[Evidence]
     claims: dict[str, list[Claim]]
     brokers: dict[str, int]  # ``advertised``
@@ -216,9 +217,10 @@ class ProcessSampler:
             known.update(cluster.endpoints(resolver))
         fronts = {e: brokers for e, brokers in directory.confirmed.fronts().items()
                   if e in remotes}
-        inputs = (socket_facts(sockets), dict(known), idle_limit_ms, directory.groups)
-        made = self.made
-        if (made is not None and made.inputs == inputs and not all_stats
+        # what the producers make of the process follows from these (and its quiet wire)
+        made, inputs = self.made, (dict(known), idle_limit_ms, directory.groups)
+        if (made is not None and not all_stats and made.inputs == inputs
+                and made.sockets == socket_facts(sockets)
                 and (self.wire_source is None or self.wire_source.quiet())):
             found, claims, brokers = made.found, made.claims, made.brokers  # carried forward
             closes = {}  # (none closed: its sockets are the last poll's)
@@ -232,7 +234,7 @@ class ProcessSampler:
             closes = {(local.text, remote.text): close for e in found
                       for (local, remote), close in e.closes.items()}
             # what a silent process's next polls would make again, while nothing changes
-            self.made = _Made(inputs, found, claims, brokers) if (
+            self.made = _Made(socket_facts(sockets), inputs, found, claims, brokers) if (
                 not all_stats and jvm is None and not fronts
                 and self.cadence.settled) else None
         if self.wire_source is not None:  # peers no evidence named: kmon asks one itself
