@@ -82,12 +82,13 @@ class SamplerSettings:
 
 @dataclass(frozen=True)
 class _Made:
-    """What a poll's producers made of a silent process (no client statistics, no JVM, its
-    sockets' cadence settled), and from what: the next poll takes them as they are while its
-    sockets' kernel facts and the brokers known are the same, and its wire heard nothing."""
+    """What a poll's producers made of a silent process (no client statistics, no JVM, no
+    forwarder, its sockets' cadence settled, the wire's claims kept: none looked a name up),
+    and from what: the next poll takes them as they are while its sockets' kernel facts and
+    the brokers known are the same, and its wire heard nothing."""
 
     sockets: tuple[tuple[object, ...], ...]  # ``socket_facts``
-    inputs: tuple[object, ...]  # the brokers known, the idle limit, the groups
+    inputs: tuple[object, ...]  # the brokers known, the idle limit, the groups, the fronts
     found: list[Evidence]
     claims: dict[str, list[Claim]]
     brokers: dict[str, int]  # ``advertised``
@@ -218,7 +219,7 @@ class ProcessSampler:
         fronts = {e: brokers for e, brokers in directory.confirmed.fronts().items()
                   if e in remotes}
         # what the producers make of the process follows from these (and its quiet wire)
-        made, inputs = self.made, (dict(known), idle_limit_ms, directory.groups)
+        made, inputs = self.made, (dict(known), idle_limit_ms, directory.groups, fronts)
         if (made is not None and not all_stats and made.inputs == inputs
                 and made.sockets == socket_facts(sockets)
                 and (self.wire_source is None or self.wire_source.quiet())):
@@ -235,8 +236,9 @@ class ProcessSampler:
                       for (local, remote), close in e.closes.items()}
             # what a silent process's next polls would make again, while nothing changes
             self.made = _Made(socket_facts(sockets), inputs, found, claims, brokers) if (
-                not all_stats and jvm is None and not fronts
-                and self.cadence.settled) else None
+                not all_stats and jvm is None and not fronts and self.cadence.settled
+                and (wire is None or wire.view is None or self.wire is None
+                     or self.wire.steady is not None)) else None  # (the wire's kept, too)
         if self.wire_source is not None:  # peers no evidence named: kmon asks one itself
             self.wire_source.ask(peer for e in found for peer in e.ask)
         hidden = set().union(*(e.hidden for e in found))
