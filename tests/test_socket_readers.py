@@ -301,9 +301,13 @@ def test_read_ahead_reads_many_processes_in_one_dump_as_each_alone(
 
         monkeypatch.setattr(sockdiag, "tcp_sockets", lambda: 2 * len(mine))
         reader.read_ahead(pids)
+        lookups = []
+        real_lookup = reader._lookup
+        monkeypatch.setattr(reader, "_lookup",
+                            lambda *args: lookups.append(args) or real_lookup(*args))
         time.sleep(0.6)  # a round of polls on a busy host: the read-ahead still answers it
         assert facts(reader.sockets_of(children[0].pid)) == facts(alone[children[0].pid])
-        assert len(dumps) == 2
+        assert len(dumps) == 2 and not lookups  # not read again
         monkeypatch.setattr(sockdiag, "_AHEAD_FRESH_S", -1.0)  # stale: read again, alone
         assert facts(reader.sockets_of(PID)) == facts(alone[PID])
         assert len(dumps) == 3  # the read-ahead's, then PID's own filtered dump
