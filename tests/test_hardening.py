@@ -200,6 +200,28 @@ def test_a_spool_listing_kept_for_the_next_process_still_sees_every_write(tmp_pa
     assert names() == [second.name]
 
 
+def test_a_changing_spool_is_listed_once_a_poll(tmp_path):
+    """A spool hundreds of clients write to changes all the time: one poll lists it once for
+    all its processes (``since_ns``: the poll's start), each process's names as of that
+    listing; the next poll lists it again and sees what was written since."""
+    tmp_path.chmod(0o700)
+    first = tmp_path / f"{os.getpid()}-rdkafka_producer-1.json"
+    first.write_text(json.dumps(spool_record()))  # the directory changed just now
+
+    def names(since_ns: int) -> list[str]:
+        return sorted(path.name for path, _ in spool.read_records(
+            tmp_path, os.getpid(), os.getuid(), since_ns).records)
+
+    poll = time.time_ns()
+    assert names(poll) == [first.name]
+    second = tmp_path / f"{os.getpid()}-rdkafka_producer-2.json"
+    written = tmp_path / "tmp-write"
+    written.write_text(json.dumps(spool_record()))
+    written.rename(second)  # as the agent writes, while the poll reads other processes
+    assert names(poll) == [first.name]  # this poll's listing
+    assert names(time.time_ns()) == sorted([first.name, second.name])  # the next poll's
+
+
 def test_a_spool_file_with_a_second_link_is_refused(tmp_path):
     tmp_path.chmod(0o700)
     path = tmp_path / f"{os.getpid()}-rdkafka_producer-1.json"

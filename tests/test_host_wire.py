@@ -107,3 +107,25 @@ def test_each_process_reads_only_its_own_sockets_from_its_first_request():
         [(socks[0].local.port, "first", {kp.METADATA: 1}, True)],
         [(socks[1].local.port, "second", {kp.METADATA: 1}, True)]]
     assert host.capture is None and not host.shares  # closed with the last process
+
+
+def test_a_wire_is_quiet_until_a_segment_waits_for_it():
+    """``ProcessWire.quiet`` (a poll may carry the process's claims forward): never before its
+    first read; after a read, while nothing waits for it; not once a request the process sent
+    waits, until the next read takes it in."""
+    wire = ProcessWire(HostWire())
+    assert not wire.quiet()
+    assert wire.read([], 0).view is not None  # the tap opened
+    with socket.create_server(("127.0.0.1", 0)) as broker:
+        client, sock, peer = request_to(broker, "quiet")
+        try:
+            wait_for(lambda: wire.read([sock], 1).view.flows or None, "the first request")
+            assert wire.quiet()
+            client.sendall(kp.metadata_request(2, "quiet"))
+            wait_for(lambda: not wire.quiet(), "the second request, waiting")
+            assert wire.read([sock], 2).view.flows
+            assert wire.quiet()
+        finally:
+            wire.close()
+            client.close()
+            peer.close()

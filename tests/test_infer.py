@@ -101,6 +101,28 @@ def test_a_forwarder_that_heartbeats_is_no_coordinator():
     assert producer.infer(earlier, {"127.0.0.1"}) == {}
 
 
+def test_a_settled_cadence_keeps_its_history_while_its_sockets_stay_silent():
+    """``CadenceEvidence.settled``: once every socket is down to its one reading idle past
+    HEARTBEAT_MAX_MS, readings idle longer with the same bytes leave the history as it is
+    (a poll may carry the claims forward); a socket under the limit, or one talking, is not
+    settled."""
+    def sock(inode: int, idle_ms: int, sent: int = 100) -> TcpSocket:
+        return TcpSocket(inode, inode, Endpoint("127.0.0.1", 40_000 + inode),
+                         Endpoint("127.0.0.1", 9092), "ESTABLISHED", idle_ms, idle_ms, sent, 50)
+
+    cadence = CadenceEvidence(lambda: None, [])
+    assert cadence.settled  # nothing remembered
+    remember(cadence.history, [sock(1, 2_000), sock(2, 9_000)], 1_000)
+    assert not cadence.settled  # one socket idle 2 s: a heartbeat's may come
+    remember(cadence.history, [sock(1, 7_000), sock(2, 14_000)], 6_000)
+    assert cadence.settled
+    kept = {key: list(readings) for key, readings in cadence.history.items()}
+    remember(cadence.history, [sock(1, 12_000), sock(2, 19_000)], 11_000)
+    assert {key: list(readings) for key, readings in cadence.history.items()} == kept
+    remember(cadence.history, [sock(1, 10, sent=160), sock(2, 24_000)], 16_000)
+    assert not cadence.settled
+
+
 def test_client_ids_from_a_command_line():
     assert client_ids(["kcat", "-X", "client.id=orders", "-G", "g", "t"]) == {"orders"}
     assert client_ids(["app", "-Xclient.id=a"]) == {"a"}

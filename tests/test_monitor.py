@@ -56,6 +56,7 @@ class FakeSampler:
 
     pid = 42
     reader = None  # a socket reader is asked to read ahead only when samplers share it
+    jvm_source = None  # (a JVM's sampler is not read ahead)
 
     def __init__(self) -> None:
         self.n = 0

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
 from helpers import request_to, wait_for
 
+from kmon.engine.directory import Directory
+from kmon.engine.sampler import ProcessSampler, SamplerSettings
+from kmon.evidence import infer
 from kmon.evidence.claims import Claim, Gathered, socket_key
 from kmon.evidence.endpoints import EndpointEvidence
 from kmon.evidence.infer import CadenceEvidence
@@ -25,8 +29,10 @@ from kmon.evidence.resolve import (
     with_limits,
 )
 from kmon.evidence.wire import WireEvidence
-from kmon.model import Connection, Role
+from kmon.model import Connection, ProcessView, Role
+from kmon.sources.brokers.admin import BrokerInfo, ClusterMetadata
 from kmon.sources.brokers.dns import Resolver
+from kmon.sources.kernel.sockdiag import SockDiagReader
 from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 from kmon.sources.packets.kafka_wire import WireTap
 from kmon.sources.process_wire import WireReading
@@ -190,3 +196,85 @@ def test_a_process_runs_until_it_exits_even_unreaped():
         child.kill()
         child.wait()
     assert running_since(child.pid) is None
+
+
+HOLDER = """
+import socket, sys
+conns = [socket.create_connection(("127.0.0.1", int(sys.argv[1]))) for _ in range(3)]
+print("ready", flush=True)
+for line in sys.stdin:
+    conns[int(line)].sendall(b"x")
+"""
+
+
+class ReadOnce:
+    """The real sock_diag reader, read once a poll: the carried sampler and the one made from
+    scratch see the same sockets, ages and all."""
+
+    name = "sock_diag"
+
+    def __init__(self) -> None:
+        self.reader, self.read = SockDiagReader(), None
+
+    def sockets_of(self, pid: int) -> list[TcpSocket]:
+        return self.read if self.read is not None else self.reader.sockets_of(pid)
+
+    def read_ahead(self, pids) -> None:
+        self.read = None
+
+
+def test_a_silent_processs_claims_are_carried_and_its_rows_are_those_made_from_scratch(
+        monkeypatch):
+    """A process whose sockets carry nothing keeps its claims from poll to poll (its rows made
+    again from them, their ages advancing); a byte sent, or another broker id, makes them
+    again. Each poll's view is the one a sampler made from scratch makes."""
+    monkeypatch.setattr(infer, "HEARTBEAT_MAX_MS", 300)  # silent after 0.3 s, not 6 s
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(port)], text=True,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        peers = [server.accept()[0] for _ in range(3)]
+        try:
+            assert holder.stdout.readline() == "ready\n"
+            directory = Directory(ClusterMetadata(f"127.0.0.1:{port}",
+                                                  (BrokerInfo(1, "127.0.0.1", port),), None))
+            reader, settings = ReadOnce(), SamplerSettings(require_kafka=False, wire="off")
+            carried = ProcessSampler(holder.pid, reader, settings, directory=directory)
+
+            def poll() -> ProcessView:
+                time.sleep(0.4)
+                reader.read = reader.reader.sockets_of(holder.pid)
+                now = int(time.time() * 1000)
+                view = carried.sample(now)
+                scratch = ProcessSampler(holder.pid, reader, settings, directory=directory)
+                assert view == scratch.sample(now)
+                assert [c.idle_ms for c in view.connections] == [
+                    s.idle_ms for s in sorted(reader.read, key=lambda s: s.fd)]
+                return view
+
+            first = poll()
+            made = carried.made
+            assert made is not None and {c.broker_id for c in first.connections} == {1}
+            second = poll()
+            assert carried.made is made  # carried: nothing made again
+            assert all(b.idle_ms > a.idle_ms for a, b in zip(first.connections,
+                                                            second.connections, strict=True))
+            holder.stdin.write("0\n")
+            holder.stdin.flush()
+            assert peers[0].recv(1) == b"x"
+            talked = poll()
+            assert carried.made is not made and sorted(
+                c.bytes_sent for c in talked.connections) == [0, 0, 1]
+            poll()
+            made = carried.made
+            assert made is not None
+            directory.learn_cluster(ClusterMetadata(f"127.0.0.1:{port}",
+                                                    (BrokerInfo(2, "127.0.0.1", port),), None),
+                                    None, None)
+            moved = poll()
+            assert carried.made is not made and {c.broker_id for c in moved.connections} == {2}
+        finally:
+            holder.kill()
+            holder.wait()
+            for peer in peers:
+                peer.close()

@@ -301,6 +301,13 @@ def test_read_ahead_reads_many_processes_in_one_dump_as_each_alone(
 
         monkeypatch.setattr(sockdiag, "tcp_sockets", lambda: 2 * len(mine))
         reader.read_ahead(pids)
+        lookups = []
+        real_lookup = reader._lookup
+        monkeypatch.setattr(reader, "_lookup",
+                            lambda *args: lookups.append(args) or real_lookup(*args))
+        time.sleep(0.6)  # a round of polls on a busy host: the read-ahead still answers it
+        assert facts(reader.sockets_of(children[0].pid)) == facts(alone[children[0].pid])
+        assert len(dumps) == 2 and not lookups  # not read again
         monkeypatch.setattr(sockdiag, "_AHEAD_FRESH_S", -1.0)  # stale: read again, alone
         assert facts(reader.sockets_of(PID)) == facts(alone[PID])
         assert len(dumps) == 3  # the read-ahead's, then PID's own filtered dump
@@ -361,6 +368,61 @@ def test_a_host_dump_of_ports_holds_their_clients_and_listeners_not_the_servers_
         assert host_socket.local == _endpoint(sock.getsockname())
         if sock is not server:
             assert host_socket.remote == Endpoint("127.0.0.1", port)
+
+
+def test_the_sockets_connected_to_ports_are_the_host_dumps_without_its_listeners(
+        reader, stack):
+    """``connected_to``: what a search for who reaches a listener reads, one dump per family
+    of the connections alone (the listeners' own dump left out)."""
+    server = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
+    port = server.getsockname()[1]
+    for _ in range(2):
+        stack.enter_context(socket.create_connection(("127.0.0.1", port)))
+        stack.enter_context(server.accept()[0])
+    dumped = []
+    real = reader._host_dump
+    reader._host_dump = lambda *args: dumped.append(args) or real(*args)
+    connected = reader.connected_to({port})
+    assert len(dumped) == 1 and len(connected) == 2
+    assert connected == [s for s in reader.host_sockets({port}) if not s.listening]
+
+
+def test_a_settled_processs_fd_table_is_read_again_only_when_its_numbers_change(stack):
+    """``SocketOwners``: the links of a process the caller watches already (``settled``) are
+    not read again for time alone; a socket that took a closed file's place there shows to a
+    search that is not told so, and once its fd numbers change."""
+    from kmon.sources.kernel.proc_fds import SocketOwners
+
+    server = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
+    code = ("import os, socket, sys\n"
+            "f = open(os.devnull)\n"
+            "print('ready', flush=True)\n"
+            "sys.stdin.readline(); f.close()\n"
+            f"s = socket.create_connection(('127.0.0.1', {server.getsockname()[1]}))\n"
+            "print(os.fstat(s.fileno()).st_ino, flush=True)\n"
+            "sys.stdin.readline(); t = open(os.devnull)\n"
+            "print('more', flush=True)\n"
+            "sys.stdin.read()\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "ready\n"
+        owners, fresh = SocketOwners(reread_s=0.0), SocketOwners(reread_s=0.0)  # each look
+        for table in (owners, fresh):  # is past its time; the child's table read first
+            assert table.owners({1}, [child.pid], settled=[child.pid]) == {}
+        child.stdin.write("\n")
+        child.stdin.flush()
+        inode = int(child.stdout.readline())  # in the closed file's place: the same count
+        stack.enter_context(server.accept()[0])
+        assert owners.owners({inode}, [child.pid], settled=[child.pid]) == {}
+        assert owners.owners({inode}, [child.pid]) == {inode: child.pid}
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "more\n"  # one more fd: its numbers change
+        assert fresh.owners({inode}, [child.pid], settled=[child.pid]) == {inode: child.pid}
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_non_tcp_and_listening_sockets_are_skipped_without_new_dumps(reader, stack):

@@ -48,14 +48,17 @@ class KafkaProcesses:
         # the broker endpoints no client can forge (ConfirmedBrokers): who listens on one of
         # these serves the brokers; a listener on an endpoint a process merely named does not
         self.confirmed: frozenset[Endpoint] = frozenset()
+        # the processes watched already: a search is not for their sockets (SocketOwners)
+        self.watched: frozenset[int] = frozenset()
 
     def __call__(self, brokers: Collection[Endpoint]) -> set[int]:
         try:
-            connected, self.serving = self.sockets.search(brokers, self.confirmed)
+            connected, self.serving = self.sockets.search(brokers, self.confirmed,
+                                                          self.watched)
         except SockDiagUnavailable:  # psutil's scan: the clients, not who serves them
             connected, self.serving = client_pids(brokers, self.confirmed), set()
         mapped = self.libraries(skip=connected)
-        self.serving |= self.sockets.serving(connected | mapped)
+        self.serving |= self.sockets.serving(connected | mapped, settled=self.watched)
         return (connected | mapped) - self.serving - {os.getpid()}
 
     def connected(self, brokers: Collection[Endpoint]) -> dict[int, set[Endpoint]]:

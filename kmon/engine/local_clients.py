@@ -208,6 +208,7 @@ class HostSession(LocalClients):
                 self._brokers = brokers
                 self.discovery.search_now()
             self.search.confirmed = frozenset(self.directory.confirmed.brokers)
+            self.search.watched = frozenset(self.monitor.samplers)
             self.discovery.update(self.monitor, brokers)
             for pid in self.monitor.samplers.keys() & self.search.serving:
                 self.monitor.remove(pid)

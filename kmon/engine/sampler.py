@@ -3,6 +3,7 @@ resolve one row per socket."""
 
 from __future__ import annotations
 
+import operator
 import os
 import shlex
 import time
@@ -80,6 +81,32 @@ class SamplerSettings:
     not_kafka_hint: str = "pass --any-process"  # the command's own way past NotAKafkaClient
 
 
+@dataclass(frozen=True)
+class _Made:
+    """What a poll's producers made of a silent process (no client statistics, no JVM, no
+    forwarder, its sockets' cadence settled, the wire's claims kept: none looked a name up),
+    and from what: the next poll takes them as they are while its sockets' kernel facts and
+    the brokers known are the same, and its wire heard nothing."""
+
+    sockets: tuple[tuple[object, ...], ...]  # ``socket_facts``
+    inputs: tuple[object, ...]  # the brokers known, the idle limit, the groups, the fronts,
+    # which sockets opened after a loss
+    found: list[Evidence]
+    claims: dict[str, list[Claim]]
+    brokers: dict[str, int]  # ``advertised``
+
+
+# a TcpSocket's id, fd, ends, state, byte counters and stall: all its fields but the ages
+# (last_sent_ms, last_recv_ms), rtt_ms and source
+_FACTS = operator.itemgetter(0, 1, 2, 3, 4, 7, 8, 11)
+
+
+def socket_facts(sockets: Iterable[TcpSocket]) -> tuple[tuple[object, ...], ...]:
+    """What the kernel says of each socket but its ages: its id, fd, ends, state, byte counters
+    and stall; the same from poll to poll while it carries nothing."""
+    return tuple(map(_FACTS, sockets))
+
+
 def _describe(process: Process) -> tuple[str, str, float]:
     try:
         return describe(process)
@@ -152,6 +179,7 @@ class ProcessSampler:
         # events: kmon.engine.losses), where the monitor reads them
         self.losses: Callable[[int, list[TcpSocket], int],
                               dict[tuple[Endpoint, Endpoint], bool | None]] | None = None
+        self.made: _Made | None = None  # the last poll's claims, while they may be carried
 
     def close(self) -> None:
         """Release what the sampler's sources hold (the JMX helper of a JVM, the packet
@@ -179,7 +207,7 @@ class ProcessSampler:
                                f"({self.name}); {permission_hint(self.pid)}") from err
         try:
             spooled = read_client_stats(self.process, self.start_time, self.uid,
-                                        self.spool_dirs)
+                                        self.spool_dirs, now_ms)
         except ProcessVanished as err:
             raise ProcessGone(f"PID {self.pid} ({self.name}) has exited") from err
         all_stats = spooled.stats
@@ -198,22 +226,40 @@ class ProcessSampler:
         cluster = directory.cluster
         if cluster is not None:
             known.update(cluster.endpoints(resolver))
-        wire = None if self.wire_source is None else self.wire_source.read(sockets, now_ms)
         fronts = {e: brokers for e, brokers in directory.confirmed.fronts().items()
                   if e in remotes}
-        gathered = Gathered(now_ms=now_ms, sockets=sockets, known=known, resolver=resolver,
-                            broker_idle_ms=idle_limit_ms, stats=fresh, wire=wire, jvm=jvm,
-                            fronts=fronts, after_loss=self.losses(self.pid, sockets, now_ms)
-                            if self.losses and wire is not None else {})
-        found, claims = self._claims(gathered)
+        # what the producers make of the process follows from these (and its quiet wire)
+        after_loss = (self.losses(self.pid, sockets, now_ms)
+                      if self.losses and self.wire_source is not None else {})
+        made = self.made
+        inputs = (dict(known), idle_limit_ms, directory.groups, fronts, after_loss)
+        if (made is not None and not all_stats and made.inputs == inputs
+                and made.sockets == socket_facts(sockets)
+                and (self.wire_source is None or self.wire_source.quiet())):
+            found, claims, brokers = made.found, made.claims, made.brokers  # carried forward
+            closes = {}  # (none closed: its sockets are the last poll's)
+        else:
+            wire = None if self.wire_source is None else self.wire_source.read(sockets, now_ms)
+            gathered = Gathered(now_ms=now_ms, sockets=sockets, known=known, resolver=resolver,
+                                broker_idle_ms=idle_limit_ms, stats=fresh, wire=wire, jvm=jvm,
+                                fronts=fronts, after_loss=after_loss)
+            found, claims = self._claims(gathered)
+            brokers = advertised(gathered)
+            closes = {(local.text, remote.text): close for e in found
+                      for (local, remote), close in e.closes.items()}
+            # what a silent process's next polls would make again, while nothing changes
+            self.made = _Made(socket_facts(sockets), inputs, found, claims, brokers) if (
+                not all_stats and jvm is None and not fronts and self.cadence.settled
+                and (wire is None or wire.view is None or self.wire is None
+                     or self.wire.steady is not None)) else None  # (the wire's kept, too)
         if self.wire_source is not None:  # peers no evidence named: kmon asks one itself
             self.wire_source.ask(peer for e in found for peer in e.ask)
         hidden = set().union(*(e.hidden for e in found))
         if hidden:
             sockets = [s for s in sockets if socket_key(s) not in hidden]
         clients = [c for e in found for c in e.clients]
-        if not self._kafka_checked:
-            self._check_kafka(bool(all_stats or clients), gathered.known, sockets)
+        if not self._kafka_checked:  # (a carried poll's was checked: it raises once)
+            self._check_kafka(bool(all_stats or clients), known, sockets)
         connections, disagreements = self.rows.resolve(sockets, claims, idle_limit_ms,
                                                        self.settings.middlebox_idle_ms)
         connections.sort(key=Connection.display_order)
@@ -222,9 +268,8 @@ class ProcessSampler:
             clients=[_instance(c, now_ms) for c in all_stats] + clients,
             connections=connections,
             clients_created=spooled.clients_created,
-            brokers=advertised(gathered),
-            wire_closes={(local.text, remote.text): close for e in found
-                         for (local, remote), close in e.closes.items()},
+            brokers=dict(brokers),
+            wire_closes=closes,
             notices=[valid(notice) for notice in (  # they may name a path of the process's
                 self.standing_notices + spooled.notices + [
                     f"client {c.instance}: statistics {c.age_ms(now_ms) // 1000}s old "
@@ -289,9 +334,12 @@ def advertised(gathered: Gathered) -> dict[str, int]:
 
 def read_ahead(samplers: Iterable[ProcessSampler]) -> None:
     """Let each socket reader that samplers share read its processes' sockets together,
-    before the samplers ask for them in turn."""
+    before the samplers ask for them in turn (not a JVM's: its sampler reads them after its
+    JMX reading, which may wait)."""
     pids_of: dict[int, tuple[SocketReader, list[int]]] = {}
     for sampler in samplers:
+        if sampler.jvm_source is not None:
+            continue
         pids_of.setdefault(id(sampler.reader), (sampler.reader, []))[1].append(sampler.pid)
     for reader, pids in pids_of.values():
         if len(pids) > 1:

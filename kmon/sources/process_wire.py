@@ -88,6 +88,15 @@ class ProcessWire:
         self.close()
         return WireReading(None, self.problem)
 
+    def quiet(self) -> bool:
+        """Whether a read now would hand over nothing new: the tap, part of the host's
+        capture, has no segment waiting and nothing dropped since its last poll, no TLS source
+        is open, no query has answered (or the wire cannot be read at all)."""
+        if self.problem is not None:
+            return True
+        return (self.tap is not None and self.tls is None and (
+            self.query is None or not self.query.done) and self.tap.quiet())
+
     def ask(self, peers: Iterable[Endpoint]) -> None:
         """Ask the first of ``peers`` not asked yet for the cluster's brokers, unless a query
         is under way or ``MAX_ASKED`` have been asked."""

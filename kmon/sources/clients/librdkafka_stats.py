@@ -118,10 +118,11 @@ class SpoolReading:
 
 
 def read_client_stats(process: psutil.Process, proc_start: float, owner_uid: int,
-                      directories: list[Path]) -> SpoolReading:
+                      directories: list[Path], since_ms: int | None = None) -> SpoolReading:
     """Statistics of every instrumented client of ``process`` (run by ``owner_uid``), how
     many clients it created, and notices for spool directories that are not the user's
-    own (skipped).
+    own (skipped). With ``since_ms`` (epoch ms: the poll's start), a spool directory is
+    listed once for every process the poll reads (``spool.read_records``).
 
     Records left by an earlier process with the same pid are ignored.
     Raises spool.SpoolError for a corrupt or unsafe spool file.
@@ -130,7 +131,8 @@ def read_client_stats(process: psutil.Process, proc_start: float, owner_uid: int
     reading = SpoolReading([], [])
     for directory in directories:
         try:
-            taken = spool.read_records(directory, process.pid, owner_uid)
+            taken = spool.read_records(directory, process.pid, owner_uid,
+                                       None if since_ms is None else since_ms * 1_000_000)
         except spool.SpoolUntrusted as err:
             reading.notices.append(f"no statistics from there: {err}")
             continue

@@ -39,7 +39,8 @@ ENV_DIR = "KMON_SPOOL_DIR"
 # the instance name of a process's client-count record (<pid>-clients.json); no librdkafka
 # instance is named so (theirs end in "#producer-1", "#consumer-2", ...)
 CLIENTS_INSTANCE = "clients"
-_LISTINGS: dict[Path, tuple[tuple, dict[str, list[str]]]] = {}  # _names_by_pid's, kept
+# _names_by_pid's, kept: (the directory's stamp, if settled; when listed, epoch ns; names)
+_LISTINGS: dict[Path, tuple[tuple | None, int, dict[str, list[str]]]] = {}
 _MAX_LISTINGS = 64
 _SETTLED_NS = 50_000_000  # a directory unchanged this long before it was listed: kept
 
@@ -84,9 +85,12 @@ class SpoolRecords:
     skipped: str | None = None  # a notice naming what was not read, if anything
 
 
-def read_records(directory: Path, pid: int, owner_uid: int) -> SpoolRecords:
+def read_records(directory: Path, pid: int, owner_uid: int,
+                 since_ns: int | None = None) -> SpoolRecords:
     """The spool records of process ``pid`` in ``directory``: its newest files, at most
-    ``MAX_FILES_PER_READ`` of them and ``MAX_BYTES_PER_READ`` in all.
+    ``MAX_FILES_PER_READ`` of them and ``MAX_BYTES_PER_READ`` in all; the directory's
+    listing as made at ``since_ns`` (epoch ns: a poll's start) or later, where given
+    (``_names_by_pid``).
 
     The directory must belong to ``owner_uid`` (or root) and be writable by
     nobody else, or anyone could feed kmon records. Raises SpoolError naming
@@ -99,7 +103,7 @@ def read_records(directory: Path, pid: int, owner_uid: int) -> SpoolRecords:
                 or info.st_mode & 0o022):
             raise SpoolUntrusted(f"spool {directory} is not a private directory of uid "
                                  f"{owner_uid}; its statistics are not read")
-        found = _newest_first(directory, info, pid)
+        found = _newest_first(directory, info, pid, since_ns)
     except FileNotFoundError:
         return SpoolRecords()
     except OSError as err:
@@ -122,14 +126,14 @@ def read_records(directory: Path, pid: int, owner_uid: int) -> SpoolRecords:
     return taken
 
 
-def _newest_first(directory: Path, info: os.stat_result, pid: int
+def _newest_first(directory: Path, info: os.stat_result, pid: int, since_ns: int | None
                   ) -> list[tuple[int, Path]]:
     """(size, path) of process ``pid``'s ``*.json`` files in ``directory`` (``info``: its
     lstat), newest first (as they are listed: links and other odd entries are refused when
     read). Only the process's own files are looked at: a spool shared by hundreds of
     clients costs each of them a look up of its names, not a stat of every file."""
     found = []
-    for name in _names_by_pid(directory, info).get(str(pid), ()):
+    for name in _names_by_pid(directory, info, since_ns).get(str(pid), ()):
         try:
             stats = os.lstat(directory / name)
         except FileNotFoundError:
@@ -139,14 +143,19 @@ def _newest_first(directory: Path, info: os.stat_result, pid: int
     return [(size, directory / name) for _, name, size in found]
 
 
-def _names_by_pid(directory: Path, info: os.stat_result) -> dict[str, list[str]]:
+def _names_by_pid(directory: Path, info: os.stat_result,
+                  since_ns: int | None = None) -> dict[str, list[str]]:
     """The ``PID-*.json`` names in ``directory`` by the PID's text: listed again only when
     the directory changed (every write of the agent renames a file into it), not for each
-    of the many processes a poll reads."""
+    of the many processes a poll reads; with ``since_ns``, a listing made since answers
+    however the directory changed (a spool hundreds of clients write to changes all the
+    time: each process's names as of its poll, the directory listed once a poll). A
+    process's names change only when it makes a new client or exits."""
     stamp = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
     kept = _LISTINGS.get(directory)
-    if kept is not None and kept[0] == stamp:
-        return kept[1]
+    if kept is not None and (kept[0] == stamp or (since_ns is not None
+                                                  and kept[1] >= since_ns)):
+        return kept[2]
     listed_ns = time.time_ns()
     names: dict[str, list[str]] = {}
     with os.scandir(directory) as entries:
@@ -155,8 +164,9 @@ def _names_by_pid(directory: Path, info: os.stat_result) -> dict[str, list[str]]
             if dash and entry.name.endswith(".json"):
                 names.setdefault(pid, []).append(entry.name)
     # a change in the clock tick of the directory's last one may leave its time unchanged
-    if listed_ns - info.st_mtime_ns > _SETTLED_NS:
-        bounded.put(_LISTINGS, directory, (stamp, names), _MAX_LISTINGS)
+    settled = listed_ns - info.st_mtime_ns > _SETTLED_NS
+    bounded.put(_LISTINGS, directory, (stamp if settled else None, listed_ns, names),
+                _MAX_LISTINGS)
     return names
 
 

@@ -70,11 +70,12 @@ class HostClients:
         clients, servers = self.search(brokers)
         return clients - servers - {os.getpid()}
 
-    def search(self, brokers: Collection[Endpoint], servers_of: Collection[Endpoint] | None = None
-               ) -> tuple[set[int], set[int]]:
+    def search(self, brokers: Collection[Endpoint], servers_of: Collection[Endpoint] | None = None,
+               settled: Collection[int] = ()) -> tuple[set[int], set[int]]:
         """(PIDs connected to ``brokers``, PIDs listening on ``servers_of``, ``brokers``
         unless given), kmon included; sock_diag only (SockDiagUnavailable where the kernel
-        refused it)."""
+        refused it). The fd tables of ``settled`` (processes found before) are read again
+        only when their fd numbers change (``SocketOwners``)."""
         if self._diag is None:
             raise SockDiagUnavailable("netlink sock_diag is not available here")
         if not brokers:
@@ -86,7 +87,7 @@ class HostClients:
         servers = {s.inode for s in sockets if s.listening and (
             s.local in servers_of or (s.local.ip in WILDCARD_IPS
                                       and s.local.port in server_ports))}
-        owners = self._owners.owners(clients | servers)
+        owners = self._owners.owners(clients | servers, settled=settled)
         return ({owners[i] for i in clients if i in owners},
                 {owners[i] for i in servers if i in owners})
 
@@ -97,8 +98,8 @@ class HostClients:
             raise SockDiagUnavailable("netlink sock_diag is not available here")
         if not brokers:
             return {}
-        sockets = [s for s in self._diag.host_sockets({b.port for b in brokers})
-                   if not s.listening and s.remote in brokers]
+        sockets = [s for s in self._diag.connected_to({b.port for b in brokers})
+                   if s.remote in brokers]
         owners = self._owners.owners({s.inode for s in sockets})
         found: dict[int, set[Endpoint]] = {}
         for sock in sockets:
@@ -106,18 +107,18 @@ class HostClients:
                 found.setdefault(owners[sock.inode], set()).add(sock.remote)
         return found
 
-    def serving(self, candidates: Collection[int],
-                servers_of: Collection[Endpoint] = ()) -> set[int]:
+    def serving(self, candidates: Collection[int], servers_of: Collection[Endpoint] = (),
+                settled: Collection[int] = ()) -> set[int]:
         """Of ``candidates``, those serving the others: each owns a listening socket that a
         connection of a candidate (its own included) reaches, or one on an endpoint of
         ``servers_of`` (as ``search`` tells them). The kernel's facts, not what any client
         says, whether or not the brokers are known: a broker JVM (it carries the client
         classes) or an embedded cluster is never taken for a client. Sock_diag only (none
-        where the kernel refuses it)."""
+        where the kernel refuses it). ``settled`` as ``search`` takes it."""
         if self._diag is None or not candidates:
             return set()
         listeners = self._diag.listeners()
-        owners = self._owners.owners({s.inode for s in listeners}, among=candidates)
+        owners = self._owners.owners({s.inode for s in listeners}, candidates, settled)
         served: dict[Endpoint, int] = {}  # a candidate's listening endpoint -> the candidate
         for sock in listeners:
             if owners.get(sock.inode) in candidates:
@@ -128,14 +129,14 @@ class HostClients:
         if not served:
             return set()
         reaching = {}  # a connection's inode -> the candidate it reaches
-        for sock in self._diag.host_sockets({e.port for e in served}):
+        for sock in self._diag.connected_to({e.port for e in served}):
             remote = _plain(sock.remote)
             server = served.get(remote) or next(
                 (served[e] for ip in WILDCARD_IPS if (e := Endpoint(ip, remote.port)) in served),
                 None)
-            if not sock.listening and server is not None:
+            if server is not None:
                 reaching[sock.inode] = server
-        clients = self._owners.owners(reaching, among=candidates)
+        clients = self._owners.owners(reaching, candidates, settled)
         return named | {reaching[inode] for inode, pid in clients.items() if pid in candidates}
 
     def close(self) -> None:

@@ -52,8 +52,9 @@ class FdTable:
         """Read every link on the next call."""
         self._read_at = float("-inf")
 
-    def socket_inodes(self) -> dict[int, int]:
-        """Map socket inode -> fd (raises like the module's ``socket_inodes``)."""
+    def socket_inodes(self, reread: bool = True) -> dict[int, int]:
+        """Map socket inode -> fd (raises like the module's ``socket_inodes``); the links are
+        read again every ``reread_s`` only if ``reread``."""
         pid = self.pid
         try:
             dir_fd = os.open(f"/proc/{pid}/fd", os.O_RDONLY | os.O_DIRECTORY)
@@ -62,7 +63,7 @@ class FdTable:
         try:
             try:
                 count = os.fstat(dir_fd).st_size  # before the listing: a race lists again
-                fresh = time.monotonic() - self._read_at < self.reread_s
+                fresh = not reread or time.monotonic() - self._read_at < self.reread_s
                 if fresh and count and count == self._count:
                     return self._inodes
                 names = frozenset(os.listdir(dir_fd))
@@ -85,14 +86,16 @@ class SocketOwners:
     fd numbers listed again when its fd count changes, its links read again when the
     numbers change, or every ``reread_s``: a socket that took a closed file's or
     socket's place is seen by then), so a search costs a look at each process's fd count.
+    The tables of the processes a caller names ``settled`` (those it watches already, whose
+    sockets a search is not for) are read again only when their fd numbers change.
     """
 
     def __init__(self, reread_s: float = 30.0) -> None:
         self.reread_s = reread_s
         self._tables: dict[int, FdTable] = {}
 
-    def owners(self, inodes: Collection[int],
-               among: Collection[int] | None = None) -> dict[int, int]:
+    def owners(self, inodes: Collection[int], among: Collection[int] | None = None,
+               settled: Collection[int] = ()) -> dict[int, int]:
         """inode -> PID for the ``inodes`` some readable process holds (of ``among`` only,
         when given: the fd tables of those alone are looked at)."""
         wanted = set(inodes)
@@ -110,7 +113,7 @@ class SocketOwners:
             if table is None:
                 table = self._tables[pid] = FdTable(pid, self.reread_s)
             try:
-                held = table.socket_inodes()
+                held = table.socket_inodes(pid not in settled)
             except (psutil.NoSuchProcess, psutil.AccessDenied, OSError):
                 continue
             for inode in wanted:

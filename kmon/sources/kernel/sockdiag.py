@@ -89,9 +89,10 @@ _BATCH = 64  # exact lookups per sendmsg: their replies always fit the receive b
 _DUMP_FROM = 64
 _FILTER_PORTS = 64
 _DUMP_WALK_MAX = 8
-# How long what ``read_ahead`` read answers ``sockets_of``: one round of polls, not the
-# next (a JVM's first poll, which waits for JMX, reads its sockets again after the wait)
-_AHEAD_FRESH_S = 0.5
+# How long what ``read_ahead`` read answers ``sockets_of``: one round of polls, however long a
+# busy host makes it (each answer is taken once; the next round reads ahead again), not a
+# later one (a JVM's sampler, whose first poll waits for JMX, is not read ahead)
+_AHEAD_FRESH_S = 5.0
 _RETRY_FIRST_S = 0.5
 _RETRY_MAX_S = 8.0
 _MAPPED_V4 = b"\0" * 10 + b"\xff\xff"
@@ -298,8 +299,16 @@ class SockDiagReader:
         wanted = frozenset(ports)
         if not wanted:  # an empty filter would pass every socket
             return []
-        return (self._host_dump(_DUMP_STATES & ~(1 << _LISTEN), _remote_port_filter(wanted))
-                + self._host_dump(1 << _LISTEN, _port_filter(local=wanted)))
+        return self.connected_to(wanted) + self._host_dump(1 << _LISTEN,
+                                                           _port_filter(local=wanted))
+
+    def connected_to(self, ports: Collection[int]) -> list[HostSocket]:
+        """The TCP sockets of the host (this network namespace) connected to one of ``ports``
+        (their remote port), listeners left out: ``host_sockets``' first half."""
+        wanted = frozenset(ports)
+        if not wanted:
+            return []
+        return self._host_dump(_DUMP_STATES & ~(1 << _LISTEN), _remote_port_filter(wanted))
 
     def listeners(self) -> list[HostSocket]:
         """Every listening TCP socket of the host (this network namespace): a host has few."""

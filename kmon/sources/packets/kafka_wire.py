@@ -116,6 +116,7 @@ class WireTap:
         self.found: dict[tuple[Endpoint, Endpoint], Flow] = {}  # the last poll's flows
         self.taken: set[tuple[Address, Address]] = set()  # the flows a segment went to
         self.polls = 0
+        self.drops = 0  # the capture's drops at the last poll
         self.hearing = True  # the capture keeps the brokers' answers (until brokers are known)
         # closes of sockets no poll showed (the kernel's events may know them the process's)
         self.unpolled: dict[tuple[Address, Address], WireClose] = {}
@@ -138,6 +139,16 @@ class WireTap:
         self.hearing = False
         self.capture.set_ports(self.capture.local_ports, self.capture.remote_ports | {
             port for _, port in brokers.values()}, responses=False)
+
+    def quiet(self) -> bool:
+        """Whether a poll now would take nothing in (a part of the host's capture only: a
+        capture of its own is not looked at but by a poll): no segment queued for it, none
+        dropped since its last poll, no close waiting to be told."""
+        capture = self.capture
+        if not isinstance(capture, SharedCapture) or self.unpolled or not self.polls:
+            return False
+        capture.host.drain()
+        return not capture.queue and capture.drops == self.drops
 
     def poll(self, sockets: list[TcpSocket], now_ms: int,
              tls_writes: Sequence[tuple[int, float, bytes]] = ()) -> WireView:
@@ -194,8 +205,9 @@ class WireTap:
                     found[sock.local, sock.remote] = seen
         self.found = found
         self.polls += 1
+        self.drops = self.capture.drops
         return WireView(dict(found), dict(self.brokers), dict(self.coordinators),
-                        self.cluster_learned_ms, self.capture.drops, closes, changed, self.polls)
+                        self.cluster_learned_ms, self.drops, closes, changed, self.polls)
 
     def _ports(self, sockets: list[TcpSocket]) -> tuple[set[int], set[int]]:
         """(local ports, remote ports) to capture: the process's, and its brokers' (those it
