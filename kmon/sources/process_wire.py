@@ -69,6 +69,12 @@ class ProcessWire:
                 self.shared = None if self.host is None else self.host.share()
                 self.tap = WireTap(sockets, now_ms, self.shared)
             pairs = [(s.local, s.remote) for s in sockets]
+            if self.tap.losing(sockets):  # its close read before the sockets change hands
+                capture = self.tap.capture
+                if isinstance(capture, SharedCapture):
+                    capture.settle(time.time(), now_ms)
+                else:
+                    capture.settle(time.time())
             if self.shared is not None and pairs != self.tap.pairs:  # the last poll's: owned
                 self.shared.own([((local.ip, local.port), (remote.ip, remote.port))
                                  for local, remote in pairs], now_ms)

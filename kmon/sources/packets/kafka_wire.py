@@ -127,6 +127,12 @@ class WireTap:
     def close(self) -> None:
         self.capture.close()
 
+    def losing(self, sockets: list[TcpSocket]) -> bool:
+        """True when a socket of the last poll is not among ``sockets``: its closing segments
+        may still be in the capture's ring (``settle`` before reading)."""
+        return self.pairs is not None and not set(self.pairs) <= {(s.local, s.remote)
+                                                                   for s in sockets}
+
     def learn(self, brokers: dict[int, tuple[str, int]], now_ms: int) -> None:
         """Brokers named by another source (kmon's own Metadata request): the process, which
         talks Kafka to them, knew them by ``now_ms``."""
