@@ -140,6 +140,27 @@ def test_the_wire_s_first_fin_or_rst_decides_the_side_and_tells_a_reset_or_faile
     assert reaped.reason == "broker_idle_reap"
 
 
+def test_a_close_the_capture_still_held_back_is_told_from_the_kernel_and_unsettled():
+    """The wire runs, but the socket went while its capture's ring still held the last
+    packets back (the wait for them timed out): whether a FIN, a RST or a failed login ended
+    it went unread. The side comes from the kernel, the reason is unsettled; an idle limit
+    still explains it, and a kernel that timed the close keeps its own word."""
+    from kmon.engine.connection_lives import KernelLife
+    from kmon.sources.packets.kafka_wire import UNHEARD
+
+    busy = life("ESTABLISHED", idle=200)
+    told = story(busy, None, 5_000, UNHEARD)  # gone, no TIME_WAIT: not the client's
+    assert (told.closed_by, told.reason) == ("broker", "unknown")
+    assert in_words(told) == "reason unknown · closed by the broker after 200 ms idle"
+    assert story(busy, "TIME_WAIT", 5_000, UNHEARD).closed_by == "client"
+    reaped = story(life("ESTABLISHED", idle=599_000), "LAST_ACK", 5_000, UNHEARD)
+    assert (reaped.closed_by, reaped.reason) == ("broker", "broker_idle_reap")
+    kernel = KernelLife(10, 1_000.0, ("127.0.0.1", 9092), ("127.0.0.1", 5000),
+                        reset="broker", closed_ms=4_000.0)
+    exact = story(busy, None, 5_000, UNHEARD, exact=kernel)
+    assert (exact.closed_by, exact.reason) == ("broker", "reset")
+
+
 # --- real parts ---------------------------------------------------------------------------
 
 @pytest.mark.integration

@@ -339,6 +339,28 @@ def test_a_reset_is_read_at_the_poll_that_no_longer_shows_its_socket(capture):
                 attempt, closes)
 
 
+def test_a_socket_gone_while_the_ring_held_its_close_back_closed_unheard():
+    """Where the wait for the ring timed out (``settled`` false), a socket gone without its
+    close read is told closed unheard, never as a close the wire saw nothing of."""
+    from kmon.sources.packets.kafka_wire import UNHEARD, WireTap
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client, sock, peer = request_to(server, "unheard")
+        tap = WireTap([sock], 0)
+        try:
+            tap.poll([sock], 1)
+            peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            peer.close()
+            with contextlib.suppress(OSError):
+                client.recv(16)
+            client.close()
+            close = tap.poll([], 2, settled=False).closes.get((sock.local, sock.remote))
+        finally:
+            tap.close()
+    # the RST, where its block was handed over already; else unheard
+    assert close == UNHEARD or (close.first_by, close.reset) == ("broker", True), close
+
+
 def test_a_forged_segment_with_no_tcp_header_length_is_read_without_harm():
     """A raw TCP segment, as anyone who may send packets can forge, whose data offset is 0: the
     packet socket sees it before TCP drops it, and its bytes also pass for a request header
