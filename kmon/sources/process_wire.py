@@ -70,7 +70,7 @@ class ProcessWire:
                 self.tap = WireTap(sockets, now_ms, self.shared)
             pairs = [(s.local, s.remote) for s in sockets]
             settled = True
-            if self.tap.losing(sockets):  # its close read before the sockets change hands
+            if self.tap.losing(pairs):  # its close read before the sockets change hands
                 capture = self.tap.capture
                 if isinstance(capture, SharedCapture):
                     settled = capture.settle(time.time(), now_ms)

@@ -128,11 +128,12 @@ class WireTap:
     def close(self) -> None:
         self.capture.close()
 
-    def losing(self, sockets: list[TcpSocket]) -> bool:
-        """True when a socket of the last poll is not among ``sockets``: its closing segments
-        may still be in the capture's ring (``settle`` before reading)."""
-        return self.pairs is not None and not set(self.pairs) <= {(s.local, s.remote)
-                                                                   for s in sockets}
+    def losing(self, pairs: list[tuple[Endpoint, Endpoint]]) -> bool:
+        """True when a socket of the last poll is not among ``pairs`` (the (local, remote) of
+        this poll's): its closing segments may still be in the capture's ring (``settle``
+        before reading)."""
+        return (self.pairs is not None and pairs != self.pairs
+                and not set(self.pairs) <= set(pairs))
 
     def learn(self, brokers: dict[int, tuple[str, int]], now_ms: int) -> None:
         """Brokers named by another source (kmon's own Metadata request): the process, which
