@@ -143,6 +143,9 @@ class WireClose:
     tls: bool = False  # inside TLS: the requests are read from the client's TLS writes, when
     # kmon's TLS source runs; the answers, never
     answers_heard: bool = True  # the broker's answers were captured then (auth_failed can tell)
+    # False: the socket went while the capture's ring still held back its last packets (the
+    # wait for them timed out): how it closed went unread, and ``first_by`` is "unknown"
+    heard: bool = True
 
 
 @dataclass(frozen=True)

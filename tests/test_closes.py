@@ -5,6 +5,7 @@ stand-in broker that resets a busy one or ends a login (as the wire sees them)."
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import socket
 import struct
@@ -13,7 +14,7 @@ import threading
 import time
 
 import pytest
-from helpers import PER_MESSAGE, Child, closed_events
+from helpers import PER_MESSAGE, Child, closed_events, read_until
 
 from kmon.engine.closes import SocketLife, closed_by, in_words, reason, story
 from kmon.model import Connection, Role, WireClose
@@ -139,6 +140,27 @@ def test_the_wire_s_first_fin_or_rst_decides_the_side_and_tells_a_reset_or_faile
     assert reaped.reason == "broker_idle_reap"
 
 
+def test_a_close_the_capture_still_held_back_is_told_from_the_kernel_and_unsettled():
+    """The wire runs, but the socket went while its capture's ring still held the last
+    packets back (the wait for them timed out): whether a FIN, a RST or a failed login ended
+    it went unread. The side comes from the kernel, the reason is unsettled; an idle limit
+    still explains it, and a kernel that timed the close keeps its own word."""
+    from kmon.engine.connection_lives import KernelLife
+    from kmon.sources.packets.kafka_wire import UNHEARD
+
+    busy = life("ESTABLISHED", idle=200)
+    told = story(busy, None, 5_000, UNHEARD)  # gone, no TIME_WAIT: not the client's
+    assert (told.closed_by, told.reason) == ("broker", "unknown")
+    assert in_words(told) == "reason unknown · closed by the broker after 200 ms idle"
+    assert story(busy, "TIME_WAIT", 5_000, UNHEARD).closed_by == "client"
+    reaped = story(life("ESTABLISHED", idle=599_000), "LAST_ACK", 5_000, UNHEARD)
+    assert (reaped.closed_by, reaped.reason) == ("broker", "broker_idle_reap")
+    kernel = KernelLife(10, 1_000.0, ("127.0.0.1", 9092), ("127.0.0.1", 5000),
+                        reset="broker", closed_ms=4_000.0)
+    exact = story(busy, None, 5_000, UNHEARD, exact=kernel)
+    assert (exact.closed_by, exact.reason) == ("broker", "reset")
+
+
 # --- real parts ---------------------------------------------------------------------------
 
 @pytest.mark.integration
@@ -158,11 +180,23 @@ def test_librdkafka_idle_reaping_is_the_client_s(start_client):
 
 
 @pytest.mark.integration
-def test_a_killed_cluster_closes_as_the_broker_never_the_client(spool_dir):
+@pytest.mark.root(reason="the packets are the truth: tcpdump needs root")
+@pytest.mark.skipif(shutil.which("tcpdump") is None, reason="tcpdump is not installed")
+def test_a_killed_cluster_closes_as_the_broker_where_the_packets_say_so(spool_dir):
+    """A SIGKILLed cluster closes its sockets one by one as the process exits (50 ms for a
+    consumer's handful on a loaded host): librdkafka, having lost one connection to a broker,
+    closes its others to it itself meanwhile - its coordinator connection sent the first FIN
+    in CI, 0.4 ms before the dying broker's. Each close is told as its packets show it (the
+    first FIN or RST; either side where both FINs crossed; ``unknown`` is never wrong), a
+    reset where that was a RST, and the broker's among them."""
+    from benchmarks.truth.capture import Capture
+
     cluster = Child([sys.executable, "-m", "kmon", "devcluster", "--brokers", "3"])
-    consumer = stream = None
+    consumer = stream = capture = None
     try:
         bootstrap = cluster.wait_line("127.0.0.1:", timeout=30)
+        ports = {int(address.rpartition(":")[2]) for address in bootstrap.split(",")}
+        capture = Capture(ports).start()  # before the consumer: each socket from its SYN
         consumer = Child([sys.executable, "-m", "kmon.devtools.workload", "consumer",
                           bootstrap, "--instrument"])
         consumer.wait_line("READY")
@@ -179,18 +213,34 @@ def test_a_killed_cluster_closes_as_the_broker_never_the_client(spool_dir):
             pytest.fail("the consumer's group never settled")
         # the sockets the cluster held: reconnects after the kill may reach a port another
         # test's listener took over meanwhile (the suite runs on two workers)
-        held = {c["key"] for view in views for c in view["connections"]}
+        held = {c["key"]: c["local"] for view in views for c in view["connections"]}
         killed_ms = int(time.time() * 1000)
         cluster.proc.send_signal(signal.SIGKILL)
-        closed = [e for e in closed_events(stream, wanted=3)
-                  if e["ts_ms"] >= killed_ms and e["key"] in held]
-        sides = {e["closed_by"] for e in closed}
-        assert "broker" in sides and "client" not in sides, [
-            (e["closed_by"], e["reason"], e["role"], e["remote"], e["detail"]) for e in closed]
+        events, _ = read_until(stream, lambda events, _: held.keys() <= {
+            e["key"] for e in events if e["kind"] == "closed"}, 30)
+        flows = capture.stop()
+        capture = None
     finally:
         for child in (stream, consumer, cluster):
             if child is not None:
                 child.stop()
+        if capture is not None:
+            capture.stop()
+    told = []
+    for e in events:
+        if e["kind"] != "closed" or e["ts_ms"] < killed_ms or e["key"] not in held:
+            continue
+        flow = flows.get((int(held[e["key"]].rpartition(":")[2]),
+                          int(e["remote"].rpartition(":")[2])))
+        first = None if flow is None or flow.first_close_by is None else (
+            "either" if flow.simultaneous else flow.first_close_by.replace("server", "broker"))
+        told.append((e["closed_by"], first, e["reason"], flow and flow.first_close_kind,
+                     e["role"], held[e["key"]], e["remote"], e["detail"]))
+    assert len(told) == len(held) and all(first for _, first, *_ in told), told
+    assert any(side == "broker" for side, *_ in told), told
+    assert all(side in (first, "unknown") or first == "either" for side, first, *_ in told), told
+    assert all((why == "reset") == (kind == "RST") or why == "unknown"
+               for _, _, why, kind, *_ in told), told
 
 
 class IdleProxy:

@@ -203,6 +203,19 @@ def test_a_connect_answered_by_a_reset_is_refused_never_a_per_ip_rejection():
     assert not lives.open
 
 
+def test_a_reset_and_the_close_it_causes_stamped_alike_read_as_the_broker_s_reset():
+    """The rings are read one tracepoint after another (the state changes' first) and their
+    records sorted by epoch ms, which tells apart stamps 0.24 us apart and no closer: a RST
+    and the ESTABLISHED -> CLOSE it causes, stamped alike, ended the life at the state change
+    first, as the client's abort; the RST, read next, found no life."""
+    from kmon.sources.kernel.kernel_events import in_order
+
+    lives = ConnectionLives()
+    lives.feed([state(0, 7, 2), state(1, 2, 1)], {10})
+    _, (reset,) = lives.feed(in_order([state(5000, 1, 7, pid=0), reset_in(5000)]), {10})
+    assert (reset.closed_by, reset.reset) == ("broker", "broker")
+
+
 def test_a_reset_read_apart_from_its_close_still_ends_the_life_once():
     """The RST and the state change it causes fall in two reads: the life waits, then ends
     at the RST's time."""

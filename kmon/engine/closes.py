@@ -20,7 +20,10 @@ side: that decides the side, a RST makes the reason ``reset`` (unless a
 middlebox's idle timeout explains it), and a broker that closed right after a
 SASL request failed the authentication (``auth_failed``). Without packets a
 reset cannot be told from a passive close: a connection the client did not
-close first is the broker's doing (``broker``), whether by FIN or RST.
+close first is the broker's doing (``broker``), whether by FIN or RST. Where the
+wire runs but its capture still held the close back when the socket went (the
+wait for it timed out), the side comes from the kernel and the reason is
+``unknown``: a FIN, a RST or a failed login, unread.
 """
 
 from __future__ import annotations
@@ -138,6 +141,8 @@ def wire_reason(wire: WireClose, kernel_reason: str) -> str:
     failed login."""
     if kernel_reason in IDLE_REASONS or kernel_reason == "connect_failed":
         return kernel_reason
+    if not wire.heard:
+        return "unknown"  # a FIN, a RST, a failed login: the capture had not handed it over
     if wire.auth_failed or (wire.first_by == "broker" and wire.last_api in SASL_APIS):
         return "auth_failed"
     if wire.tls and (wire.last_api is None or wire.last_api in SASL_APIS):
@@ -161,7 +166,7 @@ def story(life: SocketLife, kernel_state: str | None, closed_ms: int,
     established = not life.states <= NOT_ESTABLISHED | SEEN_CLOSED
     if not established:
         side = "unknown"
-    elif wire is not None:
+    elif wire is not None and wire.heard:
         side = wire.first_by
     else:
         side = closed_by(life, kernel_state, closed_ms)
@@ -169,8 +174,8 @@ def story(life: SocketLife, kernel_state: str | None, closed_ms: int,
                  max(0, closed_ms - life.last_seen_ms))
     if wire is not None:
         why = wire_reason(wire, why)
-    elif life.states <= SEEN_CLOSED:  # refused, or reset, before any poll saw it open
-        side = why = "unknown"
+    if (wire is None or not wire.heard) and life.states <= SEEN_CLOSED:
+        side = why = "unknown"  # refused, or reset, before any poll saw it open
     why = drop_reason(conn, why)
     # opened before kmon saw it: it lived at least as long as it was idle
     seen_for = life.last_seen_ms - life.first_seen_ms
@@ -196,7 +201,7 @@ def exact_story(life: SocketLife, kernel: KernelLife,
     why = kernel.ending or reason(side, counted, conn.idle_limits, True)
     if kernel.ending is None and kernel.reset is not None and why not in IDLE_REASONS:
         why = "reset"
-    if wire is not None:
+    if wire is not None and wire.heard:  # the kernel timed it: an unheard wire adds nothing
         why = wire_reason(wire, why)
     why = drop_reason(conn, why)
     return CloseStory(

@@ -324,24 +324,26 @@ class KernelEvents:
             return
         old, self.rings, self.ports = self.rings, self._open_all(ports), ports
         for ring in old:
-            self._drain(ring, self._pending)
+            self._drain(ring, self._pending, _epoch_ms())
             self._retiring.append((ring, RETIRING_READS))
 
     def read(self) -> list[TcpEvent]:
         """The events recorded since the last read, oldest first."""
         out, self._pending = self._pending, []
         overlap = bool(out)  # rings replaced by a new filter recorded alongside the new ones
+        epoch_ms = _epoch_ms()  # one for every ring: their records interleave as stamped
         for ring in self.rings:
-            self._drain(ring, out)
+            self._drain(ring, out, epoch_ms)
         retiring, self._retiring = self._retiring, []
         for ring, reads in retiring:
-            if self._drain(ring, out, retiring=True) or reads <= 1:
+            if self._drain(ring, out, epoch_ms, retiring=True) or reads <= 1:
                 _close([ring])
             else:
                 self._retiring.append((ring, reads - 1))
-        return sorted(set(out) if overlap else out, key=lambda e: e.ts_ms)
+        return in_order(list(set(out)) if overlap else out)
 
-    def _drain(self, ring: _Ring, out: list[TcpEvent], retiring: bool = False) -> bool:
+    def _drain(self, ring: _Ring, out: list[TcpEvent], epoch_ms: float,
+               retiring: bool = False) -> bool:
         """The ring's records into ``out`` (``read_ring``); True when there were any. A ring
         replaced by a new filter (``retiring``) gives only the count of records it lost before:
         the record the kernel writes first once it has room (what follows is the new rings')."""
@@ -360,7 +362,7 @@ class KernelEvents:
                 self.lost_connects += count
 
         return read_ring(ring.buffer, ring.pages, sample, lost,
-                         MAX_EVENTS_PER_READ - len(out), retiring)
+                         MAX_EVENTS_PER_READ - len(out), retiring, epoch_ms)
 
     def close(self) -> None:
         """Stop the events and free their rings."""
@@ -368,13 +370,28 @@ class KernelEvents:
         self.rings, self._retiring = [], []
 
 
+def in_order(events: list[TcpEvent]) -> list[TcpEvent]:
+    """Oldest first; at one instant (stamps closer than a float of epoch ms tells apart, 0.24
+    us) a socket's reset before the state change it causes, as the kernel records them
+    (``tcp_reset`` traces the RST, then ``tcp_done`` closes the socket): read the other way
+    round, a reset connection would pass for one the client aborted."""
+    return sorted(events, key=lambda e: (e.ts_ms, e.kind == "state"))
+
+
+def _epoch_ms() -> float:
+    """What turns a CLOCK_MONOTONIC stamp in ms into UTC epoch ms, now."""
+    return (time.time() - time.monotonic()) * 1000
+
+
 def read_ring(buf: mmap.mmap, pages: int, sample: Callable[[int, int, float, bytes], bool],
-              lost: Callable[[int], None], room: int, retiring: bool = False) -> bool:
+              lost: Callable[[int], None], room: int, retiring: bool = False,
+              epoch_ms: float | None = None) -> bool:
     """The records between a perf ring's tail and head, copied out in one or two slices
     (where they wrap), then read in place: each sample handed to ``sample(pid, tid, ts_ms,
     raw)`` (True: it counts against ``room``, the most taken), each count of records the
     kernel dropped to ``lost``; True when there were any. ``retiring``: only the count of
-    records lost, and only the first record's."""
+    records lost, and only the first record's. ``epoch_ms``: the offset to UTC of the rings
+    read together (each its own taken apart: a few us, or a preemption, between them)."""
     page = mmap.PAGESIZE
     size = pages * page
     head, tail = struct.unpack_from("<QQ", buf, 1024)
@@ -382,7 +399,8 @@ def read_ring(buf: mmap.mmap, pages: int, sample: Callable[[int, int, float, byt
     data = buf[start:min(end, page + size)]
     if end > page + size:
         data += buf[page:end - size]
-    epoch_ms = (time.time() - time.monotonic()) * 1000
+    if epoch_ms is None:
+        epoch_ms = _epoch_ms()
     at = 0
     while at + 8 <= len(data) and room > 0:
         kind, _, length = HEADER.unpack_from(data, at)

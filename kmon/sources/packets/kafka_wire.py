@@ -39,6 +39,7 @@ MAX_REMOTE_PORTS = 256  # the remote ports remembered: a broker with no socket o
 TLS_RECORDS = (b"\x15\x03", b"\x16\x03", b"\x17\x03")  # alert, handshake, application data
 # their responses name brokers, or say that a login failed
 ANSWERS_KMON_READS = frozenset({kp.METADATA, kp.FIND_COORDINATOR, *kp.SASL_APIS})
+UNHEARD = WireClose("unknown", False, None, heard=False)  # a close the ring still held back
 
 
 @dataclass
@@ -128,6 +129,13 @@ class WireTap:
     def close(self) -> None:
         self.capture.close()
 
+    def losing(self, pairs: list[tuple[Endpoint, Endpoint]]) -> bool:
+        """True when a socket of the last poll is not among ``pairs`` (the (local, remote) of
+        this poll's): its closing segments may still be in the capture's ring (``settle``
+        before reading)."""
+        return (self.pairs is not None and pairs != self.pairs
+                and not set(self.pairs) <= set(pairs))
+
     def learn(self, brokers: dict[int, tuple[str, int]], now_ms: int) -> None:
         """Brokers named by another source (kmon's own Metadata request): the process, which
         talks Kafka to them, knew them by ``now_ms``."""
@@ -151,10 +159,13 @@ class WireTap:
         return not capture.queue and capture.drops == self.drops
 
     def poll(self, sockets: list[TcpSocket], now_ms: int,
-             tls_writes: Sequence[tuple[int, float, bytes]] = ()) -> WireView:
+             tls_writes: Sequence[tuple[int, float, bytes]] = (),
+             settled: bool = True) -> WireView:
         """Take in the segments queued since the last poll, and ``tls_writes``, the starts of
         the process's TLS writes as (socket inode, epoch ms, bytes) (kmon.sources.tls); follow
-        ``sockets`` from now on."""
+        ``sockets`` from now on. Not ``settled``: the capture's ring still held back packets
+        from before the sockets were read, and a socket gone without its close read closed
+        unheard."""
         pairs = [(s.local, s.remote) for s in sockets]
         same = pairs == self.pairs  # the sockets of the last poll (the same endpoints)
         mine = self.mine if same else {(_address(s.local), _address(s.remote)): s
@@ -177,6 +188,9 @@ class WireTap:
                 del flows[key]
             elif now_ms - flow.first_ms > UNOWNED_FOR_MS:
                 del flows[key]
+        if not settled:
+            for local, remote in gone:
+                closes.setdefault((Endpoint(*local), Endpoint(*remote)), UNHEARD)
         for (local, remote), close in self.unpolled.items():
             closes[(Endpoint(*local), Endpoint(*remote))] = close
         self.unpolled = {}

@@ -5,9 +5,12 @@ local ports, and to or from those remote ports, on every interface, loopback
 included, cut short by ``kmon.sources.packets.packet_filter``;
 ``read()`` hands over what the kernel queued since the last call in a few
 block-sized batches (no system call per packet), and ``drops`` counts what the
-kernel could not queue. A segment that does not start at a Kafka frame boundary
-of its stream (``kmon.sources.packets.frame_boundaries``: a frame's body, a spoofed
-segment) is not handed over. Needs CAP_NET_RAW: ``PermissionError`` otherwise.
+kernel could not queue. The kernel hands a block over only once it is full or
+``RETIRE_BLOCK_MS`` after it opened: a close the socket table already shows may
+still sit in the block it fills, and ``settle`` waits for that block. A segment
+that does not start at a Kafka frame boundary of its stream
+(``kmon.sources.packets.frame_boundaries``: a frame's body, a spoofed segment)
+is not handed over. Needs CAP_NET_RAW: ``PermissionError`` otherwise.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ import functools
 import ipaddress
 import mmap
 import os
+import select
 import socket
 import struct
+import time
 from typing import NamedTuple
 
 from kmon.sources.packets import packet_filter
@@ -36,6 +41,11 @@ BLOCK_SIZE = 1 << 16
 BLOCKS = 32  # 2 MiB of ring: a second of a busy client's cut-short segments
 FRAME_SIZE = 2048
 RETIRE_BLOCK_MS = 50  # a block is handed over this long after its first packet at most
+# ``settle`` waits this long at most: the kernel's retire timer was seen 280 ms late on a
+# host at load average 30
+SETTLE_TIMEOUT_S = 0.5
+BLOCK_OPENED = struct.Struct("=II")  # a block's ts_first_pkt: when the kernel opened it
+BLOCK_OPENED_AT = 32
 BLOCK_HEADER = struct.Struct("=IIIIIIQ")  # version, offset_to_priv, status, num_pkts, first, len
 PACKET_HEADER = struct.Struct("=IIII10xH")  # next, sec, nsec, snaplen, (len, status, mac,) net
 TCP_OFFSET_FLAGS = struct.Struct("!BB")  # 12 bytes into the TCP header
@@ -76,6 +86,7 @@ class PacketCapture:
         self.endpoints: dict[bytes, tuple[Address, Address]] = {}
         self.frames = FrameBoundaries()
         self.fast = _fast_layout(96, 0x80)  # as on x86-64 with TCP timestamps; read() learns it
+        self.settled: list[Segment] = []  # read by ``settle``, handed over by the next read
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, 0)  # receives nothing yet
         try:
             self.loopback = socket.if_nametoindex("lo")
@@ -106,6 +117,26 @@ class PacketCapture:
         self.sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
         self.local_ports, self.remote_ports, self.responses = wanted
         self.attached = True
+
+    def settle(self, before: float, timeout_s: float = SETTLE_TIMEOUT_S) -> bool:
+        """Wait until every packet captured before ``before`` (epoch seconds) can be read: the
+        block the kernel fills, if it opened before then and holds packets, is handed over
+        (the next ``read`` gives its segments). At most ``timeout_s``; False when the block
+        was still held then."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            # every handed-over block back to the kernel: the socket polls readable at the next
+            self.settled = self.read()
+            base = self.block * BLOCK_SIZE
+            _, _, status, count, _, _, _ = BLOCK_HEADER.unpack_from(self.ring, base)
+            sec, nsec = BLOCK_OPENED.unpack_from(self.ring, base + BLOCK_OPENED_AT)
+            if not status & TP_STATUS_USER and (not count or sec + nsec / 1e9 >= before):
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if not status & TP_STATUS_USER:
+                select.select([self.sock], [], [], left)
 
     def read(self) -> list[Segment]:
         """Every segment queued since the last read, in order.
@@ -180,10 +211,11 @@ class PacketCapture:
             taken += 1
         if taken:  # the kernel drops only while the ring is full: then blocks were ready
             self._count_drops()
-        endpoints = self.endpoints
-        return [Segment(_ms(sec, nsec), *(endpoints.get(raw) or _remember(raw, endpoints)),
-                        data, flags, repeats, first_ms)
-                for sec, nsec, raw, data, flags, repeats, first_ms in runs.values()]
+        endpoints, settled, self.settled = self.endpoints, self.settled, []
+        return settled + [
+            Segment(_ms(sec, nsec), *(endpoints.get(raw) or _remember(raw, endpoints)), data,
+                    flags, repeats, first_ms)
+            for sec, nsec, raw, data, flags, repeats, first_ms in runs.values()]
 
     def _count_drops(self) -> None:
         packets, drops, _ = struct.unpack("=III", self.sock.getsockopt(
