@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from benchmarks.truth.capture import Flow, payload
 from benchmarks.truth.client_log import ClientLog
-from benchmarks.truth.score import Context, Tally, packet_role
+from benchmarks.truth.score import Context, Tally, close_truth, packet_role
 
 
 def request(key: int, size: int = 40, version: int = 3) -> bytes:
@@ -85,3 +85,48 @@ def test_an_unsettled_verdict_is_neither_told_nor_a_view_disagreement():
     assert ps_disagreements([stream], {"broker": 2}) != []
     assert summed_disagreements([[stream]], Counter(broker=1, unknown=1)) == []
     assert summed_disagreements([[stream]], Counter(broker=2)) != []
+
+
+# librdkafka's debug log of one handle (as a kept run of client-idle-reap under load printed
+# it): a connect(), and its idle reap, logged 7.7 ms after the FIN the capture saw at
+# 870.561303; then the handle's next connect()
+LOG = """\
+%7|1795675866.224|CONNECT|producer-1| [thrd:127.0.0.1:33847/1]: 127.0.0.1:33847/1: \
+Connecting to ipv4#127.0.0.1:33847 (plaintext) with socket 6
+%7|1795675870.569|FAIL|producer-1| [thrd:127.0.0.1:33847/1]: 127.0.0.1:33847/1: \
+Connection max idle time exceeded (4192ms since last activity) (after 4200ms in state UP) \
+(_TRANSPORT)
+%7|1795675871.445|CONNECT|producer-1| [thrd:127.0.0.1:33847/1]: 127.0.0.1:33847/1: \
+Connecting to ipv4#127.0.0.1:33847 (plaintext) with socket 6
+"""
+EPOCH_S = 1795675000
+
+
+def client_close(tmp_path, fin_s: float, log: str = LOG) -> str:
+    """The oracle's side/reason of a client's FIN at ``EPOCH_S + fin_s`` on the socket the
+    log's first connect() made."""
+    path = tmp_path / "client.log"
+    path.write_text(log)
+    flow = Flow(58570, 33847, (EPOCH_S + 866.2254) * 1000, accepted=True,
+                first_close_by="client", first_close_kind="FIN",
+                close_ms=(EPOCH_S + fin_s) * 1000)
+    ctx = Context({(58570, 33847): flow}, ClientLog.read(path), {}, {33847: 1})
+    return close_truth(flow, ctx)
+
+
+def test_an_idle_reap_is_logged_after_its_fin_however_late(tmp_path):
+    """librdkafka closes the socket, then logs "max idle time exceeded": on a loaded machine
+    the line came 7.7 ms after the FIN, and it is still that socket's reap; so is one
+    stamped a millisecond before it (the log cuts its time to the millisecond)."""
+    assert client_close(tmp_path, 870.561303) == "client/client_idle_reap"
+    assert client_close(tmp_path, 870.3) == "client/client_idle_reap"  # 269 ms late
+    assert client_close(tmp_path, 870.5695) == "client/client_idle_reap"
+
+
+def test_a_reap_logged_before_the_fin_or_after_the_next_connect_is_another_sockets(tmp_path):
+    """A reap line before the FIN (less the log's cut millisecond) closed an earlier socket
+    of the handle: this one the client closed for another reason; one after the handle's
+    next connect() reaped a later socket."""
+    assert client_close(tmp_path, 870.571) == "client/client_closed"
+    later = LOG.replace("1795675870.569|FAIL", "1795675871.500|FAIL")
+    assert client_close(tmp_path, 870.561303, later) == "client/client_closed"

@@ -7,7 +7,8 @@ the other's: a simultaneous close, where either side is right); closed by the br
 without a byte from it while the brokers' log rejected connections,
 ``per_ip_rejected``; to a SASL port that answered, while the brokers' log failed
 authentications, ``auth_failed``; a RST first, ``reset``; the client's,
-``client_idle_reap`` when its log reaped that handle within the second before, else
+``client_idle_reap`` when its log reaped that handle's socket (logged after its FIN,
+before the handle's next connect), else
 ``client_closed``; the broker's, ``broker_idle_reap`` when the packets show it idle
 for the broker's limit (less 100 ms), else ``broker_closed``. A socket's role is the
 librdkafka handle whose ``connect()`` made it (by its fd in /proc, else the connect
@@ -98,8 +99,7 @@ def close_reason(flow: Flow, ctx: Context) -> str:
         return f"{side}/reset"
     if side == "client":
         connect = handle(flow, ctx)
-        reaped = connect is not None and ctx.log.reaped(ctx.log.name_of(connect, flow.close_ms),
-                                                        flow.close_ms)
+        reaped = connect is not None and ctx.log.reaped(connect, flow.close_ms)
         return "client/client_idle_reap" if reaped else "client/client_closed"
     idle = flow.idle_at_close_ms()
     if ctx.broker_idle_ms and idle is not None and idle >= ctx.broker_idle_ms - 100:
