@@ -1,6 +1,7 @@
 """The ground-truth harness's packet oracle read on its own (benchmarks/truth/): the API key
 of each request a client sent, from the first bytes of its segments as tcpdump prints them,
-and a socket's role from those keys."""
+and a socket's role from those keys; and the client log's oracle of an idle reap, against
+the FIN the capture saw."""
 
 from __future__ import annotations
 
