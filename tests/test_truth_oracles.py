@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from benchmarks.truth.capture import Flow, payload
 from benchmarks.truth.client_log import ClientLog
-from benchmarks.truth.score import Context, Tally, close_truth, packet_role
+from benchmarks.truth.score import Context, Tally, close_truth, packet_role, score_closes
 
 
 def request(key: int, size: int = 40, version: int = 3) -> bytes:
@@ -131,3 +131,33 @@ def test_a_reap_logged_before_the_fin_or_after_the_next_connect_is_another_socke
     assert client_close(tmp_path, 870.571) == "client/client_closed"
     later = LOG.replace("1795675870.569|FAIL", "1795675871.500|FAIL")
     assert client_close(tmp_path, 870.561303, later) == "client/client_closed"
+
+
+TWO_HANDLES = """\
+%7|1795677003.187|CONNECT|producer-1| [thrd:127.0.0.1:40099/bootstrap]: \
+127.0.0.1:40099/bootstrap: Connecting to ipv4#127.0.0.1:40099 (plaintext) with socket 7
+%7|1795677003.202|CONNECT|producer-1| [thrd:127.0.0.1:40099/1]: 127.0.0.1:40099/1: \
+Connecting to ipv4#127.0.0.1:40099 (plaintext) with socket 5
+%7|1795677008.221|FAIL|producer-1| [thrd:127.0.0.1:40099/1]: 127.0.0.1:40099/1: \
+Connection max idle time exceeded (5006ms since last activity) (after 5010ms in state UP) \
+(_TRANSPORT)
+"""
+
+
+def test_a_client_close_of_a_socket_whose_handle_is_untold_has_no_oracle(tmp_path):
+    """Two handles logged their connect() 15 ms apart before the SYN, and /proc never showed
+    the socket's fd (it closed before the scenario watched the process, as a kept run under
+    load had it): whether its handle reaped it is unknown, not ``client_closed``; so kmon's
+    reap of it is neither right nor wrong. With its fd seen, it is the reap the log tells."""
+    path = tmp_path / "client.log"
+    path.write_text(TWO_HANDLES)
+    flow = Flow(39006, 40099, 1795677003203.017, accepted=True, first_close_by="client",
+                first_close_kind="FIN", close_ms=1795677008221.6)
+    log, flows = ClientLog.read(path), {(39006, 40099): flow}
+    assert close_truth(flow, Context(flows, log, {}, {40099: 1})) is None
+    said = {"ports": (39006, 40099), "ts_ms": 1795677008300, "closed_by": "client",
+            "reason": "client_idle_reap"}
+    tally = score_closes([said], Context(flows, log, {}, {40099: 1}), 0, 1 << 62)
+    assert (tally.no_oracle, tally.wrong, tally.confident_wrong) == (1, 0, 0)
+    seen = Context(flows, log, {(39006, 40099): 5}, {40099: 1})
+    assert close_truth(flow, seen) == "client/client_idle_reap"
