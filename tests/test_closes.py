@@ -57,7 +57,14 @@ def test_the_reason_follows_the_side_and_the_idle_time_against_each_limit():
     assert reason("client", 0, limits, False) == "connect_failed"
     # librdkafka reaps from 80% of its limit; kmon's idle can trail its stamps by a few ms
     assert reason("client", 3997, {"client": 5000}, True) == "client_idle_reap"
-    assert reason("client", 3500, {"client": 5000}, True) == "client_closed"
+    # below that, down to the limit less librdkafka's jitter (up to 2 s, drawn once per broker
+    # for a limit of 4 s or more), a reap cannot be told from another close (issue 33)
+    assert reason("client", 3500, {"client": 5000}, True) == "unknown"
+    assert reason("client", 2950, {"client": 5000}, True) == "unknown"  # 2 s and 1% short
+    assert reason("client", 2800, {"client": 5000}, True) == "client_closed"
+    assert reason("client", 2000, {"client": 3000}, True) == "client_closed"  # no jitter
+    assert reason("client", 7100, {"client": 10_000}, True) == "client_closed"
+    assert reason("client", 7900, {"client": 10_000}, True) == "client_idle_reap"
     # the client's own limit unknown (no statistics, no JMX): a reap or its application's
     # close after 4 s idle cannot be told apart; a busy connection's close can
     assert reason("client", 4000, {"broker": 600_000}, True) == "unknown"

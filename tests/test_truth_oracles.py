@@ -1,12 +1,13 @@
 """The ground-truth harness's packet oracle read on its own (benchmarks/truth/): the API key
 of each request a client sent, from the first bytes of its segments as tcpdump prints them,
-and a socket's role from those keys."""
+and a socket's role from those keys; and the client log's oracle of an idle reap, against
+the FIN the capture saw."""
 
 from __future__ import annotations
 
 from benchmarks.truth.capture import Flow, payload
 from benchmarks.truth.client_log import ClientLog
-from benchmarks.truth.score import Context, Tally, packet_role
+from benchmarks.truth.score import Context, Tally, close_truth, packet_role, score_closes
 
 
 def request(key: int, size: int = 40, version: int = 3) -> bytes:
@@ -111,3 +112,78 @@ def test_a_view_is_held_to_the_stream_s_snapshots_around_its_moment():
     late.join()
     assert summed_disagreements([around], Counter(broker=2)) == []
     assert summed_disagreements([around[:1]], Counter(broker=2)) != []  # the old window
+
+
+# librdkafka's debug log of one handle (as a kept run of client-idle-reap under load printed
+# it): a connect(), and its idle reap, logged 7.7 ms after the FIN the capture saw at
+# 870.561303; then the handle's next connect()
+LOG = """\
+%7|1795675866.224|CONNECT|producer-1| [thrd:127.0.0.1:33847/1]: 127.0.0.1:33847/1: \
+Connecting to ipv4#127.0.0.1:33847 (plaintext) with socket 6
+%7|1795675870.569|FAIL|producer-1| [thrd:127.0.0.1:33847/1]: 127.0.0.1:33847/1: \
+Connection max idle time exceeded (4192ms since last activity) (after 4200ms in state UP) \
+(_TRANSPORT)
+%7|1795675871.445|CONNECT|producer-1| [thrd:127.0.0.1:33847/1]: 127.0.0.1:33847/1: \
+Connecting to ipv4#127.0.0.1:33847 (plaintext) with socket 6
+"""
+EPOCH_S = 1795675000
+
+
+def client_close(tmp_path, fin_s: float, log: str = LOG) -> str:
+    """The oracle's side/reason of a client's FIN at ``EPOCH_S + fin_s`` on the socket the
+    log's first connect() made."""
+    path = tmp_path / "client.log"
+    path.write_text(log)
+    flow = Flow(58570, 33847, (EPOCH_S + 866.2254) * 1000, accepted=True,
+                first_close_by="client", first_close_kind="FIN",
+                close_ms=(EPOCH_S + fin_s) * 1000)
+    ctx = Context({(58570, 33847): flow}, ClientLog.read(path), {}, {33847: 1})
+    return close_truth(flow, ctx)
+
+
+def test_an_idle_reap_is_logged_after_its_fin_however_late(tmp_path):
+    """librdkafka closes the socket, then logs "max idle time exceeded": on a loaded machine
+    the line came 7.7 ms after the FIN, and it is still that socket's reap; so is one
+    stamped a millisecond before it (the log cuts its time to the millisecond)."""
+    assert client_close(tmp_path, 870.561303) == "client/client_idle_reap"
+    assert client_close(tmp_path, 870.3) == "client/client_idle_reap"  # 269 ms late
+    assert client_close(tmp_path, 870.5695) == "client/client_idle_reap"
+
+
+def test_a_reap_logged_before_the_fin_or_after_the_next_connect_is_another_sockets(tmp_path):
+    """A reap line before the FIN (less the log's cut millisecond) closed an earlier socket
+    of the handle: this one the client closed for another reason; one after the handle's
+    next connect() reaped a later socket."""
+    assert client_close(tmp_path, 870.571) == "client/client_closed"
+    later = LOG.replace("1795675870.569|FAIL", "1795675871.500|FAIL")
+    assert client_close(tmp_path, 870.561303, later) == "client/client_closed"
+
+
+TWO_HANDLES = """\
+%7|1795677003.187|CONNECT|producer-1| [thrd:127.0.0.1:40099/bootstrap]: \
+127.0.0.1:40099/bootstrap: Connecting to ipv4#127.0.0.1:40099 (plaintext) with socket 7
+%7|1795677003.202|CONNECT|producer-1| [thrd:127.0.0.1:40099/1]: 127.0.0.1:40099/1: \
+Connecting to ipv4#127.0.0.1:40099 (plaintext) with socket 5
+%7|1795677008.221|FAIL|producer-1| [thrd:127.0.0.1:40099/1]: 127.0.0.1:40099/1: \
+Connection max idle time exceeded (5006ms since last activity) (after 5010ms in state UP) \
+(_TRANSPORT)
+"""
+
+
+def test_a_client_close_of_a_socket_whose_handle_is_untold_has_no_oracle(tmp_path):
+    """Two handles logged their connect() 15 ms apart before the SYN, and /proc never showed
+    the socket's fd (it closed before the scenario watched the process, as a kept run under
+    load had it): whether its handle reaped it is unknown, not ``client_closed``; so kmon's
+    reap of it is neither right nor wrong. With its fd seen, it is the reap the log tells."""
+    path = tmp_path / "client.log"
+    path.write_text(TWO_HANDLES)
+    flow = Flow(39006, 40099, 1795677003203.017, accepted=True, first_close_by="client",
+                first_close_kind="FIN", close_ms=1795677008221.6)
+    log, flows = ClientLog.read(path), {(39006, 40099): flow}
+    assert close_truth(flow, Context(flows, log, {}, {40099: 1})) is None
+    said = {"ports": (39006, 40099), "ts_ms": 1795677008300, "closed_by": "client",
+            "reason": "client_idle_reap"}
+    tally = score_closes([said], Context(flows, log, {}, {40099: 1}), 0, 1 << 62)
+    assert (tally.no_oracle, tally.wrong, tally.confident_wrong) == (1, 0, 0)
+    seen = Context(flows, log, {(39006, 40099): 5}, {40099: 1})
+    assert close_truth(flow, seen) == "client/client_idle_reap"

@@ -22,6 +22,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated, of: {', '.join(known)} (default: all)")
     parser.add_argument("--out", type=Path, default=None, metavar="FILE",
                         help="write the matrices as markdown here")
+    parser.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                        help="leave each scenario's evidence (clients' logs, tcpdump's text, "
+                             "kmon's closes) in a folder under DIR")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
     unknown = [n for n in names if n not in known]
@@ -35,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     outcomes = []
     for name in (n for n in names if n in SCENARIOS):
         print(f"running {name}...", file=sys.stderr, flush=True)
-        outcomes += run(SCENARIOS[name])
+        outcomes += run(SCENARIOS[name], args.keep)
     found = findings.run([n for n in names if n in findings.SCENARIOS])
     if outcomes:
         print(report.text_table(outcomes))

@@ -8,6 +8,7 @@ import re
 import subprocess
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 
 # 1795620298.156956 IP 127.0.0.1.59964 > 127.0.0.1.54403: Flags [S], seq 1, ..., length 0
 LINE = re.compile(r"^(\d+\.\d+) IP6? (\S+)\.(\d+) > (\S+)\.(\d+): Flags \[([^\]]*)\]"
@@ -77,6 +78,7 @@ class Capture:
 
     ports: set[int]
     flows: dict[tuple[int, int], Flow] = field(default_factory=dict)  # by (client, server port)
+    keep: Path | None = None  # tcpdump's text, kept here as it was read (for a post-mortem)
 
     def start(self) -> Capture:
         expression = "tcp and (" + " or ".join(f"port {p}" for p in sorted(self.ports)) + ")"
@@ -99,7 +101,10 @@ class Capture:
 
     def _read(self) -> None:
         pending, data = None, bytearray()  # a client data segment's (flow, seq), its bytes
+        kept = self.keep.open("w") if self.keep else None
         for line in self.proc.stdout:
+            if kept:
+                kept.write(line)
             if pending and (hexes := HEX.match(line)):
                 data += bytes.fromhex(hexes[1].replace(" ", ""))
                 continue
@@ -111,6 +116,8 @@ class Capture:
             if match:
                 with self.lock:
                     pending = self._segment(match)
+        if kept:
+            kept.close()
 
     def _segment(self, match: re.Match) -> tuple[Flow, int] | None:
         """Apply one packet's header line; (flow, seq) when it is a client data segment

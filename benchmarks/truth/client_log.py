@@ -35,7 +35,7 @@ class ClientLog:
 
     connects: list[Connect]
     refused: list[tuple[int, int]]  # (ts_ms, port) of each refused connect()
-    idle_closes: list[tuple[int, str]]  # (ts_ms, handle) of each idle reap the client made
+    idle_closes: list[tuple[int, str, str]]  # (ts_ms, instance, handle) of each idle reap
     renames: list[tuple[int, str, str, str]]  # (ts_ms, instance, old, new): a handle renamed
 
     def name_of(self, connect: Connect, until_ms: float | None) -> str:
@@ -64,7 +64,7 @@ class ClientLog:
             elif found := RENAMED.search(text):
                 renames.append((ts_ms, instance, found[1], found[2]))
             elif IDLE in text:
-                idle.append((ts_ms, handle))
+                idle.append((ts_ms, instance, handle))
         return cls(connects, refused, idle, renames)
 
     def handle_of(self, port: int, syn_ms: float, fd: int | None) -> Connect | None:
@@ -94,10 +94,19 @@ class ClientLog:
         """The client logged a refused connect() to ``port`` within 100 ms of ``ts_ms``."""
         return any(p == port and abs(t - ts_ms) <= 100 for t, p in self.refused)
 
-    def reaped(self, handle: str, close_ms: float) -> bool:
-        """The client logged its own idle reap of ``handle`` just before ``close_ms``."""
-        return any(h == handle and close_ms - 1000 <= t <= close_ms + 5
-                   for t, h in self.idle_closes)
+    def reaped(self, connect: Connect, close_ms: float) -> bool:
+        """The client logged its own idle reap of the socket ``connect`` made, which it closed
+        at ``close_ms`` (its first FIN). librdkafka closes the socket first and logs why after
+        (rd_kafka_broker_fail), so the line is stamped at or after the FIN (its time cut to
+        the millisecond: from ``close_ms`` - 1 on), however long the thread waited for a CPU
+        in between, and before the handle's next ``connect()``: until then the handle held
+        no other socket to reap."""
+        name = self.name_of(connect, close_ms)
+        after = [c.ts_ms for c in self.connects
+                 if c.instance == connect.instance and c.handle == name and c.ts_ms > close_ms]
+        until = min(after, default=float("inf"))
+        return any(i == connect.instance and h == name and close_ms - 1 <= t <= until
+                   for t, i, h in self.idle_closes)
 
 
 def role_of(handle: str, port: int, node_of_port: dict[int, int]) -> str:

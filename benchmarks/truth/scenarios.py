@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 import time
@@ -89,8 +90,9 @@ class Scenario:
         return int(value) if value else None
 
 
-def run(scenario: Scenario) -> list[Outcome]:
-    """Run one scenario from a cluster of its own to its last stopped process."""
+def run(scenario: Scenario, keep: Path | None = None) -> list[Outcome]:
+    """Run one scenario from a cluster of its own to its last stopped process; ``keep``: a
+    folder to leave its evidence in (the clients' logs, tcpdump's text, kmon's closes)."""
     names = scenario.client_names or ("client",)
     cluster = KafkaCluster(scenario.brokers, dict(scenario.broker_config))
     try:
@@ -99,11 +101,12 @@ def run(scenario: Scenario) -> list[Outcome]:
         cluster.stop()
         return [Outcome(scenario.name, n, not_run=f"the cluster did not start: {err}")
                 for n in names]
-    workdir = Path(tempfile.mkdtemp(prefix="kmon-truth-"))
+    workdir = Path(tempfile.mkdtemp(prefix="kmon-truth-", dir=keep))
     ports = {p for node in cluster.nodes for name, p in node.ports.items()
              if name in CLIENT_LISTENERS}
     node_of_port = {p: node.node_id for node in cluster.nodes for p in node.ports.values()}
-    capture, owners, streams, started, serve = Capture(ports), Owners(), {}, [], None
+    capture = Capture(ports, keep=workdir / "packets.txt" if keep else None)
+    owners, streams, started, serve = Owners(), {}, [], None
     recording, recorded = None, {}
     try:
         capture.start()
@@ -151,6 +154,8 @@ def run(scenario: Scenario) -> list[Outcome]:
     outcomes = []
     for client in started:
         stream = streams[client.name]
+        if keep:
+            client.log.with_suffix(".closes.json").write_text(json.dumps(stream.closes()))
         ctx = Context(flows, ClientLog.read(client.log), owners.seen.get(client.pid, {}),
                       node_of_port, scenario.broker_idle_ms, rejected, failed_auth,
                       frozenset(n.ports["SASL_PLAINTEXT"] for n in cluster.nodes),
@@ -170,7 +175,8 @@ def run(scenario: Scenario) -> list[Outcome]:
             closes=score_closes(stream.closes(), ctx, stream.started_ms + 1000, until_ms),
             roles=score_roles(stream.last_rows(), ctx), views=views[client.name],
             notes=notes))
-    shutil.rmtree(workdir, ignore_errors=True)  # kept when not run: the clients' logs say why
+    if not keep:
+        shutil.rmtree(workdir, ignore_errors=True)  # kept when not run: the logs say why
     return outcomes
 
 

@@ -7,8 +7,10 @@ the other's: a simultaneous close, where either side is right); closed by the br
 without a byte from it while the brokers' log rejected connections,
 ``per_ip_rejected``; to a SASL port that answered, while the brokers' log failed
 authentications, ``auth_failed``; a RST first, ``reset``; the client's,
-``client_idle_reap`` when its log reaped that handle within the second before, else
-``client_closed``; the broker's, ``broker_idle_reap`` when the packets show it idle
+``client_idle_reap`` when its log reaped that handle's socket (logged after its FIN,
+before the handle's next connect), else
+``client_closed`` (no oracle where two handles connected at once and /proc never showed
+the socket's fd); the broker's, ``broker_idle_reap`` when the packets show it idle
 for the broker's limit (less 100 ms), else ``broker_closed``. A socket's role is the
 librdkafka handle whose ``connect()`` made it (by its fd in /proc, else the connect
 logged last before the SYN), under the name the handle bore then (``/bootstrap``,
@@ -80,15 +82,18 @@ class Context:
     first_syn_ms: float | None = None  # the client's first connection attempt
 
 
-def close_truth(flow: Flow, ctx: Context) -> str:
-    """side/reason of a close, from its packets, the client's log and the brokers' log."""
+def close_truth(flow: Flow, ctx: Context) -> str | None:
+    """side/reason of a close, from its packets, the client's log and the brokers' log (None:
+    the client's own close of a socket whose handle its log does not tell)."""
     if flow.refused:
         return "-/connect_failed"
     label = close_reason(flow, ctx)
+    if label is None:
+        return None
     return "both/" + label.partition("/")[2] if flow.simultaneous else label
 
 
-def close_reason(flow: Flow, ctx: Context) -> str:
+def close_reason(flow: Flow, ctx: Context) -> str | None:
     side = "client" if flow.first_close_by == "client" else "broker"
     if ctx.per_ip_rejections and side == "broker" and flow.server_bytes == 0:
         return "broker/per_ip_rejected"
@@ -98,8 +103,9 @@ def close_reason(flow: Flow, ctx: Context) -> str:
         return f"{side}/reset"
     if side == "client":
         connect = handle(flow, ctx)
-        reaped = connect is not None and ctx.log.reaped(ctx.log.name_of(connect, flow.close_ms),
-                                                        flow.close_ms)
+        if connect is None and ctx.log.connects:
+            return None  # two handles connected at once, its fd unseen: reaped or not, unknown
+        reaped = connect is not None and ctx.log.reaped(connect, flow.close_ms)
         return "client/client_idle_reap" if reaped else "client/client_closed"
     idle = flow.idle_at_close_ms()
     if ctx.broker_idle_ms and idle is not None and idle >= ctx.broker_idle_ms - 100:
@@ -141,14 +147,19 @@ def score_closes(closes: list[dict], ctx: Context, since_ms: int, until_ms: int)
             tally.matrix[("(no packets)", said)] += 1
             continue
         told.add((flow.client_port, flow.server_port, flow.syn_ms))
-        tally.add(close_truth(flow, ctx), said, unsettled, 1.0,
+        truth = close_truth(flow, ctx)
+        if truth is None:
+            tally.no_oracle += 1
+            tally.matrix[("(no handle)", said)] += 1
+            continue
+        tally.add(truth, said, unsettled, 1.0,
                   f"close of :{flow.client_port}>:{flow.server_port}")
     for flow in (f for latest in ctx.flows.values() for f in latest.attempts()):
         if (flow.close_ms is not None and since_ms <= flow.close_ms <= until_ms
                 and owned(flow, ctx)
                 and (flow.client_port, flow.server_port, flow.syn_ms) not in told):
             tally.missed += 1
-            tally.matrix[(close_truth(flow, ctx), "(none)")] += 1
+            tally.matrix[(close_truth(flow, ctx) or "(no handle)", "(none)")] += 1
     return tally
 
 

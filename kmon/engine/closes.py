@@ -47,6 +47,10 @@ REAP_SLACK_SHARE = 0.02
 # a client's close of a connection idle this long, its own idle limit unknown: a reap or
 # the application's close, which kmon cannot tell apart (an uninstrumented client)
 IDLE_WHY_UNKNOWN_MS = 1000
+# librdkafka lowers a client idle limit of twice this or more by a jitter of up to this much,
+# drawn once per broker (its CONFIGURATION.md, connections.max.idle.ms): its reaper may close
+# a connection idle only the limit less this, a reap kmon cannot tell from another close
+CLIENT_JITTER_MS = 2000
 TIME_WAIT_MS = 60_000  # how long Linux keeps the active closer's 4-tuple
 CLIENT_FIRST = frozenset({TcpState.FIN_WAIT1, TcpState.FIN_WAIT2, TcpState.CLOSING,
                           TcpState.TIME_WAIT})
@@ -103,8 +107,7 @@ def reason(side: str, idle_ms: int | None, limits: dict[str, int],
     if side == "client":
         if reaped_by("client"):
             return "client_idle_reap"
-        if ("client" not in limits and idle_ms is not None
-                and idle_ms + window_ms >= IDLE_WHY_UNKNOWN_MS):
+        if idle_ms is not None and idle_ms + window_ms >= maybe_reaped_from(limits.get("client")):
             return "unknown"  # the side is sure; why is not
         return "client_closed"
     if reaped_by("middlebox") and limits["middlebox"] < limits.get("broker", 1 << 62):
@@ -112,6 +115,17 @@ def reason(side: str, idle_ms: int | None, limits: dict[str, int],
     if side == "broker":
         return "broker_idle_reap" if reaped_by("broker") else "broker_closed"
     return "unknown"
+
+
+def maybe_reaped_from(limit_ms: int | None) -> float:
+    """The idle age from which a client's close, not surely a reap, may be one: with its own
+    limit unknown, IDLE_WHY_UNKNOWN_MS; else that limit less librdkafka's largest jitter
+    (and kmon's slack), where it applies."""
+    if limit_ms is None:
+        return IDLE_WHY_UNKNOWN_MS
+    if limit_ms < 2 * CLIENT_JITTER_MS:
+        return float("inf")
+    return limit_ms - CLIENT_JITTER_MS - REAP_SLACK_SHARE * limit_ms
 
 
 IDLE_REASONS = frozenset({"client_idle_reap", "broker_idle_reap", "middlebox_idle_drop"})
