@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 from contextlib import suppress
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -251,7 +252,10 @@ def test_a_close_is_read_against_the_limits_over_the_polls_gap_or_the_kernel_s_t
     life = SocketLife(10_000, 20_000, conn, {"ESTABLISHED", "FIN_WAIT2"})
     # a 1 s poll of a 5 s limit: seen 3.0 s idle, gone 1 s later - it may have been 4 s
     assert story(life, None, 21_000).reason == "client_idle_reap"
-    assert story(life, None, 20_100).reason == "client_closed"  # 3.1 s at most: not a reap
+    # 3.1 s at most: under the 78% share, yet librdkafka's jitter (up to 2 s) may have reaped it
+    assert story(life, None, 20_100).reason == "unknown"
+    fresh = SocketLife(10_000, 20_000, replace(conn, idle_ms=1000), {"ESTABLISHED", "FIN_WAIT2"})
+    assert story(fresh, None, 20_100).reason == "client_closed"  # 1.1 s at most: not a reap
     kernel = KernelLife(10, 9_990.0, BROKER, LOCAL, first_fin="client", closed_ms=22_000.0)
     exact = story(life, None, 23_000, exact=kernel)  # idle from 17.0 s to its FIN at 22.0 s
     assert (exact.closed_by, exact.reason, exact.idle_before_ms, exact.lifetime_ms) == (

@@ -104,9 +104,13 @@ def test_broker_reaps_and_a_killed_broker_recorded_and_analysed(start_kafka, spo
                           for r in reaped)
     assert sum(why[(victim.node_id, "broker", reason)]["closes"] for reason in KILLED_REASONS
                if (victim.node_id, "broker", reason) in why) >= len(killed)
-    # the producer's reaped connections, reopened: idle churn and reap cycles on its brokers
-    idle = [r for r in tables["idle_churn"] if r["pid"] == producer.pid and r["role"] == "broker"]
-    assert sum(r["idle_churned"] for r in idle) >= 2 and sum(r["reap_cycles"] for r in idle) >= 1
+    # the producer's reaped connections, reopened and reaped again: a reap cycle. librdkafka
+    # reopens one of its bootstrap handles once it holds no connection (its own log says so:
+    # the truth matrix's broker-idle-reap scenario), so the cycle is told on bootstrap
+    # connections, which analyze's idle_churn (broker and coordinator ones) leaves out
+    mine = sorted((e for e in reaps if e["pid"] == producer.pid), key=lambda e: e["ts_ms"])
+    reopened = [e for e in mine[1:] if e["ts_ms"] - e["lifetime_ms"] >= mine[0]["ts_ms"]]
+    assert reopened and all(e["role"] in ("bootstrap", "broker") for e in reopened), shown
     churn = {r["pid"]: r for r in tables["churn_and_leaks"]}
     # opens as the kernel counted them where its events ran (every connection, refused and
     # failed ones too), else as the polls saw them
