@@ -157,7 +157,9 @@ def test_kafkajs_consumer(cluster, brokers, topic, tmp_path):
         coordinator = [r for r in named if r["role"] == "coordinator"]
         assert len(coordinator) == 1 and coordinator[0]["node_id"] == MAX_INT - by_address[
             coordinator[0]["remote"]]
-        assert all(wire_sure(r) and r["broker_id"] == by_address[r["remote"]] for r in named)
+        assert all(wire_sure(r) and r["broker_id"] == by_address[r["remote"]] for r in named), [
+            (r["role"], r["confidence"], r["broker_id"], r["remote"], r["evidence"].get("wire"))
+            for r in named]
         assert {r["client"] for r in named} == {"kmon-kafkajs"}  # its client_id names it
     finally:
         client.stop()
