@@ -19,8 +19,9 @@ Where the wire source runs, it saw the first FIN or RST itself, and from which
 side: that decides the side, a RST makes the reason ``reset`` (unless a
 middlebox's idle timeout explains it), and a broker that closed right after a
 SASL request failed the authentication (``auth_failed``). Without packets a
-reset cannot be told from a passive close: a connection the client did not
-close first is the broker's doing (``broker``), whether by FIN or RST. Where the
+reset cannot be told from a passive close: a connection seen on the passive
+closer's path (CLOSE_WAIT, LAST_ACK) is the broker's doing (``broker``), whether by
+FIN or RST; one gone without a closing state seen is ``unknown`` (``closed_by``). Where the
 wire runs but its capture still held the close back when the socket went (the
 wait for it timed out), the side comes from the kernel and the reason is
 ``unknown``: a FIN, a RST or a failed login, unread.
@@ -51,7 +52,6 @@ IDLE_WHY_UNKNOWN_MS = 1000
 # drawn once per broker (its CONFIGURATION.md, connections.max.idle.ms): its reaper may close
 # a connection idle only the limit less this, a reap kmon cannot tell from another close
 CLIENT_JITTER_MS = 2000
-TIME_WAIT_MS = 60_000  # how long Linux keeps the active closer's 4-tuple
 CLIENT_FIRST = frozenset({TcpState.FIN_WAIT1, TcpState.FIN_WAIT2, TcpState.CLOSING,
                           TcpState.TIME_WAIT})
 BROKER_FIRST = frozenset({TcpState.CLOSE_WAIT, TcpState.LAST_ACK})
@@ -82,14 +82,27 @@ class SocketLife:
         self.states.add(conn.state)
 
 
-def closed_by(life: SocketLife, kernel_state: str | None, closed_ms: int) -> str:
-    """client, broker or unknown: from the states seen while open, else the kernel's memory."""
+def closed_by(life: SocketLife, kernel_state: str | None,
+              first_close: tuple[float, str] | None = None) -> str:
+    """client, broker or unknown: from the kernel's TCP events where they saw the socket
+    begin to close though they did not follow it from its connect (``first_close``: when,
+    and whose FIN or RST), else the states seen while open, else the kernel's memory of the
+    4-tuple (its closing state now).
+
+    Only an event or a state on the socket's own path tells: FIN_WAIT/CLOSING/TIME_WAIT
+    the client's close, CLOSE_WAIT/LAST_ACK the broker's. The 4-tuple gone from the kernel
+    with neither seen is ``unknown``, never ``broker``: so leaves a broker's close that the
+    client answered at once (librdkafka does within a millisecond), and so does a client
+    that closes by a RST (SO_LINGER 0, or unread data in its receive queue at close()), one
+    whose TIME_WAIT the kernel dropped (tcp_max_tw_buckets) or a new connect from the same
+    port took over, or a socket whose 4-tuple kmon never had (``kernel_state`` None)."""
+    if first_close is not None and first_close[0] >= life.first_seen_ms and (
+            first_close[1] != "unknown"):  # of this socket, not of its 4-tuple's last user
+        return first_close[1]
     if life.states & CLIENT_FIRST or kernel_state in CLIENT_FIRST:
         return "client"
     if life.states & BROKER_FIRST or kernel_state in BROKER_FIRST:
         return "broker"
-    if kernel_state is None and closed_ms - life.last_seen_ms < TIME_WAIT_MS:
-        return "broker"  # the first closer would still hold TIME_WAIT: the client did not
     return "unknown"
 
 
@@ -169,10 +182,12 @@ def wire_reason(wire: WireClose, kernel_reason: str) -> str:
 
 
 def story(life: SocketLife, kernel_state: str | None, closed_ms: int,
-          wire: WireClose | None = None, exact: KernelLife | None = None) -> CloseStory:
+          wire: WireClose | None = None, exact: KernelLife | None = None,
+          first_close: tuple[float, str] | None = None) -> CloseStory:
     """The close of the connection ``life`` remembers; ``kernel_state`` is its 4-tuple's
     closing state now (None when the kernel no longer knows it); ``wire``, the first FIN or
-    RST as the wire saw it; ``exact``, its life as the kernel's TCP events told it."""
+    RST as the wire saw it; ``exact``, its life as the kernel's TCP events told it;
+    ``first_close``, its first close step as they told it where they did not follow it."""
     if exact is not None and exact.closed_ms is not None:
         return exact_story(life, exact, wire)
     conn = life.last
@@ -183,7 +198,7 @@ def story(life: SocketLife, kernel_state: str | None, closed_ms: int,
     elif wire is not None and wire.heard:
         side = wire.first_by
     else:
-        side = closed_by(life, kernel_state, closed_ms)
+        side = closed_by(life, kernel_state, first_close)
     why = reason(side, conn.idle_ms, conn.idle_limits, established,
                  max(0, closed_ms - life.last_seen_ms))
     if wire is not None:
