@@ -54,27 +54,39 @@ def test_the_side_that_closed_first_is_in_the_states_or_the_kernel():
 
 def test_the_reason_follows_the_side_and_the_idle_time_against_each_limit():
     limits = {"client": 3000, "broker": 600_000, "middlebox": 350_000}
-    assert reason("client", 2900, limits, True) == "client_idle_reap"
+    assert reason("client", 2950, limits, True) == "client_idle_reap"
     assert reason("client", 100, limits, True) == "client_closed"
     assert reason("broker", 599_000, {"broker": 600_000}, True) == "broker_idle_reap"
     assert reason("broker", 340_000, limits, True) == "middlebox_idle_drop"
     assert reason("broker", 1_000, limits, True) == "broker_closed"
     assert reason("unknown", 1_000, limits, True) == "unknown"
     assert reason("client", 0, limits, False) == "connect_failed"
-    # librdkafka reaps from 80% of its limit; kmon's idle can trail its stamps by a few ms
-    assert reason("client", 3997, {"client": 5000}, True) == "client_idle_reap"
-    # below that, down to the limit less librdkafka's jitter (up to 2 s, drawn once per broker
-    # for a limit of 4 s or more), a reap cannot be told from another close (issue 33)
-    assert reason("client", 3500, {"client": 5000}, True) == "unknown"
-    assert reason("client", 2950, {"client": 5000}, True) == "unknown"  # 2 s and 1% short
-    assert reason("client", 2800, {"client": 5000}, True) == "client_closed"
-    assert reason("client", 2000, {"client": 3000}, True) == "client_closed"  # no jitter
-    assert reason("client", 7100, {"client": 10_000}, True) == "client_closed"
-    assert reason("client", 7900, {"client": 10_000}, True) == "client_idle_reap"
     # the client's own limit unknown (no statistics, no JMX): a reap or its application's
     # close after 4 s idle cannot be told apart; a busy connection's close can
     assert reason("client", 4000, {"broker": 600_000}, True) == "unknown"
     assert reason("client", 300, {"broker": 600_000}, True) == "client_closed"
+
+
+def test_a_client_s_close_is_its_reap_exactly_within_librdkafka_s_window():
+    """librdkafka reaps once its idle (never more than the wire's) reaches the limit less a
+    jitter of up to 2 s (drawn per broker handle, for a limit of 4 s or more), checked each
+    second (closes.client_reap_floor, from its source). Within that window a client's close
+    is its reap: 3.1 s of a 5 s limit was ``unknown`` (under the old 78% share), though a
+    handle that drew a 1.9 s jitter reaps there. Under it no reap can fall: 2.5 s of a 3 s
+    limit (no jitter under 4 s) or 8 minutes of Java's 9 were told a reap (over 78%)."""
+    five = {"client": 5000}
+    for inside in (2950, 3100, 3500, 3900, 4081, 5191):
+        assert reason("client", inside, five, True) == "client_idle_reap", inside
+    assert reason("client", 2800, five, True) == "client_closed"  # 2 s and 4% short
+    assert reason("client", 2500, {"client": 3000}, True) == "client_closed"
+    assert reason("client", 2000, {"client": 3000}, True) == "client_closed"
+    assert reason("client", 7100, {"client": 10_000}, True) == "client_closed"
+    assert reason("client", 7900, {"client": 10_000}, True) == "client_idle_reap"
+    assert reason("client", 480_000, {"client": 540_000}, True) == "client_closed"
+    assert reason("client", 538_000, {"client": 540_000}, True) == "client_idle_reap"
+    # between two polls: a close the window may hold is the reap (the limit reached in the gap)
+    assert reason("client", 2400, five, True, window_ms=1000) == "client_idle_reap"
+    assert reason("client", 1800, five, True, window_ms=1000) == "client_closed"
 
 
 def test_a_close_is_never_idle_longer_than_it_lived():

@@ -38,19 +38,17 @@ from kmon.sources.kafka_protocol import SASL_APIS
 from kmon.tcp_state import TcpState
 from kmon.units import format_duration
 
-# idle for this share of a limit when closed: that limit's reaper did it (librdkafka counts
-# idle from stamps that can predate the connection: seen closing one 4.0 s after its
-# connect under a 5 s limit)
+# idle for this share of a broker's or a middlebox's limit when closed: that limit's reaper
+# did it
 REAP_SHARE = 0.8
 # the client's reaper reads idle from its own stamps, kmon from the kernel's (jiffies) and
-# its polls' clock: seen 3 ms short of 80% at a 5 s limit; this share of the limit is slack
+# its polls' clock: this share of the limit is slack
 REAP_SLACK_SHARE = 0.02
 # a client's close of a connection idle this long, its own idle limit unknown: a reap or
 # the application's close, which kmon cannot tell apart (an uninstrumented client)
 IDLE_WHY_UNKNOWN_MS = 1000
-# librdkafka lowers a client idle limit of twice this or more by a jitter of up to this much,
-# drawn once per broker (its CONFIGURATION.md, connections.max.idle.ms): its reaper may close
-# a connection idle only the limit less this, a reap kmon cannot tell from another close
+# librdkafka lowers a client idle limit of twice this or more by a jitter of up to this much
+# (client_reap_floor)
 CLIENT_JITTER_MS = 2000
 CLIENT_FIRST = frozenset({TcpState.FIN_WAIT1, TcpState.FIN_WAIT2, TcpState.CLOSING,
                           TcpState.TIME_WAIT})
@@ -118,11 +116,13 @@ def reason(side: str, idle_ms: int | None, limits: dict[str, int],
                 and idle_ms + window_ms >= (REAP_SHARE - REAP_SLACK_SHARE) * limits[limit])
 
     if side == "client":
-        if reaped_by("client"):
-            return "client_idle_reap"
-        if idle_ms is not None and idle_ms + window_ms >= maybe_reaped_from(limits.get("client")):
-            return "unknown"  # the side is sure; why is not
-        return "client_closed"
+        limit = limits.get("client")
+        if idle_ms is None:
+            return "client_closed"
+        if limit is None:  # a reap or the application's close: the side is sure, why is not
+            return "unknown" if idle_ms + window_ms >= IDLE_WHY_UNKNOWN_MS else "client_closed"
+        return ("client_idle_reap" if idle_ms + window_ms >= client_reap_floor(limit)
+                else "client_closed")
     if reaped_by("middlebox") and limits["middlebox"] < limits.get("broker", 1 << 62):
         return "middlebox_idle_drop"
     if side == "broker":
@@ -130,15 +130,37 @@ def reason(side: str, idle_ms: int | None, limits: dict[str, int],
     return "unknown"
 
 
-def maybe_reaped_from(limit_ms: int | None) -> float:
-    """The idle age from which a client's close, not surely a reap, may be one: with its own
-    limit unknown, IDLE_WHY_UNKNOWN_MS; else that limit less librdkafka's largest jitter
-    (and kmon's slack), where it applies."""
-    if limit_ms is None:
-        return IDLE_WHY_UNKNOWN_MS
-    if limit_ms < 2 * CLIENT_JITTER_MS:
-        return float("inf")
-    return limit_ms - CLIENT_JITTER_MS - REAP_SLACK_SHARE * limit_ms
+def client_reap_floor(limit_ms: int) -> float:
+    """The least idle, as kmon reads it, at which a client whose ``connections.max.idle.ms``
+    is ``limit_ms`` reaps a connection: the limit less librdkafka's largest jitter where it
+    applies, less kmon's slack.
+
+    librdkafka's reaper, ``rd_kafka_broker_idle_check()`` in src/rdkafka_broker.c (as of
+    5cd5e35, first released in v2.11.1, unchanged to 4c3b017 after v2.15.0, where the lines
+    below are; the confluent-kafka 2.16.1 wheel bundles 2.16.0, whose reaps measured here
+    fit it):
+
+    * idle is ``rd_clock() - max(ts_send, ts_recv)`` (lines 4694-4706), the state's start
+      where neither is set; ``ts_send`` is stamped after each send of a request (line 2875),
+      ``ts_recv`` after each read that returned bytes (line 2106), both reset at a disconnect
+      (rd_kafka_broker_fail, line 682): never before the wire carried the data, so its idle
+      is never more than the wire's;
+    * it closes once idle reaches the limit less ``rd_jitter(0, 2000)``, drawn once per broker
+      handle (``rkb_c.connections_max_idle_ms``, -1 until then, line 5285) for a limit of
+      4000 ms or more (``2 * max_jitter_ms``, lines 4708-4717);
+    * it runs at the end of each ``rd_kafka_broker_serve()`` in state UP (line 4830), which
+      serves for ``rd_kafka_max_block_ms`` (1000 ms, line 83) at a time.
+
+    So its reap falls at a wire idle from the limit less 2 s (the limit itself under 4 s) to
+    a second and a scheduling delay past its handle's lowered limit. Measured here, 66 reaps
+    under a 5 s limit (two runs, 1 and 3 nodes): logged at 3,824-5,281 ms idle, the wire's
+    idle at the FIN 0-23 ms past it. A
+    client's close from that floor on is told its reap, under it never: librdkafka drops an
+    idle connection otherwise only with its handle (a bootstrap one, within about a second
+    of its metadata) or with the whole client. Java's reaper (its Selector) closes at the
+    limit itself, within that window."""
+    jitter = CLIENT_JITTER_MS if limit_ms >= 2 * CLIENT_JITTER_MS else 0
+    return limit_ms - jitter - REAP_SLACK_SHARE * limit_ms
 
 
 IDLE_REASONS = frozenset({"client_idle_reap", "broker_idle_reap", "middlebox_idle_drop"})
