@@ -563,6 +563,14 @@ def test_churn_patterns_from_constructed_polls():
     storm = watch.observe(bounce + 20_000, views + [steady], reopens, {})
     assert [e.churn.pattern for e in storm] == ["reconnect_storm"]
     assert storm[0].churn.rate == 3 and storm[0].broker_id == 1
+    # without the kernel's events a drop the clients answered at once is told unknown: a
+    # storm all the same; the clients' own closes are none
+    for side, storms in (("unknown", ["reconnect_storm"]), ("client", [])):
+        other = ChurnWatch(ChurnThresholds())
+        other.observe(bounce, views, [closed(bounce, pid, "unknown", side) for pid in (1, 2, 3)],
+                      {})
+        again = other.observe(bounce + 20_000, views, reopens, {})
+        assert [e.churn.pattern for e in again] == storms, side
     # the agent's count of client instances: 60 more in 10 s
     made = [ProcessView(4, "per-message", "x", clients_created=n) for n in (100, 160)]
     assert watch.observe(500_000, [made[0]], [], {}) == []
