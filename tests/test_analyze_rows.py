@@ -69,7 +69,9 @@ def test_a_re_bootstrap_after_each_reap_is_a_cycle_of_its_own_once(spark_session
     ``/bootstrap`` connection to the cluster address opened after it, reaped in turn, or
     dropped by the client once it had the metadata. The bootstrap cycles were left out of
     idle_churn (its broker and coordinator rows only); the dropped one, which follows a reap
-    and precedes the next, is no reap of its own (counted, it would count that reap twice)."""
+    and precedes the next, is no reap of its own (counted, it would count that reap twice):
+    its close told ``unknown`` (a plain client's, its limit unknown), its lifetime within the
+    tolerance of the limit is no evidence of a reap."""
     polls = [*_lived("old", "broker", 0, 0),  # open before the recording: not churn
              *_lived("b1", "broker", 1000, 5000), *_lived("k1", "bootstrap", 6000, 10_000),
              *_lived("b2", "broker", 11_000, 15_000),
@@ -78,7 +80,8 @@ def test_a_re_bootstrap_after_each_reap_is_a_cycle_of_its_own_once(spark_session
              *_lived("k3", "bootstrap", 23_000, 27_000, None),  # reaped, not reopened (yet)
              *_lived("b4", "broker", 28_000, 30_000)]  # open at the end
     reasons = {"old": "client_closed", "b1": "broker_idle_reap", "k1": "broker_idle_reap",
-               "b2": "broker_idle_reap", "k2": "client_closed", "b3": "broker_idle_reap",
+               # a plain client's drop ~1 s after its connect: kmon cannot tell why
+               "b2": "broker_idle_reap", "k2": "unknown", "b3": "broker_idle_reap",
                "k3": "broker_idle_reap"}
     last = {}
     for poll in polls:

@@ -244,10 +244,11 @@ def idle_churn(lifetimes: DataFrame, events: DataFrame, configs: DataFrame,
     and reap cycles: an idle-churned connection closed by an idle reap followed by a new
     connection to the same broker (address) in the same role within metadata.max.age.ms
     (+ tolerance) of its close. Closed by an idle reap: as its ``closed`` event told it
-    (an idle reason), or where the recording tells no reason, a lifetime within tolerance of
-    the idle limit. Each connection is in one row (its last role) and counts at most one
-    cycle, its own close: a bootstrap connection the client dropped once it had the
-    metadata is no reap, though it follows a reap and precedes the next."""
+    (an idle reason; ``unknown`` is none), or where the recording tells no reason, a
+    lifetime within tolerance of the idle limit. Each connection is in one row (its last
+    role) and counts at most one cycle, its own close: a bootstrap connection the client
+    dropped once it had the metadata is no reap, though it follows a reap and precedes the
+    next."""
     tolerance = params.tolerance_ms
     ages = configs.select("session_id", "pid", "client", "metadata_max_age_ms")
     lifetimes = (_churnable(lifetimes).join(ages, ["session_id", "pid", "client"], "left")
