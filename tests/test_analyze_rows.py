@@ -49,3 +49,55 @@ def test_piped_every_header_is_whole():
     text = out.getvalue()
     assert all(column in text for column in analysis.show), text
     assert "…" not in text
+
+
+BOOTSTRAP = "127.0.0.1:9092"
+
+
+def _lived(key: str, role: str, opened: int, closed: int, broker_id: int | None = 1) -> list:
+    """A producer's idle connection's polls, a second apart, from ``opened`` to ``closed``."""
+    return [{"session_id": "s", "host": "h", "pid": 7, "key": key, "ts_ms": ts,
+             "client": "rdkafka#producer-1", "client_id": "orders", "client_type": "producer",
+             "role": role, "node_id": -1 if role == "bootstrap" else 1, "broker_id": broker_id,
+             "remote": BOOTSTRAP, "state": "ESTABLISHED", "requests_sent": 2,
+             "bytes_sent": 300, "idle_limit_ms": 4000}
+            for ts in range(opened, closed + 1, 1000)]
+
+
+def test_a_re_bootstrap_after_each_reap_is_a_cycle_of_its_own_once(spark_session):
+    """librdkafka under a broker that reaps at 4 s: each broker connection reaped, a
+    ``/bootstrap`` connection to the cluster address opened after it, reaped in turn, or
+    dropped by the client once it had the metadata. The bootstrap cycles were left out of
+    idle_churn (its broker and coordinator rows only); the dropped one, which follows a reap
+    and precedes the next, is no reap of its own (counted, it would count that reap twice):
+    its close told ``unknown`` (a plain client's, its limit unknown), its lifetime within the
+    tolerance of the limit is no evidence of a reap."""
+    polls = [*_lived("old", "broker", 0, 0),  # open before the recording: not churn
+             *_lived("b1", "broker", 1000, 5000), *_lived("k1", "bootstrap", 6000, 10_000),
+             *_lived("b2", "broker", 11_000, 15_000),
+             *_lived("k2", "bootstrap", 16_000, 17_000, None),  # dropped after its metadata
+             *_lived("b3", "broker", 18_000, 22_000),
+             *_lived("k3", "bootstrap", 23_000, 27_000, None),  # reaped, not reopened (yet)
+             *_lived("b4", "broker", 28_000, 30_000)]  # open at the end
+    reasons = {"old": "client_closed", "b1": "broker_idle_reap", "k1": "broker_idle_reap",
+               # a plain client's drop ~1 s after its connect: kmon cannot tell why
+               "b2": "broker_idle_reap", "k2": "unknown", "b3": "broker_idle_reap",
+               "k3": "broker_idle_reap"}
+    last = {}
+    for poll in polls:
+        last[poll["key"]] = poll["ts_ms"]
+    events = spark_session.createDataFrame([
+        {"session_id": "s", "host": "h", "pid": 7, "key": key, "kind": "closed",
+         "ts_ms": last[key] + 1000, "reason": why} for key, why in reasons.items()])
+    lifetimes = jobs.connection_lifetimes(jobs.connection_stretches(
+        spark_session.createDataFrame(polls)))
+    configs = spark_session.createDataFrame(
+        [], "session_id string, pid int, client string, metadata_max_age_ms bigint")
+    table = jobs.idle_churn(lifetimes, events, configs, jobs.Params()).toArrow()
+    rows = {(r["role"], r["broker_id"], r["address"]): (r["lifetimes"], r["idle_churned"],
+                                                        r["reap_cycles"])
+            for r in table.to_pylist()}
+    assert rows == {("broker", 1, None): (5, 3, 3), ("bootstrap", None, BOOTSTRAP): (3, 3, 1)}
+    chart = report.churn_per_broker_chart(table)
+    assert [t.get_text() for t in chart.axes[0].get_xticklabels()] == [
+        "1", f"bootstrap {BOOTSTRAP}"]

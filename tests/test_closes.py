@@ -12,6 +12,7 @@ import struct
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 from helpers import PER_MESSAGE, Child, closed_events, read_until
@@ -37,38 +38,55 @@ def life(*states: str, idle: int = 0, limits: dict | None = None) -> SocketLife:
 
 
 def test_the_side_that_closed_first_is_in_the_states_or_the_kernel():
-    assert closed_by(life("ESTABLISHED", "FIN_WAIT2"), None, 5_000) == "client"
-    assert closed_by(life("ESTABLISHED", "CLOSE_WAIT"), None, 5_000) == "broker"
-    assert closed_by(life("ESTABLISHED"), "TIME_WAIT", 5_000) == "client"
-    assert closed_by(life("ESTABLISHED"), "LAST_ACK", 5_000) == "broker"
-    # gone from the kernel too: the client would still hold TIME_WAIT had it closed first
-    assert closed_by(life("ESTABLISHED"), None, 5_000) == "broker"
-    assert closed_by(life("ESTABLISHED"), None, 500_000) == "unknown"  # TIME_WAIT has passed
+    assert closed_by(life("ESTABLISHED", "FIN_WAIT2"), None) == "client"
+    assert closed_by(life("ESTABLISHED", "CLOSE_WAIT"), None) == "broker"
+    assert closed_by(life("ESTABLISHED"), "TIME_WAIT") == "client"
+    assert closed_by(life("ESTABLISHED"), "LAST_ACK") == "broker"
+    # gone from the kernel too, no closing state seen: a broker's close the client answered
+    # at once, or the client's own reset (test_a_close_gone_without_a_closing_state_...)
+    assert closed_by(life("ESTABLISHED"), None) == "unknown"
+    # unless the kernel's events saw its first FIN or RST (a socket they did not follow from
+    # its connect), after kmon first saw it open: not an earlier socket's on its 4-tuple
+    assert closed_by(life("ESTABLISHED"), None, (2_500.0, "broker")) == "broker"
+    assert closed_by(life("ESTABLISHED"), None, (500.0, "broker")) == "unknown"
+    assert closed_by(life("ESTABLISHED"), None, (2_500.0, "unknown")) == "unknown"
 
 
 def test_the_reason_follows_the_side_and_the_idle_time_against_each_limit():
     limits = {"client": 3000, "broker": 600_000, "middlebox": 350_000}
-    assert reason("client", 2900, limits, True) == "client_idle_reap"
+    assert reason("client", 2950, limits, True) == "client_idle_reap"
     assert reason("client", 100, limits, True) == "client_closed"
     assert reason("broker", 599_000, {"broker": 600_000}, True) == "broker_idle_reap"
     assert reason("broker", 340_000, limits, True) == "middlebox_idle_drop"
     assert reason("broker", 1_000, limits, True) == "broker_closed"
     assert reason("unknown", 1_000, limits, True) == "unknown"
     assert reason("client", 0, limits, False) == "connect_failed"
-    # librdkafka reaps from 80% of its limit; kmon's idle can trail its stamps by a few ms
-    assert reason("client", 3997, {"client": 5000}, True) == "client_idle_reap"
-    # below that, down to the limit less librdkafka's jitter (up to 2 s, drawn once per broker
-    # for a limit of 4 s or more), a reap cannot be told from another close (issue 33)
-    assert reason("client", 3500, {"client": 5000}, True) == "unknown"
-    assert reason("client", 2950, {"client": 5000}, True) == "unknown"  # 2 s and 1% short
-    assert reason("client", 2800, {"client": 5000}, True) == "client_closed"
-    assert reason("client", 2000, {"client": 3000}, True) == "client_closed"  # no jitter
-    assert reason("client", 7100, {"client": 10_000}, True) == "client_closed"
-    assert reason("client", 7900, {"client": 10_000}, True) == "client_idle_reap"
     # the client's own limit unknown (no statistics, no JMX): a reap or its application's
     # close after 4 s idle cannot be told apart; a busy connection's close can
     assert reason("client", 4000, {"broker": 600_000}, True) == "unknown"
     assert reason("client", 300, {"broker": 600_000}, True) == "client_closed"
+
+
+def test_a_client_s_close_is_its_reap_exactly_within_librdkafka_s_window():
+    """librdkafka reaps once its idle (never more than the wire's) reaches the limit less a
+    jitter of up to 2 s (drawn per broker handle, for a limit of 4 s or more), checked each
+    second (closes.client_reap_floor, from its source). Within that window a client's close
+    is its reap: 3.1 s of a 5 s limit was ``unknown`` (under the old 78% share), though a
+    handle that drew a 1.9 s jitter reaps there. Under it no reap can fall: 2.5 s of a 3 s
+    limit (no jitter under 4 s) or 8 minutes of Java's 9 were told a reap (over 78%)."""
+    five = {"client": 5000}
+    for inside in (2950, 3100, 3500, 3900, 4081, 5191):
+        assert reason("client", inside, five, True) == "client_idle_reap", inside
+    assert reason("client", 2800, five, True) == "client_closed"  # 2 s and 4% short
+    assert reason("client", 2500, {"client": 3000}, True) == "client_closed"
+    assert reason("client", 2000, {"client": 3000}, True) == "client_closed"
+    assert reason("client", 7100, {"client": 10_000}, True) == "client_closed"
+    assert reason("client", 7900, {"client": 10_000}, True) == "client_idle_reap"
+    assert reason("client", 480_000, {"client": 540_000}, True) == "client_closed"
+    assert reason("client", 538_000, {"client": 540_000}, True) == "client_idle_reap"
+    # between two polls: a close the window may hold is the reap (the limit reached in the gap)
+    assert reason("client", 2400, five, True, window_ms=1000) == "client_idle_reap"
+    assert reason("client", 1800, five, True, window_ms=1000) == "client_closed"
 
 
 def test_a_close_is_never_idle_longer_than_it_lived():
@@ -156,7 +174,10 @@ def test_a_close_the_capture_still_held_back_is_told_from_the_kernel_and_unsettl
     from kmon.sources.packets.kafka_wire import UNHEARD
 
     busy = life("ESTABLISHED", idle=200)
-    told = story(busy, None, 5_000, UNHEARD)  # gone, no TIME_WAIT: not the client's
+    told = story(busy, None, 5_000, UNHEARD)  # gone, no closing state: either side's
+    assert (told.closed_by, told.reason) == ("unknown", "unknown")
+    assert in_words(told) == "reason unknown · closed by either side after 200 ms idle"
+    told = story(life("ESTABLISHED", "CLOSE_WAIT", idle=200), None, 5_000, UNHEARD)
     assert (told.closed_by, told.reason) == ("broker", "unknown")
     assert in_words(told) == "reason unknown · closed by the broker after 200 ms idle"
     assert story(busy, "TIME_WAIT", 5_000, UNHEARD).closed_by == "client"
@@ -454,6 +475,59 @@ def test_the_kernel_lookup_is_what_kmon_runs(tmp_path):
         assert closing_states([pair]) == {pair: "TIME_WAIT"}
 
 
+def _closed(way: str) -> tuple[str, list[str], str | None]:
+    """A loopback connection closed one ``way``, as kmon's polls read it without the kernel's
+    TCP events or the wire: the client's local address, the states polls saw it in, and the
+    closing state the kernel holds for its 4-tuple once the client's socket is gone.
+    ``reset``: the client closes by a RST (SO_LINGER 0); ``fin``: by a FIN; ``answered``: the
+    listening side (the broker) closes, the client at once (as librdkafka does); ``held``: the
+    broker closes and a poll sees the client in CLOSE_WAIT before it closes too."""
+    from kmon.sources.kernel.closing_sockets import closing_states
+    from kmon.sources.kernel.sockets import Endpoint
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        peer, _ = server.accept()
+        local, remote = client.getsockname(), client.getpeername()
+        pair = (Endpoint(*local), Endpoint(*remote))
+        seen = ["ESTABLISHED"]
+        if way in ("answered", "held"):
+            peer.close()
+            client.recv(1)  # the broker's FIN read
+            if way == "held":
+                seen += closing_states([pair]).values()  # a poll's read of the open socket
+        elif way == "reset":
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()
+        peer.close()
+        time.sleep(0.2)  # the last segments crossed
+        return f"{local[0]}:{local[1]}", seen, closing_states([pair]).get(pair)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("way", "expected"), [
+    ("reset", "unknown"),  # the client's RST: no TIME_WAIT, and not the broker's doing
+    ("answered", "unknown"),  # the broker's FIN answered at once: no trace either
+    ("fin", "client"),  # the client's FIN: TIME_WAIT
+    ("held", "broker"),  # CLOSE_WAIT seen
+])
+def test_a_close_gone_without_a_closing_state_is_either_side_s(way, expected):
+    """Real loopback sockets closed each way. A client that resets its connection leaves its
+    4-tuple in no closing state, as a broker's close the client answered at once does: no
+    TIME_WAIT is no evidence of the broker (it was told ``broker``, the reason from the
+    broker's limits). The client's FIN leaves TIME_WAIT behind; a CLOSE_WAIT seen names the
+    broker."""
+    local, states, kernel_state = _closed(way)
+    seen = SocketLife(1_000, 1_000, replace(row(), local=local))
+    for ts, state in enumerate(states, start=1):
+        seen.seen(replace(row(state), local=local), ts * 1000)
+    assert closed_by(seen, kernel_state) == expected, (states, kernel_state)
+    told = story(seen, kernel_state, seen.last_seen_ms + 100)  # gone at the next poll
+    assert told.closed_by == expected
+    assert told.reason == {"unknown": "unknown", "client": "client_closed",
+                           "broker": "broker_closed"}[expected]
+
+
 # --- churn patterns on constructed histories ----------------------------------------------
 
 def test_churn_patterns_from_constructed_polls():
@@ -489,6 +563,14 @@ def test_churn_patterns_from_constructed_polls():
     storm = watch.observe(bounce + 20_000, views + [steady], reopens, {})
     assert [e.churn.pattern for e in storm] == ["reconnect_storm"]
     assert storm[0].churn.rate == 3 and storm[0].broker_id == 1
+    # without the kernel's events a drop the clients answered at once is told unknown: a
+    # storm all the same; the clients' own closes are none
+    for side, storms in (("unknown", ["reconnect_storm"]), ("client", [])):
+        other = ChurnWatch(ChurnThresholds())
+        other.observe(bounce, views, [closed(bounce, pid, "unknown", side) for pid in (1, 2, 3)],
+                      {})
+        again = other.observe(bounce + 20_000, views, reopens, {})
+        assert [e.churn.pattern for e in again] == storms, side
     # the agent's count of client instances: 60 more in 10 s
     made = [ProcessView(4, "per-message", "x", clients_created=n) for n in (100, 160)]
     assert watch.observe(500_000, [made[0]], [], {}) == []

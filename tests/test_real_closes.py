@@ -107,10 +107,20 @@ def test_broker_reaps_and_a_killed_broker_recorded_and_analysed(start_kafka, spo
     # the producer's reaped connections, reopened and reaped again: a reap cycle. librdkafka
     # reopens one of its bootstrap handles once it holds no connection (its own log says so:
     # the truth matrix's broker-idle-reap scenario), so the cycle is told on bootstrap
-    # connections, which analyze's idle_churn (broker and coordinator ones) leaves out
+    # connections too: analyze's idle_churn counts those per cluster address
     mine = sorted((e for e in reaps if e["pid"] == producer.pid), key=lambda e: e["ts_ms"])
     reopened = [e for e in mine[1:] if e["ts_ms"] - e["lifetime_ms"] >= mine[0]["ts_ms"]]
     assert reopened and all(e["role"] in ("bootstrap", "broker") for e in reopened), shown
+    cycling = [r for r in tables["idle_churn"] if r["pid"] == producer.pid and r["reap_cycles"]]
+    rebootstraps = [e for e in reopened if e["role"] == "bootstrap"]
+    assert [r for r in cycling if r["role"] == "bootstrap"] or not rebootstraps[1:], (
+        tables["idle_churn"], shown)
+    # each reap a cycle at most once: a broker reap and the bootstrap connection after it are
+    # two connections, never one reap counted twice
+    for role in ("bootstrap", "broker"):
+        assert sum(r["reap_cycles"] for r in cycling if r["role"] == role) <= len(
+            [e for e in mine if e["role"] == role]), (tables["idle_churn"], shown)
+    assert all(r["address"] for r in cycling if r["role"] == "bootstrap")
     churn = {r["pid"]: r for r in tables["churn_and_leaks"]}
     # opens as the kernel counted them where its events ran (every connection, refused and
     # failed ones too), else as the polls saw them

@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 
 from kmon.analysis.inputs import Frames
 from kmon.classify import HANDSHAKE_REQUESTS, JAVA_CLIENT_IDLE_MS
+from kmon.engine.closes import IDLE_REASONS
 from kmon.tcp_state import TcpState
 
 PROCESS = ("session_id", "host", "pid")
@@ -218,27 +219,56 @@ def bootstrap_outlived(lifetimes: DataFrame, after_ms: int) -> DataFrame:
 # -- 3. idle-reap churn and the metadata-refresh / idle-reap cycle ---------------------------
 
 
-def idle_churn(lifetimes: DataFrame, configs: DataFrame, params: Params) -> DataFrame:
-    """Per client, role and broker: connections opened and closed while observed that
-    carried no traffic (idle_churned), and reap cycles: an idle-churned lifetime lasting
-    the idle limit (within tolerance) followed by a new connection to the same broker
-    within metadata.max.age.ms (+ tolerance) of its close."""
+def _churnable(lifetimes: DataFrame) -> DataFrame:
+    """The connections a reap cycle can run on, each with the ``address`` it reopens to:
+    broker and coordinator ones with a known broker (``address`` null: they reopen to the
+    same broker), and bootstrap ones (``broker_id`` null, ``address`` their remote: the
+    cluster address a re-bootstrap connects to again)."""
+    bootstrap = F.col("role") == "bootstrap"
+    return (lifetimes.filter((F.col("role").isin(*LINKED_ROLES) & F.col("broker_id").isNotNull())
+                             | (bootstrap & F.col("remote").isNotNull()))
+            .withColumns({"broker_id": F.when(~bootstrap, F.col("broker_id")),
+                          "address": F.when(bootstrap, F.col("remote"))}))
+
+
+def close_reasons(events: DataFrame) -> DataFrame:
+    """Per connection, the reason its ``closed`` event told (null in a version 1 recording)."""
+    return (events.filter(F.col("kind") == "closed").groupBy(*CONNECTION)
+            .agg(F.max_by("reason", "ts_ms").alias("close_reason")))
+
+
+def idle_churn(lifetimes: DataFrame, events: DataFrame, configs: DataFrame,
+               params: Params) -> DataFrame:
+    """Per client, role and broker (a bootstrap connection: per cluster address):
+    connections opened and closed while observed that carried no traffic (idle_churned),
+    and reap cycles: an idle-churned connection closed by an idle reap followed by a new
+    connection to the same broker (address) in the same role within metadata.max.age.ms
+    (+ tolerance) of its close. Closed by an idle reap: as its ``closed`` event told it
+    (an idle reason; ``unknown`` is none), or where the recording tells no reason, a
+    lifetime within tolerance of the idle limit. Each connection is in one row (its last
+    role) and counts at most one cycle, its own close: a bootstrap connection the client
+    dropped once it had the metadata is no reap, though it follows a reap and precedes the
+    next."""
     tolerance = params.tolerance_ms
     ages = configs.select("session_id", "pid", "client", "metadata_max_age_ms")
-    lifetimes = _linked(lifetimes).join(ages, ["session_id", "pid", "client"], "left")
+    lifetimes = (_churnable(lifetimes).join(ages, ["session_id", "pid", "client"], "left")
+                 .join(close_reasons(events), list(CONNECTION), "left"))
     max_age = F.coalesce(F.col("metadata_max_age_ms"), F.lit(params.metadata_max_age_ms))
     limit = F.coalesce(F.col("idle_limit_ms"), F.lit(params.idle_limit_ms))
     lifetime = F.col("last_seen_ts") - F.col("first_seen_ts")
-    order = Window.partitionBy(*CLIENT, "role", "broker_id").orderBy("first_seen_ts", "key")
+    reaped = (F.when(F.col("close_reason").isNotNull(),
+                     F.col("close_reason").isin(*sorted(IDLE_REASONS)))
+              .otherwise(F.abs(F.col("lifetime_ms") - limit) <= tolerance))
+    target = (*CLIENT, "role", "broker_id", "address")
+    order = Window.partitionBy(*target).orderBy("first_seen_ts", "key")
     gap = F.lead("first_seen_ts").over(order) - F.col("last_seen_ts")
     idle = (F.col("opened_observed") & F.col("closed_observed")
             & F.coalesce(~F.col("carried_traffic"), F.lit(False)))
     marked = (lifetimes.withColumn("lifetime_ms", lifetime).withColumn("gap_ms", gap)
               .withColumn("idle", idle)
-              .withColumn("cycle", F.col("idle")
-                          & (F.abs(F.col("lifetime_ms") - limit) <= tolerance)
+              .withColumn("cycle", F.col("idle") & reaped
                           & F.coalesce(F.col("gap_ms") <= max_age + tolerance, F.lit(False))))
-    return (marked.groupBy(*CLIENT, "role", "broker_id").agg(
+    return (marked.groupBy(*target).agg(
         F.max("client_id").alias("client_id"), F.max("client_type").alias("client_type"),
         F.count("*").alias("lifetimes"), _flag_count(F.col("idle")).alias("idle_churned"),
         _flag_count(F.col("cycle")).alias("reap_cycles"),
@@ -247,8 +277,9 @@ def idle_churn(lifetimes: DataFrame, configs: DataFrame, params: Params) -> Data
         F.round(F.avg(F.when(F.col("cycle"), F.col("gap_ms")))).cast("bigint")
         .alias("mean_reopen_gap_ms"))
         .filter(F.col("idle_churned") > 0)
-        .select(*CLIENT, "client_id", "client_type", "role", "broker_id", "lifetimes",
-                "idle_churned", "reap_cycles", "mean_idle_lifetime_ms", "mean_reopen_gap_ms"))
+        .select(*CLIENT, "client_id", "client_type", "role", "broker_id", "address",
+                "lifetimes", "idle_churned", "reap_cycles", "mean_idle_lifetime_ms",
+                "mean_reopen_gap_ms"))
 
 
 # -- 4. fan-out waste --------------------------------------------------------------------------
@@ -437,11 +468,11 @@ ANALYSES = (
              ("host", "pid", "client", "node_id", "remote", "learned_ts",
               "open_after_learned_ms", "closed_observed")),
     Analysis("idle_churn", "Idle-reap churn and metadata-refresh reap cycles",
-             lambda s: idle_churn(s.lifetimes, s.configs, s.params),
+             lambda s: idle_churn(s.lifetimes, s.frames.events, s.configs, s.params),
              ("-reap_cycles", "-idle_churned", "session_id", "host", "pid", "client", "role",
-              "broker_id"),
-             ("host", "pid", "client", "role", "broker_id", "idle_churned", "reap_cycles",
-              "mean_idle_lifetime_ms", "mean_reopen_gap_ms")),
+              "broker_id", "address"),
+             ("host", "pid", "client", "role", "broker_id", "address", "idle_churned",
+              "reap_cycles", "mean_idle_lifetime_ms", "mean_reopen_gap_ms")),
     Analysis("fanout_waste", "Fan-out waste: brokers connected vs brokers used",
              lambda s: fanout_waste(s.lifetimes),
              ("-brokers_idle_only", "session_id", "host", "pid", "client"),

@@ -149,14 +149,17 @@ def connections_over_time_chart(table: pa.Table) -> Figure | None:
 
 
 def churn_per_broker_chart(table: pa.Table) -> Figure | None:
-    """Idle-churned connections and reap cycles per broker, fleet-wide."""
+    """Idle-churned connections and reap cycles per broker (bootstrap connections per
+    cluster address), fleet-wide."""
     if not table.num_rows:
         return None
-    churned: dict[int, int] = defaultdict(int)
-    cycles: dict[int, int] = defaultdict(int)
+    churned: dict[tuple[int, int, str], int] = defaultdict(int)  # (kind, broker, label)
+    cycles: dict[tuple[int, int, str], int] = defaultdict(int)
     for r in table.to_pylist():
-        churned[r["broker_id"]] += r["idle_churned"]
-        cycles[r["broker_id"]] += r["reap_cycles"]
+        target = ((0, r["broker_id"], str(r["broker_id"])) if r["broker_id"] is not None
+                  else (1, 0, f"bootstrap {r['address']}"))
+        churned[target] += r["idle_churned"]
+        cycles[target] += r["reap_cycles"]
     brokers = sorted(churned)
     figure = Figure(figsize=(max(6, 0.5 * len(brokers) + 3), 4.5), layout="constrained")
     axes = figure.subplots()
@@ -165,8 +168,9 @@ def churn_per_broker_chart(table: pa.Table) -> Figure | None:
              label="opened and reaped idle")
     axes.bar([p + 0.2 for p in positions], [cycles[b] for b in brokers], 0.4,
              label="metadata-refresh reap cycles")
-    axes.set_xticks(list(positions), [str(b) for b in brokers])
-    axes.set(title="Idle-reap churn per broker", xlabel="broker id", ylabel="connections")
+    axes.set_xticks(list(positions), [label for _, _, label in brokers])
+    axes.set(title="Idle-reap churn per broker", xlabel="broker id (or bootstrap address)",
+             ylabel="connections")
     axes.legend()
     return figure
 

@@ -122,7 +122,9 @@ class ChurnWatch:
                 self._closed(event.pid, event.ts_ms, 1 << 62 if lifetime is None else lifetime)
             if event.close.reason in IDLE_REAPS and event.broker_id is not None:
                 self.reaped[(event.pid, event.broker_id)] = event.ts_ms
-            if event.close.closed_by == "broker" and event.broker_id is not None:
+            # dropped: by the broker, or gone with no closing state seen (as a broker's drop
+            # the client answers at once is, told ``unknown`` without the kernel's events)
+            if event.close.closed_by != "client" and event.broker_id is not None:
                 self.broker_drops[event.broker_id].append((event.ts_ms, event.pid))
 
     def _client_per_message(self, ts_ms: int, pid: int) -> list[Event]:

@@ -19,8 +19,9 @@ Where the wire source runs, it saw the first FIN or RST itself, and from which
 side: that decides the side, a RST makes the reason ``reset`` (unless a
 middlebox's idle timeout explains it), and a broker that closed right after a
 SASL request failed the authentication (``auth_failed``). Without packets a
-reset cannot be told from a passive close: a connection the client did not
-close first is the broker's doing (``broker``), whether by FIN or RST. Where the
+reset cannot be told from a passive close: a connection seen on the passive
+closer's path (CLOSE_WAIT, LAST_ACK) is the broker's doing (``broker``), whether by
+FIN or RST; one gone without a closing state seen is ``unknown`` (``closed_by``). Where the
 wire runs but its capture still held the close back when the socket went (the
 wait for it timed out), the side comes from the kernel and the reason is
 ``unknown``: a FIN, a RST or a failed login, unread.
@@ -37,21 +38,18 @@ from kmon.sources.kafka_protocol import SASL_APIS
 from kmon.tcp_state import TcpState
 from kmon.units import format_duration
 
-# idle for this share of a limit when closed: that limit's reaper did it (librdkafka counts
-# idle from stamps that can predate the connection: seen closing one 4.0 s after its
-# connect under a 5 s limit)
+# idle for this share of a broker's or a middlebox's limit when closed: that limit's reaper
+# did it
 REAP_SHARE = 0.8
 # the client's reaper reads idle from its own stamps, kmon from the kernel's (jiffies) and
-# its polls' clock: seen 3 ms short of 80% at a 5 s limit; this share of the limit is slack
+# its polls' clock: this share of the limit is slack
 REAP_SLACK_SHARE = 0.02
 # a client's close of a connection idle this long, its own idle limit unknown: a reap or
 # the application's close, which kmon cannot tell apart (an uninstrumented client)
 IDLE_WHY_UNKNOWN_MS = 1000
-# librdkafka lowers a client idle limit of twice this or more by a jitter of up to this much,
-# drawn once per broker (its CONFIGURATION.md, connections.max.idle.ms): its reaper may close
-# a connection idle only the limit less this, a reap kmon cannot tell from another close
+# librdkafka lowers a client idle limit of twice this or more by a jitter of up to this much
+# (client_reap_floor)
 CLIENT_JITTER_MS = 2000
-TIME_WAIT_MS = 60_000  # how long Linux keeps the active closer's 4-tuple
 CLIENT_FIRST = frozenset({TcpState.FIN_WAIT1, TcpState.FIN_WAIT2, TcpState.CLOSING,
                           TcpState.TIME_WAIT})
 BROKER_FIRST = frozenset({TcpState.CLOSE_WAIT, TcpState.LAST_ACK})
@@ -82,14 +80,27 @@ class SocketLife:
         self.states.add(conn.state)
 
 
-def closed_by(life: SocketLife, kernel_state: str | None, closed_ms: int) -> str:
-    """client, broker or unknown: from the states seen while open, else the kernel's memory."""
+def closed_by(life: SocketLife, kernel_state: str | None,
+              first_close: tuple[float, str] | None = None) -> str:
+    """client, broker or unknown: from the kernel's TCP events where they saw the socket
+    begin to close though they did not follow it from its connect (``first_close``: when,
+    and whose FIN or RST), else the states seen while open, else the kernel's memory of the
+    4-tuple (its closing state now).
+
+    Only an event or a state on the socket's own path tells: FIN_WAIT/CLOSING/TIME_WAIT
+    the client's close, CLOSE_WAIT/LAST_ACK the broker's. The 4-tuple gone from the kernel
+    with neither seen is ``unknown``, never ``broker``: so leaves a broker's close that the
+    client answered at once (librdkafka does within a millisecond), and so does a client
+    that closes by a RST (SO_LINGER 0, or unread data in its receive queue at close()), one
+    whose TIME_WAIT the kernel dropped (tcp_max_tw_buckets) or a new connect from the same
+    port took over, or a socket whose 4-tuple kmon never had (``kernel_state`` None)."""
+    if first_close is not None and first_close[0] >= life.first_seen_ms and (
+            first_close[1] != "unknown"):  # of this socket, not of its 4-tuple's last user
+        return first_close[1]
     if life.states & CLIENT_FIRST or kernel_state in CLIENT_FIRST:
         return "client"
     if life.states & BROKER_FIRST or kernel_state in BROKER_FIRST:
         return "broker"
-    if kernel_state is None and closed_ms - life.last_seen_ms < TIME_WAIT_MS:
-        return "broker"  # the first closer would still hold TIME_WAIT: the client did not
     return "unknown"
 
 
@@ -105,11 +116,13 @@ def reason(side: str, idle_ms: int | None, limits: dict[str, int],
                 and idle_ms + window_ms >= (REAP_SHARE - REAP_SLACK_SHARE) * limits[limit])
 
     if side == "client":
-        if reaped_by("client"):
-            return "client_idle_reap"
-        if idle_ms is not None and idle_ms + window_ms >= maybe_reaped_from(limits.get("client")):
-            return "unknown"  # the side is sure; why is not
-        return "client_closed"
+        limit = limits.get("client")
+        if idle_ms is None:
+            return "client_closed"
+        if limit is None:  # a reap or the application's close: the side is sure, why is not
+            return "unknown" if idle_ms + window_ms >= IDLE_WHY_UNKNOWN_MS else "client_closed"
+        return ("client_idle_reap" if idle_ms + window_ms >= client_reap_floor(limit)
+                else "client_closed")
     if reaped_by("middlebox") and limits["middlebox"] < limits.get("broker", 1 << 62):
         return "middlebox_idle_drop"
     if side == "broker":
@@ -117,15 +130,37 @@ def reason(side: str, idle_ms: int | None, limits: dict[str, int],
     return "unknown"
 
 
-def maybe_reaped_from(limit_ms: int | None) -> float:
-    """The idle age from which a client's close, not surely a reap, may be one: with its own
-    limit unknown, IDLE_WHY_UNKNOWN_MS; else that limit less librdkafka's largest jitter
-    (and kmon's slack), where it applies."""
-    if limit_ms is None:
-        return IDLE_WHY_UNKNOWN_MS
-    if limit_ms < 2 * CLIENT_JITTER_MS:
-        return float("inf")
-    return limit_ms - CLIENT_JITTER_MS - REAP_SLACK_SHARE * limit_ms
+def client_reap_floor(limit_ms: int) -> float:
+    """The least idle, as kmon reads it, at which a client whose ``connections.max.idle.ms``
+    is ``limit_ms`` reaps a connection: the limit less librdkafka's largest jitter where it
+    applies, less kmon's slack.
+
+    librdkafka's reaper, ``rd_kafka_broker_idle_check()`` in src/rdkafka_broker.c (as of
+    5cd5e35, first released in v2.11.1, unchanged to 4c3b017 after v2.15.0, where the lines
+    below are; the confluent-kafka 2.16.1 wheel bundles 2.16.0, whose reaps measured here
+    fit it):
+
+    * idle is ``rd_clock() - max(ts_send, ts_recv)`` (lines 4694-4706), the state's start
+      where neither is set; ``ts_send`` is stamped after each send of a request (line 2875),
+      ``ts_recv`` after each read that returned bytes (line 2106), both reset at a disconnect
+      (rd_kafka_broker_fail, line 682): never before the wire carried the data, so its idle
+      is never more than the wire's;
+    * it closes once idle reaches the limit less ``rd_jitter(0, 2000)``, drawn once per broker
+      handle (``rkb_c.connections_max_idle_ms``, -1 until then, line 5285) for a limit of
+      4000 ms or more (``2 * max_jitter_ms``, lines 4708-4717);
+    * it runs at the end of each ``rd_kafka_broker_serve()`` in state UP (line 4830), which
+      serves for ``rd_kafka_max_block_ms`` (1000 ms, line 83) at a time.
+
+    So its reap falls at a wire idle from the limit less 2 s (the limit itself under 4 s) to
+    a second and a scheduling delay past its handle's lowered limit. Measured here, 66 reaps
+    under a 5 s limit (two runs, 1 and 3 nodes): logged at 3,824-5,281 ms idle, the wire's
+    idle at the FIN 0-23 ms past it. A
+    client's close from that floor on is told its reap, under it never: librdkafka drops an
+    idle connection otherwise only with its handle (a bootstrap one, within about a second
+    of its metadata) or with the whole client. Java's reaper (its Selector) closes at the
+    limit itself, within that window."""
+    jitter = CLIENT_JITTER_MS if limit_ms >= 2 * CLIENT_JITTER_MS else 0
+    return limit_ms - jitter - REAP_SLACK_SHARE * limit_ms
 
 
 IDLE_REASONS = frozenset({"client_idle_reap", "broker_idle_reap", "middlebox_idle_drop"})
@@ -169,10 +204,12 @@ def wire_reason(wire: WireClose, kernel_reason: str) -> str:
 
 
 def story(life: SocketLife, kernel_state: str | None, closed_ms: int,
-          wire: WireClose | None = None, exact: KernelLife | None = None) -> CloseStory:
+          wire: WireClose | None = None, exact: KernelLife | None = None,
+          first_close: tuple[float, str] | None = None) -> CloseStory:
     """The close of the connection ``life`` remembers; ``kernel_state`` is its 4-tuple's
     closing state now (None when the kernel no longer knows it); ``wire``, the first FIN or
-    RST as the wire saw it; ``exact``, its life as the kernel's TCP events told it."""
+    RST as the wire saw it; ``exact``, its life as the kernel's TCP events told it;
+    ``first_close``, its first close step as they told it where they did not follow it."""
     if exact is not None and exact.closed_ms is not None:
         return exact_story(life, exact, wire)
     conn = life.last
@@ -183,7 +220,7 @@ def story(life: SocketLife, kernel_state: str | None, closed_ms: int,
     elif wire is not None and wire.heard:
         side = wire.first_by
     else:
-        side = closed_by(life, kernel_state, closed_ms)
+        side = closed_by(life, kernel_state, first_close)
     why = reason(side, conn.idle_ms, conn.idle_limits, established,
                  max(0, closed_ms - life.last_seen_ms))
     if wire is not None:

@@ -229,6 +229,16 @@ class KernelWatch:
             return None
         return self.endings.get(((pair[0].ip, pair[0].port), (pair[1].ip, pair[1].port)))
 
+    def first_close_of(self, pair: tuple[Endpoint, Endpoint] | None
+                       ) -> tuple[float, str] | None:
+        """When the kernel saw a socket no life follows (opened before the events ran) begin
+        to close, and whose FIN or RST that was (client, broker or unknown); None when it
+        saw nothing of it."""
+        if pair is None:
+            return None
+        return self.lives.unfollowed.get(((pair[0].ip, pair[0].port),
+                                          (pair[1].ip, pair[1].port)))
+
     def close(self) -> None:
         """Stop the kernel events."""
         self.source.close()

@@ -227,12 +227,13 @@ class Monitor:
         if self.host_closes is not None:
             self.host_closes.own(pairs.values())
         exact = self.kernel.life_of if self.kernel else lambda _: None
+        first_close = self.kernel.first_close_of if self.kernel else lambda _: None
         stories = {}
         for pid, key, life, wire in closed:
             pair = pairs.get((pid, key))
             wire_close = wire.get((life.last.local or "", life.last.remote or ""))
             stories[(pid, key)] = story(life, kernel.get(pair) if pair else None, ts_ms,
-                                        wire_close, exact(pair))
+                                        wire_close, exact(pair), first_close(pair))
         return stories
 
     def _remember(self, views: list[ProcessView], ts_ms: int) -> None:
