@@ -68,20 +68,21 @@ def remember(history: SocketReadings, sockets: Iterable[TcpSocket], now_ms: int)
     it is among the last HISTORY_LEN, and every reading before it leaves them first: it is
     kept alone, so that a socket that never talks costs one reading, whatever the history's
     length, and every verdict is the one the whole history gives."""
-    seen, changed = set(), set()
+    seen, changed = [], set()
     for sock in sockets:
-        if sock.idle_ms is None or sock.bytes_sent is None or sock.bytes_received is None:
+        idle_ms, sent, received = sock.idle_ms, sock.bytes_sent, sock.bytes_received
+        if idle_ms is None or sent is None or received is None:
             continue
         key = socket_key(sock)
-        seen.add(key)
+        seen.append(key)
         readings = history.get(key)
         if readings is None:
             readings = history[key] = deque(maxlen=HISTORY_LEN)
-        elif sock.idle_ms > HEARTBEAT_MAX_MS:
+        elif idle_ms > HEARTBEAT_MAX_MS:
             if len(readings) == 1 and readings[0].idle_ms > HEARTBEAT_MAX_MS:
                 continue  # still silent: the one reading says all (it leaves no sooner)
             readings.clear()
-        readings.append(Reading(now_ms, sock.idle_ms, sock.bytes_sent + sock.bytes_received))
+        readings.append(Reading(now_ms, idle_ms, sent + received))
         changed.add(key)
     gone = history.keys() - seen
     for key in gone:
