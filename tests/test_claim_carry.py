@@ -3,7 +3,12 @@ process's sockets (silent ones, heartbeats, fetches, random talkers; opened, clo
 to CLOSE_WAIT, an inode reused for another peer) and what is known of them (the cluster's
 broker ids, its groups and idle limit, the brokers its wire names, what its wire carried)
 change at random from poll to poll, and at every poll the process's view is the one a
-sampler makes whose producers keep nothing but their histories."""
+sampler makes whose producers keep nothing but their histories.
+
+The process's sockets and its wire are constructed (``Reader``, ``Wire``): no real process can
+be made to show, on demand and at every one of hundreds of polls, an inode reused at once, a
+socket's state turned back, a group described or a flow's next request; the sampler, its
+producers and its resolver are the real ones."""
 
 from __future__ import annotations
 
@@ -120,11 +125,11 @@ class World:
         for shape in ("beat", "silent", "silent", "talker", "beat", *rng.choice(((), ("fetch",)))):
             self.open(shape)
 
-    def _cluster(self, ids: list[int], idle_ms: int | None = None) -> ClusterMetadata:
+    @staticmethod
+    def _cluster(ids: list[int]) -> ClusterMetadata:
         return ClusterMetadata("127.0.0.1:9092", tuple(
             BrokerInfo(broker_id, b.ip, b.port) for broker_id, b in zip(ids, BROKERS,
-                                                                          strict=True)),
-            None, idle_ms)
+                                                                          strict=True)), None)
 
     def open(self, shape: str, inode: int | None = None) -> None:
         """A new socket (under ``inode``, else a new one)."""
@@ -156,8 +161,8 @@ class World:
         elif roll < 0.38:
             ids = rng.sample(range(4), 3)
             self.directory.learn_cluster(
-                self._cluster(ids, rng.choice((None, 30_000))),
-                rng.choice((None, (self._group(rng.choice(ids)),))), None)
+                self._cluster(ids), rng.choice((None, (self._group(rng.choice(ids)),))),
+                rng.choice((None, 30_000, 45_000)))  # the brokers' idle limit
         elif roll < 0.44:
             self.named = rng.choice(({}, {7: ("127.0.0.1", BROKERS[0].port)}))
         elif roll < 0.54 and self.held:  # a consumer stops fetching, a producer starts, ...
