@@ -11,9 +11,10 @@ import struct
 
 import pytest
 
+from kmon.sources.brokers.dns import Resolver
 from kmon.sources.kernel import sockdiag
 from kmon.sources.kernel.sockdiag import _Known, _MessageReader
-from kmon.sources.kernel.sockets import Endpoint, TcpSocket
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket, shared_endpoint
 
 INET_DIAG_SHUTDOWN = 8
 KNOWN = {inode: _Known(b"", Endpoint("10.0.0.1", 40000 + inode), Endpoint("10.0.0.2", 9092),
@@ -117,3 +118,13 @@ def test_a_short_tcp_info_gives_the_stall_figures_it_has():
                                                               7000, None)
     assert _read(_MessageReader(), _stalled(7, 3)).stall == ("retransmit", 4, 0, 0, None, None,
                                                              None, None)
+
+
+def test_a_sockets_peer_and_a_known_broker_are_one_object():
+    """A socket's remote end, as sock_diag reads it, and the same broker's endpoint, as the
+    resolver gives it for an address, are one object: the brokers known find each socket's
+    peer by identity, poll after poll (no field compared)."""
+    peer = sockdiag._remote(socket.AF_INET, socket.inet_aton("127.0.0.1") + bytes(12), 9092)
+    (known,) = Resolver().endpoints("127.0.0.1:9092")
+    assert known is peer is shared_endpoint("127.0.0.1", 9092)
+    assert Resolver().endpoints("localhost:9092") == frozenset()  # a name: looked up later

@@ -15,6 +15,7 @@ evidence names it.
 from __future__ import annotations
 
 import functools
+import operator
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
@@ -27,18 +28,34 @@ ENDPOINT_CONFIDENCE = 0.6
 SHARED_CONFIDENCE = 0.3  # one of several sockets to one broker endpoint: which one is unsaid
 
 
+# what of a socket its endpoint claim follows: its key's parts (inode, local and remote
+# endpoints) and its state (the established sockets to its endpoint count)
+_SAID_OF = operator.itemgetter(0, 2, 3, 4)
+
+
 class EndpointEvidence:
     """The endpoint producer of one process: remembers, per socket, the most established
-    sockets it was seen beside to its endpoint (forgotten once it is gone)."""
+    sockets it was seen beside to its endpoint (forgotten once it is gone). Its claims follow
+    the sockets' ends and states, the brokers known and the forwarders only: while those are
+    the last poll's, so are its claims (and what it remembers), kept as they were."""
 
     def __init__(self) -> None:
         self.beside: dict[str, int] = {}  # socket key -> the most sockets to its endpoint
+        # what the last claims were made from (``_SAID_OF`` of each socket, the brokers
+        # known, the forwarders), and them
+        self.made: tuple[list[tuple[object, ...]], dict[Endpoint, int],
+                         dict[Endpoint, tuple[tuple[int, str], ...]]] | None = None
+        self.claims: dict[str, Claim] = {}
 
     def evidence(self, gathered: Gathered, earlier: Mapping[str, Sequence[Claim]]) -> Evidence:
         """A broker claim for every socket whose remote endpoint is a known broker's (unsettled
         where it shares that endpoint), a bootstrap claim for every one to a forwarder kmon's
         own query found."""
-        claims = {}
+        made = (list(map(_SAID_OF, gathered.sockets)), gathered.known, gathered.fronts)
+        if made == self.made:
+            return Evidence(claims=self.claims)
+        self.made = (made[0], dict(gathered.known), dict(gathered.fronts))
+        claims: dict[str, Claim] = {}
         held = Counter(sock.remote for sock in gathered.sockets if sock.state == ESTABLISHED)
         beside, before = {}, self.beside
         for sock in gathered.sockets:
@@ -56,7 +73,7 @@ class EndpointEvidence:
                                          + (sock.state != ESTABLISHED))
                 claims[key] = (broker_claim(sock.remote, broker_id) if most <= 1
                                else shared_claim(sock.remote, broker_id, most))
-        self.beside = beside
+        self.beside, self.claims = beside, claims
         return Evidence(claims=claims)
 
 

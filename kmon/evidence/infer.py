@@ -60,30 +60,34 @@ class Inference:
 SocketReadings = dict[str, deque[Reading]]
 
 
-def remember(history: SocketReadings, sockets: Iterable[TcpSocket], now_ms: int) -> SocketReadings:
-    """Add this poll's readings to ``history`` (by socket key) and forget closed sockets.
+def remember(history: SocketReadings, sockets: Iterable[TcpSocket], now_ms: int) -> set[str]:
+    """Add this poll's readings to ``history`` (by socket key) and forget closed sockets;
+    the keys whose readings changed (added to, or forgotten).
 
     A reading idle past HEARTBEAT_MAX_MS rules its socket out of both rules for as long as
     it is among the last HISTORY_LEN, and every reading before it leaves them first: it is
     kept alone, so that a socket that never talks costs one reading, whatever the history's
     length, and every verdict is the one the whole history gives."""
-    seen = set()
+    seen, changed = [], set()
     for sock in sockets:
-        if sock.idle_ms is None or sock.bytes_sent is None or sock.bytes_received is None:
+        idle_ms, sent, received = sock.idle_ms, sock.bytes_sent, sock.bytes_received
+        if idle_ms is None or sent is None or received is None:
             continue
         key = socket_key(sock)
-        seen.add(key)
+        seen.append(key)
         readings = history.get(key)
         if readings is None:
             readings = history[key] = deque(maxlen=HISTORY_LEN)
-        elif sock.idle_ms > HEARTBEAT_MAX_MS:
+        elif idle_ms > HEARTBEAT_MAX_MS:
             if len(readings) == 1 and readings[0].idle_ms > HEARTBEAT_MAX_MS:
                 continue  # still silent: the one reading says all (it leaves no sooner)
             readings.clear()
-        readings.append(Reading(now_ms, sock.idle_ms, sock.bytes_sent + sock.bytes_received))
-    for key in history.keys() - seen:
+        readings.append(Reading(now_ms, idle_ms, sent + received))
+        changed.add(key)
+    gone = history.keys() - seen
+    for key in gone:
         del history[key]
-    return history
+    return changed | gone
 
 
 def heartbeat_cycles(readings: Sequence[Reading]) -> int:
@@ -192,6 +196,10 @@ class CadenceEvidence:
                  args: Sequence[str]) -> None:
         self.history: SocketReadings = {}
         self.groups, self.args = groups, args
+        # the sockets whose readings show MIN_CYCLES heartbeat cycles (both rules need one),
+        # and those that fetch (the cadence rule needs one): each changes with its readings only
+        self.beating: set[str] = set()
+        self.fetching: set[str] = set()
 
     @property
     def settled(self) -> bool:
@@ -202,9 +210,18 @@ class CadenceEvidence:
                    for readings in self.history.values())
 
     def evidence(self, gathered: Gathered, earlier: Mapping[str, Sequence[Claim]]) -> Evidence:
-        """Coordinator claims among the sockets that only a known endpoint explains."""
-        remember(self.history, [s for s in gathered.sockets if s.remote in gathered.known],
-                 gathered.now_ms)
+        """Coordinator claims among the sockets that only a known endpoint explains: the
+        rules run only while a socket's readings show a heartbeat's cadence and another's a
+        fetch, or the cluster describes groups (else neither can name one)."""
+        history, known = self.history, gathered.known
+        beating, fetching = self.beating, self.fetching
+        for key in remember(history, [s for s in gathered.sockets if s.remote in known],
+                            gathered.now_ms):
+            readings = history.get(key, ())
+            _mark(beating, key, heartbeat_cycles(readings) >= MIN_CYCLES)
+            _mark(fetching, key, is_fetching(readings))
+        if not beating or not fetching and not self.groups():
+            return Evidence()
         return Evidence(claims=self.infer(earlier, {s.local.ip for s in gathered.sockets}))
 
     def infer(self, earlier: Mapping[str, Sequence[Claim]],
@@ -220,6 +237,13 @@ class CadenceEvidence:
             found = combine(by_groups(groups, local_ips, client_ids(self.args), broker_of,
                                       cycles), found)
         return {key: _claim(inference) for key, inference in found.items()}
+
+
+def _mark(keys: set[str], key: str, marked: bool) -> None:
+    if marked:
+        keys.add(key)
+    else:
+        keys.discard(key)
 
 
 def _claim(inference: Inference) -> Claim:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable
 
 from kmon.sources import bounded
-from kmon.sources.kernel.sockets import Endpoint, normalize_ip
+from kmon.sources.kernel.sockets import Endpoint, normalize_ip, shared_endpoint
 
 CACHE_SECONDS = 300.0
 MAX_CACHED = 1024  # names' answers kept (a cluster has a few dozen brokers)
@@ -137,9 +137,11 @@ class Resolver:
                 self._wake.notify_all()
 
 
+@functools.lru_cache(maxsize=PARSED_KEPT)
 def _to_look_up(address: str) -> tuple[tuple[str, int] | None, frozenset[Endpoint]]:
     """The name ``address`` asks to look up (host, port), or None and its endpoints where it
-    needs no lookup: none for what is no ``host:port``, its own for an IP literal host."""
+    needs no lookup: none for what is no ``host:port``, its own for an IP literal host. Kept
+    for the ``PARSED_KEPT`` last addresses: each process's poll asks for its cluster's."""
     parts = split_host_port(address)
     if parts is None:
         return None, frozenset()
@@ -148,13 +150,13 @@ def _to_look_up(address: str) -> tuple[tuple[str, int] | None, frozenset[Endpoin
         ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
         return parts, frozenset()  # a name
-    return None, frozenset({Endpoint(normalize_ip(host), port)})
+    return None, frozenset({shared_endpoint(normalize_ip(host), port)})
 
 
 def _getaddrinfo(host: str, port: int) -> frozenset[Endpoint]:
     """The endpoints the system's resolver gives for a name (none where it fails)."""
     try:
-        return frozenset(Endpoint(normalize_ip(str(info[4][0])), port)
+        return frozenset(shared_endpoint(normalize_ip(str(info[4][0])), port)
                          for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
     except (OSError, UnicodeError):
         return frozenset()

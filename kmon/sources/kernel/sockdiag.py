@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from kmon.sources.kernel.proc_fds import FdTable, socket_protocol
-from kmon.sources.kernel.sockets import Endpoint, TcpSocket, TcpStall
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket, TcpStall, shared_endpoint
 from kmon.sources.kernel.sockstat import tcp_sockets
 from kmon.tcp_state import TcpState, kernel_number
 
@@ -651,7 +651,7 @@ def _ends(msg: memoryview) -> tuple[Endpoint, Endpoint]:
 def _remote(family: int, raw: bytes, port: int) -> Endpoint:
     """A remote endpoint, one object for all the sockets to it (a client's few brokers):
     the sets and tables each poll builds of remotes compare them by identity."""
-    return Endpoint(diag_address(family, raw), port)
+    return shared_endpoint(diag_address(family, raw), port)
 
 
 def diag_address(family: int, raw: bytes) -> str:

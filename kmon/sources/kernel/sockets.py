@@ -51,6 +51,14 @@ class Endpoint:
         return self.text
 
 
+@functools.lru_cache(maxsize=4096)  # a host's sockets reach a few brokers
+def shared_endpoint(ip: str, port: int) -> Endpoint:
+    """The one ``Endpoint`` of ``ip``:``port`` that the sockets' remote ends and the brokers
+    kmon knows share: the tables each poll looks every socket's peer up in (the brokers
+    known, by endpoint) then find it by identity, with no comparison of fields."""
+    return Endpoint(ip, port)
+
+
 class TcpStall(NamedTuple):
     """A socket's unanswered sending, from its tcp_info: read only for a socket the kernel is
     retransmitting or probing on (its retransmits or probes not 0); a field is None where the
