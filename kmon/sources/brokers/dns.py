@@ -7,7 +7,7 @@ import ipaddress
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from kmon.sources import bounded
 from kmon.sources.kernel.sockets import Endpoint, normalize_ip, shared_endpoint
@@ -86,7 +86,7 @@ class Resolver:
         """The endpoints of ``address`` once kmon knows them (an IP literal, a name looked
         up, even to nothing), else None with its lookup asked for: for a caller that
         decides once what an address names, never waiting."""
-        parts, answer = _to_look_up(address)
+        parts, answer = _parsed(address)
         if parts is None:
             return answer
         with self._lock:
@@ -139,9 +139,16 @@ class Resolver:
 
 @functools.lru_cache(maxsize=PARSED_KEPT)
 def _to_look_up(address: str) -> tuple[tuple[str, int] | None, frozenset[Endpoint]]:
+    """``_parsed(address)`` with the endpoints every socket to it shares, kept for the
+    ``PARSED_KEPT`` last addresses: each process's poll asks for its cluster's."""
+    return _parsed(address, shared_endpoint)
+
+
+def _parsed(address: str, endpoint: Callable[[str, int], Endpoint] = Endpoint
+            ) -> tuple[tuple[str, int] | None, frozenset[Endpoint]]:
     """The name ``address`` asks to look up (host, port), or None and its endpoints where it
-    needs no lookup: none for what is no ``host:port``, its own for an IP literal host. Kept
-    for the ``PARSED_KEPT`` last addresses: each process's poll asks for its cluster's."""
+    needs no lookup: none for what is no ``host:port``, its own for an IP literal host. Not
+    kept: a broker's answer (``Resolver.known``) may list thousands no cache should hold."""
     parts = split_host_port(address)
     if parts is None:
         return None, frozenset()
@@ -150,7 +157,7 @@ def _to_look_up(address: str) -> tuple[tuple[str, int] | None, frozenset[Endpoin
         ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
         return parts, frozenset()  # a name
-    return None, frozenset({shared_endpoint(normalize_ip(host), port)})
+    return None, frozenset({endpoint(normalize_ip(host), port)})
 
 
 def _getaddrinfo(host: str, port: int) -> frozenset[Endpoint]:
