@@ -9,8 +9,9 @@ follows from the side and how long the connection had been idle against the
 client's, the brokers' and a middlebox's idle limits.
 
 Where the kernel's TCP events run (kmon.engine.connection_lives), the close is timed
-exactly: its side is the first FIN's (or the RST's), its idle time runs from the
-last data the polls saw to that first FIN, its lifetime from the ``connect()``.
+exactly: its side is the first FIN's (or the RST's), its idle time runs from its
+last data (as the packet capture stamped it where the wire runs, the same in every
+view; else as the polls saw it) to that first FIN, its lifetime from the ``connect()``.
 Without them the close happened somewhere between the last poll that saw the
 connection open and the one that saw it gone: a limit reached within that window
 is the limit that closed it.
@@ -202,14 +203,14 @@ def story(life: SocketLife, kernel_state: str | None, closed_ms: int,
 
 def exact_story(life: SocketLife, kernel: KernelLife,
                 wire: WireClose | None = None) -> CloseStory:
-    """The close of a connection whose first FIN or RST the kernel timed: idle from the last
-    data the polls saw (the last poll's time less its idle age) to that moment."""
+    """The close of a connection whose first FIN or RST the kernel timed: idle from its last
+    data to that moment (``last_data_ms``)."""
     conn, closing = life.last, kernel.closed_ms or 0.0
     lifetime = round(closing - kernel.opened_ms)
     # as the client counts it (librdkafka's idle stamps can predate the connection: its
     # reaper closes by them), and as told: never idle longer than it lived
-    counted = (None if conn.idle_ms is None
-               else max(0, round(closing - (life.last_seen_ms - conn.idle_ms))))
+    last = last_data_ms(life, wire)
+    counted = None if last is None else max(0, round(closing - last))
     idle = None if counted is None else min(lifetime, counted)
     side = kernel.closed_by
     why = kernel.ending or reason(side, counted, conn.idle_limits, True)
@@ -223,6 +224,17 @@ def exact_story(life: SocketLife, kernel: KernelLife,
         bytes_sent=conn.bytes_sent, bytes_received=conn.bytes_received,
         requests_sent=conn.requests_sent, requests_received=conn.requests_received,
         opened_ms=round(kernel.opened_ms), closed_ms=round(closing))
+
+
+def last_data_ms(life: SocketLife, wire: WireClose | None) -> float | None:
+    """When the connection last carried data: the packet capture's stamp of its last segment
+    with data, the same in every view; else the last poll's time less its idle age (each
+    view's own polls: the sockets are read a moment after the poll's time, so later views
+    of one socket read it older)."""
+    if wire is not None and wire.heard and wire.last_data_ms is not None:
+        return wire.last_data_ms
+    conn = life.last
+    return None if conn.idle_ms is None else life.last_seen_ms - conn.idle_ms
 
 
 REAPING_LIMIT = {"client_idle_reap": "client", "broker_idle_reap": "broker",
