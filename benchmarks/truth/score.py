@@ -297,7 +297,9 @@ def record_disagreements(history: dict[str, list[tuple[int, dict]]], closes: lis
     """Where ``kmon record``'s tables say otherwise than the stream about ``pid``: a socket's
     last recorded role that the stream never gave it within 2 s of that poll (``history``:
     the stream's rows of each socket by time), a close told with another side or reason,
-    a close one told and the other not (away from the ends of the recording). A close is
+    a close one told and the other not (away from the ends of the recording's watch of the
+    process: ``kmon record -b`` finds a cluster's clients every 10 s, one with no connection
+    open at that moment the next time). A close is
     the same one in both by its ports and its time, not its key: a view whose poll saw the
     socket keys it by its inode, one whose polls missed it by its endpoints
     (``kernel:…``)."""
@@ -319,7 +321,7 @@ def record_disagreements(history: dict[str, list[tuple[int, dict]]], closes: lis
         said, heard = (f"{e.get('closed_by')}/{e.get('reason')}" for e in (ours, theirs))
         if said != heard:
             found.append(f"close of {ours['key']}: {said} recorded, {heard} in the stream")
-    times = [row["ts_ms"] for row in snapshots]
+    times = [row["ts_ms"] for row in snapshots if row["pid"] == pid]  # while it watched pid
     if times:
         inside = range(min(times) + 1000, max(times) - 2000)
         matched = {id(ours) for ours, _ in pairs}
