@@ -759,8 +759,11 @@ def test_a_refusal_at_once_is_told_a_poll_later_and_a_dying_broker_s_reset_is_no
     assert dying.poll(views)[1] == []
     _, (reset, refused), told = dying.poll(views)
     assert (reset.ending, reset.reset, refused.ending) == (None, "broker", "connect_failed")
-    # the dying broker's reset is told as one (no poll saw it: kmon.engine.kernel_watch)
-    assert [e.close.reason for e in told if e.close] == ["reset", "connect_failed"]
+    assert [e.close.reason for e in told if e.close] == ["connect_failed"]
+    # the dying broker's reset no poll saw is told once the wire had a poll to hand its close
+    # over; none came (no wire here): the broker's, why unread (kmon.engine.kernel_watch)
+    told = dying.poll(views)[2]
+    assert [(e.close.closed_by, e.close.reason) for e in told] == [("broker", "unknown")]
 
 
 def test_a_connection_no_poll_saw_is_told_opened_once_and_one_a_poll_saw_is_not():
@@ -815,6 +818,27 @@ def test_a_close_is_told_alike_by_a_view_whose_poll_saw_it_and_one_whose_polls_d
     assert (told_by_row.closed_by, told_by_row.reason, told_by_row.idle_before_ms,
             told_by_row.lifetime_ms, told_by_row.closed_ms) == (
         told.closed_by, told.reason, told.idle_before_ms, told.lifetime_ms, told.closed_ms)
+
+
+def test_a_close_no_poll_saw_waits_a_poll_for_the_wire_and_is_never_guessed_without_it():
+    """A failed login over TLS lives ~0.3 s: no poll may see it. The kernel's close can come
+    before the capture hands the wire's over: it waits a poll for it (then ``auth_failed``,
+    as a view whose poll saw the socket says); where none comes, the broker's side and
+    ``unknown``, never a ``broker_closed`` made from the side alone."""
+    from kmon.engine.kernel_watch import KernelWatch
+    from kmon.model import EventKind, ProcessView, WireClose
+
+    login = [state(0, 7, 2), state(1, 2, 1), state(300, 1, 8), state(301, 8, 9),
+             state(302, 9, 7)]
+    failed = {("127.0.0.1:50000", "127.0.0.1:9092"): WireClose(
+        "broker", False, 36, auth_failed=True, tls=True, last_data_ms=200)}
+    for wire, said in ((failed, "auth_failed"), ({}, "unknown")):
+        watch = KernelWatch(RecordedEvents([login]), {9092})
+        first = watch.poll([ProcessView(10, "p", "p")])[2]
+        assert [e.kind for e in first] == [EventKind.OPENED]
+        (told,) = watch.poll([ProcessView(10, "p", "p", wire_closes=wire)])[2]
+        assert (told.kind, told.close.closed_by, told.close.reason) == (
+            EventKind.CLOSED, "broker", said)
 
 
 def test_events_the_kernel_lost_become_a_standing_notice_with_their_total():

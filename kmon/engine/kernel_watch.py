@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable
+from dataclasses import replace
 
-from kmon.engine.closes import in_words, kernel_story
+from kmon.engine.closes import IDLE_REASONS, in_words, kernel_story
 from kmon.engine.connection_lives import ConnectionLives, KernelLife
 from kmon.engine.losses import LossHistory
 from kmon.model import CloseStory, Event, EventKind, ProcessView, WireClose
@@ -49,6 +50,7 @@ class KernelWatch:
             OrderedDict())
         self.polled: list[ProcessView] = []  # the last poll's views
         self.held: list[KernelLife] = []  # refusals at once, told after one more poll
+        self.unheard: list[KernelLife] = []  # closes no poll saw, waiting for the wire's
         # the wire's closes of the last polls, by (local, remote) as the rows write them
         self.wire: OrderedDict[tuple[str, str], WireClose] = OrderedDict()
         self._losses_told = 0  # the followed rings' losses as ``strangers`` last saw them
@@ -102,13 +104,20 @@ class KernelWatch:
         closed = self._decided(closed, seen)
         # one no poll saw: its open (every open counted once), then its close told from what
         # every view has alike, as a view whose poll saw it tells it (kmon.engine.closes)
-        events = []
+        # (an ordinary one whose close the wire has not handed over yet waits a poll for it,
+        # as a poll's close waits for its capture to settle)
+        events, waited, self.unheard = [], self.unheard, []
         for life in closed:
             if _pair(life) in seen:
                 continue
             if life.ending is None and not life.never_established:
                 events.append(self._opened_event(life))
+                if self._wire_close(life) is None:
+                    self.unheard.append(life)
+                    continue
             events.append(self._closed_event(life, idle_limits(polled + views, life)))
+        events += [self._closed_event(life, idle_limits(polled + views, life))
+                   for life in waited]
         if self.lost:  # standing from the first loss on, with the total
             note = (f"the kernel dropped {self.lost} TCP events (a ring buffer was "
                     "full): connection counts may be short")
@@ -216,11 +225,19 @@ class KernelWatch:
 
     def story(self, life: KernelLife, limits: dict[str, int] | None = None) -> CloseStory:
         """The close story of a life no poll saw: the kernel's times, the wire's close (its
-        last data's stamp: the idle before it) and the process's idle ``limits``."""
-        local, remote = _pair(life)
-        wire = self.wire.get((local.text, remote.text)) if local and remote else None
+        last data's stamp: the idle before it) and the process's idle ``limits``. Where the
+        wire never handed its close over (its packets unread: a FIN, a RST or a failed
+        login inside TLS alike), the side is the kernel's and why is ``unknown``."""
+        wire = self._wire_close(life)
         last_data = wire.last_data_ms if wire is not None and wire.heard else None
-        return kernel_story(life, wire, limits or {}, last_data)
+        told = kernel_story(life, wire, limits or {}, last_data)
+        if wire is None and life.ending is None and told.reason not in IDLE_REASONS:
+            return replace(told, reason="unknown")
+        return told
+
+    def _wire_close(self, life: KernelLife) -> WireClose | None:
+        local, remote = _pair(life)
+        return self.wire.get((local.text, remote.text)) if local and remote else None
 
     def life_of(self, pair: tuple[Endpoint, Endpoint] | None) -> KernelLife | None:
         """The kernel's life of a socket a poll saw close (ended at its first FIN or RST);
