@@ -146,6 +146,10 @@ class WireClose:
     # False: the socket went while the capture's ring still held back its last packets (the
     # wait for them timed out): how it closed went unread, and ``first_by`` is "unknown"
     heard: bool = True
+    # when the capture took the flow's last segment with data before the close (UTC epoch
+    # ms, the kernel's stamp: the same in every view): a request's start, or an answer while
+    # kmon kept them; None when it took none
+    last_data_ms: int | None = None
 
 
 @dataclass(frozen=True)

@@ -189,6 +189,25 @@ def test_a_close_the_capture_still_held_back_is_told_from_the_kernel_and_unsettl
     assert (exact.closed_by, exact.reason) == ("broker", "reset")
 
 
+def test_two_views_that_read_a_socket_at_different_moments_time_its_idle_alike():
+    """librdkafka closes its ``/bootstrap`` about 1 s after its last request, at the edge
+    past which a client's close (its limit unknown) is ``unknown``. Two views of the process
+    (the stream and the recording) each last saw it 460 ms idle, one having read its sockets
+    60 ms after its poll's time: from their polls one counts it 1007 ms idle, the other 947.
+    The capture's stamp of its last data is the same in both: one verdict."""
+    from kmon.engine.connection_lives import KernelLife
+
+    kernel = KernelLife(10, 904_910.0, ("127.0.0.1", 9092), ("127.0.0.1", 5000),
+                        first_fin="client", closed_ms=905_864.0)
+    wire = WireClose("client", reset=False, last_api=3, last_data_ms=904_912)
+    read_late = SocketLife(905_317, 905_317, row(idle=460, limits={}))
+    read_at_once = SocketLife(905_377, 905_377, row(idle=460, limits={}))
+    told = [story(seen, None, 906_000, wire, kernel) for seen in (read_late, read_at_once)]
+    assert told[0] == told[1]
+    assert (told[0].closed_by, told[0].reason, told[0].idle_before_ms) == (
+        "client", "client_closed", 952)
+
+
 # --- real parts ---------------------------------------------------------------------------
 
 @pytest.mark.integration

@@ -231,6 +231,31 @@ def test_a_spool_file_with_a_second_link_is_refused(tmp_path):
         spool.read_records(tmp_path, os.getpid(), os.getuid())
 
 
+def test_a_spool_file_the_agent_replaces_while_kmon_opens_it_is_read_anew(tmp_path,
+                                                                          monkeypatch):
+    """The agent renames each record over the last (kmon.agent.spool_writer): a file kmon
+    opened just before has no link left when it is checked. That is no hard link to refuse
+    (the stream once dropped a watched process for it): kmon reads the path again. The
+    rename is made to fall between kmon's open and its check by a hook on ``os.fstat``,
+    the one way to time it on demand; the writer, the rename and the checks are real."""
+    from kmon.agent.spool_writer import write_record
+
+    tmp_path.chmod(0o700)
+    written = write_record(tmp_path, os.getpid(), "rdkafka#producer-1",
+                           json.dumps(spool_record()))
+    real_fstat, renamed = os.fstat, []
+
+    def fstat_after_a_rename(fd: int):
+        if not renamed:
+            renamed.append(write_record(tmp_path, os.getpid(), "rdkafka#producer-1",
+                                        json.dumps(spool_record())))
+        return real_fstat(fd)
+
+    monkeypatch.setattr(spool.os, "fstat", fstat_after_a_rename)
+    taken = spool.read_records(tmp_path, os.getpid(), os.getuid()).records
+    assert renamed == [written] and [path for path, _ in taken] == [written]
+
+
 @as_root
 def test_a_squatted_spool_directory_is_a_notice_not_a_failure(tmp_path):
     import psutil

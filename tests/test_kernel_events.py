@@ -736,7 +736,7 @@ def test_a_refusal_this_poll_saw_is_left_to_its_row_s_close_one_verdict():
     assert watch.life_of((Endpoint("127.0.0.1", 50000), Endpoint("127.0.0.1", 9092)))
 
 
-def test_a_refusal_at_once_is_told_a_poll_later_and_a_dying_broker_s_reset_is_none():
+def test_a_refusal_at_once_is_told_a_poll_later_and_a_dying_broker_s_reset_is_no_refusal():
     """A per-IP limit accepts and closes while its broker listens on; a broker that just
     died resets its last connection too, then refuses the next connects: the refusal at
     once waits a poll for that sign."""
@@ -760,6 +760,10 @@ def test_a_refusal_at_once_is_told_a_poll_later_and_a_dying_broker_s_reset_is_no
     _, (reset, refused), told = dying.poll(views)
     assert (reset.ending, reset.reset, refused.ending) == (None, "broker", "connect_failed")
     assert [e.close.reason for e in told if e.close] == ["connect_failed"]
+    # the dying broker's reset no poll saw is told once the wire had a poll to hand its close
+    # over; none came (no wire here): the broker's, why unread (kmon.engine.kernel_watch)
+    told = dying.poll(views)[2]
+    assert [(e.close.closed_by, e.close.reason) for e in told] == [("broker", "unknown")]
 
 
 def test_a_connection_no_poll_saw_is_told_opened_once_and_one_a_poll_saw_is_not():
@@ -782,6 +786,59 @@ def test_a_connection_no_poll_saw_is_told_opened_once_and_one_a_poll_saw_is_not(
     seen = KernelWatch(RecordedEvents([[], unseen]), {9092})
     seen.poll([ProcessView(10, "p", "p", connections=[conn])])
     assert not [e for e in seen.poll([view])[2] if e.kind is EventKind.OPENED]
+
+
+def test_a_close_is_told_alike_by_a_view_whose_poll_saw_it_and_one_whose_polls_did_not():
+    """librdkafka's ``/bootstrap`` lives about a second: one view's poll sees it open, the
+    other's polls fall either side of it (a loaded host). Both tell its close, with one
+    story: the kernel's times, the wire's close and its last data's stamp."""
+    from kmon.engine.closes import SocketLife, story
+    from kmon.engine.kernel_watch import KernelWatch
+    from kmon.model import Connection, EventKind, ProcessView, Role, WireClose
+    from kmon.sources.kernel.sockets import Endpoint
+
+    opened = [state(0, 7, 2), state(1, 2, 1)]
+    closed = [state(1_200, 1, 4), state(1_201, 4, 5), state(1_202, 5, 7)]
+    wire = {("127.0.0.1:50000", "127.0.0.1:9092"): WireClose("client", False, 3,
+                                                               last_data_ms=100)}
+    conn = Connection("sock:1", Role.BOOTSTRAP, -1, None, None, "127.0.0.1:50000",
+                      "127.0.0.1:9092", "ESTABLISHED", idle_ms=300,
+                      idle_limits={"broker": 5000})
+    saw = KernelWatch(RecordedEvents([opened, closed]), {9092})
+    saw.poll([ProcessView(10, "p", "p", connections=[conn])])
+    saw.poll([ProcessView(10, "p", "p", wire_closes=wire)])
+    life = saw.life_of((Endpoint("127.0.0.1", 50000), Endpoint("127.0.0.1", 9092)))
+    told_by_row = story(SocketLife(400, 400, conn), None, 1_500, wire[next(iter(wire))],
+                        exact=life)
+    missed = KernelWatch(RecordedEvents([opened + closed]), {9092})
+    events = missed.poll([ProcessView(10, "p", "p", wire_closes=wire)])[2]
+    (told,) = [e.close for e in events if e.kind is EventKind.CLOSED]
+    assert (told.closed_by, told.reason, told.idle_before_ms, told.lifetime_ms,
+            told.closed_ms) == ("client", "unknown", 1_100, 1_200, 1_200)
+    assert (told_by_row.closed_by, told_by_row.reason, told_by_row.idle_before_ms,
+            told_by_row.lifetime_ms, told_by_row.closed_ms) == (
+        told.closed_by, told.reason, told.idle_before_ms, told.lifetime_ms, told.closed_ms)
+
+
+def test_a_close_no_poll_saw_waits_a_poll_for_the_wire_and_is_never_guessed_without_it():
+    """A failed login over TLS lives ~0.3 s: no poll may see it. The kernel's close can come
+    before the capture hands the wire's over: it waits a poll for it (then ``auth_failed``,
+    as a view whose poll saw the socket says); where none comes, the broker's side and
+    ``unknown``, never a ``broker_closed`` made from the side alone."""
+    from kmon.engine.kernel_watch import KernelWatch
+    from kmon.model import EventKind, ProcessView, WireClose
+
+    login = [state(0, 7, 2), state(1, 2, 1), state(300, 1, 8), state(301, 8, 9),
+             state(302, 9, 7)]
+    failed = {("127.0.0.1:50000", "127.0.0.1:9092"): WireClose(
+        "broker", False, 36, auth_failed=True, tls=True, last_data_ms=200)}
+    for wire, said in ((failed, "auth_failed"), ({}, "unknown")):
+        watch = KernelWatch(RecordedEvents([login]), {9092})
+        first = watch.poll([ProcessView(10, "p", "p")])[2]
+        assert [e.kind for e in first] == [EventKind.OPENED]
+        (told,) = watch.poll([ProcessView(10, "p", "p", wire_closes=wire)])[2]
+        assert (told.kind, told.close.closed_by, told.close.reason) == (
+            EventKind.CLOSED, "broker", said)
 
 
 def test_events_the_kernel_lost_become_a_standing_notice_with_their_total():

@@ -78,6 +78,19 @@ def test_every_view_decides_alike_whenever_it_polls():
     assert late.poll(REBOOTSTRAP, [2]) == {2}
 
 
+def test_a_socket_read_before_its_close_and_fed_after_it_is_told_alike():
+    """A view reads the process's sockets, then feeds the kernel's events: a re-bootstrap
+    that the client closed in between is in the sockets read, its life already closed. It
+    is told opened after the loss, as by a view whose feed came before the close (a
+    recording named it ``broker`` at its last poll where the stream said ``bootstrap``)."""
+    before_close, after_close = View(), View()
+    before_close.poll([], [1])
+    after_close.poll([], [1])
+    assert before_close.poll([*REAPED, *REBOOTSTRAP], [2]) == {2}
+    assert after_close.poll([*REAPED, *REBOOTSTRAP, *closes(2_000, 12, 2, "client")],
+                            [2]) == {2}
+
+
 def test_a_reconnect_after_the_client_s_own_idle_close_is_no_loss():
     view = View()
     view.poll([], [1])

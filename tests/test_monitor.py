@@ -73,3 +73,35 @@ def test_history_is_bounded():
     assert told > 100  # five times what is kept
     assert len(monitor.events) == 20
     assert len(monitor.lives[FakeSampler.pid]) == 2  # what is open now, nothing older
+
+
+class FailingSampler(FakeSampler):
+    """Shows one connection, then fails as ``failure`` (a stand-in: a real process's spool
+    cannot be made to fail, nor the process to exit, at a chosen poll)."""
+
+    def __init__(self, failure: Exception) -> None:
+        super().__init__()
+        self.failure = failure
+
+    def sample(self, now_ms: int) -> ProcessView:
+        self.n += 1
+        if self.n > 1:
+            raise self.failure
+        return view(conn("a"))
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_process_dropped_for_an_error_has_no_made_up_closes_and_one_that_exited_has():
+    """A spool kmon refused dropped a process whose connections were open: each was told
+    ``closed by the broker``, which no packet showed, where a view that went on watching
+    told nothing (issue 33: the recording against the stream)."""
+    from kmon.engine.sampler import ProcessGone, SampleError
+
+    for failure, told in ((SampleError("its spool is corrupt"), [EventKind.PROCESS_ERROR]),
+                          (ProcessGone("PID 42 has exited"),
+                           [EventKind.PROCESS_EXIT, EventKind.CLOSED])):
+        monitor = Monitor([FailingSampler(failure)])
+        monitor.poll()
+        assert [e.kind for e in monitor.poll()[1]] == told

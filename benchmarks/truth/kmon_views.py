@@ -106,13 +106,8 @@ class Stream:
         for record in records:
             for row in self.rows(record):
                 local_of[row["key"]] = row["local"]
-            for event in record["events"]:
-                if event["kind"] != "closed" or event["pid"] != self.pid:
-                    continue
-                local = event.get("local") or local_of.get(event["key"])
-                if local is None and event["key"].startswith("kernel:"):
-                    local = event["key"][len("kernel:"):].split(">")[0]
-                found.append({**event, "ports": (port(local), port(event.get("remote")))})
+            found += with_ports([e for e in record["events"] if e["kind"] == "closed"
+                                 and e["pid"] == self.pid], local_of)
         return found
 
     def history(self) -> dict[str, list[tuple[int, dict]]]:
@@ -134,6 +129,18 @@ class Stream:
             for row in self.rows(record):
                 last[(port(row["local"]), port(row["remote"]))] = row
         return last
+
+
+def with_ports(closes: list[dict], local_of: dict[str, str]) -> list[dict]:
+    """Each close with its (local, remote) ports: a polled socket's local endpoint from the
+    rows that showed it (``local_of``, by key), one no poll saw from its kernel key."""
+    found = []
+    for event in closes:
+        local = event.get("local") or local_of.get(event["key"])
+        if local is None and event["key"].startswith("kernel:"):
+            local = event["key"][len("kernel:"):].split(">")[0]
+        found.append({**event, "ports": (port(local), port(event.get("remote")))})
+    return found
 
 
 def port(endpoint: str | None) -> int | None:

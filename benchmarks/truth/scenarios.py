@@ -92,7 +92,8 @@ class Scenario:
 
 def run(scenario: Scenario, keep: Path | None = None) -> list[Outcome]:
     """Run one scenario from a cluster of its own to its last stopped process; ``keep``: a
-    folder to leave its evidence in (the clients' logs, tcpdump's text, kmon's closes)."""
+    folder to leave its evidence in (the clients' logs, tcpdump's text, kmon's closes, its
+    stream's records and its recording)."""
     names = scenario.client_names or ("client",)
     cluster = KafkaCluster(scenario.brokers, dict(scenario.broker_config))
     try:
@@ -156,6 +157,8 @@ def run(scenario: Scenario, keep: Path | None = None) -> list[Outcome]:
         stream = streams[client.name]
         if keep:
             client.log.with_suffix(".closes.json").write_text(json.dumps(stream.closes()))
+            client.log.with_suffix(".stream.jsonl").write_text(
+                "".join(json.dumps(record) + "\n" for record in stream.records))
         ctx = Context(flows, ClientLog.read(client.log), owners.seen.get(client.pid, {}),
                       node_of_port, scenario.broker_idle_ms, rejected, failed_auth,
                       frozenset(n.ports["SASL_PLAINTEXT"] for n in cluster.nodes),

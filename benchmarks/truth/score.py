@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from benchmarks.truth.capture import Flow
 from benchmarks.truth.client_log import ClientLog, role_of
+from benchmarks.truth.kmon_views import with_ports
 
 UNSETTLED = {"unknown", "unsettled", "?", None}
 CONFIDENT = 0.9  # a wrong answer at this confidence or more is confidently wrong
@@ -296,7 +297,12 @@ def record_disagreements(history: dict[str, list[tuple[int, dict]]], closes: lis
     """Where ``kmon record``'s tables say otherwise than the stream about ``pid``: a socket's
     last recorded role that the stream never gave it within 2 s of that poll (``history``:
     the stream's rows of each socket by time), a close told with another side or reason,
-    a close one told and the other not (away from the ends of the recording)."""
+    a close one told and the other not (away from the ends of the recording's watch of the
+    process: ``kmon record -b`` finds a cluster's clients every 10 s, one with no connection
+    open at that moment the next time). A close is
+    the same one in both by its ports and its time, not its key: a view whose poll saw the
+    socket keys it by its inode, one whose polls missed it by its endpoints
+    (``kernel:…``)."""
     found = []
     last: dict[str, dict] = {}
     for row in snapshots:
@@ -308,18 +314,44 @@ def record_disagreements(history: dict[str, list[tuple[int, dict]]], closes: lis
                 if abs(ts - row["ts_ms"]) <= 2000}
         if near and said not in near:
             found.append(f"{key}: {said} recorded, {' / '.join(sorted(near))} in the stream")
-    recorded = {e["key"]: e for e in events if e["kind"] == "closed" and e["pid"] == pid}
-    told = {e["key"]: e for e in closes}
-    for key in recorded.keys() & told.keys():
-        ours, theirs = (f"{e.get('closed_by')}/{e.get('reason')}" for e in (recorded[key],
-                                                                            told[key]))
-        if ours != theirs:
-            found.append(f"close of {key}: {ours} recorded, {theirs} in the stream")
-    times = [row["ts_ms"] for row in snapshots]
+    recorded = with_ports([e for e in events if e["kind"] == "closed" and e["pid"] == pid],
+                          {row["key"]: row["local"] for row in snapshots if row["pid"] == pid})
+    pairs, told_only = same_closes(recorded, closes)
+    for ours, theirs in pairs:
+        said, heard = (f"{e.get('closed_by')}/{e.get('reason')}" for e in (ours, theirs))
+        if said != heard:
+            found.append(f"close of {ours['key']}: {said} recorded, {heard} in the stream")
+    times = [row["ts_ms"] for row in snapshots if row["pid"] == pid]  # while it watched pid
     if times:
         inside = range(min(times) + 1000, max(times) - 2000)
-        found += [f"close of {key} in the stream only" for key in told.keys() - recorded.keys()
-                  if told[key]["ts_ms"] in inside]
-        found += [f"close of {key} recorded only" for key in recorded.keys() - told.keys()
-                  if recorded[key]["ts_ms"] in inside]
+        matched = {id(ours) for ours, _ in pairs}
+        found += [f"close of {e['key']} in the stream only" for e in told_only
+                  if e["ts_ms"] in inside]
+        found += [f"close of {e['key']} recorded only" for e in recorded
+                  if id(e) not in matched and e["ts_ms"] in inside]
     return found
+
+
+SAME_CLOSE_MS = 2000  # two views' stamps of one close: the kernel's, each read on its clock
+
+
+def same_closes(recorded: list[dict], told: list[dict]) -> tuple[list[tuple[dict, dict]],
+                                                                 list[dict]]:
+    """The closes both tell, as (recorded, told) pairs: on the same ports, the nearest in
+    time within SAME_CLOSE_MS (a client may reuse a port); and the told ones left over."""
+    left = list(told)
+    pairs = []
+    for ours in recorded:
+        at = close_at(ours)
+        same = [e for e in left if e["ports"] == ours["ports"] and None not in e["ports"]
+                and abs(close_at(e) - at) <= SAME_CLOSE_MS]
+        if same:
+            theirs = min(same, key=lambda e: abs(close_at(e) - at))
+            left.remove(theirs)
+            pairs.append((ours, theirs))
+    return pairs, left
+
+
+def close_at(event: dict) -> float:
+    """When a close happened as a view told it: the kernel's time where it timed it."""
+    return event.get("closed_ms") or event["ts_ms"]

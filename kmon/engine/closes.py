@@ -9,8 +9,9 @@ follows from the side and how long the connection had been idle against the
 client's, the brokers' and a middlebox's idle limits.
 
 Where the kernel's TCP events run (kmon.engine.connection_lives), the close is timed
-exactly: its side is the first FIN's (or the RST's), its idle time runs from the
-last data the polls saw to that first FIN, its lifetime from the ``connect()``.
+exactly: its side is the first FIN's (or the RST's), its idle time runs from its
+last data (as the packet capture stamped it where the wire runs, the same in every
+view; else as the polls saw it) to that first FIN, its lifetime from the ``connect()``.
 Without them the close happened somewhere between the last poll that saw the
 connection open and the one that saw it gone: a limit reached within that window
 is the limit that closed it.
@@ -29,7 +30,7 @@ wait for it timed out), the side comes from the kernel and the reason is
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kmon.engine.connection_lives import KernelLife
 from kmon.evidence.findings.silent_drop import unanswered
@@ -239,27 +240,45 @@ def story(life: SocketLife, kernel_state: str | None, closed_ms: int,
 
 def exact_story(life: SocketLife, kernel: KernelLife,
                 wire: WireClose | None = None) -> CloseStory:
-    """The close of a connection whose first FIN or RST the kernel timed: idle from the last
-    data the polls saw (the last poll's time less its idle age) to that moment."""
-    conn, closing = life.last, kernel.closed_ms or 0.0
+    """The close of a connection a poll saw, whose first FIN or RST the kernel timed: idle
+    from its last data to that moment (``last_data_ms``)."""
+    conn = life.last
+    timed = kernel_story(kernel, wire, conn.idle_limits, last_data_ms(life, wire))
+    return replace(timed, reason=drop_reason(conn, timed.reason),
+                   bytes_sent=conn.bytes_sent, bytes_received=conn.bytes_received,
+                   requests_sent=conn.requests_sent, requests_received=conn.requests_received)
+
+
+def kernel_story(kernel: KernelLife, wire: WireClose | None, limits: dict[str, int],
+                 last_data: float | None) -> CloseStory:
+    """The close the kernel timed, told from what every view has alike: its events, the
+    wire's close (``wire``), the process's idle ``limits`` and when it last carried data
+    (``last_data``; the capture's stamp for a connection no poll saw)."""
+    closing = kernel.closed_ms or kernel.opened_ms
     lifetime = round(closing - kernel.opened_ms)
     # as the client counts it (librdkafka's idle stamps can predate the connection: its
     # reaper closes by them), and as told: never idle longer than it lived
-    counted = (None if conn.idle_ms is None
-               else max(0, round(closing - (life.last_seen_ms - conn.idle_ms))))
+    counted = None if last_data is None else max(0, round(closing - last_data))
     idle = None if counted is None else min(lifetime, counted)
     side = kernel.closed_by
-    why = kernel.ending or reason(side, counted, conn.idle_limits, True)
+    why = kernel.ending or reason(side, counted, limits, True)
     if kernel.ending is None and kernel.reset is not None and why not in IDLE_REASONS:
         why = "reset"
-    if wire is not None and wire.heard:  # the kernel timed it: an unheard wire adds nothing
-        why = wire_reason(wire, why)
-    why = drop_reason(conn, why)
-    return CloseStory(
-        closed_by=side, reason=why, idle_before_ms=idle, lifetime_ms=lifetime,
-        bytes_sent=conn.bytes_sent, bytes_received=conn.bytes_received,
-        requests_sent=conn.requests_sent, requests_received=conn.requests_received,
-        opened_ms=round(kernel.opened_ms), closed_ms=round(closing))
+    if wire is not None and wire.heard and kernel.ending is None:  # (an unheard wire adds
+        why = wire_reason(wire, why)  # nothing; a refusal or a failed connect is the kernel's)
+    return CloseStory(closed_by=side, reason=why, idle_before_ms=idle, lifetime_ms=lifetime,
+                      opened_ms=round(kernel.opened_ms), closed_ms=round(closing))
+
+
+def last_data_ms(life: SocketLife, wire: WireClose | None) -> float | None:
+    """When the connection last carried data: the packet capture's stamp of its last segment
+    with data, the same in every view; else the last poll's time less its idle age (each
+    view's own polls: the sockets are read a moment after the poll's time, so later views
+    of one socket read it older)."""
+    if wire is not None and wire.heard and wire.last_data_ms is not None:
+        return wire.last_data_ms
+    conn = life.last
+    return None if conn.idle_ms is None else life.last_seen_ms - conn.idle_ms
 
 
 REAPING_LIMIT = {"client_idle_reap": "client", "broker_idle_reap": "broker",

@@ -1,16 +1,17 @@
 """The kernel's TCP events for one Monitor: the brokers' ports kept in the kernel filter,
-each poll's events folded into connection lives, the lives that ended badly told as
-``closed`` events with their exact story, the connections no poll saw told as ``opened``
-(every open counted once: a poll's new row tells its own), and the life of any socket a
-poll saw close.
+each poll's events folded into connection lives, the connections no poll saw told as
+``opened`` (every open counted once: a poll's new row tells its own) and ``closed`` with
+their exact story (told from what every view has alike: a view whose poll saw one tells
+it so too), and the life of any socket a poll saw close.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable
+from dataclasses import replace
 
-from kmon.engine.closes import READABLE
+from kmon.engine.closes import IDLE_REASONS, in_words, kernel_story
 from kmon.engine.connection_lives import ConnectionLives, KernelLife
 from kmon.engine.losses import LossHistory
 from kmon.model import CloseStory, Event, EventKind, ProcessView, WireClose
@@ -49,6 +50,7 @@ class KernelWatch:
             OrderedDict())
         self.polled: list[ProcessView] = []  # the last poll's views
         self.held: list[KernelLife] = []  # refusals at once, told after one more poll
+        self.unheard: list[KernelLife] = []  # closes no poll saw, waiting for the wire's
         # the wire's closes of the last polls, by (local, remote) as the rows write them
         self.wire: OrderedDict[tuple[str, str], WireClose] = OrderedDict()
         self._losses_told = 0  # the followed rings' losses as ``strangers`` last saw them
@@ -78,8 +80,8 @@ class KernelWatch:
 
     def poll(self, views: list[ProcessView]) -> tuple[list[KernelLife], list[KernelLife],
                                                       list[Event]]:
-        """The lives opened and closed since the last poll, and the ``closed`` events of
-        those that ended badly (connect failures, refused connections)."""
+        """The lives opened and closed since the last poll, and the events of those no poll
+        saw: ``opened`` (a connection made) and ``closed`` (failed connects too)."""
         polled, self.polled = self.polled, views
         for port in remote_ports(views):
             self.learned[port] = None
@@ -100,11 +102,22 @@ class KernelWatch:
         # to tell, with the row's role, so that every view counts it under one verdict
         seen = seen_pairs(polled + views, {remote for life in closed if (remote := life.remote)})
         closed = self._decided(closed, seen)
-        events = [event for life in closed if (life.ending is not None or life.login_failed)
-                  and (event := self._closed_event(life, seen)) is not None]
-        events += [self._opened_event(life) for life in closed
-                   if life.ending is None and not life.never_established
-                   and _pair(life) not in seen]
+        # one no poll saw: its open (every open counted once), then its close told from what
+        # every view has alike, as a view whose poll saw it tells it (kmon.engine.closes)
+        # (an ordinary one whose close the wire has not handed over yet waits a poll for it,
+        # as a poll's close waits for its capture to settle)
+        events, waited, self.unheard = [], self.unheard, []
+        for life in closed:
+            if _pair(life) in seen:
+                continue
+            if life.ending is None and not life.never_established:
+                events.append(self._opened_event(life))
+                if self._wire_close(life) is None:
+                    self.unheard.append(life)
+                    continue
+            events.append(self._closed_event(life, idle_limits(polled + views, life)))
+        events += [self._closed_event(life, idle_limits(polled + views, life))
+                   for life in waited]
         if self.lost:  # standing from the first loss on, with the total
             note = (f"the kernel dropped {self.lost} TCP events (a ring buffer was "
                     "full): connection counts may be short")
@@ -183,20 +196,17 @@ class KernelWatch:
             if len(self.endings) > MAX_ENDINGS:
                 self.endings.popitem(last=False)
 
-    def _closed_event(self, life: KernelLife,
-                      seen: set[tuple[Endpoint | None, Endpoint]]) -> Event | None:
-        """The ``closed`` event of a life that ended badly; None for one a poll saw open (in
-        ``seen``: its own ``closed`` event tells the kernel's story: ``life_of``)."""
+    def _closed_event(self, life: KernelLife, limits: dict[str, int]) -> Event:
+        """The ``closed`` event of a life no poll saw (a poll's row tells its own close,
+        with the kernel's story: ``life_of``)."""
         local, remote = _pair(life)
-        if (local, remote) in seen:
-            return None
-        story = self.story(life)
+        story = self.story(life, limits)
         if life.refused:
             detail = (f"{life.where()}: connect_failed, refused in {story.lifetime_ms} ms (a "
                       "RST answered its SYN: nothing listens there)")
         elif life.ending is None:
-            detail = (f"{life.where()}: {READABLE.get(story.reason, story.reason)} after "
-                      f"{story.lifetime_ms} ms")
+            detail = (f"{life.where()}: {in_words(story, limits)}, {story.lifetime_ms} ms "
+                      "after its connect")
         else:
             detail = (f"{life.where()}: {life.ending} after {story.lifetime_ms} ms (first "
                       f"FIN: {life.first_fin or 'none'}, RST: {life.reset or 'none'})")
@@ -213,14 +223,21 @@ class KernelWatch:
                      f"kernel:{local}>{remote}", remote=str(remote) if remote else None,
                      detail=f"{life.where()}: lived {life.lifetime_ms} ms between two polls")
 
-    @staticmethod
-    def story(life: KernelLife) -> CloseStory:
-        """The close story of a life that ended badly (or on a failed login), from its exact
-        times."""
-        why = life.ending or ("auth_failed" if life.login_failed else "unknown")
-        return CloseStory(life.closed_by, why, None,
-                          life.lifetime_ms, opened_ms=round(life.opened_ms),
-                          closed_ms=round(life.closed_ms or life.opened_ms))
+    def story(self, life: KernelLife, limits: dict[str, int] | None = None) -> CloseStory:
+        """The close story of a life no poll saw: the kernel's times, the wire's close (its
+        last data's stamp: the idle before it) and the process's idle ``limits``. Where the
+        wire never handed its close over (its packets unread: a FIN, a RST or a failed
+        login inside TLS alike), the side is the kernel's and why is ``unknown``."""
+        wire = self._wire_close(life)
+        last_data = wire.last_data_ms if wire is not None and wire.heard else None
+        told = kernel_story(life, wire, limits or {}, last_data)
+        if wire is None and life.ending is None and told.reason not in IDLE_REASONS:
+            return replace(told, reason="unknown")
+        return told
+
+    def _wire_close(self, life: KernelLife) -> WireClose | None:
+        local, remote = _pair(life)
+        return self.wire.get((local.text, remote.text)) if local and remote else None
 
     def life_of(self, pair: tuple[Endpoint, Endpoint] | None) -> KernelLife | None:
         """The kernel's life of a socket a poll saw close (ended at its first FIN or RST);
@@ -269,3 +286,12 @@ def seen_pairs(views: list[ProcessView], remotes: set[tuple[str, int]]
     return {(parse_endpoint(conn.local or ""), wanted[conn.remote])
             for view in views for conn in view.connections
             if conn.remote is not None and conn.remote in wanted}
+
+
+def idle_limits(views: list[ProcessView], life: KernelLife) -> dict[str, int]:
+    """The idle limits a connection no poll saw is held to: those of its process's row to
+    the same remote, else of any of its rows (the cluster's and the client's own)."""
+    rows = [conn for view in views if view.pid == life.pid for conn in view.connections
+            if conn.idle_limits]
+    same = [conn for conn in rows if conn.remote == life.where()]
+    return dict((same or rows)[0].idle_limits) if rows else {}

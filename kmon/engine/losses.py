@@ -53,7 +53,7 @@ class LossHistory:
                    unfollowed: Mapping[Pair, tuple[float, str]],
                    now_ms: float) -> dict[Pair, bool | None]:
         """Of the process's sockets ``pairs`` (read at ``now_ms``, UTC epoch) that the kernel
-        saw open: whether each was opened after a loss (None: opened before this view's first
+        followed: whether each was opened after a loss (None: opened before this view's first
         look, it cannot tell); ``unfollowed``: the first close steps of connections no life
         follows."""
         pairs = frozenset(pairs)
@@ -64,10 +64,11 @@ class LossHistory:
         # a life whose local port came after the first look was no socket from before
         before = self.before[pid] = self.before[pid] - followed
         found: dict[Pair, bool | None] = {}
-        for life in lives:
+        for life in lives:  # oldest first: a pair's latest life is the socket read
             pair = (life.local, life.remote)
-            if life.closed_ms is not None or pair not in pairs:
-                continue
+            if pair not in pairs:
+                continue  # (one closed since the sockets were read is still told: alike
+                # whether the events of its close came before this view's feed or after)
             if life.opened_ms < self.first_look[pid]:
                 found[pair] = None
                 continue

@@ -270,10 +270,13 @@ class Monitor:
     def _lose(self, pid: int, err: Exception, ts_ms: int, events: list[Event],
               previous: ProcessView | None,
               changes: list[tuple[ProcessView, ProcessView]]) -> None:
-        """Stop watching ``pid``: an exit or error event, and its connections closed."""
-        kind = EventKind.PROCESS_EXIT if isinstance(err, ProcessGone) else EventKind.PROCESS_ERROR
+        """Stop watching ``pid``: an exit event and its connections closed, or an error event
+        (its connections are not closed: kmon no longer watches them, and a story of their
+        close would be made up)."""
+        gone = isinstance(err, ProcessGone)
+        kind = EventKind.PROCESS_EXIT if gone else EventKind.PROCESS_ERROR
         events.append(Event(ts_ms, kind, pid, None, detail=str(err)))
-        if previous is not None:
+        if previous is not None and gone:
             changes.append((previous, ProcessView(pid, previous.name, previous.cmdline)))
         self.samplers.pop(pid).close()
         self.last_views.pop(pid, None)

@@ -43,6 +43,7 @@ CLIENTS_INSTANCE = "clients"
 _LISTINGS: dict[Path, tuple[tuple | None, int, dict[str, list[str]]]] = {}
 _MAX_LISTINGS = 64
 _SETTLED_NS = 50_000_000  # a directory unchanged this long before it was listed: kept
+REPLACED_TRIES = 3  # opens of a file the agent keeps replacing, before it is skipped this poll
 
 
 class SpoolError(Exception):
@@ -51,6 +52,12 @@ class SpoolError(Exception):
 
     def __init__(self, message: str) -> None:
         super().__init__(valid(message))
+
+
+class _Replaced(Exception):
+    """The file kmon opened had no link left when it was checked: the agent renamed its next
+    record over it (no link is no hard link to another file), so the path holds a newer
+    one to open."""
 
 
 class SpoolUntrusted(SpoolError):
@@ -171,23 +178,18 @@ def _names_by_pid(directory: Path, info: os.stat_result,
 
 
 def _read_one(path: Path, owner_uid: int) -> dict | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
-    except FileNotFoundError:
-        return None  # its client exited between listing and reading
-    except OSError as err:
-        why = "is a symbolic link" if os.path.islink(path) else err.strerror
-        raise SpoolError(f"spool file {path} {why}; refusing to read it") from err
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise SpoolError(f"spool file {path} is not a regular file")
-        if info.st_uid not in (owner_uid, 0) or info.st_nlink != 1:
-            raise SpoolError(f"spool file {path} belongs to uid {info.st_uid} with "
-                             f"{info.st_nlink} links; refusing to read it")
-        if info.st_size > MAX_RECORD_BYTES:
-            raise SpoolError(f"spool file {path} is too large ({info.st_size:,} bytes)")
-        raw = f.read(MAX_RECORD_BYTES + 1)
+    """The record of one spool file; None when it is gone (its client exited, or the agent
+    kept replacing it while kmon opened it)."""
+    for _ in range(REPLACED_TRIES):
+        try:
+            raw = _read_linked(path, owner_uid)
+            break
+        except _Replaced:
+            continue
+    else:
+        return None
+    if raw is None:
+        return None
     if len(raw) > MAX_RECORD_BYTES:
         raise SpoolError(f"spool file {path} is too large (over {MAX_RECORD_BYTES:,} bytes)")
     try:
@@ -201,3 +203,27 @@ def _read_one(path: Path, owner_uid: int) -> dict | None:
         raise SpoolError(f"spool file {path} has format {record.get('format')!r}, "
                          f"this kmon reads format {FORMAT}")
     return record
+
+
+def _read_linked(path: Path, owner_uid: int) -> bytes | None:
+    """The bytes of one spool file (None: gone); raises _Replaced for one replaced while it
+    was opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+    except FileNotFoundError:
+        return None  # its client exited between listing and reading
+    except OSError as err:
+        why = "is a symbolic link" if os.path.islink(path) else err.strerror
+        raise SpoolError(f"spool file {path} {why}; refusing to read it") from err
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise SpoolError(f"spool file {path} is not a regular file")
+        if info.st_nlink == 0 and info.st_uid in (owner_uid, 0):
+            raise _Replaced
+        if info.st_uid not in (owner_uid, 0) or info.st_nlink != 1:
+            raise SpoolError(f"spool file {path} belongs to uid {info.st_uid} with "
+                             f"{info.st_nlink} links; refusing to read it")
+        if info.st_size > MAX_RECORD_BYTES:
+            raise SpoolError(f"spool file {path} is too large ({info.st_size:,} bytes)")
+        return f.read(MAX_RECORD_BYTES + 1)

@@ -58,6 +58,7 @@ class Flow:
     close: WireClose | None = None  # the first FIN or RST seen, and from which side
     auth_failed: bool = False  # a SASL request was answered with an error
     requests: int = 0  # request segments taken: what the flow says changes with each only
+    last_data_ms: int | None = None  # the last segment with data taken (WireClose's)
 
     def seen(self) -> tuple[tuple[str, int], ...]:
         """The API keys seen, most frequent first, each as ``Fetch×12`` and when it was last
@@ -256,7 +257,8 @@ class WireTap:
             if flow.close is None:
                 flow.close = WireClose("client" if request else "broker",
                                        bool(seg.flags & TCP_RST), flow.last_api,
-                                       flow.auth_failed, tls=flow.tls, answers_heard=self.hearing)
+                                       flow.auth_failed, tls=flow.tls, answers_heard=self.hearing,
+                                       last_data_ms=flow.last_data_ms)
                 if (key not in mine and key not in self.last_polled
                         and len(self.unpolled) < MAX_FLOWS):
                     self.unpolled[key] = flow.close
@@ -282,6 +284,7 @@ class WireTap:
             self._request(flow, Segment(ts, key[0], key[1], data, 0, 1, ts), prefix=True)
 
     def _request(self, flow: Flow, seg: Segment, prefix: bool = False) -> None:
+        flow.last_data_ms = seg.ts_ms
         header = kp.request_header(seg.data, prefix)
         flow.requests += 1
         if header is None:
@@ -301,6 +304,7 @@ class WireTap:
             flow.pending[correlation_id] = (api_key, api_version)
 
     def _response(self, flow: Flow, seg: Segment) -> None:
+        flow.last_data_ms = seg.ts_ms
         if flow.first_request_ms is None and seg.data.startswith(TLS_RECORDS):
             # the broker's TLS record (a plaintext response of this size would be ~386 MB): a
             # socket busy since before kmon attached may start no request segment with one
