@@ -3,13 +3,24 @@ client processes, a throwaway user (the helpers they share are in helpers.py).""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import TESTS, Child, KafkaClient, debug_log_options, refuse_processes, require_java
+from helpers import (
+    TESTS,
+    Child,
+    KafkaClient,
+    acquire,
+    debug_log_options,
+    made_once,
+    refuse_processes,
+    release,
+    require_java,
+)
 
 # Fixtures that start real processes, a user, a cluster or Spark. A test that starts one (or
 # starts a process itself) is an integration test, and says so where it is written: a module's
@@ -97,15 +108,47 @@ def cluster(spool_dir) -> str:
         child.stop()
 
 
+RUN_END = pytest.StashKey[list]()  # what a session does last (``pytest_sessionfinish``)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Stop what this worker started for the whole run (``kafka``), once the others are done
+    with it: after every test's time limit, before the worker tells xdist it is finished."""
+    for stop in session.config.stash.get(RUN_END, []):
+        stop()
+
+
+def run_directory(tmp_path_factory) -> Path:
+    """The directory every xdist worker of this run sees (the run's base temporary
+    directory; without xdist, this process's own)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
-def kafka():
+def kafka(request, tmp_path_factory):
     """A real 3-node Apache Kafka cluster (KRaft, PLAINTEXT + SASL_PLAINTEXT + SSL listeners),
-    shared by the whole run. A test that kills a node starts it again before it ends."""
+    shared by the whole run: the first xdist worker that needs it starts it and stops it
+    once the last is done, the others attach to it (``support.run_shared``). Its nodes are
+    never killed: a test that kills one starts a cluster of its own (``start_kafka``)."""
     from kmon.devtools.kafka_cluster import KafkaCluster
 
     require_java()
-    with KafkaCluster(brokers=3) as cluster:
-        yield cluster
+    directory = run_directory(tmp_path_factory)
+    owned = contextlib.ExitStack()
+    cluster, started = acquire(directory, "kafka",
+                               lambda: owned.enter_context(KafkaCluster(brokers=3)),
+                               KafkaCluster.save, KafkaCluster.attach)
+    yield cluster
+    if not started:
+        release(directory, "kafka", started=False)
+        return
+
+    def stop() -> None:
+        with owned:
+            release(directory, "kafka", started=True)
+
+    request.config.stash.setdefault(RUN_END, []).append(stop)
 
 
 @pytest.fixture(scope="session")
@@ -141,14 +184,17 @@ def start_kafka():
 
 @pytest.fixture(scope="session")
 def go_consumer(tmp_path_factory) -> str:
-    """tests/go's consumer program, built once a run (the module cache and build cache
-    reused)."""
+    """tests/go's consumer program, built once a run by the first xdist worker that needs
+    it (the module cache and build cache reused)."""
     from kmon.devtools.client_programs import go_build
 
-    binary = tmp_path_factory.mktemp("go") / "kmon-go-consumer"
-    result = go_build(TESTS / "go", binary)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return str(binary)
+    def build() -> str:
+        binary = run_directory(tmp_path_factory) / "kmon-go-consumer"
+        result = go_build(TESTS / "go", binary)
+        assert result.returncode == 0, result.stderr[-2000:]
+        return str(binary)
+
+    return made_once(run_directory(tmp_path_factory), "go-consumer", build)
 
 
 @pytest.fixture(scope="session")
@@ -186,11 +232,14 @@ def java_clients() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def java_program(java_clients, tmp_path_factory) -> dict[str, str]:
     """The classpath that runs KafkaClientProgram on each tested release: the program
-    compiled once a run (the source launcher would compile it again at every start)."""
+    compiled once a run, by the first xdist worker that needs it (the source launcher would
+    compile it again at every start)."""
     from kmon.devtools.client_programs import compile_java
 
-    return {version: compile_java(JAVA_PROGRAM, jars, tmp_path_factory.mktemp(f"java-{version}"))
-            for version, jars in java_clients.items()}
+    directory = run_directory(tmp_path_factory)
+    return made_once(directory, "java-program", lambda: {
+        version: compile_java(JAVA_PROGRAM, jars, directory / f"java-{version}")
+        for version, jars in java_clients.items()})
 
 
 @pytest.fixture

@@ -17,6 +17,8 @@ from support.recordings import *  # noqa: F403
 from support.recordings import __all__ as _recordings
 from support.replays import *  # noqa: F403
 from support.replays import __all__ as _replays
+from support.run_shared import *  # noqa: F403
+from support.run_shared import __all__ as _run_shared
 from support.serve import *  # noqa: F403
 from support.serve import __all__ as _serve
 from support.tls import *  # noqa: F403
@@ -27,4 +29,4 @@ from support.wire import *  # noqa: F403
 from support.wire import __all__ as _wire
 
 __all__ = [*_assertions, *_clusters, *_common, *_dashboards, *_drops, *_processes, *_recordings,
-           *_replays, *_serve, *_tls, *_users, *_wire]
+           *_replays, *_run_shared, *_serve, *_tls, *_users, *_wire]

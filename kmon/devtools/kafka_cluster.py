@@ -6,7 +6,9 @@ SASL_PLAINTEXT (PLAIN, a user made up at start), SSL (a key pair made with
 Everything lives in one private working directory, removed when the cluster
 stops. A node is stopped with SIGKILL, as its data is thrown away anyway (a
 graceful stop of the last nodes of a KRaft quorum waits for a quorum that is
-gone), and is killed if the process that started it dies.
+gone), and is killed if the process that started it dies. Another process reaches a started
+cluster through a view of it, ``KafkaCluster.attach(cluster.save())``: its addresses, keys and
+client configs, never its nodes to kill, start or stop (kmon's test workers share one so).
 
 The nodes' JVMs map a class-data archive (AppCDS) of Kafka's classes kept in kmon's cache
 (``/var/cache/kmon/kafka`` as root, else ``~/.cache/kmon/kafka``): the first start
@@ -77,13 +79,16 @@ class KafkaNode:
     ports: dict[str, int]
     directory: Path
     process: subprocess.Popen | None = None
+    started_pid: int | None = None  # of a node another process started (``attach``)
 
     def address(self, listener: str = "PLAINTEXT") -> str:
         return f"127.0.0.1:{self.ports[listener]}"
 
     @property
     def pid(self) -> int | None:
-        return self.process.pid if self.process and self.process.poll() is None else None
+        if self.process is None:
+            return self.started_pid
+        return self.process.pid if self.process.poll() is None else None
 
     def exit_code(self) -> int | None:
         """The node's exit code once its JVM ended (-1 if it never started); None while it
@@ -100,6 +105,7 @@ class KafkaCluster:
     nodes: list[KafkaNode] = field(default_factory=list)
     workdir: Path | None = None
     sasl_password: str = ""
+    attached: bool = False  # a view of a cluster another process started (``attach``)
 
     def bootstrap(self, listener: str = "PLAINTEXT") -> str:
         return ",".join(node.address(listener) for node in self.nodes)
@@ -119,6 +125,28 @@ class KafkaCluster:
         """A properties file with what a client needs for ``listener`` (mode 0600)."""
         return self.home / f"{listener.lower()}-{dialect}.properties"
 
+    def save(self) -> dict:
+        """What another process needs to reach this started cluster (``attach``), as JSON."""
+        return {"brokers": self.brokers, "broker_config": self.broker_config,
+                "workdir": str(self.home), "sasl_password": self.sasl_password,
+                "nodes": [{"node_id": node.node_id, "ports": node.ports,
+                           "directory": str(node.directory), "pid": node.pid}
+                          for node in self.nodes]}
+
+    @classmethod
+    def attach(cls, saved: dict) -> KafkaCluster:
+        """A view of a cluster another process started and ``save``d: its addresses, keys
+        and client configs. Its nodes are their starter's to kill, start and stop."""
+        nodes = [KafkaNode(node["node_id"], node["ports"], Path(node["directory"]),
+                           started_pid=node["pid"]) for node in saved["nodes"]]
+        return cls(saved["brokers"], saved["broker_config"], nodes, Path(saved["workdir"]),
+                   saved["sasl_password"], attached=True)
+
+    def _refuse_if_attached(self, action: str) -> None:
+        if self.attached:
+            raise ClusterError(f"cannot {action} a node of a cluster another process started: "
+                               "start one of its own")
+
     def prepare(self) -> None:
         """Find Java and the broker's jars (fetched with Maven the first time)."""
         self._java = _java()
@@ -130,6 +158,7 @@ class KafkaCluster:
         """Start every node; tried a second time on new ports if a node does not start (its
         ports are picked free, then bound by the JVM: on a busy host another process can
         take one in between)."""
+        self._refuse_if_attached("start")
         if not getattr(self, "_classpath", None):
             self.prepare()
         try:
@@ -175,6 +204,7 @@ class KafkaCluster:
 
     def start_node(self, node: KafkaNode) -> None:
         """Start (or restart, after ``kill``) the node's JVM on its own ports and data."""
+        self._refuse_if_attached("start")
         log = open(node.directory / "jvm.out", "ab")  # noqa: SIM115 (the JVM's, closed below)
         with log:  # C1 alone: a node's start is class loading and warm-up, its load small
             node.process = subprocess.Popen(
@@ -189,6 +219,7 @@ class KafkaCluster:
 
     def kill(self, node: KafkaNode) -> None:
         """SIGKILL the node's JVM, as a crash would."""
+        self._refuse_if_attached("kill")
         if node.process and node.process.poll() is None:
             node.process.kill()
             node.process.wait()
@@ -214,6 +245,7 @@ class KafkaCluster:
 
     def stop(self) -> None:
         """Kill every JVM and remove the working directory."""
+        self._refuse_if_attached("stop")
         for node in self.nodes:
             self.kill(node)
         if self.workdir:
