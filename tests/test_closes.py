@@ -293,17 +293,21 @@ def test_a_killed_cluster_closes_as_the_broker_where_the_packets_say_so(spool_di
 class IdleProxy:
     """A stand-in for a broker (or a load balancer) that closes idle connections: it
     forwards to an upstream port and, once a connection has carried nothing for
-    ``idle_s``, closes it with a FIN, or with a RST (``reset``) as a middlebox does."""
+    ``idle_s``, closes it with a FIN, or with a RST (``reset``) as a middlebox does. Its
+    idle clock starts once the test says kmon is ``watching``: a kmon slow to start on a
+    busy machine would otherwise find the connection already gone."""
 
     def __init__(self, upstream: int, idle_s: float, reset: bool) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.upstream, self.idle_s, self.reset = upstream, idle_s, reset
+        self.watching = threading.Event()
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
         client, _ = self.listener.accept()
         upstream = socket.create_connection(("127.0.0.1", self.upstream))
+        self.watching.wait(60)
         client.settimeout(self.idle_s)
         try:
             while data := client.recv(4096):
@@ -349,6 +353,8 @@ def test_a_broker_or_middlebox_idle_close_through_a_proxy(tmp_path, reset, expec
             stream = Child([sys.executable, "-m", "kmon", "attach", str(holder.pid), "--json",
                             "--any-process", "--interval", "200ms", "--config", str(config),
                             "--broker-idle-ms", "2000" if not reset else "600000"])
+            stream.wait_line("{", timeout=60)  # kmon has seen the connection once
+            proxy.watching.set()
             (event,) = closed_events(stream)
             assert event["closed_by"] == "broker" and event["reason"] == expected, event
             assert event["idle_before_ms"] >= 1500
