@@ -27,6 +27,7 @@ from kmon.evidence.logical import (
 )
 from kmon.evidence.resolve import RowResolver
 from kmon.evidence.stats_join import stats_evidence
+from kmon.evidence.threads import thread_evidence
 from kmon.evidence.wire import WireEvidence
 from kmon.model import ClientInstance, Connection, ProcessView
 from kmon.sources import bounded
@@ -47,6 +48,7 @@ from kmon.sources.processes.process_info import (
     real_uid,
     running_since,
 )
+from kmon.sources.processes.rdk_threads import BrokerThreads
 from kmon.sources.text import valid
 
 
@@ -175,6 +177,7 @@ class ProcessSampler:
         self.bootstrap = bootstrap_argument(args)  # as its command line gives it, if it does
         self.wire = WireEvidence(self.bootstrap) if self.wire_source else None
         self.rows = RowResolver()
+        self.threads = BrokerThreads(pid)  # librdkafka's broker threads and their sockets
         # which of the sockets were opened after the process lost its cluster (the kernel's
         # events: kmon.engine.losses), where the monitor reads them
         self.losses: Callable[[int, list[TcpSocket], int],
@@ -231,8 +234,9 @@ class ProcessSampler:
         # what the producers make of the process follows from these (and its quiet wire)
         after_loss = (self.losses(self.pid, sockets, now_ms)
                       if self.losses and self.wire_source is not None else {})
+        threads = self.threads.nodes(sockets)
         made = self.made
-        inputs = (dict(known), idle_limit_ms, directory.groups, fronts, after_loss)
+        inputs = (dict(known), idle_limit_ms, directory.groups, fronts, after_loss, threads)
         if (made is not None and not all_stats and made.inputs == inputs
                 and made.sockets == socket_facts(sockets)
                 and (self.wire_source is None or self.wire_source.quiet())):
@@ -242,7 +246,7 @@ class ProcessSampler:
             wire = None if self.wire_source is None else self.wire_source.read(sockets, now_ms)
             gathered = Gathered(now_ms=now_ms, sockets=sockets, known=known, resolver=resolver,
                                 broker_idle_ms=idle_limit_ms, stats=fresh, wire=wire, jvm=jvm,
-                                fronts=fronts, after_loss=after_loss)
+                                fronts=fronts, after_loss=after_loss, threads=threads)
             found, claims = self._claims(gathered)
             brokers = advertised(gathered)
             closes = {(local.text, remote.text): close for e in found
@@ -280,7 +284,7 @@ class ProcessSampler:
 
     def producers(self) -> list[Producer]:
         """The evidence producers of this process, in order: each sees the claims before it."""
-        producers: list[Producer] = [stats_evidence]
+        producers: list[Producer] = [stats_evidence, thread_evidence]
         if self.jvm is not None:
             producers.append(self.jvm.evidence)
         if self.wire is not None:

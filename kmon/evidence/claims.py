@@ -24,7 +24,7 @@ from kmon.sources.process_wire import WireReading
 
 # How much a claim's source is trusted for the whole row, highest first. The wire is
 # the authority on roles alone (see resolve); the rest fill the row from the best one.
-SOURCE_RANK = {"stats": 3, "jmx": 3, "log": 3, "inferred": 2, "endpoint": 1}
+SOURCE_RANK = {"stats": 3, "jmx": 3, "log": 3, "thread": 2, "inferred": 2, "endpoint": 1}
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,9 @@ class Gathered:
     # process had lost every connection to its cluster, from the kernel's connect and close
     # times (None: this view cannot tell; kmon.engine.losses)
     after_loss: dict[tuple[Endpoint, Endpoint], bool | None] = field(default_factory=dict)
+    # socket inode -> the node whose librdkafka broker thread polls it
+    # (kmon.sources.processes.rdk_threads)
+    threads: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import pairwise
+from itertools import chain, pairwise
 
 from kmon.classify import coordinator_node_id
 from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
@@ -122,16 +122,17 @@ def cadence_confidence(cycles: int, beside_other: bool) -> float:
     return round(min(0.8 if beside_other else 0.7, 0.5 + 0.1 * (cycles - MIN_CYCLES)), 2)
 
 
-def by_cadence(readings: Mapping[str, Sequence[Reading]],
-               broker_of: dict[str, int]) -> dict[str, Inference]:
+def by_cadence(readings: Mapping[str, Sequence[Reading]], broker_of: dict[str, int],
+               brokers: Iterable[str] = ()) -> dict[str, Inference]:
     """Socket key -> coordinator inference by the shape of the sockets' traffic.
 
-    ``broker_of`` names the broker of each candidate socket (key -> broker id).
-    A broker gets a coordinator only when exactly one of its sockets heartbeats
-    and some other socket of the process fetches.
+    ``broker_of`` names the broker of each candidate socket (key -> broker id);
+    ``brokers`` are sockets known to be broker connections (never candidates).
+    A broker gets a coordinator only when exactly one of its candidate sockets
+    heartbeats and some other socket of the process fetches.
     """
     cycles = {k: heartbeat_cycles(readings.get(k, ())) for k in broker_of}
-    fetching = {k for k in broker_of if is_fetching(readings.get(k, ()))}
+    fetching = {k for k in chain(broker_of, brokers) if is_fetching(readings.get(k, ()))}
     out = {}
     for broker in set(broker_of.values()):
         socks = [k for k, b in broker_of.items() if b == broker]
@@ -230,7 +231,9 @@ class CadenceEvidence:
         broker_of = {key: broker for key, claims in earlier.items()
                      if len(claims) == 1 and claims[0].source == "endpoint"
                      and (broker := claims[0].broker_id) is not None}
-        found = by_cadence(self.history, broker_of)
+        brokers = [key for key, claims in earlier.items()  # named by librdkafka's threads
+                   if any(c.source == "thread" for c in claims)]
+        found = by_cadence(self.history, broker_of, brokers)
         groups = self.groups()
         if groups:
             cycles = {k: heartbeat_cycles(self.history.get(k, ())) for k in broker_of}

@@ -1,0 +1,150 @@
+"""librdkafka's own name for each connection: the broker thread that holds its socket.
+
+librdkafka runs one thread per broker handle and names it ``rdk:broker<nodeid>`` when it
+starts (``rd_kafka_broker_thread_main``): ``rdk:broker2`` for broker 2's handle, and
+``rdk:broker-1`` for a bootstrap or logical (coordinator) handle, whose node id is not
+known when its thread starts. A handle's thread waits in ``poll()`` on its one socket and
+its wake-up pipe. So the socket a node's thread polls is that node's connection: what the
+client would say of it, with no statistics, no debug log and no TLS key, even for a socket
+silent since kmon attached.
+
+A thread's wait is read from ``/proc/PID/task/TID/syscall`` (the call and its arguments
+while it blocks) and the ``pollfd`` array it names from ``/proc/PID/mem``: at most
+``MAX_POLLFDS`` entries of 8 bytes, nothing else of the process's memory. Both need the
+right to trace the process (root, or its owner where ptrace allows): without it nothing
+is read and nothing is said. The names and the array are the process's own: they can
+mislead about itself only, as its statistics could.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import struct
+import time
+from collections.abc import Iterable
+
+from kmon.sources.kernel.sockets import TcpSocket
+
+# the poll calls by machine: a broker thread blocks in poll(), which arm64's libc makes ppoll
+POLL_CALLS = {"x86_64": (7, 271), "aarch64": (73,)}.get(platform.machine(), ())
+# a thread name is cut at 15 bytes: "rdk:broker" and five digits may be a longer id cut short
+THREAD_NAME = re.compile(rb"rdk:broker(-?\d{1,4})\n?")
+MAX_THREADS = 1024  # threads of one process looked at per scan
+MAX_POLLFDS = 4  # a broker thread polls its socket and its wake-up fd
+RESCAN_S = 5.0  # sockets no thread has named yet are looked for again this often
+OTHER_RESCAN_S = 30.0  # a process with no broker thread is looked at again this often
+MAX_NAMED = 4096  # sockets remembered per process
+
+
+class BrokerThreads:
+    """Which broker node's librdkafka thread polls each socket of one process.
+
+    ``nodes(sockets)`` gives inode -> node id for the sockets a broker thread of a known
+    node (>= 0) was seen polling. A thread is seen only while it blocks in ``poll()``;
+    one busy at a scan is looked at again at the next (a new socket, or ``RESCAN_S``
+    later). A socket named stays named while it lives: a handle's thread keeps its one
+    connection until it closes, and a reused inode is another socket's.
+    """
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.named: dict[int, int] = {}  # socket inode -> node id of the thread polling it
+        self.unnamed: frozenset[int] = frozenset()  # the sockets no scan could name
+        self.scanned_at = float("-inf")  # monotonic
+        self.librdkafka = True  # until a scan finds no broker thread at all
+        self.readable = bool(POLL_CALLS)  # False once the process refused a read
+
+    def nodes(self, sockets: Iterable[TcpSocket]) -> dict[int, int]:
+        """inode -> node id of each of ``sockets`` a node's broker thread polls."""
+        by_fd = {s.fd: s.inode for s in sockets if s.fd is not None and s.inode}
+        alive = set(by_fd.values())
+        self.named = {inode: node for inode, node in self.named.items() if inode in alive}
+        unnamed = frozenset(alive - self.named.keys())
+        if unnamed and self.readable and self._due(unnamed):
+            self.scanned_at = time.monotonic()
+            for inode, node in self._scan(by_fd).items():
+                if inode in unnamed and len(self.named) < MAX_NAMED:
+                    self.named[inode] = node
+            self.unnamed = frozenset(alive - self.named.keys())
+        return dict(self.named)
+
+    def _due(self, unnamed: frozenset[int]) -> bool:
+        """Whether to look again: in a librdkafka process, a socket not looked for yet or the
+        last look ``RESCAN_S`` old; in another, ``OTHER_RESCAN_S`` after the last (it may
+        load librdkafka later; its threads are not listed at each new socket)."""
+        since = time.monotonic() - self.scanned_at
+        if not self.librdkafka:
+            return since >= OTHER_RESCAN_S
+        return not unnamed <= self.unnamed or since >= RESCAN_S
+
+    def _scan(self, by_fd: dict[int, int]) -> dict[int, int]:
+        """inode -> node id of the sockets the process's node threads block polling now."""
+        found: dict[int, int] = {}
+        task = f"/proc/{self.pid}/task"
+        try:
+            tids = [name for name in os.listdir(task) if name.isdigit()][:MAX_THREADS]
+        except OSError:
+            return found
+        threads = {tid: node for tid in tids
+                   if (node := _thread_node(f"{task}/{tid}/comm")) is not None}
+        self.librdkafka = bool(threads)
+        if not any(node >= 0 for node in threads.values()):
+            return found
+        try:
+            mem = os.open(f"/proc/{self.pid}/mem", os.O_RDONLY)
+        except OSError:
+            self.readable = False
+            return found
+        try:
+            for tid, node in threads.items():
+                if node < 0:
+                    continue
+                fds = _polled_fds(f"{task}/{tid}/syscall", mem)
+                if fds is None:  # no right to trace the process
+                    self.readable = False
+                    break
+                sockets = {by_fd[fd] for fd in fds if fd in by_fd}
+                if len(sockets) == 1:  # the handle's one connection
+                    found[sockets.pop()] = node
+        finally:
+            os.close(mem)
+        return found
+
+
+def _thread_node(comm_path: str) -> int | None:
+    """The node id in a thread's name ``rdk:broker<id>``, or None for any other thread."""
+    try:
+        with open(comm_path, "rb") as comm:
+            name = comm.read(32)
+    except OSError:
+        return None
+    match = THREAD_NAME.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+def _polled_fds(syscall_path: str, mem: int) -> list[int] | None:
+    """The fds a thread blocks polling ([] when it is not in a poll call); None where the
+    thread's call may not be read (no right to trace the process, or the thread is gone)."""
+    try:
+        with open(syscall_path, "rb") as syscall:
+            fields = syscall.read(256).split()
+    except PermissionError:
+        return None
+    except OSError:
+        return []
+    try:
+        if len(fields) < 3 or int(fields[0]) not in POLL_CALLS:
+            return []
+        address, count = int(fields[1], 16), int(fields[2], 16)
+    except ValueError:
+        return []
+    if not 0 < count <= MAX_POLLFDS:
+        return []
+    try:
+        raw = os.pread(mem, 8 * count, address)
+    except (OSError, OverflowError):
+        return []
+    return [fd for (fd,) in struct.iter_unpack("i4x", raw[:len(raw) - len(raw) % 8])
+            if fd >= 0]

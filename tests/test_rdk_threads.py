@@ -1,0 +1,132 @@
+"""librdkafka's broker threads as evidence: the socket a node's thread polls is that node's
+connection. Scored against librdkafka's own debug log (``debug=broker``: each socket's fd and
+the handle that connected it), on the real cluster's TLS listener, where the wire is blind
+to a socket silent since kmon attached."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from helpers import (
+    SURE,
+    VERDICT_S,
+    Child,
+    attach_stream,
+    confluent_consumer,
+    librdkafka_truth,
+    produce,
+    python_as,
+)
+
+from kmon.sources.kernel.socket_readers import open_socket_reader
+from kmon.sources.processes.rdk_threads import BrokerThreads
+
+pytestmark = [pytest.mark.integration,  # a real cluster, real clients
+              pytest.mark.root(reason="reading another process's thread waits needs root")]
+
+# a producer over the listener's own client properties (argv[2]) that sends a message to
+# each partition of argv[3] (leaders on every broker) and then stays silent
+QUIET_PRODUCER = """
+import sys
+from confluent_kafka import Producer
+config = dict(line.split("=", 1) for line in open(sys.argv[2]).read().splitlines())
+producer = Producer({**config, "bootstrap.servers": sys.argv[1], "debug": "broker"})
+for partition in range(3):
+    producer.produce(sys.argv[3], b"x", partition=partition)
+producer.flush(30)
+print("SENT", flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.fixture
+def topic(kafka) -> str:
+    name = f"kmon-threads-{uuid.uuid4().hex[:8]}"
+    produce(kafka.bootstrap(), name)
+    return name
+
+
+def thread_nodes(pid: int, polls: int = 10) -> tuple[dict[int, int], dict[int, int]]:
+    """(inode -> node, inode -> fd) after ``polls`` reads half a second apart: a broker thread
+    is seen only while it waits in poll()."""
+    reader, threads = open_socket_reader(), BrokerThreads(pid)
+    nodes, fds = {}, {}
+    for _ in range(polls):
+        sockets = reader.sockets_of(pid)
+        fds = {s.inode: s.fd for s in sockets}
+        threads.scanned_at = float("-inf")  # look again at every read
+        nodes = threads.nodes(sockets)
+        time.sleep(0.5)
+    return nodes, fds
+
+
+def test_each_node_thread_names_its_own_socket_and_no_other(kafka, topic):
+    """A consumer in a group over TLS: every socket a node's thread polls is, by the client's
+    log, that broker's connection; the coordinator's and bootstrap sockets are never named."""
+    client = confluent_consumer(kafka, topic, "SSL")
+    try:
+        client.wait_line("READ", timeout=60)
+        nodes, fds = thread_nodes(client.pid)
+        truth = librdkafka_truth(client)
+        told = {inode: truth({"fd": fds[inode]}) for inode in nodes}
+        assert nodes and all(told[inode] == ("broker", node) for inode, node in nodes.items()), (
+            nodes, told)
+        brokers = [fd for fd in fds.values() if (truth({"fd": fd}) or ("",))[0] == "broker"]
+        assert len(nodes) == len(brokers), (nodes, fds, brokers)
+    finally:
+        client.stop()
+
+
+def test_a_producer_silent_since_attach_is_named_by_its_threads(kafka, topic):
+    """A producer that sent one message to each broker over TLS and went quiet before kmon
+    attached: no TLS record to read, yet each broker connection is named right at SURE
+    within VERDICT_S, and nothing at SURE is named wrong."""
+    client = Child([sys.executable, "-c", QUIET_PRODUCER, kafka.bootstrap("SSL"),
+                    str(kafka.client_config("SSL")), topic])
+    stream = None
+    try:
+        client.wait_line("SENT", timeout=60)
+        time.sleep(1)
+        truth = librdkafka_truth(client)
+        stream = attach_stream(client.pid, "--any-process", interval="500ms")
+        first, rows = None, []
+        while first is None or time.monotonic() - first <= VERDICT_S:
+            (process,) = json.loads(stream.wait_line("{", timeout=60))["processes"]
+            first = first or time.monotonic()
+            rows = process["connections"]
+            wrong = [r for r in rows if r["confidence"] >= SURE and truth(r)
+                     and (r["role"], r["node_id"]) != truth(r)]
+            assert not wrong, rows
+            brokers = [r for r in rows if (truth(r) or ("",))[0] == "broker"]
+            if brokers and all(r["confidence"] >= SURE and r["evidence"].get("role") == "thread"
+                               for r in brokers):
+                return
+        pytest.fail(f"broker sockets not named by their threads in {VERDICT_S}s: {rows}")
+    finally:
+        if stream is not None:
+            stream.stop()
+        client.stop()
+
+
+def test_without_the_right_to_trace_nothing_is_read_or_said(kafka, topic, throwaway_user):
+    """Another user's kmon code cannot read a root client's thread waits: no node, no error."""
+    client = confluent_consumer(kafka, topic, "SSL")
+    try:
+        client.wait_line("READ", timeout=60)
+        argv, env = python_as(throwaway_user.pw_name)
+        code = ("import sys; from kmon.sources.processes.rdk_threads import BrokerThreads;"
+                "from kmon.sources.kernel.sockets import Endpoint, TcpSocket;"
+                "e = Endpoint('127.0.0.1', 1);"
+                "t = BrokerThreads(int(sys.argv[1]));"
+                "print(t.nodes([TcpSocket(i, i, e, e, 'ESTABLISHED') for i in range(3, 40)]),"
+                " t.readable)")
+        out = subprocess.run([*argv, "-c", code, str(client.pid)], env=env, capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0 and out.stdout.split() == ["{}", "False"], out
+    finally:
+        client.stop()
