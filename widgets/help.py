@@ -33,7 +33,8 @@ will reap it (`connections.max.idle.ms` of the client, else of the broker), with
 bar that turns yellow past the warning threshold. **rtt**: the client's request
 round trip; `poll` marks a fetch connection's, which is the broker's long-poll wait,
 not the network; `tcp` marks the kernel's smoothed TCP round trip.
-**evidence**: where the role came from (stats = the client's metrics, inferred =
+**evidence**: where the role came from (stats = the client's metrics, thread = the
+librdkafka broker thread polling the socket, inferred =
 cluster metadata) and how sure kmon is of the socket pairing (`conf`).
 
 ## Timeline
