@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import time
 import uuid
 
 import pytest
@@ -129,3 +130,73 @@ def test_a_wire_is_quiet_until_a_segment_waits_for_it():
             wire.close()
             client.close()
             peer.close()
+
+
+SHORT_CONNECTIONS = """
+import socket, sys, time
+from kmon.sources import kafka_protocol as kp
+broker = ("127.0.0.1", int(sys.argv[1]))
+held = socket.create_connection(broker)  # a poll's row: the broker's port, followed
+held.sendall(kp.metadata_request(1, "held"))
+print("READY", flush=True)
+for line in sys.stdin:
+    with socket.create_connection(broker) as sock:
+        port = sock.getsockname()[1]
+        sock.sendall(kp.metadata_request(2, "short"))
+        time.sleep(0.05)
+    print("CLOSED", port, flush=True)
+"""
+
+
+def test_a_close_between_two_polls_is_told_alike_by_the_host_capture_and_a_processs_own():
+    """A connection a client opens and closes between two polls (no poll shows it): the
+    per-process stream (``attach PID``: a capture of its own) and the host's views (``record
+    -b``, ``serve -b``, ``ps -b``: several processes on one capture) tell its close with one
+    story. Before, the host capture kept its segments for a poll that never showed the
+    socket, and the host's views said ``client/unknown`` where the stream said
+    ``client/client_closed``."""
+    from kmon.engine.facade import ProcessTarget
+    from kmon.model import EventKind
+
+    settings = EngineSettings(SamplerSettings(require_kafka=False))
+    with socket.create_server(("127.0.0.1", 0)) as broker:  # never accepts: the backlog does
+        port = broker.getsockname()[1]
+        client = Child([sys.executable, "-c", SHORT_CONNECTIONS, str(port)])
+        other = Child([sys.executable, "-c", "import time; time.sleep(600)"])
+        sessions = []
+        try:
+            client.wait_line("READY")
+            alone = open_session(ProcessTarget((client.pid,)), settings)
+            sessions.append(alone)
+            shared = open_session(ProcessTarget((client.pid, other.pid)), settings)
+            sessions.append(shared)
+            assert shared.monitor.samplers[client.pid].wire_source.host is not None
+
+            def rows_to_broker(session) -> bool:
+                view = {v.pid: v for v in session.poll()[0].processes}.get(client.pid)
+                return view is not None and any(c.remote == f"127.0.0.1:{port}"
+                                                for c in view.connections)
+
+            for session in sessions:  # its taps open, the broker's port followed
+                wait_for(lambda s=session: rows_to_broker(s), "the held connection's row")
+            closes: dict[str, list] = {"alone": [], "shared": []}
+            for _ in range(3):
+                client.send("go")
+                short = int(client.wait_line("CLOSED").split()[1])
+                for _ in range(4):  # its close is told within a poll or two
+                    time.sleep(0.2)
+                    for name, session in (("alone", alone), ("shared", shared)):
+                        closes[name] += [
+                            (short, e.close.closed_by, e.close.reason)
+                            for e in session.poll()[1]
+                            if e.kind is EventKind.CLOSED and e.pid == client.pid
+                            and e.key and e.key.startswith(f"kernel:127.0.0.1:{short}>")]
+        finally:
+            for session in sessions:
+                session.close()
+            client.stop()
+            other.stop()
+    shorts = sorted({short for short, _, _ in closes["alone"]})
+    assert len(shorts) == 3, closes
+    assert sorted(closes["alone"]) == [(short, "client", "client_closed") for short in shorts]
+    assert sorted(closes["shared"]) == sorted(closes["alone"])

@@ -61,13 +61,15 @@ class KernelWatch:
         self.losses = LossHistory()
         self.fed: tuple[list[KernelLife], list[KernelLife]] = ([], [])  # since the last poll
 
-    def feed(self, pids: set[int]) -> None:
+    def feed(self, pids: set[int]) -> list[KernelLife]:
         """Fold in the events so far (of the processes ``pids``, watched): a poll's samplers
-        feed them before they decide, with every socket they read followed from its open."""
+        feed them before they decide, with every socket they read followed from its open.
+        The lives these events closed."""
         opened, closed = self.lives.feed(self.source.read(), pids)
         self.losses.opened(opened)
         self.fed[0].extend(opened)
         self.fed[1].extend(closed)
+        return closed
 
     def after_loss(self, pid: int, sockets: Iterable[TcpSocket], now_ms: float
                    ) -> dict[tuple[Endpoint, Endpoint], bool | None]:

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from kmon.engine.churn import ChurnWatch
 from kmon.engine.closes import SocketLife, in_words, story
+from kmon.engine.connection_lives import KernelLife
 from kmon.engine.findings import FindingWatch
 from kmon.engine.host_churn import HostTimeWaits
 from kmon.engine.kernel_watch import KernelWatch
@@ -140,9 +141,23 @@ class Monitor:
         assert kernel is not None  # (given only with one)
         now = time.monotonic()
         if now - self._fed_s > FEED_EVERY_S:  # after the sockets were read: their opens in
-            kernel.feed(self._watched)
+            self._hand_over(kernel.feed(self._watched))
             self._fed_s = now
         return kernel.after_loss(pid, sockets, now_ms)
+
+    def _hand_over(self, lives: Iterable[KernelLife]) -> None:
+        """Each closed life's wire to the process whose connect opened it: the host's one
+        capture hands a process the segments of the sockets its polls show, and one that
+        lived between two polls is read as the process's own capture reads it (its close
+        told from the same evidence: kmon.sources.packets.host_wire)."""
+        opened: dict[int, list[tuple[tuple[str, int], tuple[str, int]]]] = {}
+        for life in lives:
+            if life.local is not None and life.remote is not None:
+                opened.setdefault(life.pid, []).append((life.local, life.remote))
+        for pid, sockets in opened.items():
+            sampler = self.samplers.get(pid)
+            if sampler is not None and sampler.wire_source is not None:
+                sampler.wire_source.opened(sockets)
 
     def remove(self, pid: int) -> None:
         """Stop watching ``pid`` quietly (it turned out not to be a client)."""
@@ -187,6 +202,7 @@ class Monitor:
         lives = []
         if self.kernel is not None:
             opened, closed, told = self.kernel.poll(views)
+            self._hand_over(closed)  # read by the next poll, as the kernel's story waits
             lives = [life.recorded() for life in closed]
             self.churn.exact.update(view.pid for view in views)  # even those opening nothing
             self.churn.take_lives(opened, closed)

@@ -95,6 +95,13 @@ class ProcessWire:
         self.close()
         return WireReading(None, self.problem)
 
+    def opened(self, sockets: Iterable[tuple[tuple[str, int], tuple[str, int]]]) -> None:
+        """Sockets, as (local, remote) (ip, port), the kernel saw the process open: a part of
+        the host's capture takes their segments though no poll shows them (a capture of its
+        own reads them all already)."""
+        if self.shared is not None:
+            self.shared.opened(list(sockets))
+
     def quiet(self) -> bool:
         """Whether a read now would hand over nothing new: the tap, part of the host's
         capture, has no segment waiting and nothing dropped since its last poll, no TLS source

@@ -5,11 +5,13 @@ brokers' ports, its segments handed to each process by socket.
 ``SharedCapture``: what the tap would ask of its own ``PacketCapture``, answered from the
 host's one. Each poll, a process names its sockets (``own``); the host's segments go to
 the process whose socket they belong to, by (local, remote) address in either direction.
-A segment of no watched socket (one a process opened since its last poll, or another
-process's) waits ``UNOWNED_FOR_MS`` for a process whose poll shows its socket; every such
-table is bounded. The kernel filter keeps the ports every tap asks for (the brokers'),
-with the local ports left out: thousands of them would not fit the filter, and every
-segment of a Kafka connection has a broker's port on one side.
+A socket the kernel's TCP events saw a process open (``opened``: its connect ran in the
+process) is that process's too, though no poll shows it: one that opened and closed between
+two polls is read as the process's own capture reads it. A segment of no watched socket (one
+opened since the last poll, another process's) waits ``UNOWNED_FOR_MS`` for a process whose
+poll or connect claims it; every such table is bounded. The kernel filter keeps the ports
+every tap asks for (the brokers'), with the local ports left out: thousands of them would
+not fit the filter, and every segment of a Kafka connection has a broker's port on one side.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ HOST_BLOCKS = 128  # 8 MiB of ring: a second of the cut-short segments of a busy
 UNOWNED_FOR_MS = 10_000  # a segment of no watched socket (yet) waits this long
 MAX_UNOWNED_STREAMS = 1024  # sockets whose segments wait for an owner
 MAX_UNOWNED_SEGMENTS = 16  # segments kept per waiting socket, the first ones
+MAX_OPENED = 4096  # sockets the kernel saw the processes open, the latest kept
 MAX_QUEUED = 65_536  # segments a process has not read yet; beyond, they count as drops
 
 Key = tuple[Address, Address]
@@ -57,6 +60,11 @@ class SharedCapture:
     def own(self, sockets: Collection[Key], now_ms: int) -> None:
         """The process's sockets now: their segments are its own from here on."""
         self.host.own(self, set(sockets), now_ms)
+
+    def opened(self, sockets: Collection[Key]) -> None:
+        """Sockets the kernel saw the process open (its connect): their segments are its own,
+        those that waited and those to come, unless a poll shows them another's."""
+        self.host.opened(self, sockets)
 
     def set_ports(self, local_ports: set[int], remote_ports: set[int],
                   responses: bool = True) -> None:
@@ -97,6 +105,8 @@ class HostWire:
         self.shares: list[SharedCapture] = []
         self.owners: dict[Key, SharedCapture] = {}  # socket (either direction) -> process
         self.unowned: dict[Key, list[Segment]] = {}  # insertion-ordered: the oldest first
+        # socket (either direction) -> the process the kernel saw open it, the latest last
+        self.openers: dict[Key, SharedCapture] = {}
         self.captures_opened = 0
         self.settled_poll: int | None = None  # the poll whose segments were last settled
         self.settled = True  # ... and whether every one could be read
@@ -127,6 +137,23 @@ class HostWire:
         share.keys = keys
         self.expire(now_ms)
 
+    def opened(self, share: SharedCapture, keys: Collection[Key]) -> None:
+        """``share``'s process opened the sockets ``keys`` (the kernel's events say so): the
+        segments that waited for them are its, and so are those the capture holds (read here,
+        uncut: a waiting socket's are cut short) and reads next."""
+        openers = self.openers
+        for key in keys:
+            waited: list[Segment] = []
+            for either in (key, (key[1], key[0])):
+                openers.pop(either, None)
+                openers[either] = share
+                waited += self.unowned.pop(either, [])
+            if waited:
+                share.take(sorted(waited, key=lambda seg: seg.ts_ms))
+        while len(openers) > 2 * MAX_OPENED:
+            del openers[next(iter(openers))]
+        self.drain()
+
     def settle(self, before: float, poll_ms: int) -> bool:
         """``PacketCapture.settle``, once a poll (``poll_ms``): the processes' sockets are read
         together at its start (``read_ahead``), before the first to settle; then drained to
@@ -153,10 +180,10 @@ class HostWire:
         """Hand what the capture queued since the last drain to the processes it belongs to."""
         if self.capture is None:
             return
-        owners, unowned = self.owners, self.unowned
+        owners, openers, unowned = self.owners, self.openers, self.unowned
         routed: dict[SharedCapture, list[Segment]] = {}
         for seg in self.capture.read():
-            share = owners.get((seg.src, seg.dst))
+            share = owners.get((seg.src, seg.dst)) or openers.get((seg.src, seg.dst))
             if share is not None:
                 routed.setdefault(share, []).append(seg)
                 continue
@@ -176,6 +203,7 @@ class HostWire:
             return
         self.shares.remove(share)
         self.own(share, set(), 0)
+        self.openers = {key: other for key, other in self.openers.items() if other is not share}
         if not self.shares:
             self.close()
         else:
@@ -187,6 +215,7 @@ class HostWire:
             self.capture.close()
             self.capture = None
         self.owners.clear()
+        self.openers.clear()
         self.unowned.clear()
 
     def expire(self, now_ms: int) -> None:
