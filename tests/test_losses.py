@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from kmon.engine.connection_lives import ConnectionLives
 from kmon.engine.losses import LossHistory
+from kmon.model import Opening
 from kmon.sources.kernel.kernel_events import TcpEvent
 
 PID = 4242
@@ -38,15 +39,16 @@ class View:
     def poll(self, events: list[TcpEvent], holding: list[int], at_ms: float = 500) -> set[int]:
         """The ports of ``holding`` (the process's sockets, read at ``at_ms``) opened after a
         loss."""
-        return {port for port, lost in self.told(events, holding, at_ms).items() if lost}
+        return {port for port, opening in self.told(events, holding, at_ms).items()
+                if opening is Opening.LOST}
 
     def told(self, events: list[TcpEvent], holding: list[int],
-             at_ms: float = 500) -> dict[int, bool | None]:
+             at_ms: float = 500) -> dict[int, Opening | None]:
         opened, _ = self.lives.feed(events, {PID})
         self.losses.opened(opened)
-        found = self.losses.after_loss(PID, [pair(p) for p in holding], self.lives.unfollowed,
-                                       at_ms)
-        return {local[1]: lost for (local, _), lost in found.items()}
+        found = self.losses.openings(PID, [pair(p) for p in holding], self.lives.unfollowed,
+                                     at_ms)
+        return {local[1]: opening for (local, _), opening in found.items()}
 
 
 # librdkafka under a broker's idle limit: its broker connection (open before kmon looked) is
@@ -127,3 +129,23 @@ def test_a_connection_caught_opening_at_the_first_look_is_no_socket_from_before(
     assert view.told([], [3]) == {}
     moved = [first[1], *closes(1_000, 13, 3, "broker"), *opens(1_001, 12, 2)]
     assert view.poll(moved, [2], at_ms=1_100) == {2}
+
+
+def test_a_connect_after_the_client_closed_its_last_one_itself_is_alone():
+    """A client per message: the process's first client connects (its bootstrap), moves on
+    to its broker and closes everything; the next client's bootstrap opens with nothing
+    held, the last closed by the client: ALONE (a new client or a reconnect: kmon cannot
+    tell). The move from a bootstrap (the first connection, or one after a loss) to the
+    broker is HELD, as is a connect beside an open connection."""
+    view = View()
+    view.poll([], [])  # kmon's first look: the process holds nothing
+    first = opens(1_000, 11, 1)
+    assert view.told(first, [1]) == {1: Opening.FIRST}
+    moved = [*closes(1_010, 11, 1, "client"), *opens(1_010.5, 12, 2)]
+    assert view.told(moved, [2]) == {2: Opening.HELD}
+    ended = closes(1_100, 12, 2, "client")
+    assert view.told([*ended, *opens(1_600, 13, 3)], [3]) == {3: Opening.ALONE}
+    assert view.told(opens(1_700, 14, 4), [3, 4]) == {3: Opening.ALONE, 4: Opening.HELD}
+    again = View()  # after a re-bootstrap, the client's move to its broker is HELD too
+    again.poll([], [1])
+    assert again.told([*REAPED, *REBOOTSTRAP, *MOVED_ON], [3]) == {3: Opening.HELD}
