@@ -13,7 +13,9 @@ or a re-bootstrap) to move on to the brokers. One opened with nothing before it 
 its idle connections reaped: a new client in the same process bootstraps then, a client
 reconnects to a broker) is ``ALONE``. A view cannot tell for a socket opened before its
 first look at the process (what the process held then is unknown to it): it says so, where
-another view may know.
+another view may know. A connect whose later steps the events never gave (its local port
+unknown: they were lost while the kernel filter changed, or a duplicate of its connect took
+its place) is no connection held: it would be held for ever.
 """
 
 from __future__ import annotations
@@ -97,9 +99,9 @@ class LossHistory:
             if other is life or other.opened_ms > at:
                 continue
             if other.closed_ms is None or other.closed_ms > at:
-                if not other.never_established:
+                if not other.never_established and other.local is not None:
                     return Opening.HELD  # held when it opened
-                continue
+                continue  # (no connection; or a connect whose later steps never came)
             lost = other.never_established or other.closed_by == "broker"
             if last is None or other.closed_ms >= last[0]:
                 last = (other.closed_ms, lost, other)
