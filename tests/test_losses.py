@@ -161,3 +161,22 @@ def test_a_connect_whose_later_steps_never_came_is_not_held():
     view.poll([], [1])
     stray = opens(900, 21, 9)[:1]  # its SYN_SENT only
     assert view.poll([*stray, *REAPED, *REBOOTSTRAP], [2]) == {2}
+
+
+def test_a_connection_gone_from_the_sockets_with_its_close_unseen_is_not_held():
+    """A view whose first look found a connection and whose events never gave its close
+    (the kernel filter followed its port only from that look on: seen in the ground-truth
+    harness's ``kmon record``), or a life whose close step was lost: once a read of the
+    process's sockets lacks it, it had closed, and no later socket opened beside it."""
+    view = View()
+    view.poll([], [1], at_ms=500)  # port 1 held at the first look; its close never comes
+    assert view.told([], [], at_ms=1_000) == {}  # gone from the sockets read at 1 s
+    assert view.told(opens(1_500, 12, 2), [2], at_ms=1_600) == {2: Opening.ALONE}
+    lost_close = View()
+    lost_close.poll([], [], at_ms=500)
+    assert lost_close.told(opens(600, 11, 1), [1], at_ms=700) == {1: Opening.FIRST}
+    lost_close.told([], [], at_ms=1_000)  # port 1 gone, its close step never given
+    assert lost_close.told(opens(1_500, 12, 2), [2], at_ms=1_600) == {2: Opening.ALONE}
+    still = View()  # one still among the sockets read is held
+    still.poll([], [1], at_ms=500)
+    assert still.told(opens(1_500, 12, 2), [1, 2], at_ms=1_600) == {2: Opening.HELD}

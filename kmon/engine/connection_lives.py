@@ -40,6 +40,8 @@ class KernelLife:
     never_established: bool = False  # it went from SYN_SENT straight to CLOSE
     # what the process held when it opened (``losses``); None: not decided yet
     opening: Opening | None = None
+    # when a read of its process's sockets first lacked it, its close not seen (``losses``)
+    gone_ms: float | None = None
     listener_gone: bool = False  # connects to its remote were refused right after it closed
     login_failed: bool = False  # the wire saw the broker close it on a failed SASL login
 

@@ -15,11 +15,13 @@ reconnects to a broker) is ``ALONE``. A view cannot tell for a socket opened bef
 first look at the process (what the process held then is unknown to it): it says so, where
 another view may know. A connect whose later steps the events never gave (its local port
 unknown: they were lost while the kernel filter changed, or a duplicate of its connect took
-its place) is no connection held: it would be held for ever.
+its place) is no connection held: it would be held for ever. Nor is one whose close the
+events never gave, from the first poll whose sockets lacked it on (it had closed by then).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 
 from kmon.engine.connection_lives import KernelLife
@@ -39,6 +41,8 @@ class LossHistory:
         # the sockets each process held at kmon's first look that no life follows
         self.before: dict[int, frozenset[Pair]] = {}
         self.first_look: dict[int, float] = {}  # when (UTC epoch ms)
+        # of those, the ones gone from its sockets with no close step seen: when first missed
+        self.gone: dict[int, dict[Pair, float]] = {}
 
     def opened(self, lives: Iterable[KernelLife]) -> None:
         """Follow newly opened ``lives``; keep each process's latest closed ones only."""
@@ -56,6 +60,7 @@ class LossHistory:
         for pid in set(self.before) - set(pids):
             del self.before[pid]
             del self.first_look[pid]
+            self.gone.pop(pid, None)
 
     def openings(self, pid: int, pairs: Iterable[Pair],
                  unfollowed: Mapping[Pair, tuple[float, str]],
@@ -70,7 +75,8 @@ class LossHistory:
         if pid not in self.before:  # its first look: what has no life was open before
             self.before[pid], self.first_look[pid] = pairs, now_ms
         # a life whose local port came after the first look was no socket from before
-        self.before[pid] = self.before[pid] - followed
+        before = self.before[pid] = self.before[pid] - followed
+        self._missed(pid, pairs, before, lives, unfollowed, now_ms)
         found: dict[Pair, Opening | None] = {}
         for life in lives:  # oldest first: a pair's latest life is the socket read
             pair = (life.local, life.remote)
@@ -79,6 +85,22 @@ class LossHistory:
                 # whether the events of its close came before this view's feed or after)
             found[pair] = self._opening(pid, life, unfollowed)
         return found
+
+    def _missed(self, pid: int, pairs: frozenset[Pair], before: frozenset[Pair],
+                lives: list[KernelLife], unfollowed: Mapping[Pair, tuple[float, str]],
+                now_ms: float) -> None:
+        """Note when the connections the events never saw close were first gone from the
+        sockets read (``pairs``, at ``now_ms``): they closed before then."""
+        gone = self.gone.setdefault(pid, {})
+        for pair in before - pairs:
+            if pair not in unfollowed:
+                gone.setdefault(pair, now_ms)
+        for pair in set(gone) - before:
+            del gone[pair]
+        for life in lives:
+            if (life.closed_ms is None and life.gone_ms is None and life.local is not None
+                    and life.opened_ms < now_ms and (life.local, life.remote) not in pairs):
+                life.gone_ms = now_ms
 
     def _opening(self, pid: int, life: KernelLife,
                  unfollowed: Mapping[Pair, tuple[float, str]]) -> Opening | None:
@@ -95,8 +117,12 @@ class LossHistory:
         """What the process held when ``life`` opened (the module's docstring says each)."""
         at = life.opened_ms
         last: tuple[float, bool, KernelLife | None] | None = None  # the latest close before
+        unseen = (-math.inf, False, None)  # a close the events never gave: when, unknown
         for other in self.lives[pid]:
             if other is life or other.opened_ms > at:
+                continue
+            if other.closed_ms is None and other.gone_ms is not None and other.gone_ms <= at:
+                last = last or unseen
                 continue
             if other.closed_ms is None or other.closed_ms > at:
                 if not other.never_established and other.local is not None:
@@ -105,10 +131,14 @@ class LossHistory:
             lost = other.never_established or other.closed_by == "broker"
             if last is None or other.closed_ms >= last[0]:
                 last = (other.closed_ms, lost, other)
+        gone = self.gone[pid]
         for pair in self.before[pid]:
             end = unfollowed.get(pair)
+            if end is None and gone.get(pair, math.inf) <= at:
+                last = last or unseen
+                continue
             if end is None or end[0] > at:
-                return Opening.HELD  # held when it opened (or its close was not seen)
+                return Opening.HELD  # held when it opened (or its close was not seen yet)
             if last is None or end[0] >= last[0]:
                 last = (end[0], end[1] == "broker", None)
         if last is None:
