@@ -180,3 +180,16 @@ def test_a_connection_gone_from_the_sockets_with_its_close_unseen_is_not_held():
     still = View()  # one still among the sockets read is held
     still.poll([], [1], at_ms=500)
     assert still.told(opens(1_500, 12, 2), [1, 2], at_ms=1_600) == {2: Opening.HELD}
+
+
+def test_a_connect_after_the_bootstrap_closed_and_a_broker_refused_is_alone():
+    """Seen in the per-ip-limit scenario: the client's first connect to broker 1 is refused
+    (the broker's FIN at once) as it closes its bootstrap connection, and it bootstraps
+    again: the next connect may be that bootstrap or broker 1 again, so ALONE, not the move
+    from a bootstrap to the brokers (HELD)."""
+    view = View()
+    view.poll([], [])
+    assert view.told(opens(1_000, 11, 1), [1]) == {1: Opening.FIRST}
+    refused = [*opens(2_000, 12, 2), *closes(2_001, 12, 2, "broker")]
+    moved = [*closes(2_001.2, 11, 1, "client"), *opens(2_003, 13, 3)]
+    assert view.told([*refused, *moved], [3]) == {3: Opening.ALONE}

@@ -5,18 +5,20 @@ A client that lost every broker connection re-bootstraps (KIP-899, librdkafka >=
 connects to its bootstrap servers again, takes the metadata and closes that connection), to
 an address that may be a broker's. A socket is opened after a loss (``LOST``) when, at its
 connect, the process held no other connection the kernel followed or had shown at kmon's
-first look, and the last of them to close before it was closed by the broker first (or was
-a connect that never became a connection). One opened while the process held another is
+first look, and the last of them to close before it was closed by the broker first (or was a
+connect that never became a connection). One opened while the process held another is
 ``HELD``, and so is one opened once the client closed its bootstrap connection (its first,
-or a re-bootstrap) to move on to the brokers. One opened with nothing before it is
-``FIRST``; one opened after the client closed its last connection itself (a client ended or
-its idle connections reaped: a new client in the same process bootstraps then, a client
-reconnects to a broker) is ``ALONE``. A view cannot tell for a socket opened before its
-first look at the process (what the process held then is unknown to it): it says so, where
-another view may know. A connect whose later steps the events never gave (its local port
-unknown: they were lost while the kernel filter changed, or a duplicate of its connect took
-its place) is no connection held: it would be held for ever. Nor is one whose close the
-events never gave, from the first poll whose sockets lacked it on (it had closed by then).
+or a re-bootstrap) to move on to the brokers, with no loss since that one opened (librdkafka
+bootstraps again when its first connect to a broker it moved on to is refused). One opened
+with nothing before it is ``FIRST``; one opened after the client closed its last connection
+itself (a client ended or its idle connections reaped: a new client in the same process
+bootstraps then, a client reconnects to a broker) is ``ALONE``. A view cannot tell for a
+socket opened before its first look at the process (what the process held then is unknown to
+it): it says so, where another view may know. A connect whose later steps the events never
+gave (its local port unknown: they were lost while the kernel filter changed, or a duplicate
+of its connect took its place) is no connection held: it would be held for ever. Nor is one
+whose close the events never gave, from the first poll whose sockets lacked it on (it had
+closed by then).
 """
 
 from __future__ import annotations
@@ -118,6 +120,7 @@ class LossHistory:
         at = life.opened_ms
         last: tuple[float, bool, KernelLife | None] | None = None  # the latest close before
         unseen = (-math.inf, False, None)  # a close the events never gave: when, unknown
+        lost_at = -math.inf  # the latest loss before it
         for other in self.lives[pid]:
             if other is life or other.opened_ms > at:
                 continue
@@ -129,6 +132,8 @@ class LossHistory:
                     return Opening.HELD  # held when it opened
                 continue  # (no connection; or a connect whose later steps never came)
             lost = other.never_established or other.closed_by == "broker"
+            if lost:
+                lost_at = max(lost_at, other.closed_ms)
             if last is None or other.closed_ms >= last[0]:
                 last = (other.closed_ms, lost, other)
         gone = self.gone[pid]
@@ -146,6 +151,8 @@ class LossHistory:
         if last[1]:
             return Opening.LOST
         before = last[2]
-        if before is not None and self._opening(pid, before, unfollowed) in MOVED_FROM:
+        if (before is not None and lost_at < before.opened_ms
+                and self._opening(pid, before, unfollowed) in MOVED_FROM):
             return Opening.HELD  # the client moved on from its bootstrap connection
+        # (where a connect was lost meanwhile, a client may bootstrap again instead)
         return Opening.ALONE
