@@ -131,6 +131,16 @@ class Connection:
 _CONNECTION_FIELDS = tuple(f.name for f in fields(Connection))
 
 
+class Opening(str, Enum):
+    """What a process held when one of its sockets opened, from the kernel's connect and
+    close times (kmon.engine.losses)."""
+
+    HELD = "held"  # another connection, or it had just moved on from its bootstrap one
+    FIRST = "first"  # nothing before it: the process's first connection as kmon saw it
+    ALONE = "alone"  # none: the last one closed by the client (ended, or reaped idle)
+    LOST = "lost"  # none: the last one lost (the broker closed it first, a failed connect)
+
+
 @dataclass(frozen=True)
 class WireClose:
     """How the wire saw a connection close: who sent the first FIN or RST, and after which

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from kmon.engine.connection_lives import ConnectionLives
 from kmon.engine.losses import LossHistory
+from kmon.model import Opening
 from kmon.sources.kernel.kernel_events import TcpEvent
 
 PID = 4242
@@ -38,15 +39,16 @@ class View:
     def poll(self, events: list[TcpEvent], holding: list[int], at_ms: float = 500) -> set[int]:
         """The ports of ``holding`` (the process's sockets, read at ``at_ms``) opened after a
         loss."""
-        return {port for port, lost in self.told(events, holding, at_ms).items() if lost}
+        return {port for port, opening in self.told(events, holding, at_ms).items()
+                if opening is Opening.LOST}
 
     def told(self, events: list[TcpEvent], holding: list[int],
-             at_ms: float = 500) -> dict[int, bool | None]:
+             at_ms: float = 500) -> dict[int, Opening | None]:
         opened, _ = self.lives.feed(events, {PID})
         self.losses.opened(opened)
-        found = self.losses.after_loss(PID, [pair(p) for p in holding], self.lives.unfollowed,
-                                       at_ms)
-        return {local[1]: lost for (local, _), lost in found.items()}
+        found = self.losses.openings(PID, [pair(p) for p in holding], self.lives.unfollowed,
+                                     at_ms)
+        return {local[1]: opening for (local, _), opening in found.items()}
 
 
 # librdkafka under a broker's idle limit: its broker connection (open before kmon looked) is
@@ -127,3 +129,67 @@ def test_a_connection_caught_opening_at_the_first_look_is_no_socket_from_before(
     assert view.told([], [3]) == {}
     moved = [first[1], *closes(1_000, 13, 3, "broker"), *opens(1_001, 12, 2)]
     assert view.poll(moved, [2], at_ms=1_100) == {2}
+
+
+def test_a_connect_after_the_client_closed_its_last_one_itself_is_alone():
+    """A client per message: the process's first client connects (its bootstrap), moves on
+    to its broker and closes everything; the next client's bootstrap opens with nothing
+    held, the last closed by the client: ALONE (a new client or a reconnect: kmon cannot
+    tell). The move from a bootstrap (the first connection, or one after a loss) to the
+    broker is HELD, as is a connect beside an open connection."""
+    view = View()
+    view.poll([], [])  # kmon's first look: the process holds nothing
+    first = opens(1_000, 11, 1)
+    assert view.told(first, [1]) == {1: Opening.FIRST}
+    moved = [*closes(1_010, 11, 1, "client"), *opens(1_010.5, 12, 2)]
+    assert view.told(moved, [2]) == {2: Opening.HELD}
+    ended = closes(1_100, 12, 2, "client")
+    assert view.told([*ended, *opens(1_600, 13, 3)], [3]) == {3: Opening.ALONE}
+    assert view.told(opens(1_700, 14, 4), [3, 4]) == {3: Opening.ALONE, 4: Opening.HELD}
+    again = View()  # after a re-bootstrap, the client's move to its broker is HELD too
+    again.poll([], [1])
+    assert again.told([*REAPED, *REBOOTSTRAP, *MOVED_ON], [3]) == {3: Opening.HELD}
+
+
+def test_a_connect_whose_later_steps_never_came_is_not_held():
+    """The kernel's events gave a connect and nothing after it (seen in the ground-truth
+    harness: its steps lost while the kernel filter changed, or the same connect given twice
+    with stamps apart, the second taking the first's place): that life never closes, and was
+    taken for a connection held beside every later socket, so a re-bootstrap after a loss
+    was told no loss (and a new client's bootstrap a broker connection)."""
+    view = View()
+    view.poll([], [1])
+    stray = opens(900, 21, 9)[:1]  # its SYN_SENT only
+    assert view.poll([*stray, *REAPED, *REBOOTSTRAP], [2]) == {2}
+
+
+def test_a_connection_gone_from_the_sockets_with_its_close_unseen_is_not_held():
+    """A view whose first look found a connection and whose events never gave its close
+    (the kernel filter followed its port only from that look on: seen in the ground-truth
+    harness's ``kmon record``), or a life whose close step was lost: once a read of the
+    process's sockets lacks it, it had closed, and no later socket opened beside it."""
+    view = View()
+    view.poll([], [1], at_ms=500)  # port 1 held at the first look; its close never comes
+    assert view.told([], [], at_ms=1_000) == {}  # gone from the sockets read at 1 s
+    assert view.told(opens(1_500, 12, 2), [2], at_ms=1_600) == {2: Opening.ALONE}
+    lost_close = View()
+    lost_close.poll([], [], at_ms=500)
+    assert lost_close.told(opens(600, 11, 1), [1], at_ms=700) == {1: Opening.FIRST}
+    lost_close.told([], [], at_ms=1_000)  # port 1 gone, its close step never given
+    assert lost_close.told(opens(1_500, 12, 2), [2], at_ms=1_600) == {2: Opening.ALONE}
+    still = View()  # one still among the sockets read is held
+    still.poll([], [1], at_ms=500)
+    assert still.told(opens(1_500, 12, 2), [1, 2], at_ms=1_600) == {2: Opening.HELD}
+
+
+def test_a_connect_after_the_bootstrap_closed_and_a_broker_refused_is_alone():
+    """Seen in the per-ip-limit scenario: the client's first connect to broker 1 is refused
+    (the broker's FIN at once) as it closes its bootstrap connection, and it bootstraps
+    again: the next connect may be that bootstrap or broker 1 again, so ALONE, not the move
+    from a bootstrap to the brokers (HELD)."""
+    view = View()
+    view.poll([], [])
+    assert view.told(opens(1_000, 11, 1), [1]) == {1: Opening.FIRST}
+    refused = [*opens(2_000, 12, 2), *closes(2_001, 12, 2, "broker")]
+    moved = [*closes(2_001.2, 11, 1, "client"), *opens(2_003, 13, 3)]
+    assert view.told([*refused, *moved], [3]) == {3: Opening.ALONE}

@@ -12,7 +12,7 @@ from kmon.classify import MAX_INT
 from kmon.evidence.claims import Claim
 from kmon.evidence.resolve import resolve_one
 from kmon.evidence.wire import flow_says
-from kmon.model import Connection, Role
+from kmon.model import Connection, Opening, Role
 from kmon.sources import kafka_protocol as kp
 from kmon.sources.brokers.dns import Resolver
 from kmon.sources.kernel.sockets import Endpoint
@@ -97,19 +97,39 @@ def test_metadata_to_an_address_no_broker_advertises_is_a_bootstrap_whenever_ope
 
 def test_metadata_only_after_a_loss_is_a_bootstrap_not_the_broker_behind_its_address():
     """A socket the kernel saw opened once the process had lost every connection to its
-    cluster (``Gathered.after_loss``), carrying only ApiVersions and Metadata: librdkafka's
+    cluster (``Gathered.openings``), carrying only ApiVersions and Metadata: librdkafka's
     re-bootstrap (KIP-899), to a bootstrap address that is broker 2's, is named bootstrap
     (unsure: a client reconnecting to a broker shows it with its first Produce); without
     the loss it stays broker 2; where kmon cannot tell (opened before its first look at the
     process), it is unsettled."""
     carried = flow(kp.API_VERSIONS, kp.METADATA, first_request_ms=8_000)
     view = WireView({}, {}, {}, 5_000, 0, {})
-    lost = flow_says(carried, BROKER, view, KNOWN, "127.0.0.1:9093", Resolver(), True).claim
+    lost = flow_says(carried, BROKER, view, KNOWN, "127.0.0.1:9093", Resolver(),
+                     Opening.LOST).claim
     assert (lost.role, lost.node_id, lost.confidence) == (Role.BOOTSTRAP, -1, 0.7)
     kept = flow_says(carried, BROKER, view, KNOWN, "127.0.0.1:9093", Resolver()).claim
     assert (kept.role, kept.node_id, kept.confidence) == (Role.BROKER, 2, 0.7)
     unplaced = flow_says(carried, BROKER, view, KNOWN, "", Resolver(), None).claim
     assert (unplaced.role, unplaced.broker_id, unplaced.confidence) == (Role.UNKNOWN, 2, 0.3)
     produced = flow(kp.API_VERSIONS, kp.METADATA, 0, first_request_ms=8_000)  # Produce
-    assert flow_says(produced, BROKER, view, KNOWN, "", Resolver(), True).claim.role is (
+    assert flow_says(produced, BROKER, view, KNOWN, "", Resolver(), Opening.LOST).claim.role is (
         Role.BROKER)
+
+
+def test_metadata_only_opened_alone_after_the_client_s_own_close_is_unsettled():
+    """A process that makes a client per message (the ground-truth harness's per-ip-limit
+    scenario): each new client's bootstrap connection opens once the process had closed
+    its last connection itself, the cluster long known from the clients before, to the
+    bootstrap address that is broker 2's. Only ApiVersions on it so far: a new client's
+    bootstrap or a reconnect to broker 2, which kmon cannot tell, so unsettled (it was
+    told broker 2 at 0.7). Opened beside another connection it stays broker 2."""
+    carried = flow(kp.API_VERSIONS, first_request_ms=8_000)
+    view = WireView({}, {}, {}, 5_000, 0, {})
+    for opening in (Opening.ALONE, Opening.FIRST):
+        told = flow_says(carried, BROKER, view, KNOWN, "127.0.0.1:9093", Resolver(),
+                         opening).claim
+        assert (told.role, told.node_id, told.broker_id, told.confidence) == (
+            Role.UNKNOWN, None, 2, 0.3)
+    held = flow_says(carried, BROKER, view, KNOWN, "127.0.0.1:9093", Resolver(),
+                     Opening.HELD).claim
+    assert (held.role, held.node_id, held.confidence) == (Role.BROKER, 2, 0.7)

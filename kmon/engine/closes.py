@@ -188,7 +188,12 @@ def wire_reason(wire: WireClose, kernel_reason: str) -> str:
     the broker did not close on, or after no request kmon read; in plaintext, where the
     client closed right after a SASL request whose answer the capture did not keep (once
     the brokers are known it keeps requests only). Either may be the client's reply to a
-    failed login."""
+    failed login. Nor is a broker's close after no request the wire read a busy
+    connection's (``broker_closed``): it came before the client's first request (a per-IP
+    limit's close that beat the client's first bytes) or after requests sent before the
+    capture saw the flow (a socket opened before kmon's first poll, whose login the broker
+    may have just failed): unsettled too. A broker's idle reap still tells itself by the
+    idle time."""
     if kernel_reason in IDLE_REASONS or kernel_reason == "connect_failed":
         return kernel_reason
     if not wire.heard:
@@ -199,6 +204,8 @@ def wire_reason(wire: WireClose, kernel_reason: str) -> str:
         return "unknown"
     if wire.first_by == "client" and wire.last_api in SASL_APIS and not wire.answers_heard:
         return "unknown"  # closed after its login request, the answer unheard: failed or not
+    if wire.first_by == "broker" and wire.last_api is None and kernel_reason == "broker_closed":
+        return "unknown"  # the broker closed after no request the wire read (see above)
     if wire.reset:
         return "reset"
     return kernel_reason

@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kmon.model import ConnectionLife
+from kmon.model import ConnectionLife, Opening
 from kmon.sources.kernel.kernel_events import TCP_CLOSE, TCP_SYN_SENT, TcpEvent
 
 MAX_OPEN = 8192  # connections followed at once; past it the oldest are forgotten
@@ -38,8 +38,10 @@ class KernelLife:
     reset: str | None = None  # who reset it: client or broker
     closed_ms: float | None = None  # its first FIN or RST (or CLOSE): when it began to close
     never_established: bool = False  # it went from SYN_SENT straight to CLOSE
-    # opened while the process held no other connection, its last one lost (``losses``)
-    after_loss: bool | None = None  # None: not decided yet
+    # what the process held when it opened (``losses``); None: not decided yet
+    opening: Opening | None = None
+    # when a read of its process's sockets first lacked it, its close not seen (``losses``)
+    gone_ms: float | None = None
     listener_gone: bool = False  # connects to its remote were refused right after it closed
     login_failed: bool = False  # the wire saw the broker close it on a failed SASL login
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 from kmon.engine.closes import IDLE_REASONS, in_words, kernel_story
 from kmon.engine.connection_lives import ConnectionLives, KernelLife
 from kmon.engine.losses import LossHistory
-from kmon.model import CloseStory, Event, EventKind, ProcessView, WireClose
+from kmon.model import CloseStory, Event, EventKind, Opening, ProcessView, WireClose
 from kmon.sources.brokers.dns import parse_endpoint
 from kmon.sources.kafka_protocol import SASL_APIS
 from kmon.sources.kernel.kernel_events import KernelEvents, KernelEventsUnavailable
@@ -71,14 +71,14 @@ class KernelWatch:
         self.fed[1].extend(closed)
         return closed
 
-    def after_loss(self, pid: int, sockets: Iterable[TcpSocket], now_ms: float
-                   ) -> dict[tuple[Endpoint, Endpoint], bool | None]:
+    def openings(self, pid: int, sockets: Iterable[TcpSocket], now_ms: float
+                 ) -> dict[tuple[Endpoint, Endpoint], Opening | None]:
         """Of the process's ``sockets`` (read at ``now_ms``) the kernel saw open, by (local,
-        remote): whether each was opened after the process lost every connection to its
-        cluster (None: this view cannot tell; kmon.engine.losses)."""
+        remote): what the process held when each opened (None: this view cannot tell;
+        kmon.engine.losses)."""
         pairs = {((s.local.ip, s.local.port), (s.remote.ip, s.remote.port)) for s in sockets}
-        return {(Endpoint(*local), Endpoint(*remote)): lost for (local, remote), lost in
-                self.losses.after_loss(pid, pairs, self.lives.unfollowed, now_ms).items()}
+        return {(Endpoint(*local), Endpoint(*remote)): opening for (local, remote), opening in
+                self.losses.openings(pid, pairs, self.lives.unfollowed, now_ms).items()}
 
     def poll(self, views: list[ProcessView]) -> tuple[list[KernelLife], list[KernelLife],
                                                       list[Event]]:

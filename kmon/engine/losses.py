@@ -1,26 +1,38 @@
-"""Which sockets a process opened after it had lost every connection to its cluster, from the
-kernel's connect and close times: the same in every view that watched the process then,
-whenever each one polled.
+"""What a process held when each of its sockets opened, from the kernel's connect and close
+times: the same in every view that watched the process then, whenever each one polled.
 
 A client that lost every broker connection re-bootstraps (KIP-899, librdkafka >= 2.10: it
 connects to its bootstrap servers again, takes the metadata and closes that connection), to
-an address that may be a broker's. A socket is opened after a loss when, at its connect, the
-process held no other connection the kernel followed or had shown at kmon's first look, and
-the last of them to close before it was closed by the broker first (or was a connect that
-never became a connection). A client's reconnect after it closed an idle connection itself,
-or after closing its bootstrap connection to move on to the brokers, is not. A view cannot
-tell for a socket opened before its first look at the process (what the process held then
-is unknown to it): it says so, where another view may know.
+an address that may be a broker's. A socket is opened after a loss (``LOST``) when, at its
+connect, the process held no other connection the kernel followed or had shown at kmon's
+first look, and the last of them to close before it was closed by the broker first (or was a
+connect that never became a connection). One opened while the process held another is
+``HELD``, and so is one opened once the client closed its bootstrap connection (its first,
+or a re-bootstrap) to move on to the brokers, with no loss since that one opened (librdkafka
+bootstraps again when its first connect to a broker it moved on to is refused). One opened
+with nothing before it is ``FIRST``; one opened after the client closed its last connection
+itself (a client ended or its idle connections reaped: a new client in the same process
+bootstraps then, a client reconnects to a broker) is ``ALONE``. A view cannot tell for a
+socket opened before its first look at the process (what the process held then is unknown to
+it): it says so, where another view may know. A connect whose later steps the events never
+gave (its local port unknown: they were lost while the kernel filter changed, or a duplicate
+of its connect took its place) is no connection held: it would be held for ever. Nor is one
+whose close the events never gave, from the first poll whose sockets lacked it on (it had
+closed by then).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 
 from kmon.engine.connection_lives import KernelLife
+from kmon.model import Opening
 
 Pair = tuple[tuple[str, int], tuple[str, int]]  # (local, remote) as the kernel gives them
 MAX_CLOSED = 64  # a process's latest closed connections kept
+# how a connection that is a bootstrap one opens: a client's first, or a re-bootstrap
+MOVED_FROM = frozenset({Opening.FIRST, Opening.LOST})
 
 
 class LossHistory:
@@ -31,6 +43,8 @@ class LossHistory:
         # the sockets each process held at kmon's first look that no life follows
         self.before: dict[int, frozenset[Pair]] = {}
         self.first_look: dict[int, float] = {}  # when (UTC epoch ms)
+        # of those, the ones gone from its sockets with no close step seen: when first missed
+        self.gone: dict[int, dict[Pair, float]] = {}
 
     def opened(self, lives: Iterable[KernelLife]) -> None:
         """Follow newly opened ``lives``; keep each process's latest closed ones only."""
@@ -48,14 +62,15 @@ class LossHistory:
         for pid in set(self.before) - set(pids):
             del self.before[pid]
             del self.first_look[pid]
+            self.gone.pop(pid, None)
 
-    def after_loss(self, pid: int, pairs: Iterable[Pair],
-                   unfollowed: Mapping[Pair, tuple[float, str]],
-                   now_ms: float) -> dict[Pair, bool | None]:
+    def openings(self, pid: int, pairs: Iterable[Pair],
+                 unfollowed: Mapping[Pair, tuple[float, str]],
+                 now_ms: float) -> dict[Pair, Opening | None]:
         """Of the process's sockets ``pairs`` (read at ``now_ms``, UTC epoch) that the kernel
-        followed: whether each was opened after a loss (None: opened before this view's first
-        look, it cannot tell); ``unfollowed``: the first close steps of connections no life
-        follows."""
+        followed: what the process held when each opened (None: opened before this view's
+        first look, it cannot tell); ``unfollowed``: the first close steps of connections no
+        life follows."""
         pairs = frozenset(pairs)
         lives = self.lives.get(pid, [])
         followed = {(life.local, life.remote) for life in lives}
@@ -63,41 +78,81 @@ class LossHistory:
             self.before[pid], self.first_look[pid] = pairs, now_ms
         # a life whose local port came after the first look was no socket from before
         before = self.before[pid] = self.before[pid] - followed
-        found: dict[Pair, bool | None] = {}
+        self._missed(pid, pairs, before, lives, unfollowed, now_ms)
+        found: dict[Pair, Opening | None] = {}
         for life in lives:  # oldest first: a pair's latest life is the socket read
             pair = (life.local, life.remote)
             if pair not in pairs:
                 continue  # (one closed since the sockets were read is still told: alike
                 # whether the events of its close came before this view's feed or after)
-            if life.opened_ms < self.first_look[pid]:
-                found[pair] = None
-                continue
-            if life.after_loss is None:
-                life.after_loss = self._decide(life, lives, before, unfollowed)
-            found[pair] = life.after_loss
+            found[pair] = self._opening(pid, life, unfollowed)
         return found
 
-    @staticmethod
-    def _decide(life: KernelLife, lives: list[KernelLife], before: frozenset[Pair],
-                unfollowed: Mapping[Pair, tuple[float, str]]) -> bool:
-        """Whether ``life`` was opened while every other connection of its process was gone,
-        the last one lost."""
+    def _missed(self, pid: int, pairs: frozenset[Pair], before: frozenset[Pair],
+                lives: list[KernelLife], unfollowed: Mapping[Pair, tuple[float, str]],
+                now_ms: float) -> None:
+        """Note when the connections the events never saw close were first gone from the
+        sockets read (``pairs``, at ``now_ms``): they closed before then."""
+        gone = self.gone.setdefault(pid, {})
+        for pair in before - pairs:
+            if pair not in unfollowed:
+                gone.setdefault(pair, now_ms)
+        for pair in set(gone) - before:
+            del gone[pair]
+        for life in lives:
+            if (life.closed_ms is None and life.gone_ms is None and life.local is not None
+                    and life.opened_ms < now_ms and (life.local, life.remote) not in pairs):
+                life.gone_ms = now_ms
+
+    def _opening(self, pid: int, life: KernelLife,
+                 unfollowed: Mapping[Pair, tuple[float, str]]) -> Opening | None:
+        """What the process held when ``life`` opened, decided once (None: before the first
+        look)."""
+        if life.opened_ms < self.first_look[pid]:
+            return None
+        if life.opening is None:
+            life.opening = self._decide(pid, life, unfollowed)
+        return life.opening
+
+    def _decide(self, pid: int, life: KernelLife,
+                unfollowed: Mapping[Pair, tuple[float, str]]) -> Opening:
+        """What the process held when ``life`` opened (the module's docstring says each)."""
         at = life.opened_ms
-        last: tuple[float, bool] | None = None  # the latest close before: (when, lost)
-        for other in lives:
+        last: tuple[float, bool, KernelLife | None] | None = None  # the latest close before
+        unseen = (-math.inf, False, None)  # a close the events never gave: when, unknown
+        lost_at = -math.inf  # the latest loss before it
+        for other in self.lives[pid]:
             if other is life or other.opened_ms > at:
                 continue
-            if other.closed_ms is None or other.closed_ms > at:
-                if not other.never_established:
-                    return False  # held when it opened
+            if other.closed_ms is None and other.gone_ms is not None and other.gone_ms <= at:
+                last = last or unseen
                 continue
+            if other.closed_ms is None or other.closed_ms > at:
+                if not other.never_established and other.local is not None:
+                    return Opening.HELD  # held when it opened
+                continue  # (no connection; or a connect whose later steps never came)
             lost = other.never_established or other.closed_by == "broker"
+            if lost:
+                lost_at = max(lost_at, other.closed_ms)
             if last is None or other.closed_ms >= last[0]:
-                last = (other.closed_ms, lost)
-        for pair in before:
+                last = (other.closed_ms, lost, other)
+        gone = self.gone[pid]
+        for pair in self.before[pid]:
             end = unfollowed.get(pair)
+            if end is None and gone.get(pair, math.inf) <= at:
+                last = last or unseen
+                continue
             if end is None or end[0] > at:
-                return False  # held when it opened (or its close was not seen)
+                return Opening.HELD  # held when it opened (or its close was not seen yet)
             if last is None or end[0] >= last[0]:
-                last = (end[0], end[1] == "broker")
-        return last is not None and last[1]
+                last = (end[0], end[1] == "broker", None)
+        if last is None:
+            return Opening.FIRST
+        if last[1]:
+            return Opening.LOST
+        before = last[2]
+        if (before is not None and lost_at < before.opened_ms
+                and self._opening(pid, before, unfollowed) in MOVED_FROM):
+            return Opening.HELD  # the client moved on from its bootstrap connection
+        # (where a connect was lost meanwhile, a client may bootstrap again instead)
+        return Opening.ALONE

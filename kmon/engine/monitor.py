@@ -26,6 +26,7 @@ from kmon.model import (
     Connection,
     Event,
     EventKind,
+    Opening,
     ProcessView,
     Snapshot,
     Thresholds,
@@ -41,7 +42,7 @@ from kmon.units import format_duration
 NEAR_REAP_FRACTION = Thresholds.idle_warning
 FD_COUNT_EVERY_MS = 5000  # open fds are counted this often: a leak takes minutes to show
 # the kernel's events are fed to the lives at most this often within a poll (a host's
-# hundreds of samplers each ask which of their sockets were opened after a loss)
+# hundreds of samplers each ask what the process held when each of their sockets opened)
 FEED_EVERY_S = 0.005
 
 
@@ -131,19 +132,19 @@ class Monitor:
 
     def add(self, sampler: ProcessSampler) -> None:
         """Watch one more process (a no-op for one already watched): it asks the kernel's
-        events which of its sockets were opened after a loss."""
+        events what it held when each of its sockets opened."""
         if self.samplers.setdefault(sampler.pid, sampler) is sampler and self.kernel:
-            sampler.losses = self._after_loss
+            sampler.losses = self._openings
 
-    def _after_loss(self, pid: int, sockets: list[TcpSocket], now_ms: int
-                    ) -> dict[tuple[Endpoint, Endpoint], bool | None]:
+    def _openings(self, pid: int, sockets: list[TcpSocket], now_ms: int
+                  ) -> dict[tuple[Endpoint, Endpoint], Opening | None]:
         kernel = self.kernel
         assert kernel is not None  # (given only with one)
         now = time.monotonic()
         if now - self._fed_s > FEED_EVERY_S:  # after the sockets were read: their opens in
             self._hand_over(kernel.feed(self._watched))
             self._fed_s = now
-        return kernel.after_loss(pid, sockets, now_ms)
+        return kernel.openings(pid, sockets, now_ms)
 
     def _hand_over(self, lives: Iterable[KernelLife]) -> None:
         """Each closed life's wire to the process whose connect opened it: the host's one

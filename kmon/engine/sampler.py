@@ -29,7 +29,7 @@ from kmon.evidence.resolve import RowResolver
 from kmon.evidence.stats_join import stats_evidence
 from kmon.evidence.threads import thread_evidence
 from kmon.evidence.wire import WireEvidence
-from kmon.model import ClientInstance, Connection, ProcessView
+from kmon.model import ClientInstance, Connection, Opening, ProcessView
 from kmon.sources import bounded
 from kmon.sources.clients.librdkafka_stats import ClientStats, read_client_stats, spool_dirs
 from kmon.sources.jvm.jmx import is_jvm
@@ -92,7 +92,7 @@ class _Made:
 
     sockets: tuple[tuple[object, ...], ...]  # ``socket_facts``
     inputs: tuple[object, ...]  # the brokers known, the idle limit, the groups, the fronts,
-    # which sockets opened after a loss
+    # what the process held when each socket opened
     found: list[Evidence]
     claims: dict[str, list[Claim]]
     brokers: dict[str, int]  # ``advertised``
@@ -178,10 +178,10 @@ class ProcessSampler:
         self.wire = WireEvidence(self.bootstrap) if self.wire_source else None
         self.rows = RowResolver()
         self.threads = BrokerThreads(pid)  # librdkafka's broker threads and their sockets
-        # which of the sockets were opened after the process lost its cluster (the kernel's
-        # events: kmon.engine.losses), where the monitor reads them
+        # what the process held when each socket opened (after a loss of its cluster, alone,
+        # beside another: the kernel's events, kmon.engine.losses), where the monitor reads them
         self.losses: Callable[[int, list[TcpSocket], int],
-                              dict[tuple[Endpoint, Endpoint], bool | None]] | None = None
+                              dict[tuple[Endpoint, Endpoint], Opening | None]] | None = None
         self.made: _Made | None = None  # the last poll's claims, while they may be carried
 
     def close(self) -> None:
@@ -232,11 +232,11 @@ class ProcessSampler:
         fronts = {e: brokers for e, brokers in directory.confirmed.fronts().items()
                   if e in remotes}
         # what the producers make of the process follows from these (and its quiet wire)
-        after_loss = (self.losses(self.pid, sockets, now_ms)
-                      if self.losses and self.wire_source is not None else {})
+        openings = (self.losses(self.pid, sockets, now_ms)
+                    if self.losses and self.wire_source is not None else {})
         threads = self.threads.nodes(sockets)
         made = self.made
-        inputs = (dict(known), idle_limit_ms, directory.groups, fronts, after_loss, threads)
+        inputs = (dict(known), idle_limit_ms, directory.groups, fronts, openings, threads)
         if (made is not None and not all_stats and made.inputs == inputs
                 and made.sockets == socket_facts(sockets)
                 and (self.wire_source is None or self.wire_source.quiet())):
@@ -246,7 +246,8 @@ class ProcessSampler:
             wire = None if self.wire_source is None else self.wire_source.read(sockets, now_ms)
             gathered = Gathered(now_ms=now_ms, sockets=sockets, known=known, resolver=resolver,
                                 broker_idle_ms=idle_limit_ms, stats=fresh, wire=wire, jvm=jvm,
-                                fronts=fronts, after_loss=after_loss, threads=threads)
+                                fronts=fronts, openings=openings,
+                                threads=threads)
             found, claims = self._claims(gathered)
             brokers = advertised(gathered)
             closes = {(local.text, remote.text): close for e in found

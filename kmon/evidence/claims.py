@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from kmon.model import ClientInstance, Role, WireClose
+from kmon.model import ClientInstance, Opening, Role, WireClose
 from kmon.sources.brokers.dns import Resolver
 from kmon.sources.clients.librdkafka_stats import ClientStats
 from kmon.sources.jvm.jvm_reading import JvmReading
@@ -69,10 +69,10 @@ class Gathered:
     # endpoints answering for brokers other than themselves, with the brokers they advertise
     # (kmon.sources.brokers.broker_query.ConfirmedBrokers.fronts)
     fronts: dict[Endpoint, tuple[tuple[int, str], ...]] = field(default_factory=dict)
-    # of the sockets (local, remote) the kernel saw opened: whether each was opened after the
-    # process had lost every connection to its cluster, from the kernel's connect and close
-    # times (None: this view cannot tell; kmon.engine.losses)
-    after_loss: dict[tuple[Endpoint, Endpoint], bool | None] = field(default_factory=dict)
+    # of the sockets (local, remote) the kernel saw opened: what the process held when each
+    # opened (after it lost every connection to its cluster, none, another), from the
+    # kernel's connect and close times (None: this view cannot tell; kmon.engine.losses)
+    openings: dict[tuple[Endpoint, Endpoint], Opening | None] = field(default_factory=dict)
     # socket inode -> the node whose librdkafka broker thread polls it
     # (kmon.sources.processes.rdk_threads)
     threads: dict[int, int] = field(default_factory=dict)

@@ -8,13 +8,18 @@
   sent before the process had learned the cluster: **bootstrap** (its position in
   ``bootstrap.servers`` when the client's configuration gives it);
 * only those, opened after the process had lost every connection to its cluster (the
-  kernel's connect and close times: ``Gathered.after_loss``): **bootstrap**, at 0.7: a
+  kernel's connect and close times: ``Gathered.openings``): **bootstrap**, at 0.7: a
   client that lost every broker re-bootstraps (KIP-899, librdkafka >= 2.10) with these
   requests, to a bootstrap address that may be a broker's (a client that reconnects to a
-  broker it knows shows it with its first Produce or Fetch); opened before kmon's first
-  look at the process, where it cannot tell: unsettled (role unknown, its broker named, 0.3);
-* only those, opened after the cluster was known, to a known broker: a **broker**
-  connection (clients connect to brokers by node id once they know them), at 0.7;
+  broker it knows shows it with its first Produce or Fetch); where kmon cannot tell a
+  bootstrap from a broker connection: unsettled (role unknown, its broker named, 0.3) -
+  opened before kmon's first look at the process, or while the process held no other
+  connection, its last closed by the client itself or none before (a new client in the
+  same process bootstraps so, once the cluster was known, and so does a client reconnect
+  to a broker after its own idle close);
+* only those, opened after the cluster was known, to a known broker, while the process
+  held another connection or had just closed its bootstrap one: a **broker** connection
+  (clients connect to brokers by node id once they know them), at 0.7;
 * Metadata to an address none of the brokers its answers named advertises, whenever
   opened: **bootstrap** (a forwarder, a load balancer or a Kubernetes service in front of
   the brokers: clients reach brokers by their advertised addresses only);
@@ -41,7 +46,7 @@ from functools import cached_property
 from kmon.classify import bootstrap_node_id, coordinator_node_id
 from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
 from kmon.evidence.logical import bootstrap_of, bootstrap_position
-from kmon.model import Role
+from kmon.model import Opening, Role
 from kmon.sources import kafka_protocol as kp
 from kmon.sources.brokers.dns import CACHE_SECONDS, Resolver
 from kmon.sources.kernel.sockets import Endpoint
@@ -49,7 +54,14 @@ from kmon.sources.packets.kafka_wire import Flow, WireView, last_seen
 
 AFTER_LEARNED = 0.7  # metadata only, once the cluster was known: a broker
 AFTER_LOSS = 0.7  # ... opened once the process had lost its cluster: a re-bootstrap
-UNPLACED = 0.3  # ... opened before kmon's first look: a re-bootstrap or a broker, unsettled
+UNPLACED = 0.3  # ... opened where kmon cannot tell a bootstrap from a broker: unsettled
+# what leaves a socket carrying metadata only unplaced, in the words of its claim
+UNPLACED_OPENINGS = {
+    None: "before kmon's first look at the process (a re-bootstrap or a broker connection)",
+    Opening.FIRST: "as the process's first connection kmon saw (a new client's bootstrap or "
+                   "a reconnect to the broker)",
+    Opening.ALONE: "once the client had closed its last connection itself (a new client's "
+                   "bootstrap or a reconnect to the broker)"}
 
 
 class WireEvidence:
@@ -85,16 +97,16 @@ class WireEvidence:
         known = {**gathered.known, **learned}
         bootstrap = bootstrap_of(gathered.stats, self.cmdline_bootstrap)
         named = frozenset(key for key, claims in earlier.items() if _named_client(claims))
-        after_loss = gathered.after_loss
+        openings = gathered.openings
         context = ([s.inode for s in gathered.sockets], known, view.cluster_learned_ms,
-                   bootstrap, named, after_loss)
+                   bootstrap, named, openings)
         steady = self.steady
         if (view.changed is not None and steady is not None and view.polls == steady.polls + 1
                 and steady.context == context and view.changed <= steady.keys.keys()):
             claims, lasting = dict(steady.claims), True  # the claims kept all last
             for pair in view.changed:
                 lasting &= self._say(steady.keys[pair], view.flows[pair], pair, view, known,
-                                     bootstrap, named, gathered.resolver, claims, after_loss)
+                                     bootstrap, named, gathered.resolver, claims, openings)
                 flow = view.flows[pair]  # a flow's APIs only grow: it may join the unknown
                 if (flow.api_counts and not flow.tls and pair[1] not in known
                         and pair[1] not in steady.unknown):
@@ -107,7 +119,7 @@ class WireEvidence:
                 seen = view.flows.get(pair)
                 if seen is not None:
                     lasting &= self._say(key, seen, pair, view, known, bootstrap, named,
-                                         gathered.resolver, claims, after_loss)
+                                         gathered.resolver, claims, openings)
             self.said = {key: self.said[key] for key in keys.values() if key in self.said}
             steady = Steady(context, keys, {}, _unknown(view, known))
         steady.claims, steady.polls = claims, view.polls
@@ -120,17 +132,18 @@ class WireEvidence:
     def _say(self, key: str, flow: Flow, pair: tuple[Endpoint, Endpoint], view: WireView,
              known: Mapping[Endpoint, int], bootstrap: str, named: frozenset[str],
              resolver: Resolver, claims: dict[str, Claim],
-             after_loss: Mapping[tuple[Endpoint, Endpoint], bool | None]) -> bool:
+             openings: Mapping[tuple[Endpoint, Endpoint], Opening | None]) -> bool:
         """What the flow of the socket ``key`` (its (local, remote) ``pair``) says now, into
         ``claims`` and ``self.said``: worked out again only when something it depends on
         changed. False if it may say otherwise next time with nothing changed (it looked a
         name up)."""
-        is_named, remote, lost = key in named, pair[1], after_loss.get(pair, False)
+        is_named, remote = key in named, pair[1]
+        opening = openings.get(pair, Opening.HELD)
         inputs = (flow, flow.requests, known.get(remote), view.cluster_learned_ms, bootstrap,
-                  is_named, lost)
+                  is_named, opening)
         memo = self.said.get(key)
         if memo is None or memo[0] != inputs or not (memo[1] is None or memo[1].lasting):
-            says = flow_says(flow, remote, view, known, bootstrap, resolver, lost)
+            says = flow_says(flow, remote, view, known, bootstrap, resolver, opening)
             if says is not None and says.role is not None and not is_named:
                 says = says.with_client(flow.client_id)
             memo = self.said[key] = (inputs, says)
@@ -199,15 +212,16 @@ class FlowSays:
 
 def flow_says(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endpoint, int],
               bootstrap: str, resolver: Resolver,
-              after_loss: bool | None = False) -> FlowSays | None:
+              opening: Opening | None = Opening.HELD) -> FlowSays | None:
     """What the traffic of a socket to ``remote`` says, if it says enough (its claim's detail
-    says when each API was last seen); ``after_loss``: the socket was opened after the
-    process had lost every connection to its cluster (None: kmon cannot tell)."""
+    says when each API was last seen); ``opening``: what the process held when the socket
+    opened (kmon.engine.losses; None: kmon cannot tell)."""
     keys = flow.api_counts.keys()
     if flow.tls and not keys:
         return FlowSays(None, None, None, 0.0, {"wire": "tls"},
                         "TLS: the Kafka headers are encrypted")
-    if not keys and not (after_loss and flow.from_start):
+    lost = opening is Opening.LOST
+    if not keys and not (lost and flow.from_start):
         return None
     broker_id = known.get(remote)
     seen = flow.seen()
@@ -227,14 +241,14 @@ def flow_says(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endpo
             learned_at is None or flow.first_request_ms <= learned_at):
         return _bootstrap(remote, bootstrap, resolver, evidence,
                           "before the cluster was known: ", client, seen)
-    if flow.from_start and after_loss:
+    if flow.from_start and lost:
         return _bootstrap(remote, bootstrap, resolver, evidence, "opened once the process had "
                           "lost every connection to the cluster (a re-bootstrap): ", client,
                           seen, AFTER_LOSS)
-    if flow.from_start and after_loss is None and broker_id is not None:
+    if flow.from_start and opening in UNPLACED_OPENINGS and broker_id is not None:
         return FlowSays(Role.UNKNOWN, None, broker_id, UNPLACED, evidence,
-                        f"opened to broker {broker_id} before kmon's first look at the process "
-                        "(a re-bootstrap or a broker connection): ", client, seen)
+                        f"opened to broker {broker_id} {UNPLACED_OPENINGS[opening]}: ",
+                        client, seen)
     if flow.from_start and broker_id is not None and learned_at is not None:
         return FlowSays(Role.BROKER, broker_id, broker_id, AFTER_LEARNED, evidence,
                         f"opened to broker {broker_id} once the cluster was known: ", client,
