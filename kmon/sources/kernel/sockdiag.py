@@ -99,6 +99,7 @@ _MAPPED_V4 = b"\0" * 10 + b"\xff\xff"
 _TCP_PROTOCOLS = ("TCP", "TCPv6", None)  # socket_protocol(): None = cannot tell
 _BY_FD = operator.attrgetter("fd")  # every socket sockets_of returns has its fd
 _NO_FAMILY = (errno.EAFNOSUPPORT, errno.ENOENT, errno.EINVAL)  # no IPv6 in this kernel
+_HOST_MEMOS = 8  # host dumps (by request) whose sockets the next dump alike may take over
 
 
 class SockDiagUnavailable(OSError):
@@ -186,6 +187,9 @@ class SockDiagReader:
         # what read_ahead found per process (its sockets, or what reading them raised)
         self._ahead: dict[int, list[TcpSocket] | Exception] = {}
         self._ahead_at = float("-inf")
+        # each host dump's sockets by their message's fixed part (every byte they are read
+        # from): the next dump alike parses only the messages that changed
+        self._host_memos: dict[tuple[int, bytes], dict[bytes, HostSocket]] = {}
 
     def close(self) -> None:
         """Close the netlink socket."""
@@ -315,7 +319,12 @@ class SockDiagReader:
         return self._host_dump(1 << _LISTEN)
 
     def _host_dump(self, states: int, bytecode: bytes = b"") -> list[HostSocket]:
+        """The host's sockets in ``states`` that ``bytecode`` passes, one dump per family; a
+        message alike to one of the last dump of the same request is not parsed again."""
         found: list[HostSocket] = []
+        memos = self._host_memos
+        memo = memos.pop((states, bytecode), {})
+        fresh: dict[bytes, HostSocket] = {}
         if self._dirty:
             self._reopen()
         self._dirty = True
@@ -323,20 +332,33 @@ class SockDiagReader:
             self._send(diag_request(seq, NLM_F_REQUEST | NLM_F_DUMP, family, 0, states, None,
                                 bytecode))
             try:
-                self._read_host_dump(found)
+                self._read_host_dump(found, memo, fresh)
             except OSError as err:  # a kernel without IPv6 refuses the second dump
                 if family == socket.AF_INET or err.errno not in _NO_FAMILY:
                     raise
         self._dirty = False
+        memos[(states, bytecode)] = fresh
+        if len(memos) > _HOST_MEMOS:
+            del memos[next(iter(memos))]
         return found
 
-    def _read_host_dump(self, found: list[HostSocket]) -> None:
+    def _read_host_dump(self, found: list[HostSocket], memo: dict[bytes, HostSocket],
+                        fresh: dict[bytes, HostSocket]) -> None:
+        """Read one host dump into ``found``, each socket from ``memo`` where its message's
+        fixed part is there, and into ``fresh`` by it."""
         buf, view, unpack_u32 = self._buf, self._view, _U32.unpack_from
         for off, length in self._dump_messages():
-            inode = unpack_u32(buf, off + _HDR + _INODE_AT)[0]
-            if inode:
-                local, remote = _ends(view[off + _HDR : off + length])
-                found.append(HostSocket(inode, local, remote, buf[off + _HDR + 1] == _LISTEN))
+            at = off + _HDR
+            key = bytes(buf[at : at + _DIAG_MSG_LEN])
+            sock = memo.get(key)
+            if sock is None:
+                inode = unpack_u32(buf, at + _INODE_AT)[0]
+                if not inode:
+                    continue
+                local, remote = _ends(view[at : off + length])
+                sock = HostSocket(inode, local, remote, buf[at + 1] == _LISTEN)
+            fresh[key] = sock
+            found.append(sock)
 
     # -- cache upkeep -------------------------------------------------------
 
