@@ -5,6 +5,8 @@ hand in the order the kernel gives them; everything else is the product's own co
 
 from __future__ import annotations
 
+import random
+
 from kmon.engine.connection_lives import ConnectionLives
 from kmon.engine.losses import LossHistory
 from kmon.sources.kernel.kernel_events import TcpEvent
@@ -127,3 +129,45 @@ def test_a_connection_caught_opening_at_the_first_look_is_no_socket_from_before(
     assert view.told([], [3]) == {}
     moved = [first[1], *closes(1_000, 13, 3, "broker"), *opens(1_001, 12, 2)]
     assert view.poll(moved, [2], at_ms=1_100) == {2}
+
+
+def test_a_view_polled_at_every_change_tells_what_one_from_scratch_tells():
+    """Over random sequences of connects and closes (by the client or the broker), a view
+    polled after each change (most polls see no connection the kernel followed: they read
+    none of the process's sockets) tells every socket as a view that looked first at the
+    same moment and then only now."""
+    for seed in range(40):
+        rng = random.Random(seed)
+        held = {port: None for port in range(1, rng.randint(1, 3) + 1)}  # from before kmon
+        often, events, ts, next_port = View(), [], 1_000.0, 100
+        first_look = list(held)
+        assert often.told([], first_look, at_ms=500) == {}
+        for _ in range(30):
+            new: list[TcpEvent] = []
+            if rng.random() < 0.4:
+                for _ in range(rng.choice((0, 1, 1, 2))):
+                    next_port += 1
+                    new += opens(ts, next_port, next_port)
+                    held[next_port] = None
+                    ts += 1
+            elif held and rng.random() < 0.6:
+                port = rng.choice(list(held))
+                del held[port]
+                new += closes(ts, port, port, rng.choice(("client", "broker")))
+            ts += rng.choice((1, 300))
+            events += new
+            scratch = View()
+            scratch.told([], first_look, at_ms=500)
+            assert often.told(new, list(held), at_ms=ts) == scratch.told(events, list(held),
+                                                                          at_ms=ts)
+
+
+def test_a_process_no_connection_of_which_was_followed_has_its_sockets_left_unread():
+    """The cost follows change: after the first look, a poll of a process whose connections
+    the kernel followed none of reads none of its sockets (a host of silent clients)."""
+    view = View()
+    view.told([], [1, 2])
+    read = []
+    sockets = (read.append(port) or pair(port) for port in (1, 2))
+    assert view.losses.after_loss(PID, sockets, view.lives.unfollowed, 600) == {}
+    assert read == []

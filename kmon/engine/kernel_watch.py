@@ -74,7 +74,7 @@ class KernelWatch:
         """Of the process's ``sockets`` (read at ``now_ms``) the kernel saw open, by (local,
         remote): whether each was opened after the process lost every connection to its
         cluster (None: this view cannot tell; kmon.engine.losses)."""
-        pairs = {((s.local.ip, s.local.port), (s.remote.ip, s.remote.port)) for s in sockets}
+        pairs = (((s.local.ip, s.local.port), (s.remote.ip, s.remote.port)) for s in sockets)
         return {(Endpoint(*local), Endpoint(*remote)): lost for (local, remote), lost in
                 self.losses.after_loss(pid, pairs, self.lives.unfollowed, now_ms).items()}
 

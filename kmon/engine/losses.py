@@ -55,9 +55,12 @@ class LossHistory:
         """Of the process's sockets ``pairs`` (read at ``now_ms``, UTC epoch) that the kernel
         followed: whether each was opened after a loss (None: opened before this view's first
         look, it cannot tell); ``unfollowed``: the first close steps of connections no life
-        follows."""
-        pairs = frozenset(pairs)
+        follows. A process no life of which the kernel followed since the first look has
+        nothing to tell: its ``pairs`` are not read then."""
         lives = self.lives.get(pid, [])
+        if not lives and pid in self.before:
+            return {}
+        pairs = frozenset(pairs)
         followed = {(life.local, life.remote) for life in lives}
         if pid not in self.before:  # its first look: what has no life was open before
             self.before[pid], self.first_look[pid] = pairs, now_ms
