@@ -11,7 +11,8 @@ inode we have not seen yet; other sockets are told apart by their protocol xattr
 
 A caller polling many processes in turn says so first (``read_ahead``): their known
 sockets then come from one filtered dump together, where the exact lookups of 50
-processes of 100 sockets each cost 5,000 reads.
+processes of 100 sockets each cost 5,000 reads, and their new sockets are learned from
+one dump of the host's sockets together, where each process's own would walk them all.
 """
 
 from __future__ import annotations
@@ -229,10 +230,15 @@ class SockDiagReader:
         ready: dict[int, tuple[_ProcessCache, dict[int, int]]] = {}
         for pid in pids:
             try:
-                ready[pid] = self._known_inodes(pid)
+                ready[pid] = self._known_inodes(pid, learn=False)
                 self._dirty = False
             except Exception as err:  # told by sockets_of(pid), as it would raise it
                 ahead[pid] = err
+        try:
+            self._learn_together(ready)
+        except OSError:  # each process's own read (sockets_of) tells it
+            self._ahead = {}
+            return
         together = _dumped_together(ready)
         if together:
             try:
@@ -249,9 +255,10 @@ class SockDiagReader:
                     ahead[pid] = err
         self._ahead_at = time.monotonic()
 
-    def _known_inodes(self, pid: int) -> tuple[_ProcessCache, dict[int, int]]:
-        """``pid``'s cache and socket inodes (inode -> fd), new TCP sockets learned; leaves
-        the netlink socket dirty (the caller's lookups follow)."""
+    def _known_inodes(self, pid: int, learn: bool = True
+                      ) -> tuple[_ProcessCache, dict[int, int]]:
+        """``pid``'s cache and socket inodes (inode -> fd), new TCP sockets learned unless
+        not ``learn``; leaves the netlink socket dirty (the caller's lookups follow)."""
         cache = self._caches.get(pid) or _ProcessCache(FdTable(pid))
         try:
             inodes = cache.fds.socket_inodes()
@@ -262,7 +269,8 @@ class SockDiagReader:
         if self._dirty:
             self._reopen()  # the last poll failed mid-way: replies may be left unread
         self._dirty = True
-        self._learn(pid, inodes, cache)
+        if learn:
+            self._learn(pid, inodes, cache)
         return cache, inodes
 
     def _dump_together(self, ready: dict[int, tuple[_ProcessCache, dict[int, int]]]
@@ -364,8 +372,32 @@ class SockDiagReader:
 
     def _learn(self, pid: int, inodes: dict[int, int], cache: _ProcessCache) -> None:
         """Forget closed sockets; dump once if the process shows sockets we don't know."""
+        wanted = self._wanted(pid, inodes, cache)
+        if wanted:
+            self._take(cache, inodes, wanted, *self._dump(wanted))
+
+    def _learn_together(self, ready: dict[int, tuple[_ProcessCache, dict[int, int]]]) -> None:
+        """``_learn`` for every process of ``ready`` (pid -> its cache and socket inodes), from
+        one dump for them all: a host of many clients reconnecting, or holding sockets the
+        kernel's tables lack (their retries), costs a dump a poll, not one a process."""
+        wanted = {pid: found for pid, (cache, inodes) in ready.items()
+                  if (found := self._wanted(pid, inodes, cache))}
+        if not wanted:
+            return
+        self._dirty = True
+        learned, listening = self._dump({inode: proto for found in wanted.values()
+                                         for inode, proto in found.items()})
+        self._dirty = False
+        for pid, found in wanted.items():
+            cache, inodes = ready[pid]
+            self._take(cache, inodes, found, learned, listening)
+
+    def _wanted(self, pid: int, inodes: dict[int, int], cache: _ProcessCache
+                ) -> dict[int, str | None]:
+        """Forget the process's closed sockets; its sockets to look for in a dump (inode ->
+        "TCP", "TCPv6" or None: cannot tell), none when its fd table is as last learned."""
         if inodes is cache.learned and not cache.retry:
-            return  # the fd table as last time (a vanished socket makes FdTable read anew)
+            return {}  # the fd table as last time (a vanished socket makes FdTable read anew)
         for stale in cache.known.keys() - inodes.keys():
             cache.forget(stale)
         cache.ignored.intersection_update(inodes.keys())
@@ -388,8 +420,14 @@ class SockDiagReader:
                 cache.ignored.add(inode)
         if not wanted:
             cache.learned = inodes
-            return
-        learned, listening = self._dump(wanted)
+        return wanted
+
+    @staticmethod
+    def _take(cache: _ProcessCache, inodes: dict[int, int], wanted: dict[int, str | None],
+              learned: dict[int, _Known], listening: set[int]) -> None:
+        """Know the ``wanted`` sockets a dump found (``learned``, ``listening``); look for the
+        others again later."""
+        now = time.monotonic()
         for inode, proto in wanted.items():
             known = learned.get(inode)
             if known is not None:
