@@ -5,6 +5,8 @@ hand in the order the kernel gives them; everything else is the product's own co
 
 from __future__ import annotations
 
+import random
+
 from kmon.engine.connection_lives import ConnectionLives
 from kmon.engine.losses import LossHistory
 from kmon.model import Opening
@@ -193,3 +195,33 @@ def test_a_connect_after_the_bootstrap_closed_and_a_broker_refused_is_alone():
     refused = [*opens(2_000, 12, 2), *closes(2_001, 12, 2, "broker")]
     moved = [*closes(2_001.2, 11, 1, "client"), *opens(2_003, 13, 3)]
     assert view.told([*refused, *moved], [3]) == {3: Opening.ALONE}
+
+
+def test_a_view_polled_at_every_change_tells_what_one_from_scratch_tells():
+    """Over random sequences of connects and closes (by the client or the broker), a view
+    polled after each change tells every socket as a view that looked first at the same
+    moment and then only now."""
+    for seed in range(40):
+        rng = random.Random(seed)
+        held = {port: None for port in range(1, rng.randint(1, 3) + 1)}  # from before kmon
+        often, events, ts, next_port = View(), [], 1_000.0, 100
+        first_look = list(held)
+        assert often.told([], first_look, at_ms=500) == {}
+        for _ in range(30):
+            new: list[TcpEvent] = []
+            if rng.random() < 0.4:
+                for _ in range(rng.choice((0, 1, 1, 2))):
+                    next_port += 1
+                    new += opens(ts, next_port, next_port)
+                    held[next_port] = None
+                    ts += 1
+            elif held and rng.random() < 0.6:
+                port = rng.choice(list(held))
+                del held[port]
+                new += closes(ts, port, port, rng.choice(("client", "broker")))
+            ts += rng.choice((1, 300))
+            events += new
+            scratch = View()
+            scratch.told([], first_look, at_ms=500)
+            assert often.told(new, list(held), at_ms=ts) == scratch.told(events, list(held),
+                                                                          at_ms=ts)

@@ -319,6 +319,42 @@ def test_read_ahead_reads_many_processes_in_one_dump_as_each_alone(
             child.wait()
 
 
+def test_read_ahead_learns_every_processs_new_sockets_from_one_dump(reader, listener_process):
+    """The cost follows change: processes that each opened a socket since the last poll have
+    them learned from one dump of the host's sockets together, not one a process; what the
+    read-ahead then answers is what a fresh reader reads of each process alone."""
+    code = ("import os, socket, sys\n"
+            f"to = ('127.0.0.1', {listener_process})\n"
+            "held = [socket.create_connection(to) for _ in range(2)]\n"
+            "print('ready', flush=True)\n"
+            "sys.stdin.readline(); held.append(socket.create_connection(to))\n"
+            "print('more', flush=True)\n"
+            "sys.stdin.read()\n")
+    children = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    try:
+        assert all(child.stdout.readline() == "ready\n" for child in children)
+        pids = [child.pid for child in children]
+        reader.read_ahead(pids)
+        assert all(len(reader.sockets_of(pid)) == 2 for pid in pids)
+        for child in children:
+            child.stdin.write("\n")
+            child.stdin.flush()
+        assert all(child.stdout.readline() == "more\n" for child in children)
+        dumps = reader.dumps
+        reader.read_ahead(pids)
+        assert reader.dumps == dumps + 1
+        with SockDiagReader() as fresh:
+            for pid in pids:
+                assert [(s.inode, s.fd, s.local, s.remote, s.state)
+                        for s in reader.sockets_of(pid)] == [
+                    (s.inode, s.fd, s.local, s.remote, s.state) for s in fresh.sockets_of(pid)]
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+
+
 def test_host_clients_from_a_filtered_dump_agree_with_psutils_scan(stack, listener_process):
     """Discovery: the processes connected to the "brokers" (a listener in a child process,
     and one here), not the processes serving them, not kmon; as psutil's scan says."""

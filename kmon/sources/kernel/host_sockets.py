@@ -7,6 +7,7 @@ is psutil's scan of every socket and every fd on the host, where sock_diag is re
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Collection
 
@@ -145,6 +146,7 @@ class HostClients:
             self._diag.close()
 
 
+@functools.lru_cache(maxsize=4096)  # a search meets the few brokers' endpoints many times
 def _plain(endpoint: Endpoint) -> Endpoint:
     """The endpoint with an IPv4-mapped IPv6 address written as IPv4 (a JVM's listeners)."""
     return Endpoint(normalize_ip(endpoint.ip), endpoint.port)

@@ -37,7 +37,9 @@ class FdTable:
     again when the numbers change, when the caller saw a socket vanish (``changed()``: an
     fd may have been closed and its number reused between two polls), and every
     ``reread_s``. A file closed and a socket opened between two calls (the count
-    unchanged) shows at the next of these.
+    unchanged) shows at the next of these. A caller that can tell when a socket it wants is
+    missing asks for the new numbers' links alone (``new_only``: a number closed and opened
+    again between two listings shows once every link is read, ``partial`` until then).
     """
 
     def __init__(self, pid: int, reread_s: float = 10.0) -> None:
@@ -47,14 +49,16 @@ class FdTable:
         self._count = 0  # open fds at the last listing, as the kernel counts them (0: unknown)
         self._inodes: dict[int, int] = {}
         self._read_at = float("-inf")
+        self.partial = False  # links read for the new numbers alone since every link was
 
     def changed(self) -> None:
         """Read every link on the next call."""
         self._read_at = float("-inf")
 
-    def socket_inodes(self, reread: bool = True) -> dict[int, int]:
+    def socket_inodes(self, reread: bool = True, new_only: bool = False) -> dict[int, int]:
         """Map socket inode -> fd (raises like the module's ``socket_inodes``); the links are
-        read again every ``reread_s`` only if ``reread``."""
+        read again every ``reread_s`` only if ``reread``, and when the numbers changed, those
+        of the new numbers alone if ``new_only`` (see the class)."""
         pid = self.pid
         try:
             dir_fd = os.open(f"/proc/{pid}/fd", os.O_RDONLY | os.O_DIRECTORY)
@@ -72,9 +76,17 @@ class FdTable:
             self._count = count
             if names == self._names and fresh:
                 return self._inodes
-            self._inodes, self._names = _read_links(pid, dir_fd, names), names
-            self._read_at = time.monotonic()
-            return self._inodes
+            if new_only and fresh and self._names:
+                gone = self._names - names
+                inodes = {inode: fd for inode, fd in self._inodes.items()
+                          if str(fd) not in gone}
+                inodes.update(_read_links(pid, dir_fd, names - self._names))
+                self.partial = True
+            else:
+                inodes, self.partial = _read_links(pid, dir_fd, names), False
+                self._read_at = time.monotonic()
+            self._inodes, self._names = inodes, names
+            return inodes
         finally:
             os.close(dir_fd)
 
@@ -87,7 +99,9 @@ class SocketOwners:
     numbers change, or every ``reread_s``: a socket that took a closed file's or
     socket's place is seen by then), so a search costs a look at each process's fd count.
     The tables of the processes a caller names ``settled`` (those it watches already, whose
-    sockets a search is not for) are read again only when their fd numbers change.
+    sockets a search is not for) are read again only when their fd numbers change. Where the
+    numbers changed, the new ones' links alone are read; only while a wanted socket is found
+    nowhere are the tables so read read whole (a number closed and opened again may hide it).
     """
 
     def __init__(self, reread_s: float = 30.0) -> None:
@@ -112,14 +126,25 @@ class SocketOwners:
             table = self._tables.get(pid)
             if table is None:
                 table = self._tables[pid] = FdTable(pid, self.reread_s)
-            try:
-                held = table.socket_inodes(pid not in settled)
-            except (psutil.NoSuchProcess, psutil.AccessDenied, OSError):
-                continue
-            for inode in wanted:
-                if inode in held:
-                    found[inode] = pid
+            self._look(table, pid not in settled, wanted, found)
+        if wanted.difference(found):
+            for pid in pids:
+                table = self._tables[pid]
+                if table.partial:
+                    table.changed()
+                    self._look(table, True, wanted, found)
         return found
+
+    @staticmethod
+    def _look(table: FdTable, reread: bool, wanted: set[int], found: dict[int, int]) -> None:
+        """Note in ``found`` the ``wanted`` sockets ``table`` holds (none where it cannot be
+        read: the process exited, or is another user's)."""
+        try:
+            held = table.socket_inodes(reread, new_only=True)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, OSError):
+            return
+        for inode in wanted.intersection(held):  # a table's few sockets, or many wanted
+            found[inode] = table.pid
 
 
 def _read_links(pid: int, dir_fd: int, names: frozenset[str]) -> dict[int, int]:

@@ -11,7 +11,8 @@ inode we have not seen yet; other sockets are told apart by their protocol xattr
 
 A caller polling many processes in turn says so first (``read_ahead``): their known
 sockets then come from one filtered dump together, where the exact lookups of 50
-processes of 100 sockets each cost 5,000 reads.
+processes of 100 sockets each cost 5,000 reads, and their new sockets are learned from
+one dump of the host's sockets together, where each process's own would walk them all.
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ _MAPPED_V4 = b"\0" * 10 + b"\xff\xff"
 _TCP_PROTOCOLS = ("TCP", "TCPv6", None)  # socket_protocol(): None = cannot tell
 _BY_FD = operator.attrgetter("fd")  # every socket sockets_of returns has its fd
 _NO_FAMILY = (errno.EAFNOSUPPORT, errno.ENOENT, errno.EINVAL)  # no IPv6 in this kernel
+_HOST_MEMOS = 8  # host dumps (by request) whose sockets the next dump alike may take over
 
 
 class SockDiagUnavailable(OSError):
@@ -186,6 +188,9 @@ class SockDiagReader:
         # what read_ahead found per process (its sockets, or what reading them raised)
         self._ahead: dict[int, list[TcpSocket] | Exception] = {}
         self._ahead_at = float("-inf")
+        # each host dump's sockets by their message's fixed part (every byte they are read
+        # from): the next dump alike parses only the messages that changed
+        self._host_memos: dict[tuple[int, bytes], dict[bytes, HostSocket]] = {}
 
     def close(self) -> None:
         """Close the netlink socket."""
@@ -225,10 +230,15 @@ class SockDiagReader:
         ready: dict[int, tuple[_ProcessCache, dict[int, int]]] = {}
         for pid in pids:
             try:
-                ready[pid] = self._known_inodes(pid)
+                ready[pid] = self._known_inodes(pid, learn=False)
                 self._dirty = False
             except Exception as err:  # told by sockets_of(pid), as it would raise it
                 ahead[pid] = err
+        try:
+            self._learn_together(ready)
+        except OSError:  # each process's own read (sockets_of) tells it
+            self._ahead = {}
+            return
         together = _dumped_together(ready)
         if together:
             try:
@@ -245,9 +255,10 @@ class SockDiagReader:
                     ahead[pid] = err
         self._ahead_at = time.monotonic()
 
-    def _known_inodes(self, pid: int) -> tuple[_ProcessCache, dict[int, int]]:
-        """``pid``'s cache and socket inodes (inode -> fd), new TCP sockets learned; leaves
-        the netlink socket dirty (the caller's lookups follow)."""
+    def _known_inodes(self, pid: int, learn: bool = True
+                      ) -> tuple[_ProcessCache, dict[int, int]]:
+        """``pid``'s cache and socket inodes (inode -> fd), new TCP sockets learned unless
+        not ``learn``; leaves the netlink socket dirty (the caller's lookups follow)."""
         cache = self._caches.get(pid) or _ProcessCache(FdTable(pid))
         try:
             inodes = cache.fds.socket_inodes()
@@ -258,7 +269,8 @@ class SockDiagReader:
         if self._dirty:
             self._reopen()  # the last poll failed mid-way: replies may be left unread
         self._dirty = True
-        self._learn(pid, inodes, cache)
+        if learn:
+            self._learn(pid, inodes, cache)
         return cache, inodes
 
     def _dump_together(self, ready: dict[int, tuple[_ProcessCache, dict[int, int]]]
@@ -315,7 +327,12 @@ class SockDiagReader:
         return self._host_dump(1 << _LISTEN)
 
     def _host_dump(self, states: int, bytecode: bytes = b"") -> list[HostSocket]:
+        """The host's sockets in ``states`` that ``bytecode`` passes, one dump per family; a
+        message alike to one of the last dump of the same request is not parsed again."""
         found: list[HostSocket] = []
+        memos = self._host_memos
+        memo = memos.pop((states, bytecode), {})
+        fresh: dict[bytes, HostSocket] = {}
         if self._dirty:
             self._reopen()
         self._dirty = True
@@ -323,27 +340,64 @@ class SockDiagReader:
             self._send(diag_request(seq, NLM_F_REQUEST | NLM_F_DUMP, family, 0, states, None,
                                 bytecode))
             try:
-                self._read_host_dump(found)
+                self._read_host_dump(found, memo, fresh)
             except OSError as err:  # a kernel without IPv6 refuses the second dump
                 if family == socket.AF_INET or err.errno not in _NO_FAMILY:
                     raise
         self._dirty = False
+        memos[(states, bytecode)] = fresh
+        if len(memos) > _HOST_MEMOS:
+            del memos[next(iter(memos))]
         return found
 
-    def _read_host_dump(self, found: list[HostSocket]) -> None:
+    def _read_host_dump(self, found: list[HostSocket], memo: dict[bytes, HostSocket],
+                        fresh: dict[bytes, HostSocket]) -> None:
+        """Read one host dump into ``found``, each socket from ``memo`` where its message's
+        fixed part is there, and into ``fresh`` by it."""
         buf, view, unpack_u32 = self._buf, self._view, _U32.unpack_from
         for off, length in self._dump_messages():
-            inode = unpack_u32(buf, off + _HDR + _INODE_AT)[0]
-            if inode:
-                local, remote = _ends(view[off + _HDR : off + length])
-                found.append(HostSocket(inode, local, remote, buf[off + _HDR + 1] == _LISTEN))
+            at = off + _HDR
+            key = bytes(buf[at : at + _DIAG_MSG_LEN])
+            sock = memo.get(key)
+            if sock is None:
+                inode = unpack_u32(buf, at + _INODE_AT)[0]
+                if not inode:
+                    continue
+                local, remote = _ends(view[at : off + length])
+                sock = HostSocket(inode, local, remote, buf[at + 1] == _LISTEN)
+            fresh[key] = sock
+            found.append(sock)
 
     # -- cache upkeep -------------------------------------------------------
 
     def _learn(self, pid: int, inodes: dict[int, int], cache: _ProcessCache) -> None:
         """Forget closed sockets; dump once if the process shows sockets we don't know."""
+        wanted = self._wanted(pid, inodes, cache)
+        if wanted:
+            self._take(cache, inodes, wanted, *self._dump(wanted))
+
+    def _learn_together(self, ready: dict[int, tuple[_ProcessCache, dict[int, int]]]) -> None:
+        """``_learn`` for every process of ``ready`` (pid -> its cache and socket inodes), from
+        one dump for them all: a host of many clients reconnecting, or holding sockets the
+        kernel's tables lack (their retries), costs a dump a poll, not one a process."""
+        wanted = {pid: found for pid, (cache, inodes) in ready.items()
+                  if (found := self._wanted(pid, inodes, cache))}
+        if not wanted:
+            return
+        self._dirty = True
+        learned, listening = self._dump({inode: proto for found in wanted.values()
+                                         for inode, proto in found.items()})
+        self._dirty = False
+        for pid, found in wanted.items():
+            cache, inodes = ready[pid]
+            self._take(cache, inodes, found, learned, listening)
+
+    def _wanted(self, pid: int, inodes: dict[int, int], cache: _ProcessCache
+                ) -> dict[int, str | None]:
+        """Forget the process's closed sockets; its sockets to look for in a dump (inode ->
+        "TCP", "TCPv6" or None: cannot tell), none when its fd table is as last learned."""
         if inodes is cache.learned and not cache.retry:
-            return  # the fd table as last time (a vanished socket makes FdTable read anew)
+            return {}  # the fd table as last time (a vanished socket makes FdTable read anew)
         for stale in cache.known.keys() - inodes.keys():
             cache.forget(stale)
         cache.ignored.intersection_update(inodes.keys())
@@ -366,8 +420,14 @@ class SockDiagReader:
                 cache.ignored.add(inode)
         if not wanted:
             cache.learned = inodes
-            return
-        learned, listening = self._dump(wanted)
+        return wanted
+
+    @staticmethod
+    def _take(cache: _ProcessCache, inodes: dict[int, int], wanted: dict[int, str | None],
+              learned: dict[int, _Known], listening: set[int]) -> None:
+        """Know the ``wanted`` sockets a dump found (``learned``, ``listening``); look for the
+        others again later."""
+        now = time.monotonic()
         for inode, proto in wanted.items():
             known = learned.get(inode)
             if known is not None:
