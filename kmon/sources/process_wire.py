@@ -1,8 +1,8 @@
 """The wire of one process as the sampler gathers it: its packet tap (its own, or its part of
 the host's one capture), opened at the first read; the request headers inside its TLS
 writes (kmon.sources.tls), read only while one of its TLS sockets has not yet carried a
-request that decides its role; and kmon's own Metadata query to a broker the process talks
-Kafka to.
+request that decides its role (and of its threads, those that write to such a socket:
+``TlsTap.follow``); and kmon's own Metadata query to a broker the process talks Kafka to.
 
 ``read`` hands over what the tap saw since the last read (``WireReading``), with the brokers
 of a query that has answered taught to the tap first. ``ask`` starts one query, on a thread
@@ -154,6 +154,9 @@ class ProcessWire:
             self.tls_lost += self.tls.lost
             self.tls.close()
             self.tls = None
+        else:  # only the threads that write to the wanted sockets, but while a login fails
+            self.tls.follow(None if now < self.linger_until else
+                            {s.inode for s in sockets if (s.local, s.remote) in wanted})
 
     def _open_tls(self) -> None:
         if self.tls_pid is None or self.tls_problem is not None:
