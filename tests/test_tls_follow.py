@@ -1,8 +1,8 @@
 """What the TLS source reads once roles are known (``TlsTap.follow``), on the real cluster's
 SSL listener: a thread whose TLS writes all went to decided sockets is read no more (the
 kernel records none of its writes) until an undecided socket has no thread read that wrote
-to it; a Go program whose ``Conn.Write`` names its own socket has no send recorded at
-all.
+to it and either was never heard on the wire or sends; a Go program whose ``Conn.Write``
+names its own socket has no send recorded at all.
 """
 
 from __future__ import annotations
@@ -56,8 +56,10 @@ def write(client: Child, n: int) -> None:
 def test_a_thread_writing_decided_sockets_is_read_no_more_until_a_socket_has_no_writer(kafka):
     """The client's thread wrote to one socket, whose role is decided: it is read no more
     (its next write is not recorded: ``read`` has nothing). Once a new socket is undecided,
-    with no thread read that wrote to it (which one will is not known), the thread is read
-    again, its writes to both sockets with it."""
+    with no thread read that wrote to it and never heard (its first request may be the one
+    that names it; which thread will write it is not known), the thread is read again, its
+    writes to both sockets with it. A socket the wire heard before may go without a writer
+    read (its next write is lost) until the wire hears it send again."""
     client = Child([sys.executable, "-c", CONNECTIONS, kafka.bootstrap("SSL"),
                     str(kafka.ca_file)])
     tap = None
@@ -78,11 +80,20 @@ def test_a_thread_writing_decided_sockets_is_read_no_more_until_a_socket_has_no_
         assert tap.read() == []
 
         second = open_socket(client)
-        tap.follow({second})
+        tap.follow({second})  # never heard: whichever thread writes it is read
         write(client, 1)
         write(client, 0)
         writes = wait_for(tap.read, "the writes once read again", 10)
         assert [w.inode for w in writes] == [second, first]
+
+        tap.follow(set())  # both decided
+        tap.follow({second}, heard={second})  # undecided again, heard before, silent since
+        write(client, 1)
+        assert tap.read() == []  # a write to a heard socket by a thread read no more: lost
+
+        tap.follow({second}, heard={second}, spoke={second})  # the wire saw it: read again
+        write(client, 1)
+        assert [w.inode for w in wait_for(tap.read, "the next write", 10)] == [second]
     finally:
         if tap is not None:
             tap.close()

@@ -54,6 +54,8 @@ class ProcessWire:
         self.probing: dict[tuple[Endpoint, Endpoint], float] = {}
         self.given_up: set[tuple[Endpoint, Endpoint]] = set()  # TLS sockets probed PROBE_S
         self.linger_until = 0.0  # the source stays open until then (a login may have failed)
+        # the wanted sockets' request segments at the last poll: which sent since
+        self.requests: dict[tuple[Endpoint, Endpoint], int] = {}
         self.shared: SharedCapture | None = None
         self.tap: WireTap | None = None
         self.problem: str | None = None
@@ -154,9 +156,21 @@ class ProcessWire:
             self.tls_lost += self.tls.lost
             self.tls.close()
             self.tls = None
-        else:  # only the threads that write to the wanted sockets, but while a login fails
-            self.tls.follow(None if now < self.linger_until else
-                            {s.inode for s in sockets if (s.local, s.remote) in wanted})
+        else:
+            self._follow(flows, sockets, wanted, lingering=now < self.linger_until)
+
+    def _follow(self, flows: dict, sockets: list[TcpSocket],
+                wanted: set[tuple[Endpoint, Endpoint]], lingering: bool) -> None:
+        """The TLS source reads the threads that write to the wanted sockets (every thread
+        while a login may have failed), told which of those the wire heard send, and which
+        sent since the last poll."""
+        inodes = {(s.local, s.remote): s.inode for s in sockets}
+        counts = {pair: flows[pair].requests for pair in wanted if pair in flows}
+        heard = {inodes[pair] for pair, count in counts.items() if count}
+        spoke = {inodes[pair] for pair, count in counts.items()
+                 if count != self.requests.get(pair, 0)}
+        self.requests = counts
+        self.tls.follow(None if lingering else {inodes[pair] for pair in wanted}, heard, spoke)
 
     def _open_tls(self) -> None:
         if self.tls_pid is None or self.tls_problem is not None:

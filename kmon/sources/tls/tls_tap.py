@@ -35,12 +35,13 @@ two, a socket no read saw, dropped.
 
 What is read is only what decides a role (``follow``): a thread whose TLS writes all went to
 sockets whose role is known has its probes and sends disabled (its closes stay on) while every
-undecided socket has a thread still read that wrote to it, and every thread is read again as
-soon as one has none (a new connection: its writes are read from the next poll, those before
-it missed, as a source opened at a poll misses them). Never in a Go program, whose goroutines
-move between threads; there the sends are read only once a ``Conn.Write`` could not name its
-socket itself (not a ``*net.TCPConn``): one that names its own needs no send. A write whose
-send may have come while its thread's sends were off is dropped, never tied to a later send.
+undecided socket has a thread still read that wrote to it or was heard and is silent, and
+every thread is read again as soon as one has not (a new connection: its writes are read from
+the next poll, those before it missed, as a source opened at a poll misses them). Never in a
+Go program, whose goroutines move between threads; there the sends are read only once a
+``Conn.Write`` could not name its socket itself (not a ``*net.TCPConn``): one that names its
+own needs no send. A write whose send may have come while its thread's sends were off is
+dropped, never tied to a later send.
 """
 
 from __future__ import annotations
@@ -189,19 +190,24 @@ class TlsTap:
         self.held = {fd: inode for fd, inode in held.items() if inode is not None}
         return writes
 
-    def follow(self, undecided: set[int] | None) -> None:
+    def follow(self, undecided: set[int] | None, heard: set[int] = frozenset(),
+               spoke: set[int] = frozenset()) -> None:
         """Read only the threads that write to the ``undecided`` sockets (their inodes; None:
-        every thread read). While each of those has a thread read that wrote to it, every
-        thread whose writes since it was last resumed all went to other sockets (decided: a
-        connection's role is the same all its life) is disabled (a write of its whose send
-        was not read yet is lost); once one has none (a new connection, a silent one: which
-        thread will write to it is not known), every thread is read. Never in a Go program,
-        whose goroutines move between threads."""
+        every thread read). Every thread whose writes since it was last resumed all went to
+        other sockets (decided: a connection's role is the same all its life) is disabled
+        while each undecided socket has a thread read that wrote to it, or was ``heard``
+        (the wire saw it send before) and has not ``spoke`` since the last poll. Else every
+        thread is read: a socket never heard (a new connection, one silent since kmon
+        attached) has its first request read, whichever thread writes it; one heard that
+        sends again, written by a disabled thread, has its next ones read. A write of a
+        disabled thread whose send was not read yet is lost. Never in a Go program, whose
+        goroutines move between threads."""
         if self.go:
             return
         threads = self.threads.values()
-        if undecided is None or undecided - set().union(*(t.wrote for t in threads
-                                                          if not t.quiet)):
+        unread = (None if undecided is None else
+                  undecided - set().union(*(t.wrote for t in threads if not t.quiet)))
+        if unread is None or unread - heard or unread & spoke:
             for thread in threads:
                 if thread.quiet:
                     self._switch(thread, on=True)
