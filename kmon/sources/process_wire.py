@@ -170,7 +170,11 @@ class ProcessWire:
         spoke = {inodes[pair] for pair, count in counts.items()
                  if count != self.requests.get(pair, 0)}
         self.requests = counts
-        self.tls.follow(None if lingering else {inodes[pair] for pair in wanted}, heard, spoke)
+        try:
+            self.tls.follow(None if lingering else {inodes[pair] for pair in wanted}, heard,
+                            spoke)
+        except KernelEventsUnavailable as err:  # an ioctl refused, as a read may be
+            self._tls_failed(err)
 
     def _open_tls(self) -> None:
         if self.tls_pid is None or self.tls_problem is not None:
