@@ -18,7 +18,15 @@ the phase measured nothing of them). Needs root and a JDK (and node, go for thei
 This is the probes' worst case: they are on from the first connection's first TLS record
 (kmon is watching before it) while one of the producer's sockets has carried no request that
 decides its role (its bootstrap connection: 30 s at most, past the phase's end), a trap per
-SSL_write and a tracepoint per write syscall. A producer attached once at its steady state
+SSL_write and a tracepoint per write syscall. What kmon reads meanwhile (``TlsTap.follow``):
+franz-go's ``Conn.Write`` names its own socket, so its write syscalls are never recorded
+(~140 records a second left of ~640); librdkafka (2.16) closes its bootstrap connection
+before the source has read a request of it, which the wire cannot tell from a failed login,
+so the source stays on 30 s with every thread read (a failing login is read from its first
+write): its broker thread's ~2,300 records a second are all still read, and a ring a thread
+fills between two polls drops (the drops figure). Each round's phases are printed with the
+host's load average: on a shared host the ratio of two fractions of a percent of a core
+moves with it. A producer attached once at its steady state
 may never be probed: its one busy socket's segments rarely start with a TLS record (loopback
 sends 64 kB segments), so the wire may not see it speak TLS (0 sockets named over TLS, as
 for confluent-kafka and KafkaJS in the first runs of this benchmark).
@@ -142,7 +150,7 @@ def phase(argv: list[str], env: dict[str, str], phase_name: str,
           seconds: float) -> dict[str, float]:
     """One phase, a producer of its own (``argv``), kmon attached before it connects: (kmon's
     share of a core, the producer's MB/s and share of a core, drops, sockets named over
-    TLS)."""
+    TLS, the host's load average at its end: other work on the host skews the figures)."""
     producer = Lines(["sh", "-c", 'read go; exec "$@"', "sh", *argv], env={**os.environ, **env})
     kmon = None
     try:
@@ -163,7 +171,8 @@ def phase(argv: list[str], env: dict[str, str], phase_name: str,
         out = {"kmon": (cpu_seconds(kmon.proc.pid) - kmon_start) / (ended - begun)
                if kmon else 0.0,
                "client_cpu": (cpu_seconds(producer.proc.pid) - client_start) / (ended - begun),
-               "mb_per_s": acked(producer, begun, ended), "drops": 0, "over_tls": 0}
+               "mb_per_s": acked(producer, begun, ended), "drops": 0, "over_tls": 0,
+               "load": os.getloadavg()[0]}
     finally:
         if kmon:
             kmon.stop()
@@ -216,9 +225,13 @@ def measure(client: str, cluster, args: argparse.Namespace, scratch: Path,
     argv, env = producer_argv(client, cluster.bootstrap("SSL"), args.mb_per_s,
                               str(cluster.ca_file), scratch)
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in PHASES}
-    for _ in range(args.rounds):
+    for round_ in range(args.rounds):
         for name in PHASES:
             runs[name].append(phase(argv, env, name, args.seconds))
+            r = runs[name][-1]
+            print(f"{client} round {round_ + 1} {name:10}  producer {r['mb_per_s']:6.1f} MB/s"
+                  f"   kmon {r['kmon']:6.2%}   drops {r['drops']:.0f}   load {r['load']:.1f}",
+                  flush=True)
     mean = {name: {key: sum(r[key] for r in rs) / len(rs) for key in rs[0]}
             for name, rs in runs.items()}
     print(f"{client} producer over TLS, paced at {args.mb_per_s:g} MB/s, {args.rounds} "
@@ -234,6 +247,8 @@ def measure(client: str, cluster, args: argparse.Namespace, scratch: Path,
         result.figure(f"{client} kmon CPU, {name}", mean[name]["kmon"] * 100, "% of a core")
     result.figure(f"{client} TLS source drops", max(r["drops"] for r in runs["tls auto"]))
     result.figure(f"{client} sockets named over TLS", mean["tls auto"]["over_tls"])
+    result.figure(f"{client} host load average (1 min)",
+                  sum(mean[name]["load"] for name in PHASES) / len(PHASES))
     result.ratio(f"{client} kmon CPU tls auto / off", f"{client} kmon CPU, tls auto",
                  f"{client} kmon CPU, tls off")
     result.ratio(f"{client} producer MB/s probed / unwatched",

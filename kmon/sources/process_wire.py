@@ -1,8 +1,8 @@
 """The wire of one process as the sampler gathers it: its packet tap (its own, or its part of
 the host's one capture), opened at the first read; the request headers inside its TLS
 writes (kmon.sources.tls), read only while one of its TLS sockets has not yet carried a
-request that decides its role; and kmon's own Metadata query to a broker the process talks
-Kafka to.
+request that decides its role (and of its threads, those that write to such a socket:
+``TlsTap.follow``); and kmon's own Metadata query to a broker the process talks Kafka to.
 
 ``read`` hands over what the tap saw since the last read (``WireReading``), with the brokers
 of a query that has answered taught to the tap first. ``ask`` starts one query, on a thread
@@ -54,6 +54,8 @@ class ProcessWire:
         self.probing: dict[tuple[Endpoint, Endpoint], float] = {}
         self.given_up: set[tuple[Endpoint, Endpoint]] = set()  # TLS sockets probed PROBE_S
         self.linger_until = 0.0  # the source stays open until then (a login may have failed)
+        # the wanted sockets' request segments at the last poll: which sent since
+        self.requests: dict[tuple[Endpoint, Endpoint], int] = {}
         self.shared: SharedCapture | None = None
         self.tap: WireTap | None = None
         self.problem: str | None = None
@@ -161,6 +163,25 @@ class ProcessWire:
             self.tls_lost += self.tls.lost
             self.tls.close()
             self.tls = None
+        else:
+            self._follow(flows, sockets, wanted, lingering=now < self.linger_until)
+
+    def _follow(self, flows: dict, sockets: list[TcpSocket],
+                wanted: set[tuple[Endpoint, Endpoint]], lingering: bool) -> None:
+        """The TLS source reads the threads that write to the wanted sockets (every thread
+        while a login may have failed), told which of those the wire heard send, and which
+        sent since the last poll."""
+        inodes = {(s.local, s.remote): s.inode for s in sockets}
+        counts = {pair: flows[pair].requests for pair in wanted if pair in flows}
+        heard = {inodes[pair] for pair, count in counts.items() if count}
+        spoke = {inodes[pair] for pair, count in counts.items()
+                 if count != self.requests.get(pair, 0)}
+        self.requests = counts
+        try:
+            self.tls.follow(None if lingering else {inodes[pair] for pair in wanted}, heard,
+                            spoke)
+        except KernelEventsUnavailable as err:  # an ioctl refused, as a read may be
+            self._tls_failed(err)
 
     def _open_tls(self) -> None:
         if self.tls_pid is None or self.tls_problem is not None:

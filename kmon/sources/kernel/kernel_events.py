@@ -57,6 +57,7 @@ PERF_RECORD_LOST, PERF_RECORD_SAMPLE = 2, 9
 USE_CLOCKID = 1 << 25
 CLOCK_MONOTONIC = 1
 PERF_EVENT_IOC_ENABLE = 0x2400
+PERF_EVENT_IOC_DISABLE = 0x2401
 PERF_EVENT_IOC_SET_FILTER = 0x40082406
 PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}
 MNT_DETACH = 2
@@ -208,15 +209,15 @@ def perf_event_open(attr: bytes, cpu: int, pid: int = -1) -> int:
 
 
 def tracepoint_attr(config: int, inherit: bool = False,
-                    kind: int = PERF_TYPE_TRACEPOINT) -> bytes:
+                    kind: int = PERF_TYPE_TRACEPOINT, disabled: bool = False) -> bytes:
     """A ``struct perf_event_attr`` (128 bytes) for one tracepoint, sampling every hit;
     ``inherit``: in the threads the thread creates too, not in the processes it forks (their
     records go to the ring of the event they inherit: perf's own rule); ``kind``: another
     type of event (``PERF_TYPE_SOFTWARE`` with ``PERF_COUNT_SW_DUMMY``: a ring that records
-    nothing of its own)."""
+    nothing of its own); ``disabled``: recording nothing until enabled (an ioctl)."""
     head = struct.pack("<IIQQQQQII", kind, 128, config, 1,
                        PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW, 0,
-                       USE_CLOCKID | (INHERIT_THREADS if inherit else 0), 1, 0)
+                       USE_CLOCKID | (INHERIT_THREADS if inherit else 0) | int(disabled), 1, 0)
     body = bytearray(head.ljust(128, b"\0"))
     struct.pack_into("<i", body, 92, CLOCK_MONOTONIC)  # clockid, after sample_stack_user
     return bytes(body)

@@ -32,6 +32,16 @@ and a write is tied to the socket its descriptor held then, in time order: befor
 descriptor's first close since the last read, the socket it held at the last read (one
 whose login failed closes between two reads); after its last, the one it holds now; between
 two, a socket no read saw, dropped.
+
+What is read is only what decides a role (``follow``): a thread whose TLS writes all went to
+sockets whose role is known has its probes and sends disabled (its closes stay on) while every
+undecided socket has a thread still read that wrote to it or was heard and is silent, and
+every thread is read again as soon as one has not (a new connection: its writes are read from
+the next poll, those before it missed, as a source opened at a poll misses them). Never in a
+Go program, whose goroutines move between threads; there the sends are read only once a
+``Conn.Write`` could not name its socket itself (not a ``*net.TCPConn``): one that names its
+own needs no send. A write whose send may have come while its thread's sends were off is
+dropped, never tied to a later send.
 """
 
 from __future__ import annotations
@@ -44,12 +54,13 @@ import re
 import struct
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from kmon.sources import kafka_protocol as kp
 from kmon.sources.kernel.kernel_events import (
     PERF_COUNT_SW_DUMMY,
+    PERF_EVENT_IOC_DISABLE,
     PERF_EVENT_IOC_ENABLE,
     PERF_TYPE_SOFTWARE,
     Field,
@@ -99,8 +110,13 @@ class TlsWrite(NamedTuple):
 
 @dataclass
 class _Thread:
-    fds: list[int]
+    fds: list[int]  # its ring's (first), then each event's
     ring: mmap.mmap
+    switched: list[int] = field(default_factory=list)  # its OpenSSL probes' and sends' fds
+    sends: list[int] = field(default_factory=list)
+    wrote: set[int] = field(default_factory=set)  # the sockets its writes went to, resumed
+    quiet: bool = False  # its probes and sends disabled (``follow``)
+    resumed_ms: float = 0.0  # when its sends were last enabled (UTC epoch ms)
 
 
 class TlsTap:
@@ -116,7 +132,10 @@ class TlsTap:
         self.files: set[tuple[int, int]] = set()  # (device, inode) of the files probed
         self.refused: list[str] = []  # the paths of those that could not be
         self.threads: dict[int, _Thread] = {}  # those listed when the probes were made
-        self.pending: dict[int, bytes] = {}  # tid -> its last SSL write's start, no socket yet
+        # tid -> its last SSL write's start (and when: epoch ms), no socket yet
+        self.pending: dict[int, tuple[bytes, float]] = {}
+        self.go: set[int] = set()  # the Go probes' event ids
+        self.sends_on = False  # the sends are read (a probe's write may not name its socket)
         self.held: dict[int, int] = {}  # fd -> the socket's inode, as of the last read
         self.lost = 0  # records the kernel dropped (a thread's ring was full)
         self.scanned = 0.0
@@ -138,19 +157,22 @@ class TlsTap:
         now = time.monotonic()
         if not self.probed and now - self.scanned >= RESCAN_S:
             self._scan()
-        out: list[tuple[float, int, bytes | None]] = []  # (ts, fd, data; None: a close)
+        # (ts, fd, data; None: a close, the tid of the ring it came from)
+        out: list[tuple[float, int, bytes | None, int]] = []
         for tid, thread in self.threads.items():
             self._drain(tid, thread, out)
+        if self.pending and not self.sends_on:  # a Go write that did not name its socket
+            self._enable_sends()
         out.sort(key=lambda event: event[0])
         first_close: dict[int, float] = {}
         last_close: dict[int, float] = {}
-        for ts_ms, fd, data in out:
+        for ts_ms, fd, data, _ in out:
             if data is None:
                 first_close.setdefault(fd, ts_ms)
                 last_close[fd] = ts_ms
         held: dict[int, int | None] = {s.fd: s.inode for s in sockets if s.fd is not None}
         writes = []
-        for ts_ms, fd, data in out:
+        for ts_ms, fd, data, owner in out:
             if data is None:
                 continue
             inode: int | None
@@ -164,8 +186,53 @@ class TlsTap:
                 inode = None
             if inode is not None:
                 writes.append(TlsWrite(inode, ts_ms, data))
+                self.threads[owner].wrote.add(inode)
         self.held = {fd: inode for fd, inode in held.items() if inode is not None}
         return writes
+
+    def follow(self, undecided: set[int] | None, heard: set[int] = frozenset(),
+               spoke: set[int] = frozenset()) -> None:
+        """Read only the threads that write to the ``undecided`` sockets (their inodes; None:
+        every thread read). Every thread whose writes since it was last resumed all went to
+        other sockets (decided: a connection's role is the same all its life) is disabled
+        while each undecided socket has a thread read that wrote to it, or was ``heard``
+        (the wire saw it send before) and has not ``spoke`` since the last poll. Else every
+        thread is read: a socket never heard (a new connection, one silent since kmon
+        attached) has its first request read, whichever thread writes it; one heard that
+        sends again, written by a disabled thread, has its next ones read. A write of a
+        disabled thread whose send was not read yet is lost. Never in a Go program, whose
+        goroutines move between threads."""
+        if self.go:
+            return
+        threads = self.threads.values()
+        unread = (None if undecided is None else
+                  undecided - set().union(*(t.wrote for t in threads if not t.quiet)))
+        if unread is None or unread - heard or unread & spoke:
+            for thread in threads:
+                if thread.quiet:
+                    self._switch(thread, on=True)
+            return
+        for thread in threads:
+            if not thread.quiet and thread.wrote and thread.wrote.isdisjoint(undecided):
+                self._switch(thread, on=False)
+
+    def _switch(self, thread: _Thread, on: bool) -> None:
+        """Enable or disable a thread's OpenSSL probes and sends (its closes stay on); what
+        it wrote is counted anew from its resumption."""
+        for fd in thread.switched:
+            perf_ioctl(fd, PERF_EVENT_IOC_ENABLE if on else PERF_EVENT_IOC_DISABLE, 0)
+        thread.quiet = not on
+        if on:
+            thread.wrote = set()
+            thread.resumed_ms = time.time() * 1000
+
+    def _enable_sends(self) -> None:
+        """Read the sends from now on, in every thread (a write's send before is not read)."""
+        self.sends_on = True
+        for thread in self.threads.values():
+            for fd in thread.sends:
+                perf_ioctl(fd, PERF_EVENT_IOC_ENABLE, 0)
+            thread.resumed_ms = time.time() * 1000
 
     def close(self) -> None:
         """Close every perf event (the uprobes themselves stay kmon's until it exits)."""
@@ -206,13 +273,17 @@ class TlsTap:
                                          for name, offset in offsets.items()}):
                 event_id, fields = self.probes.event(path, offset, fetch)
                 self.events[event_id] = ("ssl", fields)
-                if fetch == GO and start is not None:
-                    self._go_tcp_itab(event_id, path, start)
+                if fetch == GO:
+                    self.go.add(event_id)
+                    if start is not None:
+                        self._go_tcp_itab(event_id, path, start)
         if not self.probed:
             if self.refused:
                 raise TlsUnavailable(f"the TLS library is in a file whose path kmon does not "
                                      f"write to tracefs: {self.refused[0]!r}")
             return
+        self.sends_on = any(kind == "ssl" and event_id not in self.tcp_itabs
+                            for event_id, (kind, _) in self.events.items())
         for _ in range(2):
             try:
                 tids = sorted(int(t) for t in os.listdir(f"/proc/{self.pid}/task"))
@@ -260,14 +331,21 @@ class TlsTap:
         return thread
 
     def _add_event(self, thread: _Thread, event_id: int, tid: int) -> None:
-        """One more event of the thread, recorded into its ring."""
-        fd = perf_event_open(tracepoint_attr(event_id, inherit=True), -1, tid)
+        """One more event of the thread, recorded into its ring; a send only once the sends
+        are read."""
+        kind = self.events[event_id][0]
+        fd = perf_event_open(tracepoint_attr(event_id, inherit=True, disabled=True), -1, tid)
         thread.fds.append(fd)
         perf_ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, ctypes.c_int(thread.fds[0]))
-        perf_ioctl(fd, PERF_EVENT_IOC_ENABLE, 0)
+        if kind == "send":
+            thread.sends.append(fd)
+        if kind == "send" or (kind == "ssl" and event_id not in self.go):
+            thread.switched.append(fd)
+        if kind != "send" or self.sends_on:
+            perf_ioctl(fd, PERF_EVENT_IOC_ENABLE, 0)
 
     def _drain(self, owner: int, thread: _Thread,
-               out: list[tuple[float, int, bytes | None]]) -> None:
+               out: list[tuple[float, int, bytes | None, int]]) -> None:
         """The thread's ring: its records and those of the threads it created, each of a
         thread with a ring of its own taken from that one only (it may be in both)."""
         events, itabs, pending, threads = self.events, self.tcp_itabs, self.pending, self.threads
@@ -290,16 +368,21 @@ class TlsTap:
                 if own is None:
                     if tid not in pending and len(pending) >= MAX_PENDING:
                         pending.pop(next(iter(pending)))
-                    pending[tid] = data
+                    pending[tid] = (data, ts_ms)
                     return False
-                out.append((ts_ms, own, data))
+                out.append((ts_ms, own, data, owner))
                 return True
             if kind == "close" or (kind == "send" and tid in pending):
                 fd = fields["fd"]
                 if len(raw) >= fd.offset + fd.size:
                     number = int.from_bytes(raw[fd.offset:fd.offset + fd.size], "little")
-                    out.append((ts_ms, number, pending.pop(tid) if kind == "send" else None))
-                    return True
+                    if kind == "close":
+                        out.append((ts_ms, number, None, owner))
+                        return True
+                    data, written_ms = pending.pop(tid)
+                    if written_ms >= thread.resumed_ms:  # else its send may have gone unread
+                        out.append((ts_ms, number, data, owner))
+                        return True
             return False
 
         read_ring(thread.ring, RING_PAGES, sample, self._count_lost,

@@ -1,0 +1,134 @@
+"""What the TLS source reads once roles are known (``TlsTap.follow``), on the real cluster's
+SSL listener: a thread whose TLS writes all went to decided sockets is read no more (the
+kernel records none of its writes) until an undecided socket has no thread read that wrote
+to it and either was never heard on the wire or sends; a Go program whose ``Conn.Write``
+names its own socket has no send recorded at all.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import pytest
+from helpers import Child, produce, unique, wait_for
+
+from kmon.sources.tls.tls_tap import TlsTap
+
+pytestmark = [pytest.mark.integration,  # a real cluster, real clients, uprobes
+              pytest.mark.root(reason="uprobes need root")]
+
+# python -c CONNECTIONS BOOTSTRAP CAFILE: one thread driven through stdin: "open" opens one
+# more TLS socket ("OPEN n fd"), "write n" writes an ApiVersions v0 request on socket n
+# ("WROTE n"), each from the main thread
+CONNECTIONS = """
+import socket, ssl, struct, sys
+host, port = sys.argv[1].split(",")[0].rsplit(":", 1)
+context = ssl.create_default_context(cafile=sys.argv[2])
+kept = []
+print("READY", flush=True)
+for line in sys.stdin:
+    command = line.split()
+    if command[0] == "open":
+        kept.append(context.wrap_socket(socket.create_connection((host, int(port))),
+                                        server_hostname=host))
+        print(f"OPEN {len(kept) - 1} {kept[-1].fileno()}", flush=True)
+    else:
+        n = int(command[1])
+        kept[n].sendall(struct.pack(">ihhih", 10 + 4, 18, 0, 1, 4) + b"kmon")
+        print(f"WROTE {n}", flush=True)
+"""
+
+
+def open_socket(client: Child) -> int:
+    """A new TLS socket of the client's, by its inode."""
+    client.send("open")
+    fd = int(client.wait_line("OPEN ").split()[2])
+    return os.stat(f"/proc/{client.pid}/fd/{fd}").st_ino
+
+
+def write(client: Child, n: int) -> None:
+    client.send(f"write {n}")
+    client.wait_line(f"WROTE {n}")
+
+
+def test_a_thread_writing_decided_sockets_is_read_no_more_until_a_socket_has_no_writer(kafka):
+    """The client's thread wrote to one socket, whose role is decided: it is read no more
+    (its next write is not recorded: ``read`` has nothing). Once a new socket is undecided,
+    with no thread read that wrote to it and never heard (its first request may be the one
+    that names it; which thread will write it is not known), the thread is read again, its
+    writes to both sockets with it. A socket the wire heard before may go without a writer
+    read (its next write is lost) until the wire hears it send again."""
+    client = Child([sys.executable, "-c", CONNECTIONS, kafka.bootstrap("SSL"),
+                    str(kafka.ca_file)])
+    tap = None
+    try:
+        client.wait_line("READY", timeout=60)
+        first = open_socket(client)
+        tap = TlsTap(client.pid)
+        write(client, 0)
+        writes = wait_for(tap.read, "the first write", 10)
+        assert [(w.inode, w.data[4:6]) for w in writes] == [(first, b"\0\x12")]
+
+        tap.follow({first})  # its one socket still undecided: read on
+        write(client, 0)
+        assert [w.inode for w in wait_for(tap.read, "the second write", 10)] == [first]
+
+        tap.follow(set())  # decided
+        write(client, 0)
+        assert tap.read() == []
+
+        second = open_socket(client)
+        tap.follow({second})  # never heard: whichever thread writes it is read
+        write(client, 1)
+        write(client, 0)
+        writes = wait_for(tap.read, "the writes once read again", 10)
+        assert [w.inode for w in writes] == [second, first]
+
+        tap.follow(set())  # both decided
+        tap.follow({second}, heard={second})  # undecided again, heard before, silent since
+        write(client, 1)
+        assert tap.read() == []  # a write to a heard socket by a thread read no more: lost
+
+        tap.follow({second}, heard={second}, spoke={second})  # the wire saw it: read again
+        write(client, 1)
+        assert [w.inode for w in wait_for(tap.read, "the next write", 10)] == [second]
+    finally:
+        if tap is not None:
+            tap.close()
+        client.stop()
+
+
+def recorded(fd: int) -> int:
+    """The records a perf event (and its inherited copies) took."""
+    return int.from_bytes(os.read(fd, 8), "little")
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="go is not installed")
+def test_a_go_program_whose_writes_name_their_socket_has_no_send_recorded(kafka, go_consumer):
+    """franz-go's ``Conn.Write`` on a ``*net.TCPConn`` names its socket itself: its writes are
+    read, tied to their sockets, and no send syscall of the program is recorded (the kernel
+    counts none), where before each of its sends was a record for kmon to read."""
+    topic = unique("kmon-tls-follow")
+    produce(kafka.bootstrap(), topic)
+    client = Child([go_consumer, "franz-go", kafka.bootstrap("SSL"), f"g-{topic}", topic,
+                    str(kafka.ca_file)])
+    tap = None
+    try:
+        client.wait_line("READY", timeout=60)
+        tap = TlsTap(client.pid)
+        writes: list = []
+        wait_for(lambda: writes.extend(tap.read()) or len(writes) >= 5, "franz-go's writes", 30)
+        sockets = {int(t.split("[")[1].rstrip("]")) for t in
+                   (os.readlink(f"/proc/{client.pid}/fd/{fd}")
+                    for fd in os.listdir(f"/proc/{client.pid}/fd")) if t.startswith("socket:")}
+        assert {w.inode for w in writes} <= sockets
+        sends = [fd for thread in tap.threads.values()  # each thread's events, in order
+                 for fd, (kind, _) in zip(thread.fds[1:], tap.events.values(), strict=True)
+                 if kind == "send"]
+        assert sends and sum(recorded(fd) for fd in sends) == 0
+    finally:
+        if tap is not None:
+            tap.close()
+        client.stop()
