@@ -177,6 +177,8 @@ class ProcessWire:
         spoke = {inodes[pair] for pair, count in counts.items()
                  if count != self.requests.get(pair, 0)}
         self.requests = counts
+        if self.tls is None:
+            return
         try:
             self.tls.follow(None if lingering else {inodes[pair] for pair in wanted}, heard,
                             spoke)

@@ -54,6 +54,7 @@ import re
 import struct
 import time
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -190,8 +191,8 @@ class TlsTap:
         self.held = {fd: inode for fd, inode in held.items() if inode is not None}
         return writes
 
-    def follow(self, undecided: set[int] | None, heard: set[int] = frozenset(),
-               spoke: set[int] = frozenset()) -> None:
+    def follow(self, undecided: AbstractSet[int] | None, heard: AbstractSet[int] = frozenset(),
+               spoke: AbstractSet[int] = frozenset()) -> None:
         """Read only the threads that write to the ``undecided`` sockets (their inodes; None:
         every thread read). Every thread whose writes since it was last resumed all went to
         other sockets (decided: a connection's role is the same all its life) is disabled
@@ -207,7 +208,7 @@ class TlsTap:
         threads = self.threads.values()
         unread = (None if undecided is None else
                   undecided - set().union(*(t.wrote for t in threads if not t.quiet)))
-        if unread is None or unread - heard or unread & spoke:
+        if undecided is None or unread is None or unread - heard or unread & spoke:
             for thread in threads:
                 if thread.quiet:
                     self._switch(thread, on=True)
