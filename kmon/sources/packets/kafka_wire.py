@@ -28,7 +28,7 @@ from kmon.sources import kafka_protocol as kp
 from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 from kmon.sources.packets.host_wire import SharedCapture
 from kmon.sources.packets.packet_capture import Address, PacketCapture, Segment
-from kmon.sources.packets.packet_filter import TCP_CLOSING, TCP_RST
+from kmon.sources.packets.packet_filter import TCP_CLOSING, TCP_RST, TCP_SYN
 
 MAX_PENDING = 64  # outstanding Metadata/FindCoordinator requests remembered per socket
 UNOWNED_FOR_MS = 10_000  # a stream not (yet) among the process's sockets is kept this long
@@ -234,9 +234,15 @@ class WireTap:
             bounded.put(self.remote_ports, port, None, MAX_REMOTE_PORTS)
         return {s.local.port for s in sockets}, set(self.remote_ports)
 
-    def _flow(self, key: tuple[Address, Address], ts_ms: int) -> Flow:
-        """A new flow for the socket ``key``, first seen at ``ts_ms``."""
-        flow = self.flows[key] = Flow(ts_ms, from_start=key not in self.started)
+    def _opened(self, key: tuple[Address, Address], before: Flow | None, ts_ms: int,
+                syn: bool = False) -> Flow:
+        """A new flow for the socket ``key``, first seen at ``ts_ms`` (at its ``syn``: seen
+        from its start). A client's SYN on a 4-tuple whose flow (``before``) a poll showed
+        opens a new connection: the old socket's close is told with the next poll's."""
+        if before is not None and key in self.last_polled and len(self.unpolled) < MAX_FLOWS:
+            self.last_polled.discard(key)  # (gone: not the new connection's to drop)
+            self.unpolled.setdefault(key, before.close or UNHEARD)
+        flow = self.flows[key] = Flow(ts_ms, from_start=syn or key not in self.started)
         return flow
 
     def _take(self, seg: Segment, mine: dict) -> None:
@@ -251,8 +257,12 @@ class WireTap:
             request = seg.dst[1] in capture.remote_ports or not (capture.local_ports
                                                                  or capture.remote_ports)
             key = forward if request else (seg.dst, seg.src)
-        flow = self.flows.get(key) or self._flow(key, seg.first_ms)
+        flow = self.flows.get(key)
+        if flow is None or (request and seg.flags & TCP_SYN):
+            flow = self._opened(key, flow, seg.first_ms, bool(request and seg.flags & TCP_SYN))
         self.taken.add(key)
+        if seg.flags & TCP_SYN:
+            return
         if seg.flags & TCP_CLOSING:
             if flow.close is None:
                 flow.close = WireClose("client" if request else "broker",
@@ -278,7 +288,7 @@ class WireTap:
             if key is None:
                 continue
             ts = int(ts_ms)
-            flow = self.flows.get(key) or self._flow(key, ts)
+            flow = self.flows.get(key) or self._opened(key, None, ts)
             flow.tls = True
             self.taken.add(key)
             self._request(flow, Segment(ts, key[0], key[1], data, 0, 1, ts), prefix=True)

@@ -1,0 +1,130 @@
+"""A client that reuses a 4-tuple opens a new connection on it, and the wire reads that one
+from its SYN; a socket whose close the capture missed is closed unheard.
+
+In the ground-truth harness (issue 33, sasl-wrong-password on a loaded host) librdkafka
+reconnected from a local port it had used seconds before (the broker had closed first: the
+broker's side held the TIME_WAIT, the client's port was free). The capture followed the
+old connection's frame chain, so every request of the new one (a fresh initial sequence
+number, nowhere near it) was refused as a frame's body: the wire saw its FIN after no
+request, and its failed logins were told ``client_closed``/``broker_closed`` at confidence 1.
+Real sockets here, a real packet capture, and the same 4-tuple bound twice.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import pytest
+
+from kmon.engine.closes import wire_reason
+from kmon.sources import kafka_protocol as kp
+from kmon.sources.kernel.sockets import Endpoint
+from kmon.sources.packets import packet_filter
+
+pytestmark = [pytest.mark.integration,  # real sockets and a real packet capture
+              pytest.mark.root(reason="the wire needs CAP_NET_RAW (root)")]
+
+LOGIN = (kp.API_VERSIONS, kp.SASL_HANDSHAKE, kp.SASL_AUTHENTICATE)
+SYN = 0x02
+
+
+def request(api: int, correlation: int) -> bytes:
+    body = (api.to_bytes(2, "big") + (1).to_bytes(2, "big") + correlation.to_bytes(4, "big")
+            + (4).to_bytes(2, "big") + b"kmon" + b"x" * 40)
+    return len(body).to_bytes(4, "big") + body
+
+
+def connect_from(port: int, server: socket.socket) -> socket.socket:
+    """A client socket bound to local ``port`` (0: any), connected to ``server``."""
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    client.bind(("127.0.0.1", port))
+    client.connect(server.getsockname())
+    return client
+
+
+def send(client: socket.socket, apis: tuple[int, ...]) -> None:
+    for correlation, api in enumerate(apis):
+        client.sendall(request(api, correlation))
+        time.sleep(0.01)  # one request a segment
+
+
+def reset(sock: socket.socket) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def test_a_reused_four_tuple_s_login_is_read_from_its_syn():
+    """A connection that sent Metadata and was reset, then a new one on the same 4-tuple that
+    logs in and is closed by the broker, neither shown by a poll (each lived between two):
+    the second's close comes after its SaslAuthenticate, a failed login, not a close after
+    no request."""
+    from kmon.sources.packets.kafka_wire import WireTap
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        remote = Endpoint(*server.getsockname())
+        tap = WireTap([], 0)
+        try:
+            tap.learn({1: (remote.ip, remote.port)}, 0)
+            tap.poll([], 0)  # the brokers known: responses no longer kept
+            first = connect_from(0, server)
+            local = Endpoint(*first.getsockname())
+            peer, _ = server.accept()
+            send(first, (kp.METADATA,) * 3)
+            reset(first)  # no TIME_WAIT on either side: the 4-tuple is free at once
+            peer.close()
+            time.sleep(0.2)
+            tap.poll([], 1)
+            second = connect_from(local.port, server)
+            peer, _ = server.accept()
+            send(second, LOGIN)
+            peer.close()  # the broker's FIN after the login
+            time.sleep(0.2)
+            second.close()
+            time.sleep(0.3)
+            close = tap.poll([], 2).closes.get((local, remote))
+        finally:
+            tap.close()
+    assert close is not None and (close.first_by, close.last_api) == (
+        "broker", kp.SASL_AUTHENTICATE), close
+    assert wire_reason(close, "broker_closed") == "auth_failed"
+
+
+def test_no_run_of_requests_reaches_across_a_reused_four_tuple_s_open():
+    """Read at once, two connections on one 4-tuple come in their order: the first's
+    requests, its RST, the second's SYN, then the second's requests (the repeats of one API
+    on the socket merged on each side only)."""
+    from kmon.sources.packets.packet_capture import PacketCapture
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        remote = server.getsockname()[1]
+        capture = PacketCapture(set(), {remote})
+        try:
+            capture.set_ports(set(), {remote}, responses=False)
+            first = connect_from(0, server)
+            port = first.getsockname()[1]
+            peer, _ = server.accept()
+            send(first, (kp.API_VERSIONS, kp.SASL_HANDSHAKE))
+            reset(first)
+            peer.close()
+            second = connect_from(port, server)
+            peer, _ = server.accept()
+            send(second, LOGIN)
+            time.sleep(0.3)
+            segments = [s for s in capture.read() if s.src[1] == port]
+            second.close()
+            peer.close()
+        finally:
+            capture.close()
+
+    def told(seg) -> object:
+        if seg.flags & (packet_filter.TCP_CLOSING | SYN):
+            return "RST" if seg.flags & packet_filter.TCP_RST else "SYN"
+        return kp.request_header(seg.data).api_key
+
+    assert [told(s) for s in segments] == [
+        "SYN", kp.API_VERSIONS, kp.SASL_HANDSHAKE, "RST", "SYN", *LOGIN]
+
