@@ -14,19 +14,21 @@ from __future__ import annotations
 
 import socket
 import struct
+import threading
 import time
 
 import pytest
 
 from kmon.engine.closes import wire_reason
 from kmon.sources import kafka_protocol as kp
-from kmon.sources.kernel.sockets import Endpoint
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 from kmon.sources.packets import packet_filter
 
 pytestmark = [pytest.mark.integration,  # real sockets and a real packet capture
               pytest.mark.root(reason="the wire needs CAP_NET_RAW (root)")]
 
 LOGIN = (kp.API_VERSIONS, kp.SASL_HANDSHAKE, kp.SASL_AUTHENTICATE)
+PRODUCE = 0
 SYN = 0x02
 
 
@@ -50,6 +52,12 @@ def send(client: socket.socket, apis: tuple[int, ...]) -> None:
     for correlation, api in enumerate(apis):
         client.sendall(request(api, correlation))
         time.sleep(0.01)  # one request a segment
+
+
+def drain(sock: socket.socket) -> None:
+    """Read ``sock`` to its end (the broker that keeps up)."""
+    while sock.recv(1 << 16):
+        pass
 
 
 def reset(sock: socket.socket) -> None:
@@ -128,3 +136,33 @@ def test_no_run_of_requests_reaches_across_a_reused_four_tuple_s_open():
     assert [told(s) for s in segments] == [
         "SYN", kp.API_VERSIONS, kp.SASL_HANDSHAKE, "RST", "SYN", *LOGIN]
 
+
+def test_a_socket_whose_close_the_capture_dropped_is_closed_unheard():
+    """A poll showed the socket; its FIN came while the ring was full (the kernel dropped
+    it): gone, its close is unheard (``unknown`` for the close's reason), never a close the
+    wire saw nothing of (the kernel's ``client_closed`` told at confidence 1). A ring of two
+    blocks, filled by the socket's own requests."""
+    from kmon.sources.packets.kafka_wire import UNHEARD, WireTap
+    from kmon.sources.packets.packet_capture import PacketCapture
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = connect_from(0, server)
+        peer, _ = server.accept()
+        sock = TcpSocket(0, client.fileno(), Endpoint(*client.getsockname()),
+                         Endpoint(*server.getsockname()), "ESTABLISHED")
+        reader = threading.Thread(target=lambda: drain(peer), daemon=True)
+        reader.start()
+        tap = WireTap([sock], 0, PacketCapture(set(), set(), blocks=2))
+        try:
+            tap.poll([sock], 1)
+            flood = request(PRODUCE, 1)
+            for _ in range(40_000):  # far more headers than the ring holds
+                client.sendall(flood)
+            client.close()
+            reader.join(60)
+            view = tap.poll([], 2)
+        finally:
+            tap.close()
+            peer.close()
+    assert view.drops > 0  # the ring was full: the FIN's packet went with the rest
+    assert view.closes.get((sock.local, sock.remote)) == UNHEARD

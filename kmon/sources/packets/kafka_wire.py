@@ -160,13 +160,12 @@ class WireTap:
         return not capture.queue and capture.drops == self.drops
 
     def poll(self, sockets: list[TcpSocket], now_ms: int,
-             tls_writes: Sequence[tuple[int, float, bytes]] = (),
-             settled: bool = True) -> WireView:
+             tls_writes: Sequence[tuple[int, float, bytes]] = ()) -> WireView:
         """Take in the segments queued since the last poll, and ``tls_writes``, the starts of
         the process's TLS writes as (socket inode, epoch ms, bytes) (kmon.sources.tls); follow
-        ``sockets`` from now on. Not ``settled``: the capture's ring still held back packets
-        from before the sockets were read, and a socket gone without its close read closed
-        unheard."""
+        ``sockets`` from now on. A socket gone without its FIN or RST read is closed unheard:
+        the capture missed its close (the ring still held it back, or dropped it), so its
+        last exchange is not known."""
         pairs = [(s.local, s.remote) for s in sockets]
         same = pairs == self.pairs  # the sockets of the last poll (the same endpoints)
         mine = self.mine if same else {(_address(s.local), _address(s.remote)): s
@@ -189,9 +188,8 @@ class WireTap:
                 del flows[key]
             elif now_ms - flow.first_ms > UNOWNED_FOR_MS:
                 del flows[key]
-        if not settled:
-            for local, remote in gone:
-                closes.setdefault((Endpoint(*local), Endpoint(*remote)), UNHEARD)
+        for local, remote in gone:
+            closes.setdefault((Endpoint(*local), Endpoint(*remote)), UNHEARD)
         for (local, remote), close in self.unpolled.items():
             closes[(Endpoint(*local), Endpoint(*remote))] = close
         self.unpolled = {}
