@@ -67,6 +67,13 @@ class Flow:
                      for key, count in self.api_counts.most_common())
 
 
+def _login_pending(flow: Flow) -> bool:
+    """Whether a SASL request of ``flow`` waits for its answer: the capture did not read it
+    (responses not kept, or not yet kept for the flow's ports: a process's first connection,
+    opened while the filter followed no port), so whether the login failed is unknown."""
+    return any(api in kp.SASL_APIS for api, _ in flow.pending.values())
+
+
 def last_seen(seen: tuple[tuple[str, int], ...]) -> str:
     """``Flow.seen`` with the local time each was last seen: ``Fetch×12 (last 14:02:07.4)
     Heartbeat×3 (last 14:02:05.1)``; the same text poll after poll while nothing new is
@@ -265,7 +272,8 @@ class WireTap:
             if flow.close is None:
                 flow.close = WireClose("client" if request else "broker",
                                        bool(seg.flags & TCP_RST), flow.last_api,
-                                       flow.auth_failed, tls=flow.tls, answers_heard=self.hearing,
+                                       flow.auth_failed, tls=flow.tls,
+                                       answers_heard=not _login_pending(flow),
                                        last_data_ms=flow.last_data_ms)
                 if (key not in mine and key not in self.last_polled
                         and len(self.unpolled) < MAX_FLOWS):

@@ -1,13 +1,21 @@
-"""A client that reuses a 4-tuple opens a new connection on it, and the wire reads that one
-from its SYN; a socket whose close the capture missed is closed unheard.
+"""What the capture missed of a connection, and how its close is told then: never a close
+reason at confidence 1 from evidence that did not see the connection's last exchange.
 
-In the ground-truth harness (issue 33, sasl-wrong-password on a loaded host) librdkafka
-reconnected from a local port it had used seconds before (the broker had closed first: the
-broker's side held the TIME_WAIT, the client's port was free). The capture followed the
-old connection's frame chain, so every request of the new one (a fresh initial sequence
-number, nowhere near it) was refused as a frame's body: the wire saw its FIN after no
-request, and its failed logins were told ``client_closed``/``broker_closed`` at confidence 1.
-Real sockets here, a real packet capture, and the same 4-tuple bound twice.
+In the ground-truth harness (issue 33, sasl-wrong-password on a loaded host) failed logins
+were told ``client_closed``/``broker_closed`` at confidence 1 three ways:
+
+* librdkafka reconnected from a local port it had used seconds before (the broker had
+  closed first: the broker's side held the TIME_WAIT, the client's port was free). The
+  capture followed the old connection's frame chain, so every request of the new one (a
+  fresh initial sequence number, far past it) was refused as a frame's body: the wire saw
+  its FIN after no request.
+* a socket's FIN the capture never read (the ring dropped it): no wire close at all, the
+  kernel's reason told as it stood.
+* the process's first connection, opened while the filter followed no port (request
+  headers only): the broker's error answer to its login was never captured, yet read as
+  heard, so the client's close after it was a plain ``client_closed``.
+
+Real sockets here and a real packet capture.
 """
 
 from __future__ import annotations
@@ -166,3 +174,35 @@ def test_a_socket_whose_close_the_capture_dropped_is_closed_unheard():
             peer.close()
     assert view.drops > 0  # the ring was full: the FIN's packet went with the rest
     assert view.closes.get((sock.local, sock.remote)) == UNHEARD
+
+
+def test_a_first_connection_s_login_whose_answer_went_uncaptured_is_unsettled():
+    """A process's first connection, opened while the tap followed no port (it keeps request
+    headers only): the broker answers the login with an error the capture does not keep, and
+    the client closes first. The login's answer went unread, so the close is unsettled, not a
+    client's plain close."""
+    from kmon.sources.packets.kafka_wire import WireTap
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        tap = WireTap([], 0)
+        try:
+            tap.poll([], 0)  # no socket, no broker: request headers from any port
+            client = connect_from(0, server)
+            key = (Endpoint(*client.getsockname()), Endpoint(*server.getsockname()))
+            peer, _ = server.accept()
+            for correlation, api in enumerate(LOGIN):
+                client.sendall(request(api, correlation))
+                time.sleep(0.01)
+                # the correlation id, then an error code (58: SASL_AUTHENTICATION_FAILED)
+                peer.sendall((6).to_bytes(4, "big") + correlation.to_bytes(4, "big")
+                             + (58 if api == kp.SASL_AUTHENTICATE else 0).to_bytes(2, "big"))
+            client.recv(1 << 16)
+            client.close()  # librdkafka closes as soon as it reads the error
+            time.sleep(0.3)
+            close = tap.poll([], 1).closes.get(key)
+            peer.close()
+        finally:
+            tap.close()
+    assert close is not None and (close.first_by, close.last_api) == (
+        "client", kp.SASL_AUTHENTICATE), close
+    assert wire_reason(close, "client_closed") == "unknown"
