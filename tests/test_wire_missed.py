@@ -206,3 +206,34 @@ def test_a_first_connection_s_login_whose_answer_went_uncaptured_is_unsettled():
     assert close is not None and (close.first_by, close.last_api) == (
         "client", kp.SASL_AUTHENTICATE), close
     assert wire_reason(close, "client_closed") == "unknown"
+
+
+def test_a_syn_sent_again_is_the_same_connection_not_a_close():
+    """A connect under way (its SYNs dropped: nftables on loopback), shown by a poll in
+    SYN_SENT: the SYN the kernel sends again a second later opens no new connection on the
+    4-tuple, so the socket, still there, is not told closed."""
+    from support.drops import Drops
+
+    from kmon.sources.packets.kafka_wire import WireTap
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        remote = Endpoint(*server.getsockname())
+        drops = Drops()
+        client = socket.socket()
+        tap = WireTap([], 0)
+        try:
+            drops.drop(remote.port)
+            tap.learn({1: (remote.ip, remote.port)}, 0)
+            tap.poll([], 0)
+            client.setblocking(False)
+            client.connect_ex(server.getsockname())
+            sock = TcpSocket(0, client.fileno(), Endpoint(*client.getsockname()), remote,
+                             "SYN_SENT")
+            tap.poll([sock], 1)
+            time.sleep(1.5)  # the kernel's first SYN retransmission comes after 1 s
+            view = tap.poll([sock], 2)
+        finally:
+            tap.close()
+            client.close()
+            drops.close()
+    assert (sock.local, sock.remote) not in view.closes

@@ -243,8 +243,10 @@ class WireTap:
                 syn: bool = False) -> Flow:
         """A new flow for the socket ``key``, first seen at ``ts_ms`` (at its ``syn``: seen
         from its start). A client's SYN on a 4-tuple whose flow (``before``) a poll showed
-        opens a new connection: the old socket's close is told with the next poll's."""
-        if before is not None and key in self.last_polled and len(self.unpolled) < MAX_FLOWS:
+        carrying data or closing opens a new connection: the old socket's close is told with
+        the next poll's (a SYN sent again before any data is the same connection's)."""
+        if (before is not None and key in self.last_polled and len(self.unpolled) < MAX_FLOWS
+                and (before.close is not None or before.last_data_ms is not None)):
             self.last_polled.discard(key)  # (gone: not the new connection's to drop)
             self.unpolled.setdefault(key, before.close or UNHEARD)
         flow = self.flows[key] = Flow(ts_ms, from_start=syn or key not in self.started)
