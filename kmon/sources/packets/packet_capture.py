@@ -118,11 +118,11 @@ class PacketCapture:
         self.local_ports, self.remote_ports, self.responses = wanted
         self.attached = True
 
-    def settle(self, before: float, timeout_s: float = SETTLE_TIMEOUT_S) -> bool:
+    def settle(self, before: float, timeout_s: float = SETTLE_TIMEOUT_S) -> None:
         """Wait until every packet captured before ``before`` (epoch seconds) can be read: the
         block the kernel fills, if it opened before then and holds packets, is handed over
-        (the next ``read`` gives its segments). At most ``timeout_s``; False when the block
-        was still held then."""
+        (the next ``read`` gives its segments). At most ``timeout_s`` (a close still held
+        then is read as unheard: ``WireTap.poll``)."""
         deadline = time.monotonic() + timeout_s
         while True:
             # every handed-over block back to the kernel: the socket polls readable at the next
@@ -130,11 +130,10 @@ class PacketCapture:
             base = self.block * BLOCK_SIZE
             _, _, status, count, _, _, _ = BLOCK_HEADER.unpack_from(self.ring, base)
             sec, nsec = BLOCK_OPENED.unpack_from(self.ring, base + BLOCK_OPENED_AT)
-            if not status & TP_STATUS_USER and (not count or sec + nsec / 1e9 >= before):
-                return True
             left = deadline - time.monotonic()
-            if left <= 0:
-                return False
+            if (not status & TP_STATUS_USER and (not count or sec + nsec / 1e9 >= before)
+                    or left <= 0):
+                return
             if not status & TP_STATUS_USER:
                 select.select([self.sock], [], [], left)
 
