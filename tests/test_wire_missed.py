@@ -237,3 +237,32 @@ def test_a_syn_sent_again_is_the_same_connection_not_a_close():
             client.close()
             drops.close()
     assert (sock.local, sock.remote) not in view.closes
+
+
+def test_a_first_connection_closed_by_the_broker_is_told_the_broker_s_close():
+    """A process's first connection, opened while the tap followed no port (it keeps every
+    port's request headers, SYNs, FINs and RSTs): the broker closes it right after the
+    login. Its FIN is the broker's (the client's SYN named the sides), so the close is the
+    broker's after a SASL request: a failed login, not a client's close after which the
+    kernel's ``broker_closed`` stood."""
+    from kmon.sources.packets.kafka_wire import WireTap
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        tap = WireTap([], 0)
+        try:
+            tap.poll([], 0)  # no socket, no broker
+            client = connect_from(0, server)
+            key = (Endpoint(*client.getsockname()), Endpoint(*server.getsockname()))
+            peer, _ = server.accept()
+            send(client, LOGIN)
+            peer.recv(1 << 16)  # the login read: its close is a FIN
+            peer.close()  # the broker's FIN after the login
+            time.sleep(0.2)
+            client.close()
+            time.sleep(0.3)
+            close = tap.poll([], 1).closes.get(key)
+        finally:
+            tap.close()
+    assert close is not None and (close.first_by, close.last_api) == (
+        "broker", kp.SASL_AUTHENTICATE), close
+    assert wire_reason(close, "broker_closed") == "auth_failed"

@@ -258,8 +258,12 @@ class WireTap:
             request, key = True, forward
         elif (backward := (seg.dst, seg.src)) in mine:
             request, key = False, backward
-        else:  # a socket the polls have not shown (yet): towards a broker port, a request;
-            # while no port was watched, the filter kept nothing but requests
+        elif forward in self.flows:  # a socket the polls have not shown (yet), whose first
+            request, key = True, forward  # segment (its SYN, where seen) named its client
+        elif backward in self.flows:
+            request, key = False, backward
+        else:  # a socket new to the tap: towards a broker port, a request; while no port
+            # was watched, the filter kept nothing but requests (and SYNs, FINs and RSTs)
             capture = self.capture
             request = seg.dst[1] in capture.remote_ports or not (capture.local_ports
                                                                  or capture.remote_ports)
