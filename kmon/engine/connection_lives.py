@@ -38,6 +38,10 @@ class KernelLife:
     reset: str | None = None  # who reset it: client or broker
     closed_ms: float | None = None  # its first FIN or RST (or CLOSE): when it began to close
     never_established: bool = False  # it went from SYN_SENT straight to CLOSE
+    # it reached ESTABLISHED (a RST it sends before, in SYN_SENT, answers an ACK that fits
+    # no SYN of its own, the broker's end of an earlier connection on the same ports in
+    # TIME_WAIT: the kernel sends its SYN again, and the connect goes on)
+    established: bool = False
     # opened while the process held no other connection, its last one lost (``losses``)
     after_loss: bool | None = None  # None: not decided yet
     listener_gone: bool = False  # connects to its remote were refused right after it closed
@@ -138,6 +142,8 @@ class ConnectionLives:
                 life.closed_ms = event.ts_ms
                 continue
             if event.kind == "reset_out":
+                if not life.established:  # it answered a stale ACK: its connect goes on
+                    continue
                 life.reset = "client"
             elif not self._step(life, event):
                 continue
@@ -198,6 +204,7 @@ class ConnectionLives:
         if event.local and event.local[1]:
             life.local = event.local
         old, new = event.old_state, event.new_state
+        life.established = life.established or TCP_ESTABLISHED in (old, new)
         if old == TCP_SYN_SENT and new == TCP_CLOSE:
             life.never_established = True
         elif new == TCP_FIN_WAIT1:
