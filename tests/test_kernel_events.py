@@ -203,6 +203,22 @@ def test_a_connect_answered_by_a_reset_is_refused_never_a_per_ip_rejection():
     assert not lives.open
 
 
+def test_a_connect_that_met_a_stale_ack_then_a_reset_is_refused():
+    """Measured in a rolling restart: a client's SYN to a restarting broker's port whose end
+    of an earlier connection on the same ports was still in TIME_WAIT is answered by a
+    stale ACK; the client resets it (its socket still in SYN_SENT, its local port not yet
+    in the events), sends its SYN again and is refused. It never was a connection the
+    client closed: it is refused, on its ports (every view pairs it so)."""
+    lives = ConnectionLives()
+    _, (refused,) = lives.feed([
+        TcpEvent(0, "state", 10, 1, ("0.0.0.0", 0), BROKER, 7, 2),
+        TcpEvent(0.2, "reset_out", 10, 1, ("0.0.0.0", 0), BROKER),
+        TcpEvent(10.6, "reset_in", 0, 1, LOCAL, BROKER), state(10.6, 2, 7, pid=0),
+    ], {10})
+    assert (refused.ending, refused.refused, refused.closed_by, refused.local) == (
+        "connect_failed", True, "broker", LOCAL)
+
+
 def test_a_reset_and_the_close_it_causes_stamped_alike_read_as_the_broker_s_reset():
     """The rings are read one tracepoint after another (the state changes' first) and their
     records sorted by epoch ms, which tells apart stamps 0.24 us apart and no closer: a RST

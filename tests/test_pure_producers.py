@@ -128,6 +128,21 @@ def test_the_java_producer_folds_the_log_it_is_handed_and_hides_kmons_own_helper
     assert again.claims[socket_key(broker)].node_id == 1
 
 
+def test_a_jmx_helpers_connection_stays_hidden_while_the_helper_exits():
+    """An exiting helper's sockets may be unreadable while the JVM's end of its connection is
+    still open: every view that hid that connection hides it to its close (else one view
+    tells an unknown connection, then its close by the peer, that no other view tells)."""
+    broker, helper = tcp(1, 50001, BROKER), tcp(2, 50002, HELPER)
+    producer = JvmEvidence(pid=7, start_time=(NOW_MS - 60_000) / 1000)
+    attached = JvmReading(jmx_wanted=False, helper_locals=frozenset({HELPER}))
+    assert producer.evidence(gathered([broker, helper], jvm=attached), {}).hidden == {
+        socket_key(helper)}
+    exiting = JvmReading(jmx_wanted=False)  # its sockets not read: /proc shows it none
+    assert producer.evidence(gathered([broker, helper], jvm=exiting), {}).hidden == {
+        socket_key(helper)}
+    assert producer.evidence(gathered([broker], jvm=exiting), {}).hidden == set()
+
+
 def test_fresh_librdkafka_statistics_silence_the_java_producer_not_its_memory():
     broker = tcp(1, 50001, BROKER)
     stats = ClientStats(instance="rdkafka#producer-1", client_id="p", type="producer",

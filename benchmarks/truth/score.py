@@ -337,13 +337,15 @@ SAME_CLOSE_MS = 2000  # two views' stamps of one close: the kernel's, each read 
 
 def same_closes(recorded: list[dict], told: list[dict]) -> tuple[list[tuple[dict, dict]],
                                                                  list[dict]]:
-    """The closes both tell, as (recorded, told) pairs: on the same ports, the nearest in
-    time within SAME_CLOSE_MS (a client may reuse a port); and the told ones left over."""
+    """The closes both tell, as (recorded, told) pairs: on the same ports (where the kernel
+    gave no local port, under the same key), the nearest in time within SAME_CLOSE_MS (a
+    client may reuse a port); and the told ones left over."""
     left = list(told)
     pairs = []
     for ours in recorded:
         at = close_at(ours)
-        same = [e for e in left if e["ports"] == ours["ports"] and None not in e["ports"]
+        same = [e for e in left if e["ports"] == ours["ports"]
+                and (None not in e["ports"] or e["key"] == ours["key"])
                 and abs(close_at(e) - at) <= SAME_CLOSE_MS]
         if same:
             theirs = min(same, key=lambda e: abs(close_at(e) - at))

@@ -38,6 +38,10 @@ class KernelLife:
     reset: str | None = None  # who reset it: client or broker
     closed_ms: float | None = None  # its first FIN or RST (or CLOSE): when it began to close
     never_established: bool = False  # it went from SYN_SENT straight to CLOSE
+    # it reached ESTABLISHED (a RST it sends before, in SYN_SENT, answers an ACK that fits
+    # no SYN of its own, the broker's end of an earlier connection on the same ports in
+    # TIME_WAIT: the kernel sends its SYN again, and the connect goes on)
+    established: bool = False
     # what the process held when it opened (``losses``); None: not decided yet
     opening: Opening | None = None
     # when a read of its process's sockets first lacked it, its close not seen (``losses``)
@@ -140,6 +144,8 @@ class ConnectionLives:
                 life.closed_ms = event.ts_ms
                 continue
             if event.kind == "reset_out":
+                if not life.established:  # it answered a stale ACK: its connect goes on
+                    continue
                 life.reset = "client"
             elif not self._step(life, event):
                 continue
@@ -200,6 +206,7 @@ class ConnectionLives:
         if event.local and event.local[1]:
             life.local = event.local
         old, new = event.old_state, event.new_state
+        life.established = life.established or TCP_ESTABLISHED in (old, new)
         if old == TCP_SYN_SENT and new == TCP_CLOSE:
             life.never_established = True
         elif new == TCP_FIN_WAIT1:

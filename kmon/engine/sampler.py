@@ -8,7 +8,7 @@ import os
 import shlex
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 from pathlib import Path
 
@@ -208,6 +208,8 @@ class ProcessSampler:
         except ProcessDenied as err:
             raise NoPermission(f"no permission to read the sockets of PID {self.pid} "
                                f"({self.name}); {permission_hint(self.pid)}") from err
+        if jvm is not None and self.jvm_source is not None:  # after the sockets: kmon's JMX
+            jvm = replace(jvm, helper_locals=self.jvm_source.helper_locals())  # helpers' found
         try:
             spooled = read_client_stats(self.process, self.start_time, self.uid,
                                         self.spool_dirs, now_ms)

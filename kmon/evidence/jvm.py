@@ -29,6 +29,7 @@ class JvmEvidence:
         self._table = NodeTable()
         self._history = CounterHistory()
         self._first_seen: dict[int, int] = {}
+        self._helpers: set[str] = set()  # the JMX helpers' connections to the JVM, by key
         self._not_before_ms = int(start_time * 1000) - CLOCK_SLACK_MS
 
     def evidence(self, gathered: Gathered, earlier: Mapping[str, Sequence[Claim]]) -> Evidence:
@@ -44,8 +45,11 @@ class JvmEvidence:
         learned = log_brokers(self._table, gathered.resolver)
         known = {**gathered.known, **learned}
         helper = reading.helper_locals
-        sockets = [s for s in gathered.sockets if s.remote not in helper]
-        hidden = {socket_key(s) for s in gathered.sockets if s.remote in helper}
+        # a helper's connection stays hidden for its life (an exiting helper's sockets may no
+        # longer be readable while the JVM's end is still open)
+        hidden = self._helpers = {socket_key(s) for s in gathered.sockets
+                                  if s.remote in helper or socket_key(s) in self._helpers}
+        sockets = [s for s in gathered.sockets if socket_key(s) not in hidden]
         self._first_seen = {s.inode: self._first_seen.get(s.inode, gathered.now_ms)
                             for s in sockets}
         clients, nodes = jvm_clients(reading.current, self._table, self._history, known,

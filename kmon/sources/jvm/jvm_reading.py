@@ -2,9 +2,10 @@
 
 One ``JvmSource`` per JVM owns the long-lived JMX helper (started at the first read, stopped
 by ``close`` or when the source is collected) and the follower of the client log; ``read``
-hands over the newest JMX reading, the log lines read since the last read, and the local
-endpoints of the JMX helpers' connections to the JVM, its own and other kmon commands' (never
-the user's): every view hides the same sockets.
+hands over the newest JMX reading and the log lines read since the last read;
+``helper_locals``, read after the JVM's sockets, the local endpoints of the JMX helpers'
+connections to the JVM, its own and other kmon commands' (never the user's): every view hides
+the same sockets.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ class JvmReading:
     jmx_wanted: bool
     readings: tuple[JmxReading, ...] = ()  # new JMX readings, oldest first (the last is current)
     jmx_problem: str | None = None  # why JMX cannot be had
-    # the JMX helpers' connections to the JVM (this kmon's and other kmon commands')
+    # the JMX helpers' connections to the JVM (this kmon's and other kmon commands'), read
+    # after the JVM's sockets (``JvmSource.helper_locals``)
     helper_locals: frozenset[Endpoint] = frozenset()
     has_log: bool = False
     log_events: list[JavaLogEvent] = field(default_factory=list)  # read since the last poll
@@ -64,7 +66,7 @@ class JvmSource:
         follower = self._follower
         return JvmReading(
             jmx_wanted=self._jmx_wanted, readings=readings, jmx_problem=self._jmx_problem,
-            helper_locals=self._helper_locals(), has_log=follower is not None,
+            has_log=follower is not None,
             log_events=self._log_events(),
             log_problem=follower.problem if follower else None,
             log_unparsed=follower.unparsed if follower else 0)
@@ -111,7 +113,11 @@ class JvmSource:
                 break
         return events
 
-    def _helper_locals(self) -> frozenset[Endpoint]:
+    def helper_locals(self) -> frozenset[Endpoint]:
+        """The local endpoints of the JMX helpers' sockets, read after the JVM's own: a helper's
+        connect completes before the JVM accepts, so every helper socket the JVM's list holds
+        is found (read before, one accepted in between showed as the JVM's own connection,
+        in whichever view polled then)."""
         helpers = helpers_of(self.pid)
         if self._jmx is not None and self._jmx_problem is None:
             helpers.add(self._jmx.helper_pid)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 from pathlib import Path
 
 from kmon.files import UnsafeFile, private_cache_dir, read_bounded
@@ -33,11 +34,17 @@ def register(pid: int) -> None:
         return
     for stale in _entries(directory).keys() - own_pids():
         _remove(directory / str(stale))
-    with contextlib.suppress(OSError):
-        fd = os.open(directory / str(pid), os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-                     | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    # written whole under a hidden name, then renamed: another kmon command reading (or
+    # pruning) the entries meanwhile never finds it empty, taken for a process gone
+    temporary = directory / f".{pid}.{secrets.token_hex(8)}"
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "w") as entry:
             entry.write(_stamp(started))
+        os.rename(temporary, directory / str(pid))
+    except OSError:
+        _remove(temporary)
 
 
 def unregister(pid: int) -> None:
