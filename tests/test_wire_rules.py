@@ -133,3 +133,24 @@ def test_metadata_only_opened_alone_after_the_client_s_own_close_is_unsettled():
     held = flow_says(carried, BROKER, view, KNOWN, "127.0.0.1:9093", Resolver(),
                      Opening.HELD).claim
     assert (held.role, held.node_id, held.confidence) == (Role.BROKER, 2, 0.7)
+
+
+def test_a_socket_the_wire_leaves_unsettled_keeps_the_client_s_own_role():
+    """Seen in the truth harness (client-idle-reap): a librdkafka producer's reconnect to
+    broker 2 after its own idle close carried only ApiVersions; the wire cannot tell a new
+    client's bootstrap from that reconnect (unsettled), but the client's broker thread and its
+    statistics can: the row keeps their role, as a one-shot view with no wire gives it. Only
+    a known endpoint's guess gives way to the wire's doubt."""
+    row = Connection("sock:1", Role.UNKNOWN, None, None, None, "127.0.0.1:5000", str(BROKER),
+                     "ESTABLISHED", fd=7)
+    unsure = flow_says(flow(kp.API_VERSIONS, first_request_ms=8_000), BROKER,
+                       WireView({}, {2: ("127.0.0.1", 9093)}, {}, 5_000, 0, {}), KNOWN,
+                       "127.0.0.1:9093", Resolver(), Opening.ALONE).claim
+    assert unsure.role is Role.UNKNOWN
+    endpoint = Claim("endpoint", Role.BROKER, 2, 2, 0.6)
+    thread = Claim("thread", Role.BROKER, 2, 2, 0.95, evidence={"role": "thread"})
+    kept, notice = resolve_one(row, [thread, unsure, endpoint])
+    assert (kept.role, kept.node_id, kept.confidence, notice) == (Role.BROKER, 2, 0.95, None)
+    assert kept.evidence["wire"] == "ApiVersions×1" and kept.evidence["role"] == "thread"
+    doubted, _ = resolve_one(row, [unsure, endpoint])
+    assert (doubted.role, doubted.broker_id, doubted.confidence) == (Role.UNKNOWN, 2, 0.3)

@@ -5,7 +5,10 @@ best-ranked claim (``claims.SOURCE_RANK``: the client's own metrics, then
 inference, then a known broker endpoint) names the role, node id, broker and
 owning client and fills in what the client knows. A claim from the wire
 overrides the role, node id and broker (at confidence 1.0) whatever the others
-say; where the best claim disagrees with it, a notice says so. A claim with no
+say; where the best claim disagrees with it, a notice says so. Where the wire leaves a
+socket unsettled (role unknown: it cannot tell a bootstrap from a broker connection), it
+overrides only a known endpoint's claim: the client's own evidence (statistics, JMX, its
+log, its broker threads) or an inference still names the role. A claim with no
 role is a note (a TLS socket the wire cannot read): its evidence joins the row.
 Every claim stays on the row (``Connection.claims``), so the detail pane can show why.
 """
@@ -105,6 +108,10 @@ def resolve_one(base: Connection, claims: Sequence[Claim]) -> tuple[Connection, 
         evidence.update(note.evidence)
     notice = None
     wire = next((c for c in claims if c.source == WIRE and c.role is not None), None)
+    if wire is not None and wire.role is Role.UNKNOWN and chosen is not None and (
+            chosen.source != "endpoint"):  # the wire cannot tell; the client's evidence can
+        evidence.update((k, v) for k, v in wire.evidence.items() if k != "role")
+        wire = None
     if wire is not None and wire.role is not None:  # (the search above: it has a role)
         if chosen is not None and chosen.role is not None and chosen.source != "endpoint" and (
                 chosen.role, chosen.node_id) != (wire.role, wire.node_id):
