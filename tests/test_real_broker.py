@@ -133,7 +133,11 @@ def test_a_node_killed_then_restarted_under_three_consumers(start_kafka, start_c
     closed = dropped()
     assert {e.pid for e in closed} == {c.pid for c in consumers}, closed
     assert all(e.close.closed_by == "broker" for e in closed), [e.close for e in closed]
-    assert all(e.close.reason in ("broker_closed", "reset") for e in closed), closed
+    told = [(e.role, e.close.reason) for e in closed]
+    # a socket none of whose requests the capture read (a coordinator that sent no heartbeat
+    # between kmon's first look and the kill) is unsettled, never another reason
+    assert all(reason in ("broker_closed", "reset", "unknown") for _, reason in told), told
+    assert any(reason in ("broker_closed", "reset") for _, reason in told), told
     churns = [e for e in events if e.kind is EventKind.CHURN]
     storms = [e for e in churns if e.churn.pattern == "reconnect_storm"]
     assert [(e.churn.pattern, e.broker_id) for e in storms] == [
