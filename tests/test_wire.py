@@ -73,6 +73,8 @@ def check_roles(rows: list[dict], brokers: dict[int, tuple[str, int]]) -> None:
             assert row["node_id"] == MAX_INT - row["broker_id"], row
             assert {"Heartbeat", "JoinGroup", "OffsetCommit", "SyncGroup",
                     "OffsetFetch"} & apis(row), row
+        elif row["role"] == "unknown":  # only metadata, opened with nothing else held
+            assert row["node_id"] is None and apis(row) <= {"Metadata", "ApiVersions"}, row
         else:
             # a broker connection fetches, or so far only asked for metadata (a client opens
             # one to a known broker for that: kafka-python's least-loaded node)

@@ -72,6 +72,8 @@ def check_go_roles(rows: list[dict], brokers: dict[int, tuple[str, int]], leader
             assert row["broker_id"] == coordinator, row
             assert row["node_id"] == MAX_INT - coordinator, row
             assert GROUP_APIS & apis(row), row
+        elif row["role"] == "unknown":  # only metadata, opened with nothing else held
+            assert row["node_id"] is None and apis(row) <= {"ApiVersions", "Metadata"}, row
         else:
             assert row["role"] == "broker" and row["node_id"] == row["broker_id"], row
             assert not GROUP_APIS & apis(row), row

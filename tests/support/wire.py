@@ -64,12 +64,15 @@ def apis(row: dict) -> set[str]:
 
 
 def wire_sure(row: dict) -> bool:
-    """The wire's confidence in a row: 1.0, but 0.7 for a connection that only asked for
-    metadata once the cluster was known (a broker, or a re-bootstrap)."""
-    from kmon.evidence.wire import AFTER_LEARNED
+    """The wire's confidence in a row: 1.0, but for a connection that only asked for
+    metadata once the cluster was known: 0.7 as a broker (or a re-bootstrap), or unsettled
+    (role unknown, 0.3) where the process held nothing else when it opened (a new client's
+    bootstrap and a reconnect look alike: kmon.evidence.wire)."""
+    from kmon.evidence.wire import AFTER_LEARNED, UNPLACED
 
-    metadata_only = row["role"] == "broker" and apis(row) <= {"Metadata", "ApiVersions"}
-    return row["confidence"] == (AFTER_LEARNED if metadata_only else 1.0)
+    if apis(row) <= {"Metadata", "ApiVersions"} and row["role"] in ("broker", "unknown"):
+        return row["confidence"] == (AFTER_LEARNED if row["role"] == "broker" else UNPLACED)
+    return row["confidence"] == 1.0
 
 
 def all_named(rows: list[dict]) -> bool:
