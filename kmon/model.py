@@ -152,9 +152,9 @@ class WireClose:
     auth_failed: bool = False  # the broker answered a SASL request with an error
     tls: bool = False  # inside TLS: the requests are read from the client's TLS writes, when
     # kmon's TLS source runs; the answers, never
-    answers_heard: bool = True  # the broker's answers were captured then (auth_failed can tell)
-    # False: the socket went while the capture's ring still held back its last packets (the
-    # wait for them timed out): how it closed went unread, and ``first_by`` is "unknown"
+    answers_heard: bool = True  # every SASL request's answer was read (auth_failed can tell)
+    # False: the socket went without its FIN or RST read (the capture's ring held it back
+    # past the wait, or dropped it): how it closed went unread, and ``first_by`` is "unknown"
     heard: bool = True
     # when the capture took the flow's last segment with data before the close (UTC epoch
     # ms, the kernel's stamp: the same in every view): a request's start, or an answer while

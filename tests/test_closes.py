@@ -189,6 +189,25 @@ def test_a_close_the_capture_still_held_back_is_told_from_the_kernel_and_unsettl
     assert (exact.closed_by, exact.reason) == ("broker", "reset")
 
 
+def test_a_timed_close_whose_fin_the_wire_missed_is_unsettled():
+    """The kernel timed a client's FIN on a busy connection, but the wire never read it (the
+    ring dropped it, or held it back): the last exchange is unknown (a failed login's close
+    as much as a plain one), so the side is the kernel's and the reason unsettled; an idle
+    limit still explains a reap (issue 33: a failed login told ``client_closed`` at
+    confidence 1)."""
+    from kmon.engine.closes import kernel_story
+    from kmon.engine.connection_lives import KernelLife
+    from kmon.sources.packets.kafka_wire import UNHEARD
+
+    closed = KernelLife(10, 1_000.0, ("127.0.0.1", 9092), ("127.0.0.1", 5000),
+                        first_fin="client", closed_ms=1_300.0)
+    told = kernel_story(closed, UNHEARD, {"broker": 600_000}, 1_299.0)
+    assert (told.closed_by, told.reason) == ("client", "unknown")
+    reaped = replace(closed, first_fin="broker", closed_ms=601_500.0)
+    assert kernel_story(reaped, UNHEARD, {"broker": 600_000}, 1_299.0).reason == (
+        "broker_idle_reap")
+
+
 def test_two_views_that_read_a_socket_at_different_moments_time_its_idle_alike():
     """librdkafka closes its ``/bootstrap`` about 1 s after its last request, at the edge
     past which a client's close (its limit unknown) is ``unknown``. Two views of the process

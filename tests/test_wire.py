@@ -344,8 +344,8 @@ def test_a_reset_is_read_at_the_poll_that_no_longer_shows_its_socket(capture):
 
 
 def test_a_socket_gone_while_the_ring_held_its_close_back_closed_unheard():
-    """Where the wait for the ring timed out (``settled`` false), a socket gone without its
-    close read is told closed unheard, never as a close the wire saw nothing of."""
+    """A socket gone without its close read (the ring held it back) is told closed unheard,
+    never as a close the wire saw nothing of."""
     from kmon.sources.packets.kafka_wire import UNHEARD, WireTap
 
     with socket.create_server(("127.0.0.1", 0)) as server:
@@ -358,7 +358,7 @@ def test_a_socket_gone_while_the_ring_held_its_close_back_closed_unheard():
             with contextlib.suppress(OSError):
                 client.recv(16)
             client.close()
-            close = tap.poll([], 2, settled=False).closes.get((sock.local, sock.remote))
+            close = tap.poll([], 2).closes.get((sock.local, sock.remote))
         finally:
             tap.close()
     # the RST, where its block was handed over already; else unheard

@@ -271,8 +271,10 @@ def kernel_story(kernel: KernelLife, wire: WireClose | None, limits: dict[str, i
     why = kernel.ending or reason(side, counted, limits, True)
     if kernel.ending is None and kernel.reset is not None and why not in IDLE_REASONS:
         why = "reset"
-    if wire is not None and wire.heard and kernel.ending is None:  # (an unheard wire adds
-        why = wire_reason(wire, why)  # nothing; a refusal or a failed connect is the kernel's)
+    # a refusal or a failed connect is the kernel's, and so is a reset it saw; else a close
+    # the wire did not hear is unsettled (what ended it went unread)
+    if wire is not None and kernel.ending is None and (wire.heard or kernel.reset is None):
+        why = wire_reason(wire, why)
     return CloseStory(closed_by=side, reason=why, idle_before_ms=idle, lifetime_ms=lifetime,
                       opened_ms=round(kernel.opened_ms), closed_ms=round(closing))
 

@@ -71,13 +71,12 @@ class ProcessWire:
                 self.shared = None if self.host is None else self.host.share()
                 self.tap = WireTap(sockets, now_ms, self.shared)
             pairs = [(s.local, s.remote) for s in sockets]
-            settled = True
             if self.tap.losing(pairs):  # its close read before the sockets change hands
                 capture = self.tap.capture
                 if isinstance(capture, SharedCapture):
-                    settled = capture.settle(time.time(), now_ms)
+                    capture.settle(time.time(), now_ms)
                 else:
-                    settled = capture.settle(time.time())
+                    capture.settle(time.time())
             if self.shared is not None and pairs != self.tap.pairs:  # the last poll's: owned
                 self.shared.own([((local.ip, local.port), (remote.ip, remote.port))
                                  for local, remote in pairs], now_ms)
@@ -86,7 +85,7 @@ class ProcessWire:
             answer = self._answer()
             if answer:
                 self.tap.learn(answer, now_ms)
-            view = self.tap.poll(sockets, now_ms, self._tls_writes(sockets), settled)
+            view = self.tap.poll(sockets, now_ms, self._tls_writes(sockets))
             self._probe_while_undecided(view, sockets)
             return WireReading(view, notices=self._tls_notices(view))
         except PermissionError:

@@ -9,8 +9,10 @@ sequence number is that boundary or up to ``WINDOW`` bytes past it (frames the
 capture did not see whole: two requests in one segment, a full ring). A segment
 inside the last frame (the body of a large Produce, whose bytes a client may
 choose) or far from the stream's bytes (a segment spoofed with a guessed
-sequence number) is refused, as is one whose size no frame has. The first
-segment kmon sees of a stream starts its chain. A stream whose chain is lost
+sequence number) is refused, as is one whose size no frame has. A stream's SYN
+(``start``) starts its chain at its first byte: a client that reuses a 4-tuple opens a
+new stream, its sequence numbers nowhere near the old one's. Else the first segment
+kmon sees of a stream starts its chain. A stream whose chain is lost
 for good (every segment refused for ``RESYNC_AFTER_S`` and at least
 ``RESYNC_AFTER`` segments) starts again at its latest segment. At most
 ``MAX_STREAMS`` streams are followed, the least recently used dropped first.
@@ -34,6 +36,11 @@ class FrameBoundaries:
     def __init__(self) -> None:
         # stream (raw addresses and ports) -> [next boundary, refused in a row, first refused at]
         self.streams: dict[bytes, list[int]] = {}
+
+    def start(self, stream: bytes, syn_seq: int) -> None:
+        """``stream`` (re)starts with a SYN at ``syn_seq``: its first frame is due at the
+        next byte."""
+        bounded.put(self.streams, stream, [(syn_seq + 1) & MASK, 0, 0], MAX_STREAMS)
 
     def follows(self, stream: bytes, seq: int, size: int, now_s: int) -> bool:
         """True when the segment at ``seq`` of ``stream``, whose first 4 bytes read as a

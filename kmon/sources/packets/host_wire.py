@@ -76,11 +76,11 @@ class SharedCapture:
             self.wanted = wanted
             self.host.refilter()
 
-    def settle(self, before: float, poll_ms: int) -> bool:
+    def settle(self, before: float, poll_ms: int) -> None:
         """Wait until the host's segments captured before ``before`` can be read, and hand
         them to their processes by the sockets they had at their last poll (see
         ``HostWire.settle``)."""
-        return self.host.settle(before, poll_ms)
+        self.host.settle(before, poll_ms)
 
     def read(self) -> list[Segment]:
         """The process's segments since its last read."""
@@ -109,7 +109,6 @@ class HostWire:
         self.openers: dict[Key, SharedCapture] = {}
         self.captures_opened = 0
         self.settled_poll: int | None = None  # the poll whose segments were last settled
-        self.settled = True  # ... and whether every one could be read
 
     def share(self) -> SharedCapture:
         """A new process's part of the capture (opening it: ``PermissionError`` without
@@ -154,16 +153,16 @@ class HostWire:
             del openers[next(iter(openers))]
         self.drain()
 
-    def settle(self, before: float, poll_ms: int) -> bool:
+    def settle(self, before: float, poll_ms: int) -> None:
         """``PacketCapture.settle``, once a poll (``poll_ms``): the processes' sockets are read
         together at its start (``read_ahead``), before the first to settle; then drained to
-        the processes by their last poll's sockets. False when the ring held some back."""
+        the processes by their last poll's sockets."""
         if self.capture is None:
-            return True
+            return
         if poll_ms != self.settled_poll:
-            self.settled_poll, self.settled = poll_ms, self.capture.settle(before)
+            self.settled_poll = poll_ms
+            self.capture.settle(before)
         self.drain()
-        return self.settled
 
     def refilter(self) -> None:
         """Rebuild the kernel filter for the ports every share follows (only if changed)."""

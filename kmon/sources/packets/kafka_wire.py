@@ -28,7 +28,7 @@ from kmon.sources import kafka_protocol as kp
 from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 from kmon.sources.packets.host_wire import SharedCapture
 from kmon.sources.packets.packet_capture import Address, PacketCapture, Segment
-from kmon.sources.packets.packet_filter import TCP_CLOSING, TCP_RST
+from kmon.sources.packets.packet_filter import TCP_CLOSING, TCP_RST, TCP_SYN
 
 MAX_PENDING = 64  # outstanding Metadata/FindCoordinator requests remembered per socket
 UNOWNED_FOR_MS = 10_000  # a stream not (yet) among the process's sockets is kept this long
@@ -65,6 +65,13 @@ class Flow:
         seen (``last_seen`` says when)."""
         return tuple((f"{kp.api_name(key)}×{count}", self.api_last_ms[key])
                      for key, count in self.api_counts.most_common())
+
+
+def _login_pending(flow: Flow) -> bool:
+    """Whether a SASL request of ``flow`` waits for its answer: the capture did not read it
+    (responses not kept, or not yet kept for the flow's ports: a process's first connection,
+    opened while the filter followed no port), so whether the login failed is unknown."""
+    return any(api in kp.SASL_APIS for api, _ in flow.pending.values())
 
 
 def last_seen(seen: tuple[tuple[str, int], ...]) -> str:
@@ -160,13 +167,12 @@ class WireTap:
         return not capture.queue and capture.drops == self.drops
 
     def poll(self, sockets: list[TcpSocket], now_ms: int,
-             tls_writes: Sequence[tuple[int, float, bytes]] = (),
-             settled: bool = True) -> WireView:
+             tls_writes: Sequence[tuple[int, float, bytes]] = ()) -> WireView:
         """Take in the segments queued since the last poll, and ``tls_writes``, the starts of
         the process's TLS writes as (socket inode, epoch ms, bytes) (kmon.sources.tls); follow
-        ``sockets`` from now on. Not ``settled``: the capture's ring still held back packets
-        from before the sockets were read, and a socket gone without its close read closed
-        unheard."""
+        ``sockets`` from now on. A socket gone without its FIN or RST read is closed unheard:
+        the capture missed its close (the ring still held it back, or dropped it), so its
+        last exchange is not known."""
         pairs = [(s.local, s.remote) for s in sockets]
         same = pairs == self.pairs  # the sockets of the last poll (the same endpoints)
         mine = self.mine if same else {(_address(s.local), _address(s.remote)): s
@@ -189,9 +195,8 @@ class WireTap:
                 del flows[key]
             elif now_ms - flow.first_ms > UNOWNED_FOR_MS:
                 del flows[key]
-        if not settled:
-            for local, remote in gone:
-                closes.setdefault((Endpoint(*local), Endpoint(*remote)), UNHEARD)
+        for local, remote in gone:
+            closes.setdefault((Endpoint(*local), Endpoint(*remote)), UNHEARD)
         for (local, remote), close in self.unpolled.items():
             closes[(Endpoint(*local), Endpoint(*remote))] = close
         self.unpolled = {}
@@ -234,9 +239,17 @@ class WireTap:
             bounded.put(self.remote_ports, port, None, MAX_REMOTE_PORTS)
         return {s.local.port for s in sockets}, set(self.remote_ports)
 
-    def _flow(self, key: tuple[Address, Address], ts_ms: int) -> Flow:
-        """A new flow for the socket ``key``, first seen at ``ts_ms``."""
-        flow = self.flows[key] = Flow(ts_ms, from_start=key not in self.started)
+    def _opened(self, key: tuple[Address, Address], before: Flow | None, ts_ms: int,
+                syn: bool = False) -> Flow:
+        """A new flow for the socket ``key``, first seen at ``ts_ms`` (at its ``syn``: seen
+        from its start). A client's SYN on a 4-tuple whose flow (``before``) a poll showed
+        carrying data or closing opens a new connection: the old socket's close is told with
+        the next poll's (a SYN sent again before any data is the same connection's)."""
+        if (before is not None and key in self.last_polled and len(self.unpolled) < MAX_FLOWS
+                and (before.close is not None or before.last_data_ms is not None)):
+            self.last_polled.discard(key)  # (gone: not the new connection's to drop)
+            self.unpolled.setdefault(key, before.close or UNHEARD)
+        flow = self.flows[key] = Flow(ts_ms, from_start=syn or key not in self.started)
         return flow
 
     def _take(self, seg: Segment, mine: dict) -> None:
@@ -245,19 +258,28 @@ class WireTap:
             request, key = True, forward
         elif (backward := (seg.dst, seg.src)) in mine:
             request, key = False, backward
-        else:  # a socket the polls have not shown (yet): towards a broker port, a request;
-            # while no port was watched, the filter kept nothing but requests
+        elif forward in self.flows:  # a socket the polls have not shown (yet), whose first
+            request, key = True, forward  # segment (its SYN, where seen) named its client
+        elif backward in self.flows:
+            request, key = False, backward
+        else:  # a socket new to the tap: towards a broker port, a request; while no port
+            # was watched, the filter kept nothing but requests (and SYNs, FINs and RSTs)
             capture = self.capture
             request = seg.dst[1] in capture.remote_ports or not (capture.local_ports
                                                                  or capture.remote_ports)
             key = forward if request else (seg.dst, seg.src)
-        flow = self.flows.get(key) or self._flow(key, seg.first_ms)
+        flow = self.flows.get(key)
+        if flow is None or (request and seg.flags & TCP_SYN):
+            flow = self._opened(key, flow, seg.first_ms, bool(request and seg.flags & TCP_SYN))
         self.taken.add(key)
+        if seg.flags & TCP_SYN:
+            return
         if seg.flags & TCP_CLOSING:
             if flow.close is None:
                 flow.close = WireClose("client" if request else "broker",
                                        bool(seg.flags & TCP_RST), flow.last_api,
-                                       flow.auth_failed, tls=flow.tls, answers_heard=self.hearing,
+                                       flow.auth_failed, tls=flow.tls,
+                                       answers_heard=not _login_pending(flow),
                                        last_data_ms=flow.last_data_ms)
                 if (key not in mine and key not in self.last_polled
                         and len(self.unpolled) < MAX_FLOWS):
@@ -278,7 +300,7 @@ class WireTap:
             if key is None:
                 continue
             ts = int(ts_ms)
-            flow = self.flows.get(key) or self._flow(key, ts)
+            flow = self.flows.get(key) or self._opened(key, None, ts)
             flow.tls = True
             self.taken.add(key)
             self._request(flow, Segment(ts, key[0], key[1], data, 0, 1, ts), prefix=True)

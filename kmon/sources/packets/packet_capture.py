@@ -118,11 +118,11 @@ class PacketCapture:
         self.local_ports, self.remote_ports, self.responses = wanted
         self.attached = True
 
-    def settle(self, before: float, timeout_s: float = SETTLE_TIMEOUT_S) -> bool:
+    def settle(self, before: float, timeout_s: float = SETTLE_TIMEOUT_S) -> None:
         """Wait until every packet captured before ``before`` (epoch seconds) can be read: the
         block the kernel fills, if it opened before then and holds packets, is handed over
-        (the next ``read`` gives its segments). At most ``timeout_s``; False when the block
-        was still held then."""
+        (the next ``read`` gives its segments). At most ``timeout_s`` (a close still held
+        then is read as unheard: ``WireTap.poll``)."""
         deadline = time.monotonic() + timeout_s
         while True:
             # every handed-over block back to the kernel: the socket polls readable at the next
@@ -130,11 +130,10 @@ class PacketCapture:
             base = self.block * BLOCK_SIZE
             _, _, status, count, _, _, _ = BLOCK_HEADER.unpack_from(self.ring, base)
             sec, nsec = BLOCK_OPENED.unpack_from(self.ring, base + BLOCK_OPENED_AT)
-            if not status & TP_STATUS_USER and (not count or sec + nsec / 1e9 >= before):
-                return True
             left = deadline - time.monotonic()
-            if left <= 0:
-                return False
+            if (not status & TP_STATUS_USER and (not count or sec + nsec / 1e9 >= before)
+                    or left <= 0):
+                return
             if not status & TP_STATUS_USER:
                 select.select([self.sock], [], [], left)
 
@@ -145,9 +144,12 @@ class PacketCapture:
         the same (a Kafka request's API key and version; its client_id is the same on every
         request of a socket) come as one, with their count, at the place and time of the last:
         a busy client's thousands of Produce or Fetch headers cost kmon a few objects a read.
+        No run reaches across a SYN, FIN or RST: a 4-tuple reused by a new connection keeps
+        each connection's requests on its side of the close and the open.
         """
         runs: dict[object, list] = {}  # repeat signature (or arrival) -> a run of segments
-        ring, merge, closing = self.ring, not self.responses, packet_filter.TCP_CLOSING
+        done: list[list] = []  # the runs before the last SYN, FIN or RST, in order
+        ring, merge, control = self.ring, not self.responses, packet_filter.TCP_CONTROL
         follows, ntohl = self.frames.follows, socket.ntohl
         fast, fast_net, fast_offset, fast_snaplen, fast_payload = self.fast
         last_at = len(ring) - fast.size
@@ -163,7 +165,7 @@ class PacketCapture:
                     (step, sec, nsec, snaplen, net, version, raw, seq, offset, flags, size,
                      api) = fast.unpack_from(ring, at)
                     if (net == fast_net and version == 0x45 and offset == fast_offset
-                            and snaplen >= fast_snaplen and not flags & closing):
+                            and snaplen >= fast_snaplen and not flags & control):
                         if not follows(raw, ntohl(seq), ntohl(size), sec):
                             at += step  # inside a frame, or not of this stream: no header
                             continue
@@ -184,7 +186,7 @@ class PacketCapture:
                     if offset < MIN_DATA_OFFSET:
                         continue  # forged: TCP drops it
                     payload = start + 20 + (offset >> 4) * 4
-                    if (merge and not flags & closing
+                    if (merge and not flags & control
                             and (net, offset) != (fast_net, fast_offset)):
                         self.fast = _fast_layout(net, offset)  # the next repeats read as this
                         fast, fast_net, fast_offset, fast_snaplen, fast_payload = self.fast
@@ -195,13 +197,18 @@ class PacketCapture:
                         continue
                     raw, seq, payload, flags = found
                     payload += start
-                if not flags & closing and payload + 4 <= end and not follows(
+                if flags & control:  # an open, a close or a reset: the runs before it end
+                    if flags & packet_filter.TCP_SYN:
+                        self.frames.start(raw, seq)
+                    done += runs.values()
+                    done.append([sec, nsec, raw, ring[payload:end], flags, 1, _ms(sec, nsec)])
+                    runs = {}
+                    continue
+                if payload + 4 <= end and not follows(
                         raw, seq, FRAME_SIZE_FIELD.unpack_from(ring, payload)[0], sec):
                     continue  # inside a frame, or not of this stream: no header
-                if merge and not flags & closing:
-                    key = raw + ring[payload + 4:payload + 8]
-                else:
-                    key = len(runs)  # runs only grow: a key of its own
+                # a request's signature; else a key of its own (runs only grow)
+                key = raw + ring[payload + 4:payload + 8] if merge else len(runs)
                 held = runs.pop(key, None) or [sec, nsec, raw, ring[payload:end], flags, 0,
                                                _ms(sec, nsec)]
                 held[0], held[1], held[5] = sec, nsec, held[5] + 1
@@ -215,7 +222,7 @@ class PacketCapture:
         return settled + [
             Segment(_ms(sec, nsec), *(endpoints.get(raw) or _remember(raw, endpoints)), data,
                     flags, repeats, first_ms)
-            for sec, nsec, raw, data, flags, repeats, first_ms in runs.values()]
+            for sec, nsec, raw, data, flags, repeats, first_ms in [*done, *runs.values()]]
 
     def _count_drops(self) -> None:
         packets, drops, _ = struct.unpack("=III", self.sock.getsockopt(

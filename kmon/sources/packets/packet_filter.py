@@ -15,8 +15,9 @@ new client's first requests are seen; never more than a header:
 * to the process (responses), only while kmon is learning the brokers: the
   headers and ``RESPONSE_BYTES`` of the response (the Metadata brokers and the
   FindCoordinator answer come first);
-* in either direction, a segment that closes or resets its connection (FIN or
-  RST): its headers only, so kmon knows which side closed first and how;
+* in either direction, a segment that opens, closes or resets its connection (SYN, FIN
+  or RST): its headers only, so kmon knows where a connection starts (a 4-tuple the
+  client reuses is a new stream) and which side closed first and how;
 * everything else is dropped: segments without payload (pure ACKs), IP
   fragments, loopback's outgoing copy of each packet (it is seen again as
   incoming).
@@ -37,8 +38,9 @@ from kmon.sources.kafka_protocol import (
 RESPONSE_BYTES = 1024
 TLS_BYTES = 4
 TLS_RECORD_TYPES = (0x15, 0x16, 0x17)  # alert, handshake, application data
-TCP_FIN, TCP_RST = 0x01, 0x04
+TCP_FIN, TCP_SYN, TCP_RST = 0x01, 0x02, 0x04
 TCP_CLOSING = TCP_FIN | TCP_RST
+TCP_CONTROL = TCP_CLOSING | TCP_SYN  # kept as headers only, in either direction
 PORTS_PER_BLOCK = 100  # conditional jumps reach 255 instructions ahead
 MAX_PORTS = 1500  # the kernel takes 4096 instructions
 
@@ -152,12 +154,12 @@ def build(local_ports: Iterable[int], remote_ports: Iterable[int], loopback_ifin
     # X = start of the TCP payload: X + data offset * 4
     for kind in ("request", "response"):
         prog.label(kind)
-        prog.op(LD_B_IND, 13)  # the TCP flags: a close or a reset keeps its headers only
-        prog.op(JSET_K, TCP_CLOSING, jt="close")
+        prog.op(LD_B_IND, 13)  # the TCP flags: an open, a close or a reset keeps its headers
+        prog.op(JSET_K, TCP_CONTROL, jt="control")
         _to_payload(prog)
         prog.op(LD_H_IND, 0)  # a load past the packet's end drops it: no pure ACKs
         prog.op(JA, f"{kind}-body")
-    prog.label("close")
+    prog.label("control")
     _to_payload(prog)
     prog.op(TXA)
     prog.op(RET_A)
