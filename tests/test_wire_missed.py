@@ -20,6 +20,7 @@ Real sockets here and a real packet capture.
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import threading
@@ -104,6 +105,43 @@ def test_a_reused_four_tuple_s_login_is_read_from_its_syn():
             close = tap.poll([], 2).closes.get((local, remote))
         finally:
             tap.close()
+    assert close is not None and (close.first_by, close.last_api) == (
+        "broker", kp.SASL_AUTHENTICATE), close
+    assert wire_reason(close, "broker_closed") == "auth_failed"
+
+
+def test_a_tls_login_read_before_its_syn_keeps_its_requests():
+    """Over TLS a socket's requests come from the TLS source, its SYN from the capture's
+    ring: a poll takes the TLS writes first, so the login (written after the handshake,
+    after the SYN) is in the flow before its SYN is read. That older SYN is the flow's own
+    opening, not a new connection on the 4-tuple: the login stays, and the broker's close
+    after it is a failed login. The TLS writes are given as the TLS source hands them (its
+    uprobes need a TLS library in the process); the socket, its SYN and its FINs are real."""
+    from kmon.sources.packets.kafka_wire import WireTap
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        remote = Endpoint(*server.getsockname())
+        tap = WireTap([], 0)
+        try:
+            tap.learn({1: (remote.ip, remote.port)}, 0)
+            tap.poll([], 0)  # the brokers known: responses no longer kept
+            client = connect_from(0, server)
+            peer, _ = server.accept()
+            sock = TcpSocket(os.fstat(client.fileno()).st_ino, client.fileno(),
+                             Endpoint(*client.getsockname()), remote, "ESTABLISHED")
+            time.sleep(0.01)  # the TLS handshake
+            writes = [(sock.inode, time.time() * 1000 + correlation, request(api, correlation)[:16])
+                      for correlation, api in enumerate(LOGIN)]
+            time.sleep(0.3)  # the SYN's block handed over: read in the same poll
+            flow = tap.poll([sock], 1, writes).flows[(sock.local, sock.remote)]
+            peer.close()  # the broker's FIN after the login
+            time.sleep(0.2)
+            client.close()
+            time.sleep(0.3)
+            close = tap.poll([], 2).closes.get((sock.local, sock.remote))
+        finally:
+            tap.close()
+    assert flow.tls and flow.from_start and flow.last_api == kp.SASL_AUTHENTICATE, flow
     assert close is not None and (close.first_by, close.last_api) == (
         "broker", kp.SASL_AUTHENTICATE), close
     assert wire_reason(close, "broker_closed") == "auth_failed"

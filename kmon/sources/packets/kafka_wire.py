@@ -244,7 +244,9 @@ class WireTap:
         """A new flow for the socket ``key``, first seen at ``ts_ms`` (at its ``syn``: seen
         from its start). A client's SYN on a 4-tuple whose flow (``before``) a poll showed
         carrying data or closing opens a new connection: the old socket's close is told with
-        the next poll's (a SYN sent again before any data is the same connection's)."""
+        the next poll's (a SYN sent again before any data is the same connection's). A SYN
+        older than the flow is not one (``_take``): the flow's TLS writes, read before the
+        capture's ring, came after it on the same connection."""
         if (before is not None and key in self.last_polled and len(self.unpolled) < MAX_FLOWS
                 and (before.close is not None or before.last_data_ms is not None)):
             self.last_polled.discard(key)  # (gone: not the new connection's to drop)
@@ -268,9 +270,11 @@ class WireTap:
             request = seg.dst[1] in capture.remote_ports or not (capture.local_ports
                                                                  or capture.remote_ports)
             key = forward if request else (seg.dst, seg.src)
-        flow = self.flows.get(key)
-        if flow is None or (request and seg.flags & TCP_SYN):
-            flow = self._opened(key, flow, seg.first_ms, bool(request and seg.flags & TCP_SYN))
+        flow, syn = self.flows.get(key), bool(request and seg.flags & TCP_SYN)
+        if flow is None or (syn and seg.first_ms >= flow.first_ms):
+            flow = self._opened(key, flow, seg.first_ms, syn)
+        elif syn:  # older than the flow: its own opening, read after its TLS writes
+            flow.from_start = True
         self.taken.add(key)
         if seg.flags & TCP_SYN:
             return
