@@ -267,7 +267,9 @@ def run(seed: int, polls: int = 3 * HISTORY_LEN) -> Run:
         wire.view = world.view
         now = START_MS + poll * POLL_MS
         view = carried.sample(now)
+        knew_before = scratch.wire.knew_before  # its history: what its polls saw before
         scratch.made, scratch.rows, scratch.wire = None, RowResolver(), WireEvidence()
+        scratch.wire.knew_before = knew_before
         assert view == scratch.sample(now), f"seed {seed}, poll {poll}"
         seen.claimed += sum(bool(c.claims) for c in view.connections)
     return seen

@@ -172,9 +172,9 @@ class ProcessSampler:
                             if settings.wire == "auto" else None)
         args = shlex.split(self.cmdline)
         self.cadence = CadenceEvidence(lambda: directory.groups, args)
-        self.endpoints = EndpointEvidence()
         self.jvm = JvmEvidence(pid, self.start_time) if self.jvm_source else None
         self.bootstrap = bootstrap_argument(args)  # as its command line gives it, if it does
+        self.endpoints = EndpointEvidence(self.bootstrap)
         self.wire = WireEvidence(self.bootstrap) if self.wire_source else None
         self.rows = RowResolver()
         self.threads = BrokerThreads(pid)  # librdkafka's broker threads and their sockets

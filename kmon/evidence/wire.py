@@ -6,7 +6,11 @@
 * Produce, Fetch, ListOffsets: a **broker** connection, node id = broker id;
 * only ApiVersions, Metadata, FindCoordinator or SASL, Metadata among them, first
   sent before the process had learned the cluster: **bootstrap** (its position in
-  ``bootstrap.servers`` when the client's configuration gives it);
+  ``bootstrap.servers`` when the client's configuration gives it). When it learned it is
+  what the tap saw (``WireView.cluster_learned_ms``), unless a socket the process held at
+  the tap's start carried a request only a client that knows its cluster sends (Produce,
+  Fetch, ListOffsets, a group or transaction API): it knew it before the tap could see, and
+  no socket opened since was first used before the cluster was known;
 * only those, opened after the process had lost every connection to its cluster (the
   kernel's connect and close times: ``Gathered.openings``): **bootstrap**, at 0.7: a
   client that lost every broker re-bootstraps (KIP-899, librdkafka >= 2.10) with these
@@ -55,6 +59,9 @@ from kmon.sources.packets.kafka_wire import Flow, WireView, last_seen
 AFTER_LEARNED = 0.7  # metadata only, once the cluster was known: a broker
 AFTER_LOSS = 0.7  # ... opened once the process had lost its cluster: a re-bootstrap
 UNPLACED = 0.3  # ... opened where kmon cannot tell a bootstrap from a broker: unsettled
+KNEW_BEFORE = 0  # when the cluster was learned, for a process that knew it before the tap
+# requests only a client that knows its cluster sends (to a partition's leader, a coordinator)
+KNOWING_APIS = kp.BROKER_APIS | kp.GROUP_APIS | kp.TXN_APIS
 # what leaves a socket carrying metadata only unplaced, in the words of its claim
 UNPLACED_OPENINGS = {
     None: "before kmon's first look at the process (a re-bootstrap or a broker connection)",
@@ -80,6 +87,7 @@ class WireEvidence:
         self.said: dict[str, tuple[tuple[object, ...], FlowSays | None]] = {}
         # what the last poll's claims were made from (Steady), while they may be kept
         self.steady: Steady | None = None
+        self.knew_before = False  # the process knew its cluster before the tap started
 
     def evidence(self, gathered: Gathered, earlier: Mapping[str, Sequence[Claim]]) -> Evidence:
         """Claims for every socket whose traffic says what it is; the peers whose broker ids
@@ -93,13 +101,16 @@ class WireEvidence:
         if view is None:
             return Evidence(notices=[reading.problem] if reading.problem else [])
         notices = list(reading.notices)
+        self.knew_before = self.knew_before or _knew_before(view)
+        if self.knew_before and view.cluster_learned_ms != KNEW_BEFORE:
+            view = replace(view, cluster_learned_ms=KNEW_BEFORE)
         learned = self._broker_endpoints(view, gathered.resolver)
         known = {**gathered.known, **learned}
         bootstrap = bootstrap_of(gathered.stats, self.cmdline_bootstrap)
         named = frozenset(key for key, claims in earlier.items() if _named_client(claims))
         openings = gathered.openings
         context = ([s.inode for s in gathered.sockets], known, view.cluster_learned_ms,
-                   bootstrap, named, openings)
+                   bool(view.brokers), bootstrap, named, openings)
         steady = self.steady
         if (view.changed is not None and steady is not None and view.polls == steady.polls + 1
                 and steady.context == context and view.changed <= steady.keys.keys()):
@@ -139,8 +150,8 @@ class WireEvidence:
         name up)."""
         is_named, remote = key in named, pair[1]
         opening = openings.get(pair, Opening.HELD)
-        inputs = (flow, flow.requests, known.get(remote), view.cluster_learned_ms, bootstrap,
-                  is_named, opening)
+        inputs = (flow, flow.requests, known.get(remote), view.cluster_learned_ms,
+                  bool(view.brokers), bootstrap, is_named, opening)
         memo = self.said.get(key)
         if memo is None or memo[0] != inputs or not (memo[1] is None or memo[1].lasting):
             says = flow_says(flow, remote, view, known, bootstrap, resolver, opening)
@@ -175,6 +186,15 @@ class Steady:
     claims: dict[str, Claim]  # kept as they are: each poll's are a copy
     unknown: list[Endpoint]  # the peers to ask for their broker ids
     polls: int = 0  # the tap's poll they were made at (WireView.polls)
+
+
+def _knew_before(view: WireView) -> bool:
+    """Whether a socket the process held when its tap started carried, since the last poll, a
+    request only a client that knows its cluster sends."""
+    flows = view.flows.values() if view.changed is None else (
+        view.flows[pair] for pair in view.changed)
+    return any(not flow.from_start and not flow.api_counts.keys().isdisjoint(KNOWING_APIS)
+               for flow in flows)
 
 
 def _unknown(view: WireView, known: Mapping[Endpoint, int]) -> list[Endpoint]:
