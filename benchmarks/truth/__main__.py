@@ -30,6 +30,13 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in known]
     if unknown:
         parser.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    if args.keep is not None:
+        try:
+            args.keep.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            parser.error(f"--keep {args.keep}: {err.strerror or err}")
+    if args.out is not None and not args.out.parent.is_dir():
+        parser.error(f"--out {args.out}: no folder {args.out.parent}")  # before, not after the run
     missing = [tool for tool in ("tcpdump", "java") if shutil.which(tool) is None]
     if missing:
         print(f"benchmarks.truth: needs {' and '.join(missing)} (Debian: apt-get install "
