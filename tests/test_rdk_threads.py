@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from helpers import (
@@ -21,10 +22,11 @@ from helpers import (
     librdkafka_truth,
     produce,
     python_as,
+    wait_for,
 )
 
 from kmon.sources.kernel.socket_readers import open_socket_reader
-from kmon.sources.processes.rdk_threads import BrokerThreads
+from kmon.sources.processes.rdk_threads import POLL_CALLS, BrokerThreads
 
 pytestmark = [pytest.mark.integration,  # a real cluster, real clients
               pytest.mark.root(reason="reading another process's thread waits needs root")]
@@ -41,6 +43,23 @@ for partition in range(3):
 producer.flush(30)
 print("SENT", flush=True)
 sys.stdin.readline()
+"""
+
+
+# a thread named as librdkafka names broker 1's (argv: none) that connects to a listener of
+# its own, is busy elsewhere (reading stdin) until told, then waits in poll() on its socket
+LATE_POLLER = """
+import ctypes, select, socket, sys, threading
+listener = socket.create_server(("127.0.0.1", 0))
+def broker():
+    ctypes.CDLL(None).prctl(15, b"rdk:broker1", 0, 0, 0)  # PR_SET_NAME, as librdkafka does
+    sock = socket.create_connection(listener.getsockname())
+    print("CONNECTED", threading.get_native_id(), flush=True)
+    sys.stdin.readline()
+    waiting = select.poll()
+    waiting.register(sock, select.POLLIN)
+    waiting.poll()
+threading.Thread(target=broker).start()
 """
 
 
@@ -130,3 +149,25 @@ def test_without_the_right_to_trace_nothing_is_read_or_said(kafka, topic, throwa
         assert out.returncode == 0 and out.stdout.split() == ["{}", "False"], out
     finally:
         client.stop()
+
+
+def test_a_thread_busy_at_the_first_look_names_its_socket_at_the_next_poll():
+    """Seen in the truth harness (client-idle-reap, ``kmon record``): librdkafka's thread was
+    busy at kmon's first look at its new socket, so nothing named it until ``RESCAN_S``
+    later; the connection, reaped within 5 s, stayed unknown in the recording while the
+    stream, whose look caught the thread waiting, named it broker 1. A librdkafka thread busy
+    on demand cannot be had: this process's thread, named as librdkafka names broker 1's,
+    is busy at the first look and waits in poll() by the next poll."""
+    child = Child([sys.executable, "-c", LATE_POLLER])
+    try:
+        tid = int(child.wait_line("CONNECTED").split()[1])
+        reader, threads = open_socket_reader(), BrokerThreads(child.pid)
+        sockets = wait_for(lambda: reader.sockets_of(child.pid), "the child's socket", 30)
+        assert threads.nodes(sockets) == {}  # busy reading its stdin, not polling
+        child.send("poll")
+        polling = f"/proc/{child.pid}/task/{tid}/syscall"
+        wait_for(lambda: Path(polling).read_text().split()[0] in map(str, POLL_CALLS),
+                 "the thread waiting in poll()", 30)  # ("running" while it runs)
+        assert threads.nodes(sockets) == {sockets[0].inode: 1}
+    finally:
+        child.stop()

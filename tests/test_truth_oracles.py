@@ -114,6 +114,37 @@ def test_a_view_is_held_to_the_stream_s_snapshots_around_its_moment():
     assert summed_disagreements([around[:1]], Counter(broker=2)) != []  # the old window
 
 
+def test_a_recording_unsettled_on_a_socket_open_before_its_first_look_cannot_tell():
+    """per-ip-limit: ``kmon record --pid`` first looked at the process (and opened its capture
+    of it) after a client's bootstrap handshake; it showed the socket with no evidence
+    (unknown) and told its close's reason unknown, where the stream, watching since before,
+    said bootstrap and client_closed. A socket found at the recording's first look at the
+    process: unsettled there, it says it cannot tell, as --once may. Told otherwise, or
+    unsettled on a socket that opened after that look, it still disagrees."""
+    from benchmarks.truth.kmon_views import with_ports
+    from benchmarks.truth.score import record_disagreements
+
+    history = {"sock:1": [(1_000, {"role": "bootstrap", "node_id": -1})]}
+    told = with_ports([{"kind": "closed", "key": "sock:1", "ts_ms": 1_700, "closed_by": "client",
+                        "reason": "client_closed", "local": "127.0.0.1:5000",
+                        "remote": "127.0.0.1:9092"}], {})
+    close = {"kind": "closed", "pid": 7, "key": "sock:1", "ts_ms": 1_700,
+             "closed_by": "client", "reason": "unknown", "remote": "127.0.0.1:9092"}
+
+    def disagreements(role: str, first_look_ms: int = 1_200) -> list[str]:
+        rows = [{"pid": 7, "key": key, "ts_ms": ts_ms, "role": role,
+                 "broker_id": 1 if role == "broker" else None, "local": "127.0.0.1:5000"}
+                for key, ts_ms in (("sock:0", first_look_ms), ("sock:1", 1_200))]
+        return [d for d in record_disagreements(history, told, rows, [close], 7)
+                if "sock:0" not in d]
+
+    assert disagreements("unknown") == []
+    assert disagreements("broker") == ["sock:1: broker:1 recorded, bootstrap in the stream"]
+    assert disagreements("unknown", first_look_ms=700) == [
+        "sock:1: unknown recorded, bootstrap in the stream",
+        "close of sock:1: client/unknown recorded, client/client_closed in the stream"]
+
+
 # librdkafka's debug log of one handle (as a kept run of client-idle-reap under load printed
 # it): a connect(), and its idle reap, logged 7.7 ms after the FIN the capture saw at
 # 870.561303; then the handle's next connect()

@@ -9,16 +9,18 @@ import time
 from collections import Counter
 
 from kmon.classify import MAX_INT
-from kmon.evidence.claims import Claim
+from kmon.evidence.claims import Claim, Gathered
 from kmon.evidence.resolve import resolve_one
+from kmon.evidence.threads import thread_evidence
 from kmon.evidence.wire import flow_says
 from kmon.model import Connection, Opening, Role
 from kmon.sources import kafka_protocol as kp
 from kmon.sources.brokers.dns import Resolver
-from kmon.sources.kernel.sockets import Endpoint
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 from kmon.sources.packets.kafka_wire import Flow, WireView
 
 BROKER = Endpoint("127.0.0.1", 9093)
+LOCAL = Endpoint("127.0.0.1", 5000)
 KNOWN = {BROKER: 2}
 NOW_MS = 10_000
 
@@ -154,3 +156,33 @@ def test_a_socket_the_wire_leaves_unsettled_keeps_the_client_s_own_role():
     assert kept.evidence["wire"] == "ApiVersions×1" and kept.evidence["role"] == "thread"
     doubted, _ = resolve_one(row, [unsure, endpoint])
     assert (doubted.role, doubted.broker_id, doubted.confidence) == (Role.UNKNOWN, 2, 0.3)
+
+
+def test_the_client_s_own_broker_thread_outranks_the_wire_s_re_bootstrap_guess():
+    """Seen in the truth harness (node-killed, an instrumented producer): once the killed
+    node's sockets were gone, the producer reconnected to broker 2 (whose address is a
+    bootstrap server) with ApiVersions only so far. The wire guesses a re-bootstrap (0.7);
+    librdkafka's thread ``rdk:broker2`` polls the socket: it is broker 2's handle's, and the
+    thread decides. Statistics paired with it by endpoint alone do not: librdkafka's real
+    re-bootstrap socket to that address is paired with broker 2's statistics as well."""
+    row = Connection("sock:1", Role.UNKNOWN, None, None, None, "127.0.0.1:5000", str(BROKER),
+                     "ESTABLISHED", fd=7)
+    view = WireView({}, {}, {}, 5_000, 0, {})
+    guess = flow_says(flow(kp.API_VERSIONS, first_request_ms=8_000), BROKER, view, KNOWN,
+                      "127.0.0.1:9093", Resolver(), Opening.LOST).claim
+    assert (guess.role, guess.confidence) == (Role.BOOTSTRAP, 0.7)
+    stats = Claim("stats", Role.BROKER, 2, 2, 1.0, facts={"client": "rdkafka#producer-1"},
+                  evidence={"role": "stats", "pairing": "endpoint"})
+    thread = thread_evidence(Gathered(0, [TcpSocket(11, 7, LOCAL, BROKER, "ESTABLISHED")], {},
+                                      Resolver(), 0,
+                                      threads={11: 2}), {}).claims["sock:11"]
+    kept, notice = resolve_one(row, [stats, thread, guess])
+    assert (kept.role, kept.node_id, kept.confidence) == (Role.BROKER, 2, 0.95)
+    assert kept.client == "rdkafka#producer-1" and kept.evidence["role"] == "thread"
+    assert kept.evidence["wire"] == "ApiVersions×1"
+    assert notice == (f"{BROKER} (fd 7): the wire guessed bootstrap -1, thread says broker 2; "
+                      "the thread decides")
+    paired, _ = resolve_one(row, [stats, guess])  # the statistics' pairing is no handle
+    assert (paired.role, paired.node_id) == (Role.BOOTSTRAP, -1)
+    sure = claim_of(flow(12))  # a heartbeat: the wire at 1.0 still decides
+    assert resolve_one(row, [thread, sure])[0].role is Role.COORDINATOR

@@ -299,16 +299,24 @@ def record_disagreements(history: dict[str, list[tuple[int, dict]]], closes: lis
     the stream's rows of each socket by time), a close told with another side or reason,
     a close one told and the other not (away from the ends of the recording's watch of the
     process: ``kmon record -b`` finds a cluster's clients every 10 s, one with no connection
-    open at that moment the next time). A close is
-    the same one in both by its ports and its time, not its key: a view whose poll saw the
-    socket keys it by its inode, one whose polls missed it by its endpoints
+    open at that moment the next time). A socket it found at its first look at the process
+    opened before that look, when its capture of the process opens (its handshake unseen):
+    where it left that socket, or its close, unsettled, it says it cannot tell, as
+    ``--once`` may (``once_disagreements``).
+    A close is the same one in both by its ports and its time, not its key: a view whose
+    poll saw the socket keys it by its inode, one whose polls missed it by its endpoints
     (``kernel:…``)."""
     found = []
     last: dict[str, dict] = {}
     for row in snapshots:
         if row["pid"] == pid and row["ts_ms"] >= last.get(row["key"], {}).get("ts_ms", 0):
             last[row["key"]] = row
+    times = [row["ts_ms"] for row in snapshots if row["pid"] == pid]  # while it watched pid
+    before = {row["key"] for row in snapshots if row["pid"] == pid  # at its first look
+              and row["ts_ms"] == min(times)}
     for key, row in last.items():
+        if key in before and unsettled(row):
+            continue
         said = kmon_role(row)
         near = {kmon_role(seen) for ts, seen in history.get(key, [])
                 if abs(ts - row["ts_ms"]) <= 2000}
@@ -319,9 +327,8 @@ def record_disagreements(history: dict[str, list[tuple[int, dict]]], closes: lis
     pairs, told_only = same_closes(recorded, closes)
     for ours, theirs in pairs:
         said, heard = (f"{e.get('closed_by')}/{e.get('reason')}" for e in (ours, theirs))
-        if said != heard:
+        if said != heard and (ours["key"] not in before or not kmon_close(ours)[1]):
             found.append(f"close of {ours['key']}: {said} recorded, {heard} in the stream")
-    times = [row["ts_ms"] for row in snapshots if row["pid"] == pid]  # while it watched pid
     if times:
         inside = range(min(times) + 1000, max(times) - 2000)
         matched = {id(ours) for ours, _ in pairs}

@@ -44,6 +44,9 @@ class Claim:
     facts: Mapping[str, object] = field(default_factory=dict)
     evidence: Mapping[str, str] = field(default_factory=dict)
     detail: str = ""  # what decided, in a few words (pairing, rule, API keys)
+    # tied to this very socket by the client's own handle of it (the fd its broker thread
+    # polls), not paired with it by endpoint or counters: outranks the wire's guesses
+    exact: bool = False
 
     @cached_property
     def summary(self) -> dict[str, Any]:

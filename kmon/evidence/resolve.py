@@ -3,14 +3,16 @@
 The kernel's facts (state, idle time, bytes, rtt) make the row's base. The
 best-ranked claim (``claims.SOURCE_RANK``: the client's own metrics, then
 inference, then a known broker endpoint) names the role, node id, broker and
-owning client and fills in what the client knows. A claim from the wire
-overrides the role, node id and broker (at confidence 1.0) whatever the others
-say; where the best claim disagrees with it, a notice says so. Where the wire leaves a
-socket unsettled (role unknown: it cannot tell a bootstrap from a broker connection), it
-overrides only a known endpoint's claim: the client's own evidence (statistics, JMX, its
-log, its broker threads) or an inference still names the role. A claim with no
-role is a note (a TLS socket the wire cannot read): its evidence joins the row.
-Every claim stays on the row (``Connection.claims``), so the detail pane can show why.
+owning client and fills in what the client knows. A claim from the wire overrides
+the role, node id and broker whatever the others say, but where it only guesses
+(below 1.0) and an exact claim (``Claim.exact``: the client's own handle of the
+socket, its broker thread's) names another: that claim decides. Where the two
+disagree, a notice says so. Where the wire leaves a socket unsettled (role
+unknown: it cannot tell a bootstrap from a broker connection), it overrides only a
+known endpoint's claim: the client's own evidence (statistics, JMX, its log, its
+broker threads) or an inference still names the role. A claim with no role is a
+note (a TLS socket the wire cannot read): its evidence joins the row. Every claim
+stays on the row (``Connection.claims``), so the detail pane can show why.
 """
 
 from __future__ import annotations
@@ -112,6 +114,16 @@ def resolve_one(base: Connection, claims: Sequence[Claim]) -> tuple[Connection, 
             chosen.source != "endpoint"):  # the wire cannot tell; the client's evidence can
         evidence.update((k, v) for k, v in wire.evidence.items() if k != "role")
         wire = None
+    own = _exact_against(claims, wire)
+    if wire is not None and own is not None:  # the client's own handle outranks a guess
+        notice = (f"{base.remote} (fd {base.fd}): the wire guessed {wire.role.value} "
+                  f"{wire.node_id}, {own.source} says {own.role.value} {own.node_id}; "
+                  f"the {own.source} decides")
+        evidence.update((k, v) for k, v in wire.evidence.items() if k != "role")
+        changes.update(role=own.role, node_id=own.node_id, broker_id=own.broker_id,
+                       confidence=own.confidence)
+        evidence.update(own.evidence)
+        wire = None
     if wire is not None and wire.role is not None:  # (the search above: it has a role)
         if chosen is not None and chosen.role is not None and chosen.source != "endpoint" and (
                 chosen.role, chosen.node_id) != (wire.role, wire.node_id):
@@ -125,6 +137,18 @@ def resolve_one(base: Connection, claims: Sequence[Claim]) -> tuple[Connection, 
         evidence.update(wire.evidence)
     return replace(base, evidence=evidence, claims=[c.summary for c in claims],
                    **changes), notice
+
+
+def _exact_against(claims: Sequence[Claim], wire: Claim | None) -> Claim | None:
+    """The exact claim (``Claim.exact``: the client's own handle of this socket) that names
+    another role or node than ``wire``, where the wire only guesses (below 1.0): the
+    client's word on its own socket is surer. Claims paired by endpoint or counters are not
+    exact: they never outrank the wire (a re-bootstrap socket to broker 1's address is
+    paired with broker 1's statistics)."""
+    if wire is None or wire.role in (None, Role.UNKNOWN) or wire.confidence >= 1.0:
+        return None
+    return next((c for c in claims if c.exact and c.role not in (None, Role.UNKNOWN)
+                 and (c.role, c.node_id) != (wire.role, wire.node_id)), None)
 
 
 class RowResolver:

@@ -3,9 +3,11 @@ connection (kmon.sources.processes.rdk_threads reads which thread polls which so
 
 A broker claim at ``THREAD_CONFIDENCE`` for each such socket: the client's own handle for
 it, as sure as its statistics' pairing, though it tells nothing else (no client id, no
-counters). Where kmon knows the socket's endpoint as another broker's, the thread's word and
-the cluster's disagree: no claim, the other evidence decides. Bootstrap and coordinator
-handles (``rdk:broker-1``) are never named by their thread: both start with no node id.
+counters). The claim is exact (``Claim.exact``): the thread's own socket, not one paired
+with it by endpoint, so it outranks a guess of the wire's (below 1.0). Where kmon knows
+the socket's endpoint as another broker's, the thread's word and the cluster's disagree:
+no claim, the other evidence decides. Bootstrap and coordinator handles (``rdk:broker-1``)
+are never named by their thread: both start with no node id.
 """
 
 from __future__ import annotations
@@ -28,5 +30,5 @@ def thread_evidence(gathered: Gathered, earlier: Mapping[str, Sequence[Claim]]) 
             continue
         claims[socket_key(sock)] = Claim(
             "thread", Role.BROKER, node, node, THREAD_CONFIDENCE, evidence=_EVIDENCE,
-            detail=f"polled by librdkafka's thread rdk:broker{node}")
+            detail=f"polled by librdkafka's thread rdk:broker{node}", exact=True)
     return Evidence(claims=claims)

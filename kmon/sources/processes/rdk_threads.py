@@ -33,7 +33,8 @@ POLL_CALLS = {"x86_64": (7, 271), "aarch64": (73,)}.get(platform.machine(), ())
 THREAD_NAME = re.compile(rb"rdk:broker(-?\d{1,4})\n?")
 MAX_THREADS = 1024  # threads of one process looked at per scan
 MAX_POLLFDS = 4  # a broker thread polls its socket and its wake-up fd
-RESCAN_S = 5.0  # sockets no thread has named yet are looked for again this often
+LOOKS = 4  # a new socket no scan named is looked for at this many polls in a row
+RESCAN_S = 5.0  # sockets no thread has named after their LOOKS are looked for this often
 OTHER_RESCAN_S = 30.0  # a process with no broker thread is looked at again this often
 MAX_NAMED = 4096  # sockets remembered per process
 
@@ -43,15 +44,17 @@ class BrokerThreads:
 
     ``nodes(sockets)`` gives inode -> node id for the sockets a broker thread of a known
     node (>= 0) was seen polling. A thread is seen only while it blocks in ``poll()``;
-    one busy at a scan is looked at again at the next (a new socket, or ``RESCAN_S``
-    later). A socket named stays named while it lives: a handle's thread keeps its one
+    one busy at a scan (just connected, serving a request) is looked at again at the next
+    polls, up to ``LOOKS`` scans for each new socket, then every ``RESCAN_S`` (the
+    sockets no node's thread ever polls, a bootstrap's or a coordinator's, cost no more).
+    A socket named stays named while it lives: a handle's thread keeps its one
     connection until it closes, and a reused inode is another socket's.
     """
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.named: dict[int, int] = {}  # socket inode -> node id of the thread polling it
-        self.unnamed: frozenset[int] = frozenset()  # the sockets no scan could name
+        self.looks: dict[int, int] = {}  # socket inode -> the scans that could not name it
         self.scanned_at = float("-inf")  # monotonic
         self.librdkafka = True  # until a scan finds no broker thread at all
         self.readable = bool(POLL_CALLS)  # False once the process refused a read
@@ -61,23 +64,26 @@ class BrokerThreads:
         by_fd = {s.fd: s.inode for s in sockets if s.fd is not None and s.inode}
         alive = set(by_fd.values())
         self.named = {inode: node for inode, node in self.named.items() if inode in alive}
-        unnamed = frozenset(alive - self.named.keys())
+        unnamed = alive - self.named.keys()
+        self.looks = {inode: n for inode, n in self.looks.items() if inode in unnamed}
         if unnamed and self.readable and self._due(unnamed):
             self.scanned_at = time.monotonic()
             for inode, node in self._scan(by_fd).items():
                 if inode in unnamed and len(self.named) < MAX_NAMED:
                     self.named[inode] = node
-            self.unnamed = frozenset(alive - self.named.keys())
+            for inode in unnamed - self.named.keys():
+                self.looks[inode] = self.looks.get(inode, 0) + 1
         return dict(self.named)
 
-    def _due(self, unnamed: frozenset[int]) -> bool:
-        """Whether to look again: in a librdkafka process, a socket not looked for yet or the
-        last look ``RESCAN_S`` old; in another, ``OTHER_RESCAN_S`` after the last (it may
-        load librdkafka later; its threads are not listed at each new socket)."""
+    def _due(self, unnamed: set[int]) -> bool:
+        """Whether to look again: in a librdkafka process, a socket looked for at fewer than
+        ``LOOKS`` scans or the last look ``RESCAN_S`` old; in another, ``OTHER_RESCAN_S``
+        after the last (it may load librdkafka later; its threads are not listed at each
+        new socket)."""
         since = time.monotonic() - self.scanned_at
         if not self.librdkafka:
             return since >= OTHER_RESCAN_S
-        return not unnamed <= self.unnamed or since >= RESCAN_S
+        return since >= RESCAN_S or any(self.looks.get(inode, 0) < LOOKS for inode in unnamed)
 
     def _scan(self, by_fd: dict[int, int]) -> dict[int, int]:
         """inode -> node id of the sockets the process's node threads block polling now."""
