@@ -115,7 +115,8 @@ def resolve_one(base: Connection, claims: Sequence[Claim]) -> tuple[Connection, 
         evidence.update((k, v) for k, v in wire.evidence.items() if k != "role")
         wire = None
     own = _exact_against(claims, wire)
-    if wire is not None and own is not None:  # the client's own handle outranks a guess
+    if wire is not None and wire.role and own is not None and own.role:
+        # the client's own handle of the socket outranks a guess
         notice = (f"{base.remote} (fd {base.fd}): the wire guessed {wire.role.value} "
                   f"{wire.node_id}, {own.source} says {own.role.value} {own.node_id}; "
                   f"the {own.source} decides")
