@@ -7,6 +7,7 @@ idle limit, a fact in place of the kernel's, and a process that exits."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -278,3 +279,29 @@ def test_a_silent_processs_claims_are_carried_and_its_rows_are_those_made_from_s
             holder.wait()
             for peer in peers:
                 peer.close()
+
+
+@pytest.mark.root(reason="reading a process's thread waits needs the right to trace it")
+def test_broker_threads_name_the_same_sockets_with_the_same_mapping_until_one_closes():
+    """librdkafka's broker threads (a mock cluster's client in this process): the mapping of
+    the sockets they poll is the last poll's very one while they live (a carried poll's
+    claims compare it at a glance), a new one once a named socket is gone, the old one left
+    as it was."""
+    from confluent_kafka import Producer
+
+    from kmon.sources.processes.rdk_threads import BrokerThreads
+
+    client = Producer({"test.mock.num.brokers": 3, "log_level": 3})
+    try:
+        client.list_topics(timeout=10)
+        reader, threads = SockDiagReader(), BrokerThreads(os.getpid())
+        named = wait_for(lambda: threads.nodes(reader.sockets_of(os.getpid())) or (
+            time.sleep(0.5), None)[1], "a broker thread's socket named")
+        sockets = reader.sockets_of(os.getpid())
+        assert threads.nodes(sockets) is named  # nothing changed: the very mapping
+        gone = next(iter(named))
+        kept = dict(named)
+        fewer = threads.nodes([s for s in sockets if s.inode != gone])
+        assert gone not in fewer and named == kept  # made anew; the last left as it was
+    finally:
+        client.flush(1)
