@@ -328,7 +328,7 @@ def test_a_librdkafka_client_beside_silent_sockets_gets_the_rows_made_from_scrat
             scratch.made, scratch.rows = None, RowResolver()
             assert view == scratch.sample(now), f"poll {poll}"
         ends = {s.getsockname()[1] for s in silent}
-        quiet = {facts[2].port for facts in carried.cadence.quiet}
+        quiet = {facts[2].port for facts, _ in carried.cadence.quiet.values()}
         assert ends <= quiet  # passed over once quiet
         assert any(c.claims and c.claims[0]["source"] == "thread" for c in view.connections)
     finally:

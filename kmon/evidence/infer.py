@@ -29,7 +29,7 @@ from kmon.classify import coordinator_node_id
 from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
 from kmon.model import Role
 from kmon.sources.brokers.admin import GroupInfo
-from kmon.sources.kernel.sockets import TcpSocket, socket_facts
+from kmon.sources.kernel.sockets import TcpSocket, facts_of
 
 HISTORY_LEN = 32  # readings kept per socket
 CLIMB_MS = 1000  # a fetch connection's long-polls keep its idle below this
@@ -203,10 +203,10 @@ class CadenceEvidence:
         # and those that fetch (the cadence rule needs one): each changes with its readings only
         self.beating: set[str] = set()
         self.fetching: set[str] = set()
-        # ``socket_facts`` -> key of the sockets down to their one reading idle past
+        # inode -> (``facts_of``, key) of the sockets down to their one reading idle past
         # HEARTBEAT_MAX_MS: while one's facts stay these and it stays idle past it, a new
         # reading leaves its history as it is, and it is not looked at again
-        self.quiet: dict[tuple[object, ...], str] = {}
+        self.quiet: dict[int, tuple[tuple[object, ...], str]] = {}
 
     @property
     def settled(self) -> bool:
@@ -223,22 +223,25 @@ class CadenceEvidence:
         history, known = self.history, gathered.known
         beating, fetching = self.beating, self.fetching
         candidates = [s for s in gathered.sockets if s.remote in known]
-        quiet, kept, moving = self.quiet, {}, []
-        for sock, facts in zip(candidates, socket_facts(candidates), strict=True):
-            key, idle_ms = quiet.get(facts), sock.idle_ms
-            if key is not None and idle_ms is not None and idle_ms > HEARTBEAT_MAX_MS:
-                kept[facts] = key
+        quiet, kept, still, moving = self.quiet, {}, [], []
+        for sock in candidates:
+            was, idle_ms = quiet.get(sock.inode), sock.idle_ms
+            if (was is not None and idle_ms is not None and idle_ms > HEARTBEAT_MAX_MS
+                    and was[0] == facts_of(sock)):
+                kept[sock.inode] = was
+                still.append(was[1])
             else:
-                moving.append((sock, facts))
-        for key in remember(history, [sock for sock, _ in moving], gathered.now_ms, kept.values()):
+                moving.append(sock)
+        for key in remember(history, moving, gathered.now_ms, still):
             readings = history.get(key, ())
             _mark(beating, key, heartbeat_cycles(readings) >= MIN_CYCLES)
             _mark(fetching, key, is_fetching(readings))
-        for sock, facts in moving:
+        for sock in moving:
             key = socket_key(sock)
             held = history.get(key)
-            if held and len(held) == 1 and held[0].idle_ms > HEARTBEAT_MAX_MS:
-                kept[facts] = key
+            if (sock.inode and held and len(held) == 1
+                    and held[0].idle_ms > HEARTBEAT_MAX_MS):
+                kept[sock.inode] = (facts_of(sock), key)
         self.quiet = kept
         if not beating or not fetching and not self.groups():
             return Evidence()

@@ -106,15 +106,15 @@ class TcpSocket(NamedTuple):
         return sent if sent < received else received
 
 
-# a TcpSocket's id, fd, ends, state, byte counters and stall: all its fields but the ages
-# (last_sent_ms, last_recv_ms), rtt_ms and source
-_FACTS = operator.itemgetter(0, 1, 2, 3, 4, 7, 8, 11)
+# what the kernel says of a socket but its ages: a TcpSocket's id, fd, ends, state, byte
+# counters and stall (all its fields but last_sent_ms, last_recv_ms, rtt_ms and source)
+facts_of = operator.itemgetter(0, 1, 2, 3, 4, 7, 8, 11)
 
 
 def socket_facts(sockets: Iterable[TcpSocket]) -> tuple[tuple[object, ...], ...]:
     """What the kernel says of each socket but its ages: its id, fd, ends, state, byte counters
     and stall; the same from poll to poll while it carries nothing."""
-    return tuple(map(_FACTS, sockets))
+    return tuple(map(facts_of, sockets))
 
 
 class SocketReader(Protocol):
