@@ -213,7 +213,8 @@ class CadenceEvidence:
         """Whether every remembered socket is down to its one reading idle past
         HEARTBEAT_MAX_MS: readings idle longer still, with the same bytes, leave the history
         as it is, and so the claims."""
-        return len(self.quiet) == len(self.history)
+        return all(len(readings) == 1 and readings[0].idle_ms > HEARTBEAT_MAX_MS
+                   for readings in self.history.values())
 
     def evidence(self, gathered: Gathered, earlier: Mapping[str, Sequence[Claim]]) -> Evidence:
         """Coordinator claims among the sockets that only a known endpoint explains: the
