@@ -358,3 +358,32 @@ def test_a_quiet_socket_is_not_looked_at_again_and_the_claims_are_those_of_every
     assert "sock:16" in handed[8] and "sock:17" in handed[8]  # a byte moved; another peer
     assert f"sock:1{beating}" in handed[5]  # a socket that talks is read at every poll
     assert claims[f"sock:1{beating}"].role is Role.COORDINATOR  # the rules ran on them all
+
+
+@pytest.mark.root(reason="the kernel's TCP events need root")
+def test_a_processs_socket_pairs_are_the_last_polls_while_its_sockets_ends_are():
+    """What the kernel's events tell of a process's sockets is looked up by their (local,
+    remote) pairs: the last poll's very pairs while the sockets' ends are the same (their ages
+    and counters aside), made again once a socket is gone or another opened; the openings
+    told are the same either way."""
+    from kmon.engine.kernel_watch import open_kernel_watch
+
+    watch, notice = open_kernel_watch()
+    assert watch is not None, notice
+    try:
+        asked: list[frozenset] = []
+        real = watch.losses.openings
+        watch.losses.openings = lambda pid, pairs, *rest: asked.append(pairs) or real(
+            pid, pairs, *rest)
+        sockets = [tcp(11, 5, BROKER, 100), tcp(12, 6, OTHER, 100)]
+        first = watch.openings(4242, sockets, 1_000)
+        assert asked[0] == {(("127.0.0.1", 50_005), ("127.0.0.1", 9092)),
+                            (("127.0.0.1", 50_006), ("127.0.0.1", 9093))}
+        older = [s._replace(last_sent_ms=900, bytes_sent=7_000) for s in sockets]
+        assert watch.openings(4242, older, 2_000) == first and asked[1] is asked[0]
+        fewer = watch.openings(4242, sockets[1:], 3_000)
+        assert asked[2] == {(("127.0.0.1", 50_006), ("127.0.0.1", 9093))} and not fewer
+        watch.poll([])  # the process is gone: what was kept of it too
+        assert not watch.pairs
+    finally:
+        watch.close()
