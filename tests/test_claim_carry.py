@@ -15,6 +15,8 @@ from __future__ import annotations
 import operator
 import os
 import random
+import socket
+import time
 from collections import Counter
 from dataclasses import dataclass, replace
 
@@ -22,7 +24,7 @@ import pytest
 
 from kmon.engine.directory import Directory
 from kmon.engine.sampler import ProcessSampler, SamplerSettings
-from kmon.evidence import endpoints
+from kmon.evidence import endpoints, resolve
 from kmon.evidence.claims import Evidence, Gathered
 from kmon.evidence.endpoints import EndpointEvidence
 from kmon.evidence.infer import HISTORY_LEN, CadenceEvidence, remember
@@ -286,6 +288,64 @@ def test_a_memo_that_omits_an_input_is_caught(monkeypatch):
     """The check above fails for a carry keyed without the sockets' states (the endpoint
     claims count the established sockets to each broker)."""
     monkeypatch.setattr(endpoints, "_SAID_OF", operator.itemgetter(0, 2, 3))
+    with pytest.raises(AssertionError, match="seed"):
+        for seed in range(8):
+            run(seed)
+
+
+@pytest.mark.integration  # real sockets, a real librdkafka client and its mock cluster
+def test_a_librdkafka_client_beside_silent_sockets_gets_the_rows_made_from_scratch(monkeypatch):
+    """Real parts: a librdkafka producer (its mock cluster, in this process) sending at every
+    poll while a dozen more connections to its brokers stay silent, read by the real sock_diag
+    reader and librdkafka's broker threads. At every poll the carried sampler's view is the
+    one a sampler makes whose producers and resolver keep nothing but their histories; the
+    silent sockets are passed over once quiet."""
+    from confluent_kafka import Producer
+
+    from kmon.evidence import infer
+    from kmon.sources.kernel.sockdiag import SockDiagReader
+
+    monkeypatch.setattr(infer, "HEARTBEAT_MAX_MS", 300)  # quiet after 0.3 s, not 6 s
+    client = Producer({"test.mock.num.brokers": 3, "log_level": 3, "linger.ms": 5})
+    silent = []
+    try:
+        brokers = sorted(client.list_topics(timeout=10).brokers.values(), key=lambda b: b.id)
+        silent = [socket.create_connection((b.host, b.port)) for b in brokers for _ in range(4)]
+        directory = Directory(ClusterMetadata(f"{brokers[0].host}:{brokers[0].port}", tuple(
+            BrokerInfo(b.id, b.host, b.port) for b in brokers), None))
+        reader, kernel = Reader(), SockDiagReader()
+        settings = SamplerSettings(require_kafka=False, wire="off")
+        carried = ProcessSampler(os.getpid(), reader, settings, directory=directory)
+        scratch = ProcessSampler(os.getpid(), reader, settings, directory=directory)
+        scratch.endpoints = ScratchEndpoints()
+        scratch.cadence = ScratchCadence(lambda: directory.groups, [])
+        scratch.threads = carried.threads  # what its scans saw (a thread busy at one is not)
+        for poll in range(12):
+            client.produce("memo", b"x" * 100)
+            client.poll(0)
+            time.sleep(0.4)
+            reader.sockets = kernel.sockets_of(os.getpid())
+            now = int(time.time() * 1000)
+            view = carried.sample(now)
+            scratch.made, scratch.rows = None, RowResolver()
+            assert view == scratch.sample(now), f"poll {poll}"
+        ends = {s.getsockname()[1] for s in silent}
+        quiet = {facts[2].port for facts, _ in carried.cadence.quiet.values()}
+        assert ends <= quiet  # passed over once quiet
+        assert any(c.claims and c.claims[0]["source"] == "thread" for c in view.connections)
+    finally:
+        for conn in silent:
+            conn.close()
+        client.flush(1)
+
+
+def test_a_row_memo_blind_to_a_claims_evidence_is_caught(monkeypatch):
+    """The check above fails for rows carried while a socket's claims name the same role,
+    node, broker and confidence but their evidence or facts changed (the wire's counts of
+    each API, the client it names): a changed evidence item must change the row."""
+    monkeypatch.setattr(resolve, "_says_alike", lambda a, b: a is b or (
+        a.role is b.role and a.node_id == b.node_id and a.broker_id == b.broker_id
+        and a.confidence == b.confidence and a.source == b.source))
     with pytest.raises(AssertionError, match="seed"):
         for seed in range(8):
             run(seed)

@@ -7,6 +7,7 @@ idle limit, a fact in place of the kernel's, and a process that exits."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from kmon.evidence.resolve import (
     socket_row,
     with_limits,
 )
+from kmon.evidence.threads import thread_evidence
 from kmon.evidence.wire import WireEvidence
 from kmon.model import Connection, ProcessView, Role
 from kmon.sources.brokers.admin import BrokerInfo, ClusterMetadata
@@ -278,3 +280,110 @@ def test_a_silent_processs_claims_are_carried_and_its_rows_are_those_made_from_s
             holder.wait()
             for peer in peers:
                 peer.close()
+
+
+@pytest.mark.root(reason="reading a process's thread waits needs the right to trace it")
+def test_broker_threads_name_the_same_sockets_with_the_same_mapping_until_one_closes():
+    """librdkafka's broker threads (a mock cluster's client in this process): the mapping of
+    the sockets they poll is the last poll's very one while they live (a carried poll's
+    claims compare it at a glance), a new one once a named socket is gone, the old one left
+    as it was."""
+    from confluent_kafka import Producer
+
+    from kmon.sources.processes.rdk_threads import BrokerThreads
+
+    client = Producer({"test.mock.num.brokers": 3, "log_level": 3})
+    try:
+        client.list_topics(timeout=10)
+        reader, threads = SockDiagReader(), BrokerThreads(os.getpid())
+        named = wait_for(lambda: threads.nodes(reader.sockets_of(os.getpid())) or (
+            time.sleep(0.5), None)[1], "a broker thread's socket named")
+        sockets = reader.sockets_of(os.getpid())
+        assert threads.nodes(sockets) is named  # nothing changed: the very mapping
+        gone = next(iter(named))
+        kept = dict(named)
+        fewer = threads.nodes([s for s in sockets if s.inode != gone])
+        assert gone not in fewer and named == kept  # made anew; the last left as it was
+        gathered = Gathered(now_ms=0, sockets=sockets, known={}, resolver=Resolver(),
+                            broker_idle_ms=600_000, threads=named)
+        first = thread_evidence(gathered, {}).claims
+        assert first and first == thread_evidence(gathered, {}).claims
+        assert all(claim is thread_evidence(gathered, {}).claims[key]  # the very claim
+                   for key, claim in first.items())
+    finally:
+        client.flush(1)
+
+
+def test_a_quiet_socket_is_not_looked_at_again_and_the_claims_are_those_of_every_reading(
+        monkeypatch):
+    """The cadence producer beside sockets that never talk: once a socket is down to its one
+    reading idle past HEARTBEAT_MAX_MS, the polls that find its facts unchanged do not hand it
+    to ``remember`` again; a byte moved, or its inode reused for another peer, does. Its
+    histories and claims are at every poll those of a producer that reads every socket."""
+    handed: list[set[str]] = []
+    real = infer.remember
+
+    def counted(history, sockets, now_ms, *still):
+        sockets = list(sockets)
+        handed.append({socket_key(s) for s in sockets})
+        return real(history, sockets, now_ms, *still)
+
+    monkeypatch.setattr(infer, "remember", counted)
+    cadence, scratch = CadenceEvidence(lambda: None, []), CadenceEvidence(lambda: None, [])
+    beating = 4  # a heartbeat every 3 polls on fd 4; fd 5 fetches; fds 6-9 never talk
+    for poll in range(12):
+        now = 1_000_000 + poll * 1_000
+        sockets = [TcpSocket(14, 4, Endpoint("127.0.0.1", 50_004), BROKER, "ESTABLISHED",
+                             (poll % 3) * 1_000, (poll % 3) * 1_000, 100 + 60 * (poll // 3),
+                             50, 0.2),
+                   TcpSocket(15, 5, Endpoint("127.0.0.1", 50_005), OTHER, "ESTABLISHED",
+                             100, 100, 1_000 + 150 * poll, 500, 0.2)]
+        sockets += [TcpSocket(10 + fd, fd, Endpoint("127.0.0.1", 50_000 + fd), BROKER,
+                              "ESTABLISHED", 9_000 + poll * 1_000, 9_000 + poll * 1_000, 1_000,
+                              2_000, 0.3) for fd in range(6, 10)]
+        if poll >= 8:  # fd 6 sends a byte, then goes quiet again; fd 7's inode is reused
+            sockets[2] = sockets[2]._replace(bytes_sent=1_001 + (poll >= 9))
+            sockets[3] = sockets[3]._replace(remote=OTHER)
+        gathered = Gathered(now_ms=now, sockets=sockets, known={BROKER: 1, OTHER: 2},
+                            resolver=Resolver(), broker_idle_ms=600_000)
+        endpoint = {socket_key(s): [Claim("endpoint", Role.BROKER, 1, 1, 0.6)] for s in sockets}
+        claims = cadence.evidence(gathered, endpoint).claims
+        infer.remember(scratch.history, [s for s in sockets], now)  # every socket, every poll
+        handed.pop()
+        assert cadence.history == scratch.history, f"poll {poll}"
+        assert claims == scratch.infer(endpoint, {"127.0.0.1"}) or not (
+            cadence.beating and cadence.fetching), f"poll {poll}"
+        if poll in (1, 2, 3, 4, 5, 6, 7, 10, 11):
+            assert not {"sock:16", "sock:17", "sock:18", "sock:19"} & handed[-1], poll
+    assert "sock:16" in handed[8] and "sock:17" in handed[8]  # a byte moved; another peer
+    assert f"sock:1{beating}" in handed[5]  # a socket that talks is read at every poll
+    assert claims[f"sock:1{beating}"].role is Role.COORDINATOR  # the rules ran on them all
+
+
+@pytest.mark.root(reason="the kernel's TCP events need root")
+def test_a_processs_socket_pairs_are_the_last_polls_while_its_sockets_ends_are():
+    """What the kernel's events tell of a process's sockets is looked up by their (local,
+    remote) pairs: the last poll's very pairs while the sockets' ends are the same (their ages
+    and counters aside), made again once a socket is gone or another opened; the openings
+    told are the same either way."""
+    from kmon.engine.kernel_watch import open_kernel_watch
+
+    watch, notice = open_kernel_watch()
+    assert watch is not None, notice
+    try:
+        asked: list[frozenset] = []
+        real = watch.losses.openings
+        watch.losses.openings = lambda pid, pairs, *rest: asked.append(pairs) or real(
+            pid, pairs, *rest)
+        sockets = [tcp(11, 5, BROKER, 100), tcp(12, 6, OTHER, 100)]
+        first = watch.openings(4242, sockets, 1_000)
+        assert asked[0] == {(("127.0.0.1", 50_005), ("127.0.0.1", 9092)),
+                            (("127.0.0.1", 50_006), ("127.0.0.1", 9093))}
+        older = [s._replace(last_sent_ms=900, bytes_sent=7_000) for s in sockets]
+        assert watch.openings(4242, older, 2_000) == first and asked[1] is asked[0]
+        fewer = watch.openings(4242, sockets[1:], 3_000)
+        assert asked[2] == {(("127.0.0.1", 50_006), ("127.0.0.1", 9093))} and not fewer
+        watch.poll([])  # the process is gone: what was kept of it too
+        assert not watch.pairs
+    finally:
+        watch.close()

@@ -7,13 +7,14 @@ it so too), and the life of any socket a poll saw close.
 
 from __future__ import annotations
 
+import operator
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import replace
 
 from kmon.engine.closes import IDLE_REASONS, in_words, kernel_story
 from kmon.engine.connection_lives import ConnectionLives, KernelLife
-from kmon.engine.losses import LossHistory
+from kmon.engine.losses import LossHistory, Pair
 from kmon.model import CloseStory, Event, EventKind, Opening, ProcessView, WireClose
 from kmon.sources.brokers.dns import parse_endpoint
 from kmon.sources.kafka_protocol import SASL_APIS
@@ -25,6 +26,9 @@ UNAVAILABLE = ("kernel TCP events unavailable ({}; they need root, CAP_PERFMON o
                "CAP_SYS_ADMIN): connections living between two polls, failed connects and "
                "connections the broker refuses are not seen")
 MAX_ENDINGS = 4096  # recent closes remembered by 4-tuple, for the story of a poll's close
+
+
+_ENDS = operator.itemgetter(2, 3)  # a TcpSocket's (local, remote)
 
 
 def open_kernel_watch(ports: Iterable[int] = ()) -> tuple[KernelWatch | None, str | None]:
@@ -59,6 +63,8 @@ class KernelWatch:
         # was full): a process's first connect to such a port may be missing from them
         self.connects_missed = False
         self.losses = LossHistory()
+        # pid -> its sockets' ends at its last ``openings`` and their (local, remote) pairs
+        self.pairs: dict[int, tuple[tuple[tuple[Endpoint, Endpoint], ...], frozenset[Pair]]] = {}
         self.fed: tuple[list[KernelLife], list[KernelLife]] = ([], [])  # since the last poll
 
     def feed(self, pids: set[int]) -> list[KernelLife]:
@@ -76,7 +82,14 @@ class KernelWatch:
         """Of the process's ``sockets`` (read at ``now_ms``) the kernel saw open, by (local,
         remote): what the process held when each opened (None: this view cannot tell;
         kmon.engine.losses)."""
-        pairs = {((s.local.ip, s.local.port), (s.remote.ip, s.remote.port)) for s in sockets}
+        ends = tuple(map(_ENDS, sockets))
+        last = self.pairs.get(pid)
+        if last is not None and last[0] == ends:  # (the reader's same endpoints: at a glance)
+            pairs = last[1]
+        else:
+            pairs = frozenset(((local.ip, local.port), (remote.ip, remote.port))
+                              for local, remote in ends)
+            self.pairs[pid] = (ends, pairs)
         return {(Endpoint(*local), Endpoint(*remote)): opening for (local, remote), opening in
                 self.losses.openings(pid, pairs, self.lives.unfollowed, now_ms).items()}
 
@@ -93,6 +106,7 @@ class KernelWatch:
         self.feed(pids)
         (opened, closed), self.fed = self.fed, ([], [])
         self.losses.forget(pids)
+        self.pairs = {pid: held for pid, held in self.pairs.items() if pid in pids}
         for life in opened:  # where the process connects is a broker port to follow
             if life.remote is not None:
                 self.learned[life.remote[1]] = None

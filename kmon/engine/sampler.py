@@ -3,7 +3,6 @@ resolve one row per socket."""
 
 from __future__ import annotations
 
-import operator
 import os
 import shlex
 import time
@@ -34,7 +33,7 @@ from kmon.sources import bounded
 from kmon.sources.clients.librdkafka_stats import ClientStats, read_client_stats, spool_dirs
 from kmon.sources.jvm.jmx import is_jvm
 from kmon.sources.jvm.jvm_reading import JvmSource
-from kmon.sources.kernel.sockets import Endpoint, SocketReader, TcpSocket
+from kmon.sources.kernel.sockets import Endpoint, SocketReader, TcpSocket, socket_facts
 from kmon.sources.packets.host_wire import HostWire
 from kmon.sources.process_wire import ProcessWire
 from kmon.sources.processes.process_info import (
@@ -96,17 +95,6 @@ class _Made:
     found: list[Evidence]
     claims: dict[str, list[Claim]]
     brokers: dict[str, int]  # ``advertised``
-
-
-# a TcpSocket's id, fd, ends, state, byte counters and stall: all its fields but the ages
-# (last_sent_ms, last_recv_ms), rtt_ms and source
-_FACTS = operator.itemgetter(0, 1, 2, 3, 4, 7, 8, 11)
-
-
-def socket_facts(sockets: Iterable[TcpSocket]) -> tuple[tuple[object, ...], ...]:
-    """What the kernel says of each socket but its ages: its id, fd, ends, state, byte counters
-    and stall; the same from poll to poll while it carries nothing."""
-    return tuple(map(_FACTS, sockets))
 
 
 def _describe(process: Process) -> tuple[str, str, float]:

@@ -29,7 +29,7 @@ from kmon.classify import coordinator_node_id
 from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
 from kmon.model import Role
 from kmon.sources.brokers.admin import GroupInfo
-from kmon.sources.kernel.sockets import TcpSocket
+from kmon.sources.kernel.sockets import TcpSocket, facts_of
 
 HISTORY_LEN = 32  # readings kept per socket
 CLIMB_MS = 1000  # a fetch connection's long-polls keep its idle below this
@@ -60,15 +60,17 @@ class Inference:
 SocketReadings = dict[str, deque[Reading]]
 
 
-def remember(history: SocketReadings, sockets: Iterable[TcpSocket], now_ms: int) -> set[str]:
-    """Add this poll's readings to ``history`` (by socket key) and forget closed sockets;
-    the keys whose readings changed (added to, or forgotten).
+def remember(history: SocketReadings, sockets: Iterable[TcpSocket], now_ms: int,
+             still: Iterable[str] = ()) -> set[str]:
+    """Add this poll's readings to ``history`` (by socket key) and forget closed sockets (but
+    ``still``: sockets held whose readings would leave it as it is); the keys whose readings
+    changed (added to, or forgotten).
 
     A reading idle past HEARTBEAT_MAX_MS rules its socket out of both rules for as long as
     it is among the last HISTORY_LEN, and every reading before it leaves them first: it is
     kept alone, so that a socket that never talks costs one reading, whatever the history's
     length, and every verdict is the one the whole history gives."""
-    seen, changed = [], set()
+    seen, changed = list(still), set()
     for sock in sockets:
         idle_ms, sent, received = sock.idle_ms, sock.bytes_sent, sock.bytes_received
         if idle_ms is None or sent is None or received is None:
@@ -201,6 +203,10 @@ class CadenceEvidence:
         # and those that fetch (the cadence rule needs one): each changes with its readings only
         self.beating: set[str] = set()
         self.fetching: set[str] = set()
+        # inode -> (``facts_of``, key) of the sockets down to their one reading idle past
+        # HEARTBEAT_MAX_MS: while one's facts stay these and it stays idle past it, a new
+        # reading leaves its history as it is, and it is not looked at again
+        self.quiet: dict[int, tuple[tuple[object, ...], str]] = {}
 
     @property
     def settled(self) -> bool:
@@ -213,14 +219,31 @@ class CadenceEvidence:
     def evidence(self, gathered: Gathered, earlier: Mapping[str, Sequence[Claim]]) -> Evidence:
         """Coordinator claims among the sockets that only a known endpoint explains: the
         rules run only while a socket's readings show a heartbeat's cadence and another's a
-        fetch, or the cluster describes groups (else neither can name one)."""
+        fetch, or the cluster describes groups (else neither can name one). A quiet socket
+        whose facts are the last poll's is not looked at: its readings stay as they were."""
         history, known = self.history, gathered.known
         beating, fetching = self.beating, self.fetching
-        for key in remember(history, [s for s in gathered.sockets if s.remote in known],
-                            gathered.now_ms):
+        candidates = [s for s in gathered.sockets if s.remote in known]
+        quiet, kept, still, moving = self.quiet, {}, [], []
+        for sock in candidates:
+            was, idle_ms = quiet.get(sock.inode), sock.idle_ms
+            if (was is not None and idle_ms is not None and idle_ms > HEARTBEAT_MAX_MS
+                    and was[0] == facts_of(sock)):
+                kept[sock.inode] = was
+                still.append(was[1])
+            else:
+                moving.append(sock)
+        for key in remember(history, moving, gathered.now_ms, still):
             readings = history.get(key, ())
             _mark(beating, key, heartbeat_cycles(readings) >= MIN_CYCLES)
             _mark(fetching, key, is_fetching(readings))
+        for sock in moving:
+            key = socket_key(sock)
+            held = history.get(key)
+            if (sock.inode and held and len(held) == 1
+                    and held[0].idle_ms > HEARTBEAT_MAX_MS):
+                kept[sock.inode] = (facts_of(sock), key)
+        self.quiet = kept
         if not beating or not fetching and not self.groups():
             return Evidence()
         return Evidence(claims=self.infer(earlier, {s.local.ip for s in gathered.sockets}))

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-from collections.abc import Collection
+import operator
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
@@ -103,6 +104,17 @@ class TcpSocket(NamedTuple):
         if sent is None or received is None:
             return received if sent is None else sent
         return sent if sent < received else received
+
+
+# what the kernel says of a socket but its ages: a TcpSocket's id, fd, ends, state, byte
+# counters and stall (all its fields but last_sent_ms, last_recv_ms, rtt_ms and source)
+facts_of = operator.itemgetter(0, 1, 2, 3, 4, 7, 8, 11)
+
+
+def socket_facts(sockets: Iterable[TcpSocket]) -> tuple[tuple[object, ...], ...]:
+    """What the kernel says of each socket but its ages: its id, fd, ends, state, byte counters
+    and stall; the same from poll to poll while it carries nothing."""
+    return tuple(map(facts_of, sockets))
 
 
 class SocketReader(Protocol):

@@ -23,7 +23,8 @@ import platform
 import re
 import struct
 import time
-from collections.abc import Iterable
+from collections.abc import Sequence, Set
+from itertools import islice
 
 from kmon.sources.kernel.sockets import TcpSocket
 
@@ -59,23 +60,28 @@ class BrokerThreads:
         self.librdkafka = True  # until a scan finds no broker thread at all
         self.readable = bool(POLL_CALLS)  # False once the process refused a read
 
-    def nodes(self, sockets: Iterable[TcpSocket]) -> dict[int, int]:
-        """inode -> node id of each of ``sockets`` a node's broker thread polls."""
-        by_fd = {s.fd: s.inode for s in sockets if s.fd is not None and s.inode}
-        alive = set(by_fd.values())
-        self.named = {inode: node for inode, node in self.named.items() if inode in alive}
+    def nodes(self, sockets: Sequence[TcpSocket]) -> dict[int, int]:
+        """inode -> node id of each of ``sockets`` a node's broker thread polls: the same
+        mapping poll after poll while the sockets it names live and no scan names another
+        (never changed in place: a poll's claims are carried while it stays the same)."""
+        alive = {s.inode for s in sockets if s.fd is not None and s.inode}
+        if not self.named.keys() <= alive:
+            self.named = {inode: node for inode, node in self.named.items() if inode in alive}
         unnamed = alive - self.named.keys()
-        self.looks = {inode: n for inode, n in self.looks.items() if inode in unnamed}
+        if not self.looks.keys() <= unnamed:
+            self.looks = {inode: n for inode, n in self.looks.items() if inode in unnamed}
         if unnamed and self.readable and self._due(unnamed):
             self.scanned_at = time.monotonic()
-            for inode, node in self._scan(by_fd).items():
-                if inode in unnamed and len(self.named) < MAX_NAMED:
-                    self.named[inode] = node
-            for inode in unnamed - self.named.keys():
+            by_fd = {s.fd: s.inode for s in sockets if s.fd is not None and s.inode}
+            found = dict(islice(((inode, node) for inode, node in self._scan(by_fd).items()
+                                 if inode in unnamed), MAX_NAMED - len(self.named)))
+            if found:
+                self.named = {**self.named, **found}
+            for inode in unnamed - found.keys():
                 self.looks[inode] = self.looks.get(inode, 0) + 1
-        return dict(self.named)
+        return self.named
 
-    def _due(self, unnamed: set[int]) -> bool:
+    def _due(self, unnamed: Set[int]) -> bool:
         """Whether to look again: in a librdkafka process, a socket looked for at fewer than
         ``LOOKS`` scans or the last look ``RESCAN_S`` old; in another, ``OTHER_RESCAN_S``
         after the last (it may load librdkafka later; its threads are not listed at each
