@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 
 import pytest
 from helpers import Child, produce, unique, wait_for
@@ -131,4 +132,70 @@ def test_a_go_program_whose_writes_name_their_socket_has_no_send_recorded(kafka,
     finally:
         if tap is not None:
             tap.close()
+        client.stop()
+
+
+# python -c WAITING_PRODUCER BOOTSTRAP CAFILE TOPIC: confluent-kafka over SSL, told to start
+# by a line on stdin, then a message every 10 ms; ACKED once one is delivered
+WAITING_PRODUCER = """
+import sys
+import time
+from confluent_kafka import Producer
+producer = Producer({"bootstrap.servers": sys.argv[1], "security.protocol": "SSL",
+                     "ssl.ca.location": sys.argv[2], "linger.ms": 5})
+print("WAITING", flush=True)
+sys.stdin.readline()
+told = [False]
+def delivered(err, msg):
+    if err is None and not told[0]:
+        told[0] = True
+        print("ACKED", flush=True)
+while True:
+    producer.produce(sys.argv[3], b"x" * 1000, on_delivery=delivered)
+    producer.poll(0.01)
+"""
+
+
+def test_a_client_at_work_dropping_a_socket_unread_closes_the_probes(kafka):
+    """librdkafka drops its bootstrap connection once it knows the cluster, the client's
+    close, before the TLS source (opened at the poll after the wire saw TLS) read a request
+    of it: as a failed login's would be, but the client is at work on its other sockets
+    (each carried a request past a login). Once every socket it holds is decided, the source
+    closes at the next poll, where it used to stay open PROBE_S more with every thread of the
+    process read (a failed login's new sockets are read from their first write)."""
+    from kmon.sources.kernel.socket_readers import open_socket_reader
+    from kmon.sources.process_wire import DECIDING_APIS, ProcessWire
+
+    topic = unique("kmon-tls-unread")
+    produce(kafka.bootstrap(), topic)
+    client = Child([sys.executable, "-c", WAITING_PRODUCER, kafka.bootstrap("SSL"),
+                    str(kafka.ca_file), topic])
+    reader, wire = open_socket_reader(), ProcessWire(tls_pid=client.pid)
+    unread: list = []  # the client's closes of TLS sockets no request of which was read
+
+    def poll():
+        sockets = reader.sockets_of(client.pid)
+        view = wire.read(sockets, int(time.time() * 1000)).view
+        unread.extend(c for c in view.closes.values()
+                      if c.tls and c.first_by == "client" and c.last_api is None)
+        return sockets, view
+
+    def all_decided() -> bool:
+        time.sleep(1)  # kmon's default interval: the source opens a poll after TLS is seen
+        sockets, view = poll()
+        flows = [view.flows.get((s.local, s.remote)) for s in sockets]
+        return bool(unread and flows) and all(
+            f is not None and f.api_counts.keys() & DECIDING_APIS for f in flows)
+
+    try:
+        client.wait_line("WAITING", timeout=60)
+        poll()  # the tap watches before the client connects
+        client.send("")
+        client.wait_line("ACKED", timeout=60)
+        wait_for(all_decided, "the bootstrap dropped unread, every socket left decided", 25,
+                 every=0)
+        poll()
+        assert wire.tls is None, (unread, wire.tls_problem)
+    finally:
+        wire.close()
         client.stop()
