@@ -101,6 +101,35 @@ def test_a_thread_writing_decided_sockets_is_read_no_more_until_a_socket_has_no_
         client.stop()
 
 
+def test_while_a_login_may_have_failed_only_threads_of_decided_sockets_go_unread(kafka):
+    """While a login may have failed (``decided`` given), a thread whose writes all went to
+    sockets open and decided is read no more, where every thread used to be read: a busy
+    connection's writes cost the client nothing. A thread that wrote to a socket no longer
+    among the decided ones (closed: its next login may be on a new socket) is read again,
+    its next write with it."""
+    client = Child([sys.executable, "-c", CONNECTIONS, kafka.bootstrap("SSL"),
+                    str(kafka.ca_file)])
+    tap = None
+    try:
+        client.wait_line("READY", timeout=60)
+        first = open_socket(client)
+        tap = TlsTap(client.pid)
+        write(client, 0)
+        assert [w.inode for w in wait_for(tap.read, "the first write", 10)] == [first]
+
+        tap.follow(set(), decided={first})  # a login failed elsewhere; this one is at work
+        write(client, 0)
+        assert tap.read() == []
+
+        tap.follow(set(), decided=set())  # its socket no longer decided and open: read again
+        write(client, 0)
+        assert [w.inode for w in wait_for(tap.read, "the write once read again", 10)] == [first]
+    finally:
+        if tap is not None:
+            tap.close()
+        client.stop()
+
+
 def recorded(fd: int) -> int:
     """The records a perf event (and its inherited copies) took."""
     return int.from_bytes(os.read(fd, 8), "little")

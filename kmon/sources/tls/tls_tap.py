@@ -191,30 +191,39 @@ class TlsTap:
         self.held = {fd: inode for fd, inode in held.items() if inode is not None}
         return writes
 
-    def follow(self, undecided: AbstractSet[int] | None, heard: AbstractSet[int] = frozenset(),
-               spoke: AbstractSet[int] = frozenset()) -> None:
-        """Read only the threads that write to the ``undecided`` sockets (their inodes; None:
-        every thread read). Every thread whose writes since it was last resumed all went to
-        other sockets (decided: a connection's role is the same all its life) is disabled
-        while each undecided socket has a thread read that wrote to it, or was ``heard``
-        (the wire saw it send before) and has not ``spoke`` since the last poll. Else every
-        thread is read: a socket never heard (a new connection, one silent since kmon
-        attached) has its first request read, whichever thread writes it; one heard that
-        sends again, written by a disabled thread, has its next ones read. A write of a
-        disabled thread whose send was not read yet is lost. Never in a Go program, whose
-        goroutines move between threads."""
+    def follow(self, undecided: AbstractSet[int], heard: AbstractSet[int] = frozenset(),
+               spoke: AbstractSet[int] = frozenset(),
+               decided: AbstractSet[int] | None = None) -> None:
+        """Read only the threads that write to the ``undecided`` sockets (their inodes). Every
+        thread whose writes since it was last resumed all went to other sockets (decided: a
+        connection's role is the same all its life) is disabled while each undecided socket
+        has a thread read that wrote to it, or was ``heard`` (the wire saw it send before)
+        and has not ``spoke`` since the last poll. Else every thread is read: a socket never
+        heard (a new connection, one silent since kmon attached) has its first request read,
+        whichever thread writes it; one heard that sends again, written by a disabled
+        thread, has its next ones read. A write of a disabled thread whose send was not read
+        yet is lost. Never in a Go program, whose goroutines move between threads.
+
+        ``decided``, while a login may have failed: the sockets open now whose role is known.
+        Only a thread whose writes all went to those is disabled, and every other is read,
+        a disabled one too (one that wrote to a socket closed since may log in again on a
+        new one, as may one that wrote nothing read yet): a new socket has its first request
+        read where a thread read writes it, and a busy connection's thread is read no more."""
         if self.go:
             return
         threads = self.threads.values()
-        unread = (None if undecided is None else
-                  undecided - set().union(*(t.wrote for t in threads if not t.quiet)))
-        if undecided is None or unread is None or unread - heard or unread & spoke:
+        unread = undecided - set().union(*(t.wrote for t in threads if not t.quiet))
+        if (decided is None and unread - heard) or unread & spoke:
             for thread in threads:
                 if thread.quiet:
                     self._switch(thread, on=True)
             return
         for thread in threads:
-            if not thread.quiet and thread.wrote and thread.wrote.isdisjoint(undecided):
+            if decided is not None:
+                done = bool(thread.wrote) and thread.wrote <= decided
+                if done != thread.quiet:
+                    self._switch(thread, on=not done)
+            elif not thread.quiet and thread.wrote and thread.wrote.isdisjoint(undecided):
                 self._switch(thread, on=False)
 
     def _switch(self, thread: _Thread, on: bool) -> None:
