@@ -101,11 +101,11 @@ def test_a_thread_writing_decided_sockets_is_read_no_more_until_a_socket_has_no_
         client.stop()
 
 
-def test_while_a_login_may_have_failed_only_threads_of_decided_sockets_go_unread(kafka):
-    """While a login may have failed (``decided`` given), a thread whose writes all went to
-    sockets open and decided is read no more, where every thread used to be read: a busy
-    connection's writes cost the client nothing. A thread that wrote to a socket no longer
-    among the decided ones (closed: its next login may be on a new socket) is read again,
+def test_while_a_login_may_have_failed_only_threads_of_settled_sockets_go_unread(kafka):
+    """While a login may have failed (``lingering``), a thread whose writes all went to
+    settled sockets (open, their roles known) is read no more, where every thread used to be
+    read: a busy connection's writes cost the client nothing. A thread that wrote to a
+    socket no longer among them (closed: its next login may be on a new one) is read again,
     its next write with it."""
     client = Child([sys.executable, "-c", CONNECTIONS, kafka.bootstrap("SSL"),
                     str(kafka.ca_file)])
@@ -117,11 +117,11 @@ def test_while_a_login_may_have_failed_only_threads_of_decided_sockets_go_unread
         write(client, 0)
         assert [w.inode for w in wait_for(tap.read, "the first write", 10)] == [first]
 
-        tap.follow(set(), decided={first})  # a login failed elsewhere; this one is at work
+        tap.follow(set(), settled={first}, lingering=True)  # a login failed elsewhere
         write(client, 0)
-        assert tap.read() == []
+        assert tap.read() == [] and next(iter(tap.threads.values())).quiet
 
-        tap.follow(set(), decided=set())  # its socket no longer decided and open: read again
+        tap.follow(set(), lingering=True)  # its socket no longer open and decided: read again
         write(client, 0)
         assert [w.inode for w in wait_for(tap.read, "the write once read again", 10)] == [first]
     finally:
@@ -133,6 +133,48 @@ def test_while_a_login_may_have_failed_only_threads_of_decided_sockets_go_unread
 def recorded(fd: int) -> int:
     """The records a perf event (and its inherited copies) took."""
     return int.from_bytes(os.read(fd, 8), "little")
+
+
+def socket_inodes(pid: int) -> set[int]:
+    return {int(t.split("[")[1].rstrip("]")) for t in
+            (os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd"))
+            if t.startswith("socket:")}
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="go is not installed")
+def test_a_go_programs_writes_to_settled_sockets_are_not_handed_on(kafka, go_consumer):
+    """A Go program's threads are all read (its goroutines move between them), but its
+    writes to sockets whose role is known are not handed on: the probes go on recording
+    franz-go's requests while ``read`` hands over none; a socket undecided again has its
+    next writes handed on."""
+    topic = unique("kmon-tls-settled")
+    produce(kafka.bootstrap(), topic)
+    client = Child([go_consumer, "franz-go", kafka.bootstrap("SSL"), f"g-{topic}", topic,
+                    str(kafka.ca_file)])
+    tap = None
+    try:
+        client.wait_line("READY", timeout=60)
+        tap = TlsTap(client.pid)
+        writes: list = []
+        wait_for(lambda: writes.extend(tap.read()) or len(writes) >= 5, "franz-go's writes", 30)
+        probes = [fd for thread in tap.threads.values()
+                  for fd, (kind, _) in zip(thread.fds[1:], tap.events.values(), strict=True)
+                  if kind == "ssl"]
+        tap.follow(set(), settled=socket_inodes(client.pid))  # every socket decided
+        before = sum(recorded(fd) for fd in probes)
+        handed: list = []
+        wait_for(lambda: handed.extend(tap.read()) or sum(recorded(fd) for fd in probes)
+                 >= before + 5, "franz-go writing on", 30)
+        handed += tap.read()
+        assert handed == []
+
+        busy = writes[-1].inode
+        tap.follow({busy}, settled=socket_inodes(client.pid) - {busy})  # undecided again
+        assert {w.inode for w in wait_for(tap.read, "its next writes", 30)} == {busy}
+    finally:
+        if tap is not None:
+            tap.close()
+        client.stop()
 
 
 @pytest.mark.skipif(shutil.which("go") is None, reason="go is not installed")
@@ -150,10 +192,7 @@ def test_a_go_program_whose_writes_name_their_socket_has_no_send_recorded(kafka,
         tap = TlsTap(client.pid)
         writes: list = []
         wait_for(lambda: writes.extend(tap.read()) or len(writes) >= 5, "franz-go's writes", 30)
-        sockets = {int(t.split("[")[1].rstrip("]")) for t in
-                   (os.readlink(f"/proc/{client.pid}/fd/{fd}")
-                    for fd in os.listdir(f"/proc/{client.pid}/fd")) if t.startswith("socket:")}
-        assert {w.inode for w in writes} <= sockets
+        assert {w.inode for w in writes} <= socket_inodes(client.pid)
         sends = [fd for thread in tap.threads.values()  # each thread's events, in order
                  for fd, (kind, _) in zip(thread.fds[1:], tap.events.values(), strict=True)
                  if kind == "send"]

@@ -172,15 +172,14 @@ class ProcessWire:
             self.tls.close()
             self.tls = None
         else:
-            self._follow(flows, sockets, wanted, decided if lingering else None)
+            self._follow(flows, sockets, wanted, lingering)
 
     def _follow(self, flows: dict, sockets: list[TcpSocket],
-                wanted: set[tuple[Endpoint, Endpoint]],
-                decided: set[tuple[Endpoint, Endpoint]] | None) -> None:
+                wanted: set[tuple[Endpoint, Endpoint]], lingering: bool) -> None:
         """The TLS source reads the threads that write to the wanted sockets (while a login may
-        have failed, ``decided`` given: every thread but those whose writes all went to
-        decided sockets), told which of those the wire heard send, and which sent since the
-        last poll."""
+        have failed, every thread but those whose writes all went to sockets not wanted) and
+        hands on their writes only, told which of those the wire heard send, and which sent
+        since the last poll."""
         inodes = {(s.local, s.remote): s.inode for s in sockets}
         counts = {pair: flows[pair].requests for pair in wanted if pair in flows}
         heard = {inodes[pair] for pair, count in counts.items() if count}
@@ -190,8 +189,9 @@ class ProcessWire:
         if self.tls is None:
             return
         try:
-            self.tls.follow({inodes[pair] for pair in wanted}, heard, spoke, None if decided is None
-                            else {inodes[pair] for pair in decided if pair in inodes})
+            self.tls.follow({inodes[pair] for pair in wanted}, heard, spoke,
+                            {inode for pair, inode in inodes.items() if pair not in wanted},
+                            lingering)
         except KernelEventsUnavailable as err:  # an ioctl refused, as a read may be
             self._tls_failed(err)
 
