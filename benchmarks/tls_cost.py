@@ -17,14 +17,16 @@ the phase measured nothing of them). Needs root and a JDK (and node, go for thei
 
 This is the probes' worst case: they are on from the first connection's first TLS record
 (kmon is watching before it) while one of the producer's sockets has carried no request that
-decides its role (its bootstrap connection: 30 s at most, past the phase's end), a trap per
-SSL_write and a tracepoint per write syscall. What kmon reads meanwhile (``TlsTap.follow``):
-franz-go's ``Conn.Write`` names its own socket, so its write syscalls are never recorded
-(~140 records a second left of ~640); librdkafka (2.16) closes its bootstrap connection
-before the source has read a request of it, which the wire cannot tell from a failed login,
-so the source stays on 30 s with every thread read (a failing login is read from its first
-write): its broker thread's ~2,300 records a second are all still read, and a ring a thread
-fills between two polls drops (the drops figure). Each round's phases are printed with the
+decides its role (franz-go keeps one such socket open: 30 s at most, past the phase's end), a
+trap per SSL_write and a tracepoint per write syscall. What kmon reads meanwhile
+(``TlsTap.follow``): franz-go's ``Conn.Write`` names its own socket, so its write syscalls
+are never recorded (~140 records a second left of ~640), and those to its sockets whose
+role is known are not handed on (no header read, no flow updated); librdkafka (2.16)
+closes its bootstrap connection before the source has read a request of it, which is not
+taken for a failed login once another of its sockets carries a request past a login, so
+the source closes once the producer's sockets are decided (it stayed on 30 s with every
+thread read: ~2,300 records a second of its broker thread, and drops where a thread's ring
+filled between two polls: the drops figure). Each round's phases are printed with the
 host's load average: on a shared host the ratio of two fractions of a percent of a core
 moves with it. A producer attached once at its steady state
 may never be probed: its one busy socket's segments rarely start with a TLS record (loopback

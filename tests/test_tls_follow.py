@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 
 import pytest
 from helpers import Child, produce, unique, wait_for
@@ -100,9 +101,80 @@ def test_a_thread_writing_decided_sockets_is_read_no_more_until_a_socket_has_no_
         client.stop()
 
 
+def test_while_a_login_may_have_failed_only_threads_of_settled_sockets_go_unread(kafka):
+    """While a login may have failed (``lingering``), a thread whose writes all went to
+    settled sockets (open, their roles known) is read no more, where every thread used to be
+    read: a busy connection's writes cost the client nothing. A thread that wrote to a
+    socket no longer among them (closed: its next login may be on a new one) is read again,
+    its next write with it."""
+    client = Child([sys.executable, "-c", CONNECTIONS, kafka.bootstrap("SSL"),
+                    str(kafka.ca_file)])
+    tap = None
+    try:
+        client.wait_line("READY", timeout=60)
+        first = open_socket(client)
+        tap = TlsTap(client.pid)
+        write(client, 0)
+        assert [w.inode for w in wait_for(tap.read, "the first write", 10)] == [first]
+
+        tap.follow(set(), settled={first}, lingering=True)  # a login failed elsewhere
+        write(client, 0)
+        assert tap.read() == [] and next(iter(tap.threads.values())).quiet
+
+        tap.follow(set(), lingering=True)  # its socket no longer open and decided: read again
+        write(client, 0)
+        assert [w.inode for w in wait_for(tap.read, "the write once read again", 10)] == [first]
+    finally:
+        if tap is not None:
+            tap.close()
+        client.stop()
+
+
 def recorded(fd: int) -> int:
     """The records a perf event (and its inherited copies) took."""
     return int.from_bytes(os.read(fd, 8), "little")
+
+
+def socket_inodes(pid: int) -> set[int]:
+    return {int(t.split("[")[1].rstrip("]")) for t in
+            (os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd"))
+            if t.startswith("socket:")}
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="go is not installed")
+def test_a_go_programs_writes_to_settled_sockets_are_not_handed_on(kafka, go_consumer):
+    """A Go program's threads are all read (its goroutines move between them), but its
+    writes to sockets whose role is known are not handed on: the probes go on recording
+    franz-go's requests while ``read`` hands over none; a socket undecided again has its
+    next writes handed on."""
+    topic = unique("kmon-tls-settled")
+    produce(kafka.bootstrap(), topic)
+    client = Child([go_consumer, "franz-go", kafka.bootstrap("SSL"), f"g-{topic}", topic,
+                    str(kafka.ca_file)])
+    tap = None
+    try:
+        client.wait_line("READY", timeout=60)
+        tap = TlsTap(client.pid)
+        writes: list = []
+        wait_for(lambda: writes.extend(tap.read()) or len(writes) >= 5, "franz-go's writes", 30)
+        probes = [fd for thread in tap.threads.values()
+                  for fd, (kind, _) in zip(thread.fds[1:], tap.events.values(), strict=True)
+                  if kind == "ssl"]
+        tap.follow(set(), settled=socket_inodes(client.pid))  # every socket decided
+        before = sum(recorded(fd) for fd in probes)
+        handed: list = []
+        wait_for(lambda: handed.extend(tap.read()) or sum(recorded(fd) for fd in probes)
+                 >= before + 5, "franz-go writing on", 30)
+        handed += tap.read()
+        assert handed == []
+
+        busy = writes[-1].inode
+        tap.follow({busy}, settled=socket_inodes(client.pid) - {busy})  # undecided again
+        assert {w.inode for w in wait_for(tap.read, "its next writes", 30)} == {busy}
+    finally:
+        if tap is not None:
+            tap.close()
+        client.stop()
 
 
 @pytest.mark.skipif(shutil.which("go") is None, reason="go is not installed")
@@ -120,10 +192,7 @@ def test_a_go_program_whose_writes_name_their_socket_has_no_send_recorded(kafka,
         tap = TlsTap(client.pid)
         writes: list = []
         wait_for(lambda: writes.extend(tap.read()) or len(writes) >= 5, "franz-go's writes", 30)
-        sockets = {int(t.split("[")[1].rstrip("]")) for t in
-                   (os.readlink(f"/proc/{client.pid}/fd/{fd}")
-                    for fd in os.listdir(f"/proc/{client.pid}/fd")) if t.startswith("socket:")}
-        assert {w.inode for w in writes} <= sockets
+        assert {w.inode for w in writes} <= socket_inodes(client.pid)
         sends = [fd for thread in tap.threads.values()  # each thread's events, in order
                  for fd, (kind, _) in zip(thread.fds[1:], tap.events.values(), strict=True)
                  if kind == "send"]
@@ -131,4 +200,70 @@ def test_a_go_program_whose_writes_name_their_socket_has_no_send_recorded(kafka,
     finally:
         if tap is not None:
             tap.close()
+        client.stop()
+
+
+# python -c WAITING_PRODUCER BOOTSTRAP CAFILE TOPIC: confluent-kafka over SSL, told to start
+# by a line on stdin, then a message every 10 ms; ACKED once one is delivered
+WAITING_PRODUCER = """
+import sys
+import time
+from confluent_kafka import Producer
+producer = Producer({"bootstrap.servers": sys.argv[1], "security.protocol": "SSL",
+                     "ssl.ca.location": sys.argv[2], "linger.ms": 5})
+print("WAITING", flush=True)
+sys.stdin.readline()
+told = [False]
+def delivered(err, msg):
+    if err is None and not told[0]:
+        told[0] = True
+        print("ACKED", flush=True)
+while True:
+    producer.produce(sys.argv[3], b"x" * 1000, on_delivery=delivered)
+    producer.poll(0.01)
+"""
+
+
+def test_a_client_at_work_dropping_a_socket_unread_closes_the_probes(kafka):
+    """librdkafka drops its bootstrap connection once it knows the cluster, the client's
+    close, before the TLS source (opened at the poll after the wire saw TLS) read a request
+    of it: as a failed login's would be, but the client is at work on its other sockets
+    (each carried a request past a login). Once every socket it holds is decided, the source
+    closes at the next poll, where it used to stay open PROBE_S more with every thread of the
+    process read (a failed login's new sockets are read from their first write)."""
+    from kmon.sources.kernel.socket_readers import open_socket_reader
+    from kmon.sources.process_wire import DECIDING_APIS, ProcessWire
+
+    topic = unique("kmon-tls-unread")
+    produce(kafka.bootstrap(), topic)
+    client = Child([sys.executable, "-c", WAITING_PRODUCER, kafka.bootstrap("SSL"),
+                    str(kafka.ca_file), topic])
+    reader, wire = open_socket_reader(), ProcessWire(tls_pid=client.pid)
+    unread: list = []  # the client's closes of TLS sockets no request of which was read
+
+    def poll():
+        sockets = reader.sockets_of(client.pid)
+        view = wire.read(sockets, int(time.time() * 1000)).view
+        unread.extend(c for c in view.closes.values()
+                      if c.tls and c.first_by == "client" and c.last_api is None)
+        return sockets, view
+
+    def all_decided() -> bool:
+        time.sleep(1)  # kmon's default interval: the source opens a poll after TLS is seen
+        sockets, view = poll()
+        flows = [view.flows.get((s.local, s.remote)) for s in sockets]
+        return bool(unread and flows) and all(
+            f is not None and f.api_counts.keys() & DECIDING_APIS for f in flows)
+
+    try:
+        client.wait_line("WAITING", timeout=60)
+        poll()  # the tap watches before the client connects
+        client.send("")
+        client.wait_line("ACKED", timeout=60)
+        wait_for(all_decided, "the bootstrap dropped unread, every socket left decided", 25,
+                 every=0)
+        poll()
+        assert wire.tls is None, (unread, wire.tls_problem)
+    finally:
+        wire.close()
         client.stop()

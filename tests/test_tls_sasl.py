@@ -196,3 +196,57 @@ def test_the_password_is_in_no_output_nor_recording_of_kmon(kafka, topic, tmp_pa
     assert files and not [f for f in files if secret.encode() in f.read_bytes()]
     rows = [row for table in SCHEMAS if (out / table).exists() for row in read(out, table)]
     assert rows and secret not in repr(rows)
+
+
+# python -c MIXED BOOTSTRAP CONFIG GROUP TOPIC: one process, two clients on the SASL_SSL
+# listener: a producer that logs in and sends a message every 10 ms (ACKED once one is
+# delivered), and a consumer whose logins fail (a wrong password), each on threads of its own
+MIXED = """
+import sys
+from confluent_kafka import Consumer, Producer
+config = dict(line.split("=", 1) for line in open(sys.argv[2]).read().splitlines())
+producer = Producer({**config, "bootstrap.servers": sys.argv[1], "linger.ms": 5})
+failing = Consumer({**config, "bootstrap.servers": sys.argv[1], "group.id": sys.argv[3],
+                    "sasl.password": "not-the-password"})
+failing.subscribe([sys.argv[4]])
+told = [False]
+def delivered(err, msg):
+    if err is None and not told[0]:
+        told[0] = True
+        print("ACKED", flush=True)
+while True:
+    producer.produce(sys.argv[4], b"x" * 1000, on_delivery=delivered)
+    producer.poll(0.01)
+    failing.poll(0)
+"""
+
+
+def test_a_failing_login_beside_a_busy_client_leaves_the_busy_thread_unread(kafka, topic):
+    """A process whose one client logs in and works while the other's logins fail: each
+    failed login's socket is read from its first write (its SASL requests read before it
+    closes), while the working client's busy thread, whose writes all went to a decided
+    socket, is read no more, where every thread of the process used to be read as long as
+    logins failed."""
+    from kmon.sources.kernel.socket_readers import open_socket_reader
+    from kmon.sources.process_wire import ProcessWire
+
+    client = Child([sys.executable, "-c", MIXED, kafka.bootstrap("SASL_SSL"),
+                    str(kafka.client_config("SASL_SSL")), f"g-{topic}", topic])
+    reader, wire = open_socket_reader(), ProcessWire(tls_pid=client.pid)
+    logins_read_unread_busy = []  # failed logins read while a thread of the process was unread
+
+    def polled() -> bool:
+        quiet = wire.tls is not None and any(t.quiet for t in wire.tls.threads.values())
+        time.sleep(0.5)  # a thread unread all along: since the last poll
+        view = wire.read(reader.sockets_of(client.pid), int(time.time() * 1000)).view
+        quiet &= wire.tls is not None and any(t.quiet for t in wire.tls.threads.values())
+        logins_read_unread_busy.extend(
+            c for c in view.closes.values() if quiet and c.last_api in kp.SASL_APIS)
+        return len(logins_read_unread_busy) >= 2
+
+    try:
+        client.wait_line("ACKED", timeout=60)
+        wait_for(polled, "two failed logins read, the busy thread unread meanwhile", 60, every=0)
+    finally:
+        wire.close()
+        client.stop()

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kmon.model import WireClose
 from kmon.sources import kafka_protocol as kp
 from kmon.sources.brokers.broker_query import BrokerQuery
 from kmon.sources.kernel.kernel_events import KernelEventsUnavailable
@@ -26,7 +27,6 @@ from kmon.sources.tls.tls_tap import TlsTap, TlsUnavailable, TlsWrite
 
 PROBE_S = 30.0  # the TLS source runs this long at most for sockets it cannot decide
 DECIDING_APIS = kp.BROKER_APIS | kp.GROUP_APIS | kp.TXN_APIS  # a TLS socket's role is known
-LOGIN = {*kp.SASL_APIS, None}  # the last request of a socket closed in a failed login
 MAX_ASKED = 16  # peers kmon asks for the cluster's brokers, at most, per process
 NO_CAPTURE = ("roles from the wire need CAP_NET_RAW (run kmon as root); they come from the "
               "other evidence")
@@ -54,6 +54,8 @@ class ProcessWire:
         self.probing: dict[tuple[Endpoint, Endpoint], float] = {}
         self.given_up: set[tuple[Endpoint, Endpoint]] = set()  # TLS sockets probed PROBE_S
         self.linger_until = 0.0  # the source stays open until then (a login may have failed)
+        # and until then while no socket is past its login (the client closed one unread)
+        self.unread_until = 0.0
         # the wanted sockets' request segments at the last poll: which sent since
         self.requests: dict[tuple[Endpoint, Endpoint], int] = {}
         self.shared: SharedCapture | None = None
@@ -138,19 +140,25 @@ class ProcessWire:
         sockets has carried no request that decides its role (a broker's, a coordinator's;
         one silent since kmon attached may be TLS too: its first record would be missed),
         for PROBE_S at most for each; a socket it gave up on keeps it open no more. A TLS
-        socket that closed after a SASL request (or none read) keeps it open PROBE_S more:
-        a client whose logins fail opens a new socket every few hundred ms, each to be read
-        from its first write (a source opened at a poll reads from then on). Every probe's
-        cost is the client's."""
+        socket whose close may end a failed login keeps it open PROBE_S more
+        (``_login_may_have_failed``): a client whose logins fail opens a new socket every few
+        hundred ms, each to be read from its first write (a source opened at a poll reads
+        from then on). One the client closed with no request read keeps it open only while
+        no socket of the process is past its login: a client at work on another socket that
+        drops one (librdkafka its bootstrap connection, once it knows the cluster) is not
+        failing its logins. Every probe's cost is the client's."""
         flows = view.flows
         pairs = {(s.local, s.remote) for s in sockets}
-        undecided = set()
-        if any(f.tls for f in flows.values()):
-            undecided = pairs - {key for key, f in flows.items()
-                                 if f.api_counts.keys() & DECIDING_APIS}
+        decided = {key for key, f in flows.items() if f.api_counts.keys() & DECIDING_APIS}
+        undecided = pairs - decided if any(f.tls for f in flows.values()) else set()
         now = time.monotonic()
-        if any(close.tls and close.last_api in LOGIN for close in view.closes.values()):
-            self.linger_until = now + PROBE_S
+        for close in view.closes.values():
+            doubt = _login_may_have_failed(close)
+            if doubt == "failed":
+                self.linger_until = now + PROBE_S
+            elif doubt == "unread":
+                self.unread_until = now + PROBE_S
+        lingering = now < self.linger_until or (now < self.unread_until and not decided)
         self.given_up &= pairs
         self.probing = {pair: self.probing.get(pair, now) for pair in undecided - self.given_up}
         self.given_up |= {pair for pair, since in self.probing.items() if now - since > PROBE_S}
@@ -158,18 +166,19 @@ class ProcessWire:
         if self.tls is None:
             if wanted:
                 self._open_tls()  # read from the next poll
-        elif not wanted and now >= self.linger_until:
+        elif not wanted and not lingering:
             self.tls_lost += self.tls.lost
             self.tls.close()
             self.tls = None
         else:
-            self._follow(flows, sockets, wanted, lingering=now < self.linger_until)
+            self._follow(flows, sockets, wanted, lingering)
 
     def _follow(self, flows: dict, sockets: list[TcpSocket],
                 wanted: set[tuple[Endpoint, Endpoint]], lingering: bool) -> None:
-        """The TLS source reads the threads that write to the wanted sockets (every thread
-        while a login may have failed), told which of those the wire heard send, and which
-        sent since the last poll."""
+        """The TLS source reads the threads that write to the wanted sockets (while a login may
+        have failed, every thread but those whose writes all went to sockets not wanted) and
+        hands on their writes only, told which of those the wire heard send, and which sent
+        since the last poll."""
         inodes = {(s.local, s.remote): s.inode for s in sockets}
         counts = {pair: flows[pair].requests for pair in wanted if pair in flows}
         heard = {inodes[pair] for pair, count in counts.items() if count}
@@ -179,8 +188,9 @@ class ProcessWire:
         if self.tls is None:
             return
         try:
-            self.tls.follow(None if lingering else {inodes[pair] for pair in wanted}, heard,
-                            spoke)
+            self.tls.follow({inodes[pair] for pair in wanted}, heard, spoke,
+                            {inode for pair, inode in inodes.items() if pair not in wanted},
+                            lingering)
         except KernelEventsUnavailable as err:  # an ioctl refused, as a read may be
             self._tls_failed(err)
 
@@ -228,3 +238,17 @@ class ProcessWire:
             return None
         self.query = None
         return query.answer
+
+
+def _login_may_have_failed(close: WireClose) -> str | None:
+    """Whether a TLS socket's close may end a failed login: "failed" where the broker answered
+    a SASL request with an error, the last request read was a SASL one, or none was read and
+    the broker closed first; "unread" where the client closed it with no request read (its
+    login, or a connection it no longer needs); else None."""
+    if not close.tls:
+        return None
+    if close.auth_failed or close.last_api in kp.SASL_APIS:
+        return "failed"
+    if close.last_api is None:
+        return "unread" if close.first_by == "client" else "failed"
+    return None

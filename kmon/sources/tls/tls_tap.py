@@ -138,6 +138,7 @@ class TlsTap:
         self.go: set[int] = set()  # the Go probes' event ids
         self.sends_on = False  # the sends are read (a probe's write may not name its socket)
         self.held: dict[int, int] = {}  # fd -> the socket's inode, as of the last read
+        self.settled: set[int] = set()  # sockets whose writes are not handed on (``follow``)
         self.lost = 0  # records the kernel dropped (a thread's ring was full)
         self.scanned = 0.0
         try:
@@ -186,35 +187,48 @@ class TlsTap:
             else:
                 inode = None
             if inode is not None:
-                writes.append(TlsWrite(inode, ts_ms, data))
                 self.threads[owner].wrote.add(inode)
+                if inode not in self.settled:
+                    writes.append(TlsWrite(inode, ts_ms, _header_only(data)))
         self.held = {fd: inode for fd, inode in held.items() if inode is not None}
         return writes
 
-    def follow(self, undecided: AbstractSet[int] | None, heard: AbstractSet[int] = frozenset(),
-               spoke: AbstractSet[int] = frozenset()) -> None:
-        """Read only the threads that write to the ``undecided`` sockets (their inodes; None:
-        every thread read). Every thread whose writes since it was last resumed all went to
-        other sockets (decided: a connection's role is the same all its life) is disabled
-        while each undecided socket has a thread read that wrote to it, or was ``heard``
-        (the wire saw it send before) and has not ``spoke`` since the last poll. Else every
-        thread is read: a socket never heard (a new connection, one silent since kmon
-        attached) has its first request read, whichever thread writes it; one heard that
-        sends again, written by a disabled thread, has its next ones read. A write of a
-        disabled thread whose send was not read yet is lost. Never in a Go program, whose
-        goroutines move between threads."""
+    def follow(self, undecided: AbstractSet[int], heard: AbstractSet[int] = frozenset(),
+               spoke: AbstractSet[int] = frozenset(), settled: AbstractSet[int] = frozenset(),
+               lingering: bool = False) -> None:
+        """Read only the threads that write to the ``undecided`` sockets (their inodes). Every
+        thread whose writes since it was last resumed all went to other sockets (decided: a
+        connection's role is the same all its life) is disabled while each undecided socket
+        has a thread read that wrote to it, or was ``heard`` (the wire saw it send before)
+        and has not ``spoke`` since the last poll. Else every thread is read: a socket never
+        heard (a new connection, one silent since kmon attached) has its first request read,
+        whichever thread writes it; one heard that sends again, written by a disabled
+        thread, has its next ones read. A write of a disabled thread whose send was not read
+        yet is lost. Never in a Go program, whose goroutines move between threads. The
+        writes read to the ``settled`` sockets (roles known, or given up on) are not handed
+        on: a busy connection's writes cost no header read and no flow's update.
+
+        ``lingering`` (a login may have failed): only a thread whose writes all went to
+        settled sockets is disabled, and every other is read, a disabled one too (one that
+        wrote to a socket closed since may log in again on a new one, as may one that wrote
+        nothing read yet): a new socket has its first request read where a thread read
+        writes it, and a busy connection's thread is read no more."""
+        self.settled = set(settled)
         if self.go:
             return
         threads = self.threads.values()
-        unread = (None if undecided is None else
-                  undecided - set().union(*(t.wrote for t in threads if not t.quiet)))
-        if undecided is None or unread is None or unread - heard or unread & spoke:
+        unread = undecided - set().union(*(t.wrote for t in threads if not t.quiet))
+        if (not lingering and unread - heard) or unread & spoke:
             for thread in threads:
                 if thread.quiet:
                     self._switch(thread, on=True)
             return
         for thread in threads:
-            if not thread.quiet and thread.wrote and thread.wrote.isdisjoint(undecided):
+            if lingering:
+                done = bool(thread.wrote) and thread.wrote <= self.settled
+                if done != thread.quiet:
+                    self._switch(thread, on=not done)
+            elif not thread.quiet and thread.wrote and thread.wrote.isdisjoint(undecided):
                 self._switch(thread, on=False)
 
     def _switch(self, thread: _Thread, on: bool) -> None:
@@ -363,13 +377,12 @@ class TlsTap:
                 if buf is None or length is None or len(raw) < buf.offset + buf.size:
                     return False
                 size = struct.unpack_from("<i", raw, length.offset)[0]
-                data = _header_only(raw[buf.offset:buf.offset + min(
-                    buf.size, HEADER_BYTES, max(size, 0))])
+                data = raw[buf.offset:buf.offset + min(buf.size, HEADER_BYTES, max(size, 0))]
                 own = _own_fd(raw, fields, itabs.get(event_id))
                 if own is None:
                     if tid not in pending and len(pending) >= MAX_PENDING:
                         pending.pop(next(iter(pending)))
-                    pending[tid] = (data, ts_ms)
+                    pending[tid] = (_header_only(data), ts_ms)  # kept: no token's bytes
                     return False
                 out.append((ts_ms, own, data, owner))
                 return True
