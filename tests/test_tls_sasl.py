@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 from helpers import (
+    ACKED_ONCE,
     Child,
     attach_stream,
     check_tls_roles,
@@ -209,12 +210,7 @@ producer = Producer({**config, "bootstrap.servers": sys.argv[1], "linger.ms": 5}
 failing = Consumer({**config, "bootstrap.servers": sys.argv[1], "group.id": sys.argv[3],
                     "sasl.password": "not-the-password"})
 failing.subscribe([sys.argv[4]])
-told = [False]
-def delivered(err, msg):
-    if err is None and not told[0]:
-        told[0] = True
-        print("ACKED", flush=True)
-while True:
+""" + ACKED_ONCE + """while True:
     producer.produce(sys.argv[4], b"x" * 1000, on_delivery=delivered)
     producer.poll(0.01)
     failing.poll(0)

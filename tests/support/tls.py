@@ -11,12 +11,20 @@ import time
 from support.common import wait_for
 from support.processes import Child, attach_stream
 
-__all__ = ["SURE", "VERDICT_S", "librdkafka_role", "librdkafka_truth", "scored_until_right",
-           "check_tls_roles", "confluent_consumer", "kcat_consumer"]
+__all__ = ["ACKED_ONCE", "SURE", "VERDICT_S", "librdkafka_role", "librdkafka_truth",
+           "scored_until_right", "check_tls_roles", "confluent_consumer", "kcat_consumer"]
 
 KCAT = "/usr/bin/kcat"
 VERDICT_S = 10.0  # the issue's bound: every socket named right within 10 s of attach
 SURE = 0.9
+# a producer script's delivery callback: ACKED on stdout once a message is delivered
+ACKED_ONCE = """
+told = [False]
+def delivered(err, msg):
+    if err is None and not told[0]:
+        told[0] = True
+        print("ACKED", flush=True)
+"""
 # a confluent-kafka consumer with the listener's own client properties (argv[4]), more on top
 CONFLUENT_KAFKA = """
 import json, sys
