@@ -191,10 +191,10 @@ def tls_socket(client: socket.socket, remote: Endpoint) -> TcpSocket:
 
 
 def tls_writes(sock: TcpSocket, apis: tuple[int, ...]) -> list[tuple[int, float, bytes]]:
-    """The starts of ``sock``'s TLS writes of ``apis``, one a ms from now, as the TLS source
-    hands them over: (socket inode, epoch ms, the first 16 bytes)."""
+    """The starts of ``sock``'s TLS writes of ``apis``, a tenth of a ms apart, the last now,
+    as the TLS source hands them over: (socket inode, epoch ms, the first 16 bytes)."""
     now = time.time() * 1000
-    return [(sock.inode, now + correlation, request(api, correlation)[:16])
+    return [(sock.inode, now - (len(apis) - 1 - correlation) / 10, request(api, correlation)[:16])
             for correlation, api in enumerate(apis)]
 
 
@@ -215,7 +215,14 @@ def reuse_over_tls(tap, server: socket.socket, lagging: bool
     socket's writes (``slow_ring``), else in the same poll. (the first socket's close, the
     second's)"""
     remote = Endpoint(*server.getsockname())
-    settle = 1.5 if lagging else 0.3
+
+    def settle() -> None:  # the ring's blocks handed over: as kmon waits for a close
+        if lagging:
+            time.sleep(1.5)  # (a block is handed over a second after it opened)
+        else:
+            time.sleep(0.05)
+            tap.capture.settle(time.time())
+
     tap.learn({1: (remote.ip, remote.port)}, 0)
     tap.poll([], 0)  # the brokers known: responses no longer kept
     first = connect_from(0, server)
@@ -231,16 +238,16 @@ def reuse_over_tls(tap, server: socket.socket, lagging: bool
     time.sleep(0.01)
     writes = tls_writes(new, LOGIN)
     if not lagging:
-        time.sleep(settle)  # the reset and the SYN handed over: read in the same poll
+        settle()  # the reset and the SYN handed over: read in the same poll
     view = tap.poll([new], 2, writes)
     if lagging:
-        time.sleep(settle)
+        settle()
         view = tap.poll([new], 3)  # the reset and the SYN, a poll after the writes
     old_close = view.closes.get((old.local, old.remote))
     peer.close()  # the broker's FIN after the login
     time.sleep(0.2)
     second.close()
-    time.sleep(settle)
+    settle()
     new_close = tap.poll([], 4).closes.get((new.local, new.remote))
     return old_close, new_close
 
@@ -272,6 +279,56 @@ def test_a_reused_four_tuple_s_tls_writes_stay_with_their_socket(request, laggin
     assert new_close is not None and (new_close.first_by, new_close.last_api) == (
         "broker", kp.SASL_AUTHENTICATE), new_close
     assert wire_reason(new_close, "broker_closed") == "auth_failed"
+
+
+@pytest.mark.parametrize("seen", [True, False], ids=["its_syn_read", "unseen"])
+def test_a_new_socket_s_login_never_takes_an_older_silent_connection_s_close(slow_ring, seen):
+    """An older connection on the 4-tuple that wrote nothing over TLS kmon read (its flow, if
+    any, holds no socket's writes), shown by a poll, reset by the broker; a new socket on the
+    4-tuple logs in and closes itself, its writes read while the ring still holds the reset
+    and its SYN (``slow_ring``). The login is the new socket's only: the reset is never
+    told as the broker's close after a login (``auth_failed``), and the new socket's own
+    close after its login stays unsettled. ``its_syn_read``: the older connection's SYN read
+    before (a flow the poll showed as another socket's); ``unseen``: no segment of it read
+    before the new socket's writes (the reset older than them). The TLS writes are given as
+    the TLS source hands them; the sockets, SYNs, RST and FINs are real."""
+    from kmon.sources.packets.kafka_wire import WireTap
+
+    def now() -> int:
+        return int(time.time() * 1000)
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        remote = Endpoint(*server.getsockname())
+        tap = WireTap([], 0)
+        try:
+            tap.learn({1: (remote.ip, remote.port)}, now())
+            tap.poll([], now())
+            first = connect_from(0, server)
+            peer, _ = server.accept()
+            old = tls_socket(first, remote)
+            if seen:
+                time.sleep(1.5)  # its SYN's block handed over
+            tap.poll([old], now())
+            reset(peer)
+            first.close()
+            second = connect_from(old.local.port, server)
+            peer, _ = server.accept()
+            new = tls_socket(second, remote)
+            time.sleep(0.01)
+            tap.poll([new], now(), tls_writes(new, LOGIN))  # the reset and SYN not read yet
+            time.sleep(1.5)
+            old_close = tap.poll([new], now()).closes.get((old.local, old.remote))
+            second.close()  # the client's close after its login
+            time.sleep(0.2)
+            peer.close()
+            time.sleep(1.5)
+            new_close = tap.poll([], now()).closes.get((new.local, new.remote))
+        finally:
+            tap.close()
+    assert old_close is None or old_close.last_api is None, old_close
+    assert new_close is not None and (new_close.first_by, new_close.reset, new_close.last_api
+                                      ) == ("client", False, kp.SASL_AUTHENTICATE), new_close
+    assert wire_reason(new_close, "client_closed") == "unknown"
 
 
 def test_no_run_of_requests_reaches_across_a_reused_four_tuple_s_open():

@@ -62,6 +62,7 @@ class Flow:
     requests: int = 0  # request segments taken: what the flow says changes with each only
     last_data_ms: int | None = None  # the last segment with data taken (WireClose's)
     inode: int | None = None  # the socket whose TLS writes it holds (another's are not its)
+    shown: int | None = None  # the socket a poll showed on its 4-tuple while it held none
 
     def seen(self) -> tuple[tuple[str, int], ...]:
         """The API keys seen, most frequent first, each as ``Fetch×12`` and when it was last
@@ -75,6 +76,20 @@ def _login_pending(flow: Flow) -> bool:
     (responses not kept, or not yet kept for the flow's ports: a process's first connection,
     opened while the filter followed no port), so whether the login failed is unknown."""
     return any(api in kp.SASL_APIS for api, _ in flow.pending.values())
+
+
+def _holds(flow: Flow, inode: int) -> bool:
+    """Whether ``flow`` is the socket ``inode``'s: it holds that socket's TLS writes, or none,
+    open, and no poll showed another socket on its 4-tuple while it was there."""
+    return flow.inode == inode or (flow.inode is None and flow.close is None
+                                   and flow.shown in (None, inode))
+
+
+def _shown(flow: Flow, sock: TcpSocket, now_ms: int) -> None:
+    """``sock``, shown by the poll of ``now_ms`` on ``flow``'s 4-tuple, is ``flow``'s socket
+    if the flow began before the poll (a SYN captured since may be a new socket's)."""
+    if flow.inode is None and flow.first_ms < now_ms:
+        flow.shown = sock.inode
 
 
 def last_seen(seen: tuple[tuple[str, int], ...]) -> str:
@@ -245,12 +260,14 @@ class WireTap:
                 if sock is not None and seen is not None:
                     found[sock.local, sock.remote] = seen
                     changed.add((sock.local, sock.remote))
+                    _shown(seen, sock, now_ms)
         else:
             found = {}
             for key, sock in mine.items():
                 seen = flows.get(key)
                 if seen is not None:
                     found[sock.local, sock.remote] = seen
+                    _shown(seen, sock, now_ms)
         self.found = found
         self.polls += 1
         self.drops = self.capture.drops
@@ -300,7 +317,9 @@ class WireTap:
             key = forward if request else (seg.dst, seg.src)
         flow, syn = self.flows.get(key), bool(request and seg.flags & TCP_SYN)
         # a flow opened by a TLS write began in the SYN's ms, or after it: that SYN is its own
-        if flow is None or (syn and seg.first_ms > flow.first_ms - (flow.inode is None)):
+        # (unless the flow's close came before it)
+        if flow is None or (syn and (flow.close is not None
+                                     or seg.first_ms > flow.first_ms - (flow.inode is None))):
             flow = self._opened(key, flow, seg.first_ms, syn)
         elif syn:  # older than the flow: its own opening, read after its TLS writes
             flow.from_start = True
@@ -308,6 +327,8 @@ class WireTap:
         if seg.flags & TCP_SYN:
             return
         if seg.flags & TCP_CLOSING:
+            if flow.inode is not None and seg.first_ms < flow.first_ms:
+                return  # before the socket's first TLS write: an older connection's close
             if flow.close is None and self.waiting:  # its socket's writes that waited for it
                 self._catch_up(key, flow, seg.first_ms + 1)
             if flow.close is None:
@@ -327,9 +348,9 @@ class WireTap:
     def _take_tls(self, write: tuple[int, float, bytes],
                   by_inode: dict[int, tuple[Address, Address]]) -> None:
         """The request header at the start of a TLS write, into its socket's flow (marked
-        TLS: kmon's own plaintext query is not sent to its peer). A flow that holds another
-        socket's writes, or closed before holding any, is an older connection on the
-        4-tuple: the write waits for its own flow (``Waiting``)."""
+        TLS: kmon's own plaintext query is not sent to its peer). A flow not the socket's
+        (``_holds``) is an older connection on the 4-tuple: the write waits for its own flow
+        (``Waiting``)."""
         inode, ts_ms, data = write
         key = by_inode.get(inode)
         if key is None:
@@ -337,7 +358,7 @@ class WireTap:
         flow = self.flows.get(key)
         if flow is None:
             flow = self._opened(key, None, int(ts_ms))
-        elif flow.inode != inode and (flow.inode is not None or flow.close is not None):
+        elif not _holds(flow, inode):
             if len(self.waiting) >= MAX_WAITING:
                 del self.waiting[0]
             self.waiting.append(Waiting(key, inode, ts_ms, data, flow, self.polls))
@@ -357,7 +378,7 @@ class WireTap:
         left = []
         for wait in self.waiting:
             if (wait.key == key and wait.refused is not flow and wait.ts_ms < before_ms
-                    and flow.inode in (None, wait.inode)):
+                    and _holds(flow, wait.inode)):
                 self._write(key, flow, wait.inode, wait.ts_ms, wait.data)
             else:
                 left.append(wait)
@@ -371,8 +392,7 @@ class WireTap:
         left = []
         for wait in self.waiting:
             flow = self.flows.get(wait.key)
-            if flow is None or flow is wait.refused or flow.close is not None or (
-                    flow.inode not in (None, wait.inode)):
+            if flow is None or flow is wait.refused or not _holds(flow, wait.inode):
                 if flow is not None and wait.poll == self.polls:
                     left.append(wait)
                     continue
