@@ -87,8 +87,9 @@ def _holds(flow: Flow, inode: int) -> bool:
 
 def _shown(flow: Flow, sock: TcpSocket, now_ms: int) -> None:
     """``sock``, shown by the poll of ``now_ms`` on ``flow``'s 4-tuple, is ``flow``'s socket
-    if the flow began before the poll (a SYN captured since may be a new socket's)."""
-    if flow.inode is None and flow.first_ms < now_ms:
+    if the flow began before the poll (a SYN captured since may be a new socket's) and no
+    earlier poll showed one (a later poll may show a new socket whose SYN the ring holds)."""
+    if flow.inode is None and flow.shown is None and flow.first_ms < now_ms:
         flow.shown = sock.inode
 
 
