@@ -29,6 +29,7 @@ import time
 import pytest
 
 from kmon.engine.closes import wire_reason
+from kmon.model import WireClose
 from kmon.sources import kafka_protocol as kp
 from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 from kmon.sources.packets import packet_filter
@@ -110,10 +111,10 @@ def test_a_reused_four_tuple_s_login_is_read_from_its_syn():
     assert wire_reason(close, "broker_closed") == "auth_failed"
 
 
-def test_a_tls_login_read_before_its_syn_keeps_its_requests():
+def test_a_tls_login_read_before_its_syn_keeps_its_requests(slow_ring):
     """Over TLS a socket's requests come from the TLS source, its SYN from the capture's
-    ring: a poll takes the TLS writes first, so the login (written after the handshake,
-    after the SYN) is in the flow before its SYN is read. That older SYN is the flow's own
+    ring: where the ring lags (``slow_ring``), the login (written after the handshake, after
+    the SYN) is in the flow a poll before its SYN is read. That older SYN is the flow's own
     opening, not a new connection on the 4-tuple: the login stays, and the broker's close
     after it is a failed login. The TLS writes are given as the TLS source hands them (its
     uprobes need a TLS library in the process); the socket, its SYN and its FINs are real."""
@@ -127,12 +128,47 @@ def test_a_tls_login_read_before_its_syn_keeps_its_requests():
             tap.poll([], 0)  # the brokers known: responses no longer kept
             client = connect_from(0, server)
             peer, _ = server.accept()
-            sock = TcpSocket(os.fstat(client.fileno()).st_ino, client.fileno(),
-                             Endpoint(*client.getsockname()), remote, "ESTABLISHED")
+            sock = tls_socket(client, remote)
             time.sleep(0.01)  # the TLS handshake
-            writes = [(sock.inode, time.time() * 1000 + correlation, request(api, correlation)[:16])
+            flow = tap.poll([sock], 1, tls_writes(sock, LOGIN)).flows[(sock.local, sock.remote)]
+            peer.close()  # the broker's FIN after the login
+            time.sleep(0.2)
+            client.close()
+            time.sleep(1.5)  # the SYN's block handed over, and the FINs'
+            close = tap.poll([], 2).closes.get((sock.local, sock.remote))
+        finally:
+            tap.close()
+    assert flow.tls and flow.from_start and flow.last_api == kp.SASL_AUTHENTICATE, flow
+    assert close is not None and (close.first_by, close.last_api) == (
+        "broker", kp.SASL_AUTHENTICATE), close
+    assert wire_reason(close, "broker_closed") == "auth_failed"
+
+
+def test_a_tls_login_written_in_its_syn_s_millisecond_keeps_its_requests():
+    """The capture's times are whole ms, the TLS source's finer: a login written within the
+    ms its SYN was captured in (a handshake done in under a ms) sorts before that SYN, and
+    opens the flow in the SYN's own ms. That SYN is still the flow's own opening: the login
+    stays, and the broker's close after it is a failed login. A second capture of the port
+    tells the SYN's ms; the TLS writes are given as the TLS source hands them, stamped in
+    it."""
+    from kmon.sources.packets.kafka_wire import WireTap
+    from kmon.sources.packets.packet_capture import PacketCapture
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        remote = Endpoint(*server.getsockname())
+        tap = WireTap([], 0)
+        watch = PacketCapture(set(), {remote.port})
+        try:
+            tap.learn({1: (remote.ip, remote.port)}, 0)
+            tap.poll([], 0)  # the brokers known: responses no longer kept
+            watch.set_ports(set(), {remote.port}, responses=False)
+            client = connect_from(0, server)
+            peer, _ = server.accept()
+            sock = tls_socket(client, remote)
+            time.sleep(0.3)  # the SYN's block handed over
+            syn_ms = next(s.first_ms for s in watch.read() if s.flags & SYN)
+            writes = [(sock.inode, syn_ms + 0.5 + correlation / 10, request(api, correlation)[:16])
                       for correlation, api in enumerate(LOGIN)]
-            time.sleep(0.3)  # the SYN's block handed over: read in the same poll
             flow = tap.poll([sock], 1, writes).flows[(sock.local, sock.remote)]
             peer.close()  # the broker's FIN after the login
             time.sleep(0.2)
@@ -141,10 +177,158 @@ def test_a_tls_login_read_before_its_syn_keeps_its_requests():
             close = tap.poll([], 2).closes.get((sock.local, sock.remote))
         finally:
             tap.close()
-    assert flow.tls and flow.from_start and flow.last_api == kp.SASL_AUTHENTICATE, flow
+            watch.close()
+    assert flow.last_api == kp.SASL_AUTHENTICATE, flow
     assert close is not None and (close.first_by, close.last_api) == (
         "broker", kp.SASL_AUTHENTICATE), close
     assert wire_reason(close, "broker_closed") == "auth_failed"
+
+
+def tls_socket(client: socket.socket, remote: Endpoint) -> TcpSocket:
+    """The socket table's row of ``client``: its inode ties the TLS source's writes to it."""
+    return TcpSocket(os.fstat(client.fileno()).st_ino, client.fileno(),
+                     Endpoint(*client.getsockname()), remote, "ESTABLISHED")
+
+
+def tls_writes(sock: TcpSocket, apis: tuple[int, ...]) -> list[tuple[int, float, bytes]]:
+    """The starts of ``sock``'s TLS writes of ``apis``, a tenth of a ms apart, the last now,
+    as the TLS source hands them over: (socket inode, epoch ms, the first 16 bytes)."""
+    now = time.time() * 1000
+    return [(sock.inode, now - (len(apis) - 1 - correlation) / 10, request(api, correlation)[:16])
+            for correlation, api in enumerate(apis)]
+
+
+@pytest.fixture
+def slow_ring(monkeypatch):
+    """The capture's ring hands a block over a second after it opened (not 50 ms): a poll
+    soon after a segment does not read it, as a poll on a loaded host whose ring lags."""
+    from kmon.sources.packets import packet_capture
+
+    monkeypatch.setattr(packet_capture, "RETIRE_BLOCK_MS", 1000)
+
+
+def reuse_over_tls(tap, server: socket.socket, lagging: bool
+                   ) -> tuple[WireClose | None, WireClose | None]:
+    """A TLS connection that sent Metadata, reset by the broker, then a new socket on the same
+    4-tuple that logs in and is closed by the broker; each shown by a poll, with its TLS
+    writes. ``lagging``: the ring hands the reset and the new SYN over a poll after the new
+    socket's writes (``slow_ring``), else in the same poll. (the first socket's close, the
+    second's)"""
+    remote = Endpoint(*server.getsockname())
+
+    def settle() -> None:  # the ring's blocks handed over: as kmon waits for a close
+        if lagging:
+            time.sleep(1.5)  # (a block is handed over a second after it opened)
+        else:
+            time.sleep(0.05)
+            tap.capture.settle(time.time())
+
+    tap.learn({1: (remote.ip, remote.port)}, 0)
+    tap.poll([], 0)  # the brokers known: responses no longer kept
+    first = connect_from(0, server)
+    peer, _ = server.accept()
+    old = tls_socket(first, remote)
+    time.sleep(0.01)  # the TLS handshake
+    tap.poll([old], 1, tls_writes(old, (kp.METADATA,) * 3))
+    reset(peer)  # the broker's RST (no TIME_WAIT): not after a login
+    first.close()
+    second = connect_from(old.local.port, server)
+    peer, _ = server.accept()
+    new = tls_socket(second, remote)
+    time.sleep(0.01)
+    writes = tls_writes(new, LOGIN)
+    if not lagging:
+        settle()  # the reset and the SYN handed over: read in the same poll
+    view = tap.poll([new], 2, writes)
+    if lagging:
+        settle()
+        view = tap.poll([new], 3)  # the reset and the SYN, a poll after the writes
+    old_close = view.closes.get((old.local, old.remote))
+    peer.close()  # the broker's FIN after the login
+    time.sleep(0.2)
+    second.close()
+    settle()
+    new_close = tap.poll([], 4).closes.get((new.local, new.remote))
+    return old_close, new_close
+
+
+@pytest.mark.parametrize("lagging", [False, True], ids=["same_poll", "ring_lagging"])
+def test_a_reused_four_tuple_s_tls_writes_stay_with_their_socket(request, lagging):
+    """Over TLS a socket's requests come from the TLS source, tied to its socket's inode; its
+    SYN and close from the capture's ring. On a reused 4-tuple the new socket's login is
+    written after the old socket's reset and its own SYN: taken in time order with the ring's
+    segments (``same_poll``), and waiting for its own flow while the ring still holds them
+    (``ring_lagging``), the login is the new socket's only. The old socket's close is a
+    reset after Metadata, never a failed login (the new socket's last request); the new
+    one's, the broker's close after its login. The TLS writes are given as the TLS source
+    hands them (its uprobes need a TLS library in the process); the sockets, their SYNs,
+    the RST and the FINs are real."""
+    from kmon.sources.packets.kafka_wire import WireTap
+
+    if lagging:
+        request.getfixturevalue("slow_ring")
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        tap = WireTap([], 0)
+        try:
+            old_close, new_close = reuse_over_tls(tap, server, lagging)
+        finally:
+            tap.close()
+    assert old_close is not None and (old_close.first_by, old_close.reset, old_close.last_api
+                                      ) == ("broker", True, kp.METADATA), old_close
+    assert wire_reason(old_close, "broker_closed") == "reset"
+    assert new_close is not None and (new_close.first_by, new_close.last_api) == (
+        "broker", kp.SASL_AUTHENTICATE), new_close
+    assert wire_reason(new_close, "broker_closed") == "auth_failed"
+
+
+@pytest.mark.parametrize("seen", [True, False], ids=["its_syn_read", "unseen"])
+def test_a_new_socket_s_login_never_takes_an_older_silent_connection_s_close(slow_ring, seen):
+    """An older connection on the 4-tuple that wrote nothing over TLS kmon read (its flow, if
+    any, holds no socket's writes), shown by a poll, reset by the broker; a new socket on the
+    4-tuple logs in and closes itself, its writes read while the ring still holds the reset
+    and its SYN (``slow_ring``). The login is the new socket's only: the reset is never
+    told as the broker's close after a login (``auth_failed``), and the new socket's own
+    close after its login stays unsettled. ``its_syn_read``: the older connection's SYN read
+    before (a flow the poll showed as another socket's); ``unseen``: no segment of it read
+    before the new socket's writes (the reset older than them). The TLS writes are given as
+    the TLS source hands them; the sockets, SYNs, RST and FINs are real."""
+    from kmon.sources.packets.kafka_wire import WireTap
+
+    def now() -> int:
+        return int(time.time() * 1000)
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        remote = Endpoint(*server.getsockname())
+        tap = WireTap([], 0)
+        try:
+            tap.learn({1: (remote.ip, remote.port)}, now())
+            tap.poll([], now())
+            first = connect_from(0, server)
+            peer, _ = server.accept()
+            old = tls_socket(first, remote)
+            if seen:
+                time.sleep(1.5)  # its SYN's block handed over
+            tap.poll([old], now())
+            reset(peer)
+            first.close()
+            second = connect_from(old.local.port, server)
+            peer, _ = server.accept()
+            new = tls_socket(second, remote)
+            time.sleep(0.01)
+            tap.poll([new], now(), tls_writes(new, LOGIN))  # the reset and SYN not read yet
+            time.sleep(1.5)
+            old_close = tap.poll([new], now()).closes.get((old.local, old.remote))
+            second.close()  # the client's close after its login
+            time.sleep(0.2)
+            peer.close()
+            time.sleep(1.5)
+            new_close = tap.poll([], now()).closes.get((new.local, new.remote))
+        finally:
+            tap.close()
+    assert old_close is None or old_close.last_api is None, old_close
+    assert new_close is not None and (new_close.first_by, new_close.reset, new_close.last_api
+                                      ) == ("client", False, kp.SASL_AUTHENTICATE), new_close
+    assert wire_reason(new_close, "client_closed") == "unknown"
 
 
 def test_no_run_of_requests_reaches_across_a_reused_four_tuple_s_open():

@@ -21,6 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from kmon.model import WireClose
 from kmon.sources import bounded
@@ -36,6 +37,7 @@ MAX_FLOWS = 4096
 MAX_BROKERS = 256  # broker ids remembered from Metadata responses, the latest kept
 MAX_COORDINATORS = 256  # coordinators remembered from FindCoordinator responses, the latest kept
 MAX_REMOTE_PORTS = 256  # the remote ports remembered: a broker with no socket open stays watched
+MAX_WAITING = 1024  # TLS writes waiting for their socket's flow (``Waiting``), the latest kept
 TLS_RECORDS = (b"\x15\x03", b"\x16\x03", b"\x17\x03")  # alert, handshake, application data
 # their responses name brokers, or say that a login failed
 ANSWERS_KMON_READS = frozenset({kp.METADATA, kp.FIND_COORDINATOR, *kp.SASL_APIS})
@@ -59,6 +61,8 @@ class Flow:
     auth_failed: bool = False  # a SASL request was answered with an error
     requests: int = 0  # request segments taken: what the flow says changes with each only
     last_data_ms: int | None = None  # the last segment with data taken (WireClose's)
+    inode: int | None = None  # the socket whose TLS writes it holds (another's are not its)
+    shown: int | None = None  # the socket a poll showed on its 4-tuple while it held none
 
     def seen(self) -> tuple[tuple[str, int], ...]:
         """The API keys seen, most frequent first, each as ``Fetch×12`` and when it was last
@@ -74,6 +78,21 @@ def _login_pending(flow: Flow) -> bool:
     return any(api in kp.SASL_APIS for api, _ in flow.pending.values())
 
 
+def _holds(flow: Flow, inode: int) -> bool:
+    """Whether ``flow`` is the socket ``inode``'s: it holds that socket's TLS writes, or none,
+    open, and no poll showed another socket on its 4-tuple while it was there."""
+    return flow.inode == inode or (flow.inode is None and flow.close is None
+                                   and flow.shown in (None, inode))
+
+
+def _shown(flow: Flow, sock: TcpSocket, now_ms: int) -> None:
+    """``sock``, shown by the poll of ``now_ms`` on ``flow``'s 4-tuple, is ``flow``'s socket
+    if the flow began before the poll (a SYN captured since may be a new socket's) and no
+    earlier poll showed one (a later poll may show a new socket whose SYN the ring holds)."""
+    if flow.inode is None and flow.shown is None and flow.first_ms < now_ms:
+        flow.shown = sock.inode
+
+
 def last_seen(seen: tuple[tuple[str, int], ...]) -> str:
     """``Flow.seen`` with the local time each was last seen: ``Fetch×12 (last 14:02:07.4)
     Heartbeat×3 (last 14:02:05.1)``; the same text poll after poll while nothing new is
@@ -84,6 +103,18 @@ def last_seen(seen: tuple[tuple[str, int], ...]) -> str:
 def _clock(ts_ms: int) -> str:
     """``14:02:07.4``: the local time of ``ts_ms`` to a tenth of a second."""
     return time.strftime("%H:%M:%S", time.localtime(ts_ms // 1000)) + f".{ts_ms % 1000 // 100}"
+
+
+class Waiting(NamedTuple):
+    """A TLS write of a socket whose 4-tuple's flow is another socket's (an older connection
+    on it, whose close and the new one's SYN the capture's ring has not handed over yet)."""
+
+    key: tuple[Address, Address]
+    inode: int
+    ts_ms: float
+    data: bytes
+    refused: Flow  # the flow it is not of: it goes to the next flow on its 4-tuple
+    poll: int  # the poll it came with
 
 
 @dataclass
@@ -129,6 +160,7 @@ class WireTap:
         self.hearing = True  # the capture keeps the brokers' answers (until brokers are known)
         # closes of sockets no poll showed (the kernel's events may know them the process's)
         self.unpolled: dict[tuple[Address, Address], WireClose] = {}
+        self.waiting: list[Waiting] = []  # oldest first
         ports = self._ports(sockets)
         if capture is not None:  # the process's part of the host's one capture
             capture.set_ports(*ports)
@@ -169,20 +201,32 @@ class WireTap:
     def poll(self, sockets: list[TcpSocket], now_ms: int,
              tls_writes: Sequence[tuple[int, float, bytes]] = ()) -> WireView:
         """Take in the segments queued since the last poll, and ``tls_writes``, the starts of
-        the process's TLS writes as (socket inode, epoch ms, bytes) (kmon.sources.tls); follow
-        ``sockets`` from now on. A socket gone without its FIN or RST read is closed unheard:
-        the capture missed its close (the ring still held it back, or dropped it), so its
-        last exchange is not known."""
+        the process's TLS writes as (socket inode, epoch ms, bytes) (kmon.sources.tls), oldest
+        first, each before the first segment not older than it (a socket's writes come before
+        its FIN, a new socket's after its SYN and the close of the one before it on the
+        4-tuple); follow ``sockets`` from now on. A socket gone without its FIN or RST read is
+        closed unheard: the capture missed its close (the ring still held it back, or dropped
+        it), so its last exchange is not known."""
         pairs = [(s.local, s.remote) for s in sockets]
         same = pairs == self.pairs  # the sockets of the last poll (the same endpoints)
         mine = self.mine if same else {(_address(s.local), _address(s.remote)): s
                                          for s in sockets}
         taken: set[tuple[Address, Address]] = set()
         self.taken = taken
-        if tls_writes:  # first: a socket's writes came before its close's FIN
-            self._take_tls(tls_writes, [*self.mine.values(), *sockets])
+        # the sockets of the last poll (one closed since wrote before it closed) and this one's
+        by_inode = {s.inode: (_address(s.local), _address(s.remote))
+                    for s in [*self.mine.values(), *sockets]} if tls_writes else {}
+        at = 0
         for seg in self.capture.read():
+            # the writes before it: its ms began no later (a segment's time is a whole ms)
+            while at < len(tls_writes) and tls_writes[at][1] < seg.first_ms + 1:
+                self._take_tls(tls_writes[at], by_inode)
+                at += 1
             self._take(seg, mine)
+        for write in tls_writes[at:]:
+            self._take_tls(write, by_inode)
+        if self.waiting:
+            self._settle_waiting()
         flows, closes = self.flows, {}
         gone = set() if same else self.last_polled - mine.keys()
         # every flow a socket's of the last poll, and no segment of another: none to drop
@@ -217,12 +261,14 @@ class WireTap:
                 if sock is not None and seen is not None:
                     found[sock.local, sock.remote] = seen
                     changed.add((sock.local, sock.remote))
+                    _shown(seen, sock, now_ms)
         else:
             found = {}
             for key, sock in mine.items():
                 seen = flows.get(key)
                 if seen is not None:
                     found[sock.local, sock.remote] = seen
+                    _shown(seen, sock, now_ms)
         self.found = found
         self.polls += 1
         self.drops = self.capture.drops
@@ -245,8 +291,8 @@ class WireTap:
         from its start). A client's SYN on a 4-tuple whose flow (``before``) a poll showed
         carrying data or closing opens a new connection: the old socket's close is told with
         the next poll's (a SYN sent again before any data is the same connection's). A SYN
-        older than the flow is not one (``_take``): the flow's TLS writes, read before the
-        capture's ring, came after it on the same connection."""
+        older than the flow is not one (``_take``): the flow's TLS writes, read while the
+        capture's ring still held it, came after it on the same connection."""
         if (before is not None and key in self.last_polled and len(self.unpolled) < MAX_FLOWS
                 and (before.close is not None or before.last_data_ms is not None)):
             self.last_polled.discard(key)  # (gone: not the new connection's to drop)
@@ -271,7 +317,10 @@ class WireTap:
                                                                  or capture.remote_ports)
             key = forward if request else (seg.dst, seg.src)
         flow, syn = self.flows.get(key), bool(request and seg.flags & TCP_SYN)
-        if flow is None or (syn and seg.first_ms >= flow.first_ms):
+        # a flow opened by a TLS write began in the SYN's ms, or after it: that SYN is its own
+        # (unless the flow's close came before it)
+        if flow is None or (syn and (flow.close is not None
+                                     or seg.first_ms > flow.first_ms - (flow.inode is None))):
             flow = self._opened(key, flow, seg.first_ms, syn)
         elif syn:  # older than the flow: its own opening, read after its TLS writes
             flow.from_start = True
@@ -279,6 +328,10 @@ class WireTap:
         if seg.flags & TCP_SYN:
             return
         if seg.flags & TCP_CLOSING:
+            if flow.inode is not None and seg.first_ms < flow.first_ms:
+                return  # before the socket's first TLS write: an older connection's close
+            if flow.close is None and self.waiting:  # its socket's writes that waited for it
+                self._catch_up(key, flow, seg.first_ms + 1)
             if flow.close is None:
                 flow.close = WireClose("client" if request else "broker",
                                        bool(seg.flags & TCP_RST), flow.last_api,
@@ -293,21 +346,60 @@ class WireTap:
         else:
             self._response(flow, seg)
 
-    def _take_tls(self, writes: Sequence[tuple[int, float, bytes]],
-                  sockets: list[TcpSocket]) -> None:
-        """The request headers at the start of TLS writes, into their sockets' flows (marked
-        TLS: kmon's own plaintext query is not sent to their peers); ``sockets``: the last
-        poll's (one closed since wrote before it closed) and this one's."""
-        by_inode = {s.inode: (_address(s.local), _address(s.remote)) for s in sockets}
-        for inode, ts_ms, data in writes:
-            key = by_inode.get(inode)
-            if key is None:
-                continue
-            ts = int(ts_ms)
-            flow = self.flows.get(key) or self._opened(key, None, ts)
-            flow.tls = True
-            self.taken.add(key)
-            self._request(flow, Segment(ts, key[0], key[1], data, 0, 1, ts), prefix=True)
+    def _take_tls(self, write: tuple[int, float, bytes],
+                  by_inode: dict[int, tuple[Address, Address]]) -> None:
+        """The request header at the start of a TLS write, into its socket's flow (marked
+        TLS: kmon's own plaintext query is not sent to its peer). A flow not the socket's
+        (``_holds``) is an older connection on the 4-tuple: the write waits for its own flow
+        (``Waiting``)."""
+        inode, ts_ms, data = write
+        key = by_inode.get(inode)
+        if key is None:
+            return
+        flow = self.flows.get(key)
+        if flow is None:
+            flow = self._opened(key, None, int(ts_ms))
+        elif not _holds(flow, inode):
+            if len(self.waiting) >= MAX_WAITING:
+                del self.waiting[0]
+            self.waiting.append(Waiting(key, inode, ts_ms, data, flow, self.polls))
+            return
+        self._write(key, flow, inode, ts_ms, data)
+
+    def _write(self, key: tuple[Address, Address], flow: Flow, inode: int, ts_ms: float,
+               data: bytes) -> None:
+        flow.inode, flow.tls = inode, True
+        self.taken.add(key)
+        ts = int(ts_ms)
+        self._request(flow, Segment(ts, key[0], key[1], data, 0, 1, ts), prefix=True)
+
+    def _catch_up(self, key: tuple[Address, Address], flow: Flow, before_ms: float) -> None:
+        """Into ``flow``, a newer flow on ``key`` than the one each refused, the waiting writes
+        of its socket older than ``before_ms``."""
+        left = []
+        for wait in self.waiting:
+            if (wait.key == key and wait.refused is not flow and wait.ts_ms < before_ms
+                    and _holds(flow, wait.inode)):
+                self._write(key, flow, wait.inode, wait.ts_ms, wait.data)
+            else:
+                left.append(wait)
+        self.waiting = left
+
+    def _settle_waiting(self) -> None:
+        """After a poll's segments, each waiting write into the open flow that followed the
+        one it was refused by (its SYN read); one that waited a whole poll more (the SYN went
+        uncaptured: dropped, or its port not yet watched) opens a flow of its own, the older
+        one on the 4-tuple told closed (``_opened``)."""
+        left = []
+        for wait in self.waiting:
+            flow = self.flows.get(wait.key)
+            if flow is None or flow is wait.refused or not _holds(flow, wait.inode):
+                if flow is not None and wait.poll == self.polls:
+                    left.append(wait)
+                    continue
+                flow = self._opened(wait.key, flow, int(wait.ts_ms))
+            self._write(wait.key, flow, wait.inode, wait.ts_ms, wait.data)
+        self.waiting = left
 
     def _request(self, flow: Flow, seg: Segment, prefix: bool = False) -> None:
         flow.last_data_ms = seg.ts_ms
