@@ -35,6 +35,7 @@ from helpers import (
     watch_app,
 )
 
+from kmon.engine.closes import kernel_story
 from kmon.engine.connection_lives import MAX_OPEN, ConnectionLives
 from kmon.sources.kernel.kernel_events import TcpEvent, decode, parse_format, read_formats
 
@@ -240,6 +241,50 @@ def test_a_reset_read_apart_from_its_close_still_ends_the_life_once():
     assert len(lives.open) == 1
     _, (refused,) = lives.feed([state(4, 2, 7, pid=0)], {10})
     assert (refused.ending, refused.closed_ms) == ("connect_failed", 3)
+
+
+def reset_by(resetter: str) -> list[TcpEvent]:
+    """The kernel's events of one real loopback connection that ``resetter`` (client or
+    broker: this process's connecting or accepted socket) ends by a RST (SO_LINGER 0)."""
+    from kmon.sources.kernel.kernel_events import KernelEvents, in_order
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        source = KernelEvents([port])
+        try:
+            client = socket.create_connection(("127.0.0.1", port))
+            accepted, _ = server.accept()
+            closer, other = (client, accepted) if resetter == "client" else (accepted, client)
+            closer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            closer.close()
+            with pytest.raises(ConnectionResetError):
+                other.recv(1)  # the RST has arrived
+            other.close()
+            return in_order(source.read())
+        finally:
+            source.close()
+
+
+@as_root
+@pytest.mark.parametrize("side", ["broker", "client"])
+def test_a_reset_of_a_real_connection_is_told_with_the_side_that_sent_it(side):
+    """The client's own RST is recorded just after the ESTABLISHED -> CLOSE it follows (the
+    kernel closes the socket, then sends it); the broker's, received, just before."""
+    _, (life,) = ConnectionLives().feed(reset_by(side), {os.getpid()})
+    assert (life.closed_by, life.reset) == (side, side)
+
+
+@as_root
+def test_an_abort_whose_reset_went_unread_is_told_by_neither_side():
+    """A connection's ESTABLISHED -> CLOSE with neither RST among the events read (a
+    capture's ring that missed the broker's, as a recording's did under a per-IP limit)
+    does not say who sent the RST, or whether any was sent (retries run out): ``unknown``,
+    never the client's reset."""
+    events = [e for e in reset_by("broker") if e.kind != "reset_in"]
+    _, (life,) = ConnectionLives().feed(events, {os.getpid()})
+    assert (life.closed_by, life.reset) == ("unknown", None)
+    story = kernel_story(life, None, {}, None)
+    assert (story.closed_by, story.reason) == ("unknown", "unknown")
 
 
 def test_a_close_whose_earlier_steps_were_not_seen_is_no_failed_connect():

@@ -125,8 +125,11 @@ class ConnectionLives:
         """Fold in ``events`` (oldest first): the connections they opened and those they
         closed (at their first FIN or RST: what follows tells nothing more). A received RST
         is timed but ends the life only at the state change it causes, which tells a
-        refused connect (``SYN_SENT`` to ``CLOSE``) from a reset connection."""
+        refused connect (``SYN_SENT`` to ``CLOSE``) from a reset connection. A RST the
+        client sends is recorded just after the close it follows (the kernel closes the
+        socket, then sends it): one read later in this batch still names the client."""
         opened, closed = [], []
+        ended: dict[int, KernelLife] = {}  # lives this batch closed, by socket address
         for event in events:
             if event.kind == "state" and event.new_state == TCP_SYN_SENT:
                 if event.pid in watched:
@@ -137,7 +140,12 @@ class ConnectionLives:
                 continue
             life = self.open.get(event.skaddr)
             if life is None:
-                self._unfollowed(event)
+                aborted = ended.get(event.skaddr)
+                if event.kind == "reset_out" and aborted is not None and (
+                        aborted.closed_by == "unknown"):
+                    aborted.reset = "client"
+                else:
+                    self._unfollowed(event)
                 continue
             if event.kind == "reset_in":  # from the socket's side: its local address too
                 life.reset, life.local = "broker", event.local or life.local
@@ -152,6 +160,7 @@ class ConnectionLives:
             if life.closed_ms is None:
                 life.closed_ms = event.ts_ms
             closed.append(self.open.pop(event.skaddr))
+            ended[event.skaddr] = life
         return opened, closed
 
     def _unfollowed(self, event: TcpEvent) -> None:
@@ -213,6 +222,6 @@ class ConnectionLives:
             life.first_fin = "client"
         elif new == TCP_CLOSE_WAIT:
             life.first_fin = "broker"
-        elif old == TCP_ESTABLISHED and new == TCP_CLOSE:
-            life.reset = life.reset or "client"  # aborted, no FIN and no RST received: client
+        # ESTABLISHED -> CLOSE with no RST read says no side: the broker's RST unread, the
+        # client's still to come (``feed``), or the kernel's retries run out
         return new == TCP_CLOSE or old == TCP_ESTABLISHED
