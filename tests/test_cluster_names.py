@@ -31,3 +31,16 @@ def test_one_kmon_cannot_ask_about_waits_seconds_not_polls_at_a_long_interval():
     assert names({9}, {}, asking={9}) == {}
     now[0] += WAIT_S
     assert names({9}, {}, asking={9}) == {9: UNKNOWN}
+
+
+def test_a_process_keeps_its_cluster_while_it_holds_no_connection():
+    """A client whose idle connections were all reaped holds none until it needs a broker:
+    no answer names its cluster then, and its series must not move to ``unknown`` (a
+    Prometheus query by its cluster found its idle reaps gone). A pid gone and come back
+    is a new process."""
+    names = ClusterNames()
+    assert names({7}, {7: "Hk3xq0ZgT1ixb3kPqzJ3Zg"}, asking=set()) == {
+        7: "Hk3xq0ZgT1ixb3kPqzJ3Zg"}
+    assert names({7}, {}, asking=set()) == {7: "Hk3xq0ZgT1ixb3kPqzJ3Zg"}
+    assert names(set(), {}, asking=set()) == {}
+    assert names({7}, {}, asking=set()) == {7: UNKNOWN}

@@ -6,7 +6,9 @@ WAIT_POLLS polls and WAIT_S seconds (a poll or two for a reachable cluster, and 
 minutes at a long interval or behind a host's queue of queries); a process kmon cannot ask
 about (TLS or SASL listeners, brokers kmon cannot reach) is then ``UNKNOWN``, or with
 ``-b`` that cluster's id as its metadata named it (else the name ``-b`` gave). Never the
-brokers a process happened to reach first, which changed as it reached more.
+brokers a process happened to reach first, which changed as it reached more; and a process
+once named keeps its cluster while it lives, connections or none (a client whose idle
+connections were all reaped holds none until it needs a broker again).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class ClusterNames:
         self.named, self.clock = named, clock
         self._polls: dict[int, int] = {}  # pid -> polls it has been seen in
         self._first: dict[int, float] = {}  # pid -> when it was first seen
+        self._named: dict[int, str] = {}  # pid -> the cluster an answer named, while it lives
 
     def __call__(self, pids: Collection[int], answered: Mapping[int, str],
                  asking: Collection[int]) -> dict[int, str]:
@@ -35,6 +38,9 @@ class ClusterNames:
         now = self.clock()
         self._polls = {pid: self._polls.get(pid, 0) + 1 for pid in pids}
         self._first = {pid: self._first.get(pid, now) for pid in pids}
+        self._named = {pid: answered.get(pid) or self._named[pid] for pid in pids
+                       if pid in answered or pid in self._named}
+        answered = self._named
         fallback = self.named or UNKNOWN
         return {pid: answered.get(pid, fallback) for pid in pids
                 if pid in answered or pid not in asking or self._polls[pid] > WAIT_POLLS
