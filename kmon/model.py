@@ -160,6 +160,9 @@ class WireClose:
     # ms, the kernel's stamp: the same in every view): a request's start, or an answer while
     # kmon kept them; None when it took none
     last_data_ms: int | None = None
+    # the capture followed the connection from its opening (False: it was open when the
+    # capture started, and what it carried before then went unread)
+    from_start: bool = True
 
 
 @dataclass(frozen=True)

@@ -159,6 +159,23 @@ def test_the_wire_s_first_fin_or_rst_decides_the_side_and_tells_a_reset_or_faile
     assert (told.closed_by, told.reason) == ("client", "auth_failed")
     told = story(busy, None, 2_500, WireClose("client", reset=False, last_api=36))
     assert told.reason == "client_closed"  # no error seen: a client that just went away
+    # the client's close after no request read, of a flow open before the capture saw it:
+    # its login (sent before kmon looked) may have failed (the truth harness found one
+    # told client_closed at confidence 1, truly auth_failed)
+    told = story(busy, None, 2_500, WireClose("client", reset=False, last_api=None,
+                                              from_start=False))
+    assert (told.closed_by, told.reason) == ("client", "unknown")
+    told = story(busy, None, 2_500, WireClose("client", reset=False, last_api=None))
+    assert told.reason == "client_closed"  # seen from its opening: nothing went unread
+    # one that lived longer than a login takes was past it: told as if seen from its opening
+    idle = life("ESTABLISHED", idle=5_000, limits={"client": 5_000})
+    told = story(idle, None, 2_500, WireClose("client", reset=False, last_api=None,
+                                              from_start=False))
+    assert told.reason == "client_idle_reap"
+    idle = life("ESTABLISHED", "ESTABLISHED", "ESTABLISHED", "ESTABLISHED", idle=200)
+    told = story(idle, None, 5_300, WireClose("client", reset=False, last_api=None,
+                                              from_start=False))
+    assert told.reason == "client_closed"
     # the idle time explains a reset after the idle limit: a reap, not a reset
     reaped = story(life("ESTABLISHED", idle=599_000), None, 5_000,
                    WireClose("broker", reset=True, last_api=12))

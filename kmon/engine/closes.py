@@ -51,6 +51,9 @@ IDLE_WHY_UNKNOWN_MS = 1000
 # librdkafka lowers a client idle limit of twice this or more by a jitter of up to this much
 # (client_reap_floor)
 CLIENT_JITTER_MS = 2000
+# a failed login's connection closes within this of its connect (the broker's failed-login
+# delay, 100 ms by default, and a few round trips): one that lived longer was logged in
+LOGIN_LIFETIME_MS = 3000
 CLIENT_FIRST = frozenset({TcpState.FIN_WAIT1, TcpState.FIN_WAIT2, TcpState.CLOSING,
                           TcpState.TIME_WAIT})
 BROKER_FIRST = frozenset({TcpState.CLOSE_WAIT, TcpState.LAST_ACK})
@@ -179,7 +182,8 @@ def drop_reason(conn: Connection, why: str) -> str:
     return why
 
 
-def wire_reason(wire: WireClose, kernel_reason: str) -> str:
+def wire_reason(wire: WireClose, kernel_reason: str,
+                lived_ms: float | None = None) -> str:
     """The reason once the wire saw the close: a failed authentication (the broker answered a
     SASL request with an error, and whichever side closed first - librdkafka closes as soon as
     it reads the error - or the broker closed right after a SASL request), else a reset (unless
@@ -192,8 +196,11 @@ def wire_reason(wire: WireClose, kernel_reason: str) -> str:
     connection's (``broker_closed``): it came before the client's first request (a per-IP
     limit's close that beat the client's first bytes) or after requests sent before the
     capture saw the flow (a socket opened before kmon's first poll, whose login the broker
-    may have just failed): unsettled too. A broker's idle reap still tells itself by the
-    idle time."""
+    may have just failed): unsettled too, as is the client's close after no request read of
+    a flow the capture did not see open, if it lived (``lived_ms``, at least) less than
+    ``LOGIN_LIFETIME_MS`` (librdkafka closes once it reads a failed login's error, its login
+    sent before kmon looked; a connection that lived longer was past its login). A broker's
+    idle reap still tells itself by the idle time."""
     if kernel_reason in IDLE_REASONS or kernel_reason == "connect_failed":
         return kernel_reason
     if not wire.heard:
@@ -206,6 +213,9 @@ def wire_reason(wire: WireClose, kernel_reason: str) -> str:
         return "unknown"  # closed after its login request, the answer unheard: failed or not
     if wire.first_by == "broker" and wire.last_api is None and kernel_reason == "broker_closed":
         return "unknown"  # the broker closed after no request the wire read (see above)
+    if (wire.first_by == "client" and wire.last_api is None and not wire.from_start
+            and (lived_ms is None or lived_ms < LOGIN_LIFETIME_MS)):
+        return "unknown"  # a client's close after requests sent before the capture saw it
     if wire.reset:
         return "reset"
     return kernel_reason
@@ -231,16 +241,15 @@ def story(life: SocketLife, kernel_state: str | None, closed_ms: int,
         side = closed_by(life, kernel_state, first_close)
     why = reason(side, conn.idle_ms, conn.idle_limits, established,
                  max(0, closed_ms - life.last_seen_ms))
+    # opened before kmon saw it: it lived at least as long as it was idle
+    lived = max(life.last_seen_ms - life.first_seen_ms, conn.idle_ms or 0)
     if wire is not None:
-        why = wire_reason(wire, why)
+        why = wire_reason(wire, why, lived)
     if (wire is None or not wire.heard) and life.states <= SEEN_CLOSED:
         side = why = "unknown"  # refused, or reset, before any poll saw it open
     why = drop_reason(conn, why)
-    # opened before kmon saw it: it lived at least as long as it was idle
-    seen_for = life.last_seen_ms - life.first_seen_ms
     return CloseStory(
-        closed_by=side, reason=why, idle_before_ms=conn.idle_ms,
-        lifetime_ms=max(seen_for, conn.idle_ms or 0),
+        closed_by=side, reason=why, idle_before_ms=conn.idle_ms, lifetime_ms=lived,
         bytes_sent=conn.bytes_sent, bytes_received=conn.bytes_received,
         requests_sent=conn.requests_sent, requests_received=conn.requests_received)
 
@@ -274,7 +283,7 @@ def kernel_story(kernel: KernelLife, wire: WireClose | None, limits: dict[str, i
     # a refusal or a failed connect is the kernel's, and so is a reset it saw; else a close
     # the wire did not hear is unsettled (what ended it went unread)
     if wire is not None and kernel.ending is None and (wire.heard or kernel.reset is None):
-        why = wire_reason(wire, why)
+        why = wire_reason(wire, why, lifetime)
     return CloseStory(closed_by=side, reason=why, idle_before_ms=idle, lifetime_ms=lifetime,
                       opened_ms=round(kernel.opened_ms), closed_ms=round(closing))
 

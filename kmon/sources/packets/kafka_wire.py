@@ -337,7 +337,8 @@ class WireTap:
                                        bool(seg.flags & TCP_RST), flow.last_api,
                                        flow.auth_failed, tls=flow.tls,
                                        answers_heard=not _login_pending(flow),
-                                       last_data_ms=flow.last_data_ms)
+                                       last_data_ms=flow.last_data_ms,
+                                       from_start=flow.from_start)
                 if (key not in mine and key not in self.last_polled
                         and len(self.unpolled) < MAX_FLOWS):
                     self.unpolled[key] = flow.close
