@@ -141,13 +141,15 @@ class TlsTap:
         self.settled: set[int] = set()  # sockets whose writes are not handed on (``follow``)
         self.lost = 0  # records the kernel dropped (a thread's ring was full)
         self.scanned = 0.0
+        # closed before the probes go, from the first: a SIGTERM while its first scan opens
+        # perf events on them would else leave them open, and the probes busy, behind kmon
+        self.probes.before_removal.append(self.close)
         try:
             self._syscalls()
             self._scan()
         except KernelEventsUnavailable as err:
             self.close()
             raise TlsUnavailable(str(err)) from err
-        self.probes.before_removal.append(self.close)
 
     @property
     def probed(self) -> bool:
