@@ -64,13 +64,17 @@ def apis(row: dict) -> set[str]:
 
 
 def wire_sure(row: dict) -> bool:
-    """The wire's confidence in a row: 1.0, but for a connection that only asked for
-    metadata once the cluster was known: 0.7 as a broker (or a re-bootstrap), or unsettled
-    (role unknown, 0.3) where the process held nothing else when it opened (a new client's
-    bootstrap and a reconnect look alike: kmon.evidence.wire)."""
-    from kmon.evidence.wire import AFTER_LEARNED, UNPLACED
+    """The wire's confidence in a row: 1.0, but for a connection that only looked the
+    cluster up (Metadata, FindCoordinator: any broker answers them; no request only a broker,
+    a coordinator or a transaction coordinator takes) once the cluster was known: 0.7 as a
+    broker (or a re-bootstrap), or unsettled (role unknown, 0.3) where the process held
+    nothing else when it opened (a new client's bootstrap and a reconnect look alike:
+    kmon.evidence.wire)."""
+    from kmon.evidence.wire import AFTER_LEARNED, KNOWING_APIS, UNPLACED
+    from kmon.sources.kafka_protocol import api_name
 
-    if apis(row) <= {"Metadata", "ApiVersions"} and row["role"] in ("broker", "unknown"):
+    knowing = {api_name(key) for key in KNOWING_APIS}
+    if not apis(row) & knowing and row["role"] in ("broker", "unknown"):
         return row["confidence"] == (AFTER_LEARNED if row["role"] == "broker" else UNPLACED)
     return row["confidence"] == 1.0
 
