@@ -20,6 +20,7 @@ Real sockets here and a real packet capture.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import struct
@@ -75,11 +76,9 @@ def reset(sock: socket.socket) -> None:
     sock.close()
 
 
-def test_a_reused_four_tuple_s_login_is_read_from_its_syn():
-    """A connection that sent Metadata and was reset, then a new one on the same 4-tuple that
-    logs in and is closed by the broker, neither shown by a poll (each lived between two):
-    the second's close comes after its SaslAuthenticate, a failed login, not a close after
-    no request."""
+@contextlib.contextmanager
+def learned_tap():
+    """A listening "broker", and a packet tap that knows it (so keeps requests only)."""
     from kmon.sources.packets.kafka_wire import WireTap
 
     with socket.create_server(("127.0.0.1", 0)) as server:
@@ -88,24 +87,33 @@ def test_a_reused_four_tuple_s_login_is_read_from_its_syn():
         try:
             tap.learn({1: (remote.ip, remote.port)}, 0)
             tap.poll([], 0)  # the brokers known: responses no longer kept
-            first = connect_from(0, server)
-            local = Endpoint(*first.getsockname())
-            peer, _ = server.accept()
-            send(first, (kp.METADATA,) * 3)
-            reset(first)  # no TIME_WAIT on either side: the 4-tuple is free at once
-            peer.close()
-            time.sleep(0.2)
-            tap.poll([], 1)
-            second = connect_from(local.port, server)
-            peer, _ = server.accept()
-            send(second, LOGIN)
-            peer.close()  # the broker's FIN after the login
-            time.sleep(0.2)
-            second.close()
-            time.sleep(0.3)
-            close = tap.poll([], 2).closes.get((local, remote))
+            yield server, remote, tap
         finally:
             tap.close()
+
+
+def test_a_reused_four_tuple_s_login_is_read_from_its_syn():
+    """A connection that sent Metadata and was reset, then a new one on the same 4-tuple that
+    logs in and is closed by the broker, neither shown by a poll (each lived between two):
+    the second's close comes after its SaslAuthenticate, a failed login, not a close after
+    no request."""
+    with learned_tap() as (server, remote, tap):
+        first = connect_from(0, server)
+        local = Endpoint(*first.getsockname())
+        peer, _ = server.accept()
+        send(first, (kp.METADATA,) * 3)
+        reset(first)  # no TIME_WAIT on either side: the 4-tuple is free at once
+        peer.close()
+        time.sleep(0.2)
+        tap.poll([], 1)
+        second = connect_from(local.port, server)
+        peer, _ = server.accept()
+        send(second, LOGIN)
+        peer.close()  # the broker's FIN after the login
+        time.sleep(0.2)
+        second.close()
+        time.sleep(0.3)
+        close = tap.poll([], 2).closes.get((local, remote))
     assert close is not None and (close.first_by, close.last_api) == (
         "broker", kp.SASL_AUTHENTICATE), close
     assert wire_reason(close, "broker_closed") == "auth_failed"
@@ -118,26 +126,17 @@ def test_a_tls_login_read_before_its_syn_keeps_its_requests(slow_ring):
     opening, not a new connection on the 4-tuple: the login stays, and the broker's close
     after it is a failed login. The TLS writes are given as the TLS source hands them (its
     uprobes need a TLS library in the process); the socket, its SYN and its FINs are real."""
-    from kmon.sources.packets.kafka_wire import WireTap
-
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        remote = Endpoint(*server.getsockname())
-        tap = WireTap([], 0)
-        try:
-            tap.learn({1: (remote.ip, remote.port)}, 0)
-            tap.poll([], 0)  # the brokers known: responses no longer kept
-            client = connect_from(0, server)
-            peer, _ = server.accept()
-            sock = tls_socket(client, remote)
-            time.sleep(0.01)  # the TLS handshake
-            flow = tap.poll([sock], 1, tls_writes(sock, LOGIN)).flows[(sock.local, sock.remote)]
-            peer.close()  # the broker's FIN after the login
-            time.sleep(0.2)
-            client.close()
-            time.sleep(1.5)  # the SYN's block handed over, and the FINs'
-            close = tap.poll([], 2).closes.get((sock.local, sock.remote))
-        finally:
-            tap.close()
+    with learned_tap() as (server, remote, tap):
+        client = connect_from(0, server)
+        peer, _ = server.accept()
+        sock = tls_socket(client, remote)
+        time.sleep(0.01)  # the TLS handshake
+        flow = tap.poll([sock], 1, tls_writes(sock, LOGIN)).flows[(sock.local, sock.remote)]
+        peer.close()  # the broker's FIN after the login
+        time.sleep(0.2)
+        client.close()
+        time.sleep(1.5)  # the SYN's block handed over, and the FINs'
+        close = tap.poll([], 2).closes.get((sock.local, sock.remote))
     assert flow.tls and flow.from_start and flow.last_api == kp.SASL_AUTHENTICATE, flow
     assert close is not None and (close.first_by, close.last_api) == (
         "broker", kp.SASL_AUTHENTICATE), close
