@@ -199,7 +199,7 @@ class Serve:
             if self.address is not None:
                 text = self.scrape()
                 counts = connection_roles(text, pid)
-                if counts and last_poll_s(text) >= asked:
+                if counts is not None and last_poll_s(text) >= asked:
                     return counts
             time.sleep(0.5)
         return f"no series of the process in /metrics: {''.join(self.lines[-2:]).strip()}"
@@ -237,18 +237,23 @@ def last_poll_s(text: str) -> float:
     return 0.0
 
 
-def connection_roles(text: str, pid: int) -> Counter:
+def connection_roles(text: str, pid: int) -> Counter | None:
     """``kmon_connections`` of ``pid``'s command summed by role: serve labels a process by
     its command, never its pid, and adds up the processes of one command (a scenario's
-    check sums their streams: ``score.summed_disagreements``)."""
+    check sums their streams: ``score.summed_disagreements``). None while serve does not
+    list the command (``kmon_client_processes``); empty when it holds no connection."""
     process = command_of(pid)
     counts: Counter = Counter()
+    listed = False
     for line in text.splitlines():
-        if line.startswith("kmon_connections{"):
+        if line.startswith(("kmon_connections{", "kmon_client_processes{")):
             labels = dict(LABEL.findall(line.split("}", 1)[0]))
-            if labels.get("process") == process:
+            if labels.get("process") != process:
+                continue
+            listed = True
+            if line.startswith("kmon_connections{"):
                 counts[labels.get("role", "")] += round(float(line.rsplit(" ", 1)[1]))
-    return counts
+    return counts if listed else None
 
 
 class Recording:
