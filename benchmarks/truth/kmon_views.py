@@ -189,8 +189,10 @@ class Serve:
     def roles(self, pid: int, seconds: float = 20) -> Counter | str:
         """The process's connections by role in /metrics, from a poll made after this call
         (the streams it is held to are marked just before: a scrape serves the last poll,
-        which a loaded machine may have made seconds earlier), or why there are none."""
+        which a loaded machine may have made seconds earlier; empty when its polls do not list
+        the process), or why there are none."""
         deadline, asked = time.monotonic() + seconds, time.time()
+        polled = False  # a poll made after the call, which did not list the process
         while time.monotonic() < deadline and self.proc.poll() is None:
             if self.address is None:
                 found = [line for line in self.lines if "/metrics" in line and "http://" in line]
@@ -198,10 +200,13 @@ class Serve:
                     self.address = found[0].split("http://", 1)[1].split("/metrics", 1)[0]
             if self.address is not None:
                 text = self.scrape()
-                counts = connection_roles(text, pid)
-                if counts is not None and last_poll_s(text) >= asked:
+                counts, fresh = connection_roles(text, pid), last_poll_s(text) >= asked
+                if counts is not None and fresh:
                     return counts
+                polled = polled or fresh
             time.sleep(0.5)
+        if polled:  # serve does not count the process as a client of its cluster: none
+            return Counter()
         return f"no series of the process in /metrics: {''.join(self.lines[-2:]).strip()}"
 
     def scrape(self) -> str:

@@ -369,8 +369,10 @@ SCENARIOS = {s.name: s for s in [
              "client per message (kmon without -b: the limit would refuse its own connections)",
              client_per_message, setup=per_ip_limit, watch_s=10, kmon_asks_cluster=False,
              client_names=("confluent-kafka, a client per message",)),
+    # kmon without -b: the cluster's PLAINTEXT listener names neither the SASL one nor, with
+    # no login, the cluster of a client that never logged in
     Scenario("sasl-wrong-password", "a producer with a wrong SASL/PLAIN password",
-             wrong_password, watch_s=10,
+             wrong_password, watch_s=10, kmon_asks_cluster=False,
              client_names=("confluent-kafka producer, plain",)),
     Scenario("group-member", "an uninstrumented group member on two nodes: roles, --once "
              "and ps against the stream", plain_consumer, watch_s=6, brokers=2,
