@@ -1,7 +1,8 @@
 """The real clients a scenario runs: confluent-kafka through kmon's workload (plain, or with
 kmon's agent) and kcat, each with librdkafka's debug log in a file; and group consumers of
-other libraries (kmon.devtools.client_programs): kafka-python, the Java client (its JVM open
-to kmon's JMX helper, or closed to it), KafkaJS and franz-go, whose roles the packets tell."""
+other libraries (kmon.devtools.client_programs): kafka-python, KafkaJS and franz-go, whose
+roles the packets tell, and the Java client (its JVM open to kmon's JMX helper, or closed to
+it), whose NetworkClient DEBUG log names each connection's node (java_client_log)."""
 
 from __future__ import annotations
 
@@ -97,13 +98,21 @@ def kafkajs(name: str, bootstrap: str, group: str, topic: str, log: Path) -> Cli
                    {**os.environ, "NODE_PATH": str(TESTS / "node" / "node_modules")})
 
 
+# slf4j-simple: NetworkClient at DEBUG (each connection's node id), times to the millisecond
+JAVA_LOG = [f"-Dorg.slf4j.simpleLogger.{key}" for key in (
+    "log.org.apache.kafka.clients.NetworkClient=debug", "showDateTime=true",
+    "dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSSXXX")]
+
+
 def java(name: str, bootstrap: str, group: str, topic: str, log: Path, *settings: str,
          jmx: bool = True, version: str = "4.4.0") -> Client:
-    """KafkaClientProgram's consumer; ``jmx=False``: its JVM refuses the attach API (kmon's
-    JMX helper cannot read it). ``settings``: ``key=value`` client properties."""
+    """KafkaClientProgram's consumer, its NetworkClient DEBUG log in ``log`` (kmon is never
+    given it); ``jmx=False``: its JVM refuses the attach API (kmon's JMX helper cannot read
+    it). ``settings``: ``key=value`` client properties."""
     jvm = [] if jmx else ["-XX:+DisableAttachMechanism"]
     properties = [arg for setting in settings for arg in ("-X", setting)]
-    return program(name, ["java", "-XX:TieredStopAtLevel=1", *jvm, "-cp", java_classpath(version),
+    return program(name, ["java", "-XX:TieredStopAtLevel=1", *jvm, *JAVA_LOG,
+                          "-cp", java_classpath(version),
                           JAVA_PROGRAM.stem, "consumer", bootstrap, "--group", group,
                           "--topic", topic, *properties], log)
 
