@@ -117,8 +117,15 @@ def java(name: str, bootstrap: str, group: str, topic: str, log: Path, *settings
                           "--topic", topic, *properties], log)
 
 
-def franz_go(name: str, bootstrap: str, group: str, topic: str, log: Path) -> Client:
-    return program(name, [go_binary(), "franz-go", bootstrap, group, topic], log)
+def franz_go(name: str, bootstrap: str, group: str, topic: str, log: Path,
+             *settings: str) -> Client:
+    """tests/go's franz-go consumer; ``settings``: ``group.protocol=consumer`` alone (a
+    KIP-848 group: kgo.ServerSideBalancer)."""
+    protocol = [f"-group-protocol={value}" for key, _, value in map(
+        lambda setting: setting.partition("="), settings) if key == "group.protocol"]
+    if len(protocol) != len(settings):
+        raise ValueError(f"franz-go takes group.protocol only, not {settings}")
+    return program(name, [go_binary(), *protocol, "franz-go", bootstrap, group, topic], log)
 
 
 TESTS = Path(__file__).resolve().parents[2] / "tests"

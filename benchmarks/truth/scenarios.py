@@ -415,12 +415,12 @@ def group_scenarios() -> list[Scenario]:
                      "and started again in turn under group consumers", clients,
                      groups.rolling_restart, setup=groups.topic, watch_s=8, brokers=3,
                      client_names=names)]
-        if set_name != "others":  # KIP-848: librdkafka ≥ 2.4 and the Java client ≥ 3.7
-            made.append(Scenario(
-                f"kip848-group/{set_name}", "consumers in KIP-848 groups "
-                "(group.protocol=consumer) on two nodes, a member joining and leaving",
-                groups.consumers(kinds, "group.protocol=consumer"), groups.join_and_leave,
-                setup=groups.topic, watch_s=8, brokers=2, client_names=names))
+    for set_name, kinds in groups.KIP848.items():
+        made.append(Scenario(
+            f"kip848-group/{set_name}", "consumers in KIP-848 groups "
+            "(group.protocol=consumer) on two nodes, a member joining and leaving",
+            groups.consumers(kinds, "group.protocol=consumer"), groups.join_and_leave,
+            setup=groups.topic, watch_s=8, brokers=2, client_names=groups.names(kinds)))
     return made
 
 
