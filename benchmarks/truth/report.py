@@ -9,11 +9,15 @@ from benchmarks.truth.score import Tally
 
 SHOWN = 6  # wrong verdicts listed per client
 NOT_COVERED = (
-    "Not in the harness yet (issue 33 asks for them): the Java client's own view (its DEBUG "
-    "log, its JMX node ids) as an oracle (its roles, like kafka-python's, "
-    "KafkaJS's and franz-go's, come from the requests the packets show); kafka-python, "
-    "KafkaJS and franz-go in KIP-848 groups. librdkafka's re-bootstrap is measured inside "
-    "broker-idle-reap (its `/bootstrap` sockets).")
+    "Covered since issue 33: the Java client's own view, its NetworkClient DEBUG log (the node "
+    "id each connection was initiated with, never given to kmon), decides the Java rows' "
+    "roles, the requests the packets show a second matrix beside it; franz-go joins a "
+    "KIP-848 group (`kip848-group/franz-go`, kgo.ServerSideBalancer). Not in the harness: "
+    "the Java client's JMX node ids as an oracle (kmon reads them: not independent); "
+    "kafka-python and KafkaJS in KIP-848 groups (neither has a KIP-848 consumer); the Java "
+    "log's idle closes as a close oracle (no Java scenario reaps within its watch). "
+    "librdkafka's re-bootstrap is measured inside broker-idle-reap (its `/bootstrap` "
+    "sockets).")
 
 HEADER = ("scenario", "client", "closes right/told", "wrong", "conf-wrong", "unsettled",
           "missed", "roles right/told", "wrong", "conf-wrong", "unsettled", "--once ≠ stream",
