@@ -76,6 +76,7 @@ def test_the_clients_log_decides_and_the_packets_cross_check(tmp_path):
                              "truly coordinator:2"]
     by_packets = score_roles(rows, ctx, packets_only=True)
     assert (by_packets.right, by_packets.wrong, by_packets.no_oracle) == (0, 1, 1)
+    assert by_packets.matrix[("(requests untold)", "broker:2")] == 1
     assert oracle_disagreements(ctx) == [
         "socket :40001>:36171: node -2 (bootstrap) in the client's log, broker:2 by its "
         "requests (API keys 1,3,18)"]

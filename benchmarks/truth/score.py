@@ -231,7 +231,7 @@ def score_roles(rows: dict[tuple[int, int], dict], ctx: Context,
                 continue
         if connect is None:
             tally.no_oracle += 1
-            tally.matrix[("(no log)", said)] += 1
+            tally.matrix[("(requests untold)" if packets_only else "(no log)", said)] += 1
             continue
         name = ctx.log.name_of(connect, flow.close_ms)
         tally.add(role_of(name, connect.port, ctx.node_of_port), said, unsure, confidence,
