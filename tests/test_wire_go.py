@@ -25,7 +25,8 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("go") is None, reason="go is not installed"),
 ]
 
-GROUP_APIS = {"JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit", "OffsetFetch"}
+GROUP_APIS = {"JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit", "OffsetFetch",
+              "ConsumerGroupHeartbeat"}
 
 
 @pytest.fixture
@@ -81,6 +82,25 @@ def check_go_roles(rows: list[dict], brokers: dict[int, tuple[str, int]], leader
     assert fetching_from(rows) == leaders
 
 
+def consumed(go_consumer: str, options: list[str], library: str, bootstrap: str,
+             topic: str) -> tuple:
+    """The Go program consuming ``topic`` in a group of its own, attached from its first
+    connection: (client, its rows once every socket is named and it fetches from every
+    leader, those leaders, the group's coordinator)."""
+    group = f"g-{topic}"
+    found: dict = {}
+
+    def named_and_fetching(rows: list[dict]) -> bool:
+        if not all_named(rows):
+            return False
+        found["leaders"], found["coordinator"] = leaders_and_coordinator(bootstrap, topic, group)
+        return fetching_from(rows) == found["leaders"]
+
+    client, rows = from_start([go_consumer, *options, library, bootstrap, group, topic],
+                              named_and_fetching)
+    return client, rows, found["leaders"], found["coordinator"]
+
+
 @pytest.mark.parametrize("library", ["franz-go", "kafka-go"])
 def test_go_group_consumer(library, go_consumer, kafka, real_brokers, real_topic):
     """A Go consumer in a group, attached from its first connection: every socket named at
@@ -92,18 +112,8 @@ def test_go_group_consumer(library, go_consumer, kafka, real_brokers, real_topic
     are open), Fetch on one of its own. kafka-go holds one coordinator connection and a
     connection per partition that lists offsets and fetches.
     """
-    group = f"g-{real_topic}"
-    leaders, coordinator = set(), None
-
-    def named_and_fetching(rows: list[dict]) -> bool:
-        nonlocal leaders, coordinator
-        if not all_named(rows):
-            return False
-        leaders, coordinator = leaders_and_coordinator(kafka.bootstrap(), real_topic, group)
-        return fetching_from(rows) == leaders
-
-    client, rows = from_start([go_consumer, library, kafka.bootstrap(), group, real_topic],
-                              named_and_fetching)
+    client, rows, leaders, coordinator = consumed(go_consumer, [], library, kafka.bootstrap(),
+                                                  real_topic)
     try:
         check_go_roles(rows, real_brokers, leaders, coordinator, f"kmon-{library}")
         coordinators = [apis(r) for r in rows if r["role"] == "coordinator"]
@@ -118,5 +128,20 @@ def test_go_group_consumer(library, go_consumer, kafka, real_brokers, real_topic
         else:
             assert len(coordinators) == 1, coordinators
             assert all(f <= {"ListOffsets", "Fetch", "ApiVersions"} for f in fetches), fetches
+    finally:
+        client.stop()
+
+
+def test_franz_go_in_a_kip848_group(go_consumer, kafka, real_brokers, real_topic):
+    """-group-protocol=consumer (kgo.ServerSideBalancer): franz-go joins a KIP-848 group, its
+    coordinator socket carrying ConsumerGroupHeartbeat and never JoinGroup; every socket named
+    at 1.0 as in a classic group."""
+    client, rows, leaders, coordinator = consumed(go_consumer, ["-group-protocol=consumer"],
+                                                  "franz-go", kafka.bootstrap(), real_topic)
+    try:
+        check_go_roles(rows, real_brokers, leaders, coordinator, "kmon-franz-go")
+        coordinators = [apis(r) for r in rows if r["role"] == "coordinator"]
+        assert any("ConsumerGroupHeartbeat" in c for c in coordinators), coordinators
+        assert not any("JoinGroup" in c for c in coordinators), coordinators
     finally:
         client.stop()

@@ -1,7 +1,8 @@
 """The real clients a scenario runs: confluent-kafka through kmon's workload (plain, or with
 kmon's agent) and kcat, each with librdkafka's debug log in a file; and group consumers of
-other libraries (kmon.devtools.client_programs): kafka-python, the Java client (its JVM open
-to kmon's JMX helper, or closed to it), KafkaJS and franz-go, whose roles the packets tell."""
+other libraries (kmon.devtools.client_programs): kafka-python, KafkaJS and franz-go, whose
+roles the packets tell, and the Java client (its JVM open to kmon's JMX helper, or closed to
+it), whose NetworkClient DEBUG log names each connection's node (java_client_log)."""
 
 from __future__ import annotations
 
@@ -97,19 +98,34 @@ def kafkajs(name: str, bootstrap: str, group: str, topic: str, log: Path) -> Cli
                    {**os.environ, "NODE_PATH": str(TESTS / "node" / "node_modules")})
 
 
+# slf4j-simple: NetworkClient at DEBUG (each connection's node id), times to the millisecond
+JAVA_LOG = [f"-Dorg.slf4j.simpleLogger.{key}" for key in (
+    "log.org.apache.kafka.clients.NetworkClient=debug", "showDateTime=true",
+    "dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSSXXX")]
+
+
 def java(name: str, bootstrap: str, group: str, topic: str, log: Path, *settings: str,
          jmx: bool = True, version: str = "4.4.0") -> Client:
-    """KafkaClientProgram's consumer; ``jmx=False``: its JVM refuses the attach API (kmon's
-    JMX helper cannot read it). ``settings``: ``key=value`` client properties."""
+    """KafkaClientProgram's consumer, its NetworkClient DEBUG log in ``log`` (kmon is never
+    given it); ``jmx=False``: its JVM refuses the attach API (kmon's JMX helper cannot read
+    it). ``settings``: ``key=value`` client properties."""
     jvm = [] if jmx else ["-XX:+DisableAttachMechanism"]
     properties = [arg for setting in settings for arg in ("-X", setting)]
-    return program(name, ["java", "-XX:TieredStopAtLevel=1", *jvm, "-cp", java_classpath(version),
+    return program(name, ["java", "-XX:TieredStopAtLevel=1", *jvm, *JAVA_LOG,
+                          "-cp", java_classpath(version),
                           JAVA_PROGRAM.stem, "consumer", bootstrap, "--group", group,
                           "--topic", topic, *properties], log)
 
 
-def franz_go(name: str, bootstrap: str, group: str, topic: str, log: Path) -> Client:
-    return program(name, [go_binary(), "franz-go", bootstrap, group, topic], log)
+def franz_go(name: str, bootstrap: str, group: str, topic: str, log: Path,
+             *settings: str) -> Client:
+    """tests/go's franz-go consumer; ``settings``: ``group.protocol=consumer`` alone (a
+    KIP-848 group: kgo.ServerSideBalancer)."""
+    protocol = [f"-group-protocol={value}" for key, _, value in map(
+        lambda setting: setting.partition("="), settings) if key == "group.protocol"]
+    if len(protocol) != len(settings):
+        raise ValueError(f"franz-go takes group.protocol only, not {settings}")
+    return program(name, [go_binary(), *protocol, "franz-go", bootstrap, group, topic], log)
 
 
 TESTS = Path(__file__).resolve().parents[2] / "tests"

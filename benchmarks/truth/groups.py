@@ -39,6 +39,10 @@ KINDS = {
 }
 SETS = {"rdkafka": ("librdkafka",), "others": ("kafka-python", "kafkajs", "franz-go"),
         "java": ("java-jmx", "java-no-jmx", "java39-jmx", "java39-no-jmx")}
+# the kinds that join KIP-848 groups (group.protocol=consumer), by set: librdkafka ≥ 2.4, the
+# Java client ≥ 3.7, franz-go ≥ 1.19 (kgo.ServerSideBalancer); kafka-python and KafkaJS have no
+# KIP-848 consumer
+KIP848 = {"rdkafka": SETS["rdkafka"], "java": SETS["java"], "franz-go": ("franz-go",)}
 
 
 def names(kinds: tuple[str, ...]) -> tuple[str, ...]:

@@ -9,11 +9,15 @@ from benchmarks.truth.score import Tally
 
 SHOWN = 6  # wrong verdicts listed per client
 NOT_COVERED = (
-    "Not in the harness yet (issue 33 asks for them): the Java client's own view (its DEBUG "
-    "log, its JMX node ids) as an oracle (its roles, like kafka-python's, "
-    "KafkaJS's and franz-go's, come from the requests the packets show); kafka-python, "
-    "KafkaJS and franz-go in KIP-848 groups. librdkafka's re-bootstrap is measured inside "
-    "broker-idle-reap (its `/bootstrap` sockets).")
+    "Covered since issue 33: the Java client's own view, its NetworkClient DEBUG log (the node "
+    "id each connection was initiated with, never given to kmon), decides the Java rows' "
+    "roles, the requests the packets show a second matrix beside it; franz-go joins a "
+    "KIP-848 group (`kip848-group/franz-go`, kgo.ServerSideBalancer). Not in the harness: "
+    "the Java client's JMX node ids as an oracle (kmon reads them: not independent); "
+    "kafka-python and KafkaJS in KIP-848 groups (neither has a KIP-848 consumer); the Java "
+    "log's idle closes as a close oracle (no Java scenario reaps within its watch). "
+    "librdkafka's re-bootstrap is measured inside broker-idle-reap (its `/bootstrap` "
+    "sockets).")
 
 HEADER = ("scenario", "client", "closes right/told", "wrong", "conf-wrong", "unsettled",
           "missed", "roles right/told", "wrong", "conf-wrong", "unsettled", "--once ≠ stream",
@@ -97,8 +101,11 @@ def markdown(outcomes: list[Outcome], command: str) -> str:
         f"view disagreements, {total['not_run']} scenario × client not run.", "",
         "A close is `side/reason`: the oracle's side is the first FIN or RST in the packet "
         "capture; a SYN answered by a RST is `-/connect_failed`. A close is confident "
-        "unless kmon said `unknown`. A role is `role:node` from the librdkafka handle that "
-        "made the socket (its debug log); confident at kmon's confidence ≥ 0.9. `told`: the "
+        "unless kmon said `unknown`. A role is `role:node` from the client's own log: the "
+        "librdkafka handle that made the socket (its debug log), the node id the Java client "
+        "initiated it with (its NetworkClient DEBUG log; the requests the packets show it "
+        "carried are a second matrix, and where the two oracles differ is listed); else from "
+        "those requests. Confident at kmon's confidence ≥ 0.9. `told`: the "
         "verdicts kmon committed to; `unsettled` (kmon said unknown, or named no node) are "
         "counted apart, in neither right nor told. `missed`: "
         "closes of the client's sockets (by /proc, or its log's refused connects) that kmon "
@@ -124,6 +131,9 @@ def markdown(outcomes: list[Outcome], command: str) -> str:
         lines += [f"* {note}" for note in notes] + ([""] if notes else [])
         lines += matrix_markdown("Closes (side/reason)", o.closes)
         lines += matrix_markdown("Roles (role:node)", o.roles)
+        if o.roles_by_packets is not None:
+            lines += matrix_markdown("Roles (role:node) by the requests the packets show, a "
+                                     "cross-check of the client's log", o.roles_by_packets)
         wrongs = o.closes.wrongs + o.roles.wrongs
         if wrongs:
             shown = [f"* {w}" for w in wrongs[:SHOWN]]

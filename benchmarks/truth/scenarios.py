@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 
 from benchmarks.truth import clients as start
-from benchmarks.truth import connection_count, groups
+from benchmarks.truth import connection_count, groups, java_client_log
 from benchmarks.truth.capture import Capture
 from benchmarks.truth.client_log import ClientLog
 from benchmarks.truth.kmon_views import (
@@ -30,6 +30,7 @@ from benchmarks.truth.score import (
     Context,
     Tally,
     once_disagreements,
+    oracle_disagreements,
     ps_disagreements,
     record_disagreements,
     score_closes,
@@ -51,6 +52,7 @@ class Outcome:
     client: str
     closes: Tally | None = None
     roles: Tally | None = None
+    roles_by_packets: Tally | None = None  # the cross-check, where the client's log told roles
     views: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     not_run: str | None = None
@@ -159,14 +161,17 @@ def run(scenario: Scenario, keep: Path | None = None) -> list[Outcome]:
             client.log.with_suffix(".closes.json").write_text(json.dumps(stream.closes()))
             client.log.with_suffix(".stream.jsonl").write_text(
                 "".join(json.dumps(record) + "\n" for record in stream.records))
-        ctx = Context(flows, ClientLog.read(client.log), owners.seen.get(client.pid, {}),
-                      node_of_port, scenario.broker_idle_ms, rejected, failed_auth,
+        fds = owners.seen.get(client.pid, {})
+        ctx = Context(flows, ClientLog.read(client.log), fds, node_of_port,
+                      scenario.broker_idle_ms, rejected, failed_auth,
                       frozenset(n.ports["SASL_PLAINTEXT"] for n in cluster.nodes),
-                      first_syn(flows, client.started_ms))
+                      first_syn(flows, client.started_ms),
+                      java_client_log.sockets(java_client_log.read(client.log), flows, set(fds)))
         until_ms = stream.latest()["ts_ms"]
         notes = [f"the brokers' log: {count} × “{what}”" for count, what in
                  ((rejected, "Rejected connection from"),
                   (failed_auth, "Failed authentication with")) if count]
+        notes += [f"the oracles differ: {d}" for d in oracle_disagreements(ctx)]
         views[client.name].update(record_views(recorded, stream, client.pid))
         if the_run.counts:
             the_run.counts["packets"] = connection_count.accepted(flows,
@@ -177,6 +182,8 @@ def run(scenario: Scenario, keep: Path | None = None) -> list[Outcome]:
             scenario.name, client.name,
             closes=score_closes(stream.closes(), ctx, stream.started_ms + 1000, until_ms),
             roles=score_roles(stream.last_rows(), ctx), views=views[client.name],
+            roles_by_packets=(score_roles(stream.last_rows(), ctx, packets_only=True)
+                              if ctx.java_nodes else None),
             notes=notes))
     if not keep:
         shutil.rmtree(workdir, ignore_errors=True)  # kept when not run: the logs say why
@@ -410,12 +417,12 @@ def group_scenarios() -> list[Scenario]:
                      "and started again in turn under group consumers", clients,
                      groups.rolling_restart, setup=groups.topic, watch_s=8, brokers=3,
                      client_names=names)]
-        if set_name != "others":  # KIP-848: librdkafka ≥ 2.4 and the Java client ≥ 3.7
-            made.append(Scenario(
-                f"kip848-group/{set_name}", "consumers in KIP-848 groups "
-                "(group.protocol=consumer) on two nodes, a member joining and leaving",
-                groups.consumers(kinds, "group.protocol=consumer"), groups.join_and_leave,
-                setup=groups.topic, watch_s=8, brokers=2, client_names=names))
+    for set_name, kinds in groups.KIP848.items():
+        made.append(Scenario(
+            f"kip848-group/{set_name}", "consumers in KIP-848 groups "
+            "(group.protocol=consumer) on two nodes, a member joining and leaving",
+            groups.consumers(kinds, "group.protocol=consumer"), groups.join_and_leave,
+            setup=groups.topic, watch_s=8, brokers=2, client_names=groups.names(kinds)))
     return made
 
 

@@ -14,8 +14,11 @@ the socket's fd); the broker's, ``broker_idle_reap`` when the packets show it id
 for the broker's limit (less 100 ms), else ``broker_closed``. A socket's role is the
 librdkafka handle whose ``connect()`` made it (by its fd in /proc, else the connect
 logged last before the SYN), under the name the handle bore then (``/bootstrap``,
-``/N``, ``GroupCoordinator``). A client with no librdkafka log (kafka-python, Java,
-KafkaJS, Go) has its sockets' roles from the requests the packets show it sent:
+``/N``, ``GroupCoordinator``). The Java client's socket has its role from the node id its
+DEBUG log initiated it with (``java_client_log``: ``-N`` bootstrap, ``+B`` or ``2147483647 -
+B`` coordinator:B, ``B`` broker:B), the packets' requests a cross-check. A client with no
+such log (kafka-python, KafkaJS, Go) has its sockets' roles from the requests the packets
+show it sent:
 a group API on it (JoinGroup, Heartbeat, OffsetCommit, ConsumerGroupHeartbeat…), a
 coordinator of its broker; a Produce, Fetch or ListOffsets, a broker; both, either; only
 ApiVersions, Metadata and FindCoordinator on the client's first connection, bootstrap;
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field
 
 from benchmarks.truth.capture import Flow
 from benchmarks.truth.client_log import ClientLog, role_of
+from benchmarks.truth.java_client_log import JavaConnect
 from benchmarks.truth.kmon_views import with_ports
 
 UNSETTLED = {"unknown", "unsettled", "?", None}
@@ -81,6 +85,8 @@ class Context:
     auth_failures: int = 0  # the brokers' log's "Failed authentication" lines
     sasl_ports: frozenset[int] = frozenset()
     first_syn_ms: float | None = None  # the client's first connection attempt
+    # (local port, server port, SYN ms) -> the Java client's log line that initiated it
+    java_nodes: dict[tuple[int, int, float], JavaConnect] = field(default_factory=dict)
 
 
 def close_truth(flow: Flow, ctx: Context) -> str | None:
@@ -199,31 +205,52 @@ def packet_role(flow: Flow, ctx: Context) -> str | None:
     return None
 
 
-def score_roles(rows: dict[tuple[int, int], dict], ctx: Context) -> Tally:
-    """Each socket's role as kmon last showed it against the handle that opened it (or, for
-    a client with no librdkafka log, the requests it carried)."""
+def score_roles(rows: dict[tuple[int, int], dict], ctx: Context,
+                packets_only: bool = False) -> Tally:
+    """Each socket's role as kmon last showed it against the client's own log (the librdkafka
+    handle that opened it, the Java client's node id) or, for a client with neither (or
+    ``packets_only``: the cross-check), the requests it carried."""
     tally = Tally()
     for ports, row in rows.items():
         flow = ctx.flows.get(ports)
-        connect = handle(flow, ctx) if flow is not None else None
         said = kmon_role(row)
         unsure = unsettled(row)
+        confidence = row.get("confidence") or 0.0
         what = f"socket :{ports[0]}>:{ports[1]}"
-        if connect is None and flow is not None and not ctx.log.connects:
+        java = (ctx.java_nodes.get((flow.client_port, flow.server_port, flow.syn_ms))
+                if flow is not None and not packets_only else None)
+        if java is not None:
+            tally.add(java.role, said, unsure, confidence, f"{what} (node {java.node})")
+            continue
+        connect = handle(flow, ctx) if flow is not None and not packets_only else None
+        if connect is None and flow is not None and (packets_only or not ctx.log.connects):
             truth = packet_role(flow, ctx)
             if truth is not None:
                 apis = ",".join(map(str, sorted(flow.api_keys)))
-                tally.add(truth, said, unsure, row.get("confidence") or 0.0,
-                          f"{what} (API keys {apis})")
+                tally.add(truth, said, unsure, confidence, f"{what} (API keys {apis})")
                 continue
         if connect is None:
             tally.no_oracle += 1
-            tally.matrix[("(no log)", said)] += 1
+            tally.matrix[("(requests untold)" if packets_only else "(no log)", said)] += 1
             continue
         name = ctx.log.name_of(connect, flow.close_ms)
-        tally.add(role_of(name, connect.port, ctx.node_of_port), said, unsure,
-                  row.get("confidence") or 0.0, f"{what} ({name})")
+        tally.add(role_of(name, connect.port, ctx.node_of_port), said, unsure, confidence,
+                  f"{what} ({name})")
     return tally
+
+
+def oracle_disagreements(ctx: Context) -> list[str]:
+    """Sockets the Java client's log initiated as one role and whose requests (the packets)
+    tell another: the two oracles at odds, kmon aside."""
+    found = []
+    for (local, server, syn_ms), java in sorted(ctx.java_nodes.items()):
+        flow = next(f for f in ctx.flows[(local, server)].attempts() if f.syn_ms == syn_ms)
+        packets = packet_role(flow, ctx)
+        if packets is not None and java.role not in packets.split(" or "):
+            apis = ",".join(map(str, sorted(flow.api_keys)))
+            found.append(f"socket :{local}>:{server}: node {java.node} ({java.role}) in the "
+                         f"client's log, {packets} by its requests (API keys {apis})")
+    return found
 
 
 ROLES = ("bootstrap", "coordinator", "broker", "unknown")

@@ -1,8 +1,8 @@
 // A Go Kafka consumer in a group, for kmon's wire tests: franz-go or segmentio/kafka-go.
 //
-//	kmon-go-consumer franz-go|kafka-go BOOTSTRAP GROUP TOPIC [CAFILE]
+//	kmon-go-consumer [-group-protocol consumer] franz-go|kafka-go BOOTSTRAP GROUP TOPIC [CAFILE]
 //
-// It joins GROUP, consumes TOPIC from the beginning, prints READY once the group has
+// It joins GROUP (with -group-protocol consumer, franz-go only: a KIP-848 group), consumes TOPIC from the beginning, prints READY once the group has
 // assigned it partitions, and exits when stdin ends or says "exit". With CAFILE it speaks
 // TLS, trusting that CA, and prints its own view of each connection: a line
 // "WROTE <local port> <api key>" for each request it writes. (Its "produce" mode, a
@@ -15,6 +15,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -31,14 +32,18 @@ func main() {
 		produce(os.Args[2:])
 		return
 	}
-	if len(os.Args) != 5 && len(os.Args) != 6 {
-		fmt.Fprintln(os.Stderr, "usage: kmon-go-consumer franz-go|kafka-go BOOTSTRAP GROUP TOPIC [CAFILE]")
+	flags := flag.NewFlagSet("kmon-go-consumer", flag.ExitOnError)
+	protocol := flags.String("group-protocol", "classic", "classic, or consumer: a KIP-848 group (franz-go only)")
+	flags.Parse(os.Args[1:])
+	args := flags.Args()
+	if (len(args) != 4 && len(args) != 5) || (*protocol != "classic" && *protocol != "consumer") {
+		fmt.Fprintln(os.Stderr, "usage: kmon-go-consumer [-group-protocol classic|consumer] franz-go|kafka-go BOOTSTRAP GROUP TOPIC [CAFILE]")
 		os.Exit(2)
 	}
-	library, brokers, group, topic := os.Args[1], strings.Split(os.Args[2], ","), os.Args[3], os.Args[4]
+	library, brokers, group, topic := args[0], strings.Split(args[1], ","), args[2], args[3]
 	var dial func(ctx context.Context, network, host string) (net.Conn, error)
-	if len(os.Args) == 6 {
-		dial = tlsDialer(os.Args[5])
+	if len(args) == 5 {
+		dial = tlsDialer(args[4])
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var ready sync.Once
@@ -50,8 +55,15 @@ func main() {
 		if dial != nil {
 			opts = append(opts, kgo.Dialer(dial))
 		}
+		if *protocol == "consumer" {
+			opts = append(opts, kgo.ServerSideBalancer())
+		}
 		stop = franzGo(ctx, brokers, group, topic, assigned, opts...)
 	case "kafka-go":
+		if *protocol != "classic" {
+			fmt.Fprintln(os.Stderr, "kafka-go has no KIP-848 groups")
+			os.Exit(2)
+		}
 		stop = kafkaGo(ctx, brokers, group, topic, assigned, dial)
 	default:
 		fmt.Fprintf(os.Stderr, "unknown library %q\n", library)
