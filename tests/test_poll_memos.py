@@ -314,6 +314,50 @@ def test_broker_threads_name_the_same_sockets_with_the_same_mapping_until_one_cl
         client.flush(1)
 
 
+
+@pytest.mark.root(reason="reading a process's thread waits needs the right to trace it")
+def test_broker_threads_look_for_a_socket_at_the_polls_its_look_counts_say():
+    """Sockets no broker thread polls (plain sockets beside a mock cluster's client in this
+    process): a poll scans the threads exactly where the scans' counts, looked through socket
+    by socket as before, say one is due: each new socket at ``LOOKS`` polls, then not again
+    while every socket has had its looks; a socket opened later brings the scans back."""
+    from confluent_kafka import Producer
+
+    from kmon.sources.processes import rdk_threads
+
+    client = Producer({"test.mock.num.brokers": 3, "log_level": 3})
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        held = [socket.create_connection(server.getsockname()) for _ in range(3)]
+        try:
+            client.list_topics(timeout=10)
+            reader, threads = SockDiagReader(), rdk_threads.BrokerThreads(os.getpid())
+            scans = []
+            real = threads._scan
+            threads._scan = lambda by_fd: scans.append(len(by_fd)) or real(by_fd)
+
+            def poll() -> bool:
+                """One poll; whether it scanned, checked against the counts' own word."""
+                sockets, before = reader.sockets_of(os.getpid()), len(scans)
+                named = threads.named.keys()
+                unnamed = {s.inode for s in sockets if s.fd is not None and s.inode} - named
+                counted = threads.looks
+                due = bool(unnamed) and any(counted.get(inode, 0) < rdk_threads.LOOKS
+                                            for inode in unnamed)
+                threads.nodes(sockets)
+                assert threads.looked == {inode for inode, n in threads.looks.items()
+                                          if n >= rdk_threads.LOOKS}
+                assert (len(scans) > before) == due  # (the polls are well within RESCAN_S)
+                return due
+
+            assert [poll() for _ in range(rdk_threads.LOOKS + 2)][-2:] == [False, False]
+            held.append(socket.create_connection(server.getsockname()))
+            assert [poll() for _ in range(rdk_threads.LOOKS + 1)] == [
+                *[True] * rdk_threads.LOOKS, False]
+        finally:
+            for sock in held:
+                sock.close()
+            client.flush(1)
+
 def test_a_quiet_socket_is_not_looked_at_again_and_the_claims_are_those_of_every_reading(
         monkeypatch):
     """The cadence producer beside sockets that never talk: once a socket is down to its one
