@@ -375,7 +375,8 @@ def test_a_quiet_socket_is_not_looked_at_again_and_the_claims_are_those_of_every
     monkeypatch.setattr(infer, "remember", counted)
     cadence, scratch = CadenceEvidence(lambda: None, []), CadenceEvidence(lambda: None, [])
     beating = 4  # a heartbeat every 3 polls on fd 4; fd 5 fetches; fds 6-9 never talk
-    for poll in range(12):
+    settled, ran = [], {}
+    for poll in range(14):
         now = 1_000_000 + poll * 1_000
         sockets = [TcpSocket(14, 4, Endpoint("127.0.0.1", 50_004), BROKER, "ESTABLISHED",
                              (poll % 3) * 1_000, (poll % 3) * 1_000, 100 + 60 * (poll // 3),
@@ -388,6 +389,8 @@ def test_a_quiet_socket_is_not_looked_at_again_and_the_claims_are_those_of_every
         if poll >= 8:  # fd 6 sends a byte, then goes quiet again; fd 7's inode is reused
             sockets[2] = sockets[2]._replace(bytes_sent=1_001 + (poll >= 9))
             sockets[3] = sockets[3]._replace(remote=OTHER)
+        if poll >= 12:  # all but two silent ones close; then fd 4 opens again
+            sockets = sockets[4:] if poll == 12 else [sockets[0], *sockets[4:]]
         gathered = Gathered(now_ms=now, sockets=sockets, known={BROKER: 1, OTHER: 2},
                             resolver=Resolver(), broker_idle_ms=600_000)
         endpoint = {socket_key(s): [Claim("endpoint", Role.BROKER, 1, 1, 0.6)] for s in sockets}
@@ -395,13 +398,19 @@ def test_a_quiet_socket_is_not_looked_at_again_and_the_claims_are_those_of_every
         infer.remember(scratch.history, [s for s in sockets], now)  # every socket, every poll
         handed.pop()
         assert cadence.history == scratch.history, f"poll {poll}"
+        assert cadence.settled == all(  # kept as the readings change, and as if looked at all
+            len(readings) == 1 and readings[0].idle_ms > infer.HEARTBEAT_MAX_MS
+            for readings in scratch.history.values()), f"poll {poll}"
+        settled.append(cadence.settled)
+        ran[poll] = claims
         assert claims == scratch.infer(endpoint, {"127.0.0.1"}) or not (
             cadence.beating and cadence.fetching), f"poll {poll}"
         if poll in (1, 2, 3, 4, 5, 6, 7, 10, 11):
             assert not {"sock:16", "sock:17", "sock:18", "sock:19"} & handed[-1], poll
     assert "sock:16" in handed[8] and "sock:17" in handed[8]  # a byte moved; another peer
     assert f"sock:1{beating}" in handed[5]  # a socket that talks is read at every poll
-    assert claims[f"sock:1{beating}"].role is Role.COORDINATOR  # the rules ran on them all
+    assert ran[11][f"sock:1{beating}"].role is Role.COORDINATOR  # the rules ran on them all
+    assert settled[11:] == [False, True, False]  # only silent ones left; one talks again
 
 
 @pytest.mark.root(reason="the kernel's TCP events need root")
