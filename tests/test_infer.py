@@ -106,21 +106,29 @@ def test_a_settled_cadence_keeps_its_history_while_its_sockets_stay_silent():
     HEARTBEAT_MAX_MS, readings idle longer with the same bytes leave the history as it is
     (a poll may carry the claims forward); a socket under the limit, or one talking, is not
     settled."""
+    broker = Endpoint("127.0.0.1", 9092)
+
+    def poll(now_ms: int, *sockets: TcpSocket) -> None:
+        cadence.evidence(Gathered(now_ms=now_ms, sockets=list(sockets), known={broker: 1},
+                                  resolver=Resolver(), broker_idle_ms=600_000), {})
+
     def sock(inode: int, idle_ms: int, sent: int = 100) -> TcpSocket:
-        return TcpSocket(inode, inode, Endpoint("127.0.0.1", 40_000 + inode),
-                         Endpoint("127.0.0.1", 9092), "ESTABLISHED", idle_ms, idle_ms, sent, 50)
+        return TcpSocket(inode, inode, Endpoint("127.0.0.1", 40_000 + inode), broker,
+                         "ESTABLISHED", idle_ms, idle_ms, sent, 50)
 
     cadence = CadenceEvidence(lambda: None, [])
     assert cadence.settled  # nothing remembered
-    remember(cadence.history, [sock(1, 2_000), sock(2, 9_000)], 1_000)
+    poll(1_000, sock(1, 2_000), sock(2, 9_000))
     assert not cadence.settled  # one socket idle 2 s: a heartbeat's may come
-    remember(cadence.history, [sock(1, 7_000), sock(2, 14_000)], 6_000)
+    poll(6_000, sock(1, 7_000), sock(2, 14_000))
     assert cadence.settled
     kept = {key: list(readings) for key, readings in cadence.history.items()}
-    remember(cadence.history, [sock(1, 12_000), sock(2, 19_000)], 11_000)
+    poll(11_000, sock(1, 12_000), sock(2, 19_000))
     assert {key: list(readings) for key, readings in cadence.history.items()} == kept
-    remember(cadence.history, [sock(1, 10, sent=160), sock(2, 24_000)], 16_000)
+    poll(16_000, sock(1, 10, sent=160), sock(2, 24_000))
     assert not cadence.settled
+    poll(21_000, sock(2, 29_000))  # the talking one closed
+    assert cadence.settled
 
 
 def test_client_ids_from_a_command_line():

@@ -75,6 +75,42 @@ def test_history_is_bounded():
     assert len(monitor.lives[FakeSampler.pid]) == 2  # what is open now, nothing older
 
 
+
+class ScriptedSampler(FakeSampler):
+    """Shows, poll after poll, the rows of ``script`` (a stand-in, as FakeSampler)."""
+
+    def __init__(self, script: list[list[Connection]]) -> None:
+        super().__init__()
+        self.script = script
+
+    def sample(self, now_ms: int) -> ProcessView:
+        self.n += 1
+        return view(*self.script[self.n - 1])
+
+
+def test_each_socket_s_life_kept_in_place_is_the_one_its_polls_make_from_scratch():
+    """The lives the monitor keeps in place, poll after poll: those of the rows open now
+    only, each first seen at the first poll of its unbroken run of polls, with every state
+    of that run and the last row; a key gone and back is a new life."""
+    script = [[conn("a", "SYN_SENT"), conn("b")], [conn("a"), conn("b")], [conn("a")],
+              [conn("a", "CLOSE_WAIT"), conn("b", "SYN_SENT")], [conn("b")], [conn("b")]]
+    monitor = Monitor([ScriptedSampler(script)])
+    for poll in range(len(script)):
+        monitor.poll()
+        lives = monitor.lives[FakeSampler.pid]
+        assert lives.keys() == {c.key for c in script[poll]}
+        for row in script[poll]:
+            run = poll
+            while run > 0 and row.key in {c.key for c in script[run - 1]}:
+                run -= 1
+            life = lives[row.key]
+            assert life.last == row and life.states == {
+                c.state for rows in script[run:poll + 1] for c in rows if c.key == row.key}
+            assert life.first_seen_ms <= life.last_seen_ms
+        if poll == 3:  # b's run began again at poll 3, a's at poll 0
+            assert lives["b"].states == {"SYN_SENT"}
+            assert lives["a"].states == {"SYN_SENT", "ESTABLISHED", "CLOSE_WAIT"}
+
 class FailingSampler(FakeSampler):
     """Shows one connection, then fails as ``failure`` (a stand-in: a real process's spool
     cannot be made to fail, nor the process to exit, at a chosen poll)."""

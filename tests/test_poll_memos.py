@@ -314,6 +314,50 @@ def test_broker_threads_name_the_same_sockets_with_the_same_mapping_until_one_cl
         client.flush(1)
 
 
+
+@pytest.mark.root(reason="reading a process's thread waits needs the right to trace it")
+def test_broker_threads_look_for_a_socket_at_the_polls_its_look_counts_say():
+    """Sockets no broker thread polls (plain sockets beside a mock cluster's client in this
+    process): a poll scans the threads exactly where the scans' counts, looked through socket
+    by socket as before, say one is due: each new socket at ``LOOKS`` polls, then not again
+    while every socket has had its looks; a socket opened later brings the scans back."""
+    from confluent_kafka import Producer
+
+    from kmon.sources.processes import rdk_threads
+
+    client = Producer({"test.mock.num.brokers": 3, "log_level": 3})
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        held = [socket.create_connection(server.getsockname()) for _ in range(3)]
+        try:
+            client.list_topics(timeout=10)
+            reader, threads = SockDiagReader(), rdk_threads.BrokerThreads(os.getpid())
+            scans = []
+            real = threads._scan
+            threads._scan = lambda by_fd: scans.append(len(by_fd)) or real(by_fd)
+
+            def poll() -> bool:
+                """One poll; whether it scanned, checked against the counts' own word."""
+                sockets, before = reader.sockets_of(os.getpid()), len(scans)
+                named = threads.named.keys()
+                unnamed = {s.inode for s in sockets if s.fd is not None and s.inode} - named
+                counted = threads.looks
+                due = bool(unnamed) and any(counted.get(inode, 0) < rdk_threads.LOOKS
+                                            for inode in unnamed)
+                threads.nodes(sockets)
+                assert threads.looked == {inode for inode, n in threads.looks.items()
+                                          if n >= rdk_threads.LOOKS}
+                assert (len(scans) > before) == due  # (the polls are well within RESCAN_S)
+                return due
+
+            assert [poll() for _ in range(rdk_threads.LOOKS + 2)][-2:] == [False, False]
+            held.append(socket.create_connection(server.getsockname()))
+            assert [poll() for _ in range(rdk_threads.LOOKS + 1)] == [
+                *[True] * rdk_threads.LOOKS, False]
+        finally:
+            for sock in held:
+                sock.close()
+            client.flush(1)
+
 def test_a_quiet_socket_is_not_looked_at_again_and_the_claims_are_those_of_every_reading(
         monkeypatch):
     """The cadence producer beside sockets that never talk: once a socket is down to its one
@@ -331,7 +375,8 @@ def test_a_quiet_socket_is_not_looked_at_again_and_the_claims_are_those_of_every
     monkeypatch.setattr(infer, "remember", counted)
     cadence, scratch = CadenceEvidence(lambda: None, []), CadenceEvidence(lambda: None, [])
     beating = 4  # a heartbeat every 3 polls on fd 4; fd 5 fetches; fds 6-9 never talk
-    for poll in range(12):
+    settled, ran = [], {}
+    for poll in range(14):
         now = 1_000_000 + poll * 1_000
         sockets = [TcpSocket(14, 4, Endpoint("127.0.0.1", 50_004), BROKER, "ESTABLISHED",
                              (poll % 3) * 1_000, (poll % 3) * 1_000, 100 + 60 * (poll // 3),
@@ -344,6 +389,8 @@ def test_a_quiet_socket_is_not_looked_at_again_and_the_claims_are_those_of_every
         if poll >= 8:  # fd 6 sends a byte, then goes quiet again; fd 7's inode is reused
             sockets[2] = sockets[2]._replace(bytes_sent=1_001 + (poll >= 9))
             sockets[3] = sockets[3]._replace(remote=OTHER)
+        if poll >= 12:  # all but two silent ones close; then fd 4 opens again
+            sockets = sockets[4:] if poll == 12 else [sockets[0], *sockets[4:]]
         gathered = Gathered(now_ms=now, sockets=sockets, known={BROKER: 1, OTHER: 2},
                             resolver=Resolver(), broker_idle_ms=600_000)
         endpoint = {socket_key(s): [Claim("endpoint", Role.BROKER, 1, 1, 0.6)] for s in sockets}
@@ -351,13 +398,19 @@ def test_a_quiet_socket_is_not_looked_at_again_and_the_claims_are_those_of_every
         infer.remember(scratch.history, [s for s in sockets], now)  # every socket, every poll
         handed.pop()
         assert cadence.history == scratch.history, f"poll {poll}"
+        assert cadence.settled == all(  # kept as the readings change, and as if looked at all
+            len(readings) == 1 and readings[0].idle_ms > infer.HEARTBEAT_MAX_MS
+            for readings in scratch.history.values()), f"poll {poll}"
+        settled.append(cadence.settled)
+        ran[poll] = claims
         assert claims == scratch.infer(endpoint, {"127.0.0.1"}) or not (
             cadence.beating and cadence.fetching), f"poll {poll}"
         if poll in (1, 2, 3, 4, 5, 6, 7, 10, 11):
             assert not {"sock:16", "sock:17", "sock:18", "sock:19"} & handed[-1], poll
     assert "sock:16" in handed[8] and "sock:17" in handed[8]  # a byte moved; another peer
     assert f"sock:1{beating}" in handed[5]  # a socket that talks is read at every poll
-    assert claims[f"sock:1{beating}"].role is Role.COORDINATOR  # the rules ran on them all
+    assert ran[11][f"sock:1{beating}"].role is Role.COORDINATOR  # the rules ran on them all
+    assert settled[11:] == [False, True, False]  # only silent ones left; one talks again
 
 
 @pytest.mark.root(reason="the kernel's TCP events need root")

@@ -105,11 +105,12 @@ def answered_clusters(snapshot: Snapshot,
     """The cluster of each process that kmon's own Metadata query to a broker it is
     connected to named (``clusters``, from ``ConfirmedBrokers.clusters``): its cluster id,
     or where it sent none, its first broker and how many more (the same whichever broker
-    was asked). A process no answer names yet is left out."""
+    was asked). A process no answer names yet is left out. A view's distinct remotes are
+    looked up (``ProcessView.summary``, made once a poll), not each of its connections."""
     labels = {}
     for view in snapshot.processes:
-        answered = {_named(*clusters[endpoint]) for conn in view.connections
-                    if (endpoint := parse_endpoint(conn.remote or "")) is not None
+        answered = {_named(*clusters[endpoint]) for remote in view.summary.remotes
+                    if (endpoint := parse_endpoint(remote)) is not None
                     and endpoint in clusters}
         if answered:
             labels[view.pid] = min(answered)

@@ -223,7 +223,7 @@ class HostSession(LocalClients):
         if named is None:
             return {view.pid for view in snapshot.processes}
         return {view.pid for view in snapshot.processes
-                if any(parse_endpoint(c.remote or "") in named for c in view.connections)} | {
+                if any(parse_endpoint(remote) in named for remote in view.summary.remotes)} | {
                     event.pid for event in events
                     if event.remote and parse_endpoint(event.remote) in named}
 
@@ -242,4 +242,4 @@ class HostSession(LocalClients):
         ask) which cluster they serve."""
         directory = self.directory
         return {view.pid for view in snapshot.processes if directory.confirmed.unanswered(
-            directory.learned.keys() & {parse_endpoint(c.remote or "") for c in view.connections})}
+            directory.learned.keys() & {parse_endpoint(r) for r in view.summary.remotes})}

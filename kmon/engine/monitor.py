@@ -81,10 +81,12 @@ def diff(before: ProcessView, after: ProcessView, ts_ms: int,
             kind = (EventKind.CLOSE_WAIT if conn.state == TcpState.CLOSE_WAIT
                     else EventKind.STATE_CHANGE)
             event(kind, conn, f"{prev.state} -> {conn.state}")
-        if (conn.role, conn.node_id) != (prev.role, prev.node_id):
+        if conn.role != prev.role or conn.node_id != prev.node_id:
             event(EventKind.ROLE_CHANGE, conn,
                   f"{role_words(prev)} -> {role_words(conn)}")
-        if near_reap(conn, fraction) and not near_reap(prev, fraction):
+        idle_ms, limit_ms = conn.idle_ms, conn.idle_limit_ms  # near_reap(conn), inline: a row
+        if (idle_ms is not None and limit_ms is not None  # of every socket, every poll
+                and idle_ms >= fraction * limit_ms and not near_reap(prev, fraction)):
             event(EventKind.NEAR_REAP, conn,
                   f"idle {format_duration(conn.idle_ms)} of its "
                   f"{format_duration(conn.idle_limit_ms)} limit")
@@ -254,14 +256,21 @@ class Monitor:
         return stories
 
     def _remember(self, views: list[ProcessView], ts_ms: int) -> None:
+        """Each open socket's life, with this poll's row, kept in place (not made again for
+        every socket each poll); those of the sockets gone (their closes told by
+        ``_close_stories``) dropped."""
         for view in views:
-            before = self.lives.get(view.pid, {})
-            lives = {}
+            lives = self.lives.get(view.pid)
+            if lives is None:
+                lives = self.lives[view.pid] = {}
             for conn in view.connections:
-                life = before.get(conn.key) or SocketLife(ts_ms, ts_ms, conn)
+                life = lives.get(conn.key)
+                if life is None:
+                    life = lives[conn.key] = SocketLife(ts_ms, ts_ms, conn)
                 life.seen(conn, ts_ms)
-                lives[conn.key] = life
-            self.lives[view.pid] = lives
+            if len(lives) != len(view.connections):  # some are gone
+                for key in lives.keys() - {conn.key for conn in view.connections}:
+                    del lives[key]
         for pid in self.lives.keys() - self.samplers.keys():  # gone: their closes are told
             del self.lives[pid]
 

@@ -203,6 +203,9 @@ class CadenceEvidence:
         # and those that fetch (the cadence rule needs one): each changes with its readings only
         self.beating: set[str] = set()
         self.fetching: set[str] = set()
+        # the remembered sockets not down to their one reading idle past HEARTBEAT_MAX_MS
+        # (``settled`` while there is none): each changes with its readings only
+        self.unsettled: set[str] = set()
         # inode -> (``facts_of``, key) of the sockets down to their one reading idle past
         # HEARTBEAT_MAX_MS: while one's facts stay these and it stays idle past it, a new
         # reading leaves its history as it is, and it is not looked at again
@@ -210,11 +213,10 @@ class CadenceEvidence:
 
     @property
     def settled(self) -> bool:
-        """Whether every remembered socket is down to its one reading idle past
+        """Whether every socket ``evidence`` remembers is down to its one reading idle past
         HEARTBEAT_MAX_MS: readings idle longer still, with the same bytes, leave the history
-        as it is, and so the claims."""
-        return all(len(readings) == 1 and readings[0].idle_ms > HEARTBEAT_MAX_MS
-                   for readings in self.history.values())
+        as it is, and so the claims (kept as the readings change: no look at every socket)."""
+        return not self.unsettled
 
     def evidence(self, gathered: Gathered, earlier: Mapping[str, Sequence[Claim]]) -> Evidence:
         """Coordinator claims among the sockets that only a known endpoint explains: the
@@ -237,6 +239,9 @@ class CadenceEvidence:
             readings = history.get(key, ())
             _mark(beating, key, heartbeat_cycles(readings) >= MIN_CYCLES)
             _mark(fetching, key, is_fetching(readings))
+            held = history.get(key)
+            _mark(self.unsettled, key, held is not None and not (
+                len(held) == 1 and held[0].idle_ms > HEARTBEAT_MAX_MS))
         for sock in moving:
             key = socket_key(sock)
             held = history.get(key)

@@ -147,17 +147,20 @@ class ProcessWire:
         no socket of the process is past its login: a client at work on another socket that
         drops one (librdkafka its bootstrap connection, once it knows the cluster) is not
         failing its logins. Every probe's cost is the client's."""
-        flows = view.flows
-        pairs = {(s.local, s.remote) for s in sockets}
-        decided = {key for key, f in flows.items() if f.api_counts.keys() & DECIDING_APIS}
-        undecided = pairs - decided if any(f.tls for f in flows.values()) else set()
-        now = time.monotonic()
+        flows, now = view.flows, time.monotonic()
         for close in view.closes.values():
             doubt = _login_may_have_failed(close)
             if doubt == "failed":
                 self.linger_until = now + PROBE_S
             elif doubt == "unread":
                 self.unread_until = now + PROBE_S
+        # a process none of whose flows speaks TLS (most) has no socket to decide: its
+        # sockets and flows are looked through only where a TLS flow or a probe asks
+        tls = any(f.tls for f in flows.values())
+        decided = ({key for key, f in flows.items() if f.api_counts.keys() & DECIDING_APIS}
+                   if tls or now < self.unread_until else set())
+        pairs = {(s.local, s.remote) for s in sockets} if tls or self.given_up else set()
+        undecided = pairs - decided if tls else set()
         lingering = now < self.linger_until or (now < self.unread_until and not decided)
         self.given_up &= pairs
         self.probing = {pair: self.probing.get(pair, now) for pair in undecided - self.given_up}

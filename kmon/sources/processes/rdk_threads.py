@@ -56,6 +56,7 @@ class BrokerThreads:
         self.pid = pid
         self.named: dict[int, int] = {}  # socket inode -> node id of the thread polling it
         self.looks: dict[int, int] = {}  # socket inode -> the scans that could not name it
+        self.looked: set[int] = set()  # those of them looked for at ``LOOKS`` scans or more
         self.scanned_at = float("-inf")  # monotonic
         self.librdkafka = True  # until a scan finds no broker thread at all
         self.readable = bool(POLL_CALLS)  # False once the process refused a read
@@ -70,6 +71,7 @@ class BrokerThreads:
         unnamed = alive - self.named.keys()
         if not self.looks.keys() <= unnamed:
             self.looks = {inode: n for inode, n in self.looks.items() if inode in unnamed}
+            self.looked &= unnamed
         if unnamed and self.readable and self._due(unnamed):
             self.scanned_at = time.monotonic()
             by_fd = {s.fd: s.inode for s in sockets if s.fd is not None and s.inode}
@@ -77,8 +79,11 @@ class BrokerThreads:
                                  if inode in unnamed), MAX_NAMED - len(self.named)))
             if found:
                 self.named = {**self.named, **found}
+            looks = self.looks
             for inode in unnamed - found.keys():
-                self.looks[inode] = self.looks.get(inode, 0) + 1
+                looks[inode] = looks.get(inode, 0) + 1
+                if looks[inode] == LOOKS:
+                    self.looked.add(inode)
         return self.named
 
     def _due(self, unnamed: Set[int]) -> bool:
@@ -89,7 +94,7 @@ class BrokerThreads:
         since = time.monotonic() - self.scanned_at
         if not self.librdkafka:
             return since >= OTHER_RESCAN_S
-        return since >= RESCAN_S or any(self.looks.get(inode, 0) < LOOKS for inode in unnamed)
+        return since >= RESCAN_S or not unnamed <= self.looked  # (a set test: no loop a poll)
 
     def _scan(self, by_fd: dict[int, int]) -> dict[int, int]:
         """inode -> node id of the sockets the process's node threads block polling now."""
