@@ -16,7 +16,7 @@ not fit the filter, and every segment of a Kafka connection has a broker's port 
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 
 from kmon.sources.packets.packet_capture import Address, PacketCapture, Segment
 from kmon.sources.packets.packet_filter import MAX_PORTS
@@ -100,7 +100,10 @@ class SharedCapture:
 class HostWire:
     """The host's one packet capture, opened with the first share, closed with the last."""
 
-    def __init__(self) -> None:
+    def __init__(self, ports: Iterable[int] = ()) -> None:
+        # the named cluster's brokers' ports, followed from the first share on: the segments of
+        # a process's connection that no poll showed are captured before its tap learns the port
+        self.ports = tuple(ports)
         self.capture: PacketCapture | None = None
         self.shares: list[SharedCapture] = []
         self.owners: dict[Key, SharedCapture] = {}  # socket (either direction) -> process
@@ -168,7 +171,7 @@ class HostWire:
         """Rebuild the kernel filter for the ports every share follows (only if changed)."""
         if self.capture is None:
             return
-        ports: dict[int, None] = {}
+        ports = dict.fromkeys(self.ports)
         for share in self.shares:
             ports.update(dict.fromkeys(share.wanted[0]))
         remote = set(list(ports)[:MAX_PORTS // 4])
