@@ -12,7 +12,13 @@ import pytest
 from helpers import Child, packet_sockets_held, produce, request_to, unique, wait_for
 
 from kmon.engine.cluster_watch import ask_cluster
-from kmon.engine.facade import EngineSettings, HostTarget, SamplerSettings, open_session
+from kmon.engine.facade import (
+    ClusterTarget,
+    EngineSettings,
+    HostTarget,
+    SamplerSettings,
+    open_session,
+)
 from kmon.model import EventKind, Role
 from kmon.sources import kafka_protocol as kp
 from kmon.sources.packets.host_wire import HostWire
@@ -254,3 +260,28 @@ def test_a_client_per_message_s_closes_between_polls_are_heard_on_the_host_s_cap
     assert len(since) >= 6, [(e.key, e.close) for e in told]
     unheard = [(e.key, e.detail) for e in since if e.close.reason == "unknown"]
     assert not unheard, (len(since), unheard)
+
+
+def test_a_client_per_message_joins_a_cluster_s_session_by_its_connects(kafka_one_node):
+    """Seen in the truth harness's client-per-message scenario: ``kmon record -b`` (a
+    cluster's session, the host searched every 10 s) never watched a producer made per
+    message: at each search it held no connection. The kernel saw it connect to the
+    cluster's broker: that process is looked at alone, and joins, with no search of the
+    host (this session's searches are ten minutes apart)."""
+    cluster = kafka_one_node.bootstrap()
+    topic = unique("kmon-per-message")
+    produce(cluster, topic)
+    session = open_session(ClusterTarget(cluster), EngineSettings(
+        SamplerSettings(require_kafka=False), discover_every_s=600.0))
+    client = None
+    try:
+        session.refresh_cluster()
+        session.poll()  # the session's search of the host: before the client
+        client = Child([sys.executable, "-c", PER_MESSAGE, cluster, topic])
+        client.wait_line("SENT")
+        wait_for(lambda: session.poll() and client.pid in session.pids,
+                 "the client watched", every=0.5)
+    finally:
+        if client is not None:
+            client.stop()
+        session.close()
