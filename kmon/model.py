@@ -166,6 +166,7 @@ class WireClose:
     # the capture followed the connection from its opening (False: it was open when the
     # capture started, and what it carried before then went unread)
     from_start: bool = True
+    closed_ms: int | None = None  # when the capture took the first FIN or RST (UTC epoch ms)
 
 
 @dataclass(frozen=True)

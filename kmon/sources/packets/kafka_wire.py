@@ -350,7 +350,7 @@ class WireTap:
                                        flow.auth_failed, tls=flow.tls,
                                        answers_heard=not _login_pending(flow),
                                        last_data_ms=flow.last_data_ms,
-                                       from_start=flow.from_start)
+                                       from_start=flow.from_start, closed_ms=seg.ts_ms)
                 if (key not in mine and key not in self.last_polled
                         and len(self.unpolled) < MAX_FLOWS):
                     self.unpolled[key] = flow.close
