@@ -138,7 +138,10 @@ class Opening(str, Enum):
     HELD = "held"  # another connection, or it had just moved on from its bootstrap one
     FIRST = "first"  # nothing before it: the process's first connection as kmon saw it
     ALONE = "alone"  # none: the last one closed by the client (ended, or reaped idle)
-    LOST = "lost"  # none: the last one lost (the broker closed it first, a failed connect)
+    LOST = "lost"  # none: the last one lost (the broker closed it first)
+    # none: the last one refused at its connect (a failed connect, or closed by the broker
+    # at once: a per-IP limit): the refused connection's retry, or a re-bootstrap
+    REFUSED = "refused"
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,7 @@ class WireClose:
     # the capture followed the connection from its opening (False: it was open when the
     # capture started, and what it carried before then went unread)
     from_start: bool = True
+    closed_ms: int | None = None  # when the capture took the first FIN or RST (UTC epoch ms)
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,17 @@ import time
 import uuid
 
 import pytest
-from helpers import Child, packet_sockets_held, produce, request_to, wait_for
+from helpers import Child, packet_sockets_held, produce, request_to, unique, wait_for
 
-from kmon.engine.facade import EngineSettings, HostTarget, SamplerSettings, open_session
-from kmon.model import Role
+from kmon.engine.cluster_watch import ask_cluster
+from kmon.engine.facade import (
+    ClusterTarget,
+    EngineSettings,
+    HostTarget,
+    SamplerSettings,
+    open_session,
+)
+from kmon.model import EventKind, Role
 from kmon.sources import kafka_protocol as kp
 from kmon.sources.packets.host_wire import HostWire
 from kmon.sources.process_wire import ProcessWire
@@ -200,3 +207,91 @@ def test_a_close_between_two_polls_is_told_alike_by_the_host_capture_and_a_proce
     assert len(shorts) == 3, closes
     assert sorted(closes["alone"]) == [(short, "client", "client_closed") for short in shorts]
     assert sorted(closes["shared"]) == sorted(closes["alone"])
+
+
+
+PER_MESSAGE = """
+import sys, time
+from confluent_kafka import Producer
+while True:
+    producer = Producer({"bootstrap.servers": sys.argv[1]})
+    producer.produce(sys.argv[2], b"one message, one client")
+    producer.flush(5)
+    del producer
+    print("SENT", flush=True)
+    time.sleep(0.5)
+"""
+
+
+def test_a_client_per_message_s_closes_between_polls_are_heard_on_the_host_s_capture(
+        kafka_one_node):
+    """Seen in the truth harness's client-per-message scenario: ``kmon serve -b`` and
+    ``kmon record -b`` (the host's one capture) told every close of a producer made per
+    message ``client/unknown`` where ``kmon attach`` told ``client/client_closed``. Its
+    connections live between two polls: no poll showed a socket to the brokers, so its tap
+    never followed their ports and heard none of their closes. Polled only while the client
+    holds no connection, every close of one it opened once watched is told from the wire:
+    the capture follows the named cluster's brokers, and the ports the kernel saw the
+    process connect to."""
+    cluster = kafka_one_node.bootstrap()
+    topic = unique("kmon-per-message")
+    produce(cluster, topic)
+    session = open_session(HostTarget(ask_cluster(cluster, cluster, {}, 10)), EngineSettings(
+        SamplerSettings(require_kafka=False), discover_every_s=0.0))
+    client = Child([sys.executable, "-c", PER_MESSAGE, cluster, topic])
+    told: list = []
+
+    def poll_between_messages():
+        while not client.lines.empty():  # the lines of messages sent meanwhile
+            client.lines.get_nowait()
+        client.wait_line("SENT")  # its connections closed; the next in 0.5 s
+        snapshot, events = session.poll()
+        told.extend(e for e in events if e.kind is EventKind.CLOSED and e.pid == client.pid)
+        return snapshot if any(v.pid == client.pid for v in snapshot.processes) else None
+
+    try:
+        watched_ms = wait_for(poll_between_messages, "the client watched").ts_ms
+        for _ in range(4):
+            poll_between_messages()
+    finally:
+        client.stop()
+        session.close()
+    since = [e for e in told if e.close.opened_ms is not None and e.close.opened_ms > watched_ms]
+    assert len(since) >= 6, [(e.key, e.close) for e in told]
+    unheard = [(e.key, e.detail) for e in since if e.close.reason == "unknown"]
+    assert not unheard, (len(since), unheard)
+
+
+def test_a_client_per_message_joins_a_cluster_s_session_by_its_connects(kafka_one_node):
+    """Seen in the truth harness's client-per-message scenario: ``kmon record -b`` (a
+    cluster's session, the host searched every 10 s) never watched a producer made per
+    message: at each search it held no connection. The kernel saw it connect to the
+    cluster's broker: that process is looked at alone, and joins, with no search of the
+    host (this session's searches are ten minutes apart). The host's capture follows the
+    cluster's brokers from the session's start: the closes of its first connections, made
+    before it was found, are heard too (they were told ``unknown`` in the recording)."""
+    cluster = kafka_one_node.bootstrap()
+    topic = unique("kmon-per-message")
+    produce(cluster, topic)
+    session = open_session(ClusterTarget(cluster), EngineSettings(
+        SamplerSettings(require_kafka=False), discover_every_s=600.0))
+    client = None
+    try:
+        session.refresh_cluster()
+        session.poll()  # the session's search of the host: before the client
+        client = Child([sys.executable, "-c", PER_MESSAGE, cluster, topic])
+        client.wait_line("SENT")
+        told: list = []
+
+        def closes() -> list:
+            told.extend(e for e in session.poll()[1] if e.kind is EventKind.CLOSED
+                        and e.pid == client.pid and e.key.startswith("kernel:"))
+            return told if client.pid in session.pids and len(told) >= 4 else []
+
+        wait_for(closes, "the client watched, four of its closes told", every=0.5)
+        unheard = [(e.key, e.detail) for e in told if e.close.reason == "unknown"]
+        assert not unheard, (len(told), unheard)
+    finally:
+        if client is not None:
+            client.stop()
+        session.close()

@@ -827,6 +827,32 @@ def test_a_refusal_at_once_is_told_a_poll_later_and_a_dying_broker_s_reset_is_no
     assert [(e.close.closed_by, e.close.reason) for e in told] == [("broker", "unknown")]
 
 
+def test_a_port_reused_after_a_reset_is_told_from_its_own_close_not_the_last_one_s():
+    """Seen in the truth harness's per-ip-limit scenario: the broker reset a connection (the
+    limit), and 2.6 s later the client connected from the same port (no TIME_WAIT on its
+    side after a reset) and closed it with a FIN. The kernel told that close from the wire's
+    close of the earlier connection on the 4-tuple, still remembered: ``client/reset``,
+    where the packets' first was the client's FIN. It waits for its own close instead."""
+    from kmon.engine.kernel_watch import KernelWatch
+    from kmon.model import EventKind, ProcessView, WireClose
+
+    reset = [state(0, 7, 2), state(1, 2, 1), TcpEvent(2, "reset_in", 0, 1, LOCAL, BROKER),
+             state(2, 1, 7, pid=0)]
+    again = [state(2_600, 7, 2, sk=2), state(2_601, 2, 1, sk=2), state(2_607, 1, 4, sk=2),
+             state(2_608, 4, 5, sk=2), state(2_609, 5, 7, sk=2)]
+    key = ("127.0.0.1:50000", "127.0.0.1:9092")
+    earlier = {key: WireClose("broker", True, 18, closed_ms=2)}
+    own = {key: WireClose("client", False, 0, last_data_ms=2_605, closed_ms=2_607)}
+    watch = KernelWatch(RecordedEvents([reset, [], again, []]), {9092})
+    watch.poll([ProcessView(10, "p", "p")])  # the reset, held a poll (a per-IP limit's?)
+    watch.poll([ProcessView(10, "p", "p", wire_closes=earlier)])
+    assert [e for e in watch.poll([ProcessView(10, "p", "p")])[2]
+            if e.kind is EventKind.CLOSED] == []  # waits for its own close
+    (told,) = [e.close for e in watch.poll([ProcessView(10, "p", "p", wire_closes=own)])[2]
+               if e.kind is EventKind.CLOSED]
+    assert (told.closed_by, told.reason) == ("client", "client_closed")
+
+
 def test_a_connection_no_poll_saw_is_told_opened_once_and_one_a_poll_saw_is_not():
     """Opened and closed between two polls (a client made per message): an ``opened`` event,
     so that the opens kmon counts are the brokers'; a failed connect opened nothing, and a

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 
-from kmon.engine.connection_lives import ConnectionLives
+from kmon.engine.connection_lives import REJECTED_WITHIN_MS, ConnectionLives
 from kmon.engine.losses import LossHistory
 from kmon.model import Opening
 from kmon.sources.kernel.kernel_events import TcpEvent
@@ -195,6 +195,26 @@ def test_a_connect_after_the_bootstrap_closed_and_a_broker_refused_is_alone():
     refused = [*opens(2_000, 12, 2), *closes(2_001, 12, 2, "broker")]
     moved = [*closes(2_001.2, 11, 1, "client"), *opens(2_003, 13, 3)]
     assert view.told([*refused, *moved], [3]) == {3: Opening.ALONE}
+
+
+def test_a_connect_after_a_broker_refused_the_last_one_is_unplaced_not_a_loss():
+    """Seen in the per-ip-limit scenario (the harness named a socket of librdkafka's handle
+    ``/1`` bootstrap at 0.7): the client closes its bootstrap connection as it connects to
+    broker 1, and the broker, still counting the bootstrap one against its per-IP limit,
+    closes that connect at once, after the bootstrap's close. The next connect may be broker
+    1's retry or a re-bootstrap, to the same address: REFUSED (kmon cannot place it), not
+    LOST (a re-bootstrap). A broker's close of a connection that had lived is a loss."""
+    view = View()
+    view.poll([], [])
+    assert view.told(opens(1_000, 11, 1), [1]) == {1: Opening.FIRST}
+    moved = [*opens(2_000, 12, 2), *closes(2_000.5, 11, 1, "client")]
+    refused = closes(2_002, 12, 2, "broker")
+    assert view.told([*moved, *refused, *opens(2_100, 13, 3)], [3]) == {3: Opening.REFUSED}
+    lived = View()
+    lived.poll([], [])
+    lived.told(opens(1_000, 11, 1), [1])
+    later = closes(2_000 + REJECTED_WITHIN_MS + 1, 12, 2, "broker")
+    assert lived.told([*moved, *later, *opens(2_400, 13, 3)], [3]) == {3: Opening.LOST}
 
 
 def test_a_view_polled_at_every_change_tells_what_one_from_scratch_tells():

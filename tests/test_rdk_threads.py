@@ -63,6 +63,27 @@ threading.Thread(target=broker).start()
 """
 
 
+# a thread named as librdkafka names broker 1's that connects, then (told) connects again on
+# the fd of its first socket, as a client reconnects on the fd its last socket freed, and
+# waits in poll() on it
+REUSED_FD = """
+import ctypes, os, select, socket, sys, threading
+listener = socket.create_server(("127.0.0.1", 0))
+def broker():
+    ctypes.CDLL(None).prctl(15, b"rdk:broker1", 0, 0, 0)  # PR_SET_NAME, as librdkafka does
+    first = socket.create_connection(listener.getsockname())
+    print("CONNECTED", threading.get_native_id(), flush=True)
+    sys.stdin.readline()
+    second = socket.create_connection(listener.getsockname())
+    os.dup2(second.fileno(), first.fileno())
+    second.close()
+    waiting = select.poll()
+    waiting.register(first.fileno(), select.POLLIN)
+    waiting.poll()
+threading.Thread(target=broker).start()
+"""
+
+
 @pytest.fixture
 def topic(kafka) -> str:
     name = f"kmon-threads-{uuid.uuid4().hex[:8]}"
@@ -171,3 +192,29 @@ def test_a_thread_busy_at_the_first_look_names_its_socket_at_the_next_poll():
         assert threads.nodes(sockets) == {sockets[0].inode: 1}
     finally:
         child.stop()
+
+
+def test_a_socket_whose_fd_a_new_socket_took_is_never_named_by_its_thread():
+    """Seen in the truth harness (client-per-message): a bootstrap socket named broker 1 at
+    0.95. The poll read the sockets (fd 7: the bootstrap one); librdkafka closed it and
+    connected broker 1's handle on fd 7 before the scan, which saw thread rdk:broker1 poll
+    fd 7 and named the socket the poll had read there. This process's thread, named as
+    librdkafka names broker 1's, reconnects on its first socket's fd between the read and
+    the scan: the first socket is named nothing, the second broker 1."""
+    child = Child([sys.executable, "-c", REUSED_FD])
+    try:
+        tid = int(child.wait_line("CONNECTED").split()[1])
+        reader, threads = open_socket_reader(), BrokerThreads(child.pid)
+        first = wait_for(lambda: reader.sockets_of(child.pid), "the child's socket", 30)
+        child.send("reconnect")
+        polling = f"/proc/{child.pid}/task/{tid}/syscall"
+        wait_for(lambda: Path(polling).read_text().split()[0] in map(str, POLL_CALLS),
+                 "the thread waiting in poll()", 30)
+        assert threads.nodes(first) == {}
+        second = open_socket_reader().sockets_of(child.pid)  # (a reader of its own: fresh fds)
+        assert [s.fd for s in second] == [s.fd for s in first]
+        assert second[0].inode != first[0].inode
+        assert threads.nodes(second) == {second[0].inode: 1}
+    finally:
+        child.stop()
+

@@ -124,10 +124,12 @@ def test_metadata_only_opened_alone_after_the_client_s_own_close_is_unsettled():
     its last connection itself, the cluster long known from the clients before, to the
     bootstrap address that is broker 2's. Only ApiVersions on it so far: a new client's
     bootstrap or a reconnect to broker 2, which kmon cannot tell, so unsettled (it was
-    told broker 2 at 0.7). Opened beside another connection it stays broker 2."""
+    told broker 2 at 0.7). So is one opened once the process's last connection was refused
+    at its connect (a retry of that connection or a re-bootstrap: it was told bootstrap at
+    0.7, and was broker 1's retry). Opened beside another connection it stays broker 2."""
     carried = flow(kp.API_VERSIONS, first_request_ms=8_000)
     view = WireView({}, {}, {}, 5_000, 0, {})
-    for opening in (Opening.ALONE, Opening.FIRST):
+    for opening in (Opening.ALONE, Opening.FIRST, Opening.REFUSED):
         told = flow_says(carried, BROKER, view, KNOWN, "127.0.0.1:9093", Resolver(),
                          opening).claim
         assert (told.role, told.node_id, told.broker_id, told.confidence) == (

@@ -69,6 +69,8 @@ class ClientDiscovery:
         """Look for new clients (see the module's docstring); they join ``monitor`` (never
         one of kmon's own processes: kmon.sources.processes.own_processes)."""
         now = time.monotonic()
+        if self.wire is not None:
+            self.wire.tick(round(time.time() * 1000))
         brokers = frozenset(brokers)
         strangers = self._strangers(monitor.kernel, monitor.samplers.keys(), brokers)
         check = getattr(self.find, "check", None)

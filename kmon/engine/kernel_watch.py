@@ -252,8 +252,14 @@ class KernelWatch:
         return told
 
     def _wire_close(self, life: KernelLife) -> WireClose | None:
+        """The wire's close of ``life``: never an earlier connection's on its 4-tuple (a
+        client reuses a port at once after the broker reset its last connection on it: no
+        TIME_WAIT on its side), whose close the wire took before this one opened."""
         local, remote = _pair(life)
-        return self.wire.get((local.text, remote.text)) if local and remote else None
+        close = self.wire.get((local.text, remote.text)) if local and remote else None
+        if close is not None and close.closed_ms is not None and close.closed_ms < life.opened_ms:
+            return None
+        return close
 
     def life_of(self, pair: tuple[Endpoint, Endpoint] | None) -> KernelLife | None:
         """The kernel's life of a socket a poll saw close (ended at its first FIN or RST);

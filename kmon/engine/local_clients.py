@@ -38,11 +38,12 @@ class LocalClients(Recordable):
                  ports: Iterable[int] = (), cluster: ClusterState | None = None) -> None:
         self.settings, self.interval_ms = settings, settings.interval_ms
         self.directory = new_directory(cluster)
+        ports = frozenset(ports)
         self.monitor, self.kernel_notice = monitor(settings, [], ports)
         self.discovery = ClientDiscovery(
             open_socket_reader(settings.socket_reader), settings.sampler, self.directory,
             settings.discover_every_s, find,
-            HostWire() if settings.sampler.wire == "auto" else None)
+            HostWire(ports) if settings.sampler.wire == "auto" else None)
         self._lock = threading.Lock()  # one poll at a time; close waits for it
         self._closed = False
         self._record_lock = threading.Lock()

@@ -5,8 +5,13 @@ A client that lost every broker connection re-bootstraps (KIP-899, librdkafka >=
 connects to its bootstrap servers again, takes the metadata and closes that connection), to
 an address that may be a broker's. A socket is opened after a loss (``LOST``) when, at its
 connect, the process held no other connection the kernel followed or had shown at kmon's
-first look, and the last of them to close before it was closed by the broker first (or was a
-connect that never became a connection). One opened while the process held another is
+first look, and the last of them to close before it was closed by the broker first. Where that
+last one was refused at its connect (a connect that never became a connection, or one the
+broker closed at once: a per-IP limit), the client may retry that very connection as well
+as re-bootstrap, to the same address where a bootstrap server is a broker: ``REFUSED``,
+which kmon cannot place (seen in the ground-truth harness's per-ip-limit scenario:
+librdkafka's broker 1 connection refused just after its bootstrap one closed, then broker 1
+again). One opened while the process held another is
 ``HELD``, and so is one opened once the client closed its bootstrap connection (its first,
 or a re-bootstrap) to move on to the brokers, with no loss since that one opened (librdkafka
 bootstraps again when its first connect to a broker it moved on to is refused). One opened
@@ -26,7 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-from kmon.engine.connection_lives import KernelLife
+from kmon.engine.connection_lives import REJECTED_WITHIN_MS, KernelLife
 from kmon.model import Opening
 
 Pair = tuple[tuple[str, int], tuple[str, int]]  # (local, remote) as the kernel gives them
@@ -118,8 +123,9 @@ class LossHistory:
                 unfollowed: Mapping[Pair, tuple[float, str]]) -> Opening:
         """What the process held when ``life`` opened (the module's docstring says each)."""
         at = life.opened_ms
-        last: tuple[float, bool, KernelLife | None] | None = None  # the latest close before
-        unseen = (-math.inf, False, None)  # a close the events never gave: when, unknown
+        # the latest close before: when, the loss it was (None: the client's own), its life
+        last: tuple[float, Opening | None, KernelLife | None] | None = None
+        unseen = (-math.inf, None, None)  # a close the events never gave: when, unknown
         lost_at = -math.inf  # the latest loss before it
         for other in self.lives[pid]:
             if other is life or other.opened_ms > at:
@@ -131,11 +137,11 @@ class LossHistory:
                 if not other.never_established and other.local is not None:
                     return Opening.HELD  # held when it opened
                 continue  # (no connection; or a connect whose later steps never came)
-            lost = other.never_established or other.closed_by == "broker"
-            if lost:
+            loss = _loss(other)
+            if loss is not None:
                 lost_at = max(lost_at, other.closed_ms)
             if last is None or other.closed_ms >= last[0]:
-                last = (other.closed_ms, lost, other)
+                last = (other.closed_ms, loss, other)
         gone = self.gone[pid]
         for pair in self.before[pid]:
             end = unfollowed.get(pair)
@@ -145,14 +151,25 @@ class LossHistory:
             if end is None or end[0] > at:
                 return Opening.HELD  # held when it opened (or its close was not seen yet)
             if last is None or end[0] >= last[0]:
-                last = (end[0], end[1] == "broker", None)
+                last = (end[0], Opening.LOST if end[1] == "broker" else None, None)
         if last is None:
             return Opening.FIRST
-        if last[1]:
-            return Opening.LOST
+        if last[1] is not None:
+            return last[1]
         before = last[2]
         if (before is not None and lost_at < before.opened_ms
                 and self._opening(pid, before, unfollowed) in MOVED_FROM):
             return Opening.HELD  # the client moved on from its bootstrap connection
         # (where a connect was lost meanwhile, a client may bootstrap again instead)
         return Opening.ALONE
+
+
+def _loss(life: KernelLife) -> Opening | None:
+    """The loss a closed connection was: ``REFUSED`` at its connect (never established, or
+    closed by the broker within REJECTED_WITHIN_MS of it: a per-IP limit, whose client
+    retries that connection or re-bootstraps), ``LOST`` closed by the broker later, None
+    closed by the client."""
+    if life.never_established or (life.closed_by == "broker" and life.lifetime_ms is not None
+                                  and life.lifetime_ms <= REJECTED_WITHIN_MS):
+        return Opening.REFUSED
+    return Opening.LOST if life.closed_by == "broker" else None

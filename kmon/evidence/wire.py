@@ -68,7 +68,9 @@ UNPLACED_OPENINGS = {
     Opening.FIRST: "as the process's first connection kmon saw (a new client's bootstrap or "
                    "a reconnect to the broker)",
     Opening.ALONE: "once the client had closed its last connection itself (a new client's "
-                   "bootstrap or a reconnect to the broker)"}
+                   "bootstrap or a reconnect to the broker)",
+    Opening.REFUSED: "once the process's last connection was refused at its connect (a retry "
+                     "of that connection or a re-bootstrap)"}
 
 
 class WireEvidence:

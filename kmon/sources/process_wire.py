@@ -99,11 +99,15 @@ class ProcessWire:
         return WireReading(None, self.problem)
 
     def opened(self, sockets: Iterable[tuple[tuple[str, int], tuple[str, int]]]) -> None:
-        """Sockets, as (local, remote) (ip, port), the kernel saw the process open: a part of
-        the host's capture takes their segments though no poll shows them (a capture of its
-        own reads them all already)."""
+        """Sockets, as (local, remote) (ip, port), the kernel saw the process open: their
+        remote ports are captured from now on (``WireTap.follow``), and a part of the host's
+        capture takes their segments though no poll shows them (a capture of its own reads
+        every segment of the ports it follows already)."""
+        sockets = list(sockets)
+        if self.tap is not None:
+            self.tap.follow(remote[1] for _, remote in sockets)
         if self.shared is not None:
-            self.shared.opened(list(sockets))
+            self.shared.opened(sockets)
 
     def quiet(self) -> bool:
         """Whether a read now would hand over nothing new: the tap, part of the host's

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 import psutil
 
@@ -91,6 +91,17 @@ class HostClients:
         owners = self._owners.owners(clients | servers, settled=settled)
         return ({owners[i] for i in clients if i in owners},
                 {owners[i] for i in servers if i in owners})
+
+    def check(self, strangers: Mapping[int, Collection[Endpoint]],
+              brokers: Collection[Endpoint]) -> set[int]:
+        """Of the processes that just connected (PID -> the endpoints each connected to, from
+        the kernel's events), those that connected to one of ``brokers`` and serve none of
+        them (a broker's connections to its peers): clients, found though they may hold no
+        connection by the time a search lists the host's sockets (a client made per message,
+        which ``kmon record -b`` searched for every 10 s and never found)."""
+        connected = {pid for pid, remotes in strangers.items()
+                     if any(remote in brokers for remote in remotes)}
+        return connected - self.serving(connected, brokers) - {os.getpid()}
 
     def connected(self, brokers: Collection[Endpoint]) -> dict[int, set[Endpoint]]:
         """The processes connected to ``brokers`` (PID -> those of them), kmon included;

@@ -16,7 +16,7 @@ not fit the filter, and every segment of a Kafka connection has a broker's port 
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 
 from kmon.sources.packets.packet_capture import Address, PacketCapture, Segment
 from kmon.sources.packets.packet_filter import MAX_PORTS
@@ -98,9 +98,13 @@ class SharedCapture:
 
 
 class HostWire:
-    """The host's one packet capture, opened with the first share, closed with the last."""
+    """The host's one packet capture, opened with the first share (or at once, following
+    ``ports``), closed with the last."""
 
-    def __init__(self) -> None:
+    def __init__(self, ports: Iterable[int] = ()) -> None:
+        # the named cluster's brokers' ports, followed from the start: the segments of a
+        # process's connection that no poll showed are captured before its tap learns the port
+        self.ports = tuple(ports)
         self.capture: PacketCapture | None = None
         self.shares: list[SharedCapture] = []
         self.owners: dict[Key, SharedCapture] = {}  # socket (either direction) -> process
@@ -109,17 +113,34 @@ class HostWire:
         self.openers: dict[Key, SharedCapture] = {}
         self.captures_opened = 0
         self.settled_poll: int | None = None  # the poll whose segments were last settled
+        if self.ports:  # from now, not from the first share: a process found later (a client
+            # made per message, found by its connect) has its first connections captured too
+            try:
+                self._open()
+                self.refilter()
+            except OSError:  # no CAP_NET_RAW: each process's tap says so at its first read
+                self.capture = None
 
     def share(self) -> SharedCapture:
         """A new process's part of the capture (opening it: ``PermissionError`` without
         CAP_NET_RAW, as ``PacketCapture``)."""
         if self.capture is None:
-            self.capture = PacketCapture(set(), set(), blocks=HOST_BLOCKS)
-            self.captures_opened += 1
+            self._open()
         share = SharedCapture(self)
         self.shares.append(share)
         self.refilter()  # its responses wanted, until its tap says otherwise
         return share
+
+    def tick(self, now_ms: int) -> None:
+        """Once a poll: what the capture holds handed on (to waiting sockets, where no
+        process owns them yet) and the oldest waiting forgotten, so that a capture opened
+        before any process shares it keeps room for what comes."""
+        self.drain()
+        self.expire(now_ms)
+
+    def _open(self) -> None:
+        self.capture = PacketCapture(set(), set(), blocks=HOST_BLOCKS)
+        self.captures_opened += 1
 
     def own(self, share: SharedCapture, keys: set[Key], now_ms: int) -> None:
         """``share``'s sockets are ``keys`` now; the segments that waited for them are its."""
@@ -168,12 +189,12 @@ class HostWire:
         """Rebuild the kernel filter for the ports every share follows (only if changed)."""
         if self.capture is None:
             return
-        ports: dict[int, None] = {}
+        ports = dict.fromkeys(self.ports)
         for share in self.shares:
             ports.update(dict.fromkeys(share.wanted[0]))
         remote = set(list(ports)[:MAX_PORTS // 4])
-        self.capture.set_ports(set(), remote,
-                               responses=any(share.wanted[1] for share in self.shares))
+        self.capture.set_ports(set(), remote, responses=not self.shares or any(
+            share.wanted[1] for share in self.shares))
 
     def drain(self) -> None:
         """Hand what the capture queued since the last drain to the processes it belongs to."""

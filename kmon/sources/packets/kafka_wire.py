@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -188,6 +188,18 @@ class WireTap:
         self.capture.set_ports(self.capture.local_ports, self.capture.remote_ports | {
             port for _, port in brokers.values()}, responses=False)
 
+    def follow(self, ports: Iterable[int]) -> None:
+        """Remote ports the kernel saw the process connect to (``opened``): captured from now
+        on, as its brokers' are, though no poll showed a socket to them (a client made per
+        message holds none at the instant of a poll; its closes went unheard, told
+        ``unknown`` where a view whose polls caught one told them)."""
+        new = [port for port in ports if port not in self.remote_ports]
+        if new:
+            for port in new:
+                bounded.put(self.remote_ports, port, None, MAX_REMOTE_PORTS)
+            self.capture.set_ports(self.capture.local_ports, set(self.remote_ports),
+                                   responses=self.hearing)
+
     def quiet(self) -> bool:
         """Whether a poll now would take nothing in (a part of the host's capture only: a
         capture of its own is not looked at but by a poll): no segment queued for it, none
@@ -338,7 +350,7 @@ class WireTap:
                                        flow.auth_failed, tls=flow.tls,
                                        answers_heard=not _login_pending(flow),
                                        last_data_ms=flow.last_data_ms,
-                                       from_start=flow.from_start)
+                                       from_start=flow.from_start, closed_ms=seg.ts_ms)
                 if (key not in mine and key not in self.last_polled
                         and len(self.unpolled) < MAX_FLOWS):
                     self.unpolled[key] = flow.close

@@ -122,12 +122,27 @@ class BrokerThreads:
                 if fds is None:  # no right to trace the process
                     self.readable = False
                     break
-                sockets = {by_fd[fd] for fd in fds if fd in by_fd}
-                if len(sockets) == 1:  # the handle's one connection
-                    found[sockets.pop()] = node
+                held = {fd: by_fd[fd] for fd in fds if fd in by_fd}
+                if len(set(held.values())) == 1 and self._still(held):  # its one connection
+                    found[next(iter(held.values()))] = node
         finally:
             os.close(mem)
         return found
+
+
+    def _still(self, held: dict[int, int]) -> bool:
+        """Whether each fd of ``held`` (fd -> inode, as the poll read the sockets) still
+        holds that socket, read after the thread was seen polling it: an inode is never
+        reused, so the fd held it all along. A client made per message reconnects on the fd
+        its last socket freed within a millisecond (librdkafka's broker 1 handle on the fd
+        its bootstrap socket had): the thread polls the new socket, not the one read."""
+        for fd, inode in held.items():
+            try:
+                if os.readlink(f"/proc/{self.pid}/fd/{fd}") != f"socket:[{inode}]":
+                    return False
+            except OSError:
+                return False
+        return True
 
 
 def _thread_node(comm_path: str) -> int | None:
