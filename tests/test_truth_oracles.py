@@ -114,6 +114,29 @@ def test_a_view_is_held_to_the_stream_s_snapshots_around_its_moment():
     assert summed_disagreements([around[:1]], Counter(broker=2)) != []  # the old window
 
 
+def test_a_view_may_have_polled_a_socket_that_lived_between_the_stream_s_snapshots():
+    """A client per message: serve's poll saw a socket still unnamed that opened and closed
+    between two of the stream's snapshots (client-per-message's 'unknown: 0–0 in the
+    streams, 1 in /metrics'). The stream's close of it allows the view one such socket, named
+    or not; a second, or a role it never had, stays a disagreement."""
+    from collections import Counter
+
+    from benchmarks.truth.kmon_views import Stream
+    from benchmarks.truth.score import summed_disagreements
+
+    closed = {"kind": "closed", "pid": 7, "key": "b", "role": "bootstrap"}
+    stream = Stream(7, None, records=[
+        {"ts_ms": 1_000, "processes": [{"pid": 7, "connections": []}], "events": []},
+        {"ts_ms": 2_000, "processes": [{"pid": 7, "connections": []}], "events": [closed]}])
+    around, between = stream.since(0), stream.between(0)
+    assert between == ["bootstrap"]
+    assert summed_disagreements([around], Counter(unknown=1), between=between) == []
+    assert summed_disagreements([around], Counter(bootstrap=1), between=between) == []
+    assert summed_disagreements([around], Counter(unknown=1)) != []  # before
+    assert summed_disagreements([around], Counter(unknown=2), between=between) != []
+    assert summed_disagreements([around], Counter(broker=1), between=between) != []
+
+
 def test_a_recording_unsettled_on_a_socket_open_before_its_first_look_cannot_tell():
     """per-ip-limit: ``kmon record --pid`` first looked at the process (and opened its capture
     of it) after a client's bootstrap handshake; it showed the socket with no evidence

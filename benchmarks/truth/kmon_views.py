@@ -96,6 +96,15 @@ class Stream:
             records = self.records[mark:]
         return [self.rows(record) for record in records]
 
+    def between(self, mark: int) -> list[str]:
+        """The roles at their close of the process's sockets closed from ``mark`` on that no
+        snapshot from there showed: a view polled at another moment may have seen them."""
+        with self.lock:
+            records = self.records[mark:]
+        shown = {row["key"] for record in records for row in self.rows(record)}
+        return [e.get("role") or "unknown" for record in records for e in record["events"]
+                if e["kind"] == "closed" and e["pid"] == self.pid and e["key"] not in shown]
+
     def closes(self) -> list[dict]:
         """Every ``closed`` event of the process, with its local and remote ports (a polled
         socket's local endpoint from the rows that showed it)."""

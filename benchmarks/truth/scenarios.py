@@ -223,8 +223,10 @@ def views_of(pid: int, bootstrap: str | None, stream: Stream, serve: Serve,
         found["metrics"] = roles
     else:
         answered = now_ms()
+        pairs = list(zip(same_command, marks, strict=True))
         found["metrics_detail"] = summed_disagreements(
-            [s.since(m, answered) for s, m in zip(same_command, marks, strict=True)], roles)
+            [s.since(m, answered) for s, m in pairs], roles,
+            between=[role for s, m in pairs for role in s.between(m)])
         found["metrics"] = len(found["metrics_detail"])
     return found
 

@@ -28,6 +28,7 @@ anything else has no oracle.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from benchmarks.truth.capture import Flow
@@ -298,16 +299,21 @@ def counts_differ(stream: Counter, view: dict) -> bool:
 
 
 def summed_disagreements(arounds: list[list[list[dict]]], counts: dict,
-                         view: str = "/metrics") -> list[str]:
+                         view: str = "/metrics", between: Iterable[str] = ()) -> list[str]:
     """Roles whose count ``view`` gives for processes it adds up (kmon serve: one command's)
     outside what their streams allow together: each stream's least to most over its
-    snapshots from just before the view ran to just after, summed."""
+    snapshots from just before the view ran to just after, summed. ``between``: the roles at
+    their close of sockets that lived between those snapshots (``Stream.between``): the view
+    may have polled one, named or not yet (unknown)."""
     ranges = {role: [0, 0] for role in ROLES}
     for around in arounds:
         seen = [Counter(row.get("role") for row in rows) for rows in around] or [Counter()]
         for role in ROLES:
             ranges[role][0] += min(c.get(role, 0) for c in seen)
             ranges[role][1] += max(c.get(role, 0) for c in seen)
+    for role in between:
+        for each in {role if role in ranges else "unknown", "unknown"}:
+            ranges[each][1] += 1
     # the roles the view is short of, made up by sockets it left unknown: unsettled, not wrong
     short = {role: max(0, low - counts.get(role, 0)) for role, (low, _) in ranges.items()
              if role != "unknown"}
