@@ -83,8 +83,8 @@ def text_lines(rows: list[dict], fmt: str) -> list[str]:
 def _look(session, settle_s: float) -> tuple[Snapshot, list]:
     """The settled look (kmon.cli.settle), and after it polls on, at most CONFIRM_WAIT_S, while
     the last poll learned a broker the one before did not know (the next finds its clients)
-    or kmon's own Metadata queries to the processes' brokers are under way (the cluster
-    labels come from their answers)."""
+    or a process no answer has named the cluster of yet has brokers kmon's own Metadata
+    queries are still asking (the cluster labels come from their answers)."""
     known: list[frozenset] = [frozenset()]  # the brokers known before the last poll
 
     def poll() -> tuple[Snapshot, list]:
@@ -92,7 +92,8 @@ def _look(session, settle_s: float) -> tuple[Snapshot, list]:
         return session.poll()
 
     def searching(snapshot: Snapshot) -> bool:
-        return session.known_brokers != known[0] or bool(session.clusters_asked(snapshot))
+        return session.known_brokers != known[0] or bool(
+            session.clusters_asked(snapshot) - session.answered_clusters(snapshot).keys())
 
     return settle.settled_look(poll, settle_s, waiting=searching, wait_s=CONFIRM_WAIT_S)
 
