@@ -84,18 +84,26 @@ def _look(session, settle_s: float) -> tuple[Snapshot, list]:
     """The settled look (kmon.cli.settle), and after it polls on, at most CONFIRM_WAIT_S, while
     the last poll learned a broker the one before did not know (the next finds its clients)
     or a process no answer has named the cluster of yet has brokers kmon's own Metadata
-    queries are still asking (the cluster labels come from their answers)."""
+    queries are still asking, for CONFIRM_WAIT_S since a poll first found it so (the cluster
+    labels come from their answers; one kmon cannot ask about holds no look longer)."""
+    import time
+
     known: list[frozenset] = [frozenset()]  # the brokers known before the last poll
+    since: dict[int, float] = {}  # a process waiting for its cluster -> since when
+    searching: list[bool] = [False]
 
     def poll() -> tuple[Snapshot, list]:
         known[0] = session.known_brokers
-        return session.poll()
+        snapshot, events = session.poll()
+        now = time.monotonic()
+        waiting = session.clusters_asked(snapshot) - session.answered_clusters(snapshot).keys()
+        since.update({pid: since.get(pid, now) for pid in waiting})
+        searching[0] = session.known_brokers != known[0] or any(
+            now - since[pid] < CONFIRM_WAIT_S for pid in waiting)
+        return snapshot, events
 
-    def searching(snapshot: Snapshot) -> bool:
-        return session.known_brokers != known[0] or bool(
-            session.clusters_asked(snapshot) - session.answered_clusters(snapshot).keys())
-
-    return settle.settled_look(poll, settle_s, waiting=searching, wait_s=CONFIRM_WAIT_S)
+    return settle.settled_look(poll, settle_s, waiting=lambda _: searching[0],
+                               wait_s=CONFIRM_WAIT_S)
 
 
 def process_rows(snapshot, labels: dict[int, str], events) -> list[dict]:
