@@ -11,8 +11,9 @@ from types import ModuleType
 NAMES = (
     "analyze_cost", "analyze_driver_memory", "analyze_scale", "confirm_cost", "dashboard_cost",
     "host_view_cost", "jmx_cost", "json_cost", "kafka_cluster_start", "kernel_events_cost",
-    "poll_cost", "record_cost", "replay_memory", "sampler_cost", "serve_cost", "spool_cost",
-    "table_cost", "terminal_cost", "test_durations", "tls_cost", "wire_cost", "wire_flood",
+    "poll_cost", "ps_latency", "record_cost", "replay_memory", "sampler_cost", "serve_cost",
+    "spool_cost", "table_cost", "terminal_cost", "test_durations", "tls_cost", "wire_cost",
+    "wire_flood",
 )
 #: the package's modules that are not benchmarks: the runner and what benchmarks share
 SUPPORT = ("__init__", "__main__", "api", "helpers", "host_loads", "registry", "results")

@@ -44,3 +44,14 @@ def test_a_process_keeps_its_cluster_while_it_holds_no_connection():
     assert names({7}, {}, asking=set()) == {7: "Hk3xq0ZgT1ixb3kPqzJ3Zg"}
     assert names(set(), {}, asking=set()) == {}
     assert names({7}, {}, asking=set()) == {7: UNKNOWN}
+
+
+def test_a_process_labelled_once_is_not_made_to_wait_again():
+    """Any query of kmon's under way (another process's broker, a cluster's idle limit)
+    counts as asking for every process: one labelled while none ran must keep its series
+    when the next poll finds one running, else they vanish and its counters start again (a
+    client made per message showed opens going back under ``serve -b``)."""
+    for named, expected in ((None, UNKNOWN), ("prod", "prod")):
+        names = ClusterNames(named)
+        assert names({9}, {}, asking=set()) == {9: expected}
+        assert names({9}, {}, asking={9}) == {9: expected}

@@ -119,8 +119,9 @@ def test_a_ring_replaced_by_a_new_filter_still_gives_its_count_of_lost_records()
 
 
 BURSTER = """
-import socket, sys, time
+import os, socket, sys, time
 import confluent_kafka  # noqa: F401  (mapped: kmon's host view watches this process)
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # the flood and the records after it
 port = int(sys.argv[1])
 held = socket.create_connection(("127.0.0.1", port))  # so kmon follows the port
 print("READY", flush=True)
@@ -146,7 +147,8 @@ def test_events_a_full_ring_dropped_are_counted_in_kmon_serve_s_metrics(tmp_path
     """A watched process connects 60,000 times to a port kmon follows (three records each),
     over one or two 10 s poll intervals, far past the 10,000 or so records the kernel's
     1 MiB rings a CPU hold: kmon serve's kmon_kernel_events_lost_total goes from 0 to the
-    kernel's count."""
+    kernel's count. The process runs on one CPU: the kernel writes a ring's count only at
+    that CPU's next record, so the connects after the flood must be made where it was."""
     listener = Listener()
     script = tmp_path / "flood_burster.py"  # its name is its process label on /metrics
     script.write_text(BURSTER)

@@ -79,3 +79,19 @@ def test_sockets_silent_longer_than_a_heartbeat_are_looked_at_for_the_quiet_time
     silent = snapshot(0.6, idle_ms=60_000)
     found, _ = settled_look(lambda: (silent, []), SETTLE_S)
     assert found is silent and QUIET_S <= clock.now < QUIET_S + 1
+
+
+def test_a_settled_look_polls_on_while_it_is_still_asking_at_most_its_wait(monkeypatch):
+    """``ps``: every verdict is sure, but kmon's own query of a process's brokers, which names
+    its cluster, is under way: the look polls on until it has answered (ps had answered with
+    the broker's address, and a second ``ps`` had to start from nothing), and no longer than
+    its wait when the answer never comes."""
+    clock = Clock()
+    monkeypatch.setattr(settle, "time", clock)
+    sure = snapshot(1.0)
+    found, _ = settled_look(lambda: (sure, []), SETTLE_S, waiting=lambda _: clock.now < 1.0,
+                            wait_s=2.5)
+    assert found is sure and 1.0 <= clock.now < 1.0 + settle.POLL_S
+    clock.now = 0.0
+    settled_look(lambda: (sure, []), SETTLE_S, waiting=lambda _: True, wait_s=2.5)
+    assert 2.5 <= clock.now < 2.5 + settle.POLL_S

@@ -8,11 +8,10 @@ import sys
 
 from kmon.cli import options, settle
 from kmon.errors import UserError
+from kmon.model import Snapshot
 from kmon.present.plain_text import one_line
 
-SEARCH_ROUNDS = 4  # polls at most: each finds the clients of the brokers the last one learned
-CONFIRM_WAIT_S = 2.5  # and then polls while kmon's own queries (2 s each) name the clusters
-CONFIRM_EVERY_S = 0.05
+CONFIRM_WAIT_S = 2.5  # once settled, polls on while it learns brokers or asks them its cluster
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         session = open_session(HostTarget(cluster), wiring.engine_settings(
             args, config, named, cluster, require_kafka=False))
         try:
-            snapshot, events = settle.settled_look(session.poll, args.settle, _search(session))
+            snapshot, events = _look(session, args.settle)
             labels = session.cluster_labels(snapshot)
             if named is not None:
                 labels = dict.fromkeys(session.of_cluster(snapshot, events), named.name)
@@ -81,27 +80,30 @@ def text_lines(rows: list[dict], fmt: str) -> list[str]:
     return out
 
 
-def _search(session) -> list:
-    """Poll until a poll learns no broker the last did not know (at most SEARCH_ROUNDS),
-    then while kmon's own Metadata queries to the processes' brokers are under way (at
-    most CONFIRM_WAIT_S): every event on the way (the settled look that follows polls
-    again)."""
+def _look(session, settle_s: float) -> tuple[Snapshot, list]:
+    """The settled look (kmon.cli.settle), and after it polls on, at most CONFIRM_WAIT_S, while
+    the last poll learned a broker the one before did not know (the next finds its clients)
+    or a process no answer has named the cluster of yet has brokers kmon's own Metadata
+    queries are still asking, for CONFIRM_WAIT_S since a poll first found it so (the cluster
+    labels come from their answers; one kmon cannot ask about holds no look longer)."""
     import time
 
-    events = []
-    for round_ in range(SEARCH_ROUNDS):
-        known = session.known_brokers
-        snapshot, new = session.poll()
-        events += new
-        if round_ and session.known_brokers == known:
-            break
-    until = time.monotonic() + CONFIRM_WAIT_S  # the cluster labels: from kmon's own queries
-    while time.monotonic() < until and session.clusters_asked(snapshot):
-        time.sleep(CONFIRM_EVERY_S)
-        snapshot, new = session.poll()
-        events += new
-    return events
+    known: list[frozenset] = [frozenset()]  # the brokers known before the last poll
+    since: dict[int, float] = {}  # a process waiting for its cluster -> since when
+    searching: list[bool] = [False]
 
+    def poll() -> tuple[Snapshot, list]:
+        known[0] = session.known_brokers
+        snapshot, events = session.poll()
+        now = time.monotonic()
+        waiting = session.clusters_asked(snapshot) - session.answered_clusters(snapshot).keys()
+        since.update({pid: since.get(pid, now) for pid in waiting})
+        searching[0] = session.known_brokers != known[0] or any(
+            now - since[pid] < CONFIRM_WAIT_S for pid in waiting)
+        return snapshot, events
+
+    return settle.settled_look(poll, settle_s, waiting=lambda _: searching[0],
+                               wait_s=CONFIRM_WAIT_S)
 
 
 def process_rows(snapshot, labels: dict[int, str], events) -> list[dict]:

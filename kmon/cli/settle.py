@@ -53,18 +53,26 @@ def speaking(snapshot: Snapshot) -> bool:
 
 
 def settled_look(poll: Callable[[], tuple[Snapshot, list[Event]]], settle_s: float,
-                 events: list[Event] | None = None) -> tuple[Snapshot, list[Event]]:
+                 events: list[Event] | None = None,
+                 waiting: Callable[[Snapshot], bool] | None = None,
+                 wait_s: float = 0.0) -> tuple[Snapshot, list[Event]]:
     """Poll until no verdict is unsure or ``settle_s`` has passed (``QUIET_S`` when no
-    unsure socket is ``speaking``): the last snapshot, and every event on the way (after
-    ``events``, those of earlier polls)."""
+    unsure socket is ``speaking``), and from then on while ``waiting(snapshot)`` (for what
+    the look is still asking), at most ``wait_s`` more: the last snapshot, and every event on
+    the way (after ``events``, those of earlier polls)."""
     begun = time.monotonic()
     ends, quiet_ends = begun + settle_s, begun + min(settle_s, QUIET_S)
+    settled_at: float | None = None
     events = list(events or ())
     while True:
         started = time.monotonic()
         snapshot, new = poll()
         events += new
-        if (not unsure(snapshot) or started >= ends
-                or (started >= quiet_ends and not speaking(snapshot))):
+        if settled_at is None and (not unsure(snapshot) or started >= ends
+                                   or (started >= quiet_ends and not speaking(snapshot))):
+            settled_at = started
+        if settled_at is not None and (waiting is None or started >= settled_at + wait_s
+                                       or not waiting(snapshot)):
             return snapshot, events
-        time.sleep(max(0.0, min(POLL_S - (time.monotonic() - started), ends - started)))
+        until = ends if settled_at is None else settled_at + wait_s
+        time.sleep(max(0.0, min(POLL_S - (time.monotonic() - started), until - started)))

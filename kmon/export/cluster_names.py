@@ -8,7 +8,9 @@ about (TLS or SASL listeners, brokers kmon cannot reach) is then ``UNKNOWN``, or
 ``-b`` that cluster's id as its metadata named it (else the name ``-b`` gave). Never the
 brokers a process happened to reach first, which changed as it reached more; and a process
 once named keeps its cluster while it lives, connections or none (a client whose idle
-connections were all reaped holds none until it needs a broker again).
+connections were all reaped holds none until it needs a broker again). A process labelled
+once never waits again: its series stay while it lives (any query of kmon's under way, for
+another process's brokers too, counts as asking for every process).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class ClusterNames:
         self._polls: dict[int, int] = {}  # pid -> polls it has been seen in
         self._first: dict[int, float] = {}  # pid -> when it was first seen
         self._named: dict[int, str] = {}  # pid -> the cluster an answer named, while it lives
+        self._labelled: set[int] = set()  # pids labelled at the last call: they wait no more
 
     def __call__(self, pids: Collection[int], answered: Mapping[int, str],
                  asking: Collection[int]) -> dict[int, str]:
@@ -42,6 +45,8 @@ class ClusterNames:
                        if pid in answered or pid in self._named}
         answered = self._named
         fallback = self.named or UNKNOWN
-        return {pid: answered.get(pid, fallback) for pid in pids
-                if pid in answered or pid not in asking or self._polls[pid] > WAIT_POLLS
-                or now - self._first[pid] >= WAIT_S}
+        labels = {pid: answered.get(pid, fallback) for pid in pids
+                  if pid in answered or pid in self._labelled or pid not in asking
+                  or self._polls[pid] > WAIT_POLLS or now - self._first[pid] >= WAIT_S}
+        self._labelled = set(labels)
+        return labels
