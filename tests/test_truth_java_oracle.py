@@ -13,13 +13,26 @@ from benchmarks.truth.score import Context, oracle_disagreements, score_roles
 PREFIX = ("{} [main] DEBUG org.apache.kafka.clients.NetworkClient - [Consumer clientId=consumer-"
           "kmon-truth-java-jmx-1, groupId=kmon-truth-java-jmx] Initiating connection to node "
           "127.0.0.1:{} (id: {} rack: null{}) using address /127.0.0.1")
+OTHER = ("{} [main] {} org.apache.kafka.clients.NetworkClient - [Consumer clientId=c, "
+         "groupId=g] {}")
+
+
+def completed(stamp: str, node: str) -> str:
+    return OTHER.format(stamp, "DEBUG", f"Completed connection to node {node}. Fetching API "
+                        "versions.")
+
+
 LOG = "\n".join([
     PREFIX.format("2026-11-26T17:25:21.381Z", 36171, "-2", " isFenced: false"),
-    "2026-11-26T17:25:21.400Z [main] DEBUG org.apache.kafka.clients.NetworkClient - [Consumer "
-    "clientId=c, groupId=g] Initiating API versions fetch from node -2.",
+    completed("2026-11-26T17:25:21.390Z", "-2"),
+    OTHER.format("2026-11-26T17:25:21.400Z", "DEBUG", "Initiating API versions fetch from "
+                 "node -2."),
     PREFIX.format("2026-11-26T17:25:21.706Z", 35235, "1", " isFenced: false"),
+    completed("2026-11-26T17:25:21.710Z", "1"),
     PREFIX.format("2026-11-26T17:25:21.853Z", 36171, "+2", " isFenced: false"),
+    completed("2026-11-26T17:25:21.860Z", "+2"),
     PREFIX.format("2026-11-26T17:25:30.662+00:00", 36171, "2147483645", ""),
+    completed("2026-11-26T17:25:30.670+00:00", "2147483645"),
 ]) + "\n"
 AT = 1795714000000.0  # 2026-11-26T17:26:40Z in epoch ms: the lines above are before it
 NODES = {35235: 1, 36171: 2}
@@ -54,6 +67,29 @@ def test_each_line_takes_the_processes_next_syn_to_its_port(tmp_path):
                                                      (40004, 36171)})
     assert {key[0]: connect.node for key, connect in found.items()} == {40001: "-2",
                                                                       40004: "+2"}
+
+
+def test_a_connect_the_broker_refused_takes_no_socket(tmp_path):
+    """A rolling restart (rolling-restart/java): the client's connect to node 2 is refused
+    ("could not be established"), its SYN never a socket of the process; 0.7 s later it
+    connects to the coordinator +2 on the same port, then to node 2 again. The refused line
+    takes no SYN, so each socket keeps its own line (before: node 2 took the coordinator's
+    SYN and +2 node 2's, two roles swapped)."""
+    (tmp_path / "java.log").write_text("\n".join([
+        PREFIX.format("2026-11-26T17:25:28.555Z", 33733, "2", " isFenced: false"),
+        OTHER.format("2026-11-26T17:25:28.560Z", "WARN", "Connection to node 2 "
+                     "(/127.0.0.1:33733) could not be established. Node may not be available."),
+        PREFIX.format("2026-11-26T17:25:29.270Z", 33733, "+2", " isFenced: false"),
+        completed("2026-11-26T17:25:29.273Z", "+2"),
+        PREFIX.format("2026-11-26T17:25:29.572Z", 33733, "2", " isFenced: false"),
+        completed("2026-11-26T17:25:29.572Z", "2")]) + "\n")
+    connects = java_client_log.read(tmp_path / "java.log")
+    assert [c.node for c in connects] == ["+2", "2"]
+    seen = flows((40001, 33733, at("28.556")), (40002, 33733, at("29.271")),
+                 (40003, 33733, at("29.573")))
+    found = java_client_log.sockets(connects, seen, {(40002, 33733), (40003, 33733)})
+    assert {key[0]: connect.node for key, connect in found.items()} == {40002: "+2",
+                                                                      40003: "2"}
 
 
 def test_the_clients_log_decides_and_the_packets_cross_check(tmp_path):

@@ -1,9 +1,10 @@
 """The Java client's own view: its ``org.apache.kafka.clients.NetworkClient`` DEBUG log, as
 slf4j-simple writes it with ISO times (``clients.java``). Before each ``connect()`` it logs
-``Initiating connection to node HOST:PORT (id: N rack: …) using address /IP``, N its own
-name of the node: ``-1, -2, …`` a bootstrap address, ``2147483647 - B`` (3.x) or ``+B``
-(4.x) the group coordinator on broker B, else the broker id. The line has no local port: a
-socket is the next SYN to that port, from the process (/proc), after the line.
+``Initiating connection to node HOST:PORT (id: N rack: …) using address /IP`` (and, once
+connected, ``Completed connection to node N``), N its own name of the node: ``-1, -2, …`` a
+bootstrap address, ``2147483647 - B`` (3.x) or ``+B`` (4.x) the group coordinator on broker
+B, else the broker id. The line has no local port: a socket is the next SYN to that port,
+from the process (/proc), after the line.
 
 kmon reads this log only when ``kmon attach --client-log FILE`` names it; the harness never
 does, and this module shares no code with kmon's reader (kmon/sources/jvm/java_log.py)."""
@@ -23,6 +24,8 @@ from benchmarks.truth.capture import Flow
 #   /127.0.0.1
 INITIATING = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}(?:Z|[+-]\d\d:\d\d)) .*"
                         r"Initiating connection to node \S+:(\d+) \(id: ([+-]?\d+) ")
+# ... "Completed connection to node +2. Fetching API versions." once the connect succeeded
+COMPLETED = re.compile(r"Completed connection to node ([+-]?\d+)\.")
 MAX_INT = 2147483647
 LATE_MS = 1000  # a SYN this long after the line is another connect()'s
 
@@ -50,12 +53,16 @@ class JavaConnect:
 
 
 def read(path: Path) -> list[JavaConnect]:
-    """Every connection the log says the client initiated, in the log's order."""
-    found = []
+    """Every connection the log says the client initiated and then completed, in the log's
+    order: a connect the broker refused ("could not be established", a node restarting)
+    made a SYN no socket of the process kept, and would take the next one to its port."""
+    found, pending = [], {}
     for line in path.read_text(errors="replace").splitlines():
         if match := INITIATING.match(line):
             when = datetime.fromisoformat(match[1].replace("Z", "+00:00"))
-            found.append(JavaConnect(when.timestamp() * 1000, int(match[2]), match[3]))
+            pending[match[3]] = JavaConnect(when.timestamp() * 1000, int(match[2]), match[3])
+        elif (done := COMPLETED.search(line)) and done[1] in pending:
+            found.append(pending.pop(done[1]))
     return found
 
 
