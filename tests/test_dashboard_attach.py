@@ -135,7 +135,8 @@ def test_a_poll_under_way_at_pause_is_held_until_resume(start_client):
 
     async def drive() -> None:
         async with app.run_test(size=(160, 45)) as pilot:
-            await until(pilot, lambda: table_rows(screen), "rows")
+            await until(pilot, lambda: table_rows(screen) and not screen.polling,
+                        "rows, the first poll done")  # space during a poll is no new poll
             session.hold()
             await pilot.press("space")  # a poll starts and waits at the gate
             await until(pilot, session.entered.is_set, "the poll under way")
