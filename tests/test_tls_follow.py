@@ -231,7 +231,7 @@ def test_a_client_at_work_dropping_a_socket_unread_closes_the_probes(kafka):
     close, before the TLS source (opened at the poll after the wire saw TLS) read a request
     of it: as a failed login's would be, but the client is at work on its other sockets
     (each carried a request past a login). Once every socket it holds is decided, the source
-    closes at the next poll, where it used to stay open PROBE_S more with every thread of the
+    closes within a poll or two, where it used to stay open PROBE_S more with every thread of the
     process read (a failed login's new sockets are read from their first write)."""
     from kmon.sources.kernel.socket_readers import open_socket_reader
     from kmon.sources.process_wire import DECIDING_APIS, ProcessWire
@@ -264,8 +264,10 @@ def test_a_client_at_work_dropping_a_socket_unread_closes_the_probes(kafka):
         client.wait_line("ACKED", timeout=60)
         wait_for(all_decided, "the bootstrap dropped unread, every socket left decided", 25,
                  every=0)
-        poll()
-        assert wire.tls is None, (unread, wire.tls_problem)
+        # closed within a few polls (a socket the client at work opens meanwhile is undecided
+        # for a poll or two), not PROBE_S (30 s) later
+        wait_for(lambda: poll() and wire.tls is None, f"the source closed: {unread}", 6,
+                 every=1)
     finally:
         wire.close()
         client.stop()
