@@ -46,42 +46,33 @@ sys.stdin.readline()
 """
 
 
-# a thread named as librdkafka names broker 1's (argv: none) that connects to a listener of
-# its own, is busy elsewhere (reading stdin) until told, then waits in poll() on its socket
-LATE_POLLER = """
-import ctypes, select, socket, sys, threading
+def broker_one_thread(then: str, polled: str) -> str:
+    """A program whose thread, named as librdkafka names broker 1's, connects to a listener of
+    its own (``sock``), is busy elsewhere (reading stdin) until told, runs ``then`` and waits
+    in poll() on ``polled``."""
+    return f"""
+import ctypes, os, select, socket, sys, threading
 listener = socket.create_server(("127.0.0.1", 0))
 def broker():
     ctypes.CDLL(None).prctl(15, b"rdk:broker1", 0, 0, 0)  # PR_SET_NAME, as librdkafka does
     sock = socket.create_connection(listener.getsockname())
     print("CONNECTED", threading.get_native_id(), flush=True)
     sys.stdin.readline()
+{then}
     waiting = select.poll()
-    waiting.register(sock, select.POLLIN)
+    waiting.register({polled}, select.POLLIN)
     waiting.poll()
 threading.Thread(target=broker).start()
 """
 
 
-# a thread named as librdkafka names broker 1's that connects, then (told) connects again on
-# the fd of its first socket, as a client reconnects on the fd its last socket freed, and
-# waits in poll() on it
-REUSED_FD = """
-import ctypes, os, select, socket, sys, threading
-listener = socket.create_server(("127.0.0.1", 0))
-def broker():
-    ctypes.CDLL(None).prctl(15, b"rdk:broker1", 0, 0, 0)  # PR_SET_NAME, as librdkafka does
-    first = socket.create_connection(listener.getsockname())
-    print("CONNECTED", threading.get_native_id(), flush=True)
-    sys.stdin.readline()
-    second = socket.create_connection(listener.getsockname())
-    os.dup2(second.fileno(), first.fileno())
-    second.close()
-    waiting = select.poll()
-    waiting.register(first.fileno(), select.POLLIN)
-    waiting.poll()
-threading.Thread(target=broker).start()
-"""
+# told, it waits in poll() on its socket
+LATE_POLLER = broker_one_thread("", "sock")
+# told, it connects again on the fd of its first socket, as a client reconnects on the fd its
+# last socket freed, and waits in poll() on it
+REUSED_FD = broker_one_thread("""    second = socket.create_connection(listener.getsockname())
+    os.dup2(second.fileno(), sock.fileno())
+    second.close()""", "sock.fileno()")
 
 
 @pytest.fixture
