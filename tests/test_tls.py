@@ -555,3 +555,21 @@ def test_a_library_path_that_could_break_a_tracefs_line_is_never_written(tmp_pat
         assert uprobe_events() == before
     finally:
         client.stop()
+
+
+def test_no_uprobe_is_made_after_kmon_removed_its_own():
+    """At exit the removal runs while a sampler thread may still ask for an event: the event it
+    asks for afterwards is refused, so no uprobe outlives an orderly exit."""
+    libssl = "/usr/lib/x86_64-linux-gnu/libssl.so.3"
+    if not os.path.exists(libssl):
+        pytest.skip("no libssl.so.3 here")
+    from kmon.sources.kernel.kernel_events import KernelEventsUnavailable
+    from kmon.sources.tls.uprobes import Uprobes
+
+    probes = Uprobes()
+    probes.event(libssl, 0x1000, "len=%dx:s32")
+    assert f"{probes.group}/w0" in uprobe_events()
+    probes.remove_all()
+    with pytest.raises(KernelEventsUnavailable, match="ending"):
+        probes.event(libssl, 0x1000, "len=%dx:s32")
+    assert f"{probes.group}/" not in uprobe_events()

@@ -38,6 +38,7 @@ class Uprobes:
         self.names: list[str] = []
         self.before_removal: list[Callable[[], None]] = []  # perf events closed first
         self.lock = threading.RLock()
+        self.closed = False  # once removed, never made again: kmon is ending
         self.removed_stale = remove_stale()
 
     def event(self, path: str, offset: int, fetch: str) -> tuple[int, dict[str, Field]]:
@@ -47,6 +48,8 @@ class Uprobes:
         with self.lock:
             if key in self.made:
                 return self.made[key]
+            if self.closed:
+                raise KernelEventsUnavailable("kmon is ending: its uprobes are removed")
             if not SAFE_PATH.fullmatch(path):
                 raise KernelEventsUnavailable(f"a path kmon does not write to tracefs: {path!r}")
             if len(self.names) >= MAX_EVENTS:
@@ -61,8 +64,10 @@ class Uprobes:
             return made
 
     def remove_all(self) -> None:
-        """Close the perf events on them, then remove every event kmon made; idempotent."""
+        """Close the perf events on them, then remove every event kmon made; idempotent. No
+        event is made after it: a sampler thread still running at exit would leave one."""
         with self.lock:  # re-entrant: a second signal may come while the first is handled
+            self.closed = True
             closers, self.before_removal = self.before_removal, []
             names, self.names, self.made = self.names, [], {}
             for close in closers:
