@@ -141,7 +141,7 @@ def test_the_owners_kept_from_the_last_search_are_a_fresh_searchs(stack, seed):
 
 def test_a_second_dump_of_the_same_sockets_parses_none_of_them_again(stack, monkeypatch):
     """The cost follows change: of 40 sockets dumped again, only the one opened since is
-    parsed (``_ends``, counted where the reader calls it)."""
+    parsed (``socket_ends``, counted where the reader calls it)."""
     from kmon.sources.kernel import sockdiag
 
     sockets = Sockets(stack, random.Random(0))
@@ -149,8 +149,8 @@ def test_a_second_dump_of_the_same_sockets_parses_none_of_them_again(stack, monk
         sockets.connect()
     reader = stack.enter_context(_reader())
     parsed = []
-    real = sockdiag._ends
-    monkeypatch.setattr(sockdiag, "_ends", lambda msg: parsed.append(1) or real(msg))
+    real = sockdiag.socket_ends
+    monkeypatch.setattr(sockdiag, "socket_ends", lambda msg: parsed.append(1) or real(msg))
     assert len(reader.connected_to(sockets.ports)) == 40
     sockets.connect()
     parsed.clear()

@@ -12,12 +12,12 @@ import struct
 import pytest
 
 from kmon.sources.brokers.dns import Resolver
-from kmon.sources.kernel import sockdiag
-from kmon.sources.kernel.sockdiag import _Known, _MessageReader
+from kmon.sources.kernel import diag_messages
+from kmon.sources.kernel.diag_messages import Known, MessageReader
 from kmon.sources.kernel.sockets import Endpoint, TcpSocket, shared_endpoint
 
 INET_DIAG_SHUTDOWN = 8
-KNOWN = {inode: _Known(b"", Endpoint("10.0.0.1", 40000 + inode), Endpoint("10.0.0.2", 9092),
+KNOWN = {inode: Known(b"", Endpoint("10.0.0.1", 40000 + inode), Endpoint("10.0.0.2", 9092),
                        socket.AF_INET) for inode in (7, 8, 9)}
 FDS = {7: 30, 8: 31, 9: 32}
 
@@ -33,7 +33,7 @@ def _message(inode: int, state: int, info_len: int = 232, seed: int = 0) -> byte
                            (120, "=Q", 4400), (128, "=Q", 5500), (200, "=Q", 6600)):
         if at + struct.calcsize(fmt) <= info_len:
             struct.pack_into(fmt, info, at, value + seed)
-    return diag + shutdown + struct.pack("=HH", 4 + info_len, sockdiag.INET_DIAG_INFO) + info
+    return diag + shutdown + struct.pack("=HH", 4 + info_len, diag_messages.INET_DIAG_INFO) + info
 
 
 def _expected(inode: int, state: str, seed: int = 0) -> TcpSocket:
@@ -46,23 +46,23 @@ def _expected(inode: int, state: str, seed: int = 0) -> TcpSocket:
 def general_reads(monkeypatch) -> list[int]:
     """The inodes of the messages read by the general path, not the one-unpack one."""
     reads: list[int] = []
-    general = sockdiag._socket_from_msg
+    general = diag_messages.socket_from_msg
 
     def counted(msg, inode, *rest):
         reads.append(inode)
         return general(msg, inode, *rest)
 
-    monkeypatch.setattr(sockdiag, "_socket_from_msg", counted)
+    monkeypatch.setattr(diag_messages, "socket_from_msg", counted)
     return reads
 
 
-def _read(reader: _MessageReader, message: bytes, known=KNOWN) -> TcpSocket | None:
+def _read(reader: MessageReader, message: bytes, known=KNOWN) -> TcpSocket | None:
     padded = b"\xee" * 16 + message  # as after a netlink header, in a receive buffer
     return reader.read(memoryview(padded), 16, len(message), known, FDS)
 
 
 def test_the_next_message_is_read_in_one_unpack_with_every_field_in_place(general_reads):
-    reader = _MessageReader()
+    reader = MessageReader()
     assert _read(reader, _message(7, 1)) == _expected(7, "ESTABLISHED")
     assert _read(reader, _message(8, 8, seed=5)) == _expected(8, "CLOSE_WAIT", seed=5)
     assert _read(reader, _message(9, 2, seed=9)) == _expected(9, "SYN_SENT", seed=9)
@@ -70,7 +70,7 @@ def test_the_next_message_is_read_in_one_unpack_with_every_field_in_place(genera
 
 
 def test_a_message_not_ours_is_skipped_either_way(general_reads):
-    reader = _MessageReader()
+    reader = MessageReader()
     assert _read(reader, _message(7, 1), known={}) is None  # general path, not ours
     assert _read(reader, _message(7, 1)) is not None
     assert _read(reader, _message(8, 1), known={}) is None  # one unpack, not ours
@@ -78,7 +78,7 @@ def test_a_message_not_ours_is_skipped_either_way(general_reads):
 
 
 def test_a_message_laid_out_otherwise_takes_the_general_path(general_reads):
-    reader = _MessageReader()
+    reader = MessageReader()
     _read(reader, _message(7, 1))
     short = _read(reader, _message(8, 1, info_len=160))  # an older kernel's tcp_info
     assert short is not None
@@ -103,7 +103,7 @@ def _stalled(inode: int, info_len: int = 232) -> bytes:
 
 
 def test_a_stalled_socket_carries_its_unanswered_sending_on_either_path(general_reads):
-    reader = _MessageReader()
+    reader = MessageReader()
     first, second = _read(reader, _stalled(7)), _read(reader, _stalled(8))
     assert general_reads == [7]  # the second in one unpack
     for sock in (first, second):
@@ -114,9 +114,9 @@ def test_a_stalled_socket_carries_its_unanswered_sending_on_either_path(general_
 
 def test_a_short_tcp_info_gives_the_stall_figures_it_has():
     # a tcp_info ending after last_ack_recv (60 bytes): no total_retrans; one of 3 bytes: none
-    assert _read(_MessageReader(), _stalled(7, 60)).stall == ("retransmit", 4, 0, 4, 3200.0, 2,
+    assert _read(MessageReader(), _stalled(7, 60)).stall == ("retransmit", 4, 0, 4, 3200.0, 2,
                                                               7000, None)
-    assert _read(_MessageReader(), _stalled(7, 3)).stall == ("retransmit", 4, 0, 0, None, None,
+    assert _read(MessageReader(), _stalled(7, 3)).stall == ("retransmit", 4, 0, 0, None, None,
                                                              None, None)
 
 
@@ -124,7 +124,7 @@ def test_a_sockets_peer_and_a_known_broker_are_one_object():
     """A socket's remote end, as sock_diag reads it, and the same broker's endpoint, as the
     resolver gives it for an address, are one object: the brokers known find each socket's
     peer by identity, poll after poll (no field compared)."""
-    peer = sockdiag._remote(socket.AF_INET, socket.inet_aton("127.0.0.1") + bytes(12), 9092)
+    peer = diag_messages._remote(socket.AF_INET, socket.inet_aton("127.0.0.1") + bytes(12), 9092)
     (known,) = Resolver().endpoints("127.0.0.1:9092")
     assert known is peer is shared_endpoint("127.0.0.1", 9092)
     assert Resolver().endpoints("localhost:9092") == frozenset()  # a name: looked up later

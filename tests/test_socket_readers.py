@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 
+from kmon.sources.kernel.diag_messages import _short_tcp_info
 from kmon.sources.kernel.psutil_sockets import PsutilSocketReader
-from kmon.sources.kernel.sockdiag import SockDiagReader, SockDiagUnavailable, _short_tcp_info
+from kmon.sources.kernel.sockdiag import SockDiagReader, SockDiagUnavailable
 from kmon.sources.kernel.socket_readers import open_socket_reader
 from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 

@@ -3,7 +3,7 @@
 import socket
 
 from kmon.sources.kernel.closing_sockets import CLOSING
-from kmon.sources.kernel.sockdiag import STATE_NAMES
+from kmon.sources.kernel.diag_messages import STATE_NAMES
 from kmon.tcp_state import TcpState, kernel_number
 
 # include/net/tcp_states.h

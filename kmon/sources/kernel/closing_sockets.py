@@ -17,7 +17,7 @@ from collections.abc import Collection
 
 import psutil
 
-from kmon.sources.kernel.sockdiag import (
+from kmon.sources.kernel.diag_messages import (
     NETLINK_SOCK_DIAG,
     NLM_F_DUMP,
     NLM_F_REQUEST,

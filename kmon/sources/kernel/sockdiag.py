@@ -19,66 +19,46 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import operator
 import socket
-import struct
 import time
 from collections import Counter
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from kmon.sources.kernel.diag_messages import (
+    DIAG_MSG_LEN,
+    DUMP_STATES,
+    I32,
+    INET_DIAG_INFO,
+    INODE_AT,
+    LISTEN_STATE,
+    NETLINK_SOCK_DIAG,
+    NLM_F_DUMP,
+    NLM_F_REQUEST,
+    NLMSG_DONE,
+    NLMSG_ERROR,
+    NLMSG_HDR_LEN,
+    NLMSGHDR,
+    SOCK_DIAG_BY_FAMILY,
+    U32,
+    Known,
+    MessageReader,
+    diag_request,
+    known_from_msg,
+    port_filter,
+    raise_error,
+    remote_port_filter,
+    socket_ends,
+)
 from kmon.sources.kernel.proc_fds import FdTable, socket_protocol
-from kmon.sources.kernel.sockets import Endpoint, TcpSocket, TcpStall, shared_endpoint
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 from kmon.sources.kernel.sockstat import tcp_sockets
-from kmon.tcp_state import TcpState, kernel_number
 
-NETLINK_SOCK_DIAG = 4
-SOCK_DIAG_BY_FAMILY = 20
-NLMSG_ERROR = 2
-NLMSG_DONE = 3
-NLM_F_REQUEST = 0x1
-NLM_F_DUMP = 0x300
 SOL_NETLINK = 270
 NETLINK_CAP_ACK = 10
 SO_RCVBUFFORCE = 33
-INET_DIAG_INFO = 2
-INET_DIAG_REQ_BYTECODE = 1
-INET_DIAG_BC_JMP = 1
-INET_DIAG_BC_S_GE = 2
-INET_DIAG_BC_S_LE = 3
-INET_DIAG_BC_D_GE = 4
-INET_DIAG_BC_D_LE = 5
-
-# Linux TCP states by number (TcpState is declared in the kernel's order), as plain strings
-STATE_NAMES = ("NONE", *(state.value for state in TcpState),
-               TcpState.SYN_RECV.value,  # TCP_NEW_SYN_RECV: a request socket
-               "BOUND_INACTIVE")
-_STATE_NAME_OF = STATE_NAMES + tuple(str(n) for n in range(len(STATE_NAMES), 256))  # by byte
-_LISTEN = kernel_number(TcpState.LISTEN)
-# TIME_WAIT and NEW_SYN_RECV are mini sockets without an inode, so no fd can
-# hold one: leaving them out keeps dumps small on busy hosts. LISTEN is kept
-# in dumps only to recognise (and then ignore) a process's listeners.
-_DUMP_STATES = 0x3FFF & ~((1 << 6) | (1 << 12) | 1)
-
-_NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
-_REQ_V2 = struct.Struct("=BBBBI")  # family, protocol, ext, pad, states; then the sockid
-_U32 = struct.Struct("=I")
-_I32 = struct.Struct("=i")
-_RTATTR = struct.Struct("=HH")
-_HDR = _NLMSGHDR.size
-_SOCKID = slice(4, 52)  # struct inet_diag_sockid inside struct inet_diag_msg
-_INODE_AT = 68  # __u32 idiag_inode inside struct inet_diag_msg
-_DIAG_MSG_LEN = 72
-# struct tcp_info (linux/tcp.h): retransmits@2, probes@3, last_data_sent@44,
-# last_data_recv@52, rtt@68, bytes_acked@120, bytes_received@128, bytes_sent@200 (Linux >=
-# 4.19); the rest of a stalled socket's figures (``_stall``): backoff@4, rto@8, unacked@24,
-# last_ack_recv@56, total_retrans@100.
-_TCPI_FULL = struct.Struct("=2xH40xI4xI12xI56xQ64xQ")  # retransmits and probes as one
-_TIMERS = {1: "retransmit", 2: "keepalive", 4: "probe"}  # idiag_timer, at byte 2
-_TCPI_STALL = (8, 24, 56, 100)  # rto, unacked, last_ack_recv, total_retrans: each "=I"
-_TCPI_FULL_LEN = 208
 _BATCH = 64  # exact lookups per sendmsg: their replies always fit the receive buffer
 # From this many sockets on, one dump (tcp_info included) filtered in the kernel by their
 # remote ports replaces the exact lookups: the kernel packs many replies per read, where
@@ -96,7 +76,6 @@ _DUMP_WALK_MAX = 8
 _AHEAD_FRESH_S = 5.0
 _RETRY_FIRST_S = 0.5
 _RETRY_MAX_S = 8.0
-_MAPPED_V4 = b"\0" * 10 + b"\xff\xff"
 _TCP_PROTOCOLS = ("TCP", "TCPv6", None)  # socket_protocol(): None = cannot tell
 _BY_FD = operator.attrgetter("fd")  # every socket sockets_of returns has its fd
 _NO_FAMILY = (errno.EAFNOSUPPORT, errno.ENOENT, errno.EINVAL)  # no IPv6 in this kernel
@@ -105,16 +84,6 @@ _HOST_MEMOS = 8  # host dumps (by request) whose sockets the next dump alike may
 
 class SockDiagUnavailable(OSError):
     """The kernel refused netlink sock_diag (sandbox, seccomp, no inet_diag)."""
-
-
-@dataclass(slots=True)
-class _Known:
-    """A socket whose id we learned from a dump: enough to look it up exactly."""
-
-    request: bytes  # a ready-made exact-lookup netlink message (seq = inode)
-    local: Endpoint
-    remote: Endpoint
-    family: int
 
 
 class HostSocket(NamedTuple):
@@ -139,7 +108,7 @@ class _ProcessCache:
     """What one process's socket inodes are, as far as we know."""
 
     fds: FdTable
-    known: dict[int, _Known] = field(default_factory=dict)
+    known: dict[int, Known] = field(default_factory=dict)
     ignored: set[int] = field(default_factory=set)  # non-TCP and listening sockets
     retry: dict[int, _Retry] = field(default_factory=dict)
     # the known sockets' remote ports and families, with how many have each: a poll reads
@@ -149,7 +118,7 @@ class _ProcessCache:
     # the fd table's inodes as last learned from (FdTable gives the same dict while they stay)
     learned: dict[int, int] | None = None
 
-    def remember(self, inode: int, known: _Known) -> None:
+    def remember(self, inode: int, known: Known) -> None:
         """Know ``inode``'s socket id from now on."""
         self.known[inode] = known
         self.ports[known.remote.port] += 1
@@ -277,7 +246,7 @@ class SockDiagReader:
                        ) -> dict[int, list[TcpSocket]]:
         """The known sockets of every process of ``ready``, by fd, from one filtered dump per
         family of their remote ports; a socket the dump lacks is demoted as vanished."""
-        known: dict[int, _Known] = {}
+        known: dict[int, Known] = {}
         fds: dict[int, int] = {}
         ports: set[int] = set()
         families: set[int] = set()
@@ -311,8 +280,8 @@ class SockDiagReader:
         wanted = frozenset(ports)
         if not wanted:  # an empty filter would pass every socket
             return []
-        return self.connected_to(wanted) + self._host_dump(1 << _LISTEN,
-                                                           _port_filter(local=wanted))
+        return self.connected_to(wanted) + self._host_dump(1 << LISTEN_STATE,
+                                                           port_filter(local=wanted))
 
     def connected_to(self, ports: Collection[int]) -> list[HostSocket]:
         """The TCP sockets of the host (this network namespace) connected to one of ``ports``
@@ -320,11 +289,11 @@ class SockDiagReader:
         wanted = frozenset(ports)
         if not wanted:
             return []
-        return self._host_dump(_DUMP_STATES & ~(1 << _LISTEN), _remote_port_filter(wanted))
+        return self._host_dump(DUMP_STATES & ~(1 << LISTEN_STATE), remote_port_filter(wanted))
 
     def listeners(self) -> list[HostSocket]:
         """Every listening TCP socket of the host (this network namespace): a host has few."""
-        return self._host_dump(1 << _LISTEN)
+        return self._host_dump(1 << LISTEN_STATE)
 
     def _host_dump(self, states: int, bytecode: bytes = b"") -> list[HostSocket]:
         """The host's sockets in ``states`` that ``bytecode`` passes, one dump per family; a
@@ -354,17 +323,17 @@ class SockDiagReader:
                         fresh: dict[bytes, HostSocket]) -> None:
         """Read one host dump into ``found``, each socket from ``memo`` where its message's
         fixed part is there, and into ``fresh`` by it."""
-        buf, view, unpack_u32 = self._buf, self._view, _U32.unpack_from
+        buf, view, unpack_u32 = self._buf, self._view, U32.unpack_from
         for off, length in self._dump_messages():
-            at = off + _HDR
-            key = bytes(buf[at : at + _DIAG_MSG_LEN])
+            at = off + NLMSG_HDR_LEN
+            key = bytes(buf[at : at + DIAG_MSG_LEN])
             sock = memo.get(key)
             if sock is None:
-                inode = unpack_u32(buf, at + _INODE_AT)[0]
+                inode = unpack_u32(buf, at + INODE_AT)[0]
                 if not inode:
                     continue
-                local, remote = _ends(view[at : off + length])
-                sock = HostSocket(inode, local, remote, buf[at + 1] == _LISTEN)
+                local, remote = socket_ends(view[at : off + length])
+                sock = HostSocket(inode, local, remote, buf[at + 1] == LISTEN_STATE)
             fresh[key] = sock
             found.append(sock)
 
@@ -424,7 +393,7 @@ class SockDiagReader:
 
     @staticmethod
     def _take(cache: _ProcessCache, inodes: dict[int, int], wanted: dict[int, str | None],
-              learned: dict[int, _Known], listening: set[int]) -> None:
+              learned: dict[int, Known], listening: set[int]) -> None:
         """Know the ``wanted`` sockets a dump found (``learned``, ``listening``); look for the
         others again later."""
         now = time.monotonic()
@@ -440,13 +409,13 @@ class SockDiagReader:
                 _schedule_retry(cache, inode, now)
         cache.learned = inodes
 
-    def _dump(self, wanted: dict[int, str | None]) -> tuple[dict[int, _Known], set[int]]:
+    def _dump(self, wanted: dict[int, str | None]) -> tuple[dict[int, Known], set[int]]:
         """Dump the host's TCP sockets (no extensions) of the families `wanted` needs.
 
         Returns (the wanted connected sockets by inode, the wanted listening inodes).
         """
         self.dumps += 1
-        learned: dict[int, _Known] = {}
+        learned: dict[int, Known] = {}
         listening: set[int] = set()
         families = [
             family
@@ -454,25 +423,25 @@ class SockDiagReader:
             if any(proto != other for proto in wanted.values())
         ]
         for seq, family in enumerate(families, start=1):
-            self._send(diag_request(seq, NLM_F_REQUEST | NLM_F_DUMP, family, 0, _DUMP_STATES, None))
+            self._send(diag_request(seq, NLM_F_REQUEST | NLM_F_DUMP, family, 0, DUMP_STATES, None))
             if not self._read_dump(wanted.keys(), learned, listening):
                 self._reopen()  # all found: drop the rest of the dump with the socket
                 break
         return learned, listening
 
     def _read_dump(
-        self, wanted: Collection[int], learned: dict[int, _Known], listening: set[int]
+        self, wanted: Collection[int], learned: dict[int, Known], listening: set[int]
     ) -> bool:
         """Read one dump to its end (True), or until every wanted inode is found (False)."""
-        buf, view, unpack_u32 = self._buf, self._view, _U32.unpack_from
+        buf, view, unpack_u32 = self._buf, self._view, U32.unpack_from
         for off, length in self._dump_messages():
-            inode = unpack_u32(buf, off + _HDR + _INODE_AT)[0]
+            inode = unpack_u32(buf, off + NLMSG_HDR_LEN + INODE_AT)[0]
             if inode in wanted:
-                msg = view[off + _HDR : off + length]
-                if msg[1] == _LISTEN:
+                msg = view[off + NLMSG_HDR_LEN : off + length]
+                if msg[1] == LISTEN_STATE:
                     listening.add(inode)
                 else:
-                    learned[inode] = _known_from_msg(msg, inode)
+                    learned[inode] = known_from_msg(msg, inode)
                 if len(learned) + len(listening) == len(wanted):
                     return False
         return True
@@ -486,7 +455,7 @@ class SockDiagReader:
             return self._filtered_dump(inodes, cache)
         found: list[TcpSocket] = []
         requests = list(cache.known.items())
-        replies = _MessageReader()  # every batch's replies are laid out alike
+        replies = MessageReader()  # every batch's replies are laid out alike
         for start in range(0, len(requests), _BATCH):
             chunk = dict(requests[start : start + _BATCH])
             self._send(b"".join(k.request for k in chunk.values()))
@@ -506,53 +475,53 @@ class SockDiagReader:
                 cache.vanished(inode, now)
         return found
 
-    def _dump_known(self, known: dict[int, _Known], inodes: dict[int, int],
+    def _dump_known(self, known: dict[int, Known], inodes: dict[int, int],
                     ports: Collection[int], families: Collection[int]) -> list[TcpSocket]:
         """The sockets of ``known`` that one dump per family of ``families``, of the host's
         sockets to the remote ``ports``, holds (each under its fd in ``inodes``)."""
         found: list[TcpSocket] = []
         ext = 1 << (INET_DIAG_INFO - 1)
-        bytecode = _remote_port_filter(frozenset(ports))
+        bytecode = remote_port_filter(frozenset(ports))
         for seq, family in enumerate(sorted(families), start=1):
-            self._send(diag_request(seq, NLM_F_REQUEST | NLM_F_DUMP, family, ext, _DUMP_STATES,
+            self._send(diag_request(seq, NLM_F_REQUEST | NLM_F_DUMP, family, ext, DUMP_STATES,
                                 None, bytecode))
             self._read_info_dump(known, inodes, found)
         return found
 
-    def _read_info_dump(self, known: dict[int, _Known], inodes: dict[int, int],
+    def _read_info_dump(self, known: dict[int, Known], inodes: dict[int, int],
                         found: list[TcpSocket]) -> None:
         """Read one dump with tcp_info to its end, keeping the ``known`` sockets."""
-        read, view = _MessageReader().read, self._view
+        read, view = MessageReader().read, self._view
         for off, length in self._dump_messages():
-            sock = read(view, off + _HDR, length - _HDR, known, inodes)
+            sock = read(view, off + NLMSG_HDR_LEN, length - NLMSG_HDR_LEN, known, inodes)
             if sock is not None:
                 found.append(sock)
 
     def _dump_messages(self) -> Iterator[tuple[int, int]]:
         """(offset, length) in the receive buffer of each socket message of one dump, to its
         end; an error reply raises. Each message is gone once the next is asked for."""
-        buf, unpack_hdr = self._buf, _NLMSGHDR.unpack_from
+        buf, unpack_hdr = self._buf, NLMSGHDR.unpack_from
         while True:
             size = self._sock.recv_into(buf)
             off = 0
-            while off + _HDR <= size:
+            while off + NLMSG_HDR_LEN <= size:
                 length, kind = unpack_hdr(buf, off)[:2]
                 if kind == SOCK_DIAG_BY_FAMILY:
                     yield off, length
                 elif kind == NLMSG_DONE:
                     return
                 elif kind == NLMSG_ERROR:
-                    _raise_error(buf, off)
+                    raise_error(buf, off)
                 off += (length + 3) & ~3
 
     def _read_replies(
-        self, chunk: dict[int, _Known], inodes: dict[int, int], found: list[TcpSocket],
-        replies: _MessageReader,
+        self, chunk: dict[int, Known], inodes: dict[int, int], found: list[TcpSocket],
+        replies: MessageReader,
     ) -> list[int]:
         """Collect one reply per request of `chunk`, read with ``replies``; return the inodes
         that are gone."""
         buf, view = self._buf, self._view
-        unpack_hdr, unpack_u32 = _NLMSGHDR.unpack_from, _U32.unpack_from
+        unpack_hdr, unpack_u32 = NLMSGHDR.unpack_from, U32.unpack_from
         recv_into, dontwait = self._sock.recv_into, socket.MSG_DONTWAIT
         read = replies.read
         pending = set(chunk)
@@ -564,20 +533,20 @@ class SockDiagReader:
             except BlockingIOError:
                 raise OSError(errno.EIO, "sock_diag: exact lookup replies missing") from None
             off = 0
-            while off + _HDR <= size:
+            while off + NLMSG_HDR_LEN <= size:
                 length, kind, _flags, seq = unpack_hdr(buf, off)[:4]
                 if kind == SOCK_DIAG_BY_FAMILY and seq in pending:
                     pending.discard(seq)
-                    sock = read(view, off + _HDR, length - _HDR, chunk, inodes)
+                    sock = read(view, off + NLMSG_HDR_LEN, length - NLMSG_HDR_LEN, chunk, inodes)
                     if sock is not None and sock.inode == seq:
                         found.append(sock)
                     else:
                         gone.append(seq)  # the id now names another socket
                 elif kind == NLMSG_ERROR:
-                    err = -_I32.unpack_from(buf, off + _HDR)[0]
-                    seq = unpack_u32(buf, off + _HDR + 4 + 8)[0]  # the request's header
+                    err = -I32.unpack_from(buf, off + NLMSG_HDR_LEN)[0]
+                    seq = unpack_u32(buf, off + NLMSG_HDR_LEN + 4 + 8)[0]  # the request's header
                     if err not in (errno.ENOENT, errno.ESTALE) or seq not in pending:
-                        _raise_error(buf, off)
+                        raise_error(buf, off)
                     pending.discard(seq)
                     gone.append(seq)
                 off += (length + 3) & ~3
@@ -648,214 +617,6 @@ def _tune(sock: socket.socket) -> None:
         sock.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)
 
 
-def diag_request(
-    seq: int, flags: int, family: int, ext: int, states: int, sockid: bytes | None,
-    bytecode: bytes = b"",
-) -> bytes:
-    """A netlink message carrying one struct inet_diag_req_v2 (and a filter for a dump)."""
-    body = _REQ_V2.pack(family, socket.IPPROTO_TCP, ext, 0, states) + (sockid or bytes(48))
-    if bytecode:
-        body += _RTATTR.pack(4 + len(bytecode), INET_DIAG_REQ_BYTECODE) + bytecode
-    return _NLMSGHDR.pack(_HDR + len(body), SOCK_DIAG_BY_FAMILY, flags, seq, 0) + body
-
-
-def _port_filter(local: Collection[int] = (), remote: Collection[int] = ()) -> bytes:
-    """inet_diag bytecode passing the sockets whose local port is one of ``local`` or whose
-    remote port is one of ``remote``.
-
-    As ``ss`` compiles ``sport = P or dport = Q ...``: per port, "port >= P" then
-    "port <= P" (a condition's operand is the ``no`` field of the word after it), whose
-    failure jumps 4 bytes past the block, into the next port's; between blocks, a JMP
-    whose jump goes to the end (the socket passes). Past the last block: rejected. The
-    kernel accepts a jump only to an op reached by following the ``yes`` jumps.
-    """
-    op = struct.Struct("=BBH")
-    blocks = [(INET_DIAG_BC_S_GE, INET_DIAG_BC_S_LE, port) for port in sorted(local)]
-    blocks += [(INET_DIAG_BC_D_GE, INET_DIAG_BC_D_LE, port) for port in sorted(remote)]
-    total = 20 * len(blocks) - 4
-    code = b""
-    for i, (at_least, at_most, port) in enumerate(blocks):
-        code += op.pack(at_least, 8, 20) + op.pack(0, 0, port)
-        code += op.pack(at_most, 8, 12) + op.pack(0, 0, port)
-        if i < len(blocks) - 1:
-            code += op.pack(INET_DIAG_BC_JMP, 4, total - len(code))
-    return code
-
-
-@functools.lru_cache(maxsize=16)
-def _remote_port_filter(ports: frozenset[int]) -> bytes:
-    """``_port_filter`` of remote ports, made once per set of ports."""
-    return _port_filter(remote=ports)
-
-
-def _known_from_msg(msg: memoryview, inode: int) -> _Known:
-    """Remember a dumped socket's id as a ready exact-lookup request (seq = inode)."""
-    family = msg[0]
-    request = diag_request(
-        inode, NLM_F_REQUEST, family, 1 << (INET_DIAG_INFO - 1), _DUMP_STATES,
-        bytes(msg[_SOCKID])
-    )
-    return _Known(request, *_ends(msg), family)
-
-
-def _ends(msg: memoryview) -> tuple[Endpoint, Endpoint]:
-    """A dumped socket's local and remote endpoints."""
-    family = msg[0]
-    sockid = bytes(msg[_SOCKID])
-    sport, dport = struct.unpack_from(">HH", sockid)
-    return (Endpoint(diag_address(family, sockid[4:20]), sport),
-            _remote(family, sockid[20:36], dport))
-
-
-@functools.lru_cache(maxsize=1024)
-def _remote(family: int, raw: bytes, port: int) -> Endpoint:
-    """A remote endpoint, one object for all the sockets to it (a client's few brokers):
-    the sets and tables each poll builds of remotes compare them by identity."""
-    return shared_endpoint(diag_address(family, raw), port)
-
-
-def diag_address(family: int, raw: bytes) -> str:
-    """The text of an address as inet_diag packs it (IPv4-mapped IPv6 addresses as IPv4)."""
-    if family == socket.AF_INET:
-        return socket.inet_ntop(socket.AF_INET, raw[:4])
-    if raw[:12] == _MAPPED_V4:
-        return socket.inet_ntop(socket.AF_INET, raw[12:])
-    return socket.inet_ntop(socket.AF_INET6, raw)
-
-
-class _MessageReader:
-    """Reads the socket messages (``struct inet_diag_msg`` and its attributes) of one dump or
-    of one poll's exact lookups' replies.
-
-    The messages of one answer have their attributes in the same order, so once one showed
-    where its whole tcp_info is, the next ones are read with one unpack (``_full_layout``);
-    a message laid out otherwise takes the general path (``_socket_from_msg``)."""
-
-    __slots__ = ("info_at", "layout")
-
-    def __init__(self) -> None:
-        self.info_at = 0  # where the last message read whole had its INET_DIAG_INFO
-        self.layout: struct.Struct | None = None  # _full_layout(info_at), if that was whole
-
-    def read(self, view: memoryview, at: int, length: int, known: dict[int, _Known],
-             inodes: dict[int, int]) -> TcpSocket | None:
-        """The socket of the ``length``-byte message at ``at``, if ``known`` holds its inode
-        (then ``inodes`` holds its fd)."""
-        layout = self.layout
-        if layout is not None and length >= layout.size:
-            (state, inode, info_len, info_type, retrying, sent, recv, rtt, received,
-             bytes_sent) = layout.unpack_from(view, at)
-            if (info_type == INET_DIAG_INFO and info_len >= 4 + _TCPI_FULL_LEN
-                    and self.info_at + info_len <= length):
-                ours = known.get(inode)
-                if ours is None:
-                    return None
-                if retrying:
-                    return TcpSocket(  # as _socket_from_msg makes it
-                        inode, inodes[inode], ours.local, ours.remote, _STATE_NAME_OF[state],
-                        sent, recv, bytes_sent, received, rtt / 1000, "kernel",
-                        _stall(view, at, at + self.info_at + 4, info_len - 4))
-                return TcpSocket(  # as _socket_from_msg makes it
-                    inode, inodes[inode], ours.local, ours.remote, _STATE_NAME_OF[state],
-                    sent, recv, bytes_sent, received, rtt / 1000)
-        inode = _U32.unpack_from(view, at + _INODE_AT)[0]
-        ours = known.get(inode)
-        if ours is None:
-            return None
-        msg = view[at : at + length]
-        info_at = self.info_at = _info_at(msg, self.info_at)
-        self.layout = _full_layout(info_at) if _whole_info(msg, info_at) else None
-        return _socket_from_msg(msg, inode, inodes[inode], ours, info_at)
-
-
-def _socket_from_msg(msg: memoryview, inode: int, fd: int, known: _Known,
-                     info_at: int) -> TcpSocket:
-    """Build a TcpSocket from an inet_diag_msg whose INET_DIAG_INFO attribute starts at
-    ``info_at`` (``_info_at``; 0: it has none)."""
-    sent = recv = bytes_sent = bytes_received = rtt = stall = None
-    if info_at:
-        size = _RTATTR.unpack_from(msg, info_at)[0] - 4
-        if size >= _TCPI_FULL_LEN:  # any kernel since 4.19
-            (retrying, sent, recv, rtt, bytes_received,
-             bytes_sent) = _TCPI_FULL.unpack_from(msg, info_at + 4)
-            rtt /= 1000
-        else:
-            sent, recv, rtt, bytes_sent, bytes_received = _short_tcp_info(msg, info_at + 4, size)
-            retrying = any(msg[info_at + 6 : info_at + 4 + min(size, 4)])
-        if retrying:
-            stall = _stall(msg, 0, info_at + 4, size)
-    return TcpSocket(  # by position: 2,000 a poll
-        inode, fd, known.local, known.remote, _STATE_NAME_OF[msg[1]],
-        sent, recv, bytes_sent, bytes_received, rtt, "kernel", stall)
-
-
-@functools.lru_cache(maxsize=8)
-def _full_layout(info_at: int) -> struct.Struct:
-    """One unpack of a message whose INET_DIAG_INFO attribute starts at ``info_at`` and holds
-    a whole tcp_info: (state, inode, the attribute's length and type, then ``_TCPI_FULL``'s
-    fields)."""
-    return struct.Struct(f"=xB{_INODE_AT - 2}xI{info_at - _DIAG_MSG_LEN}xHH"
-                         + _TCPI_FULL.format.lstrip("="))
-
-
-def _whole_info(msg: memoryview, info_at: int) -> bool:
-    """Whether ``msg``'s INET_DIAG_INFO attribute (at ``info_at``; 0: none) holds a whole
-    tcp_info, as ``_full_layout`` reads it."""
-    return bool(info_at) and _RTATTR.unpack_from(msg, info_at)[0] >= 4 + _TCPI_FULL_LEN
-
-
-def _info_at(msg: memoryview, hint: int = 0) -> int:
-    """Where the INET_DIAG_INFO attribute starts in ``msg`` (0: it has none). The messages
-    of one answer (a dump, a poll's replies) have their attributes in the same order, so
-    ``hint``, where the last one had it, is nearly always right."""
-    end = len(msg)
-    if hint and hint + 4 <= end:
-        rta_len, rta_type = _RTATTR.unpack_from(msg, hint)
-        if rta_type == INET_DIAG_INFO and 4 <= rta_len <= end - hint:
-            return hint
-    off = _DIAG_MSG_LEN
-    while off + 4 <= end:
-        rta_len, rta_type = _RTATTR.unpack_from(msg, off)
-        if rta_len < 4:
-            return 0
-        if rta_type == INET_DIAG_INFO:
-            return off if rta_len <= end - off else 0
-        off += (rta_len + 3) & ~3
-    return 0
-
-
-def _short_tcp_info(
-    msg: memoryview, off: int, size: int
-) -> tuple[int | None, int | None, float | None, int | None, int | None]:
-    """(last_data_sent, last_data_recv, rtt ms, bytes sent, bytes received) from the tcp_info
-    of a kernel older than 4.19 (each field where it is long enough)."""
-    rtt_us = _field(msg, off, size, 68, "=I")
-    return (
-        _field(msg, off, size, 44, "=I"),
-        _field(msg, off, size, 52, "=I"),
-        None if rtt_us is None else rtt_us / 1000,
-        _field(msg, off, size, 120, "=Q"),  # bytes_acked: the closest counter before 4.19
-        _field(msg, off, size, 128, "=Q"),
-    )
-
-
-def _stall(msg: memoryview, at: int, off: int, size: int) -> TcpStall:
-    """The unanswered sending of the socket whose message starts at ``at`` and whose
-    ``size``-byte tcp_info, at ``off``, shows retransmits or probes (read only then: most
-    sockets show none)."""
-    retransmits, probes, backoff = bytes(msg[off + 2 : off + min(size, 5)]).ljust(3, b"\0")
-    rto, unacked, last_ack, total = (_field(msg, off, size, i, "=I") for i in _TCPI_STALL)
-    return TcpStall(_TIMERS.get(msg[at + 2], "none"), retransmits, probes, backoff,
-                    None if rto is None else rto / 1000, unacked, last_ack, total)
-
-
-def _field(msg: memoryview, off: int, size: int, at: int, fmt: str) -> int | None:
-    """The tcp_info field at offset `at`, or None if this kernel's tcp_info is too short."""
-    if size < at + struct.calcsize(fmt):
-        return None
-    return struct.unpack_from(fmt, msg, off + at)[0]
-
-
 def _schedule_retry(
     cache: _ProcessCache, inode: int, now: float, immediately: bool = False
 ) -> None:
@@ -865,6 +626,3 @@ def _schedule_retry(
     cache.retry[inode] = _Retry(due=now if immediately else now + delay, delay=delay)
 
 
-def _raise_error(buf: bytearray, off: int) -> None:
-    err = -_I32.unpack_from(buf, off + _HDR)[0]
-    raise OSError(err, f"sock_diag: {errno.errorcode.get(err, err)}")
