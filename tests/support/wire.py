@@ -31,15 +31,17 @@ def rows_until(stream: Child, wanted, seconds: float = 60) -> list[dict]:
     """The connections a ``kmon attach --json`` stream shows at the first poll where
     ``wanted(rows)`` holds; fails with the last rows after ``seconds`` (a hang guard)."""
     rows: list[dict] = []
+    notices: set[str] = set()  # the process's, every poll's: why the wire missed, if it did
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         (process,) = json.loads(stream.wait_line("{", timeout=seconds))["processes"]
         rows = process["connections"]
+        notices.update(process["notices"])
         if rows and wanted(rows):
             return rows
     shown = [(r["role"], r["node_id"], r["broker_id"], r["remote"], r["idle_ms"],
               r["evidence"].get("role"), r["evidence"].get("wire")) for r in rows]
-    raise AssertionError(f"the wire never named every socket: {shown}")
+    raise AssertionError(f"the wire never named every socket: {shown}; notices: {notices}")
 
 
 def from_start(argv: list[str], wanted, env: dict | None = None) -> tuple[Child, list[dict]]:
