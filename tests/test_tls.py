@@ -557,19 +557,40 @@ def test_a_library_path_that_could_break_a_tracefs_line_is_never_written(tmp_pat
         client.stop()
 
 
+# python -c REMOVED_THEN_ASKED LIBSSL: kmon's uprobes, one made, then removed as at exit; an
+# event asked for after the removal (a sampler thread still running) is refused
+REMOVED_THEN_ASKED = """
+import sys
+from kmon.sources.kernel.kernel_events import KernelEventsUnavailable
+from kmon.sources.tls.uprobes import registry
+probes = registry()
+probes.event(sys.argv[1], 0x1000, "len=%dx:s32")
+print("MADE", probes.group, flush=True)
+sys.stdin.readline()
+probes.remove_all()
+try:
+    probes.event(sys.argv[1], 0x1000, "len=%dx:s32")
+    print("ASKED made", flush=True)
+except KernelEventsUnavailable as err:
+    print("ASKED refused:", err, flush=True)
+sys.stdin.readline()
+"""
+
+
 def test_no_uprobe_is_made_after_kmon_removed_its_own():
     """At exit the removal runs while a sampler thread may still ask for an event: the event it
-    asks for afterwards is refused, so no uprobe outlives an orderly exit."""
+    asks for afterwards is refused, so no uprobe outlives an orderly exit. (In a process of its
+    own: a process has one group of uprobes, which this test's removal would take from any
+    other made here.)"""
     libssl = "/usr/lib/x86_64-linux-gnu/libssl.so.3"
     if not os.path.exists(libssl):
         pytest.skip("no libssl.so.3 here")
-    from kmon.sources.kernel.kernel_events import KernelEventsUnavailable
-    from kmon.sources.tls.uprobes import Uprobes
-
-    probes = Uprobes()
-    probes.event(libssl, 0x1000, "len=%dx:s32")
-    assert f"{probes.group}/w0" in uprobe_events()
-    probes.remove_all()
-    with pytest.raises(KernelEventsUnavailable, match="ending"):
-        probes.event(libssl, 0x1000, "len=%dx:s32")
-    assert f"{probes.group}/" not in uprobe_events()
+    child = Child([sys.executable, "-c", REMOVED_THEN_ASKED, libssl])
+    try:
+        group = child.wait_line("MADE ", timeout=30).split()[1]
+        assert f"{group}/w0" in uprobe_events()
+        child.send("")
+        assert "refused: kmon is ending" in child.wait_line("ASKED ", timeout=30)
+        assert f"{group}/" not in uprobe_events()
+    finally:
+        child.stop()
