@@ -156,9 +156,14 @@ def test_the_wire_tells_the_coordinator_and_fetch_connections_apart(start_java) 
     """What order and idle times only weigh, the Kafka headers say: the coordinator
     connection carries Heartbeat, the leader's Fetch, both to one broker, at confidence 1.0."""
     consumer = start_java("consumer", "--group", unique("group"), "--topic", unique("topic"))
-    rows = wire_rows(consumer.pid, lambda rows: any(
-        wire_seen(n, MAX_INT - n)(rows) for n in (1, 2, 3)))
-    broker = next(n for n in (1, 2, 3) if wire_seen(n, MAX_INT - n)(rows))
+
+    def heard(n: int):  # both sockets to broker n, each with its request read (heartbeats
+        # come every 3 s, so the first read on the coordinator's may be an OffsetCommit)
+        return lambda rows: wire_seen(n, MAX_INT - n)(rows) and "Heartbeat" in rows[
+            MAX_INT - n]["evidence"]["wire"] and "Fetch" in rows[n]["evidence"]["wire"]
+
+    rows = wire_rows(consumer.pid, lambda rows: any(heard(n)(rows) for n in (1, 2, 3)))
+    broker = next(n for n in (1, 2, 3) if heard(n)(rows))
     coordinator, leader = rows[MAX_INT - broker], rows[broker]
     assert coordinator["remote"] == leader["remote"]
     assert coordinator["role"] == "coordinator" and "Heartbeat" in coordinator["evidence"]["wire"]
