@@ -243,12 +243,20 @@ def test_the_host_view_shows_clients_named_like_markup_and_keeps_running(start_c
                 "no client" not in str(r[2]) for r in rows().values()), "both clients",
                 polls=1200)
             table = screen.query_one("#processes")
-            pids = [table.row_text(i)[0] for i in range(table.row_count)]
-            host = ""
-            for pid in (consumer.pid, named.pid):  # each scrolled into view on a busy host
-                table.move_to(pids.index(str(pid)))
-                await pilot.pause()
-                host += app.export_screenshot()
+
+            async def in_view(pid: int) -> str:
+                """A screenshot with ``pid``'s row scrolled into view: on a busy host the rows
+                are sorted again at each refresh, which can move it out between two pauses."""
+                for _ in range(100):
+                    pids = [table.row_text(i)[0] for i in range(table.row_count)]
+                    table.move_to(pids.index(str(pid)))
+                    await pilot.pause()
+                    shot = app.export_screenshot()
+                    if re.search(rf"(^|\s){pid} ", shown_text(shot), re.M):
+                        return shot
+                raise AssertionError(f"{pid}'s row never stayed in view")
+
+            host = await in_view(consumer.pid) + await in_view(named.pid)
             attached = await attach_to(pilot, screen, named.pid)
             await until(pilot, lambda: attached.view is not None, "its first refresh")
             named.stop()
