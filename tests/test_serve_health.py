@@ -5,6 +5,7 @@ render is counted and told, never the end of serve."""
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import signal
 import threading
@@ -14,6 +15,7 @@ from helpers import free_port, get, wait_for
 
 from kmon.cli import main
 from kmon.engine.facade import HostSession
+from kmon.engine.heap import YOUNG_THRESHOLD
 from kmon.export.http import Exposition
 from kmon.export.metrics import HostMetrics
 
@@ -125,3 +127,20 @@ def test_a_poll_that_cannot_be_folded_or_rendered_is_counted_and_serve_goes_on(
     stderr = capsys.readouterr().err
     assert "kmon serve: poll failed: " in stderr and "metrics not rendered: " in stderr, stderr
     assert "kmon serve: stopped (SIGTERM)" in stderr, stderr
+
+
+def test_serve_settles_the_heap_as_the_host_view_does():
+    """A poll makes and drops a row per socket: with Python's default collector, young
+    collections ran every few hundred objects and full ones walked the whole heap (at 50
+    processes x 100 connections, 0.4% of a core of serve's 5-6%). ``kmon serve`` settles the
+    heap before its loop, as the host view, ``kmon record`` and the text view do."""
+    thresholds = gc.get_threshold()
+    try:
+        code = main(["serve", "--listen", f"127.0.0.1:{free_port()}", "--interval", "100ms",
+                     "--wire", "off", "--duration", "1s"])
+        settled = gc.get_threshold()[0], gc.get_freeze_count()
+    finally:  # give pytest its own collector back
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
+    assert code == 0
+    assert settled[0] == YOUNG_THRESHOLD and settled[1] > 0, settled

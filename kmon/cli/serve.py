@@ -175,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM (or --duration); SIGHUP reloads the config file."""
     from prometheus_client import CollectorRegistry
 
+    from kmon.engine.facade import settle_heap
     from kmon.export.collector import HostCollector
     from kmon.export.http import Exposition, MetricsServer, fresh_within
     from kmon.export.loop import Signals, run_loop
@@ -203,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
         raise
     print(f"kmon serve: http://{server.address}/metrics, polling every {args.interval:g}s",
           file=sys.stderr, flush=True)
+    settle_heap()  # as the host view's: a poll's young objects, not the heap, collected
     try:
         with Signals(reloads=True) as signals:
             why = run_loop(step, args.interval, signals, args.duration, agent.reload)
