@@ -94,6 +94,9 @@ def topic(kafka) -> str:
     return name
 
 
+LIBSSL = "/usr/lib/x86_64-linux-gnu/libssl.so.3"  # where Debian puts OpenSSL 3
+
+
 def uprobe_events() -> str:
     with tracefs() as root, open(root / "uprobe_events", encoding="ascii") as handle:
         return handle.read(MAX_EVENTS_FILE)
@@ -537,14 +540,13 @@ def test_the_probes_close_once_every_tls_socket_is_decided(kafka, topic):
 def test_a_library_path_that_could_break_a_tracefs_line_is_never_written(tmp_path):
     """A process maps OpenSSL from a path of its choosing: one with a space (which would split
     a uprobe_events line) is refused with its reason, and tracefs is left as it was."""
-    libssl = "/usr/lib/x86_64-linux-gnu/libssl.so.3"
-    if not os.path.exists(libssl):
+    if not os.path.exists(LIBSSL):
         pytest.skip("no libssl.so.3 here")
     from kmon.sources.tls.tls_tap import TlsTap, TlsUnavailable
 
     planted = tmp_path / "a b" / "libssl.so.3"
     planted.parent.mkdir()
-    shutil.copy(libssl, planted)
+    shutil.copy(LIBSSL, planted)
     client = Child([sys.executable, "-c", f"import ctypes; ctypes.CDLL({str(planted)!r}); "
                     "print('READY', flush=True); input()"])
     try:
@@ -582,10 +584,9 @@ def test_no_uprobe_is_made_after_kmon_removed_its_own():
     asks for afterwards is refused, so no uprobe outlives an orderly exit. (In a process of its
     own: a process has one group of uprobes, which this test's removal would take from any
     other made here.)"""
-    libssl = "/usr/lib/x86_64-linux-gnu/libssl.so.3"
-    if not os.path.exists(libssl):
+    if not os.path.exists(LIBSSL):
         pytest.skip("no libssl.so.3 here")
-    child = Child([sys.executable, "-c", REMOVED_THEN_ASKED, libssl])
+    child = Child([sys.executable, "-c", REMOVED_THEN_ASKED, LIBSSL])
     try:
         group = child.wait_line("MADE ", timeout=30).split()[1]
         assert f"{group}/w0" in uprobe_events()
