@@ -595,3 +595,46 @@ def test_no_uprobe_is_made_after_kmon_removed_its_own():
         assert f"{group}/" not in uprobe_events()
     finally:
         child.stop()
+
+
+# python -c OPENED_DURING_REMOVAL: a TlsTap on this very process (its python maps libssl);
+# at kmon's exit, after the tap's perf events are closed and before the uprobes go, a sampler
+# thread lists the process's threads again (played by one more closer, in that window)
+OPENED_DURING_REMOVAL = """
+import ssl, sys
+from kmon.sources.kernel.kernel_events import KernelEventsUnavailable
+from kmon.sources.tls.tls_tap import TlsTap
+from kmon.sources.tls.uprobes import registry
+tap = TlsTap(__import__("os").getpid())
+probes = registry()
+print("PROBED", probes.group, len(tap.threads), flush=True)
+def rescan():
+    try:
+        tap._scan()
+        print("RESCAN opened", len(tap.threads), flush=True)
+    except KernelEventsUnavailable as err:
+        print("RESCAN refused:", err, flush=True)
+probes.before_removal.append(rescan)
+sys.stdin.readline()
+probes.remove_all()
+sys.stdin.readline()
+"""
+
+
+def test_no_perf_event_is_opened_on_a_uprobe_while_kmon_removes_them():
+    """A sampler thread that lists the process's threads while kmon's exit closes the perf
+    events would open new ones the closing missed: each keeps its uprobe busy, and the removal
+    leaves it behind kmon. Once the removal began, no perf event is opened. (In a process of
+    its own, as above.)"""
+    if not os.path.exists(LIBSSL):
+        pytest.skip("no libssl.so.3 here")
+    child = Child([sys.executable, "-c", OPENED_DURING_REMOVAL])
+    try:
+        probed = child.wait_line("PROBED ", timeout=30).split()
+        group = probed[1]
+        assert int(probed[2]) > 0 and f"{group}/w0" in uprobe_events()
+        child.send("")
+        assert "refused: kmon is ending" in child.wait_line("RESCAN ", timeout=30)
+        wait_for(lambda: f"{group}/" not in uprobe_events(), "kmon's uprobes removed", 10)
+    finally:
+        child.stop()

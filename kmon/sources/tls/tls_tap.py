@@ -252,12 +252,14 @@ class TlsTap:
             thread.resumed_ms = time.time() * 1000
 
     def close(self) -> None:
-        """Close every perf event (the uprobes themselves stay kmon's until it exits)."""
-        with contextlib.suppress(ValueError):
-            self.probes.before_removal.remove(self.close)
-        for thread in self.threads.values():
-            self._close_thread(thread)
-        self.threads = {}
+        """Close every perf event (the uprobes themselves stay kmon's until it exits); once,
+        from a sampler's thread or kmon's exit, whichever comes first."""
+        with self.probes.lock:
+            with contextlib.suppress(ValueError):
+                self.probes.before_removal.remove(self.close)
+            for thread in self.threads.values():
+                self._close_thread(thread)
+            self.threads = {}
 
     def _syscalls(self) -> None:
         with tracefs() as root:
@@ -301,16 +303,17 @@ class TlsTap:
             return
         self.sends_on = any(kind == "ssl" and event_id not in self.tcp_itabs
                             for event_id, (kind, _) in self.events.items())
-        for _ in range(2):
-            try:
-                tids = sorted(int(t) for t in os.listdir(f"/proc/{self.pid}/task"))
-            except OSError:
-                return
-            for tid in tids:
-                if tid not in self.threads and len(self.threads) < MAX_THREADS:
-                    thread = self._open_thread(tid)
-                    if thread is not None:
-                        self.threads[tid] = thread
+        with self.probes.opening():  # kept in ``threads`` before kmon's exit may close them
+            for _ in range(2):
+                try:
+                    tids = sorted(int(t) for t in os.listdir(f"/proc/{self.pid}/task"))
+                except OSError:
+                    return
+                for tid in tids:
+                    if tid not in self.threads and len(self.threads) < MAX_THREADS:
+                        thread = self._open_thread(tid)
+                        if thread is not None:
+                            self.threads[tid] = thread
 
     def _go_tcp_itab(self, event_id: int, path: str, start: int) -> None:
         """Where ``*net.TCPConn``'s table for ``net.Conn`` is in the process (the Go program

@@ -12,11 +12,12 @@ that could break a line or a field (whitespace, control characters) is never wri
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from kmon.sources.kernel.kernel_events import Field, KernelEventsUnavailable, parse_format, tracefs
@@ -62,6 +63,16 @@ class Uprobes:
                           encoding="ascii") as handle:
                     made = self.made[key] = parse_format(handle.read(64 * 1024))
             return made
+
+    @contextlib.contextmanager
+    def opening(self) -> Iterator[None]:
+        """Held while perf events are opened on kmon's uprobes: ``remove_all`` closes them
+        after, and none is opened once it ran (an open one keeps its uprobe busy: left behind
+        kmon)."""
+        with self.lock:
+            if self.closed:
+                raise KernelEventsUnavailable("kmon is ending: its uprobes are removed")
+            yield
 
     def remove_all(self) -> None:
         """Close the perf events on them, then remove every event kmon made; idempotent. No
