@@ -107,7 +107,8 @@ def _broker_id(name: str) -> int | None:
 def scored_until_right(pid: int, truth, *kmon_args: str) -> dict:
     """``kmon attach PID --json`` scored snapshot by snapshot against ``truth()`` (each row's
     true role, or (role, broker id), or None where the client does not name it): until every
-    socket is named right at SURE or better, or VERDICT_S after the first snapshot. The tally
+    socket is named right at SURE or better by a header read inside TLS (before, the other
+    evidence may name it right), or VERDICT_S after the first snapshot. The tally
     of the last one, the confidently wrong rows of any (a broker id named that is not the
     client's counts as wrong), and when every socket was first right. ``kmon_args``: more
     arguments to ``kmon attach`` (``-b``/``-F`` to name broker ids)."""
@@ -135,7 +136,8 @@ def scored_until_right(pid: int, truth, *kmon_args: str) -> dict:
                      "confident_wrong": confident_wrong, "notices": process["notices"],
                      "roles": [(r["role"], role, r["confidence"], r["evidence"].get("wire"))
                                for r, (role, _) in scored]}
-            if scored and len(right) == len(scored) == len(rows):
+            if scored and len(right) == len(scored) == len(rows) and all(
+                    wire and wire != "tls" for *_, wire in tally["roles"]):
                 return {**tally, "verdict_s": now - first, "from_attach_s": now - started}
             if now - first > VERDICT_S:
                 return {**tally, "verdict_s": None}
