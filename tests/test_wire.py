@@ -313,6 +313,50 @@ def test_a_new_connection_is_seen_from_its_first_request():
         ("first", {kp.METADATA: 1}, True), ("second", {kp.METADATA: 1}, True)]
 
 
+@pytest.mark.parametrize("window_s", [10.0, 0.0])
+def test_a_first_request_to_a_port_not_yet_followed_is_seen_while_brokers_are_learned(
+        window_s, monkeypatch):
+    """A client connects to its other brokers within ms of its first Metadata answer and sends
+    its first request at once, before a poll follows their ports (a socket silent afterwards
+    would never be named): while the tap does not know the brokers, for ANY_PORT_S at most from
+    its first port, it keeps the headers of any port's opening requests (with the window
+    closed: not). Another port's Produce, a busy host's steady traffic, is never kept."""
+    from kmon.sources.packets import kafka_wire
+    from kmon.sources.packets.kafka_wire import WireTap
+
+    monkeypatch.setattr(kafka_wire, "ANY_PORT_S", window_s)
+    with socket.create_server(("127.0.0.1", 0)) as first, \
+            socket.create_server(("127.0.0.1", 0)) as second, \
+            socket.create_server(("127.0.0.1", 0)) as busy:
+        opened = [request_to(first, "first")]
+        tap = WireTap([opened[0][1]], 0)  # its port followed from the start
+        try:
+            tap.poll([opened[0][1]], 1)
+            producer = socket.create_connection(busy.getsockname())
+            opened.append((producer, None, busy.accept()[0]))
+            producer.sendall(struct.pack(">ihhih", 10 + 4, 0, 3, 1, 4) + b"busy")  # Produce
+            opened.append(request_to(second, "second"))  # a port no poll has followed
+            both = [opened[0][1], opened[2][1]]
+            key = (opened[2][1].local, opened[2][1].remote)
+            deadline = time.monotonic() + 2  # the ring hands a block over within 50 ms
+            view = tap.poll(both, 2)
+            while key not in view.flows and time.monotonic() < deadline:
+                time.sleep(0.05)
+                view = tap.poll(both, 3)
+        finally:
+            tap.close()
+            for client, _, peer in opened:
+                client.close()
+                peer.close()
+    flow = view.flows.get(key)
+    if window_s:
+        assert flow is not None and (flow.client_id, dict(flow.api_counts), flow.from_start) == (
+            "second", {kp.METADATA: 1}, True)
+    else:
+        assert flow is None
+    assert not [f for f in tap.flows.values() if f.client_id == "busy"]
+
+
 @pytest.mark.parametrize("capture", ["its own", "the host's"])
 def test_a_reset_is_read_at_the_poll_that_no_longer_shows_its_socket(capture):
     """The kernel hands the capture's ring over a block at a time, once full or 50 ms after it

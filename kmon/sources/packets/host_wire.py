@@ -39,6 +39,7 @@ class SharedCapture:
         self.queue: list[Segment] = []
         self.keys: set[Key] = set()  # the process's sockets at its last poll
         self.wanted: tuple[set[int], bool] = (set(), True)  # its remote ports, responses
+        self.any_requests = False  # (see set_ports)
         self.missed = 0  # segments dropped from a full queue
         self.drops_before = host.capture.drops if host.capture else 0  # the ring's, until now
 
@@ -67,10 +68,11 @@ class SharedCapture:
         self.host.opened(self, sockets)
 
     def set_ports(self, local_ports: set[int], remote_ports: set[int],
-                  responses: bool = True) -> None:
+                  responses: bool = True, any_requests: bool = False) -> None:
         """The remote ports the process's tap follows, and whether it needs responses (the
-        filter made again when they change)."""
-        del local_ports  # every segment of a Kafka connection has a broker's port
+        filter made again when they change). ``any_requests`` is not taken: the host's one
+        capture is every process's, and the request headers of any port would cost them all."""
+        del local_ports, any_requests  # every segment of a Kafka connection has a broker's port
         wanted = (set(remote_ports), responses)
         if wanted != self.wanted:
             self.wanted = wanted

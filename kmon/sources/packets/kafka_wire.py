@@ -38,6 +38,12 @@ MAX_BROKERS = 256  # broker ids remembered from Metadata responses, the latest k
 MAX_COORDINATORS = 256  # coordinators remembered from FindCoordinator responses, the latest kept
 MAX_REMOTE_PORTS = 256  # the remote ports remembered: a broker with no socket open stays watched
 MAX_WAITING = 1024  # TLS writes waiting for their socket's flow (``Waiting``), the latest kept
+# While the tap learns the process's brokers, and for this long at most from its first port, it
+# keeps the headers of any port's opening requests (ApiVersions, Metadata) too: a client
+# connects to its other brokers within ms of its first Metadata answer and sends its first
+# requests at once, before a poll follows their ports (a socket silent afterwards would never
+# be named)
+ANY_PORT_S = 10.0
 TLS_RECORDS = (b"\x15\x03", b"\x16\x03", b"\x17\x03")  # alert, handshake, application data
 # their responses name brokers, or say that a login failed
 ANSWERS_KMON_READS = frozenset({kp.METADATA, kp.FIND_COORDINATOR, *kp.SASL_APIS})
@@ -158,6 +164,7 @@ class WireTap:
         self.polls = 0
         self.drops = 0  # the capture's drops at the last poll
         self.hearing = True  # the capture keeps the brokers' answers (until brokers are known)
+        self.any_until: float | None = None  # any port's requests kept until (monotonic)
         # closes of sockets no poll showed (the kernel's events may know them the process's)
         self.unpolled: dict[tuple[Address, Address], WireClose] = {}
         self.waiting: list[Waiting] = []  # oldest first
@@ -165,6 +172,7 @@ class WireTap:
         if capture is not None:  # the process's part of the host's one capture
             capture.set_ports(*ports)
         self.capture = capture or PacketCapture(*ports)
+        self._set_ports(*ports)
 
     def close(self) -> None:
         self.capture.close()
@@ -185,8 +193,8 @@ class WireTap:
         # watched from now on, not from the next poll: a connection the process opens to one
         # of them meanwhile is seen from its first request
         self.hearing = False
-        self.capture.set_ports(self.capture.local_ports, self.capture.remote_ports | {
-            port for _, port in brokers.values()}, responses=False)
+        self._set_ports(self.capture.local_ports, self.capture.remote_ports | {
+            port for _, port in brokers.values()})
 
     def follow(self, ports: Iterable[int]) -> None:
         """Remote ports the kernel saw the process connect to (``opened``): captured from now
@@ -197,8 +205,7 @@ class WireTap:
         if new:
             for port in new:
                 bounded.put(self.remote_ports, port, None, MAX_REMOTE_PORTS)
-            self.capture.set_ports(self.capture.local_ports, set(self.remote_ports),
-                                   responses=self.hearing)
+            self._set_ports(self.capture.local_ports, set(self.remote_ports))
 
     def quiet(self) -> bool:
         """Whether a poll now would take nothing in (a part of the host's capture only: a
@@ -259,9 +266,10 @@ class WireTap:
         trimmed = len(flows) > MAX_FLOWS
         while len(flows) > MAX_FLOWS:
             del flows[next(iter(flows))]
-        if not same or self.brokers != self.ported:
+        if (not same or self.brokers != self.ported
+                or self.capture.any_requests != self._any_requests()):
             self.hearing = not self.brokers
-            self.capture.set_ports(*self._ports(sockets), responses=self.hearing)
+            self._set_ports(*self._ports(sockets))
             self.ported = dict(self.brokers)
         if not same:
             self.pairs, self.mine, self.last_polled = pairs, mine, set(mine)
@@ -286,6 +294,19 @@ class WireTap:
         self.drops = self.capture.drops
         return WireView(dict(found), dict(self.brokers), dict(self.coordinators),
                         self.cluster_learned_ms, self.drops, closes, changed, self.polls)
+
+    def _set_ports(self, local: set[int], remote: set[int]) -> None:
+        """The capture's ports, its responses kept while the tap is hearing, and the request
+        headers of any port's opening requests while ``_any_requests``."""
+        if self.any_until is None and (local or remote):
+            self.any_until = time.monotonic() + ANY_PORT_S
+        self.capture.set_ports(local, remote, responses=self.hearing,
+                               any_requests=self._any_requests())
+
+    def _any_requests(self) -> bool:
+        """Whether the capture keeps any port's opening requests besides its ports: while
+        the brokers are not known, for ``ANY_PORT_S`` at most from the first port."""
+        return self.hearing and self.any_until is not None and time.monotonic() < self.any_until
 
     def _ports(self, sockets: list[TcpSocket]) -> tuple[set[int], set[int]]:
         """(local ports, remote ports) to capture: the process's, and its brokers' (those it
@@ -322,11 +343,12 @@ class WireTap:
             request, key = True, forward  # segment (its SYN, where seen) named its client
         elif backward in self.flows:
             request, key = False, backward
-        else:  # a socket new to the tap: towards a broker port, a request; while no port
-            # was watched, the filter kept nothing but requests (and SYNs, FINs and RSTs)
-            capture = self.capture
-            request = seg.dst[1] in capture.remote_ports or not (capture.local_ports
-                                                                 or capture.remote_ports)
+        else:  # a socket new to the tap: towards a broker port, a request; from one, not;
+            # while no port was watched, the filter kept nothing but requests (and SYNs, FINs
+            # and RSTs), and from ports not followed (``any_requests``) requests only
+            capture, remote = self.capture, self.capture.remote_ports
+            request = seg.dst[1] in remote or seg.src[1] not in remote and (
+                capture.any_requests or not (capture.local_ports or remote))
             key = forward if request else (seg.dst, seg.src)
         flow, syn = self.flows.get(key), bool(request and seg.flags & TCP_SYN)
         # a flow opened by a TLS write began in the SYN's ms, or after it: that SYN is its own

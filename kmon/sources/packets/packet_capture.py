@@ -80,6 +80,7 @@ class PacketCapture:
         self.local_ports: set[int] = set()
         self.remote_ports: set[int] = set()
         self.responses = True
+        self.any_requests = False  # request headers of any port kept too
         self.attached = False  # no filter yet: the first set_ports attaches one
         self.drops = 0
         self.blocks = blocks
@@ -104,18 +105,20 @@ class PacketCapture:
             raise
 
     def set_ports(self, local_ports: set[int], remote_ports: set[int],
-                  responses: bool = True) -> None:
-        """Keep the segments of these ports (responses too, if ``responses``) from now on; the
-        kernel filter is rebuilt only when they changed."""
-        wanted = (set(local_ports), set(remote_ports), responses)
-        if self.attached and wanted == (self.local_ports, self.remote_ports, self.responses):
+                  responses: bool = True, any_requests: bool = False) -> None:
+        """Keep the segments of these ports (responses too, if ``responses``; the request
+        headers of any port too, if ``any_requests``) from now on; the kernel filter is rebuilt
+        only when they changed."""
+        wanted = (set(local_ports), set(remote_ports), responses, any_requests)
+        if self.attached and wanted == (self.local_ports, self.remote_ports, self.responses,
+                                        self.any_requests):
             return
         program = packet_filter.pack(packet_filter.build(local_ports, remote_ports,
-                                                         self.loopback, responses))
+                                                         self.loopback, responses, any_requests))
         buffer = ctypes.create_string_buffer(program)
         fprog = struct.pack("HxxxxxxQ", len(program) // 8, ctypes.addressof(buffer))
         self.sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
-        self.local_ports, self.remote_ports, self.responses = wanted
+        self.local_ports, self.remote_ports, self.responses, self.any_requests = wanted
         self.attached = True
 
     def settle(self, before: float, timeout_s: float = SETTLE_TIMEOUT_S) -> None:

@@ -5,7 +5,10 @@ header: the socket is ``SOCK_DGRAM``) and keeps only TCP segments of the
 watched process's local ports, or to and from its brokers' ports (a connection
 opened since the filter was built), cut short. While it has neither (a process
 that has not connected yet), it keeps request headers from any port, so that a
-new client's first requests are seen; never more than a header:
+new client's first requests are seen; while the brokers are being learned
+(``any_requests``), the opening requests (ApiVersions, Metadata) of any port, so
+that a connection to a broker no poll followed yet is seen from its start. Never
+more than a header:
 
 * from the process (requests): only segments that start with a plausible Kafka
   request header, cut after that header and its client_id (at most 14 + 255
@@ -29,12 +32,15 @@ import struct
 from collections.abc import Iterable
 
 from kmon.sources.kafka_protocol import (
+    API_VERSIONS,
     MAX_API_KEY,
     MAX_API_VERSION,
     MAX_CLIENT_ID,
+    METADATA,
     REQUEST_HEADER,
 )
 
+OPENING_APIS = (API_VERSIONS, METADATA)  # a new connection's first request: one of these
 RESPONSE_BYTES = 1024
 TLS_BYTES = 4
 TLS_RECORD_TYPES = (0x15, 0x16, 0x17)  # alert, handshake, application data
@@ -108,11 +114,30 @@ def _to_payload(prog: _Program) -> None:
     prog.op(TAX)
 
 
+def _request_header(prog: _Program, name: str, not_one: str) -> None:
+    """At the payload (X): keep a plausible Kafka request header and its client_id, else jump
+    to ``not_one``; ``name`` prefixes its one label."""
+    prog.op(LD_H_IND, 4)  # api_key
+    prog.op(JGT_K, MAX_API_KEY, jt=not_one)
+    prog.op(LD_H_IND, 6)  # api_version
+    prog.op(JGT_K, MAX_API_VERSION, jt=not_one)
+    prog.op(LD_H_IND, 12)  # client_id length (0xffff: null)
+    prog.op(JEQ_K, 0xFFFF, jt=f"{name}no-client-id")
+    prog.op(JGT_K, MAX_CLIENT_ID, jt=not_one)
+    prog.op(ALU_ADD_K, REQUEST_HEADER)
+    prog.op(ALU_ADD_X)
+    prog.op(RET_A)
+    prog.label(f"{name}no-client-id")
+    prog.op(TXA)
+    prog.op(ALU_ADD_K, REQUEST_HEADER)
+    prog.op(RET_A)
+
+
 def build(local_ports: Iterable[int], remote_ports: Iterable[int], loopback_ifindex: int,
-          responses: bool = True) -> list[tuple[int, int, int, int]]:
-    """The program keeping the segments of ``local_ports`` and of ``remote_ports``, or with
-    neither the request headers of any port (see the module docstring); responses only if
-    ``responses``."""
+          responses: bool = True, any_requests: bool = False) -> list[tuple[int, int, int, int]]:
+    """The program keeping the segments of ``local_ports`` and of ``remote_ports``, and with
+    neither, or with ``any_requests``, the request headers of any port (see the module
+    docstring); responses only if ``responses``."""
     remote = sorted(set(remote_ports))[:MAX_PORTS // 4]
     local = sorted(set(local_ports))[:MAX_PORTS - len(remote)]
     prog = _Program()
@@ -150,12 +175,13 @@ def build(local_ports: Iterable[int], remote_ports: Iterable[int], loopback_ifin
     _port_match(prog, remote, "request", "dst-remote")  # to a broker
     prog.op(LD_H_IND, 0)
     _port_match(prog, remote, "response", "src-remote")  # from a broker
-    prog.op(JA, "drop")
+    prog.op(JA, "any-port" if any_requests else "drop")
     # X = start of the TCP payload: X + data offset * 4
-    for kind in ("request", "response"):
+    for kind in ("request", "response", "any-port"):
         prog.label(kind)
         prog.op(LD_B_IND, 13)  # the TCP flags: an open, a close or a reset keeps its headers
-        prog.op(JSET_K, TCP_CONTROL, jt="control")
+        # (of a port not followed, none: another process's closes are not the tap's to read)
+        prog.op(JSET_K, TCP_CONTROL, jt="drop" if kind == "any-port" else "control")
         _to_payload(prog)
         prog.op(LD_H_IND, 0)  # a load past the packet's end drops it: no pure ACKs
         prog.op(JA, f"{kind}-body")
@@ -164,20 +190,14 @@ def build(local_ports: Iterable[int], remote_ports: Iterable[int], loopback_ifin
     prog.op(TXA)
     prog.op(RET_A)
     prog.label("request-body")
-    prog.op(LD_H_IND, 4)  # api_key
-    prog.op(JGT_K, MAX_API_KEY, jt="tls")
-    prog.op(LD_H_IND, 6)  # api_version
-    prog.op(JGT_K, MAX_API_VERSION, jt="tls")
-    prog.op(LD_H_IND, 12)  # client_id length (0xffff: null)
-    prog.op(JEQ_K, 0xFFFF, jt="no-client-id")
-    prog.op(JGT_K, MAX_CLIENT_ID, jt="tls")
-    prog.op(ALU_ADD_K, REQUEST_HEADER)
-    prog.op(ALU_ADD_X)
-    prog.op(RET_A)
-    prog.label("no-client-id")
-    prog.op(TXA)
-    prog.op(ALU_ADD_K, REQUEST_HEADER)
-    prog.op(RET_A)
+    _request_header(prog, "", not_one="tls")
+    prog.label("any-port-body")  # a connection's opening request's header, else nothing
+    prog.op(LD_H_IND, 4)  # api_key (a busy host's Produce and Fetch would fill the ring)
+    for api in OPENING_APIS:
+        prog.op(JEQ_K, api, jt="any-opening")
+    prog.op(JA, "drop")
+    prog.label("any-opening")
+    _request_header(prog, "any-", not_one="drop")
     prog.label("tls")  # a TLS record's type and version, else the middle of a request
     prog.op(LD_B_IND, 1)
     prog.op(JEQ_K, 3, jf="drop")
