@@ -266,8 +266,14 @@ def test_a_client_at_work_dropping_a_socket_unread_closes_the_probes(kafka):
                  every=0)
         # closed within a few polls (a socket the client at work opens meanwhile is undecided
         # for a poll or two), not PROBE_S (30 s) later
-        wait_for(lambda: poll() and wire.tls is None, f"the source closed: {unread}", 6,
-                 every=1)
+        try:
+            wait_for(lambda: poll() and wire.tls is None, "the source closed", 6, every=1)
+        except AssertionError as err:  # why it stays open: probes, or a linger, and whose
+            now, (_, view) = time.monotonic(), poll()
+            raise AssertionError(
+                f"{err}; unread closes {unread}; probing {wire.probing}; lingering "
+                f"{wire.linger_until - now:.1f} s, unread {wire.unread_until - now:.1f} s; flows "
+                f"{[(key, dict(f.api_counts)) for key, f in view.flows.items()]}") from None
     finally:
         wire.close()
         client.stop()
