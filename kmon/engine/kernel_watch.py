@@ -116,7 +116,7 @@ class KernelWatch:
         self._hear(views, [*self.held, *closed])
         # a socket a poll saw (the last, or this one) has a row: its close is the monitor's
         # to tell, with the row's role, so that every view counts it under one verdict
-        seen = seen_pairs(polled + views, {remote for life in closed if (remote := life.remote)})
+        seen = seen_pairs(polled + views, [*self.held, *closed])
         closed = self._decided(closed, seen)
         # one no poll saw: its open (every open counted once), then its close told from what
         # every view has alike, as a view whose poll saw it tells it (kmon.engine.closes)
@@ -167,7 +167,7 @@ class KernelWatch:
         return self.source.lost
 
     def _decided(self, closed: list[KernelLife],
-                 seen: set[tuple[Endpoint | None, Endpoint]]) -> list[KernelLife]:
+                 seen: set[tuple[Endpoint | None, Endpoint | None]]) -> list[KernelLife]:
         """``closed`` with the refusals at once no poll saw held back one poll: a per-IP
         limit accepts and closes while its broker listens on, but a broker that just died
         resets its last connections too, and then refuses the next connects to it. A
@@ -297,17 +297,16 @@ def remote_ports(views: list[ProcessView]) -> set[int]:
     return {endpoint.port for remote in remotes if (endpoint := parse_endpoint(remote))}
 
 
-def seen_pairs(views: list[ProcessView], remotes: set[tuple[str, int]]
-               ) -> set[tuple[Endpoint | None, Endpoint]]:
-    """The (local, remote) endpoints of the connections ``views`` held to ``remotes`` (the
-    kernel's (ip, port) pairs): the polls' sockets parsed only when a life ended badly."""
-    if not remotes:
+def seen_pairs(views: list[ProcessView], lives: list[KernelLife]
+               ) -> set[tuple[Endpoint | None, Endpoint | None]]:
+    """Of the ``lives``' (local, remote) endpoints, those a connection of ``views`` held: the
+    rows' texts looked up, none parsed (a poll holds thousands of sockets, a handful ended)."""
+    wanted = {(local.text, remote.text): (local, remote) for local, remote in map(_pair, lives)
+              if local is not None and remote is not None}
+    if not wanted:
         return set()
-    wanted = {text: endpoint for view in views for text in view.summary.remotes
-              if (endpoint := parse_endpoint(text)) and (endpoint.ip, endpoint.port) in remotes}
-    return {(parse_endpoint(conn.local or ""), wanted[conn.remote])
-            for view in views for conn in view.connections
-            if conn.remote is not None and conn.remote in wanted}
+    return {wanted[key] for view in views for conn in view.connections
+            if (key := (conn.local, conn.remote)) in wanted}
 
 
 def idle_limits(views: list[ProcessView], life: KernelLife) -> dict[str, int]:
