@@ -71,7 +71,7 @@ class SharedCapture:
                   responses: bool = True, any_requests: bool = False) -> None:
         """The remote ports the process's tap follows, and whether it needs responses (the
         filter made again when they change). ``any_requests`` is not taken: the host's one
-        capture is every process's, and the request headers of any port would cost them all."""
+        capture is every process's, and any port's opening requests would cost them all."""
         del local_ports, any_requests  # every segment of a Kafka connection has a broker's port
         wanted = (set(remote_ports), responses)
         if wanted != self.wanted:

@@ -164,15 +164,13 @@ class WireTap:
         self.polls = 0
         self.drops = 0  # the capture's drops at the last poll
         self.hearing = True  # the capture keeps the brokers' answers (until brokers are known)
-        self.any_until: float | None = None  # any port's requests kept until (monotonic)
+        self.any_until: float | None = None  # any port's opening requests kept until (monotonic)
         # closes of sockets no poll showed (the kernel's events may know them the process's)
         self.unpolled: dict[tuple[Address, Address], WireClose] = {}
         self.waiting: list[Waiting] = []  # oldest first
-        ports = self._ports(sockets)
-        if capture is not None:  # the process's part of the host's one capture
-            capture.set_ports(*ports)
+        ports = self._ports(sockets)  # (its own capture attaches its filter before its ring)
         self.capture = capture or PacketCapture(*ports)
-        self._set_ports(*ports)
+        self._set_ports(*ports)  # (the host's: its part; its own: any port's opening requests)
 
     def close(self) -> None:
         self.capture.close()

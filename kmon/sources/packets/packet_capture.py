@@ -80,7 +80,7 @@ class PacketCapture:
         self.local_ports: set[int] = set()
         self.remote_ports: set[int] = set()
         self.responses = True
-        self.any_requests = False  # request headers of any port kept too
+        self.any_requests = False  # any port's opening requests kept too
         self.attached = False  # no filter yet: the first set_ports attaches one
         self.drops = 0
         self.blocks = blocks
@@ -106,8 +106,8 @@ class PacketCapture:
 
     def set_ports(self, local_ports: set[int], remote_ports: set[int],
                   responses: bool = True, any_requests: bool = False) -> None:
-        """Keep the segments of these ports (responses too, if ``responses``; the request
-        headers of any port too, if ``any_requests``) from now on; the kernel filter is rebuilt
+        """Keep the segments of these ports (responses too, if ``responses``; any port's opening
+        requests' headers too, if ``any_requests``) from now on; the kernel filter is rebuilt
         only when they changed."""
         wanted = (set(local_ports), set(remote_ports), responses, any_requests)
         if self.attached and wanted == (self.local_ports, self.remote_ports, self.responses,

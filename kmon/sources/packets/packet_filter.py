@@ -135,9 +135,9 @@ def _request_header(prog: _Program, name: str, not_one: str) -> None:
 
 def build(local_ports: Iterable[int], remote_ports: Iterable[int], loopback_ifindex: int,
           responses: bool = True, any_requests: bool = False) -> list[tuple[int, int, int, int]]:
-    """The program keeping the segments of ``local_ports`` and of ``remote_ports``, and with
-    neither, or with ``any_requests``, the request headers of any port (see the module
-    docstring); responses only if ``responses``."""
+    """The program keeping the segments of ``local_ports`` and of ``remote_ports``; with
+    neither, the request headers of any port, and with ``any_requests``, those of any port's
+    opening requests (see the module docstring); responses only if ``responses``."""
     remote = sorted(set(remote_ports))[:MAX_PORTS // 4]
     local = sorted(set(local_ports))[:MAX_PORTS - len(remote)]
     prog = _Program()
