@@ -638,3 +638,39 @@ def test_no_perf_event_is_opened_on_a_uprobe_while_kmon_removes_them():
         wait_for(lambda: f"{group}/" not in uprobe_events(), "kmon's uprobes removed", 10)
     finally:
         child.stop()
+
+
+# python -c SIGNALLED_WHILE_OPENING: a TlsTap on this very process (its python maps libssl),
+# made in the main thread, as `kmon attach --json` does; SIGTERM comes right after a thread's
+# first perf event on a uprobe is opened, before the thread is kept where the removal closes it
+SIGNALLED_WHILE_OPENING = """
+import os, signal, ssl
+from kmon.sources.tls import tls_tap, uprobes
+uprobes.hook_exit_signals()
+print("GROUP", uprobes.registry().group, flush=True)
+add_event = tls_tap.TlsTap._add_event
+def add_then_signalled(self, thread, event_id, tid):
+    add_event(self, thread, event_id, tid)
+    if self.events[event_id][0] == "ssl":
+        signal.raise_signal(signal.SIGTERM)
+tls_tap.TlsTap._add_event = add_then_signalled
+tls_tap.TlsTap(os.getpid())
+print("NOT ENDED", flush=True)
+"""
+
+
+def test_a_sigterm_while_perf_events_open_ends_kmon_with_no_uprobe_left():
+    """kmon's exit signal handler runs in the main thread, between two of its steps: where it
+    came while the main thread opened a thread's perf events, the one opened and not yet kept
+    would keep its uprobe busy, and the removal would leave it behind kmon. The signal is
+    handled once the opening is done: kmon ends by it, its uprobes removed. (In a process of
+    its own, as above.)"""
+    if not os.path.exists(LIBSSL):
+        pytest.skip("no libssl.so.3 here")
+    child = Child([sys.executable, "-c", SIGNALLED_WHILE_OPENING])
+    try:
+        group = child.wait_line("GROUP ", timeout=30).split()[1]
+        assert child.wait_exit(30) == -signal.SIGTERM, child.stderr[-5:]
+        assert f"{group}/" not in uprobe_events()
+    finally:
+        child.stop()

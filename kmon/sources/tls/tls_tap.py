@@ -348,6 +348,9 @@ class TlsTap:
         except KernelEventsUnavailable:
             self._close_thread(thread)
             return None
+        except BaseException:  # Ctrl-C: none of its events may keep a uprobe busy
+            self._close_thread(thread)
+            raise
         return thread
 
     def _add_event(self, thread: _Thread, event_id: int, tid: int) -> None:

@@ -40,13 +40,16 @@ class Uprobes:
         self.before_removal: list[Callable[[], None]] = []  # perf events closed first
         self.lock = threading.RLock()
         self.closed = False  # once removed, never made again: kmon is ending
+        self.busy_in: int | None = None  # the thread making events or opening perf events
+        self.depth = 0
+        self.deferred: int | None = None  # an exit signal that came to that thread meanwhile
         self.removed_stale = remove_stale()
 
     def event(self, path: str, offset: int, fetch: str) -> tuple[int, dict[str, Field]]:
         """The tracepoint id and record fields of a uprobe at ``offset`` in ``path`` reading
         ``fetch``; made at the first call."""
         key = (path, offset, fetch)
-        with self.lock:
+        with self._busy():
             if key in self.made:
                 return self.made[key]
             if self.closed:
@@ -69,10 +72,40 @@ class Uprobes:
         """Held while perf events are opened on kmon's uprobes: ``remove_all`` closes them
         after, and none is opened once it ran (an open one keeps its uprobe busy: left behind
         kmon)."""
-        with self.lock:
+        with self._busy():
             if self.closed:
                 raise KernelEventsUnavailable("kmon is ending: its uprobes are removed")
             yield
+
+    @contextlib.contextmanager
+    def _busy(self) -> Iterator[None]:
+        """Hold the lock while events are made or perf events opened. An exit signal that
+        comes to the holding thread meanwhile (the main thread's handler runs between two of
+        its steps: a perf event opened, not yet kept where ``remove_all`` closes it) is
+        handled once it let go (``deferring``)."""
+        try:
+            with self.lock:
+                if self.depth == 0:
+                    self.busy_in = threading.get_ident()
+                self.depth += 1
+                try:
+                    yield
+                finally:
+                    self.depth -= 1
+                    if self.depth == 0:
+                        self.busy_in = None
+        finally:
+            if self.deferred is not None and self.busy_in is None:
+                signum, self.deferred = self.deferred, None
+                signal.raise_signal(signum)  # its handler runs now, in the main thread
+
+    def deferring(self, signum: int) -> bool:
+        """Whether an exit signal's handler, running in the thread now making events or
+        opening perf events, leaves it until that thread let go (kept in ``deferred``)."""
+        if self.busy_in != threading.get_ident():
+            return False
+        self.deferred = signum
+        return True
 
     def remove_all(self) -> None:
         """Close the perf events on them, then remove every event kmon made; idempotent. No
@@ -169,6 +202,8 @@ def _on_signal(previous) -> Callable:
     where the signal would end kmon at once, removing the uprobes first."""
 
     def handle(signum, frame) -> None:
+        if _registry is not None and _registry.deferring(signum):
+            return
         if callable(previous):
             previous(signum, frame)
         elif previous != signal.SIG_IGN:
