@@ -233,28 +233,72 @@ def test_a_client_at_work_dropping_a_socket_unread_closes_the_probes(kafka):
     (each carried a request past a login). Once every socket it holds is decided, the source
     closes within a poll or two, where it used to stay open PROBE_S more with every thread of the
     process read (a failed login's new sockets are read from their first write)."""
+    unread = source_closes_once_decided(
+        kafka, lambda c: c.tls and c.first_by == "client" and c.last_api is None)
+    assert unread
+
+
+# python -c REFUSED BOOTSTRAP CAFILE: another client on the SSL listener, each of whose TLS
+# connections writes a request size of -1: the broker closes it first, no request read
+REFUSED = """
+import socket, ssl, sys, time
+host, port = sys.argv[1].split(",")[0].rsplit(":", 1)
+context = ssl.create_default_context(cafile=sys.argv[2])
+while True:
+    with context.wrap_socket(socket.create_connection((host, int(port))),
+                             server_hostname=host) as tls:
+        tls.sendall(b"\\xff" * 4)
+        try:
+            tls.recv(1)
+        except OSError:
+            pass
+    print("REFUSED", flush=True)
+    time.sleep(0.3)
+"""
+
+
+def test_another_process_s_refused_tls_connections_keep_no_source_open(kafka):
+    """A tap follows its process's broker ports, and reads every connection on them: another
+    client's too. Those the broker closes before a request was read look like this process's
+    failed logins, each of which used to keep its TLS source open PROBE_S more, every thread
+    read. Only the process's own closes count: with another client's refused every 0.3 s on
+    the same listener, the source closes once the process's sockets are decided."""
+    stranger = Child([sys.executable, "-c", REFUSED, kafka.bootstrap("SSL"),
+                      str(kafka.ca_file)])
+    try:
+        stranger.wait_line("REFUSED", timeout=60)
+        refused = source_closes_once_decided(
+            kafka, lambda c: c.tls and c.first_by == "broker" and c.last_api is None)
+        assert refused and stranger.proc.poll() is None
+    finally:
+        stranger.stop()
+
+
+def source_closes_once_decided(kafka, counted) -> list:
+    """A WAITING_PRODUCER's TLS source, polled every second while its producer works: the
+    closes ``counted`` picks out, once the source closed within a few polls of every socket
+    being decided, with one such close seen."""
     from kmon.sources.kernel.socket_readers import open_socket_reader
     from kmon.sources.process_wire import DECIDING_APIS, ProcessWire
 
-    topic = unique("kmon-tls-unread")
+    topic = unique("kmon-tls-decided")
     produce(kafka.bootstrap(), topic)
     client = Child([sys.executable, "-c", WAITING_PRODUCER, kafka.bootstrap("SSL"),
                     str(kafka.ca_file), topic])
     reader, wire = open_socket_reader(), ProcessWire(tls_pid=client.pid)
-    unread: list = []  # the client's closes of TLS sockets no request of which was read
+    seen: list = []
 
     def poll():
         sockets = reader.sockets_of(client.pid)
         view = wire.read(sockets, int(time.time() * 1000)).view
-        unread.extend(c for c in view.closes.values()
-                      if c.tls and c.first_by == "client" and c.last_api is None)
+        seen.extend(c for c in view.closes.values() if counted(c))
         return sockets, view
 
     def all_decided() -> bool:
         time.sleep(1)  # kmon's default interval: the source opens a poll after TLS is seen
         sockets, view = poll()
         flows = [view.flows.get((s.local, s.remote)) for s in sockets]
-        return bool(unread and flows) and all(
+        return bool(seen and flows) and all(
             f is not None and f.api_counts.keys() & DECIDING_APIS for f in flows)
 
     try:
@@ -262,8 +306,7 @@ def test_a_client_at_work_dropping_a_socket_unread_closes_the_probes(kafka):
         poll()  # the tap watches before the client connects
         client.send("")
         client.wait_line("ACKED", timeout=60)
-        wait_for(all_decided, "the bootstrap dropped unread, every socket left decided", 25,
-                 every=0)
+        wait_for(all_decided, "every socket decided, a counted close seen", 25, every=0)
         # closed within a few polls (a socket the client at work opens meanwhile is undecided
         # for a poll or two), not PROBE_S (30 s) later
         try:
@@ -271,9 +314,10 @@ def test_a_client_at_work_dropping_a_socket_unread_closes_the_probes(kafka):
         except AssertionError as err:  # why it stays open: probes, or a linger, and whose
             now, (_, view) = time.monotonic(), poll()
             raise AssertionError(
-                f"{err}; unread closes {unread}; probing {wire.probing}; lingering "
+                f"{err}; counted closes {seen}; probing {wire.probing}; lingering "
                 f"{wire.linger_until - now:.1f} s, unread {wire.unread_until - now:.1f} s; flows "
                 f"{[(key, dict(f.api_counts)) for key, f in view.flows.items()]}") from None
+        return seen
     finally:
         wire.close()
         client.stop()

@@ -27,6 +27,7 @@ from kmon.sources.tls.tls_tap import TlsTap, TlsUnavailable, TlsWrite
 
 PROBE_S = 30.0  # the TLS source runs this long at most for sockets it cannot decide
 DECIDING_APIS = kp.BROKER_APIS | kp.GROUP_APIS | kp.TXN_APIS  # a TLS socket's role is known
+MAX_OPENED = 4096  # sockets the kernel saw the process open, kept until their close, at most
 MAX_ASKED = 16  # peers kmon asks for the cluster's brokers, at most, per process
 NO_CAPTURE = ("roles from the wire need CAP_NET_RAW (run kmon as root); they come from the "
               "other evidence")
@@ -58,6 +59,8 @@ class ProcessWire:
         self.unread_until = 0.0
         # the wanted sockets' request segments at the last poll: which sent since
         self.requests: dict[tuple[Endpoint, Endpoint], int] = {}
+        # sockets the kernel saw the process open (``opened``), until their close is read
+        self.kernel_opened: dict[tuple[Endpoint, Endpoint], None] = {}
         self.shared: SharedCapture | None = None
         self.tap: WireTap | None = None
         self.problem: str | None = None
@@ -104,6 +107,10 @@ class ProcessWire:
         capture takes their segments though no poll shows them (a capture of its own reads
         every segment of the ports it follows already)."""
         sockets = list(sockets)
+        for local, remote in sockets:
+            self.kernel_opened[Endpoint(*local), Endpoint(*remote)] = None
+        while len(self.kernel_opened) > MAX_OPENED:
+            del self.kernel_opened[next(iter(self.kernel_opened))]
         if self.tap is not None:
             self.tap.follow(remote[1] for _, remote in sockets)
         if self.shared is not None:
@@ -150,9 +157,14 @@ class ProcessWire:
         from then on). One the client closed with no request read keeps it open only while
         no socket of the process is past its login: a client at work on another socket that
         drops one (librdkafka its bootstrap connection, once it knows the cluster) is not
-        failing its logins. Every probe's cost is the client's."""
+        failing its logins. Only the process's closes count: a poll showed the socket, the
+        kernel saw the process open it, or its TLS writes went to it (the tap reads its ports,
+        whoever talks on them: another client's failing logins are not this one's). Every
+        probe's cost is the client's."""
         flows, now = view.flows, time.monotonic()
-        for close in view.closes.values():
+        for pair, close in view.closes.items():
+            if self.kernel_opened.pop(pair, 0) is not None and pair in view.untied:
+                continue  # maybe another process's
             doubt = _login_may_have_failed(close)
             if doubt == "failed":
                 self.linger_until = now + PROBE_S

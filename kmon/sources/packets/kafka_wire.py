@@ -137,6 +137,9 @@ class WireView:
     # last poll's (None: any flow may have changed)
     changed: set[tuple[Endpoint, Endpoint]] | None = None
     polls: int = 0  # the tap's polls so far, this one included
+    # of ``closes``, those of sockets no poll showed that carried none of the process's TLS
+    # writes: maybe another process's (a tap follows its ports, whoever talks on them)
+    untied: frozenset[tuple[Endpoint, Endpoint]] = frozenset()
 
 
 def _address(endpoint: Endpoint) -> Address:
@@ -167,6 +170,7 @@ class WireTap:
         self.any_until: float | None = None  # any port's opening requests kept until (monotonic)
         # closes of sockets no poll showed (the kernel's events may know them the process's)
         self.unpolled: dict[tuple[Address, Address], WireClose] = {}
+        self.untied: set[tuple[Address, Address]] = set()  # of those, no TLS write of its
         self.waiting: list[Waiting] = []  # oldest first
         ports = self._ports(sockets)  # (its own capture attaches its filter before its ring)
         self.capture = capture or PacketCapture(*ports)
@@ -260,7 +264,9 @@ class WireTap:
             closes.setdefault((Endpoint(*local), Endpoint(*remote)), UNHEARD)
         for (local, remote), close in self.unpolled.items():
             closes[(Endpoint(*local), Endpoint(*remote))] = close
-        self.unpolled = {}
+        untied = frozenset((Endpoint(*local), Endpoint(*remote))
+                           for local, remote in self.untied & self.unpolled.keys())
+        self.unpolled, self.untied = {}, set()
         trimmed = len(flows) > MAX_FLOWS
         while len(flows) > MAX_FLOWS:
             del flows[next(iter(flows))]
@@ -291,7 +297,8 @@ class WireTap:
         self.polls += 1
         self.drops = self.capture.drops
         return WireView(dict(found), dict(self.brokers), dict(self.coordinators),
-                        self.cluster_learned_ms, self.drops, closes, changed, self.polls)
+                        self.cluster_learned_ms, self.drops, closes, changed, self.polls,
+                        untied)
 
     def _set_ports(self, local: set[int], remote: set[int]) -> None:
         """The capture's ports, its responses kept while the tap is hearing, and the request
@@ -374,6 +381,8 @@ class WireTap:
                 if (key not in mine and key not in self.last_polled
                         and len(self.unpolled) < MAX_FLOWS):
                     self.unpolled[key] = flow.close
+                    if flow.inode is None:
+                        self.untied.add(key)
         elif request:
             self._request(flow, seg)
         else:
