@@ -168,6 +168,39 @@ def test_a_recording_unsettled_on_a_socket_open_before_its_first_look_cannot_tel
         "close of sock:1: client/unknown recorded, client/client_closed in the stream"]
 
 
+def test_a_recording_unsettled_on_a_close_before_its_first_look_cannot_tell():
+    """sasl-wrong-password: ``kmon record`` started 5 ms before a failing login's connection
+    opened; the connection lived 304 ms, all before the recording's first look at the
+    process (535 ms after its start, where its capture of the process opens). Its kernel
+    watch read the open and the broker's close; its wire read no request: it told the close
+    broker/unknown, where the stream, watching since before, said broker/auth_failed. A close
+    of a connection opened before that look: unsettled there, it cannot tell. Told otherwise,
+    or unsettled on one opened after that look, it still disagrees."""
+    from benchmarks.truth.kmon_views import with_ports
+    from benchmarks.truth.score import record_disagreements
+
+    key = "kernel:127.0.0.1:60450>127.0.0.1:60829"
+    told = with_ports([{"kind": "closed", "key": key, "ts_ms": 470, "closed_ms": 470,
+                        "closed_by": "broker", "reason": "auth_failed",
+                        "local": "127.0.0.1:60450", "remote": "127.0.0.1:60829"}], {})
+    rows = [{"pid": 7, "key": "sock:0", "ts_ms": 696, "role": "bootstrap", "node_id": -1,
+             "local": "127.0.0.1:5000"}]
+
+    def disagreements(opened_ms: int, closed_by: str, reason: str) -> list[str]:
+        close = {"kind": "closed", "pid": 7, "key": key, "ts_ms": opened_ms + 304,
+                 "opened_ms": opened_ms, "closed_ms": opened_ms + 304,
+                 "closed_by": closed_by, "reason": reason, "remote": "127.0.0.1:60829"}
+        if opened_ms != 166:
+            told[0].update(ts_ms=opened_ms + 304, closed_ms=opened_ms + 304)
+        return record_disagreements({}, told, rows, [close], 7)
+
+    assert disagreements(166, "broker", "unknown") == []
+    assert disagreements(166, "client", "client_closed") == [
+        f"close of {key}: client/client_closed recorded, broker/auth_failed in the stream"]
+    assert disagreements(800, "broker", "unknown") == [
+        f"close of {key}: broker/unknown recorded, broker/auth_failed in the stream"]
+
+
 # librdkafka's debug log of one handle (as a kept run of client-idle-reap under load printed
 # it): a connect(), and its idle reap, logged 7.7 ms after the FIN the capture saw at
 # 870.561303; then the handle's next connect()

@@ -335,7 +335,8 @@ def record_disagreements(history: dict[str, list[tuple[int, dict]]], closes: lis
     open at that moment the next time). A socket it found at its first look at the process
     opened before that look, when its capture of the process opens (its handshake unseen):
     where it left that socket, or its close, unsettled, it says it cannot tell, as
-    ``--once`` may (``once_disagreements``).
+    ``--once`` may (``once_disagreements``); so does a close, unsettled, of a connection
+    opened before that look, which no poll of it showed (its kernel's open and close read).
     A close is the same one in both by its ports and its time, not its key: a view whose
     poll saw the socket keys it by its inode, one whose polls missed it by its endpoints
     (``kernel:…``)."""
@@ -358,9 +359,12 @@ def record_disagreements(history: dict[str, list[tuple[int, dict]]], closes: lis
     recorded = with_ports([e for e in events if e["kind"] == "closed" and e["pid"] == pid],
                           {row["key"]: row["local"] for row in snapshots if row["pid"] == pid})
     pairs, told_only = same_closes(recorded, closes)
+    first_look = min(times, default=None)
     for ours, theirs in pairs:
         said, heard = (f"{e.get('closed_by')}/{e.get('reason')}" for e in (ours, theirs))
-        if said != heard and (ours["key"] not in before or not kmon_close(ours)[1]):
+        unseen = ours["key"] in before or (first_look is not None and (
+            ours.get("opened_ms") or close_at(ours)) < first_look)
+        if said != heard and (not unseen or not kmon_close(ours)[1]):
             found.append(f"close of {ours['key']}: {said} recorded, {heard} in the stream")
     if times:
         inside = range(min(times) + 1000, max(times) - 2000)
