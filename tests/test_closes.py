@@ -225,6 +225,23 @@ def test_a_timed_close_whose_fin_the_wire_missed_is_unsettled():
         "broker_idle_reap")
 
 
+def test_a_refused_connect_is_closed_by_no_one_whichever_reset_a_view_read():
+    """cluster-stopped: the stream's kernel events read a refused connect's SYN_SENT ->
+    CLOSE, the recording's the broker's RST too; the recording told it broker/connect_failed,
+    the stream unknown/connect_failed. A connect never established was closed by no one:
+    every view tells it unknown/connect_failed, as a poll's story does."""
+    from kmon.engine.closes import kernel_story
+    from kmon.engine.connection_lives import KernelLife
+
+    refused = KernelLife(10, 1_000.0, ("127.0.0.1", 9092), ("127.0.0.1", 5000),
+                         reset="broker", closed_ms=1_001.0, never_established=True)
+    unread = replace(refused, reset=None)
+    assert refused.refused and not unread.refused
+    for life in (refused, unread):
+        told = kernel_story(life, None, {"broker": 600_000}, None)
+        assert (told.closed_by, told.reason) == ("unknown", "connect_failed")
+
+
 def test_two_views_that_read_a_socket_at_different_moments_time_its_idle_alike():
     """librdkafka closes its ``/bootstrap`` about 1 s after its last request, at the edge
     past which a client's close (its limit unknown) is ``unknown``. Two views of the process

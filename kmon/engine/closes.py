@@ -276,7 +276,8 @@ def kernel_story(kernel: KernelLife, wire: WireClose | None, limits: dict[str, i
     # reaper closes by them), and as told: never idle longer than it lived
     counted = None if last_data is None else max(0, round(closing - last_data))
     idle = None if counted is None else min(lifetime, counted)
-    side = kernel.closed_by
+    # a connect never established was closed by no one, whichever RST a view's events read
+    side = "unknown" if kernel.never_established else kernel.closed_by
     why = kernel.ending or reason(side, counted, limits, True)
     if kernel.ending is None and kernel.reset is not None and why not in IDLE_REASONS:
         why = "reset"
