@@ -487,6 +487,29 @@ def test_non_tcp_and_listening_sockets_are_skipped_without_new_dumps(reader, sta
     assert reader.dumps == dumps  # nothing new to learn: no dump
 
 
+def test_connections_accepted_on_a_port_the_process_listens_on_are_not_its_own(
+        reader, stack):
+    """A Kafka client may serve too: a JVM's JMX connector (kmon's own helpers of other
+    commands attach to it, each a connection of a few hundred ms: shown as the client's
+    ``unknown`` socket by whichever view polled then), an application's HTTP port. A
+    connection accepted on a port the process listens on is another program's connection
+    to it, left out by both readers as its listener is, learned before or after it; its
+    own connections stay, a pair's accepted end too once its listener is closed."""
+    kept_client, kept_accepted = _pair(stack)  # its listener closed: both its own
+    listener = stack.enter_context(socket.socket())
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    early = stack.enter_context(socket.create_connection(listener.getsockname()))
+    early_accepted = stack.enter_context(listener.accept()[0])
+    assert _find(reader.sockets_of(PID), early_accepted) is None  # learned in one dump
+    late = stack.enter_context(socket.create_connection(listener.getsockname()))
+    late_accepted = stack.enter_context(listener.accept()[0])
+    for found in (reader.sockets_of(PID), PsutilSocketReader().sockets_of(PID)):
+        assert _find(found, early_accepted) is None and _find(found, late_accepted) is None
+        for own in (kept_client, kept_accepted, early, late):  # (early, late: their ends)
+            assert _find(found, own) is not None
+
+
 def test_socket_seen_before_connect_shows_once_connected(reader, stack):
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))

@@ -18,14 +18,18 @@ class PsutilSocketReader:
     name = "psutil"
 
     def sockets_of(self, pid: int) -> list[TcpSocket]:
-        """The TCP sockets (all states but LISTEN, with a remote address) of `pid`, by fd.
+        """The TCP sockets (all states but LISTEN, with a remote address) of `pid`, by fd,
+        but those accepted on a port it listens on (another program's connections to it).
 
         Raises psutil.NoSuchProcess / psutil.AccessDenied.
         """
         proc = psutil.Process(pid)
         read = getattr(proc, "net_connections", None) or proc.connections
+        every = read(kind="tcp")
+        served = {c.laddr.port for c in every if c.status == psutil.CONN_LISTEN and c.laddr}
         conns = [
-            c for c in read(kind="tcp") if c.status != psutil.CONN_LISTEN and c.raddr and c.laddr
+            c for c in every if c.status != psutil.CONN_LISTEN and c.raddr and c.laddr
+            and c.laddr.port not in served
         ]
         inode_of_fd = _inodes_by_fd(pid) if conns else {}
         found = [

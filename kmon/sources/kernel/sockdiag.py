@@ -110,6 +110,9 @@ class _ProcessCache:
     fds: FdTable
     known: dict[int, Known] = field(default_factory=dict)
     ignored: set[int] = field(default_factory=set)  # non-TCP and listening sockets
+    # its listening sockets' local ports, by inode: a connection accepted on one is another
+    # program's connection to this one (a JMX client, an HTTP request), not a Kafka client's
+    listening: dict[int, int] = field(default_factory=dict)
     retry: dict[int, _Retry] = field(default_factory=dict)
     # the known sockets' remote ports and families, with how many have each: a poll reads
     # them without a walk over every known socket
@@ -370,6 +373,8 @@ class SockDiagReader:
         for stale in cache.known.keys() - inodes.keys():
             cache.forget(stale)
         cache.ignored.intersection_update(inodes.keys())
+        for closed in cache.listening.keys() - inodes.keys():
+            del cache.listening[closed]
         for stale in cache.retry.keys() - inodes.keys():
             del cache.retry[stale]
 
@@ -393,13 +398,20 @@ class SockDiagReader:
 
     @staticmethod
     def _take(cache: _ProcessCache, inodes: dict[int, int], wanted: dict[int, str | None],
-              learned: dict[int, Known], listening: set[int]) -> None:
+              learned: dict[int, Known], listening: dict[int, int]) -> None:
         """Know the ``wanted`` sockets a dump found (``learned``, ``listening``); look for the
-        others again later."""
+        others again later. A connection accepted on a port the process listens on is
+        ignored as its listeners are."""
         now = time.monotonic()
+        cache.listening.update((inode, port) for inode, port in listening.items()
+                               if inode in wanted)
+        served = set(cache.listening.values())
         for inode, proto in wanted.items():
             known = learned.get(inode)
-            if known is not None:
+            if known is not None and known.local.port in served:
+                cache.retry.pop(inode, None)
+                cache.ignored.add(inode)
+            elif known is not None:
                 cache.retry.pop(inode, None)
                 cache.remember(inode, known)
             elif inode in listening or proto is None:
@@ -409,14 +421,15 @@ class SockDiagReader:
                 _schedule_retry(cache, inode, now)
         cache.learned = inodes
 
-    def _dump(self, wanted: dict[int, str | None]) -> tuple[dict[int, Known], set[int]]:
+    def _dump(self, wanted: dict[int, str | None]) -> tuple[dict[int, Known], dict[int, int]]:
         """Dump the host's TCP sockets (no extensions) of the families `wanted` needs.
 
-        Returns (the wanted connected sockets by inode, the wanted listening inodes).
+        Returns (the wanted connected sockets by inode, the wanted listening ones' local
+        ports by inode).
         """
         self.dumps += 1
         learned: dict[int, Known] = {}
-        listening: set[int] = set()
+        listening: dict[int, int] = {}
         families = [
             family
             for family, other in ((socket.AF_INET, "TCPv6"), (socket.AF_INET6, "TCP"))
@@ -430,7 +443,7 @@ class SockDiagReader:
         return learned, listening
 
     def _read_dump(
-        self, wanted: Collection[int], learned: dict[int, Known], listening: set[int]
+        self, wanted: Collection[int], learned: dict[int, Known], listening: dict[int, int]
     ) -> bool:
         """Read one dump to its end (True), or until every wanted inode is found (False)."""
         buf, view, unpack_u32 = self._buf, self._view, U32.unpack_from
@@ -439,7 +452,7 @@ class SockDiagReader:
             if inode in wanted:
                 msg = view[off + NLMSG_HDR_LEN : off + length]
                 if msg[1] == LISTEN_STATE:
-                    listening.add(inode)
+                    listening[inode] = known_from_msg(msg, inode).local.port
                 else:
                     learned[inode] = known_from_msg(msg, inode)
                 if len(learned) + len(listening) == len(wanted):
@@ -564,7 +577,7 @@ class SockDiagReader:
             self._sock = sock
             # An empty dump (no states asked for) proves the kernel answers us.
             self._send(diag_request(1, NLM_F_REQUEST | NLM_F_DUMP, socket.AF_INET, 0, 0, None))
-            self._read_dump((), {}, set())
+            self._read_dump((), {}, {})
         except OSError as exc:
             sock.close()
             raise SockDiagUnavailable(exc.errno, f"netlink sock_diag: {exc.strerror}") from exc
