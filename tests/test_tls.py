@@ -67,8 +67,8 @@ while True:
                  if conn.connected() and conn._sock is not None}
         print("TRUTH " + json.dumps(conns), flush=True)
 """
-# put before KAFKAJS_CONSUMER: "WROTE <local port> <api key>" for each request KafkaJS writes
-# to a TLS socket (KafkaJS writes a request in one buffer)
+# put before KAFKAJS_CONSUMER: "WROTE <local port> <api key> <remote port>" for each request
+# KafkaJS writes to a TLS socket (KafkaJS writes a request in one buffer)
 KAFKAJS_WRITES = """
 const tls = require('tls');
 const connect = tls.connect;
@@ -77,7 +77,7 @@ tls.connect = function (...args) {
   const write = socket.write;
   socket.write = function (chunk, ...rest) {
     if (Buffer.isBuffer(chunk) && chunk.length >= 6) {
-      console.log(`WROTE ${socket.localPort} ${chunk.readInt16BE(4)}`);
+      console.log(`WROTE ${socket.localPort} ${chunk.readInt16BE(4)} ${socket.remotePort}`);
     }
     return write.call(this, chunk, ...rest);
   };
@@ -236,22 +236,25 @@ def written_role(keys) -> str | None:
 
 class Written:
     """A client's own account of its TLS sockets: the api keys of the requests it wrote to
-    each local port ("WROTE <port> <key>" lines), and whatever else it printed."""
+    each (local port, remote port) ("WROTE <local port> <key> <remote port>" lines: the kernel
+    gives one local port to two connections to two brokers), and whatever else it printed."""
 
     def __init__(self, client: Child) -> None:
         self.client = client
-        self.keys: dict[int, Counter] = {}
+        self.keys: dict[tuple[int, int], Counter] = {}
         self.said: list[str] = []
 
-    def take(self) -> dict[int, Counter]:
+    def take(self) -> dict[tuple[int, int], Counter]:
         while not self.client.lines.empty():
             line = self.client.lines.get()
             parts = line.split()
-            if len(parts) == 3 and parts[0] == "WROTE" and parts[1].isdigit():
-                self.keys.setdefault(int(parts[1]), Counter())[int(parts[2])] += 1
+            if len(parts) == 4 and parts[0] == "WROTE" and parts[1].isdigit() and (
+                    parts[3].isdigit()):
+                ports = (int(parts[1]), int(parts[3]))
+                self.keys.setdefault(ports, Counter())[int(parts[2])] += 1
             else:
                 self.said.append(line)
-        return {port: Counter(keys) for port, keys in self.keys.items()}
+        return {ports: Counter(keys) for ports, keys in self.keys.items()}
 
     def ready(self) -> bool:
         self.take()
@@ -276,7 +279,7 @@ def scored_by_writes(written: Written) -> dict:
             now = written.take()
             scored = []
             for row in process["connections"]:
-                port = int(row["local"].rsplit(":", 1)[1])
+                port = (int(row["local"].rsplit(":", 1)[1]), int(row["remote"].rsplit(":", 1)[1]))
                 ever = now.get(port, Counter())
                 since = written_role(ever - before.get(port, Counter()))
                 scored.append((row, written_role(ever), since))
@@ -299,8 +302,9 @@ def scored_by_writes(written: Written) -> dict:
 
 
 def check_written_roles(client: Child, name: str) -> None:
-    """``client`` (``name``: a program printing READY once in its group and "WROTE <port>
-    <key>" for each request) scored by its writes with ``check_writes``; stopped after."""
+    """``client`` (``name``: a program printing READY once in its group and "WROTE <local
+    port> <key> <remote port>" for each request) scored by its writes with
+    ``check_writes``; stopped after."""
     try:
         written = Written(client)
         wait_for(written.ready, f"{name} in its group", 60)

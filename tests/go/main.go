@@ -5,7 +5,7 @@
 // It joins GROUP (with -group-protocol consumer, franz-go only: a KIP-848 group), consumes TOPIC from the beginning, prints READY once the group has
 // assigned it partitions, and exits when stdin ends or says "exit". With CAFILE it speaks
 // TLS, trusting that CA, and prints its own view of each connection: a line
-// "WROTE <local port> <api key>" for each request it writes. (Its "produce" mode, a
+// "WROTE <local port> <api key> <remote port>" for each request it writes. (Its "produce" mode, a
 // producer for the benchmarks: produce.go.)
 package main
 
@@ -151,12 +151,14 @@ func tlsDialer(caFile string) func(ctx context.Context, network, host string) (n
 	}
 }
 
-// told is a connection that prints "WROTE <local port> <api key>" for each request written.
+// told is a connection that prints "WROTE <local port> <api key> <remote port>" for each
+// request written (a local port may serve two connections, to two brokers).
 type told struct{ net.Conn }
 
 func (c told) Write(b []byte) (int, error) {
 	if len(b) >= 6 {
-		fmt.Printf("WROTE %d %d\n", c.LocalAddr().(*net.TCPAddr).Port, int16(binary.BigEndian.Uint16(b[4:6])))
+		fmt.Printf("WROTE %d %d %d\n", c.LocalAddr().(*net.TCPAddr).Port,
+			int16(binary.BigEndian.Uint16(b[4:6])), c.RemoteAddr().(*net.TCPAddr).Port)
 	}
 	return c.Conn.Write(b)
 }
