@@ -175,7 +175,8 @@ class SockDiagReader:
         self.close()
 
     def sockets_of(self, pid: int) -> list[TcpSocket]:
-        """The TCP sockets (all states but LISTEN) held by `pid`, ordered by fd.
+        """The TCP sockets (all states but LISTEN) held by `pid`, ordered by fd, but those
+        accepted on a port it listens on (another program's connections to it).
 
         Raises psutil.NoSuchProcess / psutil.AccessDenied for the process, and
         OSError if netlink fails mid-way (the reader stays usable). Answered from the
