@@ -101,13 +101,20 @@ def test_a_kip848_consumer_over_tls_names_its_coordinator(kafka, topic):
         client.stop()
 
 
+def scored(events, watched_ms):
+    """The (reason, closed_by) of each close of a login opened once the wire watched."""
+    return [(e["reason"], e["closed_by"]) for e in events
+            if e["kind"] == "closed" and (e["opened_ms"] or 0) >= watched_ms]
+
+
 def test_a_failed_login_over_sasl_ssl_is_auth_failed_or_unsettled_never_wrong(kafka, topic):
     """A wrong password: the broker answers SaslAuthenticate with an error, inside TLS, and
     one side closes ~0.3 s later, on a connection (and a librdkafka thread) made for that one
-    login. Each login's requests are read from its first write and tied to its socket before
-    it closes: a broker's close right after one is ``auth_failed``; the client's (its reply
-    to the answer kmon cannot read) stays ``unknown``, as does one whose requests were read
-    too late: never ``client_closed``, ``broker_closed`` or ``reset``. A login under way
+    login, some 5 a second. A login whose requests were read and tied to its socket before
+    it closes, closed by the broker, is ``auth_failed``; the client's close (its reply to the
+    answer kmon cannot read) stays ``unknown``, as does one whose requests were read too late
+    (most of them: one login in ~20 is tied in time on this machine, fewer under load): never
+    ``client_closed``, ``broker_closed`` or ``reset``. A login under way
     before kmon's first poll is not scored: kmon saw none of it but, maybe, its close (the
     kernel's reason, as without the wire)."""
     client = confluent_consumer(kafka, topic, "SASL_SSL",
@@ -116,15 +123,14 @@ def test_a_failed_login_over_sasl_ssl_is_auth_failed_or_unsettled_never_wrong(ka
     try:
         stream.wait_line("{", timeout=60)
         watched_ms = time.time() * 1000  # the wire's tap is open: logins from now on
-        events, last = read_until(stream, lambda found, _: sum(
-            e["kind"] == "closed" and e["reason"] == "auth_failed" for e in found) >= 3, 40)
+        events, last = read_until(stream, lambda found, _: len(scored(found, watched_ms)) >= 10
+                                  and ("auth_failed", "broker") in scored(found, watched_ms), 40)
     finally:
         stream.stop()
         client.stop()
-    closes = [(e["reason"], e["closed_by"]) for e in events
-              if e["kind"] == "closed" and (e["opened_ms"] or 0) >= watched_ms]
+    closes = scored(events, watched_ms)
     notices = [p["notices"] for p in last["processes"]]  # why the TLS source missed, if it did
-    assert sum(reason == "auth_failed" for reason, _ in closes) >= 3, (closes, notices)
+    assert ("auth_failed", "broker") in closes, (closes, notices)
     assert {reason for reason, _ in closes} <= {"auth_failed", "unknown"}, closes
 
 
