@@ -859,6 +859,43 @@ def test_a_refusal_at_once_is_told_a_poll_later_and_a_dying_broker_s_reset_is_no
     assert [(e.close.closed_by, e.close.reason) for e in told] == [("broker", "unknown")]
 
 
+def test_a_reset_at_once_while_the_broker_closes_its_other_connections_is_no_refusal():
+    """Seen in the truth harness's rolling restart (librdkafka): a broker sent SIGTERM closed
+    the consumer's two connections to it (its FINs), the consumer connected again 2 ms later
+    and the broker, its acceptor still open, reset that connect within a millisecond. No
+    refused connect followed within a poll (librdkafka's reconnect backoff). A per-IP limit
+    closes no connection it accepted before: a reset at once within a second of the broker
+    closing another connection to that address it had kept is the broker's end, not a
+    limit; one the broker closed an hour before is no sign, nor a limit's own FIN."""
+    from kmon.engine.kernel_watch import KernelWatch
+    from kmon.model import ProcessView
+
+    def broker_fin(ts: float, sk: int, port: int) -> list[TcpEvent]:
+        local = ("127.0.0.1", port)
+        return [TcpEvent(ts, "state", 10, sk, local, BROKER, 7, 2),
+                TcpEvent(ts + 1, "state", 10, sk, local, BROKER, 2, 1),
+                TcpEvent(ts + 5_000, "state", 0, sk, local, BROKER, 1, 8)]  # CLOSE_WAIT
+
+    reset_at_once = [state(5_002, 7, 2, sk=1), state(5_003, 2, 1, sk=1),
+                     reset_in(5_004), state(5_004, 1, 7, pid=0)]
+    views = [ProcessView(10, "p", "p")]
+    for start, ending in ((0, None), (-3_600_000, "per_ip_rejected")):
+        watch = KernelWatch(RecordedEvents([broker_fin(start, 2, 50001) + reset_at_once, []]),
+                            {9092})
+        watch.poll(views)
+        _, closed, told = watch.poll(views)
+        assert [life.ending for life in closed] == [ending]
+        told += watch.poll(views)[2]  # (a close not refused waits a poll for the wire's)
+        assert [e.close.reason for e in told if e.close and e.close.lifetime_ms == 2] == [
+            ending or "unknown"]
+    # a limit's own FIN (its close beat the client's first bytes) is no sign
+    limit_fin = [state(4_990, 7, 2, sk=3), state(4_991, 2, 1, sk=3),
+                 state(4_992, 1, 8, pid=0, sk=3)]
+    watch = KernelWatch(RecordedEvents([limit_fin + reset_at_once, []]), {9092})
+    watch.poll(views)  # (the FIN's close is told at once; the reset, a poll later)
+    assert [life.ending for life in watch.poll(views)[1]] == ["per_ip_rejected"]
+
+
 def test_a_port_reused_after_a_reset_is_told_from_its_own_close_not_the_last_one_s():
     """Seen in the truth harness's per-ip-limit scenario: the broker reset a connection (the
     limit), and 2.6 s later the client connected from the same port (no TIME_WAIT on its

@@ -46,7 +46,9 @@ class KernelLife:
     opening: Opening | None = None
     # when a read of its process's sockets first lacked it, its close not seen (``losses``)
     gone_ms: float | None = None
-    listener_gone: bool = False  # connects to its remote were refused right after it closed
+    # its broker was going: connects to it were refused right after it closed, or the
+    # broker closed other connections at once (kmon.engine.kernel_watch)
+    listener_gone: bool = False
     login_failed: bool = False  # the wire saw the broker close it on a failed SASL login
 
     @property

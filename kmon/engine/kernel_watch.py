@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from kmon.engine.closes import IDLE_REASONS, in_words, kernel_story
-from kmon.engine.connection_lives import ConnectionLives, KernelLife
+from kmon.engine.connection_lives import REJECTED_WITHIN_MS, ConnectionLives, KernelLife
 from kmon.engine.losses import LossHistory, Pair
 from kmon.model import CloseStory, Event, EventKind, Opening, ProcessView, WireClose
 from kmon.sources.brokers.dns import parse_endpoint
@@ -26,6 +26,9 @@ UNAVAILABLE = ("kernel TCP events unavailable ({}; they need root, CAP_PERFMON o
                "CAP_SYS_ADMIN): connections living between two polls, failed connects and "
                "connections the broker refuses are not seen")
 MAX_ENDINGS = 4096  # recent closes remembered by 4-tuple, for the story of a poll's close
+# a broker going away closes its connections within this of each other; a limit closes none
+BROKER_END_WITHIN_MS = 1000
+MAX_BROKER_CLOSES = 8  # the latest closes by the broker remembered per remote
 
 
 _ENDS = operator.itemgetter(2, 3)  # a TcpSocket's (local, remote)
@@ -54,6 +57,8 @@ class KernelWatch:
             OrderedDict())
         self.polled: list[ProcessView] = []  # the last poll's views
         self.held: list[KernelLife] = []  # refusals at once, told after one more poll
+        # remote -> when the broker closed a followed connection to it (latest last)
+        self.broker_closes: OrderedDict[tuple[str, int], list[float]] = OrderedDict()
         self.unheard: list[KernelLife] = []  # closes no poll saw, waiting for the wire's
         # the wire's closes of the last polls, by (local, remote) as the rows write them
         self.wire: OrderedDict[tuple[str, str], WireClose] = OrderedDict()
@@ -172,7 +177,11 @@ class KernelWatch:
         limit accepts and closes while its broker listens on, but a broker that just died
         resets its last connections too, and then refuses the next connects to it. A
         refusal with a refused connect to its remote in the same or the next poll was the
-        broker's end, not a limit."""
+        broker's end, not a limit; so was one within ``BROKER_END_WITHIN_MS`` of the broker
+        closing another connection of a watched process it had kept past the limit's
+        window (a limit closes none that it accepted before, only new ones, some with a
+        FIN): a broker shutting down closes them all, and resets a connect made meanwhile."""
+        self._note_broker_closes(closed)
         refused = {life.remote for life in closed if life.refused}
         held, self.held, now = self.held, [], []
         for life in closed:
@@ -183,8 +192,30 @@ class KernelWatch:
                 now.append(life)
         for life in (*held, *now):
             life.listener_gone = life.listener_gone or (
-                life.remote in refused and not life.never_established)
+                life.remote in refused and not life.never_established) or (
+                life.ending == "per_ip_rejected" and self._broker_closed_near(life))
         return [*held, *now]
+
+    def _note_broker_closes(self, closed: list[KernelLife]) -> None:
+        for life in closed:
+            lifetime = life.lifetime_ms
+            if (life.remote is not None and life.closed_ms is not None and life.ending is None
+                    and life.closed_by == "broker" and lifetime is not None
+                    and lifetime > REJECTED_WITHIN_MS):
+                times = self.broker_closes.setdefault(life.remote, [])
+                times.append(life.closed_ms)
+                del times[:-MAX_BROKER_CLOSES]
+                self.broker_closes.move_to_end(life.remote)
+        while len(self.broker_closes) > MAX_ENDINGS:
+            self.broker_closes.popitem(last=False)
+
+    def _broker_closed_near(self, life: KernelLife) -> bool:
+        """Whether the broker closed a connection to ``life``'s remote that it had kept
+        (``_note_broker_closes``) within ``BROKER_END_WITHIN_MS`` of ``life``'s close."""
+        when = life.closed_ms or 0.0
+        return life.remote is not None and any(
+            abs(ms - when) <= BROKER_END_WITHIN_MS
+            for ms in self.broker_closes.get(life.remote, ()))
 
     def _hear(self, views: list[ProcessView], lives: list[KernelLife]) -> None:
         """Mark the ``lives`` whose close the wire saw end a failed login: the broker answered
