@@ -168,6 +168,29 @@ def test_a_recording_unsettled_on_a_socket_open_before_its_first_look_cannot_tel
         "close of sock:1: client/unknown recorded, client/client_closed in the stream"]
 
 
+def test_a_recording_unsettled_before_the_stream_settled_the_socket_cannot_tell():
+    """sasl-wrong-password: a failing login's connection lived less than a poll. The
+    recording's one look at it came right after its connect (unknown, no evidence yet); the
+    stream's came 143 ms later and said bootstrap. Unsettled at a moment the stream had not
+    settled it either, the recording says it cannot tell. Unsettled after the stream had
+    settled it, or settled otherwise, it still disagrees."""
+    from benchmarks.truth.score import record_disagreements
+
+    history = {"sock:1": [(1_143, {"role": "bootstrap", "node_id": -1})]}
+    rows = [{"pid": 7, "key": "sock:0", "ts_ms": 500, "role": "bootstrap", "node_id": -1,
+             "local": "127.0.0.1:5000"}]
+
+    def disagreements(role: str, at_ms: int) -> list[str]:
+        row = {"pid": 7, "key": "sock:1", "ts_ms": at_ms, "role": role,
+               "broker_id": 1 if role == "broker" else None, "local": "127.0.0.1:5001"}
+        return record_disagreements(history, [], [*rows, row], [], 7)
+
+    assert disagreements("unknown", 1_000) == []
+    assert disagreements("unknown", 1_500) == [
+        "sock:1: unknown recorded, bootstrap in the stream"]
+    assert disagreements("broker", 1_000) == ["sock:1: broker:1 recorded, bootstrap in the stream"]
+
+
 def test_a_recording_unsettled_on_a_close_before_its_first_look_cannot_tell():
     """sasl-wrong-password: ``kmon record`` started 5 ms before a failing login's connection
     opened; the connection lived 304 ms, all before the recording's first look at the

@@ -335,7 +335,9 @@ def record_disagreements(history: dict[str, list[tuple[int, dict]]], closes: lis
     open at that moment the next time). A socket it found at its first look at the process
     opened before that look, when its capture of the process opens (its handshake unseen):
     where it left that socket, or its close, unsettled, it says it cannot tell, as
-    ``--once`` may (``once_disagreements``); so does a close, unsettled, of a connection
+    ``--once`` may (``once_disagreements``); so does a socket it last saw unsettled before
+    the stream had settled it (a connection living less than a poll, each view's one look
+    at it at another moment of its short life); and a close, unsettled, of a connection
     opened before that look, which no poll of it showed (its kernel's open and close read).
     A close is the same one in both by its ports and its time, not its key: a view whose
     poll saw the socket keys it by its inode, one whose polls missed it by its endpoints
@@ -349,7 +351,8 @@ def record_disagreements(history: dict[str, list[tuple[int, dict]]], closes: lis
     before = {row["key"] for row in snapshots if row["pid"] == pid  # at its first look
               and row["ts_ms"] == min(times)}
     for key, row in last.items():
-        if key in before and unsettled(row):
+        if unsettled(row) and (key in before or not any(
+                ts <= row["ts_ms"] and not unsettled(seen) for ts, seen in history.get(key, []))):
             continue
         said = kmon_role(row)
         near = {kmon_role(seen) for ts, seen in history.get(key, [])
