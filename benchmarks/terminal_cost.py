@@ -1,13 +1,15 @@
 """What a user feels: kmon's CPU share in a real terminal at 2,000 connections.
 
     python -m benchmarks terminal_cost [--connections 2000] [--seconds 30] [--rounds 3]
+                                       [--size 200x60]
 
 A helper process holds --connections connections to another (dashboard_cost.py's
 helper roles: a few connections carry traffic, so rates and idle ages move).
 Measured over --seconds after a warm-up, as user + system CPU seconds of one
 process (all its threads) over wall seconds, at a 1 s interval:
 
-1. ``kmon attach PID`` in a real terminal: a tmux session of 200 x 60 (tmux
+1. ``kmon attach PID`` in a real terminal: a tmux session of --size (200 x 60;
+   80 x 24 is the smallest common terminal, where the table scrolls most; tmux
    draws what kmon writes, as a terminal emulator would; its own CPU is shown
    apart);
 2. ``kmon attach PID --json > /dev/null``;
@@ -45,7 +47,6 @@ from benchmarks.dashboard_cost import (
 from benchmarks.helpers import Helpers
 
 WARM_UP_S = 5.0
-SIZE = (200, 60)
 TMUX_SOCKET = f"kmon-bench-{os.getpid()}"
 DASHBOARD_TARGET, JSON_TARGET, RATIO_TARGET = 0.10, 0.08, 2.0
 
@@ -85,11 +86,12 @@ def tmux(*args: str) -> str:
                           capture_output=True).stdout
 
 
-def dashboard_share(pid: int, seconds: float, readers: list) -> tuple[float, float, float]:
+def dashboard_share(pid: int, seconds: float, readers: list,
+                    size: tuple[int, int]) -> tuple[float, float, float]:
     """(kmon's share, tmux's share, the engine alone beside them) for the dashboard in a
-    200 x 60 tmux session."""
+    tmux session of ``size`` (columns, lines)."""
     command = shlex.join(kmon_command(pid))
-    tmux("new-session", "-d", "-x", str(SIZE[0]), "-y", str(SIZE[1]), "-s", "kmon",
+    tmux("new-session", "-d", "-x", str(size[0]), "-y", str(size[1]), "-s", "kmon",
          f"exec {command}")
     try:
         kmon = psutil.Process(int(tmux("list-panes", "-F", "#{pane_pid}").split()[0]))
@@ -118,10 +120,11 @@ def measure(args: argparse.Namespace) -> Result:
         pid = start_clients(helpers, [args.connections])[0]
         for number in range(1, args.rounds + 1):
             print(f"round {number}: dashboard in tmux ...", file=sys.stderr, flush=True)
-            dashboard, terminal, engine = dashboard_share(pid, args.seconds, readers)
+            dashboard, terminal, engine = dashboard_share(pid, args.seconds, readers, args.size)
             print(f"round {number}: --json ...", file=sys.stderr, flush=True)
             rounds.append((engine, dashboard, terminal, *json_share(pid, args.seconds, readers)))
-    print(f"kmon at {args.connections} connections, 1 s interval, {args.seconds:.0f} s each "
+    print(f"kmon at {args.connections} connections, 1 s interval, a {args.size[0]} x "
+          f"{args.size[1]} terminal, {args.seconds:.0f} s each "
           f"after {WARM_UP_S:.0f} s warm-up (user + system CPU / wall, one process), "
           f"{args.rounds} round(s); each kmon run has the engine alone beside it, over the "
           "same seconds")
@@ -156,6 +159,16 @@ def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="seconds of each measurement")
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds of the two measurements (medians are the result)")
+    parser.add_argument("--size", type=terminal_size, default=(200, 60), metavar="COLSxLINES",
+                        help="the dashboard's terminal (default 200x60)")
+
+
+def terminal_size(text: str) -> tuple[int, int]:
+    """``COLSxLINES`` (e.g. 80x24) as (columns, lines)."""
+    columns, _, lines = text.lower().partition("x")
+    if not (columns.isdigit() and lines.isdigit() and int(columns) >= 40 and int(lines) >= 10):
+        raise argparse.ArgumentTypeError(f"{text!r} is no COLSxLINES of at least 40x10")
+    return int(columns), int(lines)
 
 
 def run(args: argparse.Namespace) -> Result:
