@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -145,10 +147,26 @@ def kafka(request, tmp_path_factory):
         return
 
     def stop() -> None:
+        keep_logs_of_dead_nodes(cluster)
         with owned:
             release(directory, "kafka", started=True)
 
     request.config.stash.setdefault(RUN_END, []).append(stop)
+
+
+def keep_logs_of_dead_nodes(cluster) -> None:
+    """The shared cluster's nodes are never killed, yet one died in a CI run (every test
+    on it failed after): a node found dead at the run's end leaves its exit code and logs
+    in ``/tmp/kmon-kafka-died-*``, which stopping the cluster does not remove."""
+    for node in cluster.nodes:
+        code = node.exit_code()
+        if code is None:
+            continue
+        kept = Path(tempfile.mkdtemp(prefix=f"kmon-kafka-died-node{node.node_id}-", dir="/tmp"))
+        (kept / "exit_code").write_text(f"{code}\n")
+        for name in ("jvm.out", "server.log"):
+            with contextlib.suppress(OSError):
+                shutil.copy(node.directory / name, kept)
 
 
 @pytest.fixture(scope="session")
