@@ -287,11 +287,14 @@ def source_closes_once_decided(kafka, counted) -> list:
                     str(kafka.ca_file), topic])
     reader, wire = open_socket_reader(), ProcessWire(tls_pid=client.pid)
     seen: list = []
+    others: list = []  # the other closes, and whether each was untied (one may keep it open)
 
     def poll():
         sockets = reader.sockets_of(client.pid)
         view = wire.read(sockets, int(time.time() * 1000)).view
         seen.extend(c for c in view.closes.values() if counted(c))
+        others.extend((c, pair in view.untied) for pair, c in view.closes.items()
+                      if not counted(c))
         return sockets, view
 
     def all_decided() -> bool:
@@ -314,7 +317,8 @@ def source_closes_once_decided(kafka, counted) -> list:
         except AssertionError as err:  # why it stays open: probes, or a linger, and whose
             now, (_, view) = time.monotonic(), poll()
             raise AssertionError(
-                f"{err}; counted closes {seen}; probing {wire.probing}; lingering "
+                f"{err}; counted closes {seen}; other closes {others}; probing "
+                f"{wire.probing}; lingering "
                 f"{wire.linger_until - now:.1f} s, unread {wire.unread_until - now:.1f} s; flows "
                 f"{[(key, dict(f.api_counts)) for key, f in view.flows.items()]}") from None
         return seen
