@@ -16,6 +16,7 @@ from kmon.engine.closes import IDLE_REASONS, in_words, kernel_story
 from kmon.engine.connection_lives import REJECTED_WITHIN_MS, ConnectionLives, KernelLife
 from kmon.engine.losses import LossHistory, Pair
 from kmon.model import CloseStory, Event, EventKind, Opening, ProcessView, WireClose
+from kmon.sources import bounded
 from kmon.sources.brokers.dns import parse_endpoint
 from kmon.sources.kafka_protocol import SASL_APIS
 from kmon.sources.kernel.kernel_events import KernelEvents, KernelEventsUnavailable
@@ -58,7 +59,7 @@ class KernelWatch:
         self.polled: list[ProcessView] = []  # the last poll's views
         self.held: list[KernelLife] = []  # refusals at once, told after one more poll
         # remote -> when the broker closed a followed connection to it (latest last)
-        self.broker_closes: OrderedDict[tuple[str, int], list[float]] = OrderedDict()
+        self.broker_closes: dict[tuple[str, int], list[float]] = {}
         self.unheard: list[KernelLife] = []  # closes no poll saw, waiting for the wire's
         # the wire's closes of the last polls, by (local, remote) as the rows write them
         self.wire: OrderedDict[tuple[str, str], WireClose] = OrderedDict()
@@ -197,17 +198,16 @@ class KernelWatch:
         return [*held, *now]
 
     def _note_broker_closes(self, closed: list[KernelLife]) -> None:
+        """Remember when the broker closed each connection it had kept past the limit's
+        window, by remote."""
         for life in closed:
-            lifetime = life.lifetime_ms
-            if (life.remote is not None and life.closed_ms is not None and life.ending is None
-                    and life.closed_by == "broker" and lifetime is not None
-                    and lifetime > REJECTED_WITHIN_MS):
-                times = self.broker_closes.setdefault(life.remote, [])
-                times.append(life.closed_ms)
-                del times[:-MAX_BROKER_CLOSES]
-                self.broker_closes.move_to_end(life.remote)
-        while len(self.broker_closes) > MAX_ENDINGS:
-            self.broker_closes.popitem(last=False)
+            closing = life.closed_ms
+            if (life.remote is not None and closing is not None and life.ending is None
+                    and life.closed_by == "broker"
+                    and closing - life.opened_ms > REJECTED_WITHIN_MS):
+                times = [*self.broker_closes.get(life.remote, ()), closing]
+                bounded.put(self.broker_closes, life.remote, times[-MAX_BROKER_CLOSES:],
+                            MAX_ENDINGS)
 
     def _broker_closed_near(self, life: KernelLife) -> bool:
         """Whether the broker closed a connection to ``life``'s remote that it had kept
