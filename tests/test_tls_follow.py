@@ -238,6 +238,84 @@ def test_a_client_at_work_dropping_a_socket_unread_closes_the_probes(kafka):
     assert unread
 
 
+# python -c SHUTTING BOOTSTRAP CAFILE: a client at work, writing a ListOffsets request on its
+# first TLS socket every 0.2 s from a thread; on "drop" it opens a second ("OPENED"), and on
+# "shut" ends that one's TLS (its close_notify, answered by the broker's and its FIN) and
+# closes it once that FIN came ("SHUT"): the broker closed first, no request read
+SHUTTING = """
+import socket, ssl, struct, sys, threading, time
+host, port = sys.argv[1].split(",")[0].rsplit(":", 1)
+context = ssl.create_default_context(cafile=sys.argv[2])
+def connect():
+    return context.wrap_socket(socket.create_connection((host, int(port))),
+                               server_hostname=host)
+working = connect()
+def work():
+    while True:
+        working.sendall(struct.pack(">ihhih", 10 + 4 + 8, 2, 1, 1, 4) + b"kmon"
+                        + struct.pack(">ii", -1, 0))
+        size = struct.unpack(">i", working.recv(4))[0]
+        while size > 0:
+            size -= len(working.recv(size))
+        time.sleep(0.2)
+threading.Thread(target=work, daemon=True).start()
+print("WORKING", flush=True)
+sys.stdin.readline()
+dropped = connect()
+print("OPENED", flush=True)
+sys.stdin.readline()
+raw = dropped.unwrap()
+raw.recv(1)  # the broker's FIN, after its close_notify
+raw.close()
+print("SHUT", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_client_at_work_shutting_a_tls_socket_unread_closes_the_probes(kafka):
+    """A client at work that ends a TLS socket's session before any request on it: its
+    close_notify, which the broker answers with its own and closes first, no request read.
+    A failed login's close looks so too, but this client is past its login on its other
+    socket: the source closes within a few polls, where it used to stay open PROBE_S more."""
+    from kmon.sources.kernel.socket_readers import open_socket_reader
+    from kmon.sources.process_wire import DECIDING_APIS, ProcessWire
+
+    client = Child([sys.executable, "-c", SHUTTING, kafka.bootstrap("SSL"),
+                    str(kafka.ca_file)])
+    reader, wire = open_socket_reader(), ProcessWire(tls_pid=client.pid)
+    closes: dict = {}  # (the tap reads the broker's port: other processes' closes too)
+    held: list = []  # the client's sockets at the last poll
+
+    def poll() -> bool:
+        """Whether every socket of the client is decided (a poll a second, as kmon's)."""
+        time.sleep(1)
+        sockets = reader.sockets_of(client.pid)
+        held[:] = [(s.local, s.remote) for s in sockets]
+        view = wire.read(sockets, int(time.time() * 1000)).view
+        closes.update(view.closes)
+        flows = [view.flows.get((s.local, s.remote)) for s in sockets]
+        return bool(flows) and all(f is not None and f.api_counts.keys() & DECIDING_APIS
+                                   for f in flows)
+
+    try:
+        client.wait_line("WORKING", timeout=60)
+        wait_for(poll, "the working socket decided", 20, every=0)
+        working = set(held)
+        client.send("")
+        client.wait_line("OPENED")
+        poll()  # a poll shows the dropped socket: the client's own
+        (dropped,) = set(held) - working
+        client.send("")
+        client.wait_line("SHUT")
+        close = wait_for(lambda: poll() and closes.get(dropped), "the dropped socket's close",
+                         10, every=0)
+        assert (close.tls, close.first_by, close.last_api) == (True, "broker", None)
+        wait_for(lambda: poll() and wire.tls is None, "the source closed", 6, every=0)
+    finally:
+        wire.close()
+        client.stop()
+
+
 # python -c REFUSED BOOTSTRAP CAFILE: another client on the SSL listener, each of whose TLS
 # connections writes a request size of -1: the broker closes it first, no request read
 REFUSED = """

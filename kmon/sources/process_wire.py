@@ -154,10 +154,10 @@ class ProcessWire:
         socket whose close may end a failed login keeps it open PROBE_S more
         (``_login_may_have_failed``): a client whose logins fail opens a new socket every few
         hundred ms, each to be read from its first write (a source opened at a poll reads
-        from then on). One the client closed with no request read keeps it open only while
-        no socket of the process is past its login: a client at work on another socket that
-        drops one (librdkafka its bootstrap connection, once it knows the cluster) is not
-        failing its logins. Only the process's closes count: a poll showed the socket, the
+        from then on). One closed with no request read keeps it open only while no socket of
+        the process is past its login: a client at work on another socket that drops one
+        (librdkafka its bootstrap connection, once it knows the cluster) is not failing its
+        logins. Only the process's closes count: a poll showed the socket, the
         kernel saw the process open it, or its TLS writes went to it (the tap reads its ports,
         whoever talks on them: another client's failing logins are not this one's). Every
         probe's cost is the client's."""
@@ -261,13 +261,12 @@ class ProcessWire:
 
 def _login_may_have_failed(close: WireClose) -> str | None:
     """Whether a TLS socket's close may end a failed login: "failed" where the broker answered
-    a SASL request with an error, the last request read was a SASL one, or none was read and
-    the broker closed first; "unread" where the client closed it with no request read (its
-    login, or a connection it no longer needs); else None."""
+    a SASL request with an error or the last request read was a SASL one; "unread" where no
+    request was read, whichever side closed first (its login, or a connection it no longer
+    needs: a client's TLS shutdown sends its close_notify, which the broker answers with its
+    own and its FIN, first); else None."""
     if not close.tls:
         return None
     if close.auth_failed or close.last_api in kp.SASL_APIS:
         return "failed"
-    if close.last_api is None:
-        return "unread" if close.first_by == "client" else "failed"
-    return None
+    return "unread" if close.last_api is None else None
