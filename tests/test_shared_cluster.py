@@ -98,8 +98,10 @@ def test_an_attached_cluster_reaches_the_same_nodes_and_never_stops_them(tmp_pat
     assert tmp_path.exists()
 
 
+# each worker holds the cluster until all three saw it: a worker done before another began
+# would rightly stop it (the last user), and the next start a cluster of its own
 RUN_TEST = """
-import json, os
+import json, os, time
 import pytest
 
 pytestmark = pytest.mark.integration
@@ -107,13 +109,18 @@ pytestmark = pytest.mark.integration
 def test_sees_the_cluster(kafka):
     with open(os.environ["SEEN"], "a") as seen:
         seen.write(json.dumps([kafka.bootstrap(), [n.pid for n in kafka.nodes]]) + "\\n")
+    deadline = time.monotonic() + 120
+    while (len(open(os.environ["SEEN"]).read().splitlines()) < 3
+           and time.monotonic() < deadline):
+        time.sleep(0.1)
 """
 
 
 @pytest.mark.integration
 @pytest.mark.kafka
 def test_xdist_workers_share_one_cluster_stopped_at_the_end(pytester, monkeypatch, tmp_path):
-    """Three workers, one file each, all see one cluster; none of its JVMs outlives the run."""
+    """Three workers, one file each, at once: all see one cluster; none of its JVMs outlives
+    the run."""
     pytest.importorskip("xdist")
     require_java()
     pytester.makeconftest((TESTS / "conftest.py").read_text())
