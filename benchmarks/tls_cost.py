@@ -31,7 +31,11 @@ host's load average: on a shared host the ratio of two fractions of a percent of
 moves with it. A producer attached once at its steady state
 may never be probed: its one busy socket's segments rarely start with a TLS record (loopback
 sends 64 kB segments), so the wire may not see it speak TLS (0 sockets named over TLS, as
-for confluent-kafka and KafkaJS in the first runs of this benchmark).
+for confluent-kafka and KafkaJS in the first runs of this benchmark). No client compresses
+(franz-go would snappy its batches by default, and these payloads shrink to nothing): every
+byte counted goes through TLS. On a small host the brokers' TLS, not the client, may cap the
+rate below --mb-per-s (2 cores: some 15-40 MB/s for either client): the figures say what
+was reached.
 """
 
 from __future__ import annotations

@@ -43,8 +43,11 @@ func produce(args []string) {
 		kgo.ClientID("kmon-franz-go-producer"),
 		kgo.DialTLSConfig(&tls.Config{RootCAs: roots}),
 		kgo.DefaultProduceTopic(args[1]),
-		kgo.ProducerBatchMaxBytes(2_000_000),
+		kgo.ProducerBatchMaxBytes(1_000_000), // under the broker's message.max.bytes (1 MiB)
 		kgo.ProducerLinger(5*time.Millisecond),
+		// franz-go snappy-compresses by default: the payload's bytes, not a fraction, go
+		// through TLS, as librdkafka's and KafkaJS's (uncompressed by default) do
+		kgo.ProducerBatchCompression(kgo.NoCompression()),
 		kgo.AllowAutoTopicCreation(),
 	)
 	if err != nil {
