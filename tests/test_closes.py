@@ -261,6 +261,25 @@ def test_two_views_that_read_a_socket_at_different_moments_time_its_idle_alike()
         "client", "client_closed", 952)
 
 
+def test_a_close_the_kernel_did_not_time_is_idle_from_the_capture_s_stamps():
+    """A consumer's coordinator connection (the truth matrix's rolling-restart): a poll saw
+    it 2,960 ms idle; a heartbeat went on it after that poll, and the client closed it 365 ms
+    later, before the next. The kernel's events did not follow it. From the poll alone it
+    was more than 1 s idle, which a client of unknown limit may have reaped (``unknown``); the
+    capture's stamps of its last data and its FIN say 365 ms: the client's close, as another
+    view whose poll came after the heartbeat tells it."""
+    seen = SocketLife(700_000, 710_320, row(idle=2_960, limits={}), {"ESTABLISHED"})
+    wire = WireClose("client", reset=False, last_api=12, last_data_ms=710_370,
+                     closed_ms=710_735)
+    told = story(seen, None, 710_820, wire)
+    assert (told.closed_by, told.reason, told.idle_before_ms) == ("client", "client_closed", 365)
+    later = SocketLife(700_000, 710_500, row(idle=130, limits={}), {"ESTABLISHED"})
+    again = story(later, None, 710_820, wire)
+    assert (again.closed_by, again.reason, again.idle_before_ms) == ("client", "client_closed", 365)
+    unstamped = story(seen, None, 710_820, WireClose("client", reset=False, last_api=12))
+    assert (unstamped.reason, unstamped.idle_before_ms) == ("unknown", 2_960)
+
+
 # --- real parts ---------------------------------------------------------------------------
 
 @pytest.mark.integration

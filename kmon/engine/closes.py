@@ -239,19 +239,31 @@ def story(life: SocketLife, kernel_state: str | None, closed_ms: int,
         side = wire.first_by
     else:
         side = closed_by(life, kernel_state, first_close)
-    why = reason(side, conn.idle_ms, conn.idle_limits, established,
-                 max(0, closed_ms - life.last_seen_ms))
+    timed = wire_idle_ms(wire)
+    why = (reason(side, conn.idle_ms, conn.idle_limits, established,
+                  max(0, closed_ms - life.last_seen_ms)) if timed is None
+           else reason(side, timed, conn.idle_limits, established))
+    idle = conn.idle_ms if timed is None else timed
     # opened before kmon saw it: it lived at least as long as it was idle
-    lived = max(life.last_seen_ms - life.first_seen_ms, conn.idle_ms or 0)
+    lived = max(life.last_seen_ms - life.first_seen_ms, idle or 0)
     if wire is not None:
         why = wire_reason(wire, why, lived)
     if (wire is None or not wire.heard) and life.states <= SEEN_CLOSED:
         side = why = "unknown"  # refused, or reset, before any poll saw it open
     why = drop_reason(conn, why)
     return CloseStory(
-        closed_by=side, reason=why, idle_before_ms=conn.idle_ms, lifetime_ms=lived,
+        closed_by=side, reason=why, idle_before_ms=idle, lifetime_ms=lived,
         bytes_sent=conn.bytes_sent, bytes_received=conn.bytes_received,
         requests_sent=conn.requests_sent, requests_received=conn.requests_received)
+
+
+def wire_idle_ms(wire: WireClose | None) -> int | None:
+    """How long a close the wire heard came after the connection's last data, by the
+    capture's stamps (the same in every view, where a poll's idle age is its own and may
+    predate that data); None where it took no data or did not hear the close."""
+    if wire is None or not wire.heard or wire.last_data_ms is None or wire.closed_ms is None:
+        return None
+    return max(0, wire.closed_ms - wire.last_data_ms)
 
 
 def exact_story(life: SocketLife, kernel: KernelLife,
