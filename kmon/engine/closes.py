@@ -239,11 +239,10 @@ def story(life: SocketLife, kernel_state: str | None, closed_ms: int,
         side = wire.first_by
     else:
         side = closed_by(life, kernel_state, first_close)
-    timed = wire_idle_ms(wire)
-    why = (reason(side, conn.idle_ms, conn.idle_limits, established,
-                  max(0, closed_ms - life.last_seen_ms)) if timed is None
-           else reason(side, timed, conn.idle_limits, established))
-    idle = conn.idle_ms if timed is None else timed
+    timed = wire_idle_ms(wire)  # exact where the wire stamped it; else the last poll's age
+    idle, window = ((conn.idle_ms, max(0, closed_ms - life.last_seen_ms)) if timed is None
+                    else (timed, 0))
+    why = reason(side, idle, conn.idle_limits, established, window)
     # opened before kmon saw it: it lived at least as long as it was idle
     lived = max(life.last_seen_ms - life.first_seen_ms, idle or 0)
     if wire is not None:
