@@ -321,11 +321,19 @@ class _Tapped:
     def counts(self, fetches: int) -> dict[int, int]:
         """The connection's API counts once the tap has read its ``fetches`` Fetch requests
         (a test sends a Fetch last; the ring hands its block over when it times out)."""
+        seen: list = []  # the last poll's flow and drops, told if the wait fails
+
         def fetched():
-            flow = self.tap.poll([self.sock], 1).flows.get((self.local, self.remote))
+            view = self.tap.poll([self.sock], 1)
+            flow = view.flows.get((self.local, self.remote))
+            seen[:] = [None if flow is None else dict(flow.api_counts), view.drops]
             return flow if flow is not None and flow.api_counts[FETCH] >= fetches else None
 
-        return dict(wait_for(fetched, f"{fetches} Fetch requests read by the tap", 10).api_counts)
+        try:
+            flow = wait_for(fetched, f"{fetches} Fetch requests read by the tap", 10)
+        except AssertionError as err:
+            raise AssertionError(f"{err}; the flow's APIs, drops: {seen}") from None
+        return dict(flow.api_counts)
 
     def __exit__(self, *exc) -> None:
         self.tap.close()
