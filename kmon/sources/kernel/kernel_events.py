@@ -15,10 +15,12 @@ import contextlib
 import ctypes
 import functools
 import ipaddress
+import itertools
 import mmap
 import os
 import platform
 import re
+import stat
 import struct
 import tempfile
 import time
@@ -40,6 +42,11 @@ from kmon.sources.kernel.sockets import normalize_ip
 TRACEPOINTS = ("sock/inet_sock_set_state", "tcp/tcp_receive_reset", "tcp/tcp_send_reset")
 TRACEFS_PLACES = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 MAX_FORMAT_BYTES = 64 * 1024
+# the private mounts ``tracefs`` makes where tracefs is not mounted: kmon-tracefs-PID-xxxxxxxx
+SCRATCH_PREFIX = "kmon-tracefs-"
+SCRATCH_NAME = re.compile(r"kmon-tracefs-(?:(\d{1,10})-)?[A-Za-z0-9_]{1,32}")
+MAX_SCRATCH_LOOKED = 100_000  # entries of the temporary directory looked at for them
+MAX_MOUNTINFO_BYTES = 1 << 20
 # data pages per CPU (a power of two): state changes, about 10,000 records of ~100 bytes in
 # 1 MiB (several seconds of 200 connections a second, a late poll included); resets are rare;
 # connects to ports not followed: a new port's first connect (a flood of them fills these)
@@ -232,13 +239,13 @@ def read_formats() -> dict[str, tuple[int, dict[str, Field]]]:
 @contextlib.contextmanager
 def tracefs() -> Iterator[Path]:
     """tracefs's root where it is mounted, else mounted on a private directory for the
-    block and unmounted after it."""
+    block and unmounted after it (its name carries kmon's pid: ``remove_stale_scratch``)."""
     for place in TRACEFS_PLACES:
         if (place / "events").is_dir():
             yield place
             return
     libc = ctypes.CDLL(None, use_errno=True)
-    scratch = tempfile.mkdtemp(prefix="kmon-tracefs-")
+    scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
     try:
         if libc.mount(b"nodev", scratch.encode(), b"tracefs", 0, None) != 0:
             raise KernelEventsUnavailable(
@@ -249,6 +256,72 @@ def tracefs() -> Iterator[Path]:
             libc.umount2(scratch.encode(), MNT_DETACH)
     finally:
         os.rmdir(scratch)
+
+
+def remove_stale_scratch() -> int:
+    """The private tracefs mounts a killed kmon left (``tracefs``: mounted for a read, never
+    unmounted) unmounted, and their directories removed, where the kmon that made them is
+    gone; one named without a pid (as kmon named them before) counts as gone: no kmon holds
+    one longer than a read. The mounts are the kernel's own list's, and only tracefs ones on
+    a directory of that name in the temporary directory are touched; a directory left empty
+    (killed between its unmount and its removal) only where this user owns it. How many
+    went."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    removed = 0
+    for path in _stale_scratch():
+        mounted = _mounted_tracefs(path)
+        if mounted:
+            libc.umount2(path.encode(), MNT_DETACH)
+        try:
+            info = os.lstat(path)
+            if stat.S_ISDIR(info.st_mode) and (mounted or info.st_uid == os.geteuid()):
+                os.rmdir(path)
+                removed += 1
+        except OSError:
+            continue  # gone meanwhile, or not empty: never ours
+    return removed
+
+
+def _stale_scratch() -> list[str]:
+    """The temporary directory's entries named as ``tracefs`` names its mounts, of a kmon
+    that is gone (at most MAX_SCRATCH_LOOKED looked at)."""
+    root = tempfile.gettempdir()
+    stale = []
+    try:
+        with os.scandir(root) as entries:
+            for entry in itertools.islice(entries, MAX_SCRATCH_LOOKED):
+                found = SCRATCH_NAME.fullmatch(entry.name)
+                if found and (found[1] is None or not process_running(int(found[1]))):
+                    stale.append(os.path.join(root, entry.name))
+    except OSError:
+        return []
+    return stale
+
+
+def _mounted_tracefs(path: str) -> bool:
+    """Whether the kernel lists a tracefs mount on ``path`` (its mountinfo, octal escapes
+    undone)."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
+            text = handle.read(MAX_MOUNTINFO_BYTES)
+    except OSError:
+        return False
+    for line in text.splitlines():
+        fields, _, rest = line.partition(" - ")
+        parts = fields.split(" ")
+        if len(parts) > 4 and rest.startswith("tracefs ") and re.sub(
+                r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), parts[4]) == path:
+            return True
+    return False
+
+
+def process_running(pid: int) -> bool:
+    """A process (not a thread: /proc shows threads' ids too) of this id is running."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
+            return f"\nTgid:\t{pid}\n" in handle.read(4096)
+    except OSError:
+        return False
 
 
 def _formats_in(root: Path) -> dict[str, tuple[int, dict[str, Field]]]:

@@ -20,7 +20,14 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from kmon.sources.kernel.kernel_events import Field, KernelEventsUnavailable, parse_format, tracefs
+from kmon.sources.kernel.kernel_events import (
+    Field,
+    KernelEventsUnavailable,
+    parse_format,
+    process_running,
+    remove_stale_scratch,
+    tracefs,
+)
 
 GROUP_PREFIX = "kmon_"
 MAX_EVENTS_FILE = 1 << 20  # uprobe_events read at most
@@ -128,7 +135,9 @@ class Uprobes:
 
 def remove_stale() -> int:
     """Remove the uprobe groups of kmon processes that are gone (and one of kmon's own pid,
-    left by an earlier kmon that had it): the events removed."""
+    left by an earlier kmon that had it), after the private tracefs mounts a killed kmon left
+    (``remove_stale_scratch``): the events removed."""
+    remove_stale_scratch()
     try:
         with tracefs() as root:
             with open(root / "uprobe_events", encoding="ascii", errors="replace") as handle:
@@ -136,21 +145,12 @@ def remove_stale() -> int:
             removed = 0
             for line in LINE.finditer(text):
                 pid = int(line["pid"])
-                if pid == os.getpid() or not _alive(pid):
+                if pid == os.getpid() or not process_running(pid):
                     removed += _append(root, f"-:{line['group']}/{line['event']}\n",
                                        missing_ok=True)
             return removed
     except (OSError, KernelEventsUnavailable):
         return 0
-
-
-def _alive(pid: int) -> bool:
-    """A process (not a thread: /proc shows threads' ids too) of this id is running."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
-            return f"\nTgid:\t{pid}\n" in handle.read(4096)
-    except OSError:
-        return False
 
 
 def _append(root: Path, line: str, missing_ok: bool = False) -> int:
