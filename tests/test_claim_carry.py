@@ -343,9 +343,10 @@ def test_a_row_memo_blind_to_a_claims_evidence_is_caught(monkeypatch):
     """The check above fails for rows carried while a socket's claims name the same role,
     node, broker and confidence but their evidence or facts changed (the wire's counts of
     each API, the client it names): a changed evidence item must change the row."""
-    monkeypatch.setattr(resolve, "_says_alike", lambda a, b: a is b or (
+    monkeypatch.setattr(resolve, "_says_alike_but_evidence", lambda a, b: a is b or (
         a.role is b.role and a.node_id == b.node_id and a.broker_id == b.broker_id
         and a.confidence == b.confidence and a.source == b.source))
+    monkeypatch.setattr(resolve, "_evidence_again", lambda _kernel, row, _claims: row.evidence)
     with pytest.raises(AssertionError, match="seed"):
         for seed in range(8):
             run(seed)

@@ -133,6 +133,14 @@ def test_each_row_is_the_one_its_claims_make_from_scratch():
     (row,), _ = resolved([tcp(11, 5, BROKER, 1_100)],
                          {"sock:11": [wire(None, "Produce×1 (last 12:00:01.1)")]})
     assert row.idle_ms == 1_100 and row.claims[0]["detail"] == "Produce×1 (last 12:00:01.1)"
+    counted = Claim("wire", Role.BROKER, None, None, 1.0, facts={"client": "p"},
+                    evidence={"role": "wire", "wire": "Produce×2"}, detail="Produce×2")
+    (row,), _ = resolved([tcp(11, 5, BROKER, 1_200)], {"sock:11": [counted]})
+    assert row.evidence["wire"] == "Produce×2"  # a request more: only the evidence moved
+    (row,), _ = resolved([tcp(11, 5, BROKER, 1_300)], {"sock:11": [said]}, 300_000)
+    (row,), _ = resolved([tcp(11, 5, BROKER, 1_400)], {"sock:11": [counted]}, 300_000)
+    assert row.evidence["wire"] == "Produce×2" and row.evidence["idle_limit"] == (
+        "middlebox (config)")  # the limits' evidence kept where they set it
     (row,), _ = resolved([tcp(11, 5, BROKER, 2_100)], {"sock:11": [wire(2, "")]})
     assert (row.node_id, row.broker_id) == (2, 2)
     endpoint = Claim("endpoint", Role.BROKER, 1, 1, 0.6, evidence={"role": "inferred"})

@@ -99,8 +99,18 @@ def resolve_one(base: Connection, claims: Sequence[Claim]) -> tuple[Connection, 
     """The row of one socket, and a notice where the wire contradicts the other evidence."""
     if not claims:
         return base, None
+    changes, evidence, notice = decide(base.evidence, base.remote, base.fd, claims)
+    return replace(base, evidence=evidence, claims=[c.summary for c in claims],
+                   **changes), notice
+
+
+def decide(kernel_evidence: Mapping[str, str], remote: str | None, fd: int | None,
+           claims: Sequence[Claim]) -> tuple[dict[str, Any], dict[str, str], str | None]:
+    """What ``claims`` make of the row of a socket (to ``remote``, under ``fd``) whose kernel
+    evidence is ``kernel_evidence``: the fields they set, the row's evidence, and a notice
+    where the wire contradicts the other evidence."""
     changes: dict[str, Any] = {}
-    evidence = dict(base.evidence)
+    evidence = dict(kernel_evidence)
     chosen = best(claims)
     if chosen is not None:
         changes.update(role=chosen.role, node_id=chosen.node_id, broker_id=chosen.broker_id,
@@ -117,7 +127,7 @@ def resolve_one(base: Connection, claims: Sequence[Claim]) -> tuple[Connection, 
     own = _exact_against(claims, wire)
     if wire is not None and wire.role and own is not None and own.role:
         # the client's own handle of the socket outranks a guess
-        notice = (f"{base.remote} (fd {base.fd}): the wire guessed {wire.role.value} "
+        notice = (f"{remote} (fd {fd}): the wire guessed {wire.role.value} "
                   f"{wire.node_id}, {own.source} says {own.role.value} {own.node_id}; "
                   f"the {own.source} decides")
         evidence.update((k, v) for k, v in wire.evidence.items() if k != "role")
@@ -128,7 +138,7 @@ def resolve_one(base: Connection, claims: Sequence[Claim]) -> tuple[Connection, 
     if wire is not None and wire.role is not None:  # (the search above: it has a role)
         if chosen is not None and chosen.role is not None and chosen.source != "endpoint" and (
                 chosen.role, chosen.node_id) != (wire.role, wire.node_id):
-            notice = (f"{base.remote} (fd {base.fd}): the wire says {wire.role.value} "
+            notice = (f"{remote} (fd {fd}): the wire says {wire.role.value} "
                       f"{wire.node_id}, {chosen.source} said {chosen.role.value} "
                       f"{chosen.node_id}; the wire decides")
         changes.update(role=wire.role, node_id=wire.node_id, confidence=wire.confidence,
@@ -136,8 +146,7 @@ def resolve_one(base: Connection, claims: Sequence[Claim]) -> tuple[Connection, 
         if wire.broker_id is not None:
             changes["broker_id"] = wire.broker_id
         evidence.update(wire.evidence)
-    return replace(base, evidence=evidence, claims=[c.summary for c in claims],
-                   **changes), notice
+    return changes, evidence, notice
 
 
 def _exact_against(claims: Sequence[Claim], wire: Claim | None) -> Claim | None:
@@ -188,13 +197,15 @@ class RowResolver:
                     sock.remote.text, sock.state, idle_ms, was.idle_limit_ms, sent,
                     sock.bytes_received, was.requests_sent, was.requests_received,
                     was.in_flight, was.rtt_ms, sock.rtt_ms, was.broker_name, sock.fd,
-                    sock.inode or None, was.evidence, was.confidence,
+                    sock.inode or None, last.evidence, was.confidence,
                     last.summaries, was.idle_limits, was.idle_limit_by,
                     sock.stall and sock.stall._asdict())
             else:
                 row, notice = resolve_one(socket_row(sock, key, limits, by), said)
-                row = with_limits(row, middlebox_idle_ms)
-                last = _Made(list(said), evidence, setting, row, notice)
+                limited = with_limits(row, middlebox_idle_ms)
+                last = _Made(list(said), evidence, setting, limited, notice,
+                             limited.evidence is row.evidence)
+                row = limited
             if last.lasting:
                 made[key] = last
             rows.append(row)
@@ -219,17 +230,23 @@ class _Made:
     setting: tuple[int, int | None]  # the brokers' and a middlebox's idle limits
     row: Connection
     notice: str | None
+    # the limits left the row's evidence as the claims made it: where only the claims'
+    # evidence changes, the row's is theirs made again (``decide``), its fields the same
+    evidence_free: bool = False
     lasting: bool = field(init=False)  # no claim has a fact in place of the kernel's
     summaries: list[dict[str, Any]] = field(init=False)  # the claims as rows keep them, shared
+    evidence: dict[str, str] = field(init=False)  # the row's evidence, for the next poll's
 
     def __post_init__(self) -> None:
         self.lasting = not any(_KERNEL_FIELDS.intersection(c.facts) for c in self.claims)
         self.summaries = self.row.claims
+        self.evidence = self.row.evidence
 
     def holds(self, claims: Sequence[Claim], sock: TcpSocket, kernel_evidence: dict[str, str],
               setting: tuple[int, int | None]) -> bool:
         """Whether these claims, of this socket, make the same row but the kernel's fields
-        (then the claims are this poll's, their summaries too where a detail changed)."""
+        and, where only the claims' evidence changed, the row's evidence (then the claims are
+        this poll's, their summaries and that evidence too)."""
         row = self.row
         if not (kernel_evidence is self.kernel_evidence and sock.fd == row.fd
                 and sock.remote.text == row.remote and setting == self.setting
@@ -237,15 +254,28 @@ class _Made:
             return False
         if claims == self.claims:  # the same claims (each the same one, or equal): the same row
             return True
-        if not all(map(_says_alike, claims, self.claims)):
-            return False
+        said_alike = True
+        for now, was in zip(claims, self.claims, strict=True):
+            if not _says_alike_but_evidence(now, was):
+                return False
+            said_alike = said_alike and (now.evidence is was.evidence
+                                         or now.evidence == was.evidence)
+        if not said_alike:
+            if not self.evidence_free:
+                return False
+            self.evidence = _evidence_again(kernel_evidence, row, claims)
         self.claims, self.summaries = list(claims), [c.summary for c in claims]
         return True
 
 
-def _says_alike(a: Claim, b: Claim) -> bool:
-    """Whether two claims say the same of a row (their details aside)."""
+def _evidence_again(kernel_evidence: dict[str, str], row: Connection,
+                    claims: Sequence[Claim]) -> dict[str, str]:
+    """The evidence ``claims`` give the row (``decide``'s), the rest of it as it was."""
+    return decide(kernel_evidence, row.remote, row.fd, claims)[1]
+
+
+def _says_alike_but_evidence(a: Claim, b: Claim) -> bool:
+    """Whether two claims set the same fields of a row (their evidence and details aside)."""
     return a is b or (a.role is b.role and a.node_id == b.node_id
                       and a.broker_id == b.broker_id and a.confidence == b.confidence
-                      and a.source == b.source and (a.facts is b.facts or a.facts == b.facts)
-                      and (a.evidence is b.evidence or a.evidence == b.evidence))
+                      and a.source == b.source and (a.facts is b.facts or a.facts == b.facts))
