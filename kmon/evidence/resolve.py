@@ -165,7 +165,9 @@ class RowResolver:
     """The rows of one process's sockets, poll after poll: what the claims make of a socket
     (``resolve_one``, ``with_limits``) is worked out again only when they say something else
     than at the last poll (their details aside: those only enter ``Connection.claims``), or
-    its fd, its peer or the limits changed; the kernel's fields are each poll's own."""
+    its fd, its peer or the limits changed; where only their evidence moved (a request more
+    in the wire's counts), only the row's evidence is (``decide``); the kernel's fields are
+    each poll's own."""
 
     def __init__(self) -> None:
         self.made: dict[str, _Made] = {}  # socket key -> its claims' part, the last poll's
