@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from helpers import Child
+from helpers import Child, wait_for
 
 from kmon.engine.cluster_watch import (
     SOURCE_CLUSTER,
@@ -79,6 +79,16 @@ def test_unreachable_cluster_backs_off_doubling_up_to_the_cap():
     assert (view.attempts, view.failures) == (5, 5)
 
 
+def stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` is stopped (state T in its /proc stat)."""
+    tasks = os.listdir(f"/proc/{pid}/task")
+    states = []
+    for tid in tasks:
+        with open(f"/proc/{pid}/task/{tid}/stat", encoding="ascii") as handle:
+            states.append(handle.read().rsplit(")", 1)[1].split()[0])
+    return bool(states) and all(state == "T" for state in states)
+
+
 @pytest.mark.integration
 def test_a_failed_refresh_keeps_the_last_good_view_and_success_resets_backoff():
     cluster = Child([sys.executable, "-m", "kmon", "devcluster", "--brokers", "2"])
@@ -91,6 +101,7 @@ def test_a_failed_refresh_keeps_the_last_good_view_and_success_resets_backoff():
 
         os.kill(cluster.pid, signal.SIGSTOP)  # a hung cluster: connections open, no answers
         try:
+            wait_for(lambda: stopped(cluster.pid), "every thread of the cluster stopped", 10)
             # librdkafka may still answer one metadata request it had under way or cached
             last_good = good
             for _ in range(8):
