@@ -266,10 +266,14 @@ def remove_stale_scratch() -> int:
     a directory of that name in the temporary directory are touched; a directory left empty
     (killed between its unmount and its removal) only where this user owns it. How many
     went."""
+    stale = _stale_scratch()
+    if not stale:
+        return 0
     libc = ctypes.CDLL(None, use_errno=True)
+    tracefs_mounts = _tracefs_mounts()
     removed = 0
-    for path in _stale_scratch():
-        mounted = _mounted_tracefs(path)
+    for path in stale:
+        mounted = path in tracefs_mounts
         if mounted:
             libc.umount2(path.encode(), MNT_DETACH)
         try:
@@ -298,21 +302,20 @@ def _stale_scratch() -> list[str]:
     return stale
 
 
-def _mounted_tracefs(path: str) -> bool:
-    """Whether the kernel lists a tracefs mount on ``path`` (its mountinfo, octal escapes
-    undone)."""
+def _tracefs_mounts() -> set[str]:
+    """Where the kernel lists a tracefs mount (its mountinfo, octal escapes undone)."""
     try:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
             text = handle.read(MAX_MOUNTINFO_BYTES)
     except OSError:
-        return False
+        return set()
+    found = set()
     for line in text.splitlines():
         fields, _, rest = line.partition(" - ")
         parts = fields.split(" ")
-        if len(parts) > 4 and rest.startswith("tracefs ") and re.sub(
-                r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), parts[4]) == path:
-            return True
-    return False
+        if len(parts) > 4 and rest.startswith("tracefs "):
+            found.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), parts[4]))
+    return found
 
 
 def process_running(pid: int) -> bool:
