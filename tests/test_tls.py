@@ -653,8 +653,8 @@ from kmon.sources.tls import tls_tap, uprobes
 uprobes.hook_exit_signals()
 print("GROUP", uprobes.registry().group, flush=True)
 add_event = tls_tap.TlsTap._add_event
-def add_then_signalled(self, thread, event_id, tid):
-    add_event(self, thread, event_id, tid)
+def add_then_signalled(self, thread, event_id, *where):
+    add_event(self, thread, event_id, *where)
     if self.events[event_id][0] == "ssl":
         signal.raise_signal(signal.SIGTERM)
 tls_tap.TlsTap._add_event = add_then_signalled

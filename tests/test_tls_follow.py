@@ -166,9 +166,9 @@ def franz_go_tapped(kafka, go_consumer, prefix: str):
 
 def events_of(tap: TlsTap, kind: str) -> list[int]:
     """The perf event fds of ``kind`` (ssl, send) of every thread the source reads."""
+    kinds = [each for each, _ in tap.events.values() for _ in tap.rings]  # each on each CPU
     return [fd for thread in tap.threads.values()  # each thread's events, in order
-            for fd, (each, _) in zip(thread.fds[1:], tap.events.values(), strict=True)
-            if each == kind]
+            for fd, each in zip(thread.fds, kinds, strict=True) if each == kind]
 
 
 @pytest.mark.skipif(shutil.which("go") is None, reason="go is not installed")

@@ -110,11 +110,12 @@ def scored(events, watched_ms):
 def test_a_failed_login_over_sasl_ssl_is_auth_failed_or_unsettled_never_wrong(kafka, topic):
     """A wrong password: the broker answers SaslAuthenticate with an error, inside TLS, and
     one side closes ~0.3 s later, on a connection (and a librdkafka thread) made for that one
-    login, some 5 a second. A login whose requests were read and tied to its socket before
-    it closes, closed by the broker, is ``auth_failed``; the client's close (its reply to the
-    answer kmon cannot read) stays ``unknown``, as does one whose requests were read too late
-    (most of them: one login in ~20 is tied in time on this machine, fewer under load): never
-    ``client_closed``, ``broker_closed`` or ``reset``. A login under way
+    login, some 5 a second. A login whose requests were read and tied to its socket (the
+    one a poll showed, or the 4-tuple its close told), closed by the broker, is
+    ``auth_failed``; the client's close (its reply to the answer kmon cannot read) stays
+    ``unknown``, as does one whose requests were not tied (a socket reset before the client
+    closed it; the source not open yet): never ``client_closed``, ``broker_closed`` or
+    ``reset``. A login under way
     before kmon's first poll is not scored: kmon saw none of it but, maybe, its close (the
     kernel's reason, as without the wire)."""
     client = confluent_consumer(kafka, topic, "SASL_SSL",

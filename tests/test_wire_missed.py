@@ -166,8 +166,8 @@ def test_a_tls_login_written_in_its_syn_s_millisecond_keeps_its_requests():
             sock = tls_socket(client, remote)
             time.sleep(0.3)  # the SYN's block handed over
             syn_ms = next(s.first_ms for s in watch.read() if s.flags & SYN)
-            writes = [(sock.inode, syn_ms + 0.5 + correlation / 10, request(api, correlation)[:16])
-                      for correlation, api in enumerate(LOGIN)]
+            writes = [(sock.inode, syn_ms + 0.5 + correlation / 10, request(api, correlation)[:16],
+                       None) for correlation, api in enumerate(LOGIN)]
             flow = tap.poll([sock], 1, writes).flows[(sock.local, sock.remote)]
             peer.close()  # the broker's FIN after the login
             time.sleep(0.2)
@@ -189,12 +189,14 @@ def tls_socket(client: socket.socket, remote: Endpoint) -> TcpSocket:
                      Endpoint(*client.getsockname()), remote, "ESTABLISHED")
 
 
-def tls_writes(sock: TcpSocket, apis: tuple[int, ...]) -> list[tuple[int, float, bytes]]:
+def tls_writes(sock: TcpSocket, apis: tuple[int, ...]
+               ) -> list[tuple[int, float, bytes, None]]:
     """The starts of ``sock``'s TLS writes of ``apis``, a tenth of a ms apart, the last now,
-    as the TLS source hands them over: (socket inode, epoch ms, the first 16 bytes)."""
+    as the TLS source hands them over: (socket inode, epoch ms, the first 16 bytes, no
+    4-tuple: a poll shows the socket)."""
     now = time.time() * 1000
-    return [(sock.inode, now - (len(apis) - 1 - correlation) / 10, request(api, correlation)[:16])
-            for correlation, api in enumerate(apis)]
+    return [(sock.inode, now - (len(apis) - 1 - correlation) / 10, request(api, correlation)[:16],
+             None) for correlation, api in enumerate(apis)]
 
 
 @pytest.fixture

@@ -60,15 +60,18 @@ PERF_TYPE_SOFTWARE, PERF_TYPE_TRACEPOINT, PERF_COUNT_SW_DUMMY = 1, 2, 9
 # threads only, never a child process; Linux 5.13 and later)
 INHERIT_THREADS = 1 << 1 | 1 << 35
 PERF_SAMPLE_TID, PERF_SAMPLE_TIME, PERF_SAMPLE_RAW = 1 << 1, 1 << 2, 1 << 10
+PERF_SAMPLE_ID = 1 << 6  # the event's id: an inherited event's, its parent's
 PERF_RECORD_LOST, PERF_RECORD_SAMPLE = 2, 9
 USE_CLOCKID = 1 << 25
 CLOCK_MONOTONIC = 1
 PERF_EVENT_IOC_ENABLE = 0x2400
 PERF_EVENT_IOC_DISABLE = 0x2401
 PERF_EVENT_IOC_SET_FILTER = 0x40082406
+PERF_EVENT_IOC_ID = 0x80082407
 PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}
 MNT_DETACH = 2
 HEADER, SAMPLE = struct.Struct("<IHH"), struct.Struct("<IIQI")  # a record's, a sample's start
+ID_SAMPLE = struct.Struct("<IIQQI")  # a sample's start, its event's id in it
 FIELD_LINE = re.compile(r"field:(?P<decl>[^;]+);\s*offset:(?P<offset>\d+);\s*size:(?P<size>\d+);"
                         r"\s*signed:(?P<signed>\d);")
 
@@ -216,14 +219,18 @@ def perf_event_open(attr: bytes, cpu: int, pid: int = -1) -> int:
 
 
 def tracepoint_attr(config: int, inherit: bool = False,
-                    kind: int = PERF_TYPE_TRACEPOINT, disabled: bool = False) -> bytes:
+                    kind: int = PERF_TYPE_TRACEPOINT, disabled: bool = False,
+                    sample_id: bool = False) -> bytes:
     """A ``struct perf_event_attr`` (128 bytes) for one tracepoint, sampling every hit;
     ``inherit``: in the threads the thread creates too, not in the processes it forks (their
     records go to the ring of the event they inherit: perf's own rule); ``kind``: another
     type of event (``PERF_TYPE_SOFTWARE`` with ``PERF_COUNT_SW_DUMMY``: a ring that records
-    nothing of its own); ``disabled``: recording nothing until enabled (an ioctl)."""
-    head = struct.pack("<IIQQQQQII", kind, 128, config, 1,
-                       PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW, 0,
+    nothing of its own); ``disabled``: recording nothing until enabled (an ioctl);
+    ``sample_id``: each record says which event made it, an inherited one its parent
+    (``read_ring``'s ``event_ids``)."""
+    sampled = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW | (
+        PERF_SAMPLE_ID if sample_id else 0)
+    head = struct.pack("<IIQQQQQII", kind, 128, config, 1, sampled, 0,
                        USE_CLOCKID | (INHERIT_THREADS if inherit else 0) | int(disabled), 1, 0)
     body = bytearray(head.ljust(128, b"\0"))
     struct.pack_into("<i", body, 92, CLOCK_MONOTONIC)  # clockid, after sample_stack_user
@@ -401,14 +408,14 @@ class KernelEvents:
             return
         old, self.rings, self.ports = self.rings, self._open_all(ports), ports
         for ring in old:
-            self._drain(ring, self._pending, _epoch_ms())
+            self._drain(ring, self._pending, epoch_offset_ms())
             self._retiring.append((ring, RETIRING_READS))
 
     def read(self) -> list[TcpEvent]:
         """The events recorded since the last read, oldest first."""
         out, self._pending = self._pending, []
         overlap = bool(out)  # rings replaced by a new filter recorded alongside the new ones
-        epoch_ms = _epoch_ms()  # one for every ring: their records interleave as stamped
+        epoch_ms = epoch_offset_ms()  # one for every ring: their records interleave as stamped
         for ring in self.rings:
             self._drain(ring, out, epoch_ms)
         retiring, self._retiring = self._retiring, []
@@ -455,20 +462,22 @@ def in_order(events: list[TcpEvent]) -> list[TcpEvent]:
     return sorted(events, key=lambda e: (e.ts_ms, e.kind == "state"))
 
 
-def _epoch_ms() -> float:
+def epoch_offset_ms() -> float:
     """What turns a CLOCK_MONOTONIC stamp in ms into UTC epoch ms, now."""
     return (time.time() - time.monotonic()) * 1000
 
 
-def read_ring(buf: mmap.mmap, pages: int, sample: Callable[[int, int, float, bytes], bool],
+def read_ring(buf: mmap.mmap, pages: int, sample: Callable[..., bool],
               lost: Callable[[int], None], room: int, retiring: bool = False,
-              epoch_ms: float | None = None) -> bool:
+              epoch_ms: float | None = None, event_ids: bool = False) -> bool:
     """The records between a perf ring's tail and head, copied out in one or two slices
     (where they wrap), then read in place: each sample handed to ``sample(pid, tid, ts_ms,
     raw)`` (True: it counts against ``room``, the most taken), each count of records the
     kernel dropped to ``lost``; True when there were any. ``retiring``: only the count of
     records lost, and only the first record's. ``epoch_ms``: the offset to UTC of the rings
-    read together (each its own taken apart: a few us, or a preemption, between them)."""
+    read together (each its own taken apart: a few us, or a preemption, between them).
+    ``event_ids``: the events sample their id too (``tracepoint_attr``'s ``sample_id``),
+    handed on as ``sample``'s fifth argument."""
     page = mmap.PAGESIZE
     size = pages * page
     head, tail = struct.unpack_from("<QQ", buf, 1024)
@@ -477,7 +486,7 @@ def read_ring(buf: mmap.mmap, pages: int, sample: Callable[[int, int, float, byt
     if end > page + size:
         data += buf[page:end - size]
     if epoch_ms is None:
-        epoch_ms = _epoch_ms()
+        epoch_ms = epoch_offset_ms()
     at = 0
     while at + 8 <= len(data) and room > 0:
         kind, _, length = HEADER.unpack_from(data, at)
@@ -486,6 +495,11 @@ def read_ring(buf: mmap.mmap, pages: int, sample: Callable[[int, int, float, byt
             break
         if kind == PERF_RECORD_LOST and length >= 24 and not (retiring and at):
             lost(struct.unpack_from("<Q", data, at + 16)[0])
+        elif event_ids and kind == PERF_RECORD_SAMPLE and length >= 36 and not retiring:
+            pid, tid, ts_ns, event, raw_size = ID_SAMPLE.unpack_from(data, at + 8)
+            if sample(pid, tid, ts_ns / 1e6 + epoch_ms, data[at + 36:at + 36 + raw_size],
+                      event):
+                room -= 1
         elif kind == PERF_RECORD_SAMPLE and length >= 28 and not retiring:
             pid, tid, ts_ns, raw_size = SAMPLE.unpack_from(data, at + 8)
             if sample(pid, tid, ts_ns / 1e6 + epoch_ms, data[at + 28:at + 28 + raw_size]):
@@ -506,3 +520,10 @@ def perf_ioctl(fd: int, request: int, arg) -> None:
     if libc.ioctl(fd, ctypes.c_ulong(request), arg) < 0:
         err = ctypes.get_errno()
         raise KernelEventsUnavailable(f"perf ioctl: {os.strerror(err)}")
+
+
+def event_id(fd: int) -> int:
+    """The kernel's id of the perf event ``fd`` (what ``PERF_SAMPLE_ID`` records)."""
+    found = ctypes.c_uint64()
+    perf_ioctl(fd, PERF_EVENT_IOC_ID, ctypes.byref(found))
+    return found.value

@@ -47,6 +47,8 @@ ANY_PORT_S = 10.0
 TLS_RECORDS = (b"\x15\x03", b"\x16\x03", b"\x17\x03")  # alert, handshake, application data
 # their responses name brokers, or say that a login failed
 ANSWERS_KMON_READS = frozenset({kp.METADATA, kp.FIND_COORDINATOR, *kp.SASL_APIS})
+# a TLS write's start: (socket inode, epoch ms, bytes, the 4-tuple of a socket no poll saw)
+TlsWriteStart = tuple[int, float, bytes, "tuple[Address, Address] | None"]
 UNHEARD = WireClose("unknown", False, None, heard=False)  # a close the ring still held back
 
 
@@ -220,14 +222,14 @@ class WireTap:
         return not capture.queue and capture.drops == self.drops
 
     def poll(self, sockets: list[TcpSocket], now_ms: int,
-             tls_writes: Sequence[tuple[int, float, bytes]] = ()) -> WireView:
+             tls_writes: Sequence[TlsWriteStart] = ()) -> WireView:
         """Take in the segments queued since the last poll, and ``tls_writes``, the starts of
-        the process's TLS writes as (socket inode, epoch ms, bytes) (kmon.sources.tls), oldest
-        first, each before the first segment not older than it (a socket's writes come before
-        its FIN, a new socket's after its SYN and the close of the one before it on the
-        4-tuple); follow ``sockets`` from now on. A socket gone without its FIN or RST read is
-        closed unheard: the capture missed its close (the ring still held it back, or dropped
-        it), so its last exchange is not known."""
+        the process's TLS writes as (socket inode, epoch ms, bytes, 4-tuple of a socket no poll
+        saw) (kmon.sources.tls), oldest first, each before the first segment not older than it
+        (a socket's writes come before its FIN, a new socket's after its SYN and the close of
+        the one before it on the 4-tuple); follow ``sockets`` from now on. A socket gone
+        without its FIN or RST read is closed unheard: the capture missed its close (the ring
+        still held it back, or dropped it), so its last exchange is not known."""
         pairs = [(s.local, s.remote) for s in sockets]
         same = pairs == self.pairs  # the sockets of the last poll (the same endpoints)
         mine = self.mine if same else {(_address(s.local), _address(s.remote)): s
@@ -388,14 +390,14 @@ class WireTap:
         else:
             self._response(flow, seg)
 
-    def _take_tls(self, write: tuple[int, float, bytes],
+    def _take_tls(self, write: TlsWriteStart,
                   by_inode: dict[int, tuple[Address, Address]]) -> None:
         """The request header at the start of a TLS write, into its socket's flow (marked
         TLS: kmon's own plaintext query is not sent to its peer). A flow not the socket's
         (``_holds``) is an older connection on the 4-tuple: the write waits for its own flow
         (``Waiting``)."""
-        inode, ts_ms, data = write
-        key = by_inode.get(inode)
+        inode, ts_ms, data, pair = write
+        key = by_inode.get(inode, pair)
         if key is None:
             return
         flow = self.flows.get(key)

@@ -18,20 +18,29 @@ where the table is the program's own ``*net.TCPConn`` one (its address from the 
 ``.symtab``): a connection of any other type (a wrapper, a proxy) falls back on the thread's
 next send, as the goroutine seals the record and writes it on the thread it runs on.
 
-Every event is opened per thread of the process (perf_event_open with its tid), inherited by
-the threads each creates from then on (a librdkafka broker thread lives for one connection
-when its login fails: made after the source opened, it is followed from its first write),
-never by a process it forks: the kernel sets the breakpoints in this process only and
-records nothing of another (and a record of another pid would be dropped). One
-ring per thread listed at the start, its descendants' records in it, read like the TCP
-tracepoints' (``kernel_events.read_ring``); a full ring drops, and the kernel counts what it
-dropped.
+Every event is opened per thread of the process and CPU (perf_event_open with its tid and
+the CPU), inherited by the threads each creates from then on (a librdkafka broker thread
+lives for one connection when its login fails: made after the source opened, it is followed
+from its first write), never by a process it forks: the kernel sets the breakpoints in this
+process only and records nothing of another (and a record of another pid would be dropped).
+One ring per CPU, written from that CPU only, every record naming the event that made it
+(an inherited one: its listed thread's), read like the TCP tracepoints'
+(``kernel_events.read_ring``) and put in time order; a full ring drops, and the kernel counts
+what it dropped. A ring per thread, which its new threads write from every CPU at once,
+stalls: the kernel's ring is safe against interrupts on one CPU, not against two writers.
 
 A descriptor is the socket's only while it is open: the ``close`` syscalls are read too,
-and a write is tied to the socket its descriptor held then, in time order: before the
-descriptor's first close since the last read, the socket it held at the last read (one
-whose login failed closes between two reads); after its last, the one it holds now; between
-two, a socket no read saw, dropped.
+and so are the state changes of sockets (``sock:inet_sock_set_state``) in the same threads,
+and a write is tied to the socket its descriptor held then, in time order: after the
+descriptor's last close since the last read, the one it holds now; before its first, the
+socket it held at the last read; else the socket its next close closed, as that close tells
+it (a failing login's socket lives ~0.3 s, between two reads): a socket's own close, as its
+last descriptor's ``close`` returns, is the closing thread's next state change, made before
+it sends its FIN or reset. That socket is named by its 4-tuple (``TlsWrite.pair``) and a
+number of its own for an inode. A close that tells nothing (a socket reset before it was
+closed: its state changed in a softirq) drops the writes. The poll's sockets given, a write
+is tied only to a socket that poll or the last showed, or to a 4-tuple: one to a socket open
+but not shown waits for the next read, when a poll shows it or its close tells it.
 
 What is read is only what decides a role (``follow``): a thread whose TLS writes all went to
 sockets whose role is known has its probes and sends disabled (its closes stay on) while every
@@ -66,6 +75,9 @@ from kmon.sources.kernel.kernel_events import (
     PERF_TYPE_SOFTWARE,
     Field,
     KernelEventsUnavailable,
+    Layout,
+    epoch_offset_ms,
+    event_id,
     parse_format,
     perf_event_open,
     perf_ioctl,
@@ -84,17 +96,31 @@ GO = ("buf=+0(%bx):x8[16] len=%cx:s32 tab=+0(%ax):u64 fd=+16(+0(+8(%ax))):s32")
 GO_TCP_ITAB = "go:itab.*net.TCPConn,net.Conn"
 FUNCTIONS = {"SSL_write": OPENSSL, "SSL_write_ex": OPENSSL, "crypto/tls.(*Conn).Write": GO}
 HEADER_BYTES = 16
-SYSCALLS = {"sys_enter_write": "send", "sys_enter_sendto": "send", "sys_enter_sendmsg": "send",
-            "sys_enter_close": "close"}
+TRACEPOINTS = {"syscalls/sys_enter_write": "send", "syscalls/sys_enter_sendto": "send",
+               "syscalls/sys_enter_sendmsg": "send", "syscalls/sys_enter_close": "close",
+               "sock/inet_sock_set_state": "state"}
+# a socket's own close, made by the ``close`` of its last descriptor as the syscall returns:
+# ESTABLISHED to FIN_WAIT1 (the process closes first) and CLOSE_WAIT to LAST_ACK (after its
+# peer), only ever in the closing thread; ESTABLISHED or CLOSE_WAIT to CLOSE where bytes came
+# unread (a reset sent), as a reset received does in a softirq, which would have to run on the
+# thread within those microseconds, after it closed something else
+CLOSING = frozenset({(1, 4), (8, 9), (1, 7), (8, 7)})
+CLOSE_TO_STATE_MS = 1.0  # a ``close`` and its socket's state change, at most this apart
 LIBRARIES = re.compile(r"/lib(ssl|rdkafka)[^/]*\.so[^/]*$")  # where OpenSSL's writes are
 # (and the process's own executable: node's OpenSSL, a Go program's crypto/tls)
 MAX_MAPS_BYTES = 8 << 20
 MAX_THREADS = 256
-RING_PAGES = 16  # per thread: ~900 records between two polls
+RING_PAGES = 256  # all CPUs' rings together (~1 MiB): 8 to 64 pages each, a power of two
+MAX_EVENT_FDS = 16_384  # the threads followed are fewer where they and the CPUs need more
 MAX_RECORDS_PER_READ = 20_000
 RESCAN_S = 5.0  # the maps looked at again, while no library is found
 MAX_PENDING = 4096  # threads with an SSL write whose socket is not seen yet, at most
+MAX_CARRIED = 4096  # writes waiting a read for their socket to be shown, at most
 PERF_EVENT_IOC_SET_OUTPUT = 0x2405
+
+Pair = tuple[tuple[str, int], tuple[str, int]]  # a socket's (local, remote) (ip, port)
+# (ts, fd, data; None: a close, the listed thread it came from, the 4-tuple a close told)
+_Record = tuple[float, int, bytes | None, int, Pair | None]
 
 
 class TlsUnavailable(Exception):
@@ -104,15 +130,15 @@ class TlsUnavailable(Exception):
 class TlsWrite(NamedTuple):
     """The start of one TLS write and the socket it went to."""
 
-    inode: int  # the socket's
+    inode: int  # the socket's; one no read saw: a negative number of its own (``pair``)
     ts_ms: float  # UTC epoch ms
     data: bytes  # its first bytes (HEADER_BYTES at most)
+    pair: Pair | None = None  # the socket's 4-tuple, where no read saw it (its close told)
 
 
 @dataclass
 class _Thread:
-    fds: list[int]  # its ring's (first), then each event's
-    ring: mmap.mmap
+    fds: list[int] = field(default_factory=list)  # each event's, on each CPU
     switched: list[int] = field(default_factory=list)  # its OpenSSL probes' and sends' fds
     sends: list[int] = field(default_factory=list)
     wrote: set[int] = field(default_factory=set)  # the sockets its writes went to, resumed
@@ -133,19 +159,28 @@ class TlsTap:
         self.files: set[tuple[int, int]] = set()  # (device, inode) of the files probed
         self.refused: list[str] = []  # the paths of those that could not be
         self.threads: dict[int, _Thread] = {}  # those listed when the probes were made
+        self.rings: dict[int, tuple[int, mmap.mmap]] = {}  # CPU -> its ring (fd, buffer)
+        # each ring's data pages: 64 on a 2-CPU host (~3,600 records between two polls)
+        share = max(1, RING_PAGES // (os.cpu_count() or 1))
+        self.pages = min(64, max(8, 1 << share.bit_length() - 1))
+        self.made_by: dict[int, tuple[int, int]] = {}  # perf event id -> (tid, tracepoint)
         # tid -> its last SSL write's start (and when: epoch ms), no socket yet
         self.pending: dict[int, tuple[bytes, float]] = {}
         self.go: set[int] = set()  # the Go probes' event ids
         self.sends_on = False  # the sends are read (a probe's write may not name its socket)
         self.held: dict[int, int] = {}  # fd -> the socket's inode, as of the last read
         self.settled: set[int] = set()  # sockets whose writes are not handed on (``follow``)
-        self.lost = 0  # records the kernel dropped (a thread's ring was full)
+        self.lost = 0  # records the kernel dropped (a CPU's ring was full)
+        self.states: Layout | None = None  # how a socket's state change is read
+        self.shown: set[int] = set()  # the sockets (inodes) the last read was shown
+        self.carried: list[_Record] = []  # writes to a socket no read was shown yet
+        self.untold = 0  # the sockets named by their close (no inode: each a number)
         self.scanned = 0.0
         # closed before the probes go, from the first: a SIGTERM while its first scan opens
         # perf events on them would else leave them open, and the probes busy, behind kmon
         self.probes.before_removal.append(self.close)
         try:
-            self._syscalls()
+            self._tracepoints()
             self._scan()
         except KernelEventsUnavailable as err:
             self.close()
@@ -155,44 +190,64 @@ class TlsTap:
     def probed(self) -> bool:
         return any(kind == "ssl" for kind, _ in self.events.values())
 
-    def read(self, sockets: Sequence[TcpSocket] = ()) -> list[TlsWrite]:
-        """The TLS writes since the last read whose socket is known, oldest first;
-        ``sockets``: the process's now (their fds), else each fd is looked up."""
+    def read(self, sockets: Sequence[TcpSocket] | None = None) -> list[TlsWrite]:
+        """The TLS writes since the last read whose socket is known, oldest first.
+        ``sockets``: the process's that its poll shows now (their fds), each write tied to
+        one shown by this poll or the last, else to the 4-tuple its close told; a write to a
+        socket open but shown by neither waits for the next read (by then a poll shows it, or
+        its close is told). None: each fd is looked up, any socket taken."""
         now = time.monotonic()
         if not self.probed and now - self.scanned >= RESCAN_S:
             self._scan()
-        # (ts, fd, data; None: a close, the tid of the ring it came from)
-        out: list[tuple[float, int, bytes | None, int]] = []
-        for tid, thread in self.threads.items():
-            self._drain(tid, thread, out)
+        out, carried = self.carried, {id(record) for record in self.carried}
+        self.carried = []
+        self._drain(out)
         if self.pending and not self.sends_on:  # a Go write that did not name its socket
             self._enable_sends()
         out.sort(key=lambda event: event[0])
         first_close: dict[int, float] = {}
-        last_close: dict[int, float] = {}
-        for ts_ms, fd, data, _ in out:
+        # each write's fd's next close: the socket it told (-its number, 4-tuple), None;
+        # False: none since
+        next_close: list[tuple[int, Pair] | None | bool] = [False] * len(out)
+        closed: dict[int, tuple[int, Pair] | None] = {}  # fd -> its next close's socket
+        for at in range(len(out) - 1, -1, -1):
+            ts_ms, fd, data, _, told_pair = out[at]
             if data is None:
-                first_close.setdefault(fd, ts_ms)
-                last_close[fd] = ts_ms
-        held: dict[int, int | None] = {s.fd: s.inode for s in sockets if s.fd is not None}
+                first_close[fd] = ts_ms
+                closed[fd] = None
+                if told_pair is not None:
+                    self.untold += 1
+                    closed[fd] = (-self.untold, told_pair)
+            elif fd in closed:
+                next_close[at] = closed[fd]
+        held: dict[int, int | None] = {s.fd: s.inode for s in sockets or () if s.fd is not None}
+        shown = None if sockets is None else self.shown | {s.inode for s in sockets}
         writes = []
-        for ts_ms, fd, data, owner in out:
+        for at, record in enumerate(out):
+            ts_ms, fd, data, owner, _ = record
             if data is None:
                 continue
-            inode: int | None
-            if fd not in last_close or ts_ms > last_close[fd]:  # the socket it holds now
+            inode: int | None = None
+            pair, told = None, next_close[at]
+            if told is False:  # no close since: the socket it holds now
                 if fd not in held:
                     held[fd] = _socket_inode(self.pid, fd)
                 inode = held[fd]
-            elif ts_ms < first_close[fd]:  # the one it held at the last read, closed since
-                inode = self.held.get(fd)
-            else:
-                inode = None
+                if shown is not None and inode not in shown:
+                    if id(record) not in carried and len(self.carried) < MAX_CARRIED:
+                        self.carried.append(record)
+                    continue
+            elif (ts_ms < first_close[fd] and fd in self.held
+                  and (shown is None or self.held[fd] in shown)):
+                inode = self.held[fd]  # held at the last read, closed since
+            elif isinstance(told, tuple):  # one no read saw, its close told
+                inode, pair = told
             if inode is not None:
                 self.threads[owner].wrote.add(inode)
                 if inode not in self.settled:
-                    writes.append(TlsWrite(inode, ts_ms, _header_only(data)))
+                    writes.append(TlsWrite(inode, ts_ms, _header_only(data), pair))
         self.held = {fd: inode for fd, inode in held.items() if inode is not None}
+        self.shown = set() if sockets is None else {s.inode for s in sockets}
         return writes
 
     def follow(self, undecided: AbstractSet[int], heard: AbstractSet[int] = frozenset(),
@@ -260,17 +315,23 @@ class TlsTap:
             for thread in self.threads.values():
                 self._close_thread(thread)
             self.threads = {}
+            for fd, ring in self.rings.values():
+                ring.close()
+                os.close(fd)
+            self.rings = {}
 
-    def _syscalls(self) -> None:
+    def _tracepoints(self) -> None:
         with tracefs() as root:
-            for name, kind in SYSCALLS.items():
+            for name, kind in TRACEPOINTS.items():
                 try:
-                    with open(root / "events" / "syscalls" / name / "format",
-                              encoding="ascii") as handle:
+                    with open(root / "events" / name / "format", encoding="ascii") as handle:
                         event_id, fields = parse_format(handle.read(64 * 1024))
                 except OSError as err:
                     raise KernelEventsUnavailable(f"tracepoint {name}: {err.strerror}") from err
-                if "fd" in fields:
+                if kind == "state":
+                    self.states = Layout("inet_sock_set_state", fields)
+                    self.events[event_id] = (kind, fields)
+                elif "fd" in fields:
                     self.events[event_id] = (kind, fields)
 
     def _scan(self) -> None:
@@ -304,13 +365,16 @@ class TlsTap:
         self.sends_on = any(kind == "ssl" and event_id not in self.tcp_itabs
                             for event_id, (kind, _) in self.events.items())
         with self.probes.opening():  # kept in ``threads`` before kmon's exit may close them
+            if not self.rings:
+                self._open_rings()
+            most = min(MAX_THREADS, MAX_EVENT_FDS // (len(self.rings) * len(self.events)))
             for _ in range(2):
                 try:
                     tids = sorted(int(t) for t in os.listdir(f"/proc/{self.pid}/task"))
                 except OSError:
                     return
                 for tid in tids:
-                    if tid not in self.threads and len(self.threads) < MAX_THREADS:
+                    if tid not in self.threads and len(self.threads) < most:
                         thread = self._open_thread(tid)
                         if thread is not None:
                             self.threads[tid] = thread
@@ -325,100 +389,144 @@ class TlsTap:
         if GO_TCP_ITAB in found:
             self.tcp_itabs[event_id] = found[GO_TCP_ITAB] - lowest + start
 
+    def _open_rings(self) -> None:
+        """One ring per CPU (a dummy event's, recording nothing itself), written from that
+        CPU only: the kernel's ring is safe against an interrupt on its CPU, not against two
+        CPUs writing at once (a ring per thread, written by its new threads on every CPU,
+        stalled for tens of seconds and then dropped thousands of records)."""
+        for cpu in range(os.cpu_count() or 1):
+            try:
+                fd = perf_event_open(tracepoint_attr(PERF_COUNT_SW_DUMMY,
+                                                     kind=PERF_TYPE_SOFTWARE), cpu)
+            except KernelEventsUnavailable:
+                if cpu == 0:
+                    raise
+                continue  # an offline CPU
+            try:
+                ring = mmap.mmap(fd, (self.pages + 1) * mmap.PAGESIZE, mmap.MAP_SHARED,
+                                 mmap.PROT_READ | mmap.PROT_WRITE)
+            except OSError as err:
+                os.close(fd)
+                raise KernelEventsUnavailable(f"perf ring: {err.strerror}") from err
+            self.rings[cpu] = (fd, ring)
+
     def _open_thread(self, tid: int) -> _Thread | None:
-        """The thread's ring (a dummy event's, recording nothing itself) and every event,
-        inherited by the threads it creates, recorded into it."""
+        """Every event of the thread on every CPU, inherited by the threads it creates, each
+        recorded into its CPU's ring."""
+        thread = _Thread()
         try:
-            first = perf_event_open(tracepoint_attr(PERF_COUNT_SW_DUMMY,
-                                                    kind=PERF_TYPE_SOFTWARE), -1, tid)
+            for event in self.events:
+                for cpu, (ring, _) in self.rings.items():
+                    self._add_event(thread, event, tid, cpu, ring)
         except KernelEventsUnavailable:
+            self._close_thread(thread)
             if not os.path.exists(f"/proc/{self.pid}/task/{tid}"):
                 return None  # gone meanwhile
             raise
-        try:
-            ring = mmap.mmap(first, (RING_PAGES + 1) * mmap.PAGESIZE, mmap.MAP_SHARED,
-                             mmap.PROT_READ | mmap.PROT_WRITE)
-        except OSError as err:
-            os.close(first)
-            raise KernelEventsUnavailable(f"perf ring: {err.strerror}") from err
-        thread = _Thread([first], ring)
-        try:
-            for event_id in self.events:
-                self._add_event(thread, event_id, tid)
-        except KernelEventsUnavailable:
-            self._close_thread(thread)
-            return None
         except BaseException:  # Ctrl-C: none of its events may keep a uprobe busy
             self._close_thread(thread)
             raise
         return thread
 
-    def _add_event(self, thread: _Thread, event_id: int, tid: int) -> None:
-        """One more event of the thread, recorded into its ring; a send only once the sends
-        are read."""
-        kind = self.events[event_id][0]
-        fd = perf_event_open(tracepoint_attr(event_id, inherit=True, disabled=True), -1, tid)
+    def _add_event(self, thread: _Thread, event: int, tid: int, cpu: int, ring: int) -> None:
+        """One more event of the thread on ``cpu``, recorded into that CPU's ``ring``; a send
+        only once the sends are read."""
+        kind = self.events[event][0]
+        fd = perf_event_open(tracepoint_attr(event, inherit=True, disabled=True,
+                                             sample_id=True), cpu, tid)
         thread.fds.append(fd)
-        perf_ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, ctypes.c_int(thread.fds[0]))
+        perf_ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, ctypes.c_int(ring))
+        self.made_by[event_id(fd)] = (tid, event)
         if kind == "send":
             thread.sends.append(fd)
-        if kind == "send" or (kind == "ssl" and event_id not in self.go):
+        if kind == "send" or (kind == "ssl" and event not in self.go):
             thread.switched.append(fd)
         if kind != "send" or self.sends_on:
             perf_ioctl(fd, PERF_EVENT_IOC_ENABLE, 0)
 
-    def _drain(self, owner: int, thread: _Thread,
-               out: list[tuple[float, int, bytes | None, int]]) -> None:
-        """The thread's ring: its records and those of the threads it created, each of a
-        thread with a ring of its own taken from that one only (it may be in both)."""
-        events, itabs, pending, threads = self.events, self.tcp_itabs, self.pending, self.threads
+    def _drain(self, out: list[_Record]) -> None:
+        """Every CPU's ring, the records in time order (a thread's may be in two: it moved):
+        each listed thread's and those of the threads it created (its events' ids say
+        whose), a listed thread's taken from its own events only (it may have inherited
+        some too). A ``close`` whose thread's next record is its socket's own close
+        (``CLOSING``) is told which socket it closed."""
+        records: list[tuple[float, int, bytes, int]] = []
 
-        def sample(pid: int, tid: int, ts_ms: float, raw: bytes) -> bool:
-            if pid != self.pid or (tid != owner and tid in threads):
+        def take(pid: int, tid: int, ts_ms: float, raw: bytes, made_by: int) -> bool:
+            if pid != self.pid or len(records) >= MAX_RECORDS_PER_READ:
                 return False
-            if len(raw) < 8:
-                return False
-            event_id = struct.unpack_from("<H", raw)[0]
-            kind, fields = events.get(event_id, ("", {}))
+            records.append((ts_ms, tid, raw, made_by))
+            return True
+
+        epoch_ms = epoch_offset_ms()
+        for _, ring in self.rings.values():
+            read_ring(ring, self.pages, take, self._count_lost, MAX_RECORDS_PER_READ,
+                      epoch_ms=epoch_ms, event_ids=True)
+        records.sort(key=lambda record: record[0])
+        events, itabs, pending, threads = self.events, self.tcp_itabs, self.pending, self.threads
+        closing: dict[int, int] = {}  # tid -> its close's place in ``out``, nothing since
+        for ts_ms, tid, raw, made_by in records:
+            owner, event = self.made_by.get(made_by, (0, -1))
+            if owner not in threads or (tid != owner and tid in threads):
+                continue
+            kind, fields = events.get(event, ("", {}))
+            if kind == "state":  # the socket the close closed, or another's state change
+                if tid in closing and _tell_closed(out, closing[tid], self.states, self.pid,
+                                                   ts_ms, raw):
+                    del closing[tid]
+                continue
+            closing.pop(tid, None)
             if kind == "ssl":
                 buf, length = fields.get("buf"), fields.get("len")
                 if buf is None or length is None or len(raw) < buf.offset + buf.size:
-                    return False
+                    continue
                 size = struct.unpack_from("<i", raw, length.offset)[0]
                 data = raw[buf.offset:buf.offset + min(buf.size, HEADER_BYTES, max(size, 0))]
-                own = _own_fd(raw, fields, itabs.get(event_id))
+                own = _own_fd(raw, fields, itabs.get(event))
                 if own is None:
                     if tid not in pending and len(pending) >= MAX_PENDING:
                         pending.pop(next(iter(pending)))
                     pending[tid] = (_header_only(data), ts_ms)  # kept: no token's bytes
-                    return False
-                out.append((ts_ms, own, data, owner))
-                return True
-            if kind == "close" or (kind == "send" and tid in pending):
+                    continue
+                out.append((ts_ms, own, data, owner, None))
+            elif kind == "close" or (kind == "send" and tid in pending):
                 fd = fields["fd"]
-                if len(raw) >= fd.offset + fd.size:
-                    number = int.from_bytes(raw[fd.offset:fd.offset + fd.size], "little")
-                    if kind == "close":
-                        out.append((ts_ms, number, None, owner))
-                        return True
-                    data, written_ms = pending.pop(tid)
-                    if written_ms >= thread.resumed_ms:  # else its send may have gone unread
-                        out.append((ts_ms, number, data, owner))
-                        return True
-            return False
-
-        read_ring(thread.ring, RING_PAGES, sample, self._count_lost,
-                  MAX_RECORDS_PER_READ - len(out))
+                if len(raw) < fd.offset + fd.size:
+                    continue
+                number = int.from_bytes(raw[fd.offset:fd.offset + fd.size], "little")
+                if kind == "close":
+                    closing[tid] = len(out)
+                    out.append((ts_ms, number, None, owner, None))
+                    continue
+                data, written_ms = pending.pop(tid)
+                if written_ms >= threads[owner].resumed_ms:  # else its send may be unread
+                    out.append((ts_ms, number, data, owner, None))
 
     def _count_lost(self, count: int) -> None:
         self.lost += count
 
     @staticmethod
     def _close_thread(thread: _Thread) -> None:
-        thread.ring.close()
         for fd in thread.fds:
             os.close(fd)
         thread.fds = []
+
+
+def _tell_closed(out: list[_Record], at: int, states: Layout | None, pid: int, ts_ms: float,
+                 raw: bytes) -> bool:
+    """Whether the close at ``out[at]`` was told the socket it closed: the thread's first
+    state change since that is a socket's own close (``CLOSING``), right after. Its own is
+    set before it sends its FIN or reset; a change made before it (the pending ACK a close
+    sends first, and its peer's change on loopback, in the softirq that runs in the same
+    thread) is never one of those."""
+    event = None if states is None else states.decode(pid, ts_ms, raw)
+    ts, fd, _, owner, _ = out[at]
+    if (event is None or (event.old_state, event.new_state) not in CLOSING
+            or event.local is None or event.remote is None):
+        return False
+    if ts_ms - ts <= CLOSE_TO_STATE_MS:
+        out[at] = (ts, fd, None, owner, (event.local, event.remote))
+    return True
 
 
 def _header_only(start: bytes) -> bytes:

@@ -1,0 +1,138 @@
+"""TLS writes to sockets no poll showed (a failing login's connection lives ~0.3 s, between two
+polls), on the real cluster's SSL listener: each is tied to the 4-tuple its close tells (the
+closing thread's ``close`` and its socket's own state change right after), checked against
+the client's own ``getsockname``/``getpeername``, never against what kmon read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import sys
+import time
+
+import pytest
+from helpers import Child
+
+from kmon.sources.tls.tls_tap import TlsTap
+
+pytestmark = [pytest.mark.integration,  # a real cluster, a real TLS client, uprobes
+              pytest.mark.root(reason="uprobes need root")]
+
+# python -c OPEN_AND_CLOSE BOOTSTRAP CAFILE: for each line read, a TLS socket opened, an
+# ApiVersions v0 request written on it (client id "gone"), its endpoints printed ("SOCKET
+# local-ip local-port remote-ip remote-port"); then, as the line says, closed at once
+# ("close": a FIN), closed with the broker's answer unread ("unread": a reset), or kept open
+# until the next line ("keep")
+OPEN_AND_CLOSE = """
+import socket, ssl, struct, sys, time
+host, port = sys.argv[1].split(",")[0].rsplit(":", 1)
+context = ssl.create_default_context(cafile=sys.argv[2])
+kept = []
+print("READY", flush=True)
+for line in sys.stdin:
+    for old in kept:
+        old.close()
+    kept = []
+    tls = context.wrap_socket(socket.create_connection((host, int(port))), server_hostname=host)
+    tls.sendall(struct.pack(">ihhih", 14, 18, 0, 7, 4) + b"gone")
+    local, remote = tls.getsockname(), tls.getpeername()
+    if line.strip() == "close":
+        tls.recv(4)
+        tls.close()
+    elif line.strip() == "unread":
+        time.sleep(0.2)
+        tls.close()
+    else:
+        kept.append(tls)
+    print("SOCKET", *local[:2], *remote[:2], flush=True)
+"""
+
+
+def endpoints(line: str) -> tuple[tuple[str, int], tuple[str, int]]:
+    _, local_ip, local_port, remote_ip, remote_port = line.split()
+    return (local_ip, int(local_port)), (remote_ip, int(remote_port))
+
+
+def test_writes_to_sockets_closed_between_two_reads_go_to_the_4_tuple_their_close_tells(kafka):
+    """Three sockets, one after another on the same descriptor, none shown by a poll: one
+    closed with a FIN, one with a reset (its answer unread), one still open at a read (its
+    write waits for the next read) and closed before that. Each write goes to its own
+    socket's 4-tuple; none to another's."""
+    client = Child([sys.executable, "-c", OPEN_AND_CLOSE, kafka.bootstrap("SSL"),
+                    str(kafka.ca_file)])
+    tap = None
+    try:
+        client.wait_line("READY", timeout=60)
+        tap = TlsTap(client.pid)
+        truth = []
+        for how in ("close", "unread"):
+            client.send(how)
+            truth.append(endpoints(client.wait_line("SOCKET", timeout=30)))
+        writes = tap.read([])  # the poll showed none of them
+        client.send("keep")
+        truth.append(endpoints(client.wait_line("SOCKET", timeout=30)))
+        kept = tap.read([])  # open, shown by no poll: it waits
+        client.send("close")  # the kept socket closed, and one more opened and closed
+        truth.append(endpoints(client.wait_line("SOCKET", timeout=30)))
+        writes += tap.read([])
+        assert kept == []
+        assert [(w.pair, w.data[4:6]) for w in writes] == [
+            (pair, b"\0\x12") for pair in truth], (writes, truth)
+        assert all(w.inode < 0 for w in writes)  # no read saw them: no inode to give
+        assert len({w.inode for w in writes}) == len(truth)
+    finally:
+        if tap is not None:
+            tap.close()
+        client.stop()
+
+
+# python -c THREADS_AT_ONCE BOOTSTRAP CAFILE ROUNDS THREADS: once told, ROUNDS times THREADS new
+# threads at once, each opening a TLS socket, writing an ApiVersions v0 request on it and
+# closing it; then "DONE <writes>"
+THREADS_AT_ONCE = """
+import socket, ssl, struct, sys, threading
+host, port = sys.argv[1].split(",")[0].rsplit(":", 1)
+context = ssl.create_default_context(cafile=sys.argv[2])
+rounds, threads = int(sys.argv[3]), int(sys.argv[4])
+def login():
+    tls = context.wrap_socket(socket.create_connection((host, int(port))), server_hostname=host)
+    tls.sendall(struct.pack(">ihhih", 14, 18, 0, 7, 4) + b"many")
+    tls.close()
+print("READY", flush=True)
+sys.stdin.readline()
+for _ in range(rounds):
+    started = [threading.Thread(target=login) for _ in range(threads)]
+    for thread in started:
+        thread.start()
+    for thread in started:
+        thread.join()
+print("DONE", rounds * threads, flush=True)
+"""
+
+
+def test_new_threads_writing_on_every_cpu_at_once_lose_no_record(kafka):
+    """Short-lived threads made after the source opened, several at once on every CPU, each
+    writing on a socket of its own: every write is read and tied to its socket, and the
+    kernel dropped none (a ring that two CPUs write at once stalls, then drops thousands)."""
+    rounds, threads = 100, 16
+    client = Child([sys.executable, "-c", THREADS_AT_ONCE, kafka.bootstrap("SSL"),
+                    str(kafka.ca_file), str(rounds), str(threads)])
+    tap = None
+    try:
+        client.wait_line("READY", timeout=60)
+        tap = TlsTap(client.pid)
+        client.send("")
+        writes, done, deadline = [], None, time.monotonic() + 120
+        while done is None and time.monotonic() < deadline:
+            writes += tap.read()
+            with contextlib.suppress(queue.Empty):
+                done = client.lines.get(timeout=0.2)  # DONE: the only line after READY
+        writes += tap.read()
+        assert done == f"DONE {rounds * threads}"
+        assert tap.lost == 0
+        assert sum(w.data[4:6] == b"\0\x12" for w in writes) == rounds * threads, len(writes)
+    finally:
+        if tap is not None:
+            tap.close()
+        client.stop()
