@@ -60,6 +60,7 @@ import ctypes
 import mmap
 import os
 import re
+import resource
 import struct
 import time
 from collections.abc import Sequence
@@ -112,6 +113,7 @@ MAX_MAPS_BYTES = 8 << 20
 MAX_THREADS = 256
 RING_PAGES = 256  # all CPUs' rings together (~1 MiB): 8 to 64 pages each, a power of two
 MAX_EVENT_FDS = 16_384  # the threads followed are fewer where they and the CPUs need more
+# (and a quarter of kmon's descriptors at most, its soft limit raised to its hard one first)
 MAX_RECORDS_PER_READ = 20_000
 RESCAN_S = 5.0  # the maps looked at again, while no library is found
 MAX_PENDING = 4096  # threads with an SSL write whose socket is not seen yet, at most
@@ -367,7 +369,7 @@ class TlsTap:
         with self.probes.opening():  # kept in ``threads`` before kmon's exit may close them
             if not self.rings:
                 self._open_rings()
-            most = min(MAX_THREADS, MAX_EVENT_FDS // (len(self.rings) * len(self.events)))
+            most = min(MAX_THREADS, _descriptors() // (len(self.rings) * len(self.events)))
             for _ in range(2):
                 try:
                     tids = sorted(int(t) for t in os.listdir(f"/proc/{self.pid}/task"))
@@ -527,6 +529,19 @@ def _tell_closed(out: list[_Record], at: int, states: Layout | None, pid: int, t
     if ts_ms - ts <= CLOSE_TO_STATE_MS:
         out[at] = (ts, fd, None, owner, (event.local, event.remote))
     return True
+
+
+def _descriptors() -> int:
+    """How many perf events one TLS source may open: ``MAX_EVENT_FDS``, a quarter of kmon's
+    soft descriptor limit at most, that limit first raised to its hard one (a root shell's
+    1,024 would else hold a 16-CPU host's source to a few threads); kmon's own limit only."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = MAX_EVENT_FDS * 4 if hard == resource.RLIM_INFINITY else min(hard, MAX_EVENT_FDS * 4)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+    return MAX_EVENT_FDS if soft == resource.RLIM_INFINITY else min(MAX_EVENT_FDS, soft // 4)
 
 
 def _header_only(start: bytes) -> bytes:
