@@ -392,10 +392,7 @@ class TlsTap:
             self.tcp_itabs[event_id] = found[GO_TCP_ITAB] - lowest + start
 
     def _open_rings(self) -> None:
-        """One ring per CPU (a dummy event's, recording nothing itself), written from that
-        CPU only: the kernel's ring is safe against an interrupt on its CPU, not against two
-        CPUs writing at once (a ring per thread, written by its new threads on every CPU,
-        stalled for tens of seconds and then dropped thousands of records)."""
+        """One ring per CPU, a dummy event's (recording nothing itself)."""
         for cpu in range(os.cpu_count() or 1):
             try:
                 fd = perf_event_open(tracepoint_attr(PERF_COUNT_SW_DUMMY,
@@ -455,15 +452,15 @@ class TlsTap:
         records: list[tuple[float, int, bytes, int]] = []
 
         def take(pid: int, tid: int, ts_ms: float, raw: bytes, made_by: int) -> bool:
-            if pid != self.pid or len(records) >= MAX_RECORDS_PER_READ:
+            if pid != self.pid:
                 return False
             records.append((ts_ms, tid, raw, made_by))
             return True
 
         epoch_ms = epoch_offset_ms()
-        for _, ring in self.rings.values():
-            read_ring(ring, self.pages, take, self._count_lost, MAX_RECORDS_PER_READ,
-                      epoch_ms=epoch_ms, event_ids=True)
+        for _, ring in self.rings.values():  # what passes the bound waits in its ring
+            read_ring(ring, self.pages, take, self._count_lost,
+                      MAX_RECORDS_PER_READ - len(records), epoch_ms=epoch_ms, event_ids=True)
         records.sort(key=lambda record: record[0])
         events, itabs, pending, threads = self.events, self.tcp_itabs, self.pending, self.threads
         closing: dict[int, int] = {}  # tid -> its close's place in ``out``, nothing since
