@@ -678,3 +678,41 @@ def test_a_sigterm_while_perf_events_open_ends_kmon_with_no_uprobe_left():
         assert f"{group}/" not in uprobe_events()
     finally:
         child.stop()
+
+
+# python -c SWEPT_THEN_ASKED LIBSSL: an event made, then the sweep an in-process `kmon` run
+# makes at start (remove_stale), then the event removed by someone else; asked for after each
+SWEPT_THEN_ASKED = """
+import sys
+from kmon.sources.kernel.kernel_events import tracefs
+from kmon.sources.tls import uprobes
+probes = uprobes.registry()
+first = probes.event(sys.argv[1], 0x1000, "len=%dx:s32")[0]
+uprobes.remove_stale()
+print("SWEPT", probes.event(sys.argv[1], 0x1000, "len=%dx:s32")[0] == first, flush=True)
+with tracefs() as root:
+    uprobes._append(root, f"-:{probes.group}/w0\\n")
+    assert not (root / "events" / probes.group / "w0").exists()
+again = probes.event(sys.argv[1], 0x1000, "len=%dx:s32")[0]
+with tracefs() as root:
+    alive = (root / "events" / probes.group / "w1" / "id").read_text().strip()
+print("REMADE", str(again) == alive, flush=True)
+probes.remove_all()
+"""
+
+
+def test_a_live_kmons_uprobe_survives_a_sweep_and_is_made_again_when_gone():
+    """The sweep of stale uprobes a kmon makes at start removes those of its own pid that an
+    earlier kmon with that pid left, never the ones this kmon made and still uses (a test run
+    in-process, or a second command, would otherwise take them from under a live TLS source);
+    and an event removed by another root tool is made again, not handed out by an id that
+    now names nothing. (In a process of its own, as above.)"""
+    if not os.path.exists(LIBSSL):
+        pytest.skip("no libssl.so.3 here")
+    child = Child([sys.executable, "-c", SWEPT_THEN_ASKED, LIBSSL])
+    try:
+        assert child.wait_line("SWEPT ", timeout=30) == "SWEPT True", child.stderr[-5:]
+        assert child.wait_line("REMADE ", timeout=30) == "REMADE True", child.stderr[-5:]
+        assert child.wait_exit(30) == 0
+    finally:
+        child.stop()

@@ -43,6 +43,7 @@ class Uprobes:
     def __init__(self) -> None:
         self.group = f"{GROUP_PREFIX}{os.getpid()}"
         self.made: dict[tuple[str, int, str], tuple[int, dict[str, Field]]] = {}
+        self.name_of: dict[tuple[str, int, str], str] = {}
         self.names: list[str] = []
         self.before_removal: list[Callable[[], None]] = []  # perf events closed first
         self.lock = threading.RLock()
@@ -57,7 +58,7 @@ class Uprobes:
         ``fetch``; made at the first call."""
         key = (path, offset, fetch)
         with self._busy():
-            if key in self.made:
+            if key in self.made and self._still_there(key):
                 return self.made[key]
             if self.closed:
                 raise KernelEventsUnavailable("kmon is ending: its uprobes are removed")
@@ -69,10 +70,26 @@ class Uprobes:
             with tracefs() as root:
                 _append(root, f"p:{self.group}/{name} {path}:{offset:#x} {fetch}\n")
                 self.names.append(name)
+                self.name_of[key] = name
                 with open(root / "events" / self.group / name / "format",
                           encoding="ascii") as handle:
                     made = self.made[key] = parse_format(handle.read(64 * 1024))
             return made
+
+    def _still_there(self, key: tuple[str, int, str]) -> bool:
+        """Whether the event made for ``key`` is still in tracefs: another root tool (or an
+        in-process ``kmon`` run's sweep) may have removed it, and its old id would then name
+        nothing (or another tool's event)."""
+        try:
+            with tracefs() as root:
+                return (root / "events" / self.group / self.name_of[key]).is_dir()
+        except (OSError, KernelEventsUnavailable):
+            return True  # unknowable now: the perf event's open says
+
+    def own(self, event: str) -> bool:
+        """Whether ``event`` of kmon's group is one this registry made and keeps."""
+        with self.lock:
+            return event in self.names
 
     @contextlib.contextmanager
     def opening(self) -> Iterator[None]:
@@ -120,7 +137,7 @@ class Uprobes:
         with self.lock:  # re-entrant: a second signal may come while the first is handled
             self.closed = True
             closers, self.before_removal = self.before_removal, []
-            names, self.names, self.made = self.names, [], {}
+            names, self.names, self.made, self.name_of = self.names, [], {}, {}
             for close in closers:
                 close()
             if not names:
@@ -134,9 +151,9 @@ class Uprobes:
 
 
 def remove_stale() -> int:
-    """Remove the uprobe groups of kmon processes that are gone (and one of kmon's own pid,
-    left by an earlier kmon that had it), after the private tracefs mounts a killed kmon left
-    (``remove_stale_scratch``): the events removed."""
+    """Remove the uprobe groups of kmon processes that are gone (and the events of kmon's own
+    pid its registry did not make, left by an earlier kmon that had the pid), after the private
+    tracefs mounts a killed kmon left (``remove_stale_scratch``): the events removed."""
     remove_stale_scratch()
     try:
         with tracefs() as root:
@@ -145,7 +162,10 @@ def remove_stale() -> int:
             removed = 0
             for line in LINE.finditer(text):
                 pid = int(line["pid"])
-                if pid == os.getpid() or not process_running(pid):
+                mine = pid == os.getpid()
+                if mine and _registry is not None and _registry.own(line["event"]):
+                    continue
+                if mine or not process_running(pid):
                     removed += _append(root, f"-:{line['group']}/{line['event']}\n",
                                        missing_ok=True)
             return removed
