@@ -8,15 +8,18 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from helpers import play_all, replayed, replayed_list, until, utc
+from helpers import DATA, play_all, replayed, replayed_list, until, utc
 from rich.text import Text
 
+from kmon.engine.playback import Replay, read_recording
+from kmon.engine.sessions import ProcessSession, SessionClosed
 from kmon.model import Connection, Event, EventKind, ProcessView, Role
 from kmon.widgets.app import KmonApp
 from kmon.widgets.churn_board import ChurnBoard
 from kmon.widgets.connection_table import ConnectionTable
 from kmon.widgets.detail import DetailScreen
 from kmon.widgets.filtering import parse_filter
+from kmon.widgets.list_screen import Attached
 from kmon.widgets.process_table import COLUMNS, ProcessTable
 
 __all__ = ["utc"]  # the fixture: clock times in UTC
@@ -310,3 +313,26 @@ def test_a_terminal_shrunk_to_80x24_is_laid_out_as_one_that_started_there():
             return layout(screen)
 
     assert asyncio.run(started((170, 48), NARROW)) == asyncio.run(started(NARROW, None))
+
+
+def test_an_attach_that_opens_after_the_user_moved_on_is_closed_not_shown():
+    """Attaching opens its session in a worker: where it is ready only once the user left the
+    list (the help, another attach, or quitting), no screen is pushed over theirs (one pushed
+    while the app ends is torn down before its widgets exist) and the session is released."""
+    app, screen, play = replayed_list("host")
+    replay = Replay(read_recording(DATA / "consumer.jsonl"))
+    late = ProcessSession(replay)
+
+    async def drive() -> None:
+        async with app.run_test(size=NARROW) as pilot:
+            await play(pilot)
+            await pilot.press("question_mark")
+            await until(pilot, lambda: app.screen is not screen, "the help")
+            helping = app.screen
+            screen.post_message(Attached(next(iter(replay.recording.pids)), late, []))
+            await pilot.pause()
+            assert app.screen is helping
+            with pytest.raises(SessionClosed):
+                late.poll()
+
+    asyncio.run(drive())

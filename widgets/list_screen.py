@@ -187,6 +187,9 @@ class ProcessListScreen(TableScreen):
 
     @on(Attached)
     def _attached(self, message: Attached) -> None:
+        if self.app.screen is not self:  # the user moved on (help, another attach, quit)
+            message.session.close()
+            return
         pid = message.pid
         self.app.push_screen(AttachScreen(
             pid, message.session, self.settings, cluster=self.cluster_of(pid),
