@@ -23,9 +23,19 @@ pytestmark = [pytest.mark.integration,  # a real cluster, a real TLS client, upr
 # ApiVersions v0 request written on it (client id "gone"), its endpoints printed ("SOCKET
 # local-ip local-port remote-ip remote-port"); then, as the line says, closed at once
 # ("close": a FIN), closed with the broker's answer unread ("unread": a reset), or kept open
-# until the next line ("keep")
+# until the next line ("keep"); or ("reset") it sends a request of an API the broker does not
+# know, which the broker answers by closing, reads to the end, waits until the broker's end is
+# closed (/proc/net/tcp: FIN_WAIT2 and no inode), writes one more request (the broker's closed
+# socket answers it with a reset) and closes it ("STATE" and the socket's state after that
+# write: 7, CLOSE, where the reset came in it)
 OPEN_AND_CLOSE = """
 import socket, ssl, struct, sys, time
+def hex_end(end):
+    return "%s:%04X" % (socket.inet_aton(end[0])[::-1].hex().upper(), end[1])
+def broker_end_closed(local, remote):
+    with open("/proc/net/tcp") as table:
+        return any(f[1] == hex_end(remote) and f[2] == hex_end(local) and f[3] == "05"
+                   and f[9] == "0" for f in (line.split() for line in table))
 host, port = sys.argv[1].split(",")[0].rsplit(":", 1)
 context = ssl.create_default_context(cafile=sys.argv[2])
 kept = []
@@ -42,6 +52,24 @@ for line in sys.stdin:
         tls.close()
     elif line.strip() == "unread":
         time.sleep(0.2)
+        tls.close()
+    elif line.strip() == "reset":
+        tls.sendall(struct.pack(">ihhih", 14, 999, 0, 8, 4) + b"gone")
+        try:
+            while tls.recv(4096):
+                pass
+        except (ssl.SSLError, OSError):
+            pass
+        for _ in range(500):  # the broker's end closed: FIN_WAIT2, no descriptor (inode 0)
+            if broker_end_closed(local, remote):
+                break
+            time.sleep(0.01)
+        try:
+            tls.sendall(struct.pack(">ihhih", 14, 18, 0, 9, 4) + b"gone")
+        except (ssl.SSLError, OSError):
+            pass
+        state = tls.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0]
+        print("STATE", state, flush=True)
         tls.close()
     else:
         kept.append(tls)
@@ -135,6 +163,32 @@ def test_new_threads_writing_on_every_cpu_at_once_lose_no_record(kafka):
         # a loaded run); a stalled ring read 128 to 896 of them
         assert sum(w.data[4:6] == b"\0\x12" for w in writes) >= 0.99 * rounds * threads, len(
             writes)
+    finally:
+        if tap is not None:
+            tap.close()
+        client.stop()
+
+
+def test_writes_to_a_socket_reset_while_it_was_written_go_to_the_4_tuple_the_reset_told(kafka):
+    """The broker closes a connection (a request of an API it does not know, as it closes a
+    failed login's) and the client writes once more before it closes its own end: on loopback
+    the broker's closed socket answers that write with a reset, in the write itself, so the
+    client's close changes no state and tells nothing. The reset tells the socket its
+    descriptor held; each of its writes goes to that 4-tuple (the unknown API's with no
+    bytes: kmon keeps a header it can read only)."""
+    client = Child([sys.executable, "-c", OPEN_AND_CLOSE, kafka.bootstrap("SSL"),
+                    str(kafka.ca_file)])
+    tap = None
+    try:
+        client.wait_line("READY", timeout=60)
+        tap = TlsTap(client.pid)
+        client.send("reset")
+        state = client.wait_line("STATE", timeout=30)
+        truth = endpoints(client.wait_line("SOCKET", timeout=30))
+        writes = tap.read([])  # the poll showed none of it
+        assert state == "STATE 7", "the broker's socket did not reset the client's write"
+        assert [(w.pair, w.data[4:6]) for w in writes] == [
+            (truth, b"\0\x12"), (truth, b""), (truth, b"\0\x12")], (writes, truth)
     finally:
         if tap is not None:
             tap.close()

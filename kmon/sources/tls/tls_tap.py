@@ -37,10 +37,14 @@ socket it held at the last read; else the socket its next close closed, as that 
 it (a failing login's socket lives ~0.3 s, between two reads): a socket's own close, as its
 last descriptor's ``close`` returns, is the closing thread's next state change, made before
 it sends its FIN or reset. That socket is named by its 4-tuple (``TlsWrite.pair``) and a
-number of its own for an inode. A close that tells nothing (a socket reset before it was
-closed: its state changed in a softirq) drops the writes. The poll's sockets given, a write
-is tied only to a socket that poll or the last showed, or to a 4-tuple: one to a socket open
-but not shown waits for the next read, when a poll shows it or its close tells it.
+number of its own for an inode. A socket reset before it was closed changes no state at its
+close: where the reset came while a thread wrote to it (``RESET``: on loopback, a peer that
+closed answers the write with a reset in the same softirq, before the ``write`` returns), the
+4-tuple it gave is its descriptor's, and that descriptor's next close tells it. A close that
+tells nothing (a reset that came over a network, later, in a softirq) drops the writes. The
+poll's sockets given, a write is tied only to a socket that poll or the last showed, or to a
+4-tuple: one to a socket open but not shown waits for the next read, when a poll shows it or
+its close tells it.
 
 What is read is only what decides a role (``follow``): a thread whose TLS writes all went to
 sockets whose role is known has its probes and sends disabled (its closes stay on) while every
@@ -77,6 +81,7 @@ from kmon.sources.kernel.kernel_events import (
     Field,
     KernelEventsUnavailable,
     Layout,
+    TcpEvent,
     epoch_offset_ms,
     event_id,
     parse_format,
@@ -107,6 +112,11 @@ TRACEPOINTS = {"syscalls/sys_enter_write": "send", "syscalls/sys_enter_sendto": 
 # thread within those microseconds, after it closed something else
 CLOSING = frozenset({(1, 4), (8, 9), (1, 7), (8, 7)})
 CLOSE_TO_STATE_MS = 1.0  # a ``close`` and its socket's state change, at most this apart
+# a socket reset while its thread wrote to it: CLOSE_WAIT to CLOSE in that ``write``, whose data
+# the peer (closed on loopback) answers with a reset in the same softirq, before it returns
+RESET = (8, 7)
+SEND_TO_RESET_MS = 1.0  # a send and its socket's reset, at most this apart
+RESET_TO_CLOSE_MS = 1000.0  # the reset socket's ``close``, at most this later
 LIBRARIES = re.compile(r"/lib(ssl|rdkafka)[^/]*\.so[^/]*$")  # where OpenSSL's writes are
 # (and the process's own executable: node's OpenSSL, a Go program's crypto/tls)
 MAX_MAPS_BYTES = 8 << 20
@@ -177,6 +187,9 @@ class TlsTap:
         self.shown: set[int] = set()  # the sockets (inodes) the last read was shown
         self.carried: list[_Record] = []  # writes to a socket no read was shown yet
         self.untold = 0  # the sockets named by their close (no inode: each a number)
+        # fd -> the 4-tuple of the socket reset while a thread wrote to it (and when): its
+        # ``close`` changes no state, the socket closed already, and tells it from this
+        self.reset: dict[int, tuple[Pair, float]] = {}
         self.scanned = 0.0
         # closed before the probes go, from the first: a SIGTERM while its first scan opens
         # perf events on them would else leave them open, and the probes busy, behind kmon
@@ -464,17 +477,23 @@ class TlsTap:
         records.sort(key=lambda record: record[0])
         events, itabs, pending, threads = self.events, self.tcp_itabs, self.pending, self.threads
         closing: dict[int, int] = {}  # tid -> its close's place in ``out``, nothing since
+        sending: dict[int, tuple[int, float]] = {}  # tid -> its send's fd and time, nothing since
         for ts_ms, tid, raw, made_by in records:
             owner, event = self.made_by.get(made_by, (0, -1))
             if owner not in threads or (tid != owner and tid in threads):
                 continue
             kind, fields = events.get(event, ("", {}))
             if kind == "state":  # the socket the close closed, or another's state change
-                if tid in closing and _tell_closed(out, closing[tid], self.states, self.pid,
-                                                   ts_ms, raw):
+                if self.states is None or tid not in closing and tid not in sending:
+                    continue
+                change = self.states.decode(self.pid, ts_ms, raw)
+                if tid in closing and _tell_closed(out, closing[tid], change):
                     del closing[tid]
+                elif tid in sending and self._reset_in_send(sending[tid], change):
+                    del sending[tid]
                 continue
             closing.pop(tid, None)
+            sending.pop(tid, None)
             if kind == "ssl":
                 buf, length = fields.get("buf"), fields.get("len")
                 if buf is None or length is None or len(raw) < buf.offset + buf.size:
@@ -488,21 +507,43 @@ class TlsTap:
                     pending[tid] = (_header_only(data), ts_ms)  # kept: no token's bytes
                     continue
                 out.append((ts_ms, own, data, owner, None))
-            elif kind == "close" or (kind == "send" and tid in pending):
+            elif kind == "close" or kind == "send":
                 fd = fields["fd"]
                 if len(raw) < fd.offset + fd.size:
                     continue
                 number = int.from_bytes(raw[fd.offset:fd.offset + fd.size], "little")
                 if kind == "close":
                     closing[tid] = len(out)
-                    out.append((ts_ms, number, None, owner, None))
+                    reset = self.reset.pop(number, None)
+                    out.append((ts_ms, number, None, owner, reset[0] if reset is not None
+                                and ts_ms - reset[1] <= RESET_TO_CLOSE_MS else None))
+                    continue
+                sending[tid] = (number, ts_ms)
+                if tid not in pending:
                     continue
                 data, written_ms = pending.pop(tid)
                 if written_ms >= threads[owner].resumed_ms:  # else its send may be unread
                     out.append((ts_ms, number, data, owner, None))
 
+    def _reset_in_send(self, send: tuple[int, float], change: TcpEvent | None) -> bool:
+        """Whether ``change`` is a reset of a socket right after its thread's send (``RESET``):
+        that send's fd is then kept as that socket's, and its close tells the 4-tuple. On
+        loopback the peer's own change comes first, in the same softirq (FIN_WAIT2 to CLOSE:
+        data to a closed socket), but a peer still written to is never in CLOSE_WAIT: the
+        writer sent no FIN."""
+        fd, sent_ms = send
+        if (change is None or (change.old_state, change.new_state) != RESET
+                or change.local is None or change.remote is None
+                or change.ts_ms - sent_ms > SEND_TO_RESET_MS):
+            return False
+        if fd not in self.reset and len(self.reset) >= MAX_PENDING:
+            self.reset.pop(next(iter(self.reset)))
+        self.reset[fd] = ((change.local, change.remote), change.ts_ms)
+        return True
+
     def _count_lost(self, count: int) -> None:
         self.lost += count
+        self.reset.clear()  # a lost close would leave its fd's entry to the next socket
 
     @staticmethod
     def _close_thread(thread: _Thread) -> None:
@@ -511,19 +552,17 @@ class TlsTap:
         thread.fds = []
 
 
-def _tell_closed(out: list[_Record], at: int, states: Layout | None, pid: int, ts_ms: float,
-                 raw: bytes) -> bool:
+def _tell_closed(out: list[_Record], at: int, event: TcpEvent | None) -> bool:
     """Whether the close at ``out[at]`` was told the socket it closed: the thread's first
     state change since that is a socket's own close (``CLOSING``), right after. Its own is
     set before it sends its FIN or reset; a change made before it (the pending ACK a close
     sends first, and its peer's change on loopback, in the softirq that runs in the same
     thread) is never one of those."""
-    event = None if states is None else states.decode(pid, ts_ms, raw)
     ts, fd, _, owner, _ = out[at]
     if (event is None or (event.old_state, event.new_state) not in CLOSING
             or event.local is None or event.remote is None):
         return False
-    if ts_ms - ts <= CLOSE_TO_STATE_MS:
+    if event.ts_ms - ts <= CLOSE_TO_STATE_MS:
         out[at] = (ts, fd, None, owner, (event.local, event.remote))
     return True
 
