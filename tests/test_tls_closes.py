@@ -10,6 +10,7 @@ import contextlib
 import queue
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 from helpers import Child
@@ -77,6 +78,23 @@ for line in sys.stdin:
 """
 
 
+@contextlib.contextmanager
+def tapped(kafka, script: str, *args: str) -> Iterator[tuple[Child, TlsTap]]:
+    """A client running ``script`` (argv: the SSL listener, its CA file, ``args``), once it
+    says READY, and a TLS source on it; both ended after."""
+    client = Child([sys.executable, "-c", script, kafka.bootstrap("SSL"), str(kafka.ca_file),
+                    *args])
+    tap = None
+    try:
+        client.wait_line("READY", timeout=60)
+        tap = TlsTap(client.pid)
+        yield client, tap
+    finally:
+        if tap is not None:
+            tap.close()
+        client.stop()
+
+
 def endpoints(line: str) -> tuple[tuple[str, int], tuple[str, int]]:
     _, local_ip, local_port, remote_ip, remote_port = line.split()
     return (local_ip, int(local_port)), (remote_ip, int(remote_port))
@@ -87,12 +105,7 @@ def test_writes_to_sockets_closed_between_two_reads_go_to_the_4_tuple_their_clos
     closed with a FIN, one with a reset (its answer unread), one still open at a read (its
     write waits for the next read) and closed before that. Each write goes to its own
     socket's 4-tuple; none to another's."""
-    client = Child([sys.executable, "-c", OPEN_AND_CLOSE, kafka.bootstrap("SSL"),
-                    str(kafka.ca_file)])
-    tap = None
-    try:
-        client.wait_line("READY", timeout=60)
-        tap = TlsTap(client.pid)
+    with tapped(kafka, OPEN_AND_CLOSE) as (client, tap):
         truth = []
         for how in ("close", "unread"):
             client.send(how)
@@ -104,15 +117,11 @@ def test_writes_to_sockets_closed_between_two_reads_go_to_the_4_tuple_their_clos
         client.send("close")  # the kept socket closed, and one more opened and closed
         truth.append(endpoints(client.wait_line("SOCKET", timeout=30)))
         writes += tap.read([])
-        assert kept == []
-        assert [(w.pair, w.data[4:6]) for w in writes] == [
-            (pair, b"\0\x12") for pair in truth], (writes, truth)
-        assert all(w.inode < 0 for w in writes)  # no read saw them: no inode to give
-        assert len({w.inode for w in writes}) == len(truth)
-    finally:
-        if tap is not None:
-            tap.close()
-        client.stop()
+    assert kept == []
+    assert [(w.pair, w.data[4:6]) for w in writes] == [
+        (pair, b"\0\x12") for pair in truth], (writes, truth)
+    assert all(w.inode < 0 for w in writes)  # no read saw them: no inode to give
+    assert len({w.inode for w in writes}) == len(truth)
 
 
 # python -c THREADS_AT_ONCE BOOTSTRAP CAFILE ROUNDS THREADS: once told, ROUNDS times THREADS new
@@ -144,12 +153,7 @@ def test_new_threads_writing_on_every_cpu_at_once_lose_no_record(kafka):
     writing on a socket of its own: the writes are read and tied to their sockets, and the
     kernel dropped none (a ring that two CPUs write at once stalls, then drops thousands)."""
     rounds, threads = 100, 16
-    client = Child([sys.executable, "-c", THREADS_AT_ONCE, kafka.bootstrap("SSL"),
-                    str(kafka.ca_file), str(rounds), str(threads)])
-    tap = None
-    try:
-        client.wait_line("READY", timeout=60)
-        tap = TlsTap(client.pid)
+    with tapped(kafka, THREADS_AT_ONCE, str(rounds), str(threads)) as (client, tap):
         client.send("")
         writes, done, deadline = [], None, time.monotonic() + 120
         while done is None and time.monotonic() < deadline:
@@ -157,16 +161,13 @@ def test_new_threads_writing_on_every_cpu_at_once_lose_no_record(kafka):
             with contextlib.suppress(queue.Empty):
                 done = client.lines.get(timeout=0.2)  # DONE: the only line after READY
         writes += tap.read()
-        assert done == f"DONE {rounds * threads}"
-        assert tap.lost == 0
-        # 99% at least: a socket reset before its own close names no 4-tuple (one in 1,600 in
-        # a loaded run); a stalled ring read 128 to 896 of them
-        assert sum(w.data[4:6] == b"\0\x12" for w in writes) >= 0.99 * rounds * threads, len(
-            writes)
-    finally:
-        if tap is not None:
-            tap.close()
-        client.stop()
+        lost = tap.lost
+    assert done == f"DONE {rounds * threads}"
+    assert lost == 0
+    # 99% at least: a socket reset before its own close names no 4-tuple (one in 1,600 in a
+    # loaded run); a stalled ring read 128 to 896 of them
+    assert sum(w.data[4:6] == b"\0\x12" for w in writes) >= 0.99 * rounds * threads, len(
+        writes)
 
 
 def test_writes_to_a_socket_reset_while_it_was_written_go_to_the_4_tuple_the_reset_told(kafka):
@@ -176,20 +177,11 @@ def test_writes_to_a_socket_reset_while_it_was_written_go_to_the_4_tuple_the_res
     client's close changes no state and tells nothing. The reset tells the socket its
     descriptor held; each of its writes goes to that 4-tuple (the unknown API's with no
     bytes: kmon keeps a header it can read only)."""
-    client = Child([sys.executable, "-c", OPEN_AND_CLOSE, kafka.bootstrap("SSL"),
-                    str(kafka.ca_file)])
-    tap = None
-    try:
-        client.wait_line("READY", timeout=60)
-        tap = TlsTap(client.pid)
+    with tapped(kafka, OPEN_AND_CLOSE) as (client, tap):
         client.send("reset")
         state = client.wait_line("STATE", timeout=30)
         truth = endpoints(client.wait_line("SOCKET", timeout=30))
         writes = tap.read([])  # the poll showed none of it
-        assert state == "STATE 7", "the broker's socket did not reset the client's write"
-        assert [(w.pair, w.data[4:6]) for w in writes] == [
-            (truth, b"\0\x12"), (truth, b""), (truth, b"\0\x12")], (writes, truth)
-    finally:
-        if tap is not None:
-            tap.close()
-        client.stop()
+    assert state == "STATE 7", "the broker's socket did not reset the client's write"
+    assert [(w.pair, w.data[4:6]) for w in writes] == [
+        (truth, b"\0\x12"), (truth, b""), (truth, b"\0\x12")], (writes, truth)
