@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 from helpers import Child
 
+from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 from kmon.sources.tls.tls_tap import TlsTap
 
 pytestmark = [pytest.mark.integration,  # a real cluster, a real TLS client, uprobes
@@ -176,12 +177,19 @@ def test_writes_to_a_socket_reset_while_it_was_written_go_to_the_4_tuple_the_res
     the broker's closed socket answers that write with a reset, in the write itself, so the
     client's close changes no state and tells nothing. The reset tells the socket its
     descriptor held; each of its writes goes to that 4-tuple (the unknown API's with no
-    bytes: kmon keeps a header it can read only)."""
+    bytes: kmon keeps a header it can read only), unless the poll shows that 4-tuple held
+    by another descriptor."""
     with tapped(kafka, OPEN_AND_CLOSE) as (client, tap):
         client.send("reset")
         state = client.wait_line("STATE", timeout=30)
         truth = endpoints(client.wait_line("SOCKET", timeout=30))
         writes = tap.read([])  # the poll showed none of it
+        client.send("reset")  # once more, the poll showing its 4-tuple on another fd
+        client.wait_line("STATE", timeout=30)
+        again = endpoints(client.wait_line("SOCKET", timeout=30))
+        elsewhere = TcpSocket(1, 1000, Endpoint(*again[0]), Endpoint(*again[1]), "CLOSE_WAIT")
+        refused = tap.read([elsewhere])
     assert state == "STATE 7", "the broker's socket did not reset the client's write"
     assert [(w.pair, w.data[4:6]) for w in writes] == [
         (truth, b"\0\x12"), (truth, b""), (truth, b"\0\x12")], (writes, truth)
+    assert refused == []  # a 4-tuple the poll shows held by another fd is that one's

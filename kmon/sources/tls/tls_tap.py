@@ -225,12 +225,18 @@ class TlsTap:
         # False: none since
         next_close: list[tuple[int, Pair] | None | bool] = [False] * len(out)
         closed: dict[int, tuple[int, Pair] | None] = {}  # fd -> its next close's socket
+        owners: dict[Pair, int | None] | None = None  # the shown sockets' 4-tuples -> fd
         for at in range(len(out) - 1, -1, -1):
             ts_ms, fd, data, _, told_pair = out[at]
             if data is None:
                 first_close[fd] = ts_ms
                 closed[fd] = None
-                if told_pair is not None:
+                if told_pair is None:
+                    continue
+                if owners is None:
+                    owners = {((s.local.ip, s.local.port), (s.remote.ip, s.remote.port)): s.fd
+                              for s in sockets or ()}
+                if owners.get(told_pair, fd) == fd:  # else another fd's, as the poll shows
                     self.untold += 1
                     closed[fd] = (-self.untold, told_pair)
             elif fd in closed:
