@@ -236,7 +236,9 @@ class TlsTap:
                 if owners is None:
                     owners = {((s.local.ip, s.local.port), (s.remote.ip, s.remote.port)): s.fd
                               for s in sockets or ()}
-                if owners.get(told_pair, fd) == fd:  # else another fd's, as the poll shows
+                # a 4-tuple the poll shows on another fd is that socket's (with none: closing,
+                # held by no descriptor, as this one may be now)
+                if owners.get(told_pair) in (None, fd):
                     self.untold += 1
                     closed[fd] = (-self.untold, told_pair)
             elif fd in closed:
