@@ -380,3 +380,33 @@ def test_a_squatted_spool_cannot_blind_root_to_another_users_client(cluster, thr
     finally:
         client.stop()
         shutil.rmtree(squatted, ignore_errors=True)
+
+
+# --- a watched process's command line names its brokers -----------------------------------
+
+@pytest.mark.parametrize("address", ["a:²", "a:٣", "b:99999999999999999999", "c:65536"])
+def test_a_bootstrap_port_no_tcp_socket_can_have_is_no_address(address):
+    """``isdigit`` holds for "²" (which int() refuses) and for Arabic-Indic digits, and a
+    port past 65,535 overflows getaddrinfo in the lookup thread: none is an address."""
+    from kmon.sources.brokers.dns import split_host_port
+
+    assert split_host_port(address) is None
+    assert split_host_port("a:65535") == ("a", 65535)
+
+
+@pytest.mark.integration
+def test_a_watched_process_naming_impossible_ports_leaves_kmon_attach_running(tmp_path):
+    """A process anyone may start puts ports no socket can have in its bootstrap flag: kmon
+    attached to it answers, as for any other address it cannot use, with no traceback."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                                "--bootstrap-server", "a:²,b:99999999999999999999", "kafka"])
+    try:
+        done = subprocess.run([sys.executable, "-m", "kmon", "attach", str(sleeper.pid),
+                               "--once", "--json", "--settle", "0"],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert [p["pid"] for p in json.loads(done.stdout)["processes"]] == [sleeper.pid]

@@ -18,6 +18,7 @@ MAX_QUEUED = 64  # names waiting for a lookup
 PARSED_KEPT = 16384  # parse_endpoint's answers (a host view of 5,000 connections asks
 #   for each of their remotes every poll)
 SETUP_WAIT_S = 5.0  # how long a command's setup waits for the names the user gave
+MAX_PORT = 65535
 
 
 def split_host_port(address: str) -> tuple[str, int] | None:
@@ -26,7 +27,9 @@ def split_host_port(address: str) -> tuple[str, int] | None:
     if "://" in address:
         address = address.split("://", 1)[1]
     host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
+    # ASCII digits only ("²" is a digit int() refuses), a port TCP can have (a larger one
+    # overflows getaddrinfo): the address may come from a watched process's command line
+    if not sep or not port.isascii() or not port.isdigit() or int(port) > MAX_PORT:
         return None
     return host.strip("[]"), int(port)
 
