@@ -241,6 +241,16 @@ def test_lines_without_an_event_give_none(line: str, tmp_path: Path) -> None:
         assert (follower.poll(), follower.unparsed, follower.ignored) == ([], 0, 1)
 
 
+def test_a_port_no_socket_has_is_left_out_of_a_line_read() -> None:
+    """``str.isdigit`` holds for "²", which int() refuses: the line is read, its port left
+    out (a client's log is its own to write)."""
+    event = parse_line("[2025-01-01 00:00:00,000] WARN [AdminClient clientId=a] Connection to "
+                       "node -1 (localhost/127.0.0.1:²) could not be established.")
+    assert event is not None
+    assert (event.kind, event.node_id, event.port, event.address) == (
+        "connect_failed", -1, None, None)
+
+
 def test_timestamps() -> None:
     assert parse_timestamp("2024-05-01 12:00:00,123 INFO x") == local_ms(2024, 5, 1, 12, 0, 0, 123)
     assert parse_timestamp("[2024-05-01 12:00:00,5] x") == local_ms(2024, 5, 1, 12, 0, 0, 500)

@@ -26,3 +26,12 @@ def test_a_terminal_s_width_is_kept(monkeypatch):
     monkeypatch.setenv("COLUMNS", "60")
     lines = render([ROW], PROCESS_COLUMNS, "table")
     assert all(len(line) <= 60 for line in lines) and ELLIPSIS in lines[1]
+
+
+@pytest.mark.parametrize("columns", ["²", "٦٠", "-5", "wide"])
+def test_a_columns_value_that_is_no_width_is_as_none(monkeypatch, columns):
+    """``str.isdigit`` holds for "²" (which int() refuses) and for Arabic-Indic digits: a
+    $COLUMNS of no ASCII width counts as none (piped under pytest: nothing is cut)."""
+    monkeypatch.setenv("COLUMNS", columns)
+    lines = render([ROW], PROCESS_COLUMNS, "table")
+    assert ELLIPSIS not in "".join(lines)

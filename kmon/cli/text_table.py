@@ -21,7 +21,7 @@ def terminal_width() -> int | None:
     """``$COLUMNS``, else the width of the terminal stdout is; None when stdout is a pipe or a
     file (what reads it is no terminal of a known width: nothing is cut)."""
     columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
+    if columns.isascii() and columns.isdigit() and int(columns) > 0:
         return int(columns)
     try:
         return os.get_terminal_size(1).columns

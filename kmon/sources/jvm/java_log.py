@@ -120,7 +120,7 @@ def _node_fields(m: re.Match[str]) -> Fields:
 def _socket_fields(text: str) -> Fields:
     host, slash, rest = text.rpartition("/")
     ip, colon, port = (rest if slash else text).rpartition(":")
-    if not colon or not port.isdigit():
+    if not colon or not port.isascii() or not port.isdigit():  # "²" is a digit int() refuses
         return {}
     ip = ip.strip("[]")
     fields: Fields = {"port": int(port)}
