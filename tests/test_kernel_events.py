@@ -725,7 +725,8 @@ def test_a_reset_is_told_with_the_side_that_sent_it(side):
         client.stop()
         peer.server.close()
     timed = timed_closes(events)
-    assert timed and all((e["closed_by"], e["reason"]) == (side, "reset") for e in timed), timed
+    assert timed and all((e["closed_by"], e["reason"]) == (side, "reset") for e in timed), [
+        (e["closed_by"], e["reason"], e["opened_ms"], e["closed_ms"], e["detail"]) for e in timed]
 
 
 @as_root

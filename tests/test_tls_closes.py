@@ -27,17 +27,19 @@ pytestmark = [pytest.mark.integration,  # a real cluster, a real TLS client, upr
 # ("close": a FIN), closed with the broker's answer unread ("unread": a reset), or kept open
 # until the next line ("keep"); or ("reset") it sends a request of an API the broker does not
 # know, which the broker answers by closing, reads to the end, waits until the broker's end is
-# closed (/proc/net/tcp: FIN_WAIT2 and no inode), writes one more request (the broker's closed
-# socket answers it with a reset) and closes it ("STATE" and the socket's state after that
-# write: 7, CLOSE, where the reset came in it)
+# closed (/proc/net/tcp6: no inode; Java may shut it for writing first), writes one more
+# request (the broker's closed socket answers it with a reset) and closes it ("STATE" and the
+# socket's state after that write: 7, CLOSE, where the reset came in it)
 OPEN_AND_CLOSE = """
 import socket, ssl, struct, sys, time
-def hex_end(end):
-    return "%s:%04X" % (socket.inet_aton(end[0])[::-1].hex().upper(), end[1])
-def broker_end_closed(local, remote):
-    with open("/proc/net/tcp") as table:
-        return any(f[1] == hex_end(remote) and f[2] == hex_end(local) and f[3] == "05"
-                   and f[9] == "0" for f in (line.split() for line in table))
+def broker_end_closed(local, remote):  # no descriptor holds it: inode 0 (Java's is IPv6)
+    ends = (":%04X" % remote[1], ":%04X" % local[1])
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(name) as table:
+            if any(f[1].endswith(ends[0]) and f[2].endswith(ends[1]) and f[9] == "0"
+                   for f in (line.split() for line in table)):
+                return True
+    return False
 host, port = sys.argv[1].split(",")[0].rsplit(":", 1)
 context = ssl.create_default_context(cafile=sys.argv[2])
 kept = []
@@ -62,9 +64,8 @@ for line in sys.stdin:
                 pass
         except (ssl.SSLError, OSError):
             pass
-        for _ in range(500):  # the broker's end closed: FIN_WAIT2, no descriptor (inode 0)
-            if broker_end_closed(local, remote):
-                break
+        waited = time.monotonic() + 20  # the broker's end closed, not only shut for writing
+        while not broker_end_closed(local, remote) and time.monotonic() < waited:
             time.sleep(0.01)
         try:
             tls.sendall(struct.pack(">ihhih", 14, 18, 0, 9, 4) + b"gone")
