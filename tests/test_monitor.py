@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kmon.engine.monitor import Monitor, diff
 from kmon.model import Connection, EventKind, ProcessView, Role
 
@@ -141,3 +143,39 @@ def test_a_process_dropped_for_an_error_has_no_made_up_closes_and_one_that_exite
         monitor = Monitor([FailingSampler(failure)])
         monitor.poll()
         assert [e.kind for e in monitor.poll()[1]] == told
+
+
+def test_a_fault_reading_one_process_leaves_the_others_watched():
+    """kmon failing on what one process gave it (a parser that raised on its command line or
+    its log: ``FailingSampler`` plays it, as no real process can make kmon fail on demand
+    once such a fault is fixed) shows that process's last view with why, and the others
+    refreshed: one process never blinds the whole poll (``kmon serve`` failed every poll)."""
+    class Other(FakeSampler):
+        pid, reader = 43, object()  # a reader of its own: none is read ahead
+
+        def sample(self, now_ms: int) -> ProcessView:
+            return replace(super().sample(now_ms), pid=self.pid)
+
+    failing, other = FailingSampler(ValueError("invalid literal for int(): '²'")), Other()
+    monitor = Monitor([failing, other])
+    monitor.poll()
+    snapshot, events = monitor.poll()
+    views = {v.pid: v for v in snapshot.processes}
+    assert views.keys() == {42, 43} and other.n == 2
+    assert views[42].notices[-1] == ("not refreshed this time: kmon could not read it "
+                                     "(ValueError: invalid literal for int(): '²')")
+    assert [c.key for c in views[42].connections] == ["a"]
+    assert not [e for e in events if e.kind is EventKind.PROCESS_ERROR]
+
+
+def test_a_fault_at_a_process_s_first_look_drops_it_with_why():
+    """With no view yet to show, the process is dropped, its error event saying why."""
+    class FailingAtOnce(FailingSampler):
+        def sample(self, now_ms: int) -> ProcessView:
+            raise self.failure
+
+    monitor = Monitor([FailingAtOnce(KeyError("node"))])
+    _, events = monitor.poll()
+    assert [(e.kind, e.detail) for e in events] == [
+        (EventKind.PROCESS_ERROR, "kmon could not read it (KeyError: 'node')")]
+    assert not monitor.samplers

@@ -40,6 +40,7 @@ from kmon.tcp_state import TcpState
 from kmon.units import format_duration
 
 NEAR_REAP_FRACTION = Thresholds.idle_warning
+MAX_WHY = 300  # characters of a failure's message kept in a notice (its text may be anyone's)
 FD_COUNT_EVERY_MS = 5000  # open fds are counted this often: a leak takes minutes to show
 # the kernel's events are fed to the lives at most this often within a poll (a host's
 # hundreds of samplers each ask what the process held when each of their sockets opened)
@@ -187,16 +188,20 @@ class Monitor:
             previous = self.last_views.get(pid)
             try:
                 view = sampler.sample(ts_ms)
-            except OSError as err:  # the kernel failed us this once: show the last view
-                if previous is None:
-                    self._lose(pid, err, ts_ms, events, previous, changes)
-                    continue
-                view = replace(previous, notices=[*previous.notices,
-                                                  f"not refreshed this time: {err}"])
-                views.append(view)
-                continue
             except (SampleError, SpoolError) as err:
                 self._lose(pid, err, ts_ms, events, previous, changes)
+                continue
+            # the kernel failed us this once, or kmon failed on what this one process gave
+            # (its command line, its log): show the last view, and go on with the others
+            except Exception as err:  # noqa: BLE001 - one process never blinds kmon to all
+                why = str(err) if isinstance(err, OSError) else (
+                    f"kmon could not read it ({type(err).__name__}: {err})")[:MAX_WHY]
+                if previous is None:
+                    self._lose(pid, SampleError(why), ts_ms, events, previous, changes)
+                    continue
+                view = replace(previous, notices=[*previous.notices,
+                                                  f"not refreshed this time: {why}"])
+                views.append(view)
                 continue
             if previous is not None:
                 changes.append((previous, view))
