@@ -7,9 +7,11 @@ the whole host as before."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 from helpers import FLOODER, Child, python_as, wait_for
@@ -18,7 +20,7 @@ from kmon.engine import discovery as discovery_module
 from kmon.engine.directory import Directory
 from kmon.engine.discovery import ClientDiscovery
 from kmon.engine.host_view import KafkaProcesses
-from kmon.engine.kernel_watch import open_kernel_watch
+from kmon.engine.kernel_watch import KernelWatch, open_kernel_watch
 from kmon.engine.monitor import Monitor
 from kmon.engine.sampler import SamplerSettings
 from kmon.sources.kernel.socket_readers import open_socket_reader
@@ -56,40 +58,50 @@ def connecting_child(port: int) -> subprocess.Popen:
     return child
 
 
-def test_a_quiet_host_is_not_searched_again_and_a_new_client_joins_at_once():
-    """The broker's port followed, as a known cluster's are: another test's flood of connects
-    elsewhere on the host (CI run 102) drops records of no port that matters."""
-    with socket.create_server(("127.0.0.1", 0)) as broker:
-        kernel, notice = open_kernel_watch([broker.getsockname()[1]])
+@contextlib.contextmanager
+def one_followed_broker() -> Iterator[tuple[KernelWatch, Counted, Monitor, ClientDiscovery,
+                                            Endpoint]]:
+    """A listening "broker" on 127.0.0.1 whose port the kernel's events follow (as a known
+    cluster's are), a monitor on them and a discovery due every poll, its searches counted;
+    all closed after."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        broker = Endpoint("127.0.0.1", server.getsockname()[1])
+        kernel, notice = open_kernel_watch([broker.port])
         if kernel is None:
             pytest.skip(notice)
         search = Counted()
         monitor = Monitor([], kernel=kernel)
         discovery = ClientDiscovery(open_socket_reader(), SamplerSettings(
             require_kafka=False, wire="off"), Directory(), every_s=0.0, find=search)
-        brokers = {Endpoint("127.0.0.1", broker.getsockname()[1])}
         try:
-            for _ in range(4):  # every poll due (every_s 0): the old search ran each time
-                discovery.update(monitor, brokers)
-                monitor.poll()
-            assert search.searches == 1
-            child = connecting_child(broker.getsockname()[1])
-            try:
-                def joined() -> bool:
-                    monitor.poll()  # the kernel's events of the connect, read
-                    discovery.update(monitor, brokers)
-                    return child.pid in monitor.samplers
-                wait_for(joined, "the new client to join", seconds=60, every=0.2)
-                assert search.searches == 1 and search.looks >= 1
-                discovery.next_full = 0.0  # the safety net, due: the whole host again
-                discovery.update(monitor, brokers)
-                assert search.searches == 2
-            finally:
-                child.stdin.close()
-                child.wait()
+            yield kernel, search, monitor, discovery, broker
         finally:
             monitor.close()
             discovery.close()
+
+
+def test_a_quiet_host_is_not_searched_again_and_a_new_client_joins_at_once():
+    """The broker's port followed: another test's flood of connects elsewhere on the host (CI
+    run 102) drops records of no port that matters."""
+    with one_followed_broker() as (_, search, monitor, discovery, broker):
+        for _ in range(4):  # every poll due (every_s 0): the old search ran each time
+            discovery.update(monitor, {broker})
+            monitor.poll()
+        assert search.searches == 1
+        child = connecting_child(broker.port)
+        try:
+            def joined() -> bool:
+                monitor.poll()  # the kernel's events of the connect, read
+                discovery.update(monitor, {broker})
+                return child.pid in monitor.samplers
+            wait_for(joined, "the new client to join", seconds=60, every=0.2)
+            assert search.searches == 1 and search.looks >= 1
+            discovery.next_full = 0.0  # the safety net, due: the whole host again
+            discovery.update(monitor, {broker})
+            assert search.searches == 2
+        finally:
+            child.stdin.close()
+            child.wait()
 
 
 def test_a_new_broker_s_clients_join_by_a_look_at_them_not_a_search_of_the_host():
@@ -138,28 +150,19 @@ def test_a_connect_flood_elsewhere_costs_no_search_and_a_new_client_still_joins(
     or a look finds it) joins all the same."""
     monkeypatch.setattr(discovery_module, "FULL_EVERY_S", 3600.0)  # a loaded host's slow
     # test is not to meet the safety net
-    with socket.create_server(("127.0.0.1", 0)) as broker:
-        port = broker.getsockname()[1]
-        kernel, notice = open_kernel_watch([port])  # the broker's port followed
-        if kernel is None:
-            pytest.skip(notice)
-        search = Counted()
-        monitor = Monitor([], kernel=kernel)
-        discovery = ClientDiscovery(open_socket_reader(), SamplerSettings(
-            require_kafka=False, wire="off"), Directory(), every_s=0.0, find=search)
-        brokers = {Endpoint("127.0.0.1", port)}
+    with one_followed_broker() as (kernel, search, monitor, discovery, broker):
         prefix, env = python_as(throwaway_user.pw_name)
         flooders: list[Child] = []
         client = None
         try:
-            discovery.update(monitor, brokers)  # the first search
+            discovery.update(monitor, {broker})  # the first search
             flooders = [Child([*prefix, "-c", FLOODER, "8"], env=env) for _ in range(2)]
             for flooder in flooders:
                 flooder.wait_line("READY")
 
             def step() -> None:
                 monitor.poll()  # the kernel's events, read
-                discovery.update(monitor, brokers)
+                discovery.update(monitor, {broker})
 
             wait_for(lambda: step() or kernel.source.lost_connects > 1000,
                      "the connect rings to drop records", seconds=30, every=1.0)
@@ -172,8 +175,6 @@ def test_a_connect_flood_elsewhere_costs_no_search_and_a_new_client_still_joins(
         finally:
             for child in (*flooders, *([client] if client else [])):
                 child.stop()
-            monitor.close()
-            discovery.close()
 
 
 def test_without_the_kernel_s_events_every_due_poll_searches_the_host():
