@@ -42,8 +42,8 @@ class Uprobes:
 
     def __init__(self) -> None:
         self.group = f"{GROUP_PREFIX}{os.getpid()}"
-        self.made: dict[tuple[str, int, str], tuple[int, dict[str, Field]]] = {}
-        self.name_of: dict[tuple[str, int, str], str] = {}
+        # (path, offset, fetch) -> the event's name, and its tracepoint id and record fields
+        self.made: dict[tuple[str, int, str], tuple[str, tuple[int, dict[str, Field]]]] = {}
         self.names: list[str] = []
         self.before_removal: list[Callable[[], None]] = []  # perf events closed first
         self.lock = threading.RLock()
@@ -58,8 +58,8 @@ class Uprobes:
         ``fetch``; made at the first call."""
         key = (path, offset, fetch)
         with self._busy():
-            if key in self.made and self._still_there(key):
-                return self.made[key]
+            if key in self.made and self._still_there(self.made[key][0]):
+                return self.made[key][1]
             if self.closed:
                 raise KernelEventsUnavailable("kmon is ending: its uprobes are removed")
             if not SAFE_PATH.fullmatch(path):
@@ -70,19 +70,19 @@ class Uprobes:
             with tracefs() as root:
                 _append(root, f"p:{self.group}/{name} {path}:{offset:#x} {fetch}\n")
                 self.names.append(name)
-                self.name_of[key] = name
                 with open(root / "events" / self.group / name / "format",
                           encoding="ascii") as handle:
-                    made = self.made[key] = parse_format(handle.read(64 * 1024))
+                    made = parse_format(handle.read(64 * 1024))
+                self.made[key] = (name, made)
             return made
 
-    def _still_there(self, key: tuple[str, int, str]) -> bool:
-        """Whether the event made for ``key`` is still in tracefs: another root tool (or an
+    def _still_there(self, name: str) -> bool:
+        """Whether kmon's event ``name`` is still in tracefs: another root tool (or an
         in-process ``kmon`` run's sweep) may have removed it, and its old id would then name
         nothing (or another tool's event)."""
         try:
             with tracefs() as root:
-                return (root / "events" / self.group / self.name_of[key]).is_dir()
+                return (root / "events" / self.group / name).is_dir()
         except (OSError, KernelEventsUnavailable):
             return True  # unknowable now: the perf event's open says
 
@@ -137,7 +137,7 @@ class Uprobes:
         with self.lock:  # re-entrant: a second signal may come while the first is handled
             self.closed = True
             closers, self.before_removal = self.before_removal, []
-            names, self.names, self.made, self.name_of = self.names, [], {}, {}
+            names, self.names, self.made = self.names, [], {}
             for close in closers:
                 close()
             if not names:
