@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 
+from kmon.sources.kernel import sockdiag
 from kmon.sources.kernel.diag_messages import _short_tcp_info
 from kmon.sources.kernel.psutil_sockets import PsutilSocketReader
 from kmon.sources.kernel.sockdiag import SockDiagReader, SockDiagUnavailable
@@ -187,6 +188,44 @@ def test_a_new_socket_on_a_reused_fd_number_shows_by_the_next_poll(reader, stack
     polls = [{s.inode: s.fd for s in reader.sockets_of(PID)} for _ in range(2)]
     assert all(old_inode not in inodes for inodes in polls)
     assert polls[1][new_inode] == client.fileno()
+
+
+def _moved_into(held, listener: socket.socket) -> int:
+    """Connect a socket to ``listener``, put it in ``held``'s fd (the file closed) and close
+    its own: the fd count and numbers are as before. Its inode."""
+    conn = socket.create_connection(listener.getsockname())
+    os.dup2(conn.fileno(), held.fileno())
+    conn.close()
+    return os.fstat(held.fileno()).st_ino
+
+
+def test_a_socket_in_a_closed_files_fd_is_read_when_the_kernel_says_its_process_connected(
+        reader, stack, tmp_path, monkeypatch):
+    """Where the kernel's events say which processes connect (``connects``), a process's fd
+    links are read again when it connected, else rarely: a socket that took a file's fd (the
+    fd count and numbers unchanged) shows once its process is named; where the events may
+    have missed one (None), every table is read again at the usual cadence."""
+    listener = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
+    first, second = (stack.enter_context((tmp_path / name).open("wb")) for name in "ab")
+    reader.connects(set())  # the kernel says who connects
+    reader.sockets_of(PID)
+
+    def inodes() -> set[int]:
+        return {s.inode for s in reader.sockets_of(PID)}
+
+    moved = _moved_into(first, listener)
+    assert moved not in inodes()  # no process named: the links are not read again
+    reader.connects({PID})
+    found = {s.inode: s for s in reader.sockets_of(PID)}
+    assert found[moved].fd == first.fileno()
+    assert found[moved].remote.port == listener.getsockname()[1]
+
+    reader.connects(set())
+    moved = _moved_into(second, listener)
+    assert moved not in inodes()
+    monkeypatch.setattr(sockdiag, "REREAD_S", 0.0)  # the usual cadence, due at once
+    reader.connects(None)
+    assert moved in inodes()
 
 
 @pytest.fixture

@@ -172,6 +172,12 @@ class KernelWatch:
         buffer was full)."""
         return self.source.lost
 
+    @property
+    def lost_any(self) -> int:
+        """The records of every ring the kernel dropped since the watch began: the followed
+        ports' and the other connects'."""
+        return self.source.lost + self.source.lost_connects
+
     def _decided(self, closed: list[KernelLife],
                  seen: set[tuple[Endpoint | None, Endpoint | None]]) -> list[KernelLife]:
         """``closed`` with the refusals at once no poll saw held back one poll: a per-IP

@@ -128,6 +128,7 @@ class Monitor:
         self.kernel = kernel  # the kernel's TCP events, where kmon may read them
         self._watched: set[int] = set()  # the samplers' processes, as this poll began
         self._fed_s = 0.0  # when the kernel's events were last fed (monotonic)
+        self._lost_seen: int | None = None  # the kernel's lost records at the last poll
         self.host_closes = host_closes  # without them: the host's unowned closes, counted
         self.host_closed_1m: int | None = None  # as the last poll counted them
         for sampler in samplers:
@@ -210,6 +211,7 @@ class Monitor:
         lives = []
         if self.kernel is not None:
             opened, closed, told = self.kernel.poll(views)
+            self._tell_connects(opened, self.kernel.lost_any)
             self._hand_over(closed)  # read by the next poll, as the kernel's story waits
             lives = [life.recorded() for life in closed]
             self.churn.exact.update(view.pid for view in views)  # even those opening nothing
@@ -229,6 +231,14 @@ class Monitor:
                             host_closed_1m=self._host_closes(views), lives=lives)
         self.events.extend(events)
         return snapshot, events
+
+    def _tell_connects(self, opened: list[KernelLife], lost: int) -> None:
+        """Tell the samplers' socket readers which processes connected since the last poll
+        (None where the kernel has lost ``lost`` records since: then it cannot say)."""
+        pids = {life.pid for life in opened} if lost == self._lost_seen else None
+        self._lost_seen = lost
+        for reader in {id(s.reader): s.reader for s in self.samplers.values()}.values():
+            reader.connects(pids)
 
     def close(self) -> None:
         """Release every sampler's resources (JMX helpers); polling is over."""

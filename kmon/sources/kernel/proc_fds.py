@@ -27,6 +27,9 @@ def socket_inodes(pid: int) -> dict[int, int]:
     return FdTable(pid).socket_inodes()
 
 
+REREAD_S = 10.0  # every link of a table read again this often, where nothing says when
+
+
 class FdTable:
     """The socket fds of one process, read link by link only when they may have changed.
 
@@ -42,7 +45,7 @@ class FdTable:
     again between two listings shows once every link is read, ``partial`` until then).
     """
 
-    def __init__(self, pid: int, reread_s: float = 10.0) -> None:
+    def __init__(self, pid: int, reread_s: float = REREAD_S) -> None:
         self.pid = pid
         self.reread_s = reread_s
         self._names: frozenset[str] = frozenset()

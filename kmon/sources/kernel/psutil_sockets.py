@@ -50,6 +50,9 @@ class PsutilSocketReader:
     def read_ahead(self, pids: Collection[int]) -> None:
         """Nothing: psutil reads one process at a time."""
 
+    def connects(self, pids: Collection[int] | None) -> None:
+        """Nothing: psutil keeps nothing from one read to the next."""
+
 
 def _inodes_by_fd(pid: int) -> dict[int, int]:
     """fd -> socket inode, or {} if the fd table cannot be read (any more)."""

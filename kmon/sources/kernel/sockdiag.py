@@ -2,7 +2,8 @@
 
 A poll costs a look at the process's fd table (``FdTable``: listed again only when
 its fd count changes, its links read again only when the fd numbers change, a socket
-vanished, or every 10 s) plus one netlink round trip: exact lookups, one per socket
+vanished, the process connected a socket, or every 10 s; 60 s where the kernel's events
+say who connects) plus one netlink round trip: exact lookups, one per socket
 the process holds, or from 64 sockets on one dump filtered in the kernel by their
 remote ports (unless the kernel holds over 8 TCP sockets per socket looked for and
 family dumped: each dump walks them all). Socket ids are learned from a dump of the
@@ -52,7 +53,7 @@ from kmon.sources.kernel.diag_messages import (
     remote_port_filter,
     socket_ends,
 )
-from kmon.sources.kernel.proc_fds import FdTable, socket_protocol
+from kmon.sources.kernel.proc_fds import REREAD_S, FdTable, socket_protocol
 from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 from kmon.sources.kernel.sockstat import tcp_sockets
 
@@ -76,6 +77,11 @@ _DUMP_WALK_MAX = 8
 _AHEAD_FRESH_S = 5.0
 _RETRY_FIRST_S = 0.5
 _RETRY_MAX_S = 8.0
+# Every link of a process's fd table is read again this often while the kernel's events say
+# which processes connect (``connects``): a socket put in a closed file's fd (the count and
+# the numbers the same) is then read at once where the process connected it, and this
+# catches the rest (a socket passed from another process); else every REREAD_S.
+TOLD_REREAD_S = 60.0
 _TCP_PROTOCOLS = ("TCP", "TCPv6", None)  # socket_protocol(): None = cannot tell
 _BY_FD = operator.attrgetter("fd")  # every socket sockets_of returns has its fd
 _NO_FAMILY = (errno.EAFNOSUPPORT, errno.ENOENT, errno.EINVAL)  # no IPv6 in this kernel
@@ -163,6 +169,7 @@ class SockDiagReader:
         # each host dump's sockets by their message's fixed part (every byte they are read
         # from): the next dump alike parses only the messages that changed
         self._host_memos: dict[tuple[int, bytes], dict[bytes, HostSocket]] = {}
+        self._reread_s = REREAD_S  # each fd table's links read again this often at least
 
     def close(self) -> None:
         """Close the netlink socket."""
@@ -228,11 +235,23 @@ class SockDiagReader:
                     ahead[pid] = err
         self._ahead_at = time.monotonic()
 
+    def connects(self, pids: Collection[int] | None) -> None:
+        """The processes the kernel saw connect since the last call (None: it may have
+        missed some, or does not say): their fd tables' links are read again at their next
+        read; the others' every TOLD_REREAD_S while the kernel says, else every REREAD_S."""
+        reread = REREAD_S if pids is None else TOLD_REREAD_S
+        if reread != self._reread_s:
+            self._reread_s = reread
+            for cache in self._caches.values():
+                cache.fds.reread_s = reread
+        for pid in (pids or ()) & self._caches.keys():
+            self._caches[pid].fds.changed()
+
     def _known_inodes(self, pid: int, learn: bool = True
                       ) -> tuple[_ProcessCache, dict[int, int]]:
         """``pid``'s cache and socket inodes (inode -> fd), new TCP sockets learned unless
         not ``learn``; leaves the netlink socket dirty (the caller's lookups follow)."""
-        cache = self._caches.get(pid) or _ProcessCache(FdTable(pid))
+        cache = self._caches.get(pid) or _ProcessCache(FdTable(pid, self._reread_s))
         try:
             inodes = cache.fds.socket_inodes()
         except Exception:
