@@ -202,30 +202,40 @@ def _moved_into(held, listener: socket.socket) -> int:
 def test_a_socket_in_a_closed_files_fd_is_read_when_the_kernel_says_its_process_connected(
         reader, stack, tmp_path, monkeypatch):
     """Where the kernel's events say which processes connect (``connects``), a process's fd
-    links are read again when it connected, else rarely: a socket that took a file's fd (the
-    fd count and numbers unchanged) shows once its process is named; where the events may
-    have missed one (None), every table is read again at the usual cadence."""
+    links are read again when it connected, else every TOLD_REREAD_S: a socket that took a
+    file's fd (the fd count and numbers unchanged) shows once its process is named; once the
+    kernel may have missed a connect, every table is read again every REREAD_S; and a table
+    not read for REREAD_S (its process not watched meanwhile) is read whole."""
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     listener = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
-    first, second = (stack.enter_context((tmp_path / name).open("wb")) for name in "ab")
-    reader.connects(set())  # the kernel says who connects
+    files = [stack.enter_context((tmp_path / name).open("wb")) for name in "abc"]
+    reader.connects(set(), complete=True)  # the kernel says who connects
     reader.sockets_of(PID)
 
-    def inodes() -> set[int]:
+    def inodes(seconds: float = 1.0) -> set[int]:
+        clock[0] += seconds
         return {s.inode for s in reader.sockets_of(PID)}
 
-    moved = _moved_into(first, listener)
+    moved = _moved_into(files[0], listener)
     assert moved not in inodes()  # no process named: the links are not read again
-    reader.connects({PID})
+    reader.connects({PID}, complete=True)
     found = {s.inode: s for s in reader.sockets_of(PID)}
-    assert found[moved].fd == first.fileno()
+    assert found[moved].fd == files[0].fileno()
     assert found[moved].remote.port == listener.getsockname()[1]
 
-    reader.connects(set())
-    moved = _moved_into(second, listener)
-    assert moved not in inodes()
-    monkeypatch.setattr(sockdiag, "REREAD_S", 0.0)  # the usual cadence, due at once
-    reader.connects(None)
+    reader.connects(set(), complete=True)
+    moved = _moved_into(files[1], listener)
+    assert all(moved not in inodes() for _ in range(15))  # a poll a second, 15 s
+    reader.connects(set(), complete=False)
     assert moved in inodes()
+
+    unwatched = stack.enter_context(SockDiagReader())  # told nothing of it for REREAD_S
+    unwatched.connects(set(), complete=True)
+    unwatched.sockets_of(PID)
+    moved = _moved_into(files[2], listener)
+    clock[0] += sockdiag.REREAD_S
+    assert moved in {s.inode for s in unwatched.sockets_of(PID)}
 
 
 @pytest.fixture

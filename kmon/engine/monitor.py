@@ -233,12 +233,13 @@ class Monitor:
         return snapshot, events
 
     def _tell_connects(self, opened: list[KernelLife], lost: int) -> None:
-        """Tell the samplers' socket readers which processes connected since the last poll
-        (None where the kernel has lost ``lost`` records since: then it cannot say)."""
-        pids = {life.pid for life in opened} if lost == self._lost_seen else None
-        self._lost_seen = lost
+        """Tell the samplers' socket readers which processes connected since the last poll,
+        and whether the kernel may have missed some (it lost records since the last poll,
+        ``lost`` in all, or this is the first)."""
+        pids = {life.pid for life in opened}
+        complete, self._lost_seen = lost == self._lost_seen, lost
         for reader in {id(s.reader): s.reader for s in self.samplers.values()}.values():
-            reader.connects(pids)
+            reader.connects(pids, complete)
 
     def close(self) -> None:
         """Release every sampler's resources (JMX helpers); polling is over."""

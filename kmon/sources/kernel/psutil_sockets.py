@@ -50,7 +50,7 @@ class PsutilSocketReader:
     def read_ahead(self, pids: Collection[int]) -> None:
         """Nothing: psutil reads one process at a time."""
 
-    def connects(self, pids: Collection[int] | None) -> None:
+    def connects(self, pids: Collection[int], complete: bool) -> None:
         """Nothing: psutil keeps nothing from one read to the next."""
 
 

@@ -126,6 +126,7 @@ class _ProcessCache:
     families: Counter[int] = field(default_factory=Counter)
     # the fd table's inodes as last learned from (FdTable gives the same dict while they stay)
     learned: dict[int, int] | None = None
+    read_at: float = float("-inf")  # when its fd table was last looked at (monotonic)
 
     def remember(self, inode: int, known: Known) -> None:
         """Know ``inode``'s socket id from now on."""
@@ -170,6 +171,7 @@ class SockDiagReader:
         # from): the next dump alike parses only the messages that changed
         self._host_memos: dict[tuple[int, bytes], dict[bytes, HostSocket]] = {}
         self._reread_s = REREAD_S  # each fd table's links read again this often at least
+        self._untold_until = float("-inf")  # ... REREAD_S until then (``connects``)
 
     def close(self) -> None:
         """Close the netlink socket."""
@@ -235,23 +237,33 @@ class SockDiagReader:
                     ahead[pid] = err
         self._ahead_at = time.monotonic()
 
-    def connects(self, pids: Collection[int] | None) -> None:
-        """The processes the kernel saw connect since the last call (None: it may have
-        missed some, or does not say): their fd tables' links are read again at their next
-        read; the others' every TOLD_REREAD_S while the kernel says, else every REREAD_S."""
-        reread = REREAD_S if pids is None else TOLD_REREAD_S
+    def connects(self, pids: Collection[int], complete: bool) -> None:
+        """The processes the kernel saw connect since the last call (``complete``: no record
+        of a connect was lost): their fd tables' links are read again at their next read;
+        the others' every TOLD_REREAD_S once the kernel has said for TOLD_REREAD_S, else
+        every REREAD_S (a lost connect's table is read within REREAD_S of its loss)."""
+        now = time.monotonic()
+        if not complete:
+            self._untold_until = now + TOLD_REREAD_S
+        reread = REREAD_S if now < self._untold_until else TOLD_REREAD_S
         if reread != self._reread_s:
             self._reread_s = reread
             for cache in self._caches.values():
                 cache.fds.reread_s = reread
-        for pid in (pids or ()) & self._caches.keys():
+        for pid in pids & self._caches.keys():
             self._caches[pid].fds.changed()
 
     def _known_inodes(self, pid: int, learn: bool = True
                       ) -> tuple[_ProcessCache, dict[int, int]]:
         """``pid``'s cache and socket inodes (inode -> fd), new TCP sockets learned unless
         not ``learn``; leaves the netlink socket dirty (the caller's lookups follow)."""
-        cache = self._caches.get(pid) or _ProcessCache(FdTable(pid, self._reread_s))
+        cache = self._caches.get(pid)
+        now = time.monotonic()
+        if cache is None:
+            cache = _ProcessCache(FdTable(pid, self._reread_s))
+        elif now - cache.read_at >= REREAD_S:  # not read meanwhile (not watched): its connects
+            cache.fds.changed()  # were never told
+        cache.read_at = now
         try:
             inodes = cache.fds.socket_inodes()
         except Exception:

@@ -131,9 +131,9 @@ class SocketReader(Protocol):
         cheaper (sockets_of then answers from it for a moment), or do nothing."""
         ...
 
-    def connects(self, pids: Collection[int] | None) -> None:
-        """The processes the kernel saw connect since the last call; None where it may have
-        missed some (or does not say). A reader that keeps what processes hold may read it
-        again for those alone, and rarely for the others."""
+    def connects(self, pids: Collection[int], complete: bool) -> None:
+        """The processes the kernel saw connect since the last call (``complete``: none was
+        missed). A reader that keeps what processes hold may read it again for those
+        alone, and rarely for the others while the kernel misses none."""
         ...
 
