@@ -128,7 +128,7 @@ class Monitor:
         self.kernel = kernel  # the kernel's TCP events, where kmon may read them
         self._watched: set[int] = set()  # the samplers' processes, as this poll began
         self._fed_s = 0.0  # when the kernel's events were last fed (monotonic)
-        self._lost_seen: int | None = None  # the kernel's lost records at the last poll
+        self._lost_seen = 0  # the records the kernel had lost at the last poll
         self.host_closes = host_closes  # without them: the host's unowned closes, counted
         self.host_closed_1m: int | None = None  # as the last poll counted them
         for sampler in samplers:
@@ -234,8 +234,8 @@ class Monitor:
 
     def _tell_connects(self, opened: list[KernelLife], lost: int) -> None:
         """Tell the samplers' socket readers which processes connected since the last poll,
-        and whether the kernel may have missed some (it lost records since the last poll,
-        ``lost`` in all, or this is the first)."""
+        and whether the kernel may have missed some (it lost records since the last poll:
+        ``lost`` in all; a process's sockets from before its first poll are read whole)."""
         pids = {life.pid for life in opened}
         complete, self._lost_seen = lost == self._lost_seen, lost
         for reader in {id(s.reader): s.reader for s in self.samplers.values()}.values():
