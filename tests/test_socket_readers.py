@@ -9,12 +9,13 @@ import struct
 import subprocess
 import sys
 import time
+import types
 from collections.abc import Callable, Iterator
 
 import psutil
 import pytest
 
-from kmon.sources.kernel import sockdiag
+from kmon.sources.kernel import proc_fds, sockdiag
 from kmon.sources.kernel.diag_messages import _short_tcp_info
 from kmon.sources.kernel.psutil_sockets import PsutilSocketReader
 from kmon.sources.kernel.sockdiag import SockDiagReader, SockDiagUnavailable
@@ -207,7 +208,9 @@ def test_a_socket_in_a_closed_files_fd_is_read_when_the_kernel_says_its_process_
     kernel may have missed a connect, every table is read again every REREAD_S; and a table
     not read for REREAD_S (its process not watched meanwhile) is read whole."""
     clock = [1000.0]
-    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    fake = types.SimpleNamespace(monotonic=lambda: clock[0])  # the readers' clock alone
+    monkeypatch.setattr(sockdiag, "time", fake)
+    monkeypatch.setattr(proc_fds, "time", fake)
     listener = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
     files = [stack.enter_context((tmp_path / name).open("wb")) for name in "abc"]
     reader.connects(set(), complete=True)  # the kernel says who connects
