@@ -67,3 +67,35 @@ def test_a_click_moves_the_cursor_and_a_click_on_it_or_enter_selects_its_row():
             assert pilot.app.selected == ["c", "a"]
 
     asyncio.run(drive())
+
+
+def test_only_the_rows_shown_are_made_and_a_wider_one_scrolled_into_view_widens_its_column():
+    """500 rows in a 10-line table: a show makes the cells of the 9 rows in view alone (a host
+    view of 500 processes each second), and a row scrolled into view widens its column."""
+    made: list[str] = []
+
+    def cells(name: str) -> tuple:
+        made.append(name)
+        return (Text(name), "1 KiB")
+
+    names = [f"p{i}" for i in range(499)] + ["a-much-longer-name"]
+
+    async def drive() -> None:
+        async with Tables().run_test(size=(60, 10)) as pilot:
+            table = pilot.app.query_one(Names)
+            table.focus()
+            await pilot.pause()
+            table.show([(name, name) for name in names], cells)
+            await pilot.pause()
+            assert sorted(set(made)) == sorted(names[:9])
+            assert "a-much-longer-name" not in table.render_line(0).text  # not measured yet
+            await pilot.press("G")  # the last row
+            await pilot.pause()
+            assert len(set(made)) < 20
+            assert table.render_line(0).text.startswith(" name" + " " * 16 + "size")
+            assert "a-much-longer-name" in table.render_line(table.size.height - 1).text
+            table.show([(name, name) for name in names], cells)  # a refresh: still as wide
+            await pilot.pause()
+            assert table.render_line(0).text.startswith(" name" + " " * 16 + "size")
+
+    asyncio.run(drive())

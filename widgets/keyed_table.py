@@ -60,13 +60,14 @@ class KeyedTable(ChangedLinesView, can_focus=True):
     """The rows given to ``show()`` under a header of ``COLUMNS``, drawn line by line for the
     visible rows only.
 
-    A row's cells are made only when it is visible (or measured: a column of width 0), its
-    line is kept until one of its cells or its look changes, and a refresh draws again only
-    the lines whose row, cells or look changed, so a refresh costs at most a screenful of rows
-    however many there are. The cursor stays on its row (by key) while rows come, go and
-    move; a move of it draws again only the line it leaves and the line it enters. Even and
-    odd rows, the cursor's and the header take the look of the component classes
-    ``keyed-table--even``, ``--odd``, ``--cursor`` and ``--header``.
+    A row's cells are made only when it is visible, its line is kept until one of its cells or
+    its look changes, and a refresh draws again only the lines whose row, cells or look
+    changed, so a refresh costs at most a screenful of rows however many there are. A column
+    of width 0 is measured on the rows shown (at each ``show``, scroll and resize): it widens
+    as wider rows come into view, and never narrows. The cursor stays on its row (by key)
+    while rows come, go and move; a move of it draws again only the line it leaves and the
+    line it enters. Even and odd rows, the cursor's and the header take the look of the
+    component classes ``keyed-table--even``, ``--odd``, ``--cursor`` and ``--header``.
     """
 
     COLUMNS: tuple[Column, ...] = ()
@@ -162,14 +163,18 @@ class KeyedTable(ChangedLinesView, can_focus=True):
         """The row key under the cursor."""
         return self._cursor_key
 
+    def on_mount(self) -> None:
+        self.watch(self, "scroll_y", self._measure, init=False)
+
     def _measure(self) -> None:
-        """Widen each column of width 0 to its widest cell (the heading's mark included);
-        lay the columns out again where one widened."""
+        """Widen each column of width 0 to its widest cell in the rows shown (the heading's
+        mark included); lay the columns out again where one widened."""
         measured = [i for i, column in enumerate(self.COLUMNS) if not column.width]
         if not measured:
             return
         natural = list(self._natural)
-        for key in self._keys:
+        first = round(self.scroll_y)
+        for key in self._keys[first : first + max(0, self.size.height - 1)]:
             cells = self._cells_at(key)
             for i in measured:
                 natural[i] = max(natural[i], cell_len(str(cells[i])))
@@ -291,6 +296,7 @@ class KeyedTable(ChangedLinesView, can_focus=True):
             self.refresh()
 
     def on_resize(self) -> None:
+        self._measure()
         self._lay_out()
 
     # -- keys and mouse ---------------------------------------------------------------------

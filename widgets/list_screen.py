@@ -136,9 +136,11 @@ class ProcessListScreen(TableScreen):
         now_ms = self.snapshot.ts_ms if self.snapshot else 0
         table = self.query_one(ProcessTable)
         table.sort_by(order.column, order.descending)
-        table.show_groups([(cluster, self.group_heading(cluster, members),
-                     [process_cells(v, self.labels.get(v.pid, ""), self.churn, now_ms)
-                      for v in members]) for cluster, members in clusters.items()])
+        labels, churn = dict(self.labels), self.churn  # the cells are made as rows show
+        table.show_groups([(cluster, self.group_heading(cluster, members), members)
+                           for cluster, members in clusters.items()],
+                          lambda v: process_cells(v, labels.get(v.pid, ""), churn, now_ms),
+                          lambda v: v.pid)
         self.title_table()
 
     def title_table(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from rich.text import Text
 
@@ -92,6 +93,20 @@ def cluster_heading(views: list[ProcessView]) -> str:
     return f"{len(brokers)} broker{'s' * (len(brokers) > 1)}: {brokers[0]}{more}"
 
 
+class _Heading(NamedTuple):
+    """A cluster's heading row: its cells."""
+
+    cells: tuple
+
+
+def _own_cells(row: tuple) -> tuple:
+    return row
+
+
+def _first_cell(row: tuple) -> object:
+    return row[0]
+
+
 class ProcessTable(KeyedTable):
     """Rows of processes, keyed by pid; with ``grouped``, each cluster's rows follow a
     heading row naming its brokers (in the command column, the pid left blank). Columns are
@@ -124,17 +139,21 @@ class ProcessTable(KeyedTable):
         super().__init__(**kwargs)
         self.grouped = grouped
 
-    def show_groups(self, groups: list[tuple[str, str, list[tuple]]]) -> None:
-        """Hold exactly ``groups``: (cluster, its heading, rows of cells with the pid first),
-        in order; the heading is drawn only when ``grouped``."""
-        rows = []
-        for cluster, heading, cells in groups:
+    def show_groups(self, groups: list[tuple[str, str, list]],
+                    cells_of: Callable[[Any], tuple] = _own_cells,
+                    pid_of: Callable[[Any], object] = _first_cell) -> None:
+        """Hold exactly ``groups``: (cluster, its heading, its rows), in order; ``cells_of``
+        makes a row's cells (in COLUMNS order) when the row is shown, ``pid_of`` gives its
+        pid (by default each row is its cells, the pid first); the heading is drawn only
+        when ``grouped``."""
+        rows: list[tuple[str, object]] = []
+        for cluster, heading, members in groups:
             if self.grouped:
                 blanks = (Text() for _ in COLUMNS[2:])
                 rows.append((f"{HEADING}{cluster}",
-                             (Text(), Text(heading, style="bold"), *blanks)))
-            rows += [(str(row[0]), row) for row in cells]
-        self.show(rows, lambda cells: cells)
+                             _Heading((Text(), Text(heading, style="bold"), *blanks))))
+            rows += [(str(pid_of(row)), row) for row in members]
+        self.show(rows, lambda row: row.cells if isinstance(row, _Heading) else cells_of(row))
 
     def home_row(self) -> int:
         """The first process's row (below its cluster's heading when grouped)."""
