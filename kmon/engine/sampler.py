@@ -36,6 +36,7 @@ from kmon.sources.jvm.jvm_reading import JvmSource
 from kmon.sources.kernel.sockets import Endpoint, SocketReader, TcpSocket, socket_facts
 from kmon.sources.packets.host_wire import HostWire
 from kmon.sources.process_wire import ProcessWire
+from kmon.sources.processes.process_exit import ExitWatch
 from kmon.sources.processes.process_info import (
     Process,
     ProcessDenied,
@@ -171,10 +172,12 @@ class ProcessSampler:
         self.losses: Callable[[int, list[TcpSocket], int],
                               dict[tuple[Endpoint, Endpoint], Opening | None]] | None = None
         self.made: _Made | None = None  # the last poll's claims, while they may be carried
+        self.exit = ExitWatch(pid, self.started)  # last: a pidfd, released by close()
 
     def close(self) -> None:
         """Release what the sampler's sources hold (the JMX helper of a JVM, the packet
-        socket); idempotent."""
+        socket, the pidfd); idempotent."""
+        self.exit.close()
         if self.jvm_source is not None:
             self.jvm_source.close()
         if self.wire_source is not None:
@@ -182,7 +185,7 @@ class ProcessSampler:
 
     def sample(self, now_ms: int) -> ProcessView:
         """The process as it is now."""
-        if self.started is None or running_since(self.pid) != self.started:
+        if self.exit.exited():
             raise ProcessGone(f"PID {self.pid} ({self.name}) has exited")
         jvm = None
         if self.jvm_source is not None:
