@@ -301,6 +301,8 @@ class ProcessSampler:
     def _learn(self, brokers: dict[Endpoint, int]) -> None:
         """Brokers this process's own evidence named: they name its sockets only (and, shared,
         help find other clients of them)."""
+        if not brokers:  # most producers' word at most polls: the shared table's lock spared
+            return
         bounded.put_all(self.learned, brokers, MAX_LEARNED)
         self.directory.share(brokers)
 
