@@ -45,7 +45,6 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 
 from kmon.classify import bootstrap_node_id, coordinator_node_id
 from kmon.evidence.claims import Claim, Evidence, Gathered, socket_key
@@ -86,7 +85,7 @@ class WireEvidence:
         # the broker names last worked out, until when, and their endpoints
         self.endpoints_of_names: tuple[object, float, dict[Endpoint, int]] = (None, 0.0, {})
         # socket key -> (what FlowSays was worked out from, it): the sockets of the last poll
-        self.said: dict[str, tuple[tuple[object, ...], FlowSays | None]] = {}
+        self.said: dict[str, tuple[tuple[object, ...], FlowSays | None, Claim | None]] = {}
         # what the last poll's claims were made from (Steady), while they may be kept
         self.steady: Steady | None = None
         self.knew_before = False  # the process knew its cluster before the tap started
@@ -159,11 +158,12 @@ class WireEvidence:
             says = flow_says(flow, remote, view, known, bootstrap, resolver, opening)
             if says is not None and says.role is not None and not is_named:
                 says = says.with_client(flow.client_id)
-            memo = self.said[key] = (inputs, says)
-        if memo[1] is None:
+            # the claim made once: a socket's claim stays the same object while it holds
+            memo = self.said[key] = (inputs, says, None if says is None else says.claim)
+        if memo[1] is None or memo[2] is None:
             claims.pop(key, None)
             return True
-        claims[key] = memo[1].claim
+        claims[key] = memo[2]
         return memo[1].lasting
 
     def _broker_endpoints(self, view: WireView, resolver: Resolver) -> dict[Endpoint, int]:
@@ -221,15 +221,19 @@ class FlowSays:
     facts: Mapping[str, object] = field(default_factory=dict)
     lasting: bool = True  # False: it looked a name up (which may resolve otherwise later)
 
-    @cached_property
+    @property
     def claim(self) -> Claim:
-        """The claim (made once: a socket's claim stays the same object while it holds)."""
+        """The claim it makes (made again at each look: ``WireEvidence`` keeps one a flow)."""
         return Claim("wire", self.role, self.node_id, self.broker_id, self.confidence,
                      self.facts, self.evidence, self.before + last_seen(self.seen) + self.after)
 
     def with_client(self, client_id: str | None) -> FlowSays:
         """Naming its client by the client_id it sent (where no other evidence names one)."""
-        return self if not client_id else replace(self, facts={"client": client_id})
+        if not client_id:
+            return self
+        return FlowSays(self.role, self.node_id, self.broker_id, self.confidence,  # (replace()
+                        self.evidence, self.before, self.after, self.seen,  # costs 2x more:
+                        {"client": client_id}, self.lasting)  # one a request)
 
 
 def flow_says(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endpoint, int],
