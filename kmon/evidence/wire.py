@@ -84,7 +84,8 @@ class WireEvidence:
         self.cmdline_bootstrap = cmdline_bootstrap
         # the broker names last worked out, until when, and their endpoints
         self.endpoints_of_names: tuple[object, float, dict[Endpoint, int]] = (None, 0.0, {})
-        # socket key -> (what FlowSays was worked out from, it): the sockets of the last poll
+        # socket key -> (what FlowSays was worked out from, it, its claim): the sockets of the
+        # last poll (a claim stays the same object while it holds)
         self.said: dict[str, tuple[tuple[object, ...], FlowSays | None, Claim | None]] = {}
         # what the last poll's claims were made from (Steady), while they may be kept
         self.steady: Steady | None = None
@@ -158,7 +159,6 @@ class WireEvidence:
             says = flow_says(flow, remote, view, known, bootstrap, resolver, opening)
             if says is not None and says.role is not None and not is_named:
                 says = says.with_client(flow.client_id)
-            # the claim made once: a socket's claim stays the same object while it holds
             memo = self.said[key] = (inputs, says, None if says is None else says.claim)
         if memo[1] is None or memo[2] is None:
             claims.pop(key, None)
@@ -231,9 +231,10 @@ class FlowSays:
         """Naming its client by the client_id it sent (where no other evidence names one)."""
         if not client_id:
             return self
-        return FlowSays(self.role, self.node_id, self.broker_id, self.confidence,  # (replace()
-                        self.evidence, self.before, self.after, self.seen,  # costs 2x more:
-                        {"client": client_id}, self.lasting)  # one a request)
+        # made field by field: dataclasses.replace costs twice as much, once a request
+        return FlowSays(self.role, self.node_id, self.broker_id, self.confidence,
+                        self.evidence, self.before, self.after, self.seen,
+                        {"client": client_id}, self.lasting)
 
 
 def flow_says(flow: Flow, remote: Endpoint, view: WireView, known: Mapping[Endpoint, int],
