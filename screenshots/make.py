@@ -53,9 +53,8 @@ def save(app: KmonApp, name: str) -> None:
 async def attach_to(app: KmonApp, pilot, screen: WatchScreen, label: str) -> None:
     """Select the process whose label starts with ``label`` and open its attach screen."""
     table = screen.query_one("#processes")
-    row = next(i for i in range(table.row_count)
-               if str(table.get_row_at(i)[1]).startswith(label))
-    table.move_cursor(row=row)
+    row = next(i for i in range(table.row_count) if table.row_text(i)[1].startswith(label))
+    table.move_to(row)
     await pilot.press("enter")
     await pilot.pause(SETTLE_SECONDS)
 
