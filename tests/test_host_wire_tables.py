@@ -6,8 +6,22 @@ from __future__ import annotations
 
 from kmon.sources.packets.host_wire import MAX_OPENED, HostWire, SharedCapture
 from kmon.sources.packets.packet_capture import Segment
+from kmon.sources.packets.packet_filter import TCP_FIN
 
 BROKER = ("127.0.0.1", 9092)
+
+
+class ReplayedCapture:
+    """A fake of ``PacketCapture``'s reading side: the given segments, read once, in order
+    (a real capture cannot be made to stamp three segments of two directions in one ms)."""
+
+    def __init__(self, segments: list[Segment]) -> None:
+        self.segments = segments
+        self.drops = 0
+
+    def read(self) -> list[Segment]:
+        segments, self.segments = self.segments, []
+        return segments
 
 
 def local(port: int) -> tuple[str, int]:
@@ -19,12 +33,34 @@ def test_the_segments_that_waited_go_to_the_process_that_opened_the_socket():
     both directions, and no other process does."""
     host = HostWire()
     opener, other = SharedCapture(host), SharedCapture(host)
-    request = Segment(2, local(50000), BROKER, b"req", 0, 1, 2)
-    answer = Segment(1, BROKER, local(50000), b"ans", 0, 1, 1)
-    host.unowned = {(BROKER, local(50000)): [answer], (local(50000), BROKER): [request]}
+    request = Segment(1, local(50000), BROKER, b"req", 0, 1, 1)
+    answer = Segment(2, BROKER, local(50000), b"ans", 0, 1, 2)
+    host.capture = ReplayedCapture([request, answer])
+    host.drain()
     opener.opened([(local(50000), BROKER)])
-    assert opener.read() == [answer, request] and other.read() == []
+    assert opener.read() == [request, answer] and other.read() == []
     assert host.unowned == {}
+
+
+def test_a_waiting_socket_s_segments_keep_the_order_captured_within_one_ms():
+    """A login the broker failed, captured before any poll showed the socket: its error
+    answer, its FIN, then the client's FIN, all in one ms. The process that claims the socket
+    reads them in that order (before, both directions sorted by ms put the client's FIN
+    first, and its close was told as the client's), whether a poll or a connect claims it."""
+    port = 50000
+    answer = Segment(7, BROKER, local(port), b"error", 0, 1, 7)
+    broker_fin = Segment(7, BROKER, local(port), b"", TCP_FIN, 1, 7)
+    client_fin = Segment(7, local(port), BROKER, b"", TCP_FIN, 1, 7)
+    for claim in ("own", "opened"):
+        host = HostWire()
+        share = SharedCapture(host)
+        host.capture = ReplayedCapture([answer, broker_fin, client_fin])
+        host.drain()
+        if claim == "own":
+            share.own([(local(port), BROKER)], 7)
+        else:
+            share.opened([(local(port), BROKER)])
+        assert share.read() == [answer, broker_fin, client_fin], claim
 
 
 def test_a_flood_of_short_connections_keeps_a_bounded_table_and_a_leaving_process_none():

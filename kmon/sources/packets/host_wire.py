@@ -24,11 +24,20 @@ from kmon.sources.packets.packet_filter import MAX_PORTS
 HOST_BLOCKS = 128  # 8 MiB of ring: a second of the cut-short segments of a busy host
 UNOWNED_FOR_MS = 10_000  # a segment of no watched socket (yet) waits this long
 MAX_UNOWNED_STREAMS = 1024  # sockets whose segments wait for an owner
-MAX_UNOWNED_SEGMENTS = 16  # segments kept per waiting socket, the first ones
+MAX_UNOWNED_SEGMENTS = 32  # segments kept per waiting socket (both ways), the first ones
 MAX_OPENED = 4096  # sockets the kernel saw the processes open, the latest kept
 MAX_QUEUED = 65_536  # segments a process has not read yet; beyond, they count as drops
 
 Key = tuple[Address, Address]
+
+
+def socket_of(key: Key) -> Key:
+    """The one key of a socket's segments in either direction: a broker's answer and its FIN
+    wait in one list with the client's requests and FIN, in the order captured (stamps are
+    whole ms: sorting two lists by them put the client's FIN before a broker's close of the
+    same ms, and told the close as the client's)."""
+    flipped = key[1], key[0]
+    return key if key < flipped else flipped
 
 
 class SharedCapture:
@@ -110,7 +119,9 @@ class HostWire:
         self.capture: PacketCapture | None = None
         self.shares: list[SharedCapture] = []
         self.owners: dict[Key, SharedCapture] = {}  # socket (either direction) -> process
-        self.unowned: dict[Key, list[Segment]] = {}  # insertion-ordered: the oldest first
+        # socket (``socket_of``) -> its segments of both directions in the order captured;
+        # insertion-ordered: the oldest first
+        self.unowned: dict[Key, list[Segment]] = {}
         # socket (either direction) -> the process the kernel saw open it, the latest last
         self.openers: dict[Key, SharedCapture] = {}
         self.captures_opened = 0
@@ -154,8 +165,7 @@ class HostWire:
                     del owners[either]
         for key in keys - share.keys:
             owners[key] = owners[key[1], key[0]] = share
-            waited = self.unowned.pop(key, []) + self.unowned.pop((key[1], key[0]), [])
-            share.take(sorted(waited, key=lambda seg: seg.ts_ms))
+            share.take(self.unowned.pop(socket_of(key), []))
         share.keys = keys
         self.expire(now_ms)
 
@@ -165,13 +175,11 @@ class HostWire:
         uncut: a waiting socket's are cut short) and reads next."""
         openers = self.openers
         for key in keys:
-            waited: list[Segment] = []
             for either in (key, (key[1], key[0])):
                 openers.pop(either, None)
                 openers[either] = share
-                waited += self.unowned.pop(either, [])
-            if waited:
-                share.take(sorted(waited, key=lambda seg: seg.ts_ms))
+            if waited := self.unowned.pop(socket_of(key), None):
+                share.take(waited)
         while len(openers) > 2 * MAX_OPENED:
             del openers[next(iter(openers))]
         self.drain()
@@ -209,11 +217,12 @@ class HostWire:
             if share is not None:
                 routed.setdefault(share, []).append(seg)
                 continue
-            waiting = unowned.get((seg.src, seg.dst))
+            stream = socket_of((seg.src, seg.dst))
+            waiting = unowned.get(stream)
             if waiting is None:
                 if len(unowned) >= MAX_UNOWNED_STREAMS:
                     del unowned[next(iter(unowned))]
-                waiting = unowned[seg.src, seg.dst] = []
+                waiting = unowned[stream] = []
             if len(waiting) < MAX_UNOWNED_SEGMENTS:
                 waiting.append(seg)
         for share, segments in routed.items():
