@@ -137,6 +137,28 @@ def test_a_view_may_have_polled_a_socket_that_lived_between_the_stream_s_snapsho
     assert summed_disagreements([around], Counter(broker=1), between=between) != []
 
 
+def test_a_socket_the_stream_never_polled_may_have_any_role_in_a_view_that_did():
+    """A client whose failed logins reconnect every 500 ms, in step with the stream's polls:
+    the stream told each socket's life from the kernel's events, never named (no role at its
+    close), and serve's poll caught one with its bootstrap requests read
+    (sasl-wrong-password's 'bootstrap: 0–0 in the streams, 1 in /metrics'). The stream gave
+    no verdict to contradict: any role is allowed for it, a second socket of one is not."""
+    from collections import Counter
+
+    from benchmarks.truth.kmon_views import Stream
+    from benchmarks.truth.score import summed_disagreements
+
+    unnamed = {"kind": "closed", "pid": 7, "key": "kernel:127.0.0.1:5>127.0.0.1:9"}
+    stream = Stream(7, None, records=[
+        {"ts_ms": 1_000, "processes": [{"pid": 7, "connections": []}], "events": []},
+        {"ts_ms": 2_000, "processes": [{"pid": 7, "connections": []}], "events": [unnamed]}])
+    around, between = stream.since(0), stream.between(0)
+    assert between == ["unknown"]
+    for role in ("bootstrap", "broker", "coordinator", "unknown"):
+        assert summed_disagreements([around], Counter({role: 1}), between=between) == []
+    assert summed_disagreements([around], Counter(bootstrap=2), between=between) != []
+
+
 def test_a_recording_unsettled_on_a_socket_open_before_its_first_look_cannot_tell():
     """per-ip-limit: ``kmon record --pid`` first looked at the process (and opened its capture
     of it) after a client's bootstrap handshake; it showed the socket with no evidence

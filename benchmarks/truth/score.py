@@ -304,15 +304,16 @@ def summed_disagreements(arounds: list[list[list[dict]]], counts: dict,
     outside what their streams allow together: each stream's least to most over its
     snapshots from just before the view ran to just after, summed. ``between``: the roles at
     their close of sockets that lived between those snapshots (``Stream.between``): the view
-    may have polled one, named or not yet (unknown)."""
+    may have polled one, named or not yet (unknown); one the stream never named (no poll of
+    its showed it: the kernel's events told its life) it may have named anything."""
     ranges = {role: [0, 0] for role in ROLES}
     for around in arounds:
         seen = [Counter(row.get("role") for row in rows) for rows in around] or [Counter()]
         for role in ROLES:
             ranges[role][0] += min(c.get(role, 0) for c in seen)
             ranges[role][1] += max(c.get(role, 0) for c in seen)
-    for role in between:
-        for each in {role if role in ranges else "unknown", "unknown"}:
+    for role in between:  # named at its close: that role or unknown; unnamed: any role
+        for each in {role, "unknown"} if role in ranges and role != "unknown" else ranges:
             ranges[each][1] += 1
     # the roles the view is short of, made up by sockets it left unknown: unsettled, not wrong
     short = {role: max(0, low - counts.get(role, 0)) for role, (low, _) in ranges.items()
