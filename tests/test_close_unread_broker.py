@@ -62,3 +62,23 @@ def test_a_broker_close_after_answers_to_requests_the_wire_never_read_is_unsettl
     reaped = polled(599_000)
     assert story(reaped, None, 2_000, WireClose("broker", False, None)).reason == (
         "broker_idle_reap")
+
+
+def test_a_simultaneous_close_after_no_request_read_is_unsettled_whichever_side_the_kernel_saw():
+    """sasl-wrong-password again (2 closes in about 100 runs, after the rule above): a socket
+    ``kmon attach``'s first poll showed, its login sent before the capture opened. The broker
+    answered with its error and sent its FIN; the client, reading the error, sent its own
+    before it took the broker's: the wire heard the broker's FIN first, the kernel timed the
+    client's socket closing first. kmon told ``client/client_closed`` at confidence 1 (the
+    kernel's reason, since the rule asked the kernel to say ``broker`` too); the truth is a
+    failed login."""
+    life = KernelLife(10, 1_000.0, BROKER, ("127.0.0.1", 5000), first_fin="client",
+                      closed_ms=1_306.3)
+    broker_first = WireClose("broker", reset=False, last_api=None, last_data_ms=1_306,
+                             closed_ms=1_306)
+    told = kernel_story(life, broker_first, LIMITS, 1_306.0)
+    assert (told.closed_by, told.reason) == ("client", "unknown")
+    # the client's own close after requests the wire read stays the client's
+    after_produce = WireClose("client", reset=False, last_api=PRODUCE, last_data_ms=1_306,
+                              from_start=True)
+    assert kernel_story(life, after_produce, LIMITS, 1_306.0).reason == "client_closed"

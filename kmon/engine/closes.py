@@ -196,11 +196,14 @@ def wire_reason(wire: WireClose, kernel_reason: str,
     connection's (``broker_closed``): it came before the client's first request (a per-IP
     limit's close that beat the client's first bytes) or after requests sent before the
     capture saw the flow (a socket opened before kmon's first poll, whose login the broker
-    may have just failed): unsettled too, as is the client's close after no request read of
-    a flow the capture did not see open, if it lived (``lived_ms``, at least) less than
-    ``LOGIN_LIFETIME_MS`` (librdkafka closes once it reads a failed login's error, its login
-    sent before kmon looked; a connection that lived longer was past its login). A broker's
-    idle reap still tells itself by the idle time."""
+    may have just failed): unsettled too, whichever side the kernel saw close first (the
+    client's FIN, sent as it read a failed login's error, may leave before it takes the
+    broker's: the kernel times the client's socket closing first), as is the client's close
+    after no request read of a flow the capture did not see open, if it lived
+    (``lived_ms``, at least) less than ``LOGIN_LIFETIME_MS`` (librdkafka closes once it
+    reads a failed login's error, its login sent before kmon looked; a connection that
+    lived longer was past its login). A broker's idle reap still tells itself by the idle
+    time."""
     if kernel_reason in IDLE_REASONS or kernel_reason == "connect_failed":
         return kernel_reason
     if not wire.heard:
@@ -211,7 +214,8 @@ def wire_reason(wire: WireClose, kernel_reason: str,
         return "unknown"
     if wire.first_by == "client" and wire.last_api in SASL_APIS and not wire.answers_heard:
         return "unknown"  # closed after its login request, the answer unheard: failed or not
-    if wire.first_by == "broker" and wire.last_api is None and kernel_reason == "broker_closed":
+    if (wire.first_by == "broker" and wire.last_api is None
+            and kernel_reason in ("broker_closed", "client_closed")):
         return "unknown"  # the broker closed after no request the wire read (see above)
     if (wire.first_by == "client" and wire.last_api is None and not wire.from_start
             and (lived_ms is None or lived_ms < LOGIN_LIFETIME_MS)):
