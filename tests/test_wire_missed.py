@@ -14,6 +14,10 @@ were told ``client_closed``/``broker_closed`` at confidence 1 three ways:
 * the process's first connection, opened while the filter followed no port (request
   headers only): the broker's error answer to its login was never captured, yet read as
   heard, so the client's close after it was a plain ``client_closed``.
+* (issue 39's stop, in ``kmon serve``'s and ``kmon record``'s host capture) a connection
+  opened before its port was followed: the capture read its FIN only, and took the flow
+  for one seen from its start (opened after the tap started), its close after no request
+  a plain ``client_closed``.
 
 Real sockets here and a real packet capture.
 """
@@ -489,3 +493,26 @@ def test_a_first_connection_closed_by_the_broker_is_told_the_broker_s_close():
     assert close is not None and (close.first_by, close.last_api) == (
         "broker", kp.SASL_AUTHENTICATE), close
     assert wire_reason(close, "broker_closed") == "auth_failed"
+
+
+def test_a_connection_whose_port_came_to_be_followed_after_it_opened_is_not_read_from_start():
+    """The login goes out before the tap follows the port (the kernel's connect event, or a
+    poll, names it a moment later); the client's FIN after the failed login is all the
+    capture reads. Its close after no request is unsettled, not ``client_closed``."""
+    with learned_tap() as (_, _, tap), socket.create_server(("127.0.0.1", 0)) as server:
+        late = Endpoint(*server.getsockname())
+        client = connect_from(0, server)
+        local = Endpoint(*client.getsockname())
+        peer, _ = server.accept()
+        send(client, LOGIN)
+        time.sleep(0.2)
+        tap.poll([], 1)  # nothing of it read: its port not followed
+        tap.follow([late.port])
+        client.close()
+        time.sleep(0.3)
+        close = tap.poll([], 2).closes.get((local, late))
+        peer.close()
+    assert close is not None and close.heard and (close.first_by, close.last_api) == (
+        "client", None), close
+    assert not close.from_start
+    assert wire_reason(close, "client_closed", lived_ms=200) == "unknown"

@@ -29,7 +29,7 @@ from kmon.sources import kafka_protocol as kp
 from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 from kmon.sources.packets.host_wire import SharedCapture
 from kmon.sources.packets.packet_capture import Address, PacketCapture, Segment
-from kmon.sources.packets.packet_filter import TCP_CLOSING, TCP_RST, TCP_SYN
+from kmon.sources.packets.packet_filter import OPENING_APIS, TCP_CLOSING, TCP_RST, TCP_SYN
 
 MAX_PENDING = 64  # outstanding Metadata/FindCoordinator requests remembered per socket
 UNOWNED_FOR_MS = 10_000  # a stream not (yet) among the process's sockets is kept this long
@@ -45,6 +45,7 @@ MAX_WAITING = 1024  # TLS writes waiting for their socket's flow (``Waiting``), 
 # be named)
 ANY_PORT_S = 10.0
 TLS_RECORDS = (b"\x15\x03", b"\x16\x03", b"\x17\x03")  # alert, handshake, application data
+TLS_HANDSHAKE = b"\x16\x03"  # a TLS connection's first record (its ClientHello)
 # their responses name brokers, or say that a login failed
 ANSWERS_KMON_READS = frozenset({kp.METADATA, kp.FIND_COORDINATOR, *kp.SASL_APIS})
 # a TLS write's start: (socket inode, epoch ms, bytes, the 4-tuple of a socket no poll saw)
@@ -62,7 +63,7 @@ class Flow:
     first_request_ms: int | None = None
     client_id: str | None = None
     tls: bool = False
-    from_start: bool = False  # opened after the tap started: its first requests were seen
+    from_start: bool = False  # its SYN or its opening request read: its first requests seen
     pending: dict[int, tuple[int, int]] = field(default_factory=dict)  # correlation -> api
     last_api: int | None = None  # the API key of the last request seen
     close: WireClose | None = None  # the first FIN or RST seen, and from which side
@@ -84,6 +85,20 @@ def _login_pending(flow: Flow) -> bool:
     (responses not kept, or not yet kept for the flow's ports: a process's first connection,
     opened while the filter followed no port), so whether the login failed is unknown."""
     return any(api in kp.SASL_APIS for api, _ in flow.pending.values())
+
+
+def _opens(seg: Segment, request: bool) -> bool:
+    """Whether ``seg``, the first segment read of a connection whose SYN was not, is still
+    its first exchange: an opening request (ApiVersions, Metadata) or a TLS handshake
+    record. A close, an answer or a later request was read because its port came to be
+    followed after the connection opened (a port the kernel saw the process connect to, or a
+    poll showed): its first requests went unseen, so it was not seen from its start."""
+    if not request or seg.flags & TCP_CLOSING:
+        return False
+    if seg.data.startswith(TLS_HANDSHAKE):
+        return True
+    header = kp.request_header(seg.data)
+    return header is not None and header[1] in OPENING_APIS
 
 
 def _holds(flow: Flow, inode: int) -> bool:
@@ -363,6 +378,8 @@ class WireTap:
         if flow is None or (syn and (flow.close is not None
                                      or seg.first_ms > flow.first_ms - (flow.inode is None))):
             flow = self._opened(key, flow, seg.first_ms, syn)
+            if not syn and not _opens(seg, request):
+                flow.from_start = False  # the capture came in late: its start went unseen
         elif syn:  # older than the flow: its own opening, read after its TLS writes
             flow.from_start = True
         self.taken.add(key)
