@@ -319,3 +319,65 @@ def test_a_client_close_of_a_socket_whose_handle_is_untold_has_no_oracle(tmp_pat
     assert (tally.no_oracle, tally.wrong, tally.confident_wrong) == (1, 0, 0)
     seen = Context(flows, log, {(39006, 40099): 5}, {40099: 1})
     assert close_truth(flow, seen) == "client/client_idle_reap"
+
+
+def test_a_close_only_the_recording_told_is_held_to_the_packets():
+    """sasl-wrong-password (run 107 of a loop): a failed login's connection that lived 304 ms
+    between the stream's polls and its kernel's events, told by ``kmon record`` alone,
+    ``client/client_closed``; the packets and the brokers' log say a failed login. No stream
+    close to hold it to, it went uncounted; now the packets hold it. A recorded close the
+    stream told too stays ``record_disagreements``' (not counted twice)."""
+    from benchmarks.truth.capture import Flow
+    from benchmarks.truth.client_log import ClientLog
+    from benchmarks.truth.score import Context, recorded_wrongs
+
+    login = Flow(44320, 37191, 1_000.0, accepted=True, first_close_by="client",
+                 first_close_kind="FIN", close_ms=1_304.0, server_bytes=835)
+    ctx = Context({(44320, 37191): login}, ClientLog([], [], [], []), {}, {37191: 1},
+                  auth_failures=30, sasl_ports=frozenset({37191}))
+    key = "kernel:127.0.0.1:44320>127.0.0.1:37191"
+    told = {"kind": "closed", "pid": 7, "key": key, "ts_ms": 1_304, "closed_ms": 1_304,
+            "remote": "127.0.0.1:37191"}
+    wrong = [{**told, "closed_by": "client", "reason": "client_closed"}]
+    right = [{**told, "closed_by": "client", "reason": "auth_failed"}]
+    unsettled = [{**told, "closed_by": "client", "reason": "unknown"}]
+    assert recorded_wrongs([], wrong, 7, [], ctx) == [
+        "recorded only: close of :44320>:37191: client/client_closed at confidence 1, "
+        "truly client/auth_failed"]
+    assert recorded_wrongs([], right, 7, [], ctx) == []
+    assert recorded_wrongs([], unsettled, 7, [], ctx) == []
+    stream = [{**right[0], "ports": (44320, 37191)}]
+    assert recorded_wrongs([], wrong, 7, stream, ctx) == []  # the stream's pair holds it
+
+
+def test_serve_s_close_kinds_are_held_to_the_packets_of_its_command_s_processes():
+    """``kmon serve`` counts closes by closed_by/reason per command: a settled kind it
+    counted more of than the packets hold is a close it told wrong (run 107's
+    ``client/client_closed`` of a failed login, in no report before); a close both sides
+    began counts for either side, one the oracle cannot tell for any kind, and an unsettled
+    count is never held."""
+    from collections import Counter
+
+    from benchmarks.truth.kmon_views import connection_closes
+    from benchmarks.truth.score import served_close_excess
+
+    text = "\n".join([
+        'kmon_connections_closed_total{process="producer.py",closed_by="client",'
+        'reason="client_closed"} 1.0',
+        'kmon_connections_closed_total{process="producer.py",closed_by="broker",'
+        'reason="auth_failed"} 20.0',
+        'kmon_connections_closed_total{process="producer.py",closed_by="client",'
+        'reason="auth_failed"} 6.0',
+        'kmon_connections_closed_total{process="producer.py",closed_by="broker",'
+        'reason="unknown"} 3.0',
+        'kmon_connections_closed_total{process="other",closed_by="client",'
+        'reason="client_closed"} 9.0'])
+    served = connection_closes(text, "producer.py")
+    assert served == Counter({"client/client_closed": 1, "broker/auth_failed": 20,
+                              "client/auth_failed": 6, "broker/unknown": 3})
+    truths = Counter({"broker/auth_failed": 22, "both/auth_failed": 4, "client/auth_failed": 2})
+    assert served_close_excess(served, truths) == [
+        "closes client/client_closed: 1 in /metrics, 0 in the packets"]
+    assert served_close_excess(served, truths + Counter({None: 1})) == []
+    assert served_close_excess(Counter({"client/auth_failed": 7}), truths) == [
+        "closes client/auth_failed: 7 in /metrics, 6 in the packets"]

@@ -270,6 +270,19 @@ def connection_roles(text: str, pid: int) -> Counter | None:
     return counts if listed else None
 
 
+def connection_closes(text: str, process: str) -> Counter:
+    """``kmon_connections_closed_total`` of the command ``process`` (as serve labels it:
+    ``command_of``, read while the process lived), summed by "closed_by/reason"."""
+    counts: Counter = Counter()
+    for line in text.splitlines():
+        if line.startswith("kmon_connections_closed_total{"):
+            labels = dict(LABEL.findall(line.split("}", 1)[0]))
+            if labels.get("process") == process:
+                kind = f"{labels.get('closed_by')}/{labels.get('reason')}"
+                counts[kind] += round(float(line.rsplit(" ", 1)[1]))
+    return counts
+
+
 class Recording:
     """``kmon record -b BOOT --out DIR`` (the cluster's local clients; without a cluster,
     ``--pid PID...``) over a whole scenario; its Parquet tables read back once it has

@@ -42,6 +42,9 @@ def summary_rows(outcomes: list[Outcome]) -> list[tuple[str, ...]]:
                      else f"not run: {once}")
         ps_text, metrics_text = (f"{v[k]} role counts" if isinstance(v.get(k), int)
                                  else f"not run: {v.get(k)}" for k in ("ps", "metrics"))
+        if "metrics_closes" in v:  # of them, close kinds beyond the packets'
+            closes = v["metrics_closes"]
+            metrics_text = (f"{v['metrics'] - closes} role counts, {closes} close kinds")
         record_text = (f"{v['record']}" if isinstance(v.get("record"), int)
                        else f"not run: {v.get('record')}")
         rows.append((o.scenario, o.client, percent(c), str(c.wrong), str(c.confident_wrong),
@@ -111,8 +114,11 @@ def markdown(outcomes: list[Outcome], command: str) -> str:
         "closes of the client's sockets (by /proc, or its log's refused connects) that kmon "
         "never told. Views: sockets where `--once` names another role than the stream at "
         "the same moment; roles whose count `kmon ps` or the `kmon_connections` gauge of "
-        "`kmon serve`'s /metrics gives otherwise; closes and sockets whose last role "
-        "`kmon record`'s Parquet tells otherwise than the stream.", "",
+        "`kmon serve`'s /metrics gives otherwise, and close kinds (closed_by/reason) its "
+        "`kmon_connections_closed_total` counts more of than the packets hold; closes and "
+        "sockets whose last role "
+        "`kmon record`'s Parquet tells otherwise than the stream, and closes only it told "
+        "that it told otherwise than the packets.", "",
         NOT_COVERED, "",
         "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     lines += ["| " + " | ".join(row) + " |" for row in summary_rows(outcomes)]

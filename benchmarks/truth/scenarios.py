@@ -7,6 +7,7 @@ import json
 import shutil
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -22,6 +23,7 @@ from benchmarks.truth.kmon_views import (
     Serve,
     Stream,
     command_of,
+    connection_closes,
     once,
     ps,
 )
@@ -29,12 +31,15 @@ from benchmarks.truth.owners import Owners
 from benchmarks.truth.score import (
     Context,
     Tally,
+    close_truths,
     once_disagreements,
     oracle_disagreements,
     ps_disagreements,
     record_disagreements,
+    recorded_wrongs,
     score_closes,
     score_roles,
+    served_close_excess,
     summed_disagreements,
 )
 from kmon.devtools.kafka_cluster import KafkaCluster
@@ -109,7 +114,7 @@ def run(scenario: Scenario, keep: Path | None = None) -> list[Outcome]:
              if name in CLIENT_LISTENERS}
     node_of_port = {p: node.node_id for node in cluster.nodes for p in node.ports.values()}
     capture = Capture(ports, keep=workdir / "packets.txt" if keep else None)
-    owners, streams, started, serve = Owners(), {}, [], None
+    owners, streams, started, serve, served = Owners(), {}, [], None, ""
     recording, recorded = None, {}
     try:
         capture.start()
@@ -134,6 +139,7 @@ def run(scenario: Scenario, keep: Path | None = None) -> list[Outcome]:
                  for c in started}
         scenario.act(the_run)
         time.sleep(scenario.watch_s)
+        served = serve.scrape()  # its closes over its whole watch, before any client stops
         recorded["error"] = recording.stop()
         if recorded["error"] is None:
             recorded.update((table, recording.rows(table)) for table in ("snapshots", "events"))
@@ -154,7 +160,7 @@ def run(scenario: Scenario, keep: Path | None = None) -> list[Outcome]:
         flows = capture.stop() if hasattr(capture, "proc") else {}
         owners.stop()
         cluster.stop()
-    outcomes = []
+    outcomes, truths = [], {}
     for client in started:
         stream = streams[client.name]
         if keep:
@@ -168,11 +174,12 @@ def run(scenario: Scenario, keep: Path | None = None) -> list[Outcome]:
                       first_syn(flows, client.started_ms),
                       java_client_log.sockets(java_client_log.read(client.log), flows, set(fds)))
         until_ms = stream.latest()["ts_ms"]
+        truths[client.name] = close_truths(ctx)
         notes = [f"the brokers' log: {count} × “{what}”" for count, what in
                  ((rejected, "Rejected connection from"),
                   (failed_auth, "Failed authentication with")) if count]
         notes += [f"the oracles differ: {d}" for d in oracle_disagreements(ctx)]
-        views[client.name].update(record_views(recorded, stream, client.pid))
+        views[client.name].update(record_views(recorded, stream, client.pid, ctx))
         if the_run.counts:
             the_run.counts["packets"] = connection_count.accepted(flows,
                                                                   the_run.counts["window_ms"])
@@ -185,9 +192,24 @@ def run(scenario: Scenario, keep: Path | None = None) -> list[Outcome]:
             roles_by_packets=(score_roles(stream.last_rows(), ctx, packets_only=True)
                               if ctx.java_nodes else None),
             notes=notes))
+    for client in started:
+        served_views(views[client.name], served, commands[client.name],
+                     [truths[o.name] for o in started if commands[o.name] == commands[client.name]])
     if not keep:
         shutil.rmtree(workdir, ignore_errors=True)  # kept when not run: the logs say why
     return outcomes
+
+
+def served_views(found: dict, served: str, command: str, truths: list[Counter]) -> None:
+    """Into a client's views, the close kinds serve's /metrics (``served``: its last scrape)
+    counted for its ``command`` beyond what the packets hold for the processes of that
+    command (``truths``: each one's ``close_truths``)."""
+    if not isinstance(found.get("metrics"), int):
+        return
+    excess = served_close_excess(connection_closes(served, command), sum(truths, Counter()))
+    found["metrics"] += len(excess)
+    found["metrics_closes"] = len(excess)
+    found["metrics_detail"] = [*found.get("metrics_detail", []), *excess]
 
 
 def views_of(pid: int, bootstrap: str | None, stream: Stream, serve: Serve,
@@ -235,13 +257,15 @@ def now_ms() -> float:
     return time.time() * 1000
 
 
-def record_views(recorded: dict, stream: Stream, pid: int) -> dict:
-    """{"record": closes and roles the recording tells otherwise than the stream, or why
-    not run; "record_detail"}."""
+def record_views(recorded: dict, stream: Stream, pid: int, ctx: Context) -> dict:
+    """{"record": closes and roles the recording tells otherwise than the stream, and closes
+    only it told that it told otherwise than the packets, or why not run; "record_detail"}."""
     if recorded.get("error"):
         return {"record": recorded["error"]}
-    detail = record_disagreements(stream.history(), stream.closes(), recorded["snapshots"],
+    closes = stream.closes()
+    detail = record_disagreements(stream.history(), closes, recorded["snapshots"],
                                   recorded["events"], pid)
+    detail += recorded_wrongs(recorded["snapshots"], recorded["events"], pid, closes, ctx)
     return {"record": len(detail), "record_detail": detail}
 
 

@@ -360,8 +360,7 @@ def record_disagreements(history: dict[str, list[tuple[int, dict]]], closes: lis
                 if abs(ts - row["ts_ms"]) <= 2000}
         if near and said not in near:
             found.append(f"{key}: {said} recorded, {' / '.join(sorted(near))} in the stream")
-    recorded = with_ports([e for e in events if e["kind"] == "closed" and e["pid"] == pid],
-                          {row["key"]: row["local"] for row in snapshots if row["pid"] == pid})
+    recorded = recorded_closes(snapshots, events, pid)
     pairs, told_only = same_closes(recorded, closes)
     first_look = min(times, default=None)
     for ours, theirs in pairs:
@@ -377,6 +376,50 @@ def record_disagreements(history: dict[str, list[tuple[int, dict]]], closes: lis
                   if e["ts_ms"] in inside]
         found += [f"close of {e['key']} recorded only" for e in recorded
                   if id(e) not in matched and e["ts_ms"] in inside]
+    return found
+
+
+def recorded_closes(snapshots: list[dict], events: list[dict], pid: int) -> list[dict]:
+    """``pid``'s closes in ``kmon record``'s tables, each with its ports (``with_ports``)."""
+    return with_ports([e for e in events if e["kind"] == "closed" and e["pid"] == pid],
+                      {row["key"]: row["local"] for row in snapshots if row["pid"] == pid})
+
+
+def recorded_wrongs(snapshots: list[dict], events: list[dict], pid: int, told: list[dict],
+                    ctx: Context) -> list[str]:
+    """The closes of ``pid`` only ``kmon record`` told (none of the stream's ``told`` is the
+    same close: ``record_disagreements`` holds those to the stream), that it told otherwise
+    than the packets, the oracle the stream's closes are scored by."""
+    pairs, _ = same_closes(recorded := recorded_closes(snapshots, events, pid), told)
+    paired = {id(ours) for ours, _ in pairs}
+    alone = [event for event in recorded if id(event) not in paired]
+    tally = score_closes(alone, ctx, since_ms=1, until_ms=0)  # (an empty window: none missed)
+    return [f"recorded only: {wrong}" for wrong in tally.wrongs]
+
+
+def close_truths(ctx: Context) -> Counter:
+    """The oracle's close of every connection of the client (``owned``) the packets saw
+    close, by "side/reason" (None: the packets and logs do not tell)."""
+    return Counter(close_truth(flow, ctx) for latest in ctx.flows.values()
+                   for flow in latest.attempts()
+                   if flow.close_ms is not None and owned(flow, ctx))
+
+
+def served_close_excess(served: Counter, truths: Counter) -> list[str]:
+    """The close kinds ``kmon serve``'s ``kmon_connections_closed_total`` counted more of
+    than the packets hold for the processes it adds up (``truths``: ``close_truths`` summed
+    over them): serve counts the closes of its watch, a part of the scenario, so a settled
+    kind beyond the packets' closes of that kind (a close both sides began counts for
+    either side; one the oracle cannot tell, for any kind) is a close told wrong."""
+    untold = truths[None]
+    found = []
+    for kind, count in sorted(served.items()):
+        side, _, reason = kind.partition("/")
+        if reason in UNSETTLED or side in UNSETTLED:
+            continue
+        held = truths[kind] + truths[f"both/{reason}"] + untold
+        if count > held:
+            found.append(f"closes {kind}: {count} in /metrics, {held} in the packets")
     return found
 
 
