@@ -381,3 +381,23 @@ def test_serve_s_close_kinds_are_held_to_the_packets_of_its_command_s_processes(
     assert served_close_excess(served, truths + Counter({None: 1})) == []
     assert served_close_excess(Counter({"client/auth_failed": 7}), truths) == [
         "closes client/auth_failed: 7 in /metrics, 6 in the packets"]
+
+
+def test_a_connection_only_the_stream_saw_counts_among_the_truths_serve_is_held_to():
+    """node-killed/others: a reconnect the dead broker reset lived less than the owners'
+    look at /proc (every 0.2 s), so nothing but kmon's kernel events tied it to the
+    client; serve's one ``broker/reset`` was held to no reset at all. A flow the stream
+    told a close of is the client's too (its truth still the packets')."""
+    from benchmarks.truth.capture import Flow
+    from benchmarks.truth.client_log import ClientLog
+    from benchmarks.truth.score import Context, close_truths
+
+    reset = Flow(41000, 9092, 1_000.0, accepted=True, first_close_by="server",
+                 first_close_kind="RST", close_ms=1_020.0)
+    other = Flow(41002, 9092, 1_000.0, accepted=True, first_close_by="server",
+                 first_close_kind="FIN", close_ms=1_030.0)
+    ctx = Context({(41000, 9092): reset, (41002, 9092): other}, ClientLog([], [], [], []),
+                  {}, {9092: 1})
+    assert close_truths(ctx, []) == {}  # neither seen in /proc
+    told = {"ports": (41000, 9092), "ts_ms": 1_020, "closed_by": "broker", "reason": "reset"}
+    assert close_truths(ctx, [told]) == {"broker/reset": 1}

@@ -174,7 +174,7 @@ def run(scenario: Scenario, keep: Path | None = None) -> list[Outcome]:
                       first_syn(flows, client.started_ms),
                       java_client_log.sockets(java_client_log.read(client.log), flows, set(fds)))
         until_ms = stream.latest()["ts_ms"]
-        truths[client.name] = close_truths(ctx)
+        truths[client.name] = close_truths(ctx, stream.closes())
         notes = [f"the brokers' log: {count} × “{what}”" for count, what in
                  ((rejected, "Rejected connection from"),
                   (failed_auth, "Failed authentication with")) if count]

@@ -397,12 +397,19 @@ def recorded_wrongs(snapshots: list[dict], events: list[dict], pid: int, told: l
     return [f"recorded only: {wrong}" for wrong in tally.wrongs]
 
 
-def close_truths(ctx: Context) -> Counter:
-    """The oracle's close of every connection of the client (``owned``) the packets saw
-    close, by "side/reason" (None: the packets and logs do not tell)."""
-    return Counter(close_truth(flow, ctx) for latest in ctx.flows.values()
-                   for flow in latest.attempts()
-                   if flow.close_ms is not None and owned(flow, ctx))
+def close_truths(ctx: Context, told: list[dict]) -> Counter:
+    """The oracle's close of every connection of the client the packets saw close, by
+    "side/reason" (None: the packets and logs do not tell): those ``owned`` shows it held,
+    and those its stream told closes of (``told``: a socket that lived less than the
+    owners' look at /proc, as a reconnect a dead broker reset, is the client's by the
+    kernel's events alone)."""
+    flows = {id(flow): flow for latest in ctx.flows.values() for flow in latest.attempts()
+             if flow.close_ms is not None and owned(flow, ctx)}
+    for event in told:
+        flow = nearest(ctx.flows, event)
+        if flow is not None and flow.close_ms is not None:
+            flows[id(flow)] = flow
+    return Counter(close_truth(flow, ctx) for flow in flows.values())
 
 
 def served_close_excess(served: Counter, truths: Counter) -> list[str]:
