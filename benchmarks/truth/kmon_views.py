@@ -218,6 +218,15 @@ class Serve:
             return Counter()
         return f"no series of the process in /metrics: {''.join(self.lines[-2:]).strip()}"
 
+    def last_scrape(self) -> str | None:
+        """/metrics once more, at the end of the watch; None where serve does not answer."""
+        if self.address is None:
+            return None
+        try:
+            return self.scrape()
+        except OSError:
+            return None
+
     def scrape(self) -> str:
         with urllib.request.urlopen(f"http://{self.address}/metrics", timeout=30) as answer:
             return answer.read().decode()

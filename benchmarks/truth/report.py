@@ -44,7 +44,7 @@ def summary_rows(outcomes: list[Outcome]) -> list[tuple[str, ...]]:
                                  else f"not run: {v.get(k)}" for k in ("ps", "metrics"))
         if "metrics_closes" in v:  # of them, close kinds beyond the packets'
             closes = v["metrics_closes"]
-            metrics_text = (f"{v['metrics'] - closes} role counts, {closes} close kinds")
+            metrics_text = f"{v['metrics'] - closes} role counts, {closes} close kinds"
         record_text = (f"{v['record']}" if isinstance(v.get("record"), int)
                        else f"not run: {v.get('record')}")
         rows.append((o.scenario, o.client, percent(c), str(c.wrong), str(c.confident_wrong),

@@ -114,7 +114,8 @@ def run(scenario: Scenario, keep: Path | None = None) -> list[Outcome]:
              if name in CLIENT_LISTENERS}
     node_of_port = {p: node.node_id for node in cluster.nodes for p in node.ports.values()}
     capture = Capture(ports, keep=workdir / "packets.txt" if keep else None)
-    owners, streams, started, serve, served = Owners(), {}, [], None, ""
+    owners, streams, started, serve = Owners(), {}, [], None
+    served: str | None = None  # serve's last /metrics: None where it did not answer
     recording, recorded = None, {}
     try:
         capture.start()
@@ -139,7 +140,7 @@ def run(scenario: Scenario, keep: Path | None = None) -> list[Outcome]:
                  for c in started}
         scenario.act(the_run)
         time.sleep(scenario.watch_s)
-        served = serve.scrape()  # its closes over its whole watch, before any client stops
+        served = serve.last_scrape()  # its closes over its whole watch, before any stops
         recorded["error"] = recording.stop()
         if recorded["error"] is None:
             recorded.update((table, recording.rows(table)) for table in ("snapshots", "events"))
@@ -200,11 +201,16 @@ def run(scenario: Scenario, keep: Path | None = None) -> list[Outcome]:
     return outcomes
 
 
-def served_views(found: dict, served: str, command: str, truths: list[Counter]) -> None:
-    """Into a client's views, the close kinds serve's /metrics (``served``: its last scrape)
-    counted for its ``command`` beyond what the packets hold for the processes of that
-    command (``truths``: each one's ``close_truths``)."""
+def served_views(found: dict, served: str | None, command: str,
+                 truths: list[Counter]) -> None:
+    """Into a client's views, the close kinds serve's /metrics (``served``: its last scrape;
+    None: it did not answer, and the view was not checked) counted for its ``command``
+    beyond what the packets hold for the processes of that command (``truths``: each one's
+    ``close_truths``)."""
     if not isinstance(found.get("metrics"), int):
+        return
+    if served is None:
+        found["metrics"] = "serve did not answer its last scrape"
         return
     excess = served_close_excess(connection_closes(served, command), sum(truths, Counter()))
     found["metrics"] += len(excess)

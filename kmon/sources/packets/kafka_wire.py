@@ -44,8 +44,8 @@ MAX_WAITING = 1024  # TLS writes waiting for their socket's flow (``Waiting``), 
 # requests at once, before a poll follows their ports (a socket silent afterwards would never
 # be named)
 ANY_PORT_S = 10.0
-TLS_RECORDS = (b"\x15\x03", b"\x16\x03", b"\x17\x03")  # alert, handshake, application data
 TLS_HANDSHAKE = b"\x16\x03"  # a TLS connection's first record (its ClientHello)
+TLS_RECORDS = (b"\x15\x03", TLS_HANDSHAKE, b"\x17\x03")  # alert, handshake, application data
 # their responses name brokers, or say that a login failed
 ANSWERS_KMON_READS = frozenset({kp.METADATA, kp.FIND_COORDINATOR, *kp.SASL_APIS})
 # a TLS write's start: (socket inode, epoch ms, bytes, the 4-tuple of a socket no poll saw)
