@@ -63,7 +63,10 @@ class Flow:
     first_request_ms: int | None = None
     client_id: str | None = None
     tls: bool = False
-    from_start: bool = False  # its SYN or its opening request read: its first requests seen
+    from_start: bool = False  # opened after the tap started: its first requests were seen
+    # ... yet its first segment read was none of its opening (``_opens``): the port came to
+    # be followed after it opened, so what it sent first went unread (its close is unsettled)
+    late: bool = False
     pending: dict[int, tuple[int, int]] = field(default_factory=dict)  # correlation -> api
     last_api: int | None = None  # the API key of the last request seen
     close: WireClose | None = None  # the first FIN or RST seen, and from which side
@@ -379,7 +382,7 @@ class WireTap:
                                      or seg.first_ms > flow.first_ms - (flow.inode is None))):
             flow = self._opened(key, flow, seg.first_ms, syn)
             if not syn and not _opens(seg, request):
-                flow.from_start = False  # the capture came in late: its start went unseen
+                flow.late = True
         elif syn:  # older than the flow: its own opening, read after its TLS writes
             flow.from_start = True
         self.taken.add(key)
@@ -396,7 +399,8 @@ class WireTap:
                                        flow.auth_failed, tls=flow.tls,
                                        answers_heard=not _login_pending(flow),
                                        last_data_ms=flow.last_data_ms,
-                                       from_start=flow.from_start, closed_ms=seg.ts_ms)
+                                       from_start=flow.from_start and not flow.late,
+                                       closed_ms=seg.ts_ms)
                 if (key not in mine and key not in self.last_polled
                         and len(self.unpolled) < MAX_FLOWS):
                     self.unpolled[key] = flow.close
