@@ -49,8 +49,11 @@ def test_a_reset_the_wire_saw_end_a_login_is_a_failed_login_not_a_per_ip_refusal
 
 
 def test_without_the_wire_the_same_reset_is_still_a_per_ip_refusal():
-    watch = KernelWatch(ReplayedEvents(reset_after_login()), {9093})
+    """(With another refusal by the broker soon after: one alone is unsettled.)"""
+    again = [TcpEvent(ts + 400, *rest) for ts, *rest in reset_after_login()]
+    watch = KernelWatch(ReplayedEvents(reset_after_login() + [
+        event._replace(skaddr=2, local=("127.0.0.1", 50001)) for event in again]), {9093})
     view = ProcessView(10, "p", "p")
     watch.poll([view])  # a refusal no poll saw waits a poll (a dying broker refuses next)
     _, closed, _ = watch.poll([view])
-    assert [life.ending for life in closed] == ["per_ip_rejected"]
+    assert [life.ending for life in closed] == ["per_ip_rejected"] * 2

@@ -298,7 +298,9 @@ def kernel_story(kernel: KernelLife, wire: WireClose | None, limits: dict[str, i
         why = "reset"
     # a refusal or a failed connect is the kernel's, and so is a reset it saw; else a close
     # the wire did not hear is unsettled (what ended it went unread)
-    if wire is not None and kernel.ending is None and (wire.heard or kernel.reset is None):
+    if kernel.alone:
+        why = "unknown"  # a reset at once no other refusal by its broker matched: unsettled
+    elif wire is not None and kernel.ending is None and (wire.heard or kernel.reset is None):
         why = wire_reason(wire, why, lifetime)
     return CloseStory(closed_by=side, reason=why, idle_before_ms=idle, lifetime_ms=lifetime,
                       opened_ms=round(kernel.opened_ms), closed_ms=round(closing))

@@ -49,6 +49,9 @@ class KernelLife:
     # its broker was going: connects to it were refused right after it closed, or the
     # broker closed other connections at once (kmon.engine.kernel_watch)
     listener_gone: bool = False
+    # refused at once, yet no other connect to its broker was within REFUSED_AGAIN_WITHIN_MS:
+    # a limit's refusal or a dying broker's reset, unsettled (kmon.engine.kernel_watch)
+    alone: bool = False
     login_failed: bool = False  # the wire saw the broker close it on a failed SASL login
 
     @property
@@ -68,7 +71,8 @@ class KernelLife:
     @property
     def ending(self) -> str | None:
         """connect_failed (never established), per_ip_rejected (reset by the broker, no FIN
-        first, within REJECTED_WITHIN_MS of its connect, while the broker still listens) or
+        first, within REJECTED_WITHIN_MS of its connect, while the broker still listens, and
+        not ``alone``: another connect to the broker was refused so near it) or
         None (an ordinary close, or one whose steps the port filter did not yet pass: its
         port was learned from its open).
 
@@ -84,7 +88,7 @@ class KernelLife:
         if self.never_established:
             return "connect_failed"
         if (self.reset == "broker" and self.first_fin is None and not self.listener_gone
-                and not self.login_failed
+                and not self.login_failed and not self.alone
                 and self.closed_ms - self.opened_ms <= REJECTED_WITHIN_MS):
             return "per_ip_rejected"
         return None

@@ -30,6 +30,11 @@ MAX_ENDINGS = 4096  # recent closes remembered by 4-tuple, for the story of a po
 # a broker going away closes its connections within this of each other; a limit closes none
 BROKER_END_WITHIN_MS = 1000
 MAX_BROKER_CLOSES = 8  # the latest closes by the broker remembered per remote
+# a per-IP limit refuses every connect past it, again and again while its broker listens on
+# (each client retries within its reconnect backoff, 10 s at most); a broker shutting down
+# resets the few connects made as its acceptor closed: a refusal at once is a limit's only
+# with another refusal by its broker this near it
+REFUSED_AGAIN_WITHIN_MS = 30_000
 
 
 _ENDS = operator.itemgetter(2, 3)  # a TcpSocket's (local, remote)
@@ -60,6 +65,8 @@ class KernelWatch:
         self.held: list[KernelLife] = []  # refusals at once, told after one more poll
         # remote -> when the broker closed a followed connection to it (latest last)
         self.broker_closes: dict[tuple[str, int], list[float]] = {}
+        # remote -> its latest refusals at once: (when, local), latest last
+        self.refusals: dict[tuple[str, int], list[tuple[float, tuple[str, int] | None]]] = {}
         self.unheard: list[KernelLife] = []  # closes no poll saw, waiting for the wire's
         # the wire's closes of the last polls, by (local, remote) as the rows write them
         self.wire: OrderedDict[tuple[str, str], WireClose] = OrderedDict()
@@ -187,7 +194,9 @@ class KernelWatch:
         broker's end, not a limit; so was one within ``BROKER_END_WITHIN_MS`` of the broker
         closing another connection of a watched process it had kept past the limit's
         window (a limit closes none that it accepted before, only new ones, some with a
-        FIN): a broker shutting down closes them all, and resets a connect made meanwhile."""
+        FIN): a broker shutting down closes them all, and resets a connect made meanwhile.
+        One with no other refusal by its broker within ``REFUSED_AGAIN_WITHIN_MS`` (before
+        it, or by this poll) is left ``alone``: unsettled."""
         self._note_broker_closes(closed)
         refused = {life.remote for life in closed if life.refused}
         held, self.held, now = self.held, [], []
@@ -197,11 +206,35 @@ class KernelWatch:
                 self.held.append(life)
             else:
                 now.append(life)
-        for life in (*held, *now):
+        decided = [*held, *now]
+        for life in decided:
             life.listener_gone = life.listener_gone or (
                 life.remote in refused and not life.never_established) or (
                 life.ending == "per_ip_rejected" and self._broker_closed_near(life))
-        return [*held, *now]
+        for life in (*decided, *self.held):
+            if life.ending == "per_ip_rejected":
+                self._note_refusal(life)
+        for life in decided:
+            life.alone = life.ending == "per_ip_rejected" and not self._refused_again(life)
+        return decided
+
+    def _note_refusal(self, life: KernelLife) -> None:
+        """Remember a refusal at once by its remote (each once)."""
+        if life.remote is None:
+            return
+        mark = (life.closed_ms or 0.0, life.local)
+        times = self.refusals.get(life.remote, [])
+        if mark not in times:
+            bounded.put(self.refusals, life.remote, [*times, mark][-MAX_BROKER_CLOSES:],
+                        MAX_ENDINGS)
+
+    def _refused_again(self, life: KernelLife) -> bool:
+        """Whether ``life``'s broker refused another connect within
+        ``REFUSED_AGAIN_WITHIN_MS`` of it."""
+        when = life.closed_ms or 0.0
+        return life.remote is not None and any(
+            abs(ms - when) <= REFUSED_AGAIN_WITHIN_MS and (ms, local) != (when, life.local)
+            for ms, local in self.refusals.get(life.remote, ()))
 
     def _note_broker_closes(self, closed: list[KernelLife]) -> None:
         """Remember when the broker closed each connection it had kept past the limit's
