@@ -803,10 +803,10 @@ def test_a_refusal_a_poll_saw_open_is_told_once_with_the_kernel_s_story():
                for t, o, n in ((5, 7, 2), (6, 2, 1))), reset_in(7, sk=2),
              TcpEvent(7, "state", 0, 2, ("127.0.0.1", 50001), BROKER, 1, 7)]
     watch = KernelWatch(RecordedEvents([[], refused + other]), {9092})
-    watch.poll([seen])
-    _, closed, told = watch.poll([gone])  # the one no poll saw waits a poll (a dying broker?)
+    watch.poll([seen], 0)
+    _, closed, told = watch.poll([gone], 1_000)  # the one no poll saw waits (a dying broker?)
     assert [life.ending for life in closed] == ["per_ip_rejected"] and told == []
-    _, closed, told = watch.poll([gone])
+    _, closed, told = watch.poll([gone], 2_007)
     assert [life.ending for life in closed] == ["per_ip_rejected"]
     assert [e.remote for e in told] == ["127.0.0.1:9092"] and "127.0.0.1:50001>" in told[0].key
     life = watch.life_of((Endpoint("127.0.0.1", 50000), Endpoint("127.0.0.1", 9092)))
@@ -849,20 +849,37 @@ def test_a_refusal_at_once_is_told_a_poll_later_and_a_dying_broker_s_reset_is_no
                        state(51, 2, 7, pid=0, sk=9)]
     views = [ProcessView(10, "p", "p")]
     limit = KernelWatch(RecordedEvents([accepted_then_reset(0, 1) + accepted_then_reset(
-        120, 2), []]), {9092})
-    assert limit.poll(views)[1] == []  # held
-    _, limited, told = limit.poll(views)
-    assert [life.ending for life in limited] == ["per_ip_rejected"] * 2
-    assert [e.close.reason for e in told] == ["per_ip_rejected"] * 2
-    dying = KernelWatch(RecordedEvents([accepted_then_reset(0, 1), refused_connect]), {9092})
-    assert dying.poll(views)[1] == []
-    _, (reset, refused), told = dying.poll(views)
+        120, 2), [], []]), {9092})
+    assert limit.poll(views, 1_000)[1] == []  # held
+    _, limited, told = limit.poll(views, 2_002)  # ... the first until 2 s after its reset
+    assert [life.ending for life in limited] == ["per_ip_rejected"]
+    _, limited, told2 = limit.poll(views, 3_000)
+    assert [life.ending for life in limited] == ["per_ip_rejected"]
+    assert [e.close.reason for e in told + told2] == ["per_ip_rejected"] * 2
+    dying = KernelWatch(RecordedEvents([accepted_then_reset(0, 1), refused_connect, []]),
+                        {9092})
+    assert dying.poll(views, 1_000)[1] == []
+    _, (reset, refused), told = dying.poll(views, 1_900)  # (no longer held: the broker's end)
     assert (reset.ending, reset.reset, refused.ending) == (None, "broker", "connect_failed")
     assert [e.close.reason for e in told if e.close] == ["connect_failed"]
     # the dying broker's reset no poll saw is told once the wire had a poll to hand its close
     # over; none came (no wire here): the broker's, why unread (kmon.engine.kernel_watch)
-    told = dying.poll(views)[2]
+    told = dying.poll(views, 3_000)[2]
     assert [(e.close.closed_by, e.close.reason) for e in told] == [("broker", "unknown")]
+
+
+class ClockedEvents(RecordedEvents):
+    """A stand-in for the kernel events source giving, at each read, the recorded events
+    up to its clock (``now``): views polling at other moments of the same sequence."""
+
+    def __init__(self, events: list[TcpEvent]) -> None:
+        super().__init__([])
+        self.events, self.now = events, 0.0
+
+    def read(self) -> list[TcpEvent]:
+        ready = [e for e in self.events if e.ts_ms <= self.now]
+        self.events = self.events[len(ready):]
+        return ready
 
 
 def test_a_refusal_at_once_with_no_other_by_its_broker_is_unsettled_not_a_limit():
@@ -870,9 +887,10 @@ def test_a_refusal_at_once_with_no_other_by_its_broker_is_unsettled_not_a_limit(
     SIGTERM was reset 40 ms after its connect, no FIN first; no refused connect followed
     within a poll, and the broker closed no other connection near it. The stream told it
     ``per_ip_rejected`` at confidence 1; the packets said a reset, the brokers' log no
-    limit. A per-IP limit refuses again and again while its broker listens on: the first
-    refusal alone is unsettled, and a second within REFUSED_AGAIN_WITHIN_MS, in a later
-    poll, is the limit's (so would the first have been, told had they come a poll apart)."""
+    limit. A per-IP limit refuses again and again while its broker listens on: a refusal
+    alone is unsettled; one with another within REFUSAL_HOLD_MS after it (or
+    REFUSED_AGAIN_WITHIN_MS before) is the limit's. Each is decided 2 s after it, not a poll
+    after: two views polling at other moments tell each alike."""
     from kmon.engine.kernel_watch import REFUSED_AGAIN_WITHIN_MS, KernelWatch
     from kmon.model import ProcessView
 
@@ -883,14 +901,19 @@ def test_a_refusal_at_once_with_no_other_by_its_broker_is_unsettled_not_a_limit(
                 TcpEvent(ts + 40, "reset_in", 0, sk, local, BROKER),
                 TcpEvent(ts + 40, "state", 0, sk, local, BROKER, 1, 7)]
 
+    starts = (0, 40_000, 41_900, 41_900 + REFUSED_AGAIN_WITHIN_MS - 1_000,
+              41_900 + 2 * REFUSED_AGAIN_WITHIN_MS + 2_000)
     views = [ProcessView(10, "p", "p")]
-    later = REFUSED_AGAIN_WITHIN_MS - 1_000
-    watch = KernelWatch(RecordedEvents([reset_at(0, 1), [], [], reset_at(later, 2), [],
-                                        reset_at(2 * later + 2_000, 3), [], []]), {9092})
-    told = [e for _ in range(8) for e in watch.poll(views)[2] if e.close]
-    assert [(e.close.lifetime_ms, e.close.closed_by, e.close.reason) for e in told] == [
-        (40, "broker", "unknown"), (40, "broker", "per_ip_rejected"),
-        (40, "broker", "unknown")]
+    for phase in (0, 500):
+        source = ClockedEvents([e for sk, at in enumerate(starts) for e in reset_at(at, sk)])
+        watch, told = KernelWatch(source, {9092}), []
+        for now in range(phase, 120_000, 1_000):
+            source.now = now
+            told += [e for e in watch.poll(views, now)[2] if e.close]
+        assert [(e.close.opened_ms, e.close.closed_by, e.close.reason) for e in told] == [
+            (0, "broker", "unknown"), (40_000, "broker", "per_ip_rejected"),
+            (41_900, "broker", "per_ip_rejected"), (starts[3], "broker", "per_ip_rejected"),
+            (starts[4], "broker", "unknown")], phase
 
 
 def test_a_reset_at_once_while_the_broker_closes_its_other_connections_is_no_refusal():
@@ -916,20 +939,22 @@ def test_a_reset_at_once_while_the_broker_closes_its_other_connections_is_no_ref
     for start, gone in ((0, True), (-3_600_000, False)):
         watch = KernelWatch(RecordedEvents([broker_fin(start, 2, 50001) + reset_at_once, []]),
                             {9092})
-        watch.poll(views)
-        _, closed, told = watch.poll(views)
+        _, closed, told = watch.poll(views, 6_000)  # (the sign of its end: told at once)
+        polled = watch.poll(views, 7_100)
+        closed, told = [*closed, *polled[1]], [*told, *polled[2]]
+        closed = [life for life in closed if life.lifetime_ms == 2]
         # (no other refusal by the broker: not a limit's either, but unsettled: ``alone``)
         assert [(life.ending, life.listener_gone, life.alone) for life in closed] == [
             (None, gone, not gone)]
-        told += watch.poll(views)[2]  # (a close not refused waits a poll for the wire's)
+        told += watch.poll(views, 8_100)[2]  # (a close not refused waits a poll for the wire's)
         assert [e.close.reason for e in told if e.close and e.close.lifetime_ms == 2] == [
             "unknown"]
     # a limit's own FIN (its close beat the client's first bytes) is no sign
     limit_fin = [state(4_990, 7, 2, sk=3), state(4_991, 2, 1, sk=3),
                  state(4_992, 1, 8, pid=0, sk=3)]
     watch = KernelWatch(RecordedEvents([limit_fin + reset_at_once, []]), {9092})
-    watch.poll(views)  # (the FIN's close is told at once; the reset, a poll later)
-    assert [life.listener_gone for life in watch.poll(views)[1]] == [False]
+    watch.poll(views, 6_000)  # (the FIN's close is told at once; the reset, 2 s after it)
+    assert [life.listener_gone for life in watch.poll(views, 7_100)[1]] == [False]
 
 
 def test_a_port_reused_after_a_reset_is_told_from_its_own_close_not_the_last_one_s():

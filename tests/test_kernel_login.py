@@ -54,6 +54,6 @@ def test_without_the_wire_the_same_reset_is_still_a_per_ip_refusal():
     watch = KernelWatch(ReplayedEvents(reset_after_login() + [
         event._replace(skaddr=2, local=("127.0.0.1", 50001)) for event in again]), {9093})
     view = ProcessView(10, "p", "p")
-    watch.poll([view])  # a refusal no poll saw waits a poll (a dying broker refuses next)
-    _, closed, _ = watch.poll([view])
+    watch.poll([view], 1_000)  # a refusal no poll saw waits 2 s (a dying broker refuses next)
+    _, closed, _ = watch.poll([view], 3_000)
     assert [life.ending for life in closed] == ["per_ip_rejected"] * 2

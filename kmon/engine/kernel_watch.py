@@ -8,6 +8,7 @@ it so too), and the life of any socket a poll saw close.
 from __future__ import annotations
 
 import operator
+import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import replace
@@ -33,8 +34,10 @@ MAX_BROKER_CLOSES = 8  # the latest closes by the broker remembered per remote
 # a per-IP limit refuses every connect past it, again and again while its broker listens on
 # (each client retries within its reconnect backoff, 10 s at most); a broker shutting down
 # resets the few connects made as its acceptor closed: a refusal at once is a limit's only
-# with another refusal by its broker this near it
+# with another refusal by its broker this soon before it (or REFUSAL_HOLD_MS after)
 REFUSED_AGAIN_WITHIN_MS = 30_000
+REFUSAL_HOLD_MS = 2000  # a refusal at once waits this long for the signs after it
+MAX_REMEMBERED = 32  # the latest refusals (and refused connects) remembered per remote
 
 
 _ENDS = operator.itemgetter(2, 3)  # a TcpSocket's (local, remote)
@@ -62,11 +65,12 @@ class KernelWatch:
         self.endings: OrderedDict[tuple[tuple[str, int], tuple[str, int]], KernelLife] = (
             OrderedDict())
         self.polled: list[ProcessView] = []  # the last poll's views
-        self.held: list[KernelLife] = []  # refusals at once, told after one more poll
+        self.held: list[KernelLife] = []  # refusals at once, told REFUSAL_HOLD_MS later
         # remote -> when the broker closed a followed connection to it (latest last)
         self.broker_closes: dict[tuple[str, int], list[float]] = {}
-        # remote -> its latest refusals at once: (when, local), latest last
+        # remote -> its latest refusals at once, and refused connects: (when, local)
         self.refusals: dict[tuple[str, int], list[tuple[float, tuple[str, int] | None]]] = {}
+        self.refused_at: dict[tuple[str, int], list[tuple[float, tuple[str, int] | None]]] = {}
         self.unheard: list[KernelLife] = []  # closes no poll saw, waiting for the wire's
         # the wire's closes of the last polls, by (local, remote) as the rows write them
         self.wire: OrderedDict[tuple[str, str], WireClose] = OrderedDict()
@@ -106,10 +110,11 @@ class KernelWatch:
         return {(Endpoint(*local), Endpoint(*remote)): opening for (local, remote), opening in
                 self.losses.openings(pid, pairs, self.lives.unfollowed, now_ms).items()}
 
-    def poll(self, views: list[ProcessView]) -> tuple[list[KernelLife], list[KernelLife],
-                                                      list[Event]]:
-        """The lives opened and closed since the last poll, and the events of those no poll
-        saw: ``opened`` (a connection made) and ``closed`` (failed connects too)."""
+    def poll(self, views: list[ProcessView], now_ms: float | None = None
+             ) -> tuple[list[KernelLife], list[KernelLife], list[Event]]:
+        """The lives opened and closed since the last poll (at ``now_ms``, the poll's time:
+        by default the clock's), and the events of those no poll saw: ``opened`` (a
+        connection made) and ``closed`` (failed connects too)."""
         polled, self.polled = self.polled, views
         for port in remote_ports(views):
             self.learned[port] = None
@@ -130,7 +135,8 @@ class KernelWatch:
         # a socket a poll saw (the last, or this one) has a row: its close is the monitor's
         # to tell, with the row's role, so that every view counts it under one verdict
         seen = seen_pairs(polled + views, [*self.held, *closed])
-        closed = self._decided(closed, seen)
+        closed = self._decided(closed, seen,
+                               time.time() * 1000 if now_ms is None else now_ms)
         # one no poll saw: its open (every open counted once), then its close told from what
         # every view has alike, as a view whose poll saw it tells it (kmon.engine.closes)
         # (an ordinary one whose close the wire has not handed over yet waits a poll for it,
@@ -186,55 +192,67 @@ class KernelWatch:
         return self.source.lost + self.source.lost_connects
 
     def _decided(self, closed: list[KernelLife],
-                 seen: set[tuple[Endpoint | None, Endpoint | None]]) -> list[KernelLife]:
-        """``closed`` with the refusals at once no poll saw held back one poll: a per-IP
-        limit accepts and closes while its broker listens on, but a broker that just died
-        resets its last connections too, and then refuses the next connects to it. A
-        refusal with a refused connect to its remote in the same or the next poll was the
-        broker's end, not a limit; so was one within ``BROKER_END_WITHIN_MS`` of the broker
-        closing another connection of a watched process it had kept past the limit's
-        window (a limit closes none that it accepted before, only new ones, some with a
-        FIN): a broker shutting down closes them all, and resets a connect made meanwhile.
-        One with no other refusal by its broker within ``REFUSED_AGAIN_WITHIN_MS`` (before
-        it, or by this poll) is left ``alone``: unsettled."""
+                 seen: set[tuple[Endpoint | None, Endpoint | None]],
+                 now_ms: float) -> list[KernelLife]:
+        """``closed`` with the refusals at once no poll saw held back until
+        ``REFUSAL_HOLD_MS`` after them (a time, not a number of polls: every view, whenever it
+        polls, decides each from the same events). A per-IP limit accepts and closes while
+        its broker listens on, but a broker that just died resets its last connections too,
+        and then refuses the next connects to it; one just starting up accepts and closes
+        too, after refusing them. A refusal with a refused connect to its remote within
+        ``REFUSAL_HOLD_MS`` of it was the broker's end (or start), not a limit; so was one
+        within ``BROKER_END_WITHIN_MS`` of the broker closing another connection of a
+        watched process it had kept past the limit's window (a limit closes none that it
+        accepted before, only new ones, some with a FIN): a broker shutting down closes them
+        all, and resets a connect made meanwhile. One with no other refusal by its broker
+        from ``REFUSED_AGAIN_WITHIN_MS`` before it to ``REFUSAL_HOLD_MS`` after is left
+        ``alone``: unsettled. (One a poll saw is told by its row's close at once, from the
+        events so far.)"""
         self._note_broker_closes(closed)
-        refused = {life.remote for life in closed if life.refused}
-        held, self.held, now = self.held, [], []
         for life in closed:
-            if (life.ending == "per_ip_rejected" and life.remote not in refused
-                    and _pair(life) not in seen):
-                self.held.append(life)
-            else:
+            if life.refused and life.remote is not None:
+                self._note(self.refused_at, life.remote, (life.closed_ms or 0.0, None))
+        waiting, now = list(self.held), []
+        for life in closed:
+            if life.ending != "per_ip_rejected":
                 now.append(life)
-        decided = [*held, *now]
-        for life in decided:
+                continue
+            if life.remote is not None:
+                self._note(self.refusals, life.remote, (life.closed_ms or 0.0, life.local))
+            (now if _pair(life) in seen else waiting).append(life)
+        for life in (*waiting, *now):  # each poll: the signs of its broker's end as they come
             life.listener_gone = life.listener_gone or (
-                life.remote in refused and not life.never_established) or (
-                life.ending == "per_ip_rejected" and self._broker_closed_near(life))
-        for life in (*decided, *self.held):
-            if life.ending == "per_ip_rejected":
-                self._note_refusal(life)
+                life.ending == "per_ip_rejected" and (
+                    self._near(self.refused_at, life, REFUSAL_HOLD_MS, REFUSAL_HOLD_MS)
+                    or self._broker_closed_near(life)))
+        decided: list[KernelLife] = []
+        self.held = []
+        for life in waiting:
+            (self.held if life.ending == "per_ip_rejected"
+             and now_ms < (life.closed_ms or 0.0) + REFUSAL_HOLD_MS else decided).append(life)
+        decided += now
         for life in decided:
-            life.alone = life.ending == "per_ip_rejected" and not self._refused_again(life)
+            life.alone = life.ending == "per_ip_rejected" and not self._near(
+                self.refusals, life, REFUSED_AGAIN_WITHIN_MS, REFUSAL_HOLD_MS)
         return decided
 
-    def _note_refusal(self, life: KernelLife) -> None:
-        """Remember a refusal at once by its remote (each once)."""
-        if life.remote is None:
-            return
-        mark = (life.closed_ms or 0.0, life.local)
-        times = self.refusals.get(life.remote, [])
+    @staticmethod
+    def _note(table: dict[tuple[str, int], list[tuple[float, tuple[str, int] | None]]],
+              remote: tuple[str, int], mark: tuple[float, tuple[str, int] | None]) -> None:
+        """Remember ``mark`` (when, local) of ``remote`` in ``table``, the latest kept."""
+        times = table.get(remote, [])
         if mark not in times:
-            bounded.put(self.refusals, life.remote, [*times, mark][-MAX_BROKER_CLOSES:],
-                        MAX_ENDINGS)
+            bounded.put(table, remote, [*times, mark][-MAX_REMEMBERED:], MAX_ENDINGS)
 
-    def _refused_again(self, life: KernelLife) -> bool:
-        """Whether ``life``'s broker refused another connect within
-        ``REFUSED_AGAIN_WITHIN_MS`` of it."""
+    @staticmethod
+    def _near(table: dict[tuple[str, int], list[tuple[float, tuple[str, int] | None]]],
+              life: KernelLife, before_ms: float, after_ms: float) -> bool:
+        """Whether ``table`` holds another mark of ``life``'s remote from ``before_ms`` before
+        its close to ``after_ms`` after it."""
         when = life.closed_ms or 0.0
         return life.remote is not None and any(
-            abs(ms - when) <= REFUSED_AGAIN_WITHIN_MS and (ms, local) != (when, life.local)
-            for ms, local in self.refusals.get(life.remote, ()))
+            when - before_ms <= ms <= when + after_ms and (ms, local) != (when, life.local)
+            for ms, local in table.get(life.remote, ()))
 
     def _note_broker_closes(self, closed: list[KernelLife]) -> None:
         """Remember when the broker closed each connection it had kept past the limit's

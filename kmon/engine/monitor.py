@@ -210,7 +210,7 @@ class Monitor:
             views.append(view)
         lives = []
         if self.kernel is not None:
-            opened, closed, told = self.kernel.poll(views)
+            opened, closed, told = self.kernel.poll(views, ts_ms)
             self._tell_connects(opened, self.kernel.lost_any)
             self._hand_over(closed)  # read by the next poll, as the kernel's story waits
             lives = [life.recorded() for life in closed]
