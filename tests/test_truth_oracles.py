@@ -401,3 +401,32 @@ def test_a_connection_only_the_stream_saw_counts_among_the_truths_serve_is_held_
     assert close_truths(ctx, []) == {}  # neither seen in /proc
     told = {"ports": (41000, 9092), "ts_ms": 1_020, "closed_by": "broker", "reason": "reset"}
     assert close_truths(ctx, [told]) == {"broker/reset": 1}
+
+
+def test_a_role_only_the_recording_settled_is_held_to_the_packets_not_to_the_stream():
+    """A connection living less than a poll: the stream's one look at it came before its
+    first request (unknown), ``kmon record``'s after one (broker:1). The stream said nothing
+    to contradict: it was counted a disagreement, and the recording's role held to nothing.
+    Now that role is held to the oracle the stream's are (its requests: a Fetch, broker:1);
+    a role the stream settled otherwise anywhere stays a disagreement."""
+    from benchmarks.truth.score import record_disagreements, recorded_role_wrongs
+
+    flow = Flow(5001, 9092, 900.0, accepted=True)
+    flow.request(1, request(1))  # Fetch
+    ctx = Context({(5001, 9092): flow}, ClientLog([], [], [], []), {}, {9092: 1})
+    unknown = {"role": "unknown", "node_id": None}
+    rows = [{"pid": 7, "key": "sock:1", "ts_ms": 1_500, "role": "broker", "broker_id": broker,
+             "confidence": 0.95, "local": "127.0.0.1:5001", "remote": "127.0.0.1:9092"}
+            for broker in (1, 2)]
+    history = {"sock:1": [(1_000, unknown)]}
+    right, wrong = ([row] for row in rows)
+    assert record_disagreements(history, [], right, [], 7) == []
+    assert recorded_role_wrongs(right, history, 7, ctx) == []
+    assert record_disagreements(history, [], wrong, [], 7) == []
+    assert recorded_role_wrongs(wrong, history, 7, ctx) == [
+        "recorded only: socket :5001>:9092 (API keys 1): broker:2 at confidence 0.95, truly "
+        "broker:1"]
+    named = {"sock:1": [(1_000, unknown), (4_000, {"role": "broker", "broker_id": 1})]}
+    assert record_disagreements(named, [], wrong, [], 7) == [
+        "sock:1: broker:2 recorded, unknown in the stream"]
+    assert recorded_role_wrongs(wrong, named, 7, ctx) == []

@@ -36,6 +36,7 @@ from benchmarks.truth.score import (
     oracle_disagreements,
     ps_disagreements,
     record_disagreements,
+    recorded_role_wrongs,
     recorded_wrongs,
     score_closes,
     score_roles,
@@ -265,13 +266,15 @@ def now_ms() -> float:
 
 def record_views(recorded: dict, stream: Stream, pid: int, ctx: Context) -> dict:
     """{"record": closes and roles the recording tells otherwise than the stream, and closes
-    only it told that it told otherwise than the packets, or why not run; "record_detail"}."""
+    and roles only it told that it told otherwise than the oracles, or why not run;
+    "record_detail"}."""
     if recorded.get("error"):
         return {"record": recorded["error"]}
     closes = stream.closes()
     detail = record_disagreements(stream.history(), closes, recorded["snapshots"],
                                   recorded["events"], pid)
     detail += recorded_wrongs(recorded["snapshots"], recorded["events"], pid, closes, ctx)
+    detail += recorded_role_wrongs(recorded["snapshots"], stream.history(), pid, ctx)
     return {"record": len(detail), "record_detail": detail}
 
 

@@ -344,15 +344,13 @@ def record_disagreements(history: dict[str, list[tuple[int, dict]]], closes: lis
     poll saw the socket keys it by its inode, one whose polls missed it by its endpoints
     (``kernel:…``)."""
     found = []
-    last: dict[str, dict] = {}
-    for row in snapshots:
-        if row["pid"] == pid and row["ts_ms"] >= last.get(row["key"], {}).get("ts_ms", 0):
-            last[row["key"]] = row
+    last = last_recorded(snapshots, pid)
     times = [row["ts_ms"] for row in snapshots if row["pid"] == pid]  # while it watched pid
     before = {row["key"] for row in snapshots if row["pid"] == pid  # at its first look
               and row["ts_ms"] == min(times)}
+    alone = recorded_only_roles(last, history)
     for key, row in last.items():
-        if unsettled(row) and (key in before or not any(
+        if key in alone or unsettled(row) and (key in before or not any(
                 ts <= row["ts_ms"] and not unsettled(seen) for ts, seen in history.get(key, []))):
             continue
         said = kmon_role(row)
@@ -377,6 +375,47 @@ def record_disagreements(history: dict[str, list[tuple[int, dict]]], closes: lis
         found += [f"close of {e['key']} recorded only" for e in recorded
                   if id(e) not in matched and e["ts_ms"] in inside]
     return found
+
+
+def last_recorded(snapshots: list[dict], pid: int) -> dict[str, dict]:
+    """Each socket's last row of ``pid`` in ``kmon record``'s snapshots, by key."""
+    last: dict[str, dict] = {}
+    for row in snapshots:
+        if row["pid"] == pid and row["ts_ms"] >= last.get(row["key"], {}).get("ts_ms", 0):
+            last[row["key"]] = row
+    return last
+
+
+def recorded_only_roles(last: dict[str, dict], history: dict[str, list[tuple[int, dict]]]
+                        ) -> dict[str, dict]:
+    """The sockets whose last recorded row (``last``) names a role the stream never gave
+    them, where the stream left them unsettled within 2 s of that poll and settled them
+    nowhere (a connection living less than a poll: each view's look at it at another moment
+    of its short life). Not the stream's word against the recording's: the recording's
+    alone, held to the oracle (``recorded_role_wrongs``)."""
+    alone = {}
+    for key, row in last.items():
+        seen = history.get(key, [])
+        if (not unsettled(row) and any(abs(ts - row["ts_ms"]) <= 2000 for ts, _ in seen)
+                and all(unsettled(said) for _, said in seen)):
+            alone[key] = row
+    return alone
+
+
+def recorded_role_wrongs(snapshots: list[dict], history: dict[str, list[tuple[int, dict]]],
+                         pid: int, ctx: Context) -> list[str]:
+    """The roles of ``pid``'s sockets only ``kmon record`` settled (``recorded_only_roles``)
+    that it told otherwise than the oracle the stream's roles are scored by."""
+    rows = {ports: row for row in recorded_only_roles(last_recorded(snapshots, pid),
+                                                      history).values()
+            if (ports := row_ports(row)) is not None}
+    return [f"recorded only: {wrong}" for wrong in score_roles(rows, ctx).wrongs]
+
+
+def row_ports(row: dict) -> tuple[int, int] | None:
+    """A row's (local port, remote port), where it names both."""
+    ends = [str(row.get(side) or "").rpartition(":")[2] for side in ("local", "remote")]
+    return (int(ends[0]), int(ends[1])) if all(end.isdigit() for end in ends) else None
 
 
 def recorded_closes(snapshots: list[dict], events: list[dict], pid: int) -> list[dict]:
