@@ -914,6 +914,8 @@ def test_a_refusal_at_once_with_no_other_by_its_broker_is_unsettled_not_a_limit(
             (0, "broker", "unknown"), (40_000, "broker", "per_ip_rejected"),
             (41_900, "broker", "per_ip_rejected"), (starts[3], "broker", "per_ip_rejected"),
             (starts[4], "broker", "unknown")], phase
+    assert "no other connect to it refused near it: a per-IP limit, or the broker going " \
+        "away (unsettled)" in told[0].detail
 
 
 def test_a_reset_at_once_while_the_broker_closes_its_other_connections_is_no_refusal():

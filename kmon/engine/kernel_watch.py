@@ -308,6 +308,10 @@ class KernelWatch:
         if life.refused:
             detail = (f"{life.where()}: connect_failed, refused in {story.lifetime_ms} ms (a "
                       "RST answered its SYN: nothing listens there)")
+        elif life.alone:
+            detail = (f"{life.where()}: reset by the broker {story.lifetime_ms} ms after its "
+                      "connect, no FIN first, and no other connect to it refused near it: a "
+                      "per-IP limit, or the broker going away (unsettled)")
         elif life.ending is None:
             detail = (f"{life.where()}: {in_words(story, limits)}, {story.lifetime_ms} ms "
                       "after its connect")
