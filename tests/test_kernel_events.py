@@ -1105,3 +1105,26 @@ def test_a_full_ring_is_counted_as_lost_events_by_the_kernel():
             source.close()
     assert source.lost > 0 and len(events) < 3000 * 4, (source.lost, len(events))
     assert {e.remote[1] for e in events if e.kind == "state" and e.new_state == 2} >= {port}
+
+
+def test_the_refusals_remembered_are_bounded_by_broker_and_in_all():
+    """Any local user's process, once watched, can make refusals at once to as many remotes
+    as it likes: the tables that decide them keep MAX_REMEMBERED a remote, MAX_REFUSING
+    remotes."""
+    from kmon.engine.kernel_watch import MAX_REFUSING, MAX_REMEMBERED, KernelWatch
+    from kmon.model import ProcessView
+
+    def reset_at(ts: float, sk: int, port: int) -> list[TcpEvent]:
+        local, remote = ("127.0.0.1", 40000 + sk % 20000), ("127.0.0.1", port)
+        return [TcpEvent(ts, "state", 10, sk, local, remote, 7, 2),
+                TcpEvent(ts + 1, "state", 10, sk, local, remote, 2, 1),
+                TcpEvent(ts + 2, "reset_in", 0, sk, local, remote),
+                TcpEvent(ts + 2, "state", 0, sk, local, remote, 1, 7)]
+
+    events = [e for sk in range(MAX_REFUSING + 50) for e in reset_at(sk, sk, 10000 + sk)]
+    events += [e for sk in range(MAX_REMEMBERED + 10)
+               for e in reset_at(1_000 + sk, 50_000 + sk, 9092)]
+    watch = KernelWatch(RecordedEvents([events]), {9092})
+    watch.poll([ProcessView(10, "p", "p")], 10_000)
+    assert len(watch.refusals) == MAX_REFUSING
+    assert len(watch.refusals[("127.0.0.1", 9092)]) == MAX_REMEMBERED

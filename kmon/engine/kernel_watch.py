@@ -38,6 +38,7 @@ MAX_BROKER_CLOSES = 8  # the latest closes by the broker remembered per remote
 REFUSED_AGAIN_WITHIN_MS = 30_000
 REFUSAL_HOLD_MS = 2000  # a refusal at once waits this long for the signs after it
 MAX_REMEMBERED = 32  # the latest refusals (and refused connects) remembered per remote
+MAX_REFUSING = 256  # ... for this many remotes (brokers: a host's clients know a few)
 
 
 _ENDS = operator.itemgetter(2, 3)  # a TcpSocket's (local, remote)
@@ -242,7 +243,7 @@ class KernelWatch:
         """Remember ``mark`` (when, local) of ``remote`` in ``table``, the latest kept."""
         times = table.get(remote, [])
         if mark not in times:
-            bounded.put(table, remote, [*times, mark][-MAX_REMEMBERED:], MAX_ENDINGS)
+            bounded.put(table, remote, [*times, mark][-MAX_REMEMBERED:], MAX_REFUSING)
 
     @staticmethod
     def _near(table: dict[tuple[str, int], list[tuple[float, tuple[str, int] | None]]],
