@@ -868,6 +868,16 @@ def test_a_refusal_at_once_is_told_a_poll_later_and_a_dying_broker_s_reset_is_no
     assert [(e.close.closed_by, e.close.reason) for e in told] == [("broker", "unknown")]
 
 
+def reset_at_once(ts: float, sk: int, port: int = 9092, after_ms: float = 2) -> list[TcpEvent]:
+    """A watched process's connect at ``ts`` that the broker reset ``after_ms`` later, no FIN
+    first: a refusal at once."""
+    local, remote = ("127.0.0.1", 40000 + sk % 20000), ("127.0.0.1", port)
+    return [TcpEvent(ts, "state", 10, sk, local, remote, 7, 2),
+            TcpEvent(ts + 1, "state", 10, sk, local, remote, 2, 1),
+            TcpEvent(ts + after_ms, "reset_in", 0, sk, local, remote),
+            TcpEvent(ts + after_ms, "state", 0, sk, local, remote, 1, 7)]
+
+
 class ClockedEvents(RecordedEvents):
     """A stand-in for the kernel events source giving, at each read, the recorded events
     up to its clock (``now``): views polling at other moments of the same sequence."""
@@ -894,18 +904,12 @@ def test_a_refusal_at_once_with_no_other_by_its_broker_is_unsettled_not_a_limit(
     from kmon.engine.kernel_watch import REFUSED_AGAIN_WITHIN_MS, KernelWatch
     from kmon.model import ProcessView
 
-    def reset_at(ts: float, sk: int) -> list[TcpEvent]:
-        local = ("127.0.0.1", 50000 + sk)
-        return [TcpEvent(ts, "state", 10, sk, local, BROKER, 7, 2),
-                TcpEvent(ts + 1, "state", 10, sk, local, BROKER, 2, 1),
-                TcpEvent(ts + 40, "reset_in", 0, sk, local, BROKER),
-                TcpEvent(ts + 40, "state", 0, sk, local, BROKER, 1, 7)]
-
     starts = (0, 40_000, 41_900, 41_900 + REFUSED_AGAIN_WITHIN_MS - 1_000,
               41_900 + 2 * REFUSED_AGAIN_WITHIN_MS + 2_000)
     views = [ProcessView(10, "p", "p")]
     for phase in (0, 500):
-        source = ClockedEvents([e for sk, at in enumerate(starts) for e in reset_at(at, sk)])
+        source = ClockedEvents([e for sk, at in enumerate(starts)
+                                for e in reset_at_once(at, sk, after_ms=40)])
         watch, told = KernelWatch(source, {9092}), []
         for now in range(phase, 120_000, 1_000):
             source.now = now
@@ -957,6 +961,31 @@ def test_a_reset_at_once_while_the_broker_closes_its_other_connections_is_no_ref
     watch = KernelWatch(RecordedEvents([limit_fin + reset_at_once, []]), {9092})
     watch.poll(views, 6_000)  # (the FIN's close is told at once; the reset, 2 s after it)
     assert [life.listener_gone for life in watch.poll(views, 7_100)[1]] == [False]
+
+
+def test_the_broker_closing_a_connection_held_from_before_the_events_is_its_end_too():
+    """Seen in the truth harness's rolling restart (KafkaJS): ``kmon record`` told a reset at
+    once ``broker/reset`` (the broker going away: it had closed the consumer's kept
+    connection to it), the stream ``unknown`` (alone). The stream had begun watching after
+    that connection opened: no life followed it, so its broker's FIN was no sign there. A
+    watched process's connection the events never followed, in its rows, closed by the
+    broker, is the sign in every view; another program's connection to it is not."""
+    from kmon.engine.kernel_watch import KernelWatch
+    from kmon.model import Connection, ProcessView, Role
+
+    kept = ("127.0.0.1", 50010)
+    row = Connection("sock:9", Role.BROKER, 1, 1, None, "127.0.0.1:50010", "127.0.0.1:9092",
+                     "ESTABLISHED")
+
+    broker_fin = [TcpEvent(5_000, "state", 0, 77, kept, BROKER, 1, 8)]  # to CLOSE_WAIT
+    for held, gone in ((True, True), (False, False)):
+        view = ProcessView(10, "p", "p", connections=[row] if held else [])
+        watch = KernelWatch(RecordedEvents([[], broker_fin + reset_at_once(5_100, 1)
+                                            + reset_at_once(5_400, 2), []]), {9092})
+        watch.poll([view], 1_000)
+        closed = watch.poll([view], 6_000)[1] + watch.poll([view], 8_000)[1]
+        assert [(life.listener_gone, life.ending) for life in closed] == [
+            (gone, None if gone else "per_ip_rejected")] * 2, held
 
 
 def test_a_port_reused_after_a_reset_is_told_from_its_own_close_not_the_last_one_s():
@@ -1114,16 +1143,9 @@ def test_the_refusals_remembered_are_bounded_by_broker_and_in_all():
     from kmon.engine.kernel_watch import MAX_REFUSING, MAX_REMEMBERED, KernelWatch
     from kmon.model import ProcessView
 
-    def reset_at(ts: float, sk: int, port: int) -> list[TcpEvent]:
-        local, remote = ("127.0.0.1", 40000 + sk % 20000), ("127.0.0.1", port)
-        return [TcpEvent(ts, "state", 10, sk, local, remote, 7, 2),
-                TcpEvent(ts + 1, "state", 10, sk, local, remote, 2, 1),
-                TcpEvent(ts + 2, "reset_in", 0, sk, local, remote),
-                TcpEvent(ts + 2, "state", 0, sk, local, remote, 1, 7)]
-
-    events = [e for sk in range(MAX_REFUSING + 50) for e in reset_at(sk, sk, 10000 + sk)]
+    events = [e for sk in range(MAX_REFUSING + 50) for e in reset_at_once(sk, sk, port=10000 + sk)]
     events += [e for sk in range(MAX_REMEMBERED + 10)
-               for e in reset_at(1_000 + sk, 50_000 + sk, 9092)]
+               for e in reset_at_once(1_000 + sk, 50_000 + sk)]
     watch = KernelWatch(RecordedEvents([events]), {9092})
     watch.poll([ProcessView(10, "p", "p")], 10_000)
     assert len(watch.refusals) == MAX_REFUSING

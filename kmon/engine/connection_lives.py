@@ -125,6 +125,8 @@ class ConnectionLives:
         # (local, remote) -> (when, who closed it first: client, broker or unknown)
         self.unfollowed: OrderedDict[tuple[tuple[str, int], tuple[str, int]],
                                      tuple[float, str]] = OrderedDict()
+        # ... those the broker began, since ``take_broker_ends``: ((local, remote), when)
+        self.broker_ends: list[tuple[tuple[tuple[str, int], tuple[str, int]], float]] = []
 
     def feed(self, events: Iterable[TcpEvent],
              watched: set[int]) -> tuple[list[KernelLife], list[KernelLife]]:
@@ -185,6 +187,8 @@ class ConnectionLives:
             self.unfollowed[pair] = (event.ts_ms, side)
             while len(self.unfollowed) > MAX_UNFOLLOWED:
                 self.unfollowed.popitem(last=False)
+            if side == "broker" and len(self.broker_ends) < MAX_UNFOLLOWED:
+                self.broker_ends.append((pair, event.ts_ms))
 
     def _stranger(self, event: TcpEvent) -> None:
         ports = self.strangers.get(event.pid)
@@ -205,6 +209,12 @@ class ConnectionLives:
         strangers, overflowed = self.strangers, self.strangers_overflowed
         self.strangers, self.strangers_overflowed = {}, False
         return strangers, overflowed
+
+    def take_broker_ends(self) -> list[tuple[tuple[tuple[str, int], tuple[str, int]], float]]:
+        """The connections no life follows whose close the broker began since the last call:
+        ((local, remote), when), at most MAX_UNFOLLOWED."""
+        ends, self.broker_ends = self.broker_ends, []
+        return ends
 
     def _start(self, event: TcpEvent) -> KernelLife:
         self.open.pop(event.skaddr, None)

@@ -136,6 +136,7 @@ class KernelWatch:
         # a socket a poll saw (the last, or this one) has a row: its close is the monitor's
         # to tell, with the row's role, so that every view counts it under one verdict
         seen = seen_pairs(polled + views, [*self.held, *closed])
+        self._note_kept_ends(polled + views)
         closed = self._decided(closed, seen,
                                time.time() * 1000 if now_ms is None else now_ms)
         # one no poll saw: its open (every open counted once), then its close told from what
@@ -263,9 +264,23 @@ class KernelWatch:
             if (life.remote is not None and closing is not None and life.ending is None
                     and life.closed_by == "broker"
                     and closing - life.opened_ms > REJECTED_WITHIN_MS):
-                times = [*self.broker_closes.get(life.remote, ()), closing]
-                bounded.put(self.broker_closes, life.remote, times[-MAX_BROKER_CLOSES:],
-                            MAX_ENDINGS)
+                self._note_broker_close(life.remote, closing)
+
+    def _note_broker_close(self, remote: tuple[str, int], when: float) -> None:
+        times = [*self.broker_closes.get(remote, ()), when]
+        bounded.put(self.broker_closes, remote, times[-MAX_BROKER_CLOSES:], MAX_ENDINGS)
+
+    def _note_kept_ends(self, views: list[ProcessView]) -> None:
+        """Remember when the broker began to close a connection of a watched process the
+        events do not follow (open before they ran: kept past the limit's window), by
+        remote: a view that began watching after the process connected knows its broker's
+        end as one that watched it connect does."""
+        ends: dict[tuple[Endpoint | None, Endpoint | None], float] = {
+            (Endpoint(*local), Endpoint(*remote)): when
+            for (local, remote), when in self.lives.take_broker_ends()}
+        for pair in held_pairs(views, ends) if ends else ():
+            if pair[1] is not None:
+                self._note_broker_close((pair[1].ip, pair[1].port), ends[pair])
 
     def _broker_closed_near(self, life: KernelLife) -> bool:
         """Whether the broker closed a connection to ``life``'s remote that it had kept
@@ -392,9 +407,16 @@ def remote_ports(views: list[ProcessView]) -> set[int]:
 
 def seen_pairs(views: list[ProcessView], lives: list[KernelLife]
                ) -> set[tuple[Endpoint | None, Endpoint | None]]:
-    """Of the ``lives``' (local, remote) endpoints, those a connection of ``views`` held: the
-    rows' texts looked up, none parsed (a poll holds thousands of sockets, a handful ended)."""
-    wanted = {(local.text, remote.text): (local, remote) for local, remote in map(_pair, lives)
+    """Of the ``lives``' (local, remote) endpoints, those a connection of ``views`` held."""
+    return held_pairs(views, map(_pair, lives))
+
+
+def held_pairs(views: list[ProcessView],
+               pairs: Iterable[tuple[Endpoint | None, Endpoint | None]]
+               ) -> set[tuple[Endpoint | None, Endpoint | None]]:
+    """Of the (local, remote) ``pairs``, those a connection of ``views`` held: the rows' texts
+    looked up, none parsed (a poll holds thousands of sockets, a handful ended)."""
+    wanted = {(local.text, remote.text): (local, remote) for local, remote in pairs
               if local is not None and remote is not None}
     if not wanted:
         return set()
