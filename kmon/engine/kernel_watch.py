@@ -30,14 +30,14 @@ UNAVAILABLE = ("kernel TCP events unavailable ({}; they need root, CAP_PERFMON o
 MAX_ENDINGS = 4096  # recent closes remembered by 4-tuple, for the story of a poll's close
 # a broker going away closes its connections within this of each other; a limit closes none
 BROKER_END_WITHIN_MS = 1000
-MAX_BROKER_CLOSES = 8  # the latest closes by the broker remembered per remote
 # a per-IP limit refuses every connect past it, again and again while its broker listens on
 # (each client retries within its reconnect backoff, 10 s at most); a broker shutting down
 # resets the few connects made as its acceptor closed: a refusal at once is a limit's only
 # with another refusal by its broker this soon before it (or REFUSAL_HOLD_MS after)
 REFUSED_AGAIN_WITHIN_MS = 30_000
 REFUSAL_HOLD_MS = 2000  # a refusal at once waits this long for the signs after it
-MAX_REMEMBERED = 32  # the latest refusals (and refused connects) remembered per remote
+# the latest refusals at once, refused connects and broker closes remembered per remote
+MAX_REMEMBERED = 32
 MAX_REFUSING = 256  # ... for this many remotes (brokers: a host's clients know a few)
 
 
@@ -67,11 +67,11 @@ class KernelWatch:
             OrderedDict())
         self.polled: list[ProcessView] = []  # the last poll's views
         self.held: list[KernelLife] = []  # refusals at once, told REFUSAL_HOLD_MS later
-        # remote -> when the broker closed a followed connection to it (latest last)
-        self.broker_closes: dict[tuple[str, int], list[float]] = {}
-        # remote -> its latest refusals at once, and refused connects: (when, local)
+        # remote -> its latest refusals at once, refused connects, and closes by the broker
+        # of connections it had kept: (when, local), latest last
         self.refusals: dict[tuple[str, int], list[tuple[float, tuple[str, int] | None]]] = {}
         self.refused_at: dict[tuple[str, int], list[tuple[float, tuple[str, int] | None]]] = {}
+        self.broker_closes: dict[tuple[str, int], list[tuple[float, tuple[str, int] | None]]] = {}
         self.unheard: list[KernelLife] = []  # closes no poll saw, waiting for the wire's
         # the wire's closes of the last polls, by (local, remote) as the rows write them
         self.wire: OrderedDict[tuple[str, str], WireClose] = OrderedDict()
@@ -226,7 +226,8 @@ class KernelWatch:
             life.listener_gone = life.listener_gone or (
                 life.ending == "per_ip_rejected" and (
                     self._near(self.refused_at, life, REFUSAL_HOLD_MS, REFUSAL_HOLD_MS)
-                    or self._broker_closed_near(life)))
+                    or self._near(self.broker_closes, life, BROKER_END_WITHIN_MS,
+                                  BROKER_END_WITHIN_MS)))
         decided: list[KernelLife] = []
         self.held = []
         for life in waiting:
@@ -264,31 +265,19 @@ class KernelWatch:
             if (life.remote is not None and closing is not None and life.ending is None
                     and life.closed_by == "broker"
                     and closing - life.opened_ms > REJECTED_WITHIN_MS):
-                self._note_broker_close(life.remote, closing)
-
-    def _note_broker_close(self, remote: tuple[str, int], when: float) -> None:
-        times = [*self.broker_closes.get(remote, ()), when]
-        bounded.put(self.broker_closes, remote, times[-MAX_BROKER_CLOSES:], MAX_ENDINGS)
+                self._note(self.broker_closes, life.remote, (closing, life.local))
 
     def _note_kept_ends(self, views: list[ProcessView]) -> None:
         """Remember when the broker began to close a connection of a watched process the
         events do not follow (open before they ran: kept past the limit's window), by
         remote: a view that began watching after the process connected knows its broker's
         end as one that watched it connect does."""
-        ends: dict[tuple[Endpoint | None, Endpoint | None], float] = {
-            (Endpoint(*local), Endpoint(*remote)): when
-            for (local, remote), when in self.lives.take_broker_ends()}
+        when = dict(self.lives.take_broker_ends())
+        ends: dict[tuple[Endpoint | None, Endpoint | None], Pair] = {
+            (Endpoint(*local), Endpoint(*remote)): (local, remote) for local, remote in when}
         for pair in held_pairs(views, ends) if ends else ():
-            if pair[1] is not None:
-                self._note_broker_close((pair[1].ip, pair[1].port), ends[pair])
-
-    def _broker_closed_near(self, life: KernelLife) -> bool:
-        """Whether the broker closed a connection to ``life``'s remote that it had kept
-        (``_note_broker_closes``) within ``BROKER_END_WITHIN_MS`` of ``life``'s close."""
-        when = life.closed_ms or 0.0
-        return life.remote is not None and any(
-            abs(ms - when) <= BROKER_END_WITHIN_MS
-            for ms in self.broker_closes.get(life.remote, ()))
+            local, remote = ends[pair]
+            self._note(self.broker_closes, remote, (when[(local, remote)], local))
 
     def _hear(self, views: list[ProcessView], lives: list[KernelLife]) -> None:
         """Mark the ``lives`` whose close the wire saw end a failed login: the broker answered
