@@ -430,3 +430,44 @@ def test_a_role_only_the_recording_settled_is_held_to_the_packets_not_to_the_str
     assert record_disagreements(named, [], wrong, [], 7) == [
         "sock:1: broker:2 recorded, unknown in the stream"]
     assert recorded_role_wrongs(wrong, named, 7, ctx) == []
+
+
+REFUSALS = """\
+%7|1795837478.471|CONNECT|consumer-2| [thrd:127.0.0.1:39961/bootstrap]: \
+127.0.0.1:39961/bootstrap: Connecting to ipv4#127.0.0.1:39961 (plaintext) with socket 7
+%7|1795837478.471|FAIL|consumer-2| [thrd:127.0.0.1:39961/bootstrap]: \
+127.0.0.1:39961/bootstrap: Connect to ipv4#127.0.0.1:39961 failed: Connection refused \
+(after 0ms in state CONNECT) (_TRANSPORT)
+%3|1795837478.471|FAIL|consumer-2| [thrd:127.0.0.1:39961/bootstrap]: \
+127.0.0.1:39961/bootstrap: Connect to ipv4#127.0.0.1:39961 failed: Connection refused \
+(after 0ms in state CONNECT)
+%7|1795837478.522|CONNECT|consumer-2| [thrd:127.0.0.1:39961/bootstrap]: \
+127.0.0.1:39961/bootstrap: Connecting to ipv4#127.0.0.1:39961 (plaintext) with socket 7
+%7|1795837478.522|FAIL|consumer-2| [thrd:127.0.0.1:39961/bootstrap]: \
+127.0.0.1:39961/bootstrap: Connect to ipv4#127.0.0.1:39961 failed: Connection refused \
+(after 0ms in state CONNECT) (_TRANSPORT)
+%3|1795837478.523|FAIL|consumer-2| [thrd:127.0.0.1:39961/bootstrap]: \
+127.0.0.1:39961/bootstrap: Connect to ipv4#127.0.0.1:39961 failed: Connection refused \
+(after 0ms in state CONNECT)
+"""
+
+
+def test_another_programs_refused_connect_between_the_clients_is_not_the_clients(tmp_path):
+    """cluster-stopped (f58ac14): a consumer's connects refused every 52 ms, and once a second
+    another program's (``kmon serve -b``'s own query of the stopped cluster) to the same
+    port between two of them. That one was within 100 ms of a refusal the client logged, so
+    it counted as the client's, and as one kmon missed: 8 a run. Each logged refusal (its
+    debug and error lines one) now claims one attempt, the nearest."""
+    path = tmp_path / "client.log"
+    path.write_text(REFUSALS)
+    flows = {}
+    for port, syn_ms in ((57470, 1795837478471.2), (57482, 1795837478499.1),
+                         (57490, 1795837478522.3)):
+        flows[(port, 39961)] = Flow(port, 39961, syn_ms, first_close_by="server",
+                                    first_close_kind="RST", close_ms=syn_ms + 0.02)
+    ctx = Context(flows, ClientLog.read(path), {}, {39961: 1})
+    assert len(ctx.log.refused) == 2
+    told = [{"ports": (port, 39961), "ts_ms": flow.close_ms, "closed_ms": flow.close_ms,
+             "reason": "connect_failed"} for (port, _), flow in flows.items() if port != 57482]
+    tally = score_closes(told, ctx, 0, 1 << 62)
+    assert (tally.right, tally.missed) == (2, 0)

@@ -15,6 +15,9 @@ CONNECTING = re.compile(r"Connecting to ipv[46]#[^:]+:(\d+) \(\w+\) with socket 
 REFUSED = re.compile(r"Connect to ipv[46]#[^:]+:(\d+) failed: Connection refused")
 RENAMED = re.compile(r"Name changed from (\S+) to (\S+)")
 IDLE = "max idle time exceeded"
+# a refused connect() is logged twice, as a debug line and an error line, a millisecond apart
+# at most: one refusal
+SAME_FAILURE_MS = 5
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,7 @@ class ClientLog:
     """What one process's librdkafka log says about its connections."""
 
     connects: list[Connect]
-    refused: list[tuple[int, int]]  # (ts_ms, port) of each refused connect()
+    refused: list[tuple[int, int]]  # (ts_ms, port) of each refused connect(), once
     idle_closes: list[tuple[int, str, str]]  # (ts_ms, instance, handle) of each idle reap
     renames: list[tuple[int, str, str, str]]  # (ts_ms, instance, old, new): a handle renamed
 
@@ -51,6 +54,7 @@ class ClientLog:
     @classmethod
     def read(cls, path: Path) -> ClientLog:
         connects, refused, idle, renames = [], [], [], []
+        failed: dict[tuple[str, str, int], int] = {}  # the last refusal of a handle's port
         for line in path.read_text(errors="replace").splitlines():
             match = LINE.match(line)
             if not match:
@@ -60,7 +64,11 @@ class ClientLog:
             if found := CONNECTING.search(text):
                 connects.append(Connect(ts_ms, instance, handle, int(found[1]), int(found[2])))
             elif found := REFUSED.search(text):
-                refused.append((ts_ms, int(found[1])))
+                port = int(found[1])
+                last = failed.get((instance, handle, port))
+                failed[(instance, handle, port)] = ts_ms
+                if last is None or ts_ms - last > SAME_FAILURE_MS:  # (not its error line)
+                    refused.append((ts_ms, port))
             elif found := RENAMED.search(text):
                 renames.append((ts_ms, instance, found[1], found[2]))
             elif IDLE in text:
@@ -83,16 +91,6 @@ class ClientLog:
                 before[-1].handle != before[-2].handle):
             return None
         return before[-1]
-
-    def connected_at(self, port: int, syn_ms: float) -> bool:
-        """The client logged a connect() to ``port`` just before a SYN at ``syn_ms`` (the log
-        line is written right before the call; its time is cut to the millisecond)."""
-        return any(c.port == port and c.ts_ms - 1 <= syn_ms <= c.ts_ms + 20
-                   for c in self.connects)
-
-    def refused_at(self, port: int, ts_ms: float) -> bool:
-        """The client logged a refused connect() to ``port`` within 100 ms of ``ts_ms``."""
-        return any(p == port and abs(t - ts_ms) <= 100 for t, p in self.refused)
 
     def reaped(self, connect: Connect, close_ms: float) -> bool:
         """The client logged its own idle reap of the socket ``connect`` made, which it closed

@@ -27,6 +27,7 @@ anything else has no oracle.
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -88,6 +89,8 @@ class Context:
     first_syn_ms: float | None = None  # the client's first connection attempt
     # (local port, server port, SYN ms) -> the Java client's log line that initiated it
     java_nodes: dict[tuple[int, int, float], JavaConnect] = field(default_factory=dict)
+    # the attempts the client's log claims, one each (``log_claims``), once asked
+    claimed: frozenset[tuple[int, int, float]] | None = field(default=None, compare=False)
 
 
 def close_truth(flow: Flow, ctx: Context) -> str | None:
@@ -136,11 +139,51 @@ def handle(flow: Flow, ctx: Context):
 
 
 def owned(flow: Flow, ctx: Context) -> bool:
-    """The client's own connection: /proc showed it in the process, or the client logged its
-    connect() right before the SYN, or logged this refused connect()."""
-    return ((flow.client_port, flow.server_port) in ctx.fds
-            or ctx.log.connected_at(flow.server_port, flow.syn_ms)
-            or (flow.refused and ctx.log.refused_at(flow.server_port, flow.close_ms)))
+    """The client's own connection: /proc showed it in the process, or its log claims it
+    (``log_claims``)."""
+    if (flow.client_port, flow.server_port) in ctx.fds:
+        return True
+    if ctx.claimed is None:
+        ctx.claimed = log_claims(ctx.flows, ctx.log)
+    return (flow.client_port, flow.server_port, flow.syn_ms) in ctx.claimed
+
+
+def log_claims(flows: dict[tuple[int, int], Flow],
+               log: ClientLog) -> frozenset[tuple[int, int, float]]:
+    """The attempts the client's log claims, each line one at most: a logged connect() the
+    SYN to its port nearest it (from 1 ms before the line to 20 ms after: the line is
+    written right before the call, its time cut to the millisecond), a logged refusal the
+    refused attempt to its port nearest it (within 100 ms). Another program's connects to
+    the same port between the client's own (kmon's own cluster queries, to a stopped
+    broker) are claimed by no line, however near one they came."""
+    attempts = [f for latest in flows.values() for f in latest.attempts()]
+
+    def claims(lines: Iterable[tuple[float, int]], window: tuple[float, float],
+               candidates: list[Flow], when) -> set[tuple[int, int, float]]:
+        """Each line's nearest unclaimed attempt to its port with ``when`` from
+        ``window[0]`` to ``window[1]`` ms of it."""
+        by_port: dict[int, list[tuple[float, Flow]]] = {}
+        for flow in candidates:
+            by_port.setdefault(flow.server_port, []).append((when(flow), flow))
+        for timed in by_port.values():
+            timed.sort(key=lambda pair: pair[0])
+        claimed: set[tuple[int, int, float]] = set()
+        for at_ms, port in lines:
+            timed = by_port.get(port, [])
+            start = bisect.bisect_left(timed, at_ms + window[0], key=lambda pair: pair[0])
+            end = bisect.bisect_right(timed, at_ms + window[1], key=lambda pair: pair[0])
+            near = [(abs(t - at_ms), flow) for t, flow in timed[start:end]
+                    if (flow.client_port, port, flow.syn_ms) not in claimed]
+            if near:
+                flow = min(near, key=lambda pair: pair[0])[1]
+                claimed.add((flow.client_port, port, flow.syn_ms))
+        return claimed
+
+    connects = claims(((c.ts_ms, c.port) for c in log.connects), (-1, 20), attempts,
+                      lambda f: f.syn_ms)
+    refusals = claims(log.refused, (-100, 100), [f for f in attempts if f.refused],
+                      lambda f: f.close_ms)
+    return frozenset(connects | refusals)
 
 
 def score_closes(closes: list[dict], ctx: Context, since_ms: int, until_ms: int) -> Tally:
