@@ -7,10 +7,11 @@ it so too), and the life of any socket a poll saw close.
 
 from __future__ import annotations
 
+import math
 import operator
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from kmon.engine.closes import IDLE_REASONS, in_words, kernel_story
@@ -20,7 +21,11 @@ from kmon.model import CloseStory, Event, EventKind, Opening, ProcessView, WireC
 from kmon.sources import bounded
 from kmon.sources.brokers.dns import parse_endpoint
 from kmon.sources.kafka_protocol import SASL_APIS
-from kmon.sources.kernel.kernel_events import KernelEvents, KernelEventsUnavailable
+from kmon.sources.kernel.kernel_events import (
+    MAX_EVENTS_PER_READ,
+    KernelEvents,
+    KernelEventsUnavailable,
+)
 from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 
 MAX_LEARNED_PORTS = 48  # remote ports learned from the watched processes' own sockets
@@ -44,6 +49,11 @@ MAX_REFUSING = 256  # ... for this many remotes (brokers: a host's clients know 
 _ENDS = operator.itemgetter(2, 3)  # a TcpSocket's (local, remote)
 
 
+def epoch_ms() -> float:
+    """The clock as the kernel's events are stamped: UTC epoch ms."""
+    return time.time() * 1000
+
+
 def open_kernel_watch(ports: Iterable[int] = ()) -> tuple[KernelWatch | None, str | None]:
     """The kernel's TCP events filtered by the brokers' ``ports``; or None and the notice
     saying what kmon cannot see without them."""
@@ -57,8 +67,13 @@ def open_kernel_watch(ports: Iterable[int] = ()) -> tuple[KernelWatch | None, st
 class KernelWatch:
     """Reads the kernel events each poll and says what they showed."""
 
-    def __init__(self, source: KernelEvents, broker_ports: Iterable[int] = ()) -> None:
+    def __init__(self, source: KernelEvents, broker_ports: Iterable[int] = (),
+                 clock: Callable[[], float] = epoch_ms) -> None:
         self.source = source
+        self.clock = clock  # UTC epoch ms, as the events are stamped
+        # every event stamped before this was fed (the last read's start, unless it stopped
+        # at MAX_EVENTS_PER_READ): what a socket opened after it held may be unread yet
+        self.complete_ms = -math.inf
         self.lives = ConnectionLives()
         self.broker_ports = frozenset(broker_ports)
         self.learned: OrderedDict[int, None] = OrderedDict()  # ports, latest last
@@ -89,7 +104,11 @@ class KernelWatch:
         """Fold in the events so far (of the processes ``pids``, watched): a poll's samplers
         feed them before they decide, with every socket they read followed from its open.
         The lives these events closed."""
-        opened, closed = self.lives.feed(self.source.read(), pids)
+        began = self.clock()
+        events = self.source.read()
+        if len(events) < MAX_EVENTS_PER_READ:  # (else some rings were left for the next)
+            self.complete_ms = began
+        opened, closed = self.lives.feed(events, pids)
         self.losses.opened(opened)
         self.fed[0].extend(opened)
         self.fed[1].extend(closed)
@@ -109,7 +128,8 @@ class KernelWatch:
                               for local, remote in ends)
             self.pairs[pid] = (ends, pairs)
         return {(Endpoint(*local), Endpoint(*remote)): opening for (local, remote), opening in
-                self.losses.openings(pid, pairs, self.lives.unfollowed, now_ms).items()}
+                self.losses.openings(pid, pairs, self.lives.unfollowed, now_ms,
+                                     self.complete_ms).items()}
 
     def poll(self, views: list[ProcessView], now_ms: float | None = None
              ) -> tuple[list[KernelLife], list[KernelLife], list[Event]]:
@@ -138,7 +158,7 @@ class KernelWatch:
         seen = seen_pairs(polled + views, [*self.held, *closed])
         self._note_kept_ends(polled + views)
         closed = self._decided(closed, seen,
-                               time.time() * 1000 if now_ms is None else now_ms)
+                               self.clock() if now_ms is None else now_ms)
         # one no poll saw: its open (every open counted once), then its close told from what
         # every view has alike, as a view whose poll saw it tells it (kmon.engine.closes)
         # (an ordinary one whose close the wire has not handed over yet waits a poll for it,

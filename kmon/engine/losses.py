@@ -71,11 +71,12 @@ class LossHistory:
 
     def openings(self, pid: int, pairs: Iterable[Pair],
                  unfollowed: Mapping[Pair, tuple[float, str]],
-                 now_ms: float) -> dict[Pair, Opening | None]:
+                 now_ms: float, complete_ms: float = math.inf) -> dict[Pair, Opening | None]:
         """Of the process's sockets ``pairs`` (read at ``now_ms``, UTC epoch) that the kernel
         followed: what the process held when each opened (None: opened before this view's
-        first look, it cannot tell); ``unfollowed``: the first close steps of connections no
-        life follows."""
+        first look, it cannot tell; or at ``complete_ms`` or later, not yet: the events
+        before then are all fed, those after may not be); ``unfollowed``: the first close
+        steps of connections no life follows."""
         pairs = frozenset(pairs)
         lives = self.lives.get(pid, [])
         followed = {(life.local, life.remote) for life in lives}
@@ -90,7 +91,7 @@ class LossHistory:
             if pair not in pairs:
                 continue  # (one closed since the sockets were read is still told: alike
                 # whether the events of its close came before this view's feed or after)
-            found[pair] = self._opening(pid, life, unfollowed)
+            found[pair] = self._opening(pid, life, unfollowed, complete_ms)
         return found
 
     def _missed(self, pid: int, pairs: frozenset[Pair], before: frozenset[Pair],
@@ -110,17 +111,23 @@ class LossHistory:
                 life.gone_ms = now_ms
 
     def _opening(self, pid: int, life: KernelLife,
-                 unfollowed: Mapping[Pair, tuple[float, str]]) -> Opening | None:
-        """What the process held when ``life`` opened, decided once (None: before the first
-        look)."""
+                 unfollowed: Mapping[Pair, tuple[float, str]],
+                 complete_ms: float) -> Opening | None:
+        """What the process held when ``life`` opened, decided once every event before its
+        open is fed (None: before the first look, or not yet). The kernel's rings are read
+        in turn: a connect in one read late in a read may come after a close in another read
+        early, which the next read gives; decided without it, the socket would be told held
+        where a view reading a moment later tells it opened after a loss."""
         if life.opened_ms < self.first_look[pid]:
             return None
         if life.opening is None:
-            life.opening = self._decide(pid, life, unfollowed)
+            if life.opened_ms >= complete_ms:
+                return None
+            life.opening = self._decide(pid, life, unfollowed, complete_ms)
         return life.opening
 
     def _decide(self, pid: int, life: KernelLife,
-                unfollowed: Mapping[Pair, tuple[float, str]]) -> Opening:
+                unfollowed: Mapping[Pair, tuple[float, str]], complete_ms: float) -> Opening:
         """What the process held when ``life`` opened (the module's docstring says each)."""
         at = life.opened_ms
         # the latest close before: when, the loss it was (None: the client's own), its life
@@ -158,7 +165,7 @@ class LossHistory:
             return last[1]
         before = last[2]
         if (before is not None and lost_at < before.opened_ms
-                and self._opening(pid, before, unfollowed) in MOVED_FROM):
+                and self._opening(pid, before, unfollowed, complete_ms) in MOVED_FROM):
             return Opening.HELD  # the client moved on from its bootstrap connection
         # (where a connect was lost meanwhile, a client may bootstrap again instead)
         return Opening.ALONE
