@@ -432,24 +432,19 @@ def test_a_role_only_the_recording_settled_is_held_to_the_packets_not_to_the_str
     assert recorded_role_wrongs(wrong, named, 7, ctx) == []
 
 
-REFUSALS = """\
-%7|1795837478.471|CONNECT|consumer-2| [thrd:127.0.0.1:39961/bootstrap]: \
-127.0.0.1:39961/bootstrap: Connecting to ipv4#127.0.0.1:39961 (plaintext) with socket 7
-%7|1795837478.471|FAIL|consumer-2| [thrd:127.0.0.1:39961/bootstrap]: \
-127.0.0.1:39961/bootstrap: Connect to ipv4#127.0.0.1:39961 failed: Connection refused \
-(after 0ms in state CONNECT) (_TRANSPORT)
-%3|1795837478.471|FAIL|consumer-2| [thrd:127.0.0.1:39961/bootstrap]: \
-127.0.0.1:39961/bootstrap: Connect to ipv4#127.0.0.1:39961 failed: Connection refused \
-(after 0ms in state CONNECT)
-%7|1795837478.522|CONNECT|consumer-2| [thrd:127.0.0.1:39961/bootstrap]: \
-127.0.0.1:39961/bootstrap: Connecting to ipv4#127.0.0.1:39961 (plaintext) with socket 7
-%7|1795837478.522|FAIL|consumer-2| [thrd:127.0.0.1:39961/bootstrap]: \
-127.0.0.1:39961/bootstrap: Connect to ipv4#127.0.0.1:39961 failed: Connection refused \
-(after 0ms in state CONNECT) (_TRANSPORT)
-%3|1795837478.523|FAIL|consumer-2| [thrd:127.0.0.1:39961/bootstrap]: \
-127.0.0.1:39961/bootstrap: Connect to ipv4#127.0.0.1:39961 failed: Connection refused \
-(after 0ms in state CONNECT)
-"""
+def refused_attempt(at: str) -> str:
+    """A librdkafka connect() refused at ``at`` (seconds past 1795837400), as its debug log
+    tells it: the connect, then the refusal's debug and error lines."""
+    head = (f"|1795837{at}|{{}}|consumer-2| [thrd:127.0.0.1:39961/bootstrap]: "
+            "127.0.0.1:39961/bootstrap: ")
+    refused = ("Connect to ipv4#127.0.0.1:39961 failed: Connection refused (after 0ms in "
+               "state CONNECT)")
+    return (f"%7{head.format('CONNECT')}Connecting to ipv4#127.0.0.1:39961 (plaintext) with "
+            f"socket 7\n%7{head.format('FAIL')}{refused} (_TRANSPORT)\n"
+            f"%3{head.format('FAIL')}{refused}\n")
+
+
+REFUSALS = refused_attempt("478.471") + refused_attempt("478.522")
 
 
 def test_another_programs_refused_connect_between_the_clients_is_not_the_clients(tmp_path):
