@@ -168,6 +168,18 @@ def test_numbers_out_of_range_are_corrupt_not_a_crash_later(tmp_path, field, val
         parse_record(tmp_path / "1-x.json", spool_record(**{field: value}))
 
 
+@pytest.mark.parametrize("limit", ["9" * 20, "9" * 400, "-5", "9" * 5000])
+def test_an_idle_limit_out_of_range_in_a_spool_is_no_limit(tmp_path, limit):
+    """A client's spool is its own user's to write: a ``connections.max.idle.ms`` past int64
+    went into the rows' limits, where ``--json`` could not write it (a 20-digit one) and
+    the close rules' arithmetic overflowed outside any one process's guard (400 digits)."""
+    record = spool_record()
+    record["config"] = {"connections.max.idle.ms": limit, "statistics.interval.ms": limit}
+    stats = parse_record(tmp_path / "1-x.json", record)
+    assert stats.config_ms("connections.max.idle.ms") is None
+    assert stats.is_stale(1) is False  # the default interval, not the spool's
+
+
 def test_a_huge_spool_file_is_refused_before_it_is_read(tmp_path):
     tmp_path.chmod(0o700)
     path = tmp_path / f"{os.getpid()}-rdkafka_producer-1.json"

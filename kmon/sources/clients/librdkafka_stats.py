@@ -70,11 +70,14 @@ class ClientStats:
     group: GroupStats | None = None  # consumers in a group only
 
     def config_ms(self, key: str) -> int | None:
-        """A millisecond setting of the client's configuration, if set and numeric."""
+        """A millisecond setting of the client's configuration, if set and a number from 0
+        to MAX_COUNTER (the spool's own word: one past it would overflow the rows' limits,
+        their JSON and the close rules' arithmetic)."""
         try:
-            return int(self.config[key])
+            value = int(self.config[key])
         except (KeyError, ValueError):
             return None
+        return value if 0 <= value <= MAX_COUNTER else None
 
     def age_ms(self, now_ms: int) -> int:
         """Time since the agent wrote these statistics."""
