@@ -32,19 +32,27 @@ def is_secret_name(name: str) -> bool:
     return bool(SECRET_NAME.search(name.lstrip("-")))
 
 
+# Every pattern here runs in time linear in the argument (a command line is its user's to
+# write, up to 128 KiB an argument): a match is tried only where a word starts, a name
+# is read once (a lookahead for the secret word, then the word taken whole, never given
+# back), a scheme is at most 32 characters, and the '@' of a credential is looked for once.
 # A secret inside a longer argument: "password": "x", token=x, SharedAccessKey=x ...
 _EMBEDDED = re.compile(
-    r"""(?P<key>["']?[\w.\-]*(?:password|passwd|pwd|secret|token|credential|accesskey|"""
-    r"""user\.info|signature|api[_.\-]?key)[\w.\-]*["']?\s*[:=]\s*)"""
+    r"""(?P<key>(?<![\w.\-])["']?(?=[\w.\-]*?(?:password|passwd|pwd|secret|token|"""
+    r"""credential|accesskey|user\.info|signature|api[_.\-]?key))"""
+    r"""(?=(?P<name>[\w.\-]*))(?P=name)["']?\s*[:=]\s*)"""
     r"""(?P<value>"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'|[^\s,;}&]+)""", re.IGNORECASE)
 # Credentials in a URL: scheme://user:password@host or scheme://token@host (the password
 # may itself hold '@': everything up to the last '@' before the host is masked)
 _URL_CREDENTIALS = re.compile(
-    r"(?P<scheme>[a-z][a-z0-9+.\-]*://)(?P<user>[^/\s:@]*)(?P<colon>:?)(?P<rest>[^/\s]*)@",
-    re.IGNORECASE)
-# user:password@host[:port] without a scheme (bootstrap strings, JDBC-like values)
-_ADDRESS_CREDENTIALS = re.compile(
-    r"(?P<head>(?:^|(?<=[\s=,]))[^\s:@/=,]+:)[^\s/]*@(?=[\w.\-\[\]]+(?::\d+)?(?:[\s/,]|$))")
+    r"(?P<scheme>[a-z][a-z0-9+.\-]{0,31}://)(?=[^/\s]*@)(?P<user>[^/\s:@]*)(?P<colon>:?)"
+    r"(?P<rest>[^/\s]*)@", re.IGNORECASE)
+# user:password@host[:port] without a scheme (bootstrap strings, JDBC-like values), within
+# one run of characters but whitespace and '/': ``_address_credentials``
+_RUN = re.compile(r"[^\s/]+")
+_HOST_AFTER = re.compile(r"[\w.\-\[\]]+(?::\d+)?(?:,|$)")  # a host, then its run ends or ','
+_HEAD_END = re.compile(r"[:@=,]")  # where a user name ends
+_NAME_AFTER = re.compile(r"[=,]")  # ... and where another may start
 _QUERY_SECRET = re.compile(
     r"(?P<head>[?&;](?:sig|signature|token|access_token|key|password|secret)=)[^&\s;]+",
     re.IGNORECASE)
@@ -93,10 +101,46 @@ def _url(match: re.Match) -> str:
     return f"{match['scheme']}{MASK}@"  # a lone userinfo is a token
 
 
+def _address_credentials(text: str) -> str:
+    """``text`` with the password of each ``user:password@host[:port]`` masked, where the
+    user name starts the text, or follows whitespace, '=' or ','; the password ends at the
+    run's last '@' before a host (it may itself hold '@', '=' or ',')."""
+    if "@" not in text:
+        return text
+    return _RUN.sub(lambda run: _run_credentials(run[0], run.start() == 0 or text[
+        run.start() - 1] != "/"), text)
+
+
+def _run_credentials(run: str, may_start: bool) -> str:
+    """One run of ``_address_credentials`` (``may_start``: a user name may open it)."""
+    at = run.rfind("@")
+    while at >= 0 and not _HOST_AFTER.match(run, at + 1):
+        at = run.rfind("@", 0, at)
+    if at < 0:
+        return run
+    start = 0 if may_start else _next_start(run, 0)
+    while start is not None and start < at:
+        end = _HEAD_END.search(run, start)
+        if end is None:
+            break
+        if run[end.start()] == ":" and end.start() > start:
+            if end.start() < at:
+                return f"{run[:end.start() + 1]}{MASK}{run[at:]}"
+            break
+        start = _next_start(run, start)
+    return run
+
+
+def _next_start(run: str, start: int) -> int | None:
+    """Where the next user name may start in ``run`` after ``start``: after a '=' or ','."""
+    found = _NAME_AFTER.search(run, start)
+    return None if found is None else found.end()
+
+
 def redact_text(text: str) -> str:
     """``text`` with embedded secrets, URL credentials and bearer tokens masked."""
     text = _URL_CREDENTIALS.sub(_url, text)
-    text = _ADDRESS_CREDENTIALS.sub(lambda m: f"{m['head']}{MASK}@", text)
+    text = _address_credentials(text)
     text = _BEARER.sub(lambda m: f"{m['head']}{MASK}", text)
     text = _AUTHORIZATION.sub(lambda m: f"{m['head']}{MASK}", text)
     if " " in text or "\t" in text:  # a shell string: its options, as on a command line
