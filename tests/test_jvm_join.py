@@ -62,6 +62,19 @@ def test_a_4x_coordinator_connection_id_reads_as_max_int_minus_its_broker() -> N
         parse_reading(line.replace('"+2"', '"node+2"'))
 
 
+def test_a_metric_no_row_can_hold_is_no_reading() -> None:
+    """The watched JVM registers its MBeans itself: a request-total of 1e300 made a
+    301-digit requests_sent, which ``--json`` could not write and a recording's int64
+    column refused (ending ``kmon record``); NaN failed int(). Such values are dropped."""
+    line = ('{"ts_ms":1,"clients":[{"client_id":"c","type":"producer","metrics":'
+            '{"connection-count":NaN,"io-ratio":0.5},"nodes":{"1":{"request-total":1.0E300,'
+            '"outgoing-byte-total":-Infinity,"incoming-byte-total":"9","response-total":7,'
+            '"request-rate":true}}}]}')
+    (client,) = parse_reading(line).clients
+    assert client.metrics == {"io-ratio": 0.5}
+    assert client.nodes == {1: {"response-total": 7}}
+
+
 def test_a_node_the_log_saw_close_keeps_its_lingering_socket_a_moment() -> None:
     """The client logs an idle close before NIO releases the descriptor (at its next
     select): for a moment the socket is there, and is still the bootstrap node's."""

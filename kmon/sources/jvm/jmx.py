@@ -13,11 +13,13 @@ import collections
 import contextlib
 import hashlib
 import json
+import math
 import os
 import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
@@ -30,6 +32,7 @@ from kmon.sources.processes import own_processes
 from kmon.sources.processes.child_env import jvm_environment, trusted_program
 
 HELPER = "KmonJmx"
+MAX_METRIC = 2**63 - 1  # what a recording's int64 columns hold
 # The helper is tiny: a small serial-GC heap, the quick JIT tier, no perf-data file of its own.
 HELPER_JVM_OPTIONS = ("-Xmx32m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                       "-XX:-UsePerfData")
@@ -92,8 +95,9 @@ def parse_reading(line: str) -> JmxReading:
     data = json.loads(line)
     if "error" in data:
         raise JmxUnavailable(str(data["error"]))
-    clients = [JvmClient(client_id=c["client_id"], type=c["type"], metrics=c["metrics"],
-                         nodes=_nodes(c["nodes"])) for c in data["clients"]]
+    clients = [JvmClient(client_id=c["client_id"], type=c["type"],
+                         metrics=_numbers(c["metrics"]), nodes=_nodes(c["nodes"]))
+               for c in data["clients"]]
     return JmxReading(ts_ms=data["ts_ms"], clients=clients, poll_ms=data.get("poll_ms"))
 
 
@@ -104,8 +108,17 @@ def _nodes(by_id: dict[str, dict[str, float]]) -> dict[int, dict[str, float]]:
         node_id = java_node_id(text)
         if node_id is None:
             raise ValueError(f"not a node id: {text[:40]!r}")
-        nodes[node_id] = values
+        nodes[node_id] = _numbers(values)
     return nodes
+
+
+def _numbers(values: Mapping[str, object]) -> dict[str, float]:
+    """The metrics that are numbers a row, its JSON and a recording's int64 columns hold:
+    finite, within MAX_METRIC either way (the watched JVM registers its MBeans itself: a
+    counter of 1e300, NaN or a string is no reading)."""
+    return {name: value for name, value in values.items()
+            if isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value) and abs(value) <= MAX_METRIC}
 
 
 def helpers_of(pid: int) -> set[int]:
