@@ -251,6 +251,27 @@ def test_a_port_no_socket_has_is_left_out_of_a_line_read() -> None:
         "connect_failed", -1, None, None)
 
 
+@pytest.mark.parametrize("line", [
+    "[Consumer clientId=c, groupId=g] Discovered group coordinator Coordinator(key=g, "
+    "nodeId=99999999999999999999, host='h', port=9092",
+    "[Consumer clientId=c, groupId=g] Discovered group coordinator Coordinator(key=g, "
+    f"nodeId={'9' * 5000}, host='h', port=9092",
+    "[Consumer clientId=c, groupId=g] Discovered group coordinator Coordinator(key=g, "
+    "nodeId=1, host='h', port=99999",
+    "[Producer clientId=p] Initiating connection to node h:99999 (id: 1 rack: null) using "
+    "address /127.0.0.1",
+    f"[Producer clientId=p] Initiating connection to node h:{'9' * 5000} (id: 1 rack: null)",
+    "[Producer clientId=p] About to close the idle connection from 1 due to being idle for "
+    f"{'9' * 5000} millis",
+])
+def test_a_number_no_broker_or_socket_has_leaves_the_line_unread(line: str) -> None:
+    """A client's log is its own to write: a coordinator's node id of 20 digits reached the
+    rows (past int64: ``--json`` and the recording could not write it), one of 5,000 digits
+    failed int() inside the follower's poll. A broker id past MAX_BROKER_ID, a port past
+    65,535 or an idle time past 18 digits is no event."""
+    assert parse_line(line) is None
+
+
 def test_timestamps() -> None:
     assert parse_timestamp("2024-05-01 12:00:00,123 INFO x") == local_ms(2024, 5, 1, 12, 0, 0, 123)
     assert parse_timestamp("[2024-05-01 12:00:00,5] x") == local_ms(2024, 5, 1, 12, 0, 0, 500)

@@ -20,7 +20,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import BinaryIO, Literal, TypedDict
 
-from kmon.classify import MAX_INT, java_node_id
+from kmon.classify import MAX_BROKER_ID, MAX_INT, java_node_id
+from kmon.sources.brokers.dns import MAX_PORT
 from kmon.sources.text import decoded
 
 LogEventKind = Literal["connecting", "connected", "disconnected", "connect_failed", "idle_close",
@@ -65,7 +66,7 @@ _CLIENT_TYPES: dict[str, ClientType] = {"Consumer": "consumer", "ShareConsumer":
 # Node.toString: "host:port (id: N rack: R)"; 4.x adds " isFenced: B" before ")". A 4.x
 # client's group coordinator connection is "+B" (B the broker id) where 3.x has MAX_INT - B.
 _ID = r"(?P<id>[+-]?\d{1,10})"
-_NODE = rf"(?P<host>\S+?):(?P<port>\d+) \(id: {_ID} rack: \S+?(?: [^()]*)?\)"
+_NODE = rf"(?P<host>\S+?):(?P<port>\d{{1,5}}) \(id: {_ID} rack: \S+?(?: [^()]*)?\)"
 # InetSocketAddress.toString: "host/ip:port", "/ip:port", "host/<unresolved>:port".
 _SOCKET = r"\((?P<socket>[^()]*)\)"
 
@@ -108,6 +109,8 @@ def _node_fields(m: re.Match[str]) -> Fields:
     if groups.get("host") is not None:
         fields["host"] = groups["host"]
         fields["port"] = int(groups["port"])
+        if fields["port"] > MAX_PORT:  # no socket has it: the line is unread
+            fields["node_id"] = None
     if groups.get("addr"):
         fields["address"] = groups["addr"].rpartition("/")[2] or None
     if groups.get("socket"):
@@ -136,7 +139,10 @@ def _socket_fields(text: str) -> Fields:
 def _new_consumer_coordinator(m: re.Match[str]) -> Fields:
     # The 3.7+ CoordinatorRequestManager logs the FindCoordinator response, whose
     # nodeId is the broker's id: the connection id is derived here, as the client does.
-    return {"node_id": MAX_INT - int(m["broker"]), "host": m["chost"], "port": int(m["cport"])}
+    broker, port = int(m["broker"]), int(m["cport"])
+    if broker > MAX_BROKER_ID or port > MAX_PORT:  # no broker, no socket: the line is unread
+        return {"node_id": None}
+    return {"node_id": MAX_INT - broker, "host": m["chost"], "port": port}
 
 
 def _rule(loose: str, strict: str, kind: LogEventKind, detail: str | None = None,
@@ -154,7 +160,7 @@ _RULES: tuple[_Rule, ...] = (
           rf"Idle connection to node {_ID} disconnected\.", "idle_close", "idle"),
     _rule(r"About to close the idle connection from ",
           rf"About to close the idle connection from {_ID} due to being idle for "
-          r"(?P<idle>\d+) millis",
+          r"(?P<idle>\d{1,18}) millis",
           "idle_close", "idle"),
     _rule(r"\bNode \S+ disconnected\.", rf"\bNode {_ID} disconnected\.", "disconnected"),
     _rule(r"Bootstrap broker .* disconnected", rf"Bootstrap broker {_NODE} disconnected",
@@ -179,8 +185,8 @@ _RULES: tuple[_Rule, ...] = (
     _rule(r"Error connecting to node ", rf"Error connecting to node {_NODE}", "connect_failed",
           "error connecting"),
     _rule(r"Discovered group coordinator Coordinator\(",
-          r"Discovered group coordinator Coordinator\(key=.*?, nodeId=(?P<broker>\d+), "
-          r"host='(?P<chost>[^']*)', port=(?P<cport>\d+)",
+          r"Discovered group coordinator Coordinator\(key=.*?, nodeId=(?P<broker>\d{1,10}), "
+          r"host='(?P<chost>[^']*)', port=(?P<cport>\d{1,5})",
           "coordinator", extra=_new_consumer_coordinator),
     _rule(r"Discovered (?:group|transaction) coordinator ",
           rf"Discovered (?P<ctype>group|transaction) coordinator {_NODE}", "coordinator"),
