@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import os
 import shutil
 import struct
 import subprocess
@@ -86,7 +87,8 @@ def test_go_tls_write_and_the_tcp_conn_table_are_found_in_a_go_program(go_consum
     assert lowest == min(vaddr - offset for offset, vaddr in _loads(go_consumer))
 
 
-@pytest.mark.parametrize("damage", ["not elf", "cut", "huge tables", "32-bit"])
+@pytest.mark.parametrize("damage", ["not elf", "cut", "huge tables", "32-bit",
+                                    "tables past 2^64"])
 def test_a_hostile_file_is_refused_in_a_bounded_read(tmp_path, damage):
     data = bytearray(Path(LIBSSL or "/bin/ls").read_bytes()[:4096])
     if damage == "not elf":
@@ -96,12 +98,51 @@ def test_a_hostile_file_is_refused_in_a_bounded_read(tmp_path, damage):
     elif damage == "huge tables":  # a section table as long as 65535 entries, past the end
         struct.pack_into("<QH", data, 0x28, 1 << 40, 0)
         struct.pack_into("<H", data, 0x3C, 65535)
+    elif damage == "tables past 2^64":  # os.pread raised OverflowError, which no caller caught
+        struct.pack_into("<Q", data, 0x28, (1 << 64) - 8)
     else:
         data[4] = 1
     path = tmp_path / "libssl.so.3"
     path.write_bytes(bytes(data))
     with pytest.raises(NotElf):
         function_offsets(str(path), ["SSL_write"])
+
+
+@pytest.mark.skipif(LIBSSL is None, reason="no libssl.so.3 here")
+def test_a_fifo_or_another_file_put_at_the_mapped_path_is_refused_at_once(tmp_path):
+    """The path a process maps is its to swap between kmon's look at its maps and the open:
+    a FIFO there blocked the poll thread in open() for as long as nobody wrote to it."""
+    fifo = tmp_path / "libssl.so.3"
+    os.mkfifo(fifo)
+    with pytest.raises(NotElf):
+        function_offsets(str(fifo), ["SSL_write"])
+    st = os.stat(LIBSSL)
+    assert function_offsets(LIBSSL, ["SSL_write"], (st.st_dev, st.st_ino))
+    with pytest.raises(NotElf):
+        function_offsets(LIBSSL, ["SSL_write"], (st.st_dev, st.st_ino + 1))
+
+
+@pytest.mark.skipif(LIBSSL is None, reason="no libssl.so.3 here")
+def test_one_symbol_table_of_each_kind_is_walked(tmp_path, monkeypatch):
+    """An ELF has one .dynsym and one .symtab: a file whose 4,095 section headers all named
+    one 64 MiB table had it walked 4,095 times (hours a file). Only the first is read."""
+    from kmon.sources.tls import elf_symbols
+
+    data = bytearray(Path(LIBSSL).read_bytes())
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shnum, = struct.unpack_from("<H", data, 0x3C)
+    headers = [shoff + i * 64 for i in range(shnum)]
+    dynsym = next(at for at in headers if struct.unpack_from("<I", data, at + 4)[0] == 11)
+    strings = headers[struct.unpack_from("<I", data, dynsym + 40)[0]]
+    for at in [at for at in headers[1:] if at not in (dynsym, strings)][:4]:
+        data[at + 4:at + 64] = data[dynsym + 4:dynsym + 64]  # another .dynsym, the same
+    path = tmp_path / "libssl.so.3"
+    path.write_bytes(bytes(data))
+    expected, walked = function_offsets(LIBSSL, ["SSL_write"]), []
+    real = elf_symbols._symbols
+    monkeypatch.setattr(elf_symbols, "_symbols", lambda *a: walked.append(1) or real(*a))
+    assert function_offsets(str(path), ["SSL_write"]) == expected
+    assert len(walked) == 1
 
 
 def _load_base(path: str) -> int:

@@ -369,7 +369,7 @@ class TlsTap:
                 self.refused.append(path)
                 continue
             try:
-                offsets = function_offsets(path, FUNCTIONS)
+                offsets = function_offsets(path, FUNCTIONS, ident)
             except (OSError, NotElf, ValueError, struct.error):
                 continue
             for offset, fetch in sorted({(offset, FUNCTIONS[name])
@@ -379,7 +379,7 @@ class TlsTap:
                 if fetch == GO:
                     self.go.add(event_id)
                     if start is not None:
-                        self._go_tcp_itab(event_id, path, start)
+                        self._go_tcp_itab(event_id, path, ident, start)
         if not self.probed:
             if self.refused:
                 raise TlsUnavailable(f"the TLS library is in a file whose path kmon does not "
@@ -402,11 +402,13 @@ class TlsTap:
                         if thread is not None:
                             self.threads[tid] = thread
 
-    def _go_tcp_itab(self, event_id: int, path: str, start: int) -> None:
+    def _go_tcp_itab(self, event_id: int, path: str, ident: tuple[int, int],
+                     start: int) -> None:
         """Where ``*net.TCPConn``'s table for ``net.Conn`` is in the process (the Go program
-        at ``path`` mapped from ``start``): a probe whose connection has it reads its fd."""
+        at ``path``, the file ``ident``, mapped from ``start``): a probe whose connection has
+        it reads its fd."""
         try:
-            found, lowest = object_addresses(path, [GO_TCP_ITAB])
+            found, lowest = object_addresses(path, [GO_TCP_ITAB], ident)
         except (OSError, NotElf, ValueError, struct.error):
             return
         if GO_TCP_ITAB in found:
