@@ -272,6 +272,21 @@ def test_a_number_no_broker_or_socket_has_leaves_the_line_unread(line: str) -> N
     assert parse_line(line) is None
 
 
+@pytest.mark.parametrize("unit", [
+    "[Consumer a=", "Bootstrap broker ", "Connection to node x (", "Group coordinator ",
+    "Sending metadata request ", "Sending X request with header RequestHeader(",
+    "Discovered group coordinator Coordinator(key=", "a"])
+def test_the_longest_line_a_poll_reads_is_parsed_in_one_pass(unit: str) -> None:
+    """A client's log line of 200 KB repeating ``[Consumer a=`` held a poll 7.5 s (one of
+    1 MiB, the longest the follower keeps, about 3.5 min): patterns with ``.*`` were tried
+    from every occurrence of their first words. Each now reads a line once (a regression
+    hangs this test until pytest-timeout ends it)."""
+    for head in ("", "Node 1 disconnected. ", "[Consumer clientId="):
+        line = head + unit * ((1 << 20) // len(unit))
+        event = parse_line(line)
+        assert event is None or event.node_id == 1
+
+
 def test_timestamps() -> None:
     assert parse_timestamp("2024-05-01 12:00:00,123 INFO x") == local_ms(2024, 5, 1, 12, 0, 0, 123)
     assert parse_timestamp("[2024-05-01 12:00:00,5] x") == local_ms(2024, 5, 1, 12, 0, 0, 500)

@@ -59,7 +59,7 @@ _TIMESTAMP = re.compile(
     r"(Z|[+-]\d\d:?\d\d)?(?![\d:])")
 _CONTEXT = re.compile(
     r"\[(?P<type>Consumer|ShareConsumer|Producer|AdminClient) (?P<fields>\w+=[^\]]*)\] ")
-_CONTEXT_FIELD = re.compile(r"(\w+)=([^,]*)(?:, |$)")
+_CONTEXT_FIELD = re.compile(r"(?<!\w)(\w+)=([^,]*)(?:, |$)")
 _CLIENT_TYPES: dict[str, ClientType] = {"Consumer": "consumer", "ShareConsumer": "consumer",
                                         "Producer": "producer", "AdminClient": "admin"}
 
@@ -67,6 +67,12 @@ _CLIENT_TYPES: dict[str, ClientType] = {"Consumer": "consumer", "ShareConsumer":
 # client's group coordinator connection is "+B" (B the broker id) where 3.x has MAX_INT - B.
 _ID = r"(?P<id>[+-]?\d{1,10})"
 _NODE = rf"(?P<host>\S+?):(?P<port>\d{{1,5}}) \(id: {_ID} rack: \S+?(?: [^()]*)?\)"
+# A line is its client's to write (up to 1 MiB): each pattern reads it in one pass. A node's
+# text in a rule's first look is this long at most (a host name is 253 characters), the
+# client's context is within this many characters of the line's start, and a rule's full
+# pattern is tried once, where its first look found it.
+_SPAN = r".{0,512}"
+CONTEXT_WITHIN = 4096
 # InetSocketAddress.toString: "host/ip:port", "/ip:port", "host/<unresolved>:port".
 _SOCKET = r"\((?P<socket>[^()]*)\)"
 
@@ -163,7 +169,7 @@ _RULES: tuple[_Rule, ...] = (
           r"(?P<idle>\d{1,18}) millis",
           "idle_close", "idle"),
     _rule(r"\bNode \S+ disconnected\.", rf"\bNode {_ID} disconnected\.", "disconnected"),
-    _rule(r"Bootstrap broker .* disconnected", rf"Bootstrap broker {_NODE} disconnected",
+    _rule(rf"Bootstrap broker {_SPAN} disconnected", rf"Bootstrap broker {_NODE} disconnected",
           "disconnected", "bootstrap broker disconnected"),
     _rule(r"Disconnecting from node \S+ due to request timeout",
           rf"Disconnecting from node {_ID} due to request timeout", "disconnected",
@@ -176,10 +182,10 @@ _RULES: tuple[_Rule, ...] = (
           r"(?!, which is already disconnected)", "disconnected", "client requested"),
     _rule(r"Manually disconnected from ", rf"Manually disconnected from {_ID}\.", "disconnected",
           "client requested"),
-    _rule(r"Connection to node \S+ \(.*\) could not be established",
+    _rule(rf"Connection to node \S+ \({_SPAN}\) could not be established",
           rf"Connection to node {_ID} {_SOCKET} could not be established", "connect_failed",
           "could not be established"),
-    _rule(r"Connection to node \S+ \(.*\) (?:terminated during|failed) authentication",
+    _rule(rf"Connection to node \S+ \({_SPAN}\) (?:terminated during|failed) authentication",
           rf"Connection to node {_ID} {_SOCKET} (?:terminated during|failed) authentication",
           "connect_failed", "authentication"),
     _rule(r"Error connecting to node ", rf"Error connecting to node {_NODE}", "connect_failed",
@@ -190,7 +196,7 @@ _RULES: tuple[_Rule, ...] = (
           "coordinator", extra=_new_consumer_coordinator),
     _rule(r"Discovered (?:group|transaction) coordinator ",
           rf"Discovered (?P<ctype>group|transaction) coordinator {_NODE}", "coordinator"),
-    _rule(r"Group coordinator .* is unavailable or invalid",
+    _rule(rf"Group coordinator {_SPAN} is unavailable or invalid",
           rf"Group coordinator {_NODE} is unavailable or invalid", "coordinator_lost"),
     _rule(r"Sending metadata request ", rf"Sending metadata request .* to node {_NODE}",
           "metadata_request"),
@@ -227,7 +233,7 @@ def parse_timestamp(line: str) -> int | None:
 
 def _context(line: str) -> tuple[ClientFields, int]:
     """The client fields of a LogContext prefix, and where the message starts."""
-    m = _CONTEXT.search(line)
+    m = _CONTEXT.search(line, 0, CONTEXT_WITHIN)
     if not m:
         return {}, 0
     values = dict(_CONTEXT_FIELD.findall(m["fields"]))
@@ -244,10 +250,11 @@ def _match(line: str) -> tuple[JavaLogEvent | None, bool]:
     message = line[start:]
     recognised = False
     for rule in _RULES:
-        if not rule.loose.search(message):
+        found = rule.loose.search(message)
+        if found is None:
             continue
         recognised = True
-        m = rule.strict.search(message)
+        m = rule.strict.match(message, found.start())
         if m is None:
             continue
         fields = rule.extra(m) if rule.extra else _node_fields(m)
