@@ -249,6 +249,12 @@ def test_a_port_no_socket_has_is_left_out_of_a_line_read() -> None:
     assert event is not None
     assert (event.kind, event.node_id, event.port, event.address) == (
         "connect_failed", -1, None, None)
+    for port in ("65536", "9" * 100):  # none a socket has; 5,000 digits int() refuses
+        event = parse_line("[AdminClient clientId=a] Connection to node -1 (localhost/"
+                           f"127.0.0.1:{port}) could not be established.")
+        assert event is not None and (event.node_id, event.port) == (-1, None)
+    assert parse_line("[AdminClient clientId=a] Connection to node -1 (localhost/127.0.0.1:"
+                      f"{'9' * 5000}) could not be established.") is None  # past the span
 
 
 @pytest.mark.parametrize("line", [

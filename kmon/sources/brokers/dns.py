@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from kmon.sources import bounded
-from kmon.sources.kernel.sockets import Endpoint, normalize_ip, shared_endpoint
+from kmon.sources.kernel.sockets import MAX_PORT, Endpoint, normalize_ip, shared_endpoint
 
 CACHE_SECONDS = 300.0
 MAX_CACHED = 1024  # names' answers kept (a cluster has a few dozen brokers)
@@ -18,7 +18,6 @@ MAX_QUEUED = 64  # names waiting for a lookup
 PARSED_KEPT = 16384  # parse_endpoint's answers (a host view of 5,000 connections asks
 #   for each of their remotes every poll)
 SETUP_WAIT_S = 5.0  # how long a command's setup waits for the names the user gave
-MAX_PORT = 65535
 
 
 def split_host_port(address: str) -> tuple[str, int] | None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import BinaryIO, Literal, TypedDict
 
 from kmon.classify import MAX_BROKER_ID, MAX_INT, java_node_id
-from kmon.sources.brokers.dns import MAX_PORT
+from kmon.sources.kernel.sockets import MAX_PORT
 from kmon.sources.text import decoded
 
 LogEventKind = Literal["connecting", "connected", "disconnected", "connect_failed", "idle_close",
@@ -129,7 +129,8 @@ def _node_fields(m: re.Match[str]) -> Fields:
 def _socket_fields(text: str) -> Fields:
     host, slash, rest = text.rpartition("/")
     ip, colon, port = (rest if slash else text).rpartition(":")
-    if not colon or not port.isascii() or not port.isdigit():  # "²" is a digit int() refuses
+    if (not colon or not port.isascii() or not port.isdigit()  # "²": a digit int() refuses
+            or len(port) > 5 or int(port) > MAX_PORT):
         return {}
     ip = ip.strip("[]")
     fields: Fields = {"port": int(port)}

@@ -13,6 +13,8 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
+MAX_PORT = 65535  # the largest TCP port
+
 
 @functools.lru_cache(maxsize=4096)  # a host's sockets share a few addresses
 def normalize_ip(ip: str) -> str:
