@@ -101,3 +101,25 @@ def test_processes_of_one_command_share_their_series_and_no_series_names_a_pid()
     assert len(samples["kmon_group_coordinator_info"]) == 2
     checked = promtool("check", "metrics", stdin=text)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_label_values_reach_metrics_with_their_control_characters_spelled_out():
+    """A client id, a group id and a command are the watched process's to choose: ESC, C1
+    and bidi codes went into /metrics as they were, and ``curl .../metrics`` in a terminal
+    ran them (a cleared screen, a window title). They are spelled out, so that two values
+    stay two."""
+    require_prometheus()
+    metrics = HostMetrics(count_fds=False)
+    client = ClientInstance(name="rdkafka#consumer-1", client_id="evil\x1b]0;pwned\x07",
+                            type="consumer", group_id="g\u202ex\x9b", group_coordinator_id=1)
+    view = ProcessView(4242, "py\x1b[2J", "py\x1b[2J app.py", clients=[client],
+                       clients_created=1)
+    metrics.update(Snapshot(ts_ms=1_700_000_000_000, host="h", processes=[view]), [], {}, 0.0)
+    text, samples = _render(metrics)
+    assert not any(0x7f <= ord(c) < 0xa0 or ord(c) < 0x20 and c != "\n" or c == "\u202e"
+                   for c in text)
+    (info,) = samples["kmon_group_coordinator_info"]
+    assert (info.labels["client_id"], info.labels["group_id"]) == (
+        "evil\\x1b]0;pwned\\x07", "g\\u202ex\\x9b")
+    checked = promtool("check", "metrics", stdin=text)
+    assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 
 from kmon import __version__
 from kmon.export.metrics import OTHER, HostMetrics, ProcessMetrics
+from kmon.present.plain_text import visible
 
 Family = GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily | InfoMetricFamily
 MAX_LABEL_VALUES = 200  # distinct values of one label in one family; more are "(other)"
@@ -196,8 +197,10 @@ class _Families:
         """One series' value (a number, a (buckets, sum) pair or an info dict) under its
         capped labels, combined with what the same labels hold (numbers by ``combine``)."""
         names = self._label_names[family.name]
-        key = tuple(self.cap(family.name, name, value_) for name, value_ in
+        key = tuple(self.cap(family.name, name, visible(value_)) for name, value_ in
                     zip(names, labels, strict=True))
+        if isinstance(value, dict):  # an info's values are labels too
+            value = {name: visible(text) for name, text in value.items()}
         rows = self._rows.setdefault(family.name, {})
         held = rows.get(key)
         if held is None:

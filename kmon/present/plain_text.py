@@ -45,6 +45,16 @@ def one_line(value: object) -> str:
     return _NEWLINES.sub(" ", str(value)).translate(_CONTROLS)
 
 
+def visible(value: str) -> str:
+    """``value`` with its control characters and bidi codes spelled out (``\\x1b``,
+    ``\\u202e``): for text other programs read that a terminal may show (``/metrics``),
+    where removing them would make two values one."""
+    if not _HAS_CONTROL(value):
+        return value
+    return "".join(c if ord(c) not in _CONTROLS else f"\\x{ord(c):02x}" if ord(c) < 0x100
+                   else f"\\u{ord(c):04x}" for c in value)
+
+
 def strip_controls(segments: Iterable[Segment]) -> list[Segment]:
     """``segments`` with the control characters taken out of their text (Rich counts them
     zero cells wide, so a line keeps its width). Rich's own control segments (cursor moves)
