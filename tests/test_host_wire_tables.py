@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kmon.sources.packets.host_wire import MAX_OPENED, HostWire, SharedCapture
 from kmon.sources.packets.packet_capture import Segment
-from kmon.sources.packets.packet_filter import TCP_FIN
+from kmon.sources.packets.packet_filter import MAX_PORTS, TCP_FIN
 
 BROKER = ("127.0.0.1", 9092)
 
@@ -74,3 +74,26 @@ def test_a_flood_of_short_connections_keeps_a_bounded_table_and_a_leaving_proces
     other.opened([(local(1), BROKER)])
     host.leave(flooder)
     assert set(host.openers.values()) == {other}
+
+
+class FilteredCapture(ReplayedCapture):
+    """A fake of ``PacketCapture``'s filter side: the remote ports it was last given."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.remote: set[int] = set()
+
+    def set_ports(self, local: set[int], remote: set[int], responses: bool = True) -> None:
+        self.remote = remote
+
+
+def test_one_process_s_brokers_cannot_push_the_others_out_of_the_filter():
+    """A process's brokers are what its broker answers: a listener of its user's answering
+    with 400 ports, watched first, filled the shared filter, and every other process's
+    brokers (9092) went unheard. The ports the most processes follow come first."""
+    host = HostWire()
+    host.capture = capture = FilteredCapture()  # type: ignore[assignment]
+    host.share().set_ports(set(), set(range(1, 401)))
+    for _ in range(2):
+        host.share().set_ports(set(), {9092})
+    assert 9092 in capture.remote and len(capture.remote) == MAX_PORTS // 4

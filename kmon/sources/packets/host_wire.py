@@ -16,6 +16,7 @@ not fit the filter, and every segment of a Kafka connection has a broker's port 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Iterable
 
 from kmon.sources.packets.packet_capture import Address, PacketCapture, Segment
@@ -196,12 +197,16 @@ class HostWire:
         self.drain()
 
     def refilter(self) -> None:
-        """Rebuild the kernel filter for the ports every share follows (only if changed)."""
+        """Rebuild the kernel filter for the ports every share follows (only if changed): the
+        named cluster's, then those the most processes follow, as many as the filter takes.
+        A process follows its brokers' ports, and a broker's answer names them: one that
+        answers its own client with hundreds of ports would otherwise push every other
+        process's brokers out of the filter (it is the first watched, say)."""
         if self.capture is None:
             return
+        followed = Counter(port for share in self.shares for port in share.wanted[0])
         ports = dict.fromkeys(self.ports)
-        for share in self.shares:
-            ports.update(dict.fromkeys(share.wanted[0]))
+        ports.update(dict.fromkeys(sorted(followed, key=lambda port: -followed[port])))
         remote = set(list(ports)[:MAX_PORTS // 4])
         self.capture.set_ports(set(), remote, responses=not self.shares or any(
             share.wanted[1] for share in self.shares))
