@@ -133,3 +133,70 @@ def test_header_hogs_leave_kmon_serve_small(throwaway_user, serve_1024_fds):
     assert rss_mb < 200 and peak_mb < 200, (rss_mb, peak_mb)
     assert _timed_get(f"http://{address}/metrics")[0] == 200
     assert child.proc.poll() is None, child.stderr
+
+
+def test_a_scraper_varying_the_version_it_asks_for_costs_one_render_a_format():
+    """prometheus_client copies the OpenMetrics version an Accept header asks for into its
+    answer; each new one was a render and a body kept until the next poll: a local user
+    varying it grew kmon serve ~10 MB a second at a 30 s interval. The formats served are
+    fixed, each rendered once a poll."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import GaugeMetricFamily
+
+    from kmon.export.http import Exposition
+
+    class Counted:
+        renders = 0
+
+        def collect(self):
+            Counted.renders += 1
+            yield GaugeMetricFamily("kmon_watched_processes", "", value=1)
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Counted())
+    exposition = Exposition(registry, lambda: 7)  # one poll
+    kinds = set()
+    for n in range(200):
+        for gzip in ("", "gzip"):
+            environ = {"HTTP_ACCEPT": f"application/openmetrics-text; version=1.0.0.{n}",
+                       "HTTP_ACCEPT_ENCODING": gzip}
+            exposition(environ, lambda status, headers: kinds.add(dict(headers)[
+                "Content-Type"]))
+    assert Counted.renders == 2  # OpenMetrics 1.0.0, plain and gzipped
+    assert kinds == {"application/openmetrics-text; version=1.0.0; charset=utf-8; "
+                     "escaping=underscores"}
+
+
+def test_a_flood_of_connections_never_closes_a_scraper_whose_request_waits(monkeypatch):
+    """Past MAX_PENDING connections being read, a new one closed the oldest unread, its
+    request whole in its buffer or not: local processes connecting without end closed
+    every scrape unanswered (0 of 20 in the review). The server's loop is held until 64
+    idle connections, a scraper's whole request and 64 more are queued, as a flood has
+    them when the loop wakes; the oldest is now read before it is closed."""
+    import socket
+    import threading
+
+    from kmon.export.http_server import MAX_PENDING, BoundedHTTPServer
+
+    gate, real_run = threading.Event(), BoundedHTTPServer._run
+    monkeypatch.setattr(BoundedHTTPServer, "_run", lambda self: (gate.wait(), real_run(self)))
+
+    def app(environ, start_response):
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"ok\n"]
+
+    server = BoundedHTTPServer("127.0.0.1", 0, app)
+    try:
+        address = ("127.0.0.1", server.port)
+        idle = [socket.create_connection(address) for _ in range(MAX_PENDING)]
+        scraper = socket.create_connection(address)
+        scraper.sendall(b"GET /metrics HTTP/1.1\r\nHost: kmon\r\n\r\n")
+        idle += [socket.create_connection(address) for _ in range(MAX_PENDING)]
+        gate.set()
+        scraper.settimeout(10)
+        assert scraper.recv(64).startswith(b"HTTP/1.1 200")
+    finally:
+        gate.set()
+        server.close()
+        for sock in [*idle, scraper]:
+            sock.close()
