@@ -2,7 +2,8 @@
 
 Anyone on the host may connect to ``/metrics``. One selector thread reads every request
 head without blocking: at most ``MAX_PENDING`` connections are read at once (a new one
-closes the oldest still unread, so idle connections cannot keep a scraper out), each has
+closes the oldest still unread, once a last read of it found no whole request: idle
+connections cannot keep a scraper out, nor close one whose request waits), each has
 ``READ_DEADLINE_S`` in all to send its request line and headers, which are limited to
 ``MAX_LINE`` bytes, ``MAX_HEADERS`` headers and ``MAX_HEAD`` bytes in all. A complete
 request goes to one of ``WORKERS`` threads, which answers it (``Connection: close``)
@@ -108,20 +109,29 @@ class BoundedHTTPServer:
             self._drop(pending)
 
     def _accept(self) -> None:
-        while True:
+        for _ in range(MAX_PENDING):  # a turn's; those accepted are read between turns
             try:
                 sock, _ = self.listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:  # out of descriptors, say: the oldest unread make room
                 if self._pending:
-                    self._drop(next(iter(self._pending.values())))
+                    self._make_room()
                 return
             if len(self._pending) >= MAX_PENDING:
-                self._drop(next(iter(self._pending.values())))
+                self._make_room()
             sock.setblocking(False)
             self._pending[sock.fileno()] = _Pending(sock)
             self._selector.register(sock, selectors.EVENT_READ)
+
+    def _make_room(self) -> None:
+        """Read the oldest connection still being read, and close it unless that read made
+        its request whole (then it is answered): a flood of connections never closes a
+        scraper whose request waits unread."""
+        oldest = next(iter(self._pending.values()))
+        self._read(oldest)
+        if self._pending.get(oldest.sock.fileno()) is oldest:
+            self._drop(oldest)
 
     def _read(self, pending: _Pending | None) -> None:
         if pending is None:
