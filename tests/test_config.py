@@ -111,6 +111,24 @@ def test_wrong_type(tmp_path, text, words):
     assert all(word in message for word in words), message
 
 
+@pytest.mark.parametrize(("text", "words"), [
+    ("[churn]\nreap_cycles = nan", ["churn.reap_cycles", "nan"]),
+    ("[churn]\nfd_growth = inf", ["churn.fd_growth", "inf"]),
+    ("[churn]\nopened_per_minute = nan", ["churn.opened_per_minute"]),
+    (f"[churn]\nreap_cycles = {'9' * 5000}", ["not valid TOML"]),
+    (f"[thresholds]\nclose_wait_alert = '{'9' * 400}s'", ["thresholds.close_wait_alert",
+                                                          "at most a year"]),
+    (f"[dashboard]\ninterval = '{'9' * 400}s'", ["dashboard.interval", "at most a year"]),
+    (f"[dashboard]\ninterval = {10 ** 30}", ["dashboard.interval", "at most"]),
+])
+def test_a_number_no_setting_can_take_is_one_clear_line(tmp_path, text, words):
+    """NaN, infinity, 5,000 digits or a duration past a year raised where nobody caught it
+    (ValueError, OverflowError): ``kmon serve``'s reload on SIGHUP, which keeps the running
+    session for a bad file, would have ended instead."""
+    message = load_error(write(tmp_path, text))
+    assert all(word in message for word in words), message
+
+
 @pytest.mark.parametrize(("text", "key"), [
     ("colour = 'red'", "colour"),
     ("[thresholds]\nidle_warnign = 0.5", "thresholds.idle_warnign"),

@@ -27,7 +27,7 @@ from kmon.errors import UserError
 from kmon.files import UnsafeFile, read_bounded
 from kmon.model import ChurnThresholds, Thresholds
 from kmon.redact import MASK, is_secret_name
-from kmon.units import parse_duration
+from kmon.units import MAX_DURATION_S, MAX_INT_ARG, parse_duration
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -148,7 +148,8 @@ def load_config(path: Path | None = None) -> Config:
         raise ConfigError(str(err)) from err
     except UnicodeDecodeError as err:
         raise ConfigError(f"config file {path} is not UTF-8 text") from err
-    except (tomllib.TOMLDecodeError, RecursionError) as err:
+    except (tomllib.TOMLDecodeError, RecursionError, ValueError) as err:  # (an integer of
+        # more digits than Python converts is a ValueError of tomllib's own)
         raise ConfigError(f"config file {path} is not valid TOML: {err}") from err
     return _ConfigReader(path).config(raw)
 
@@ -210,8 +211,10 @@ class _ConfigReader:
             value = raw[key]
             if kind == "duration":
                 values[field_name] = round(1000 * self.seconds(value, f"churn.{key}"))
-            elif isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise self.error(f"churn.{key}", f"must be a number above zero, not {value!r}")
+            elif (isinstance(value, bool) or not isinstance(value, (int, float))
+                  or not 0 < value <= MAX_INT_ARG):  # (nan and inf too)
+                raise self.error(f"churn.{key}", f"must be a number above zero and at most "
+                                                 f"{MAX_INT_ARG}, not {value!r}")
             else:
                 values[field_name] = value if kind == "rate" else int(value)
         return ChurnThresholds(**values)
@@ -222,16 +225,21 @@ class _ConfigReader:
         return float(value)
 
     def seconds(self, value: object, key: str) -> float:
-        """A duration string (``5s``, ``500ms``) or a whole number of milliseconds."""
+        """A duration string (``5s``, ``500ms``) or a whole number of milliseconds, at most
+        MAX_DURATION_S."""
         if isinstance(value, int) and not isinstance(value, bool):
-            if value <= 0:
-                raise self.error(key, f"must be more than zero, not {value}")
+            if not 0 < value <= MAX_DURATION_S * 1000:
+                raise self.error(key, f"must be more than zero and at most "
+                                      f"{MAX_DURATION_S * 1000:.0f} ms, not {value}")
             return value / 1000
         if isinstance(value, str):
             try:
-                return parse_duration(value)
+                seconds = parse_duration(value)
             except ValueError as err:
                 raise ConfigError(f"config file {self.path}: {key}: {err}") from err
+            if not seconds <= MAX_DURATION_S:  # (inf too: 400 digits)
+                raise self.error(key, f"must be at most a year, not {value[:40]!r}")
+            return seconds
         raise self.error(key, f"must be a duration string (e.g. \"5s\") or milliseconds, "
                               f"not {value!r}")
 
