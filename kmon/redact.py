@@ -35,7 +35,8 @@ def is_secret_name(name: str) -> bool:
 # Every pattern here runs in time linear in the argument (a command line is its user's to
 # write, up to 128 KiB an argument): a match is tried only where a word starts, a name
 # is read once (a lookahead for the secret word, then the word taken whole, never given
-# back), a scheme is at most 32 characters, and the '@' of a credential is looked for once.
+# back), a scheme is read to 32 characters at most (any of them may start it), and the '@'
+# of a credential is looked for once.
 # A secret inside a longer argument: "password": "x", token=x, SharedAccessKey=x ...
 _EMBEDDED = re.compile(
     r"""(?P<key>(?<![\w.\-])["']?(?=[\w.\-]*?(?:password|passwd|pwd|secret|token|"""
@@ -45,7 +46,7 @@ _EMBEDDED = re.compile(
 # Credentials in a URL: scheme://user:password@host or scheme://token@host (the password
 # may itself hold '@': everything up to the last '@' before the host is masked)
 _URL_CREDENTIALS = re.compile(
-    r"(?P<scheme>[a-z][a-z0-9+.\-]{0,31}://)(?=[^/\s]*@)(?P<user>[^/\s:@]*)(?P<colon>:?)"
+    r"(?P<scheme>[a-z0-9+.\-]{1,32}://)(?=[^/\s]*@)(?P<user>[^/\s:@]*)(?P<colon>:?)"
     r"(?P<rest>[^/\s]*)@", re.IGNORECASE)
 # user:password@host[:port] without a scheme (bootstrap strings, JDBC-like values), within
 # one run of characters but whitespace and '/': ``_address_credentials``

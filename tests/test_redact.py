@@ -87,11 +87,13 @@ FORMS = [
     ["sh", "-c", f"app --pw {SECRET}"],
     # a password holding '=' or ',', in a list of addresses
     ["-b", f"kmon:{SECRET}==@b1:9092,kmon:x,y@b2:9092"],
+    # a scheme past 32 characters (one starting pattern reads its last 32)
+    ["--url", f"svc+0123456789-0123456789-0123456789://admin:{SECRET}@db:5432/x"],
 ]
 
 
-def test_there_are_72_forms():
-    assert len(FORMS) == 72
+def test_there_are_73_forms():
+    assert len(FORMS) == 73
 
 
 @pytest.mark.parametrize("form", FORMS, ids=[" ".join(f)[:40] for f in FORMS])
