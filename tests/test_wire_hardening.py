@@ -90,6 +90,24 @@ def test_a_process_s_files_past_the_names_cap_are_not_even_looked_at(tmp_path, m
     assert f"7 statistics files of PID {os.getpid()} not looked at" in taken.skipped
 
 
+def test_past_the_names_cap_a_process_s_latest_clients_and_its_count_are_looked_at(
+        tmp_path, monkeypatch):
+    """Names sorted as text put ``producer-1200`` before ``producer-999`` and the client
+    count (``PID-clients.json``) before every instance: past the cap, the newest clients
+    and the count went unread. Numbers sort as numbers, the count last."""
+    monkeypatch.setattr(spool, "MAX_NAMES_PER_PID", 3)
+    tmp_path.chmod(0o700)
+    pid = os.getpid()
+    for name in (f"{pid}-clients.json", *(f"{pid}-rdkafka_producer-{i}.json"
+                                           for i in (2, 999, 1200))):
+        (tmp_path / name).write_text("{}")
+    found, unlooked = spool._newest_first(tmp_path, os.lstat(tmp_path), pid, None)
+    assert unlooked == 1
+    assert {path.name for _, path in found} == {
+        f"{pid}-rdkafka_producer-999.json", f"{pid}-rdkafka_producer-1200.json",
+        f"{pid}-clients.json"}
+
+
 def test_a_spool_within_the_caps_is_read_whole_without_a_notice(tmp_path):
     _flood(tmp_path, 3, 10)
     taken = spool.read_records(tmp_path, os.getpid(), os.getuid())

@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import os
 import pwd
+import re
 import stat
 import tempfile
 import time
@@ -38,6 +39,7 @@ MAX_FILES_PER_READ = 32  # a process's client instances read in one poll, newest
 MAX_BYTES_PER_READ = 2 * MAX_RECORD_BYTES  # and their bytes in all
 MAX_NAMES_PER_PID = 256  # a process's files looked at (a stat each) to find its newest
 MAX_LISTED = 1 << 16  # entries of a spool directory listed, at most
+_DIGITS = re.compile(r"(\d+)")
 ENV_DIR = "KMON_SPOOL_DIR"
 # the instance name of a process's client-count record (<pid>-clients.json); no librdkafka
 # instance is named so (theirs end in "#producer-1", "#consumer-2", ...)
@@ -145,11 +147,12 @@ def _newest_first(directory: Path, info: os.stat_result, pid: int, since_ns: int
                   ) -> tuple[list[tuple[int, Path]], int]:
     """(size, path) of process ``pid``'s ``*.json`` files in ``directory`` (``info``: its
     lstat), newest first (as they are listed: links and other odd entries are refused when
-    read), of MAX_NAMES_PER_PID of its names at most (the last by name); and how many names
-    were not looked at. Only the process's own files are looked at: a spool shared by
-    hundreds of clients costs each of them a look up of its names, not a stat of every
-    file; and one user's 200,000 files cost a poll 256 stats, not 2 s of them."""
-    names = sorted(_names_by_pid(directory, info, since_ns).get(str(pid), ()))
+    read), of MAX_NAMES_PER_PID of its names at most (its client count and its latest client
+    instances, ``_latest_last``); and how many names were not looked at. Only the process's
+    own files are looked at: a spool shared by hundreds of clients costs each of them a look
+    up of its names, not a stat of every file; and one user's 200,000 files cost a poll 256
+    stats, not 2 s of them."""
+    names = sorted(_names_by_pid(directory, info, since_ns).get(str(pid), ()), key=_latest_last)
     unlooked = max(0, len(names) - MAX_NAMES_PER_PID)
     found = []
     for name in names[unlooked:]:
@@ -160,6 +163,14 @@ def _newest_first(directory: Path, info: os.stat_result, pid: int, since_ns: int
         found.append((-stats.st_mtime_ns, name, stats.st_size))
     found.sort()
     return [(size, directory / name) for _, name, size in found], unlooked
+
+
+def _latest_last(name: str) -> tuple[bool, list[int | str]]:
+    """A spool file name's place: by its numbers as numbers (``producer-1200`` after
+    ``producer-999``: a process numbers its client instances in order), its client count
+    (``PID-clients.json``) last of all."""
+    return (name.endswith(f"-{CLIENTS_INSTANCE}.json"),
+            [int(part) if part.isdigit() else part for part in _DIGITS.split(name)])
 
 
 def _names_by_pid(directory: Path, info: os.stat_result,
