@@ -782,6 +782,7 @@ class RecordedEvents:
 
     def __init__(self, batches: list[list[TcpEvent]]) -> None:
         self.batches, self.lost, self.ports = batches, 0, frozenset()
+        self.cut_short = False
 
     def watch_ports(self, ports) -> None:
         self.ports = frozenset(ports)
@@ -1152,18 +1153,20 @@ def test_the_refusals_remembered_are_bounded_by_broker_and_in_all():
     assert len(watch.refusals[("127.0.0.1", 9092)]) == MAX_REMEMBERED
 
 
-def test_what_a_read_cut_short_left_in_the_rings_keeps_later_connects_undecided(monkeypatch):
+def test_what_a_read_cut_short_left_in_the_rings_keeps_later_connects_undecided():
     """Every event stamped before a read's start is fed by it, and so what a socket opened
     after that start held may be unread yet (kmon.engine.losses): unless the read stopped at
     MAX_EVENTS_PER_READ, with the rest of the rings left for the next read."""
-    from kmon.engine import kernel_watch
     from kmon.engine.kernel_watch import KernelWatch
 
-    monkeypatch.setattr(kernel_watch, "MAX_EVENTS_PER_READ", 2)
+    class CutShort(RecordedEvents):
+        def read(self) -> list[TcpEvent]:
+            self.cut_short = len(self.batches) == 2  # the second read stops at the cap
+            return super().read()
+
     event = TcpEvent(5.0, "state", 10, 0x1, ("127.0.0.1", 0), ("127.0.0.1", 9092), 7, 2)
     clock = iter([1_000.0, 2_000.0, 3_000.0])
-    watch = KernelWatch(RecordedEvents([[event], [event, event], []]), (9092,),
-                        clock=lambda: next(clock))
+    watch = KernelWatch(CutShort([[event], [event], []]), (9092,), clock=lambda: next(clock))
     watch.feed({10})
     assert watch.complete_ms == 1_000.0
     watch.feed({10})  # cut short: what it left may be older than its start

@@ -21,6 +21,7 @@ class ReplayedEvents:
 
     def __init__(self, events: list[TcpEvent]) -> None:
         self.events, self.lost, self.ports = events, 0, frozenset()
+        self.cut_short = False
 
     def watch_ports(self, ports) -> None:
         self.ports = frozenset(ports)

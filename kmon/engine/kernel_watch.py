@@ -21,11 +21,7 @@ from kmon.model import CloseStory, Event, EventKind, Opening, ProcessView, WireC
 from kmon.sources import bounded
 from kmon.sources.brokers.dns import parse_endpoint
 from kmon.sources.kafka_protocol import SASL_APIS
-from kmon.sources.kernel.kernel_events import (
-    MAX_EVENTS_PER_READ,
-    KernelEvents,
-    KernelEventsUnavailable,
-)
+from kmon.sources.kernel.kernel_events import KernelEvents, KernelEventsUnavailable
 from kmon.sources.kernel.sockets import Endpoint, TcpSocket
 
 MAX_LEARNED_PORTS = 48  # remote ports learned from the watched processes' own sockets
@@ -106,7 +102,7 @@ class KernelWatch:
         The lives these events closed."""
         began = self.clock()
         events = self.source.read()
-        if len(events) < MAX_EVENTS_PER_READ:  # (else some rings were left for the next)
+        if not self.source.cut_short:  # (else some rings were left for the next)
             self.complete_ms = began
         opened, closed = self.lives.feed(events, pids)
         self.losses.opened(opened)

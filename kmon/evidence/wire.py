@@ -63,7 +63,9 @@ KNEW_BEFORE = 0  # when the cluster was learned, for a process that knew it befo
 KNOWING_APIS = kp.BROKER_APIS | kp.GROUP_APIS | kp.TXN_APIS
 # what leaves a socket carrying metadata only unplaced, in the words of its claim
 UNPLACED_OPENINGS = {
-    None: "before kmon's first look at the process (a re-bootstrap or a broker connection)",
+    None: "where kmon cannot tell what the process held then (before its first look at the "
+          "process, or too recently for every event before it to be read: a re-bootstrap or "
+          "a broker connection)",
     Opening.FIRST: "as the process's first connection kmon saw (a new client's bootstrap or "
                    "a reconnect to the broker)",
     Opening.ALONE: "once the client had closed its last connection itself (a new client's "

@@ -355,6 +355,7 @@ class KernelEvents:
         self.layouts = {name: Layout(name, fields) for name, (_, fields) in self.formats.items()}
         self.lost = 0  # events the followed ports' rings dropped (a ring was full)
         self.lost_connects = 0  # ... and the connect rings (connects to other ports)
+        self.cut_short = False  # the last read stopped at MAX_EVENTS_PER_READ
         self._page = mmap.PAGESIZE
         self._pending: list[TcpEvent] = []  # drained from rings replaced by a new filter
         # rings replaced by a new filter, read until a record comes (RETIRING_READS at most),
@@ -412,7 +413,8 @@ class KernelEvents:
             self._retiring.append((ring, RETIRING_READS))
 
     def read(self) -> list[TcpEvent]:
-        """The events recorded since the last read, oldest first."""
+        """The events recorded since the last read, oldest first (``cut_short``: the read
+        stopped at MAX_EVENTS_PER_READ, the rest left in the rings for the next)."""
         out, self._pending = self._pending, []
         overlap = bool(out)  # rings replaced by a new filter recorded alongside the new ones
         epoch_ms = epoch_offset_ms()  # one for every ring: their records interleave as stamped
@@ -424,6 +426,7 @@ class KernelEvents:
                 _close([ring])
             else:
                 self._retiring.append((ring, reads - 1))
+        self.cut_short = len(out) >= MAX_EVENTS_PER_READ
         return in_order(list(set(out)) if overlap else out)
 
     def _drain(self, ring: _Ring, out: list[TcpEvent], epoch_ms: float,
