@@ -101,11 +101,20 @@ def test_past_the_names_cap_a_process_s_latest_clients_and_its_count_are_looked_
     for name in (f"{pid}-clients.json", *(f"{pid}-rdkafka_producer-{i}.json"
                                            for i in (2, 999, 1200))):
         (tmp_path / name).write_text("{}")
-    found, unlooked = spool._newest_first(tmp_path, os.lstat(tmp_path), pid, None)
-    assert unlooked == 1
+    found, unlooked, cut = spool._newest_first(tmp_path, os.lstat(tmp_path), pid, None)
+    assert (unlooked, cut) == (1, False)
     assert {path.name for _, path in found} == {
         f"{pid}-rdkafka_producer-999.json", f"{pid}-rdkafka_producer-1200.json",
         f"{pid}-clients.json"}
+
+
+def test_a_spool_listed_to_its_cap_says_so(tmp_path, monkeypatch):
+    """Past MAX_LISTED entries (8 here) a spool is not listed further: a process whose files
+    lie past them is told so, not left silent."""
+    monkeypatch.setattr(spool, "MAX_LISTED", 8)
+    _flood(tmp_path, 12, 10)
+    taken = spool.read_records(tmp_path, os.getpid(), os.getuid())
+    assert len(taken.records) <= 8 and "among the first 8 entries" in taken.skipped
 
 
 def test_a_spool_within_the_caps_is_read_whole_without_a_notice(tmp_path):

@@ -44,8 +44,9 @@ ENV_DIR = "KMON_SPOOL_DIR"
 # the instance name of a process's client-count record (<pid>-clients.json); no librdkafka
 # instance is named so (theirs end in "#producer-1", "#consumer-2", ...)
 CLIENTS_INSTANCE = "clients"
-# _names_by_pid's, kept: (the directory's stamp, if settled; when listed, epoch ns; names)
-_LISTINGS: dict[Path, tuple[tuple | None, int, dict[str, list[str]]]] = {}
+# _names_by_pid's, kept: (the directory's stamp, if settled; when listed, epoch ns; names;
+# whether the listing stopped at MAX_LISTED)
+_LISTINGS: dict[Path, tuple[tuple | None, int, dict[str, list[str]], bool]] = {}
 _MAX_LISTINGS = 64
 _SETTLED_NS = 50_000_000  # a directory unchanged this long before it was listed: kept
 REPLACED_TRIES = 3  # opens of a file the agent keeps replacing, before it is skipped this poll
@@ -115,16 +116,17 @@ def read_records(directory: Path, pid: int, owner_uid: int,
                 or info.st_mode & 0o022):
             raise SpoolUntrusted(f"spool {directory} is not a private directory of uid "
                                  f"{owner_uid}; its statistics are not read")
-        found, unlooked = _newest_first(directory, info, pid, since_ns)
+        found, unlooked, cut = _newest_first(directory, info, pid, since_ns)
     except FileNotFoundError:
         return SpoolRecords()
     except OSError as err:
         raise SpoolError(f"cannot read spool {directory}: {err.strerror}") from err
     taken = SpoolRecords()
-    if unlooked:
+    if unlooked or cut:
         taken.skipped = valid(
             f"spool {directory}: {unlooked} statistics files of PID {pid} not looked at; "
-            f"kmon looks at {MAX_NAMES_PER_PID} files of a process at most")
+            f"kmon looks at {MAX_NAMES_PER_PID} files of a process at most"
+            + (f", among the first {MAX_LISTED:,} entries of a spool" if cut else ""))
     budget = MAX_BYTES_PER_READ
     for at, (size, path) in enumerate(found):
         if at == MAX_FILES_PER_READ or size > budget:
@@ -144,15 +146,17 @@ def read_records(directory: Path, pid: int, owner_uid: int,
 
 
 def _newest_first(directory: Path, info: os.stat_result, pid: int, since_ns: int | None
-                  ) -> tuple[list[tuple[int, Path]], int]:
+                  ) -> tuple[list[tuple[int, Path]], int, bool]:
     """(size, path) of process ``pid``'s ``*.json`` files in ``directory`` (``info``: its
     lstat), newest first (as they are listed: links and other odd entries are refused when
     read), of MAX_NAMES_PER_PID of its names at most (its client count and its latest client
-    instances, ``_latest_last``); and how many names were not looked at. Only the process's
+    instances, ``_latest_last``); how many names were not looked at, and whether the
+    directory's listing stopped at MAX_LISTED. Only the process's
     own files are looked at: a spool shared by hundreds of clients costs each of them a look
     up of its names, not a stat of every file; and one user's 200,000 files cost a poll 256
     stats, not 2 s of them."""
-    names = sorted(_names_by_pid(directory, info, since_ns).get(str(pid), ()), key=_latest_last)
+    by_pid, cut = _names_by_pid(directory, info, since_ns)
+    names = sorted(by_pid.get(str(pid), ()), key=_latest_last)
     unlooked = max(0, len(names) - MAX_NAMES_PER_PID)
     found = []
     for name in names[unlooked:]:
@@ -162,7 +166,7 @@ def _newest_first(directory: Path, info: os.stat_result, pid: int, since_ns: int
             continue  # its client exited since the directory was listed
         found.append((-stats.st_mtime_ns, name, stats.st_size))
     found.sort()
-    return [(size, directory / name) for _, name, size in found], unlooked
+    return [(size, directory / name) for _, name, size in found], unlooked, cut
 
 
 def _latest_last(name: str) -> tuple[bool, list[int | str]]:
@@ -174,30 +178,34 @@ def _latest_last(name: str) -> tuple[bool, list[int | str]]:
 
 
 def _names_by_pid(directory: Path, info: os.stat_result,
-                  since_ns: int | None = None) -> dict[str, list[str]]:
+                  since_ns: int | None = None) -> tuple[dict[str, list[str]], bool]:
     """The ``PID-*.json`` names in ``directory`` by the PID's text: listed again only when
     the directory changed (every write of the agent renames a file into it), not for each
     of the many processes a poll reads; with ``since_ns``, a listing made since answers
     however the directory changed (a spool hundreds of clients write to changes all the
     time: each process's names as of its poll, the directory listed once a poll). A
-    process's names change only when it makes a new client or exits."""
+    process's names change only when it makes a new client or exits. And whether the
+    listing stopped at MAX_LISTED entries."""
     stamp = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
     kept = _LISTINGS.get(directory)
     if kept is not None and (kept[0] == stamp or (since_ns is not None
                                                   and kept[1] >= since_ns)):
-        return kept[2]
+        return kept[2], kept[3]
     listed_ns = time.time_ns()
     names: dict[str, list[str]] = {}
+    listed = 0
     with os.scandir(directory) as entries:
         for entry in itertools.islice(entries, MAX_LISTED):
+            listed += 1
             pid, dash, _ = entry.name.partition("-")
             if dash and entry.name.endswith(".json"):
                 names.setdefault(pid, []).append(entry.name)
+    cut = listed == MAX_LISTED
     # a change in the clock tick of the directory's last one may leave its time unchanged
     settled = listed_ns - info.st_mtime_ns > _SETTLED_NS
-    bounded.put(_LISTINGS, directory, (stamp if settled else None, listed_ns, names),
+    bounded.put(_LISTINGS, directory, (stamp if settled else None, listed_ns, names, cut),
                 _MAX_LISTINGS)
-    return names
+    return names, cut
 
 
 def _read_one(path: Path, owner_uid: int) -> dict | None:
