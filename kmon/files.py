@@ -152,6 +152,22 @@ def unsafe_output_dir(info: os.stat_result) -> str | None:
     return None
 
 
+# an output path -> it with the links above it resolved, as at its first open (and that
+# resolved path -> itself): a link put above it later is refused, not followed
+_RESOLVED: dict[Path, Path] = {}
+_MAX_RESOLVED = 256
+
+
+def _resolved(path: Path) -> Path:
+    """``path`` with the links above it resolved as they were at its first open."""
+    known = _RESOLVED.get(path)
+    if known is None:
+        known = Path(os.path.realpath(path.parent)) / path.name
+        if len(_RESOLVED) < _MAX_RESOLVED:
+            _RESOLVED[path] = _RESOLVED[known] = known
+    return known
+
+
 def _why_not_a_dir(parent: int, name: str, err: OSError) -> str:
     """Why ``name`` in ``parent`` could not be opened as a directory, in a few words."""
     try:
@@ -177,14 +193,30 @@ class OutputDir:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> OutputDir:
-        """``path`` as an output directory, made if missing; UnsafeFile saying why not."""
-        path = Path(os.path.abspath(path))
+        """``path`` as an output directory, made if missing; UnsafeFile saying why not.
+
+        Walked from ``/`` a directory at a time, each opened relative to the one above and
+        never through a link: the links above it are resolved at its first open only
+        (``_resolved``). A recording reopens its root at every rotation and for its
+        retention; a link put in place of a directory above it since is refused, not
+        followed (another user's directory above it could be renamed and a link to
+        anywhere put in its place)."""
+        path = _resolved(Path(os.path.abspath(path)))
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            parent = os.open("/", _DIR_FLAGS)
         except OSError as err:
             raise UnsafeFile(f"cannot write into {path}: {err.strerror or err}") from err
         try:
+            for at, name in enumerate(path.parts[1:-1], start=2):
+                try:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(name, 0o755, dir_fd=parent)
+                    child = os.open(name, _DIR_FLAGS, dir_fd=parent)
+                except OSError as err:
+                    raise UnsafeFile(f"cannot write into {path}: {Path(*path.parts[:at])} "
+                                     f"{_why_not_a_dir(parent, name, err)}") from err
+                os.close(parent)
+                parent = child
             return cls._child(parent, path.name, path)
         finally:
             os.close(parent)

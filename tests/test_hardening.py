@@ -150,6 +150,25 @@ def test_root_only_sees_a_writable_directory_anywhere_above(tmp_path):
     assert not root_only(target)
 
 
+def test_a_link_put_in_place_of_a_directory_above_a_recording_is_refused(tmp_path):
+    """A recording reopens its root at every rotation and for its retention. The owner of a
+    directory above it could rename that directory and put a link to anywhere in its place:
+    root then made its sessions there, and its retention removed another recording's. The
+    links above a root are resolved at its first open only; one put there since is
+    refused."""
+    from kmon.files import OutputDir, UnsafeFile
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    root = tmp_path / "data" / "rec"
+    OutputDir.open(root).close()
+    (tmp_path / "data").rename(tmp_path / "data.old")
+    (tmp_path / "data").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(UnsafeFile, match="symbolic link"):
+        OutputDir.open(root)
+    assert not any((tmp_path / "elsewhere").iterdir())
+
+
 # --- medium: no blinding through the spool, no unbounded spool ---------------------------
 
 def spool_record(**changes) -> dict:
