@@ -152,6 +152,18 @@ def unsafe_output_dir(info: os.stat_result) -> str | None:
     return None
 
 
+def _made_dir(parent: int, name: str, shown: str) -> int:
+    """A descriptor of the directory ``name`` in ``parent``, made if missing, never through
+    a link; UnsafeFile naming ``shown`` if it cannot be."""
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o755, dir_fd=parent)
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except OSError as err:
+        raise UnsafeFile(f"cannot write into {shown}: {_why_not_a_dir(parent, name, err)}"
+                         ) from err
+
+
 # an output path -> it with the links above it resolved, as at its first open (and that
 # resolved path -> itself): a link put above it later is refused, not followed
 _RESOLVED: dict[Path, Path] = {}
@@ -208,13 +220,7 @@ class OutputDir:
             raise UnsafeFile(f"cannot write into {path}: {err.strerror or err}") from err
         try:
             for at, name in enumerate(path.parts[1:-1], start=2):
-                try:
-                    with contextlib.suppress(FileExistsError):
-                        os.mkdir(name, 0o755, dir_fd=parent)
-                    child = os.open(name, _DIR_FLAGS, dir_fd=parent)
-                except OSError as err:
-                    raise UnsafeFile(f"cannot write into {path}: {Path(*path.parts[:at])} "
-                                     f"{_why_not_a_dir(parent, name, err)}") from err
+                child = _made_dir(parent, name, f"{path} ({Path(*path.parts[:at])})")
                 os.close(parent)
                 parent = child
             return cls._child(parent, path.name, path)
@@ -242,13 +248,7 @@ class OutputDir:
 
     @classmethod
     def _child(cls, parent: int, name: str, path: Path) -> OutputDir:
-        try:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(name, 0o755, dir_fd=parent)
-            fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
-        except OSError as err:
-            raise UnsafeFile(f"cannot write into {path}: {_why_not_a_dir(parent, name, err)}"
-                             ) from err
+        fd = _made_dir(parent, name, str(path))
         why = unsafe_output_dir(os.fstat(fd))
         if why:
             os.close(fd)
