@@ -116,3 +116,47 @@ def test_one_builder_gives_every_session_its_settings_and_a_directory_of_its_own
     finally:
         for session in (opened, alone, host):
             session.close()
+
+
+@pytest.mark.root(reason="a full disk is a small tmpfs mounted for the test")
+def test_a_recording_on_a_full_disk_stops_and_the_session_goes_on(client, tmp_path):
+    """The dashboard's ``r`` recording on a disk that fills: each refresh failed after, though
+    its poll had succeeded, and closing the session raised before its samplers and JMX
+    helpers were released. Now the recording stops once, saying why, the refreshes go on,
+    and a close releases the source whatever the recording does."""
+    import errno
+    import subprocess
+
+    from kmon.engine.facade import RecordingFailed
+
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)], check=True)
+    try:
+        for stops_in in ("poll", "close"):
+            session, gated = process_session(client.pid)
+            gated.gate.set()
+            session.start_recording(small / f"rec-{stops_in}")
+            session.poll()
+            filler = small / "filler"
+            with open(filler, "wb", buffering=0) as fill:
+                try:
+                    while True:
+                        fill.write(bytes(4096))
+                except OSError as err:
+                    assert err.errno == errno.ENOSPC
+            if stops_in == "poll":
+                deadline = time.monotonic() + 30  # the recorder flushes every 10 s
+                with pytest.raises(RecordingFailed, match="No space left"):
+                    while time.monotonic() < deadline:
+                        session.poll()
+                        time.sleep(0.5)
+                assert session.poll()[0].processes  # the refreshes go on, unrecorded
+                session.close()
+            else:
+                with pytest.raises(OSError):
+                    session.close()  # the recording cannot be compacted
+            assert gated.log[-1] == "closed", stops_in
+            filler.unlink()
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)

@@ -27,7 +27,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.worker import WorkerState
 
-from kmon.engine.facade import SnapshotSource
+from kmon.engine.facade import RecordingFailed, SnapshotSource
 from kmon.model import Event, Snapshot
 from kmon.widgets.help import HelpScreen, key_rows
 from kmon.widgets.status import FindingsBar, NoticeBar, StatusHeader
@@ -143,6 +143,9 @@ class PollingScreen(Screen):
     def _poll(self) -> None:
         try:
             snapshot, events = self.source.poll()
+        except RecordingFailed as err:  # the recording stopped (the disk full); polls go on
+            self.post_message(RecordingStopped(str(err), True))
+            return
         except Exception as err:  # noqa: BLE001 - any source failure is shown in place
             self.post_message(PollFailed(f"refresh failed: {err}"))
             return
@@ -261,6 +264,8 @@ class PollingScreen(Screen):
 
     @on(RecordingStopped)
     def _recording_stopped(self, message: RecordingStopped) -> None:
+        if message.failed and self.recording is not None:  # (a poll's: r is off now)
+            self.recorded_dir, self.recording = self.recording, None
         self.notify(message.text, title="recording stopped",
                     severity="error" if message.failed else "information", markup=False)
 

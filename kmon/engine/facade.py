@@ -33,6 +33,7 @@ from kmon.engine.sessions import (
     AttachFailed,
     LiveSession,
     ProcessSession,
+    RecordingFailed,
     SessionClosed,
     SnapshotSource,
 )
@@ -49,7 +50,8 @@ from kmon.sources.processes.process_info import exists, owner
 
 __all__ = ["UNKNOWN_CLUSTER", "AttachFailed", "ClusterSession", "ClusterState", "ClusterTarget",
            "ClusterUnanswered", "ClusterView", "EngineSettings", "GroupRow", "HostSession",
-           "HostTarget", "LiveSession", "ProcessSession", "ProcessTarget", "ReplayError",
+           "HostTarget", "LiveSession", "ProcessSession", "ProcessTarget", "RecordingFailed",
+           "ReplayError",
            "ReplayTarget", "SamplerSettings", "SessionClosed", "SnapshotSource", "Target",
            "ask_cluster", "broker_connection_counts", "exists", "groups_coordinated",
            "groups_view", "open_session", "owner", "read_recording", "recorded_interval_s",

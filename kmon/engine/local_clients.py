@@ -89,14 +89,16 @@ class LocalClients(Recordable):
 
     def close(self) -> None:
         """Stop every sampler (JMX helpers) and the search for clients, once the poll under
-        way, if any, has finished, and any recording; a later poll raises SessionClosed."""
-        self.stop_recording()
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            self.monitor.close()
-            self.discovery.close()
+        way, if any, has finished, and any recording; a later poll raises SessionClosed. They
+        are stopped even when the recording cannot be closed (the disk full)."""
+        try:
+            self.stop_recording()
+        finally:
+            with self._lock:
+                if not self._closed:
+                    self._closed = True
+                    self.monitor.close()
+                    self.discovery.close()
 
 
 class ClusterSession(LocalClients):

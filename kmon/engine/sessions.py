@@ -3,6 +3,7 @@ start and stop in any session (see kmon.engine.facade)."""
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import threading
 from pathlib import Path
@@ -32,6 +33,11 @@ def check_open(closed: bool) -> None:
         raise SessionClosed("the session is closed")
 
 
+class RecordingFailed(OSError):
+    """The recording could not write (the disk full, say): it was stopped, the refreshes go
+    on without it."""
+
+
 class Recordable:
     """The recording the user may start and stop in a session (``kmon record``'s files).
 
@@ -45,10 +51,19 @@ class Recordable:
     _recorder = None
 
     def recorded(self, polled: tuple[Snapshot, list[Event]]) -> tuple[Snapshot, list[Event]]:
-        """``polled``, added to the running recording, if any."""
+        """``polled``, added to the running recording, if any. A recording that cannot
+        write is stopped, and RecordingFailed says so once: the refreshes go on."""
         with self._record_lock:
-            if self._recorder is not None:
-                self._recorder.add(*polled)
+            recorder = self._recorder
+            if recorder is None:
+                return polled
+            try:
+                recorder.add(*polled)
+            except OSError as err:
+                self._recorder = None
+                with contextlib.suppress(OSError):
+                    recorder.close()
+                raise RecordingFailed(f"cannot write the recording: {err}") from err
         return polled
 
     def start_recording(self, root: Path) -> None:
@@ -99,15 +114,17 @@ class ProcessSession(Recordable):
 
     def close(self) -> None:
         """Stop any recording and release the source (JMX helpers, sockets), once the poll
-        under way, if any, has finished; a later poll raises SessionClosed."""
-        self.stop_recording()
-        with self._poll_lock:
-            if self._closed:
-                return
-            self._closed = True
-            close = getattr(self.source, "close", None)
-            if close is not None:
-                close()
+        under way, if any, has finished; a later poll raises SessionClosed. The source is
+        released even when the recording cannot be closed (the disk full)."""
+        try:
+            self.stop_recording()
+        finally:
+            with self._poll_lock:
+                if not self._closed:
+                    self._closed = True
+                    close = getattr(self.source, "close", None)
+                    if close is not None:
+                        close()
 
 
 class LiveSession(ProcessSession):
