@@ -88,17 +88,13 @@ class LocalClients(Recordable):
         return processes(ProcessTarget((pid,)), self.settings, self.directory)
 
     def close(self) -> None:
-        """Stop every sampler (JMX helpers) and the search for clients, once the poll under
-        way, if any, has finished, and any recording; a later poll raises SessionClosed. They
-        are stopped even when the recording cannot be closed (the disk full)."""
-        try:
-            self.stop_recording()
-        finally:
-            with self._lock:
-                if not self._closed:
-                    self._closed = True
-                    self.monitor.close()
-                    self.discovery.close()
+        """Stop any recording, every sampler (JMX helpers) and the search for clients:
+        ``_close``."""
+        self._close(self._lock, self._release)
+
+    def _release(self) -> None:
+        self.monitor.close()
+        self.discovery.close()
 
 
 class ClusterSession(LocalClients):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import platform
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -48,6 +49,7 @@ class Recordable:
 
     interval_ms: int
     _record_lock: threading.Lock  # the session's own: recording changes never wait for a poll
+    _closed: bool
     _recorder = None
 
     def recorded(self, polled: tuple[Snapshot, list[Event]]) -> tuple[Snapshot, list[Event]]:
@@ -78,6 +80,18 @@ class Recordable:
         with self._record_lock:
             if self._recorder is None:
                 self._recorder = Recorder(root, host, new_session_id(host), self.interval_ms)
+
+    def _close(self, poll_lock: threading.Lock, release: Callable[[], None]) -> None:
+        """Stop any recording, then, once the poll under way (``poll_lock``) has finished,
+        ``release`` the session's sources, once: even when the recording cannot be closed
+        (the disk full); a later poll raises SessionClosed."""
+        try:
+            self.stop_recording()
+        finally:
+            with poll_lock:
+                if not self._closed:
+                    self._closed = True
+                    release()
 
     def stop_recording(self) -> str:
         """Close the recording (compacting its parts: call from a worker); what it wrote."""
@@ -113,18 +127,8 @@ class ProcessSession(Recordable):
         return bool(getattr(self.source, "finished", False))
 
     def close(self) -> None:
-        """Stop any recording and release the source (JMX helpers, sockets), once the poll
-        under way, if any, has finished; a later poll raises SessionClosed. The source is
-        released even when the recording cannot be closed (the disk full)."""
-        try:
-            self.stop_recording()
-        finally:
-            with self._poll_lock:
-                if not self._closed:
-                    self._closed = True
-                    close = getattr(self.source, "close", None)
-                    if close is not None:
-                        close()
+        """Stop any recording and release the source (JMX helpers, sockets): ``_close``."""
+        self._close(self._poll_lock, getattr(self.source, "close", lambda: None))
 
 
 class LiveSession(ProcessSession):
